@@ -1,0 +1,1 @@
+//! Shared helpers for metal-ipam's component, concurrency and schema tests.
