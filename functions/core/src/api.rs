@@ -1,0 +1,408 @@
+//! HTTP-level handling of every route, independent of Spin.
+//!
+//! A function crate turns its Spin request into an [`ApiRequest`], calls the
+//! handler of its component ([`pools`], [`allocate`], [`claims`]) and turns
+//! the [`ApiResponse`] back into a Spin response, printing
+//! [`ApiResponse::log_line`]. Authentication, routing, method checks, body
+//! parsing, the steps and error rendering all happen here, so they are
+//! tested natively.
+
+use serde_json::{json, Map, Value};
+
+use crate::auth;
+use crate::claim::Claim;
+use crate::error::{Error, ErrorKind, Result};
+use crate::kv::{KvStore, OpCounts};
+use crate::names;
+use crate::pool::{PoolId, PoolKind, PoolObject};
+use crate::steps::{self, PutOutcome};
+use crate::store::Ctx;
+
+/// Largest request body accepted (1 MiB).
+pub const MAX_BODY: usize = 1 << 20;
+
+/// A request as the handlers see it.
+#[derive(Debug, Clone, Copy)]
+pub struct ApiRequest<'a> {
+    /// HTTP method, upper case.
+    pub method: &'a str,
+    /// Path, without query string.
+    pub path: &'a str,
+    /// Query string without `?` (may be empty).
+    pub query: &'a str,
+    /// The `Authorization` header, if present.
+    pub authorization: Option<&'a str>,
+    /// The body.
+    pub body: &'a [u8],
+}
+
+/// A response plus what the log line needs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApiResponse {
+    /// HTTP status.
+    pub status: u16,
+    /// JSON body, if any.
+    pub body: Option<Value>,
+    /// Extra headers (besides `content-type`).
+    pub headers: Vec<(&'static str, String)>,
+    /// The route pattern that matched (for logs), e.g. `/v1/claims/{namespace}/{name}`.
+    pub route: &'static str,
+    /// What happened, e.g. `allocated`, `existing`, `released`, `error`.
+    pub outcome: &'static str,
+    /// Error reason, when the request failed.
+    pub reason: Option<&'static str>,
+    /// Objects touched: `("claim", "ns/name")`, `("pool", "ns/p")`, `("address", "10.0.0.5")`.
+    pub objects: Vec<(&'static str, String)>,
+}
+
+impl ApiResponse {
+    fn ok(status: u16, body: Option<Value>, route: &'static str, outcome: &'static str) -> Self {
+        ApiResponse {
+            status,
+            body,
+            headers: Vec::new(),
+            route,
+            outcome,
+            reason: None,
+            objects: Vec::new(),
+        }
+    }
+
+    fn error(e: &Error, route: &'static str) -> Self {
+        let mut headers = Vec::new();
+        match e.kind() {
+            ErrorKind::Unauthorized => headers.push((
+                "www-authenticate",
+                "Bearer realm=\"metal-ipam\"".to_string(),
+            )),
+            ErrorKind::Transient => headers.push(("retry-after", "1".to_string())),
+            _ => {}
+        }
+        ApiResponse {
+            status: e.status(),
+            body: Some(e.body()),
+            headers,
+            route,
+            outcome: "error",
+            reason: Some(e.reason()),
+            objects: Vec::new(),
+        }
+    }
+
+    fn touching(mut self, kind: &'static str, what: String) -> Self {
+        self.objects.push((kind, what));
+        self
+    }
+
+    /// The one structured log line for this request: JSON with timestamp,
+    /// component, method, path, route, status, outcome, reason, duration,
+    /// key-value operation count and objects. Never contains credentials or
+    /// bodies.
+    ///
+    /// # Examples
+    /// ```
+    /// use metal_ipam_core::api::*;
+    /// let req = ApiRequest { method: "GET", path: "/v1/pools", query: "", authorization: Some("Bearer x"), body: b"" };
+    /// let resp = pools(&dummy_ctx(), "x", &req);
+    /// # fn dummy_ctx() -> metal_ipam_core::store::Ctx<'static, metal_ipam_core::testing::MemKv> {
+    /// #   let kv = Box::leak(Box::new(metal_ipam_core::testing::MemKv::new(metal_ipam_core::testing::Backend::SpinSqlite)));
+    /// #   let env = Box::leak(Box::new(metal_ipam_core::testing::TestEnv::at(0)));
+    /// #   metal_ipam_core::store::Ctx { kv, env, swap_policy: metal_ipam_core::store::SwapPolicy::Auto }
+    /// # }
+    /// let line = resp.log_line("pools", &req, 1_700_000_000_000, 0.4, Default::default());
+    /// let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+    /// assert_eq!(v["status"], 200);
+    /// assert!(!line.contains("Bearer"));
+    /// ```
+    pub fn log_line(
+        &self,
+        component: &str,
+        req: &ApiRequest<'_>,
+        ts_millis: u64,
+        duration_ms: f64,
+        kv_ops: OpCounts,
+    ) -> String {
+        let objects: Map<String, Value> = self
+            .objects
+            .iter()
+            .map(|(k, v)| ((*k).to_string(), Value::String(v.clone())))
+            .collect();
+        let mut line = json!({
+            "ts": ts_millis,
+            "level": if self.status >= 500 { "error" } else if self.status >= 400 { "warn" } else { "info" },
+            "component": component,
+            "method": req.method,
+            "path": req.path,
+            "route": self.route,
+            "status": self.status,
+            "outcome": self.outcome,
+            "duration_ms": (duration_ms * 1000.0).round() / 1000.0,
+            "kv_ops": kv_ops.total(),
+            "objects": objects,
+        });
+        if let Some(r) = self.reason {
+            line["reason"] = r.into();
+        }
+        line.to_string()
+    }
+}
+
+fn parse_json(body: &[u8]) -> Result<Value> {
+    if body.len() > MAX_BODY {
+        return Err(Error::malformed(format!(
+            "the body is larger than {MAX_BODY} bytes"
+        )));
+    }
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Err(Error::malformed("the request needs a JSON body"));
+    }
+    serde_json::from_slice(body).map_err(|e| {
+        Error::new(
+            ErrorKind::Malformed,
+            "MalformedJSON",
+            format!("the body is not valid JSON: {e}"),
+        )
+    })
+}
+
+fn segments(path: &str) -> Vec<&str> {
+    path.trim_end_matches('/').split('/').skip(1).collect()
+}
+
+fn method_not_allowed(route: &'static str, allowed: &str) -> ApiResponse {
+    let e = Error::new(
+        ErrorKind::MethodNotAllowed,
+        "MethodNotAllowed",
+        format!("{route} accepts {allowed}"),
+    );
+    let mut r = ApiResponse::error(&e, route);
+    r.headers.push(("allow", allowed.to_string()));
+    r
+}
+
+fn no_route(path: &str) -> ApiResponse {
+    ApiResponse::error(
+        &Error::not_found("NoSuchRoute", format!("no route for {path}")),
+        "",
+    )
+}
+
+fn path_name(kind: &str, v: &str, label: bool) -> Result<String> {
+    let check = if label {
+        names::check_label(v)
+    } else {
+        names::check_subdomain(v)
+    };
+    check.map_err(|m| Error::malformed(format!("invalid {kind} in the path: {m}")))?;
+    Ok(v.to_string())
+}
+
+fn authenticate(token: &str, req: &ApiRequest<'_>, route: &'static str) -> Option<ApiResponse> {
+    auth::check_bearer(token, req.authorization)
+        .err()
+        .map(|e| ApiResponse::error(&e, route))
+}
+
+/// The `pools` component: `/v1/pools`, `/v1/pools/{namespace}/{name}`,
+/// `/v1/global-pools`, `/v1/global-pools/{name}`.
+///
+/// - `GET` on a collection lists pools (`{"apiVersion":"v1","kind":"List","items":[…]}`);
+/// - `PUT` on an object registers (201) or updates (200) it;
+/// - `GET` returns it with `status.ipAddresses` (404 if unknown);
+/// - `DELETE` deletes it (204, also when unknown; 409 `PoolInUse` while
+///   addresses are allocated).
+pub fn pools<K: KvStore>(ctx: &Ctx<'_, K>, token: &str, req: &ApiRequest<'_>) -> ApiResponse {
+    let segs = segments(req.path);
+    let (route, id_parts): (&'static str, Option<(PoolKind, Option<&str>, &str)>) =
+        match segs.as_slice() {
+            ["v1", "pools"] => ("/v1/pools", None),
+            ["v1", "global-pools"] => ("/v1/global-pools", None),
+            ["v1", "pools", ns, name] => (
+                "/v1/pools/{namespace}/{name}",
+                Some((PoolKind::Namespaced, Some(*ns), *name)),
+            ),
+            ["v1", "global-pools", name] => (
+                "/v1/global-pools/{name}",
+                Some((PoolKind::Global, None, *name)),
+            ),
+            _ => {
+                if let Some(r) = authenticate(token, req, "") {
+                    return r;
+                }
+                return no_route(req.path);
+            }
+        };
+    if let Some(r) = authenticate(token, req, route) {
+        return r;
+    }
+    let Some((kind, ns, name)) = id_parts else {
+        if req.method != "GET" {
+            return method_not_allowed(route, "GET");
+        }
+        let filter = (route == "/v1/global-pools").then_some(PoolKind::Global);
+        return match steps::list_pools(ctx.kv, filter) {
+            Ok(views) => {
+                let n = views.len();
+                let items: Vec<Value> = views.iter().map(|v| v.to_json()).collect();
+                ApiResponse::ok(
+                    200,
+                    Some(json!({"apiVersion": "v1", "kind": "List", "items": items})),
+                    route,
+                    "listed",
+                )
+                .touching("pools", n.to_string())
+            }
+            Err(e) => ApiResponse::error(&e, route),
+        };
+    };
+    let id = match (|| -> Result<PoolId> {
+        let name = path_name("name", name, false)?;
+        Ok(match (kind, ns) {
+            (PoolKind::Namespaced, Some(ns)) => {
+                PoolId::namespaced(&path_name("namespace", ns, true)?, &name)
+            }
+            _ => PoolId::global(&name),
+        })
+    })() {
+        Ok(id) => id,
+        Err(e) => return ApiResponse::error(&e, route),
+    };
+    let touched = id.display();
+    let result = match req.method {
+        "GET" => match steps::get_pool(ctx.kv, &id) {
+            Ok(Some(v)) => Ok(ApiResponse::ok(200, Some(v.to_json()), route, "read")),
+            Ok(None) => Err(Error::not_found(
+                "PoolNotFound",
+                format!("{} {} is not registered", kind.kind_name(), touched),
+            )),
+            Err(e) => Err(e),
+        },
+        "PUT" => parse_json(req.body)
+            .and_then(|body| PoolObject::parse(&id, &body))
+            .and_then(|obj| steps::put_pool(ctx, obj))
+            .map(|(outcome, view)| {
+                let (status, word) = match outcome {
+                    PutOutcome::Created => (201, "created"),
+                    PutOutcome::Updated => (200, "updated"),
+                    PutOutcome::Unchanged => (200, "unchanged"),
+                };
+                ApiResponse::ok(status, Some(view.to_json()), route, word)
+            }),
+        "DELETE" => steps::delete_pool(ctx, &id).map(|deleted| {
+            ApiResponse::ok(204, None, route, if deleted { "deleted" } else { "absent" })
+        }),
+        _ => return method_not_allowed(route, "GET, PUT, DELETE").touching("pool", touched),
+    };
+    match result {
+        Ok(r) => r,
+        Err(e) => ApiResponse::error(&e, route),
+    }
+    .touching("pool", touched)
+}
+
+/// The `allocate` component: `POST /v1/claims` with an `IPAddressClaim`.
+///
+/// Answers the claim's `IPAddress` (in the claim's apiVersion): 201 when
+/// the address was bound by this request, 200 when the claim already had
+/// it. Errors as documented on [`steps::allocate`] and [`Claim::parse`].
+pub fn allocate<K: KvStore>(ctx: &Ctx<'_, K>, token: &str, req: &ApiRequest<'_>) -> ApiResponse {
+    let route = "/v1/claims";
+    if segments(req.path) != ["v1", "claims"] {
+        if let Some(r) = authenticate(token, req, "") {
+            return r;
+        }
+        return no_route(req.path);
+    }
+    if let Some(r) = authenticate(token, req, route) {
+        return r;
+    }
+    if req.method != "POST" {
+        return method_not_allowed(route, "POST");
+    }
+    let claim = match parse_json(req.body).and_then(|b| Claim::parse(&b)) {
+        Ok(c) => c,
+        Err(e) => return ApiResponse::error(&e, route),
+    };
+    let claim_name = claim.id.display();
+    let pool_name = claim.pool.display();
+    let result = steps::allocate(ctx, &claim).and_then(|a| {
+        let body = a
+            .record
+            .to_ip_address(&claim.id.namespace, &claim.id.name)?;
+        let mut r = if a.created {
+            ApiResponse::ok(201, Some(body), route, "allocated")
+        } else {
+            ApiResponse::ok(200, Some(body), route, "existing")
+        };
+        if a.created {
+            r.headers
+                .push(("location", format!("/v1/claims/{}", claim_name)));
+        }
+        Ok(r.touching("address", a.record.address.clone()))
+    });
+    match result {
+        Ok(r) => r,
+        Err(e) => ApiResponse::error(&e, route),
+    }
+    .touching("claim", claim_name)
+    .touching("pool", pool_name)
+}
+
+/// The `release` component: `/v1/claims/{namespace}/{name}`.
+///
+/// - `GET` returns the claim's `IPAddress` (404 `ClaimNotFound` if unbound);
+/// - `DELETE` releases its address: 204, also when the claim is unknown. An
+///   optional `?uid=<uid>` releases only a binding of that uid.
+pub fn claims<K: KvStore>(ctx: &Ctx<'_, K>, token: &str, req: &ApiRequest<'_>) -> ApiResponse {
+    let route = "/v1/claims/{namespace}/{name}";
+    let segs = segments(req.path);
+    let ["v1", "claims", ns, name] = segs.as_slice() else {
+        if let Some(r) = authenticate(token, req, "") {
+            return r;
+        }
+        return no_route(req.path);
+    };
+    if let Some(r) = authenticate(token, req, route) {
+        return r;
+    }
+    let (ns, name) = match path_name("namespace", ns, true)
+        .and_then(|ns| Ok((ns, path_name("name", name, false)?)))
+    {
+        Ok(v) => v,
+        Err(e) => return ApiResponse::error(&e, route),
+    };
+    let touched = format!("{ns}/{name}");
+    let result = match req.method {
+        "GET" => steps::get_claim(ctx.kv, &ns, &name).and_then(|rec| match rec {
+            Some(rec) => {
+                Ok(
+                    ApiResponse::ok(200, Some(rec.to_ip_address(&ns, &name)?), route, "read")
+                        .touching("address", rec.address),
+                )
+            }
+            None => Err(Error::not_found(
+                "ClaimNotFound",
+                format!("claim {touched} has no address"),
+            )),
+        }),
+        "DELETE" => {
+            let uid = req
+                .query
+                .split('&')
+                .find_map(|kv| kv.strip_prefix("uid="))
+                .filter(|u| !u.is_empty());
+            steps::release(ctx, &ns, &name, uid).map(|rec| match rec {
+                Some(rec) => {
+                    ApiResponse::ok(204, None, route, "released").touching("address", rec.address)
+                }
+                None => ApiResponse::ok(204, None, route, "absent"),
+            })
+        }
+        _ => return method_not_allowed(route, "GET, DELETE").touching("claim", touched),
+    };
+    match result {
+        Ok(r) => r,
+        Err(e) => ApiResponse::error(&e, route),
+    }
+    .touching("claim", touched)
+}

@@ -1,0 +1,431 @@
+//! CAPI `IPAddressClaim` input and `IPAddress` output (group
+//! `ipam.cluster.x-k8s.io`, versions v1beta2 and v1beta1).
+
+use std::net::IpAddr;
+
+use serde_json::{json, Map, Value};
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::names;
+use crate::pool::{self, PoolId, PoolKind};
+
+/// API group of the CAPI IPAM types.
+pub const CAPI_IPAM_GROUP: &str = "ipam.cluster.x-k8s.io";
+/// Annotation on a claim asking for one specific address of the pool.
+pub const REQUESTED_ADDRESS_ANNOTATION: &str = "ipam.metal-ipam.dev/requested-address";
+/// Label CAPI puts on objects of a cluster (copied onto the IPAddress).
+pub const CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
+
+/// The CAPI IPAM API versions we accept and answer in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CapiVersion {
+    /// `ipam.cluster.x-k8s.io/v1beta2` (storage version since CAPI v1.11).
+    V1beta2,
+    /// `ipam.cluster.x-k8s.io/v1beta1` (deprecated, still served).
+    V1beta1,
+}
+
+impl CapiVersion {
+    /// The full `apiVersion` string.
+    pub fn api_version(self) -> &'static str {
+        match self {
+            CapiVersion::V1beta2 => "ipam.cluster.x-k8s.io/v1beta2",
+            CapiVersion::V1beta1 => "ipam.cluster.x-k8s.io/v1beta1",
+        }
+    }
+
+    /// Parses an `apiVersion` string.
+    pub fn parse(s: &str) -> Option<CapiVersion> {
+        match s {
+            "ipam.cluster.x-k8s.io/v1beta2" => Some(CapiVersion::V1beta2),
+            "ipam.cluster.x-k8s.io/v1beta1" => Some(CapiVersion::V1beta1),
+            _ => None,
+        }
+    }
+}
+
+/// A claim's `spec.poolRef`, kept exactly as given so the IPAddress can
+/// carry an identical copy (the CAPI webhook compares them).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PoolRef {
+    /// `apiGroup` (required in v1beta2, optional in v1beta1).
+    pub api_group: Option<String>,
+    /// `kind`.
+    pub kind: String,
+    /// `name`.
+    pub name: String,
+}
+
+impl PoolRef {
+    /// As JSON, field names as in the CRD.
+    pub fn to_json(&self) -> Value {
+        let mut m = Map::new();
+        if let Some(g) = &self.api_group {
+            m.insert("apiGroup".into(), g.clone().into());
+        }
+        m.insert("kind".into(), self.kind.clone().into());
+        m.insert("name".into(), self.name.clone().into());
+        Value::Object(m)
+    }
+}
+
+/// Identity of a claim: namespace, name and uid.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ClaimId {
+    /// Namespace of the claim.
+    pub namespace: String,
+    /// Name of the claim (and of its IPAddress).
+    pub name: String,
+    /// `metadata.uid`: tells a re-created claim from the old one.
+    pub uid: String,
+}
+
+impl ClaimId {
+    /// `namespace/name`.
+    pub fn display(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+}
+
+/// A parsed, checked `IPAddressClaim`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Claim {
+    /// The version the claim came in (the IPAddress is answered in it).
+    pub version: CapiVersion,
+    /// Namespace, name, uid.
+    pub id: ClaimId,
+    /// `spec.poolRef` as given.
+    pub pool_ref: PoolRef,
+    /// The pool it resolves to.
+    pub pool: PoolId,
+    /// Address asked for with [`REQUESTED_ADDRESS_ANNOTATION`].
+    pub requested: Option<IpAddr>,
+    /// `spec.clusterName`, or the cluster-name label.
+    pub cluster_name: Option<String>,
+}
+
+impl Claim {
+    /// Parses and checks an `IPAddressClaim` object.
+    ///
+    /// # Errors
+    /// 400 when `body` is not an object; 422 naming the field for a wrong
+    /// apiVersion/kind, a missing name, namespace or uid, a malformed
+    /// requested-address annotation, or a `poolRef` whose group/kind is not
+    /// ours (reason `UnsupportedPoolRef`).
+    pub fn parse(body: &Value) -> Result<Claim> {
+        let obj = body
+            .as_object()
+            .ok_or_else(|| Error::malformed("the body must be a JSON object"))?;
+        let version = match obj.get("apiVersion").and_then(Value::as_str) {
+            Some(v) => CapiVersion::parse(v).ok_or_else(|| {
+                Error::invalid(
+                    "apiVersion",
+                    format!("{v:?} is not supported; use ipam.cluster.x-k8s.io/v1beta2 or v1beta1"),
+                )
+            })?,
+            None => return Err(Error::invalid("apiVersion", "is required")),
+        };
+        if obj.get("kind").and_then(Value::as_str) != Some("IPAddressClaim") {
+            return Err(Error::invalid("kind", "must be \"IPAddressClaim\""));
+        }
+        let meta = obj
+            .get("metadata")
+            .and_then(Value::as_object)
+            .ok_or_else(|| Error::invalid("metadata", "is required"))?;
+        let name = meta_str(meta, "name")?;
+        names::check_subdomain(name).map_err(|m| Error::invalid("metadata.name", m))?;
+        let namespace = meta_str(meta, "namespace")?;
+        names::check_label(namespace).map_err(|m| Error::invalid("metadata.namespace", m))?;
+        let uid = meta_str(meta, "uid")?;
+        if uid.len() > 128 || uid.contains(char::is_whitespace) {
+            return Err(Error::invalid(
+                "metadata.uid",
+                "must be a UID without spaces, at most 128 characters",
+            ));
+        }
+        let spec = obj
+            .get("spec")
+            .and_then(Value::as_object)
+            .ok_or_else(|| Error::invalid("spec", "is required"))?;
+        let pr = spec
+            .get("poolRef")
+            .and_then(Value::as_object)
+            .ok_or_else(|| Error::invalid("spec.poolRef", "is required"))?;
+        let api_group = match pr.get("apiGroup") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(s)) => Some(s.clone()),
+            Some(_) => return Err(Error::invalid("spec.poolRef.apiGroup", "must be a string")),
+        };
+        if version == CapiVersion::V1beta2 && api_group.is_none() {
+            return Err(Error::invalid(
+                "spec.poolRef.apiGroup",
+                "is required in v1beta2",
+            ));
+        }
+        let kind = pr
+            .get("kind")
+            .and_then(Value::as_str)
+            .ok_or_else(|| Error::invalid("spec.poolRef.kind", "is required"))?;
+        let pool_name = pr
+            .get("name")
+            .and_then(Value::as_str)
+            .ok_or_else(|| Error::invalid("spec.poolRef.name", "is required"))?;
+        let pool_ref = PoolRef {
+            api_group,
+            kind: kind.to_string(),
+            name: pool_name.to_string(),
+        };
+        let pool_kind = match (
+            pool_ref.api_group.as_deref(),
+            PoolKind::from_kind_name(kind),
+        ) {
+            (Some(pool::GROUP), Some(k)) => k,
+            _ => return Err(Error::new(
+                ErrorKind::Invalid,
+                "UnsupportedPoolRef",
+                format!(
+                    "spec.poolRef {}/{} is not served by metal-ipam, which serves {}/{} and {}/{}",
+                    pool_ref.api_group.as_deref().unwrap_or(""),
+                    kind,
+                    pool::GROUP,
+                    pool::KIND_NAMESPACED,
+                    pool::GROUP,
+                    pool::KIND_GLOBAL
+                ),
+            )
+            .with_field("spec.poolRef")),
+        };
+        names::check_subdomain(pool_name).map_err(|m| Error::invalid("spec.poolRef.name", m))?;
+        let pool = match pool_kind {
+            PoolKind::Namespaced => PoolId::namespaced(namespace, pool_name),
+            PoolKind::Global => PoolId::global(pool_name),
+        };
+        let annotations = meta.get("annotations").and_then(Value::as_object);
+        let requested =
+            match annotations.and_then(|a| a.get(REQUESTED_ADDRESS_ANNOTATION)) {
+                None => None,
+                Some(v) => {
+                    let field = format!("metadata.annotations[{REQUESTED_ADDRESS_ANNOTATION}]");
+                    let s = v
+                        .as_str()
+                        .ok_or_else(|| Error::invalid(&field, "must be a string"))?;
+                    Some(s.trim().parse::<IpAddr>().map_err(|_| {
+                        Error::invalid(&field, format!("{s:?} is not an IP address"))
+                    })?)
+                }
+            };
+        let cluster_name = spec
+            .get("clusterName")
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+            .or_else(|| {
+                meta.get("labels")
+                    .and_then(Value::as_object)
+                    .and_then(|l| l.get(CLUSTER_NAME_LABEL))
+                    .and_then(Value::as_str)
+            })
+            .map(str::to_string);
+        Ok(Claim {
+            version,
+            id: ClaimId {
+                namespace: namespace.to_string(),
+                name: name.to_string(),
+                uid: uid.to_string(),
+            },
+            pool_ref,
+            pool,
+            requested,
+            cluster_name,
+        })
+    }
+}
+
+fn meta_str<'a>(meta: &'a Map<String, Value>, key: &str) -> Result<&'a str> {
+    meta.get(key)
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+        .ok_or_else(|| Error::invalid(format!("metadata.{key}"), "is required"))
+}
+
+/// Everything needed to render the `IPAddress` of a bound claim.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AddressView<'a> {
+    /// Version to answer in (the claim's).
+    pub version: CapiVersion,
+    /// The claim.
+    pub claim: &'a ClaimId,
+    /// The claim's poolRef, copied verbatim.
+    pub pool_ref: &'a PoolRef,
+    /// The pool's uid, when known (adds the pool owner reference).
+    pub pool_uid: Option<&'a str>,
+    /// Cluster name (adds the cluster-name label).
+    pub cluster_name: Option<&'a str>,
+    /// The address.
+    pub address: IpAddr,
+    /// Prefix length.
+    pub prefix: u8,
+    /// Gateway.
+    pub gateway: Option<IpAddr>,
+}
+
+impl AddressView<'_> {
+    /// Renders the `IPAddress` object: named after the claim, owned by the
+    /// claim (controller, blockOwnerDeletion) and by the pool when its uid is
+    /// known (blockOwnerDeletion), with the cluster-name label when known,
+    /// and `spec.poolRef` identical to the claim's.
+    ///
+    /// # Examples
+    /// ```
+    /// use metal_ipam_core::claim::*;
+    /// let id = ClaimId { namespace: "ns".into(), name: "m-0".into(), uid: "u1".into() };
+    /// let pr = PoolRef { api_group: Some("ipam.metal-ipam.dev".into()), kind: "MetalIPPool".into(), name: "p".into() };
+    /// let v = AddressView { version: CapiVersion::V1beta2, claim: &id, pool_ref: &pr, pool_uid: None,
+    ///     cluster_name: None, address: "10.0.0.2".parse().unwrap(), prefix: 24, gateway: None };
+    /// let a = v.to_json();
+    /// assert_eq!(a["spec"]["address"], "10.0.0.2");
+    /// assert_eq!(a["spec"]["poolRef"]["kind"], "MetalIPPool");
+    /// assert_eq!(a["metadata"]["ownerReferences"][0]["controller"], true);
+    /// ```
+    pub fn to_json(&self) -> Value {
+        let mut owners = vec![json!({
+            "apiVersion": self.version.api_version(),
+            "kind": "IPAddressClaim",
+            "name": self.claim.name,
+            "uid": self.claim.uid,
+            "controller": true,
+            "blockOwnerDeletion": true,
+        })];
+        if let (Some(uid), Some(group)) = (self.pool_uid, self.pool_ref.api_group.as_deref()) {
+            owners.push(json!({
+                "apiVersion": format!("{group}/{}", pool::VERSION),
+                "kind": self.pool_ref.kind,
+                "name": self.pool_ref.name,
+                "uid": uid,
+                "controller": false,
+                "blockOwnerDeletion": true,
+            }));
+        }
+        let mut metadata = json!({
+            "name": self.claim.name,
+            "namespace": self.claim.namespace,
+            "ownerReferences": owners,
+        });
+        if let Some(c) = self.cluster_name {
+            metadata["labels"] = json!({ CLUSTER_NAME_LABEL: c });
+        }
+        let mut spec = json!({
+            "address": self.address.to_string(),
+            "prefix": self.prefix,
+            "claimRef": { "name": self.claim.name },
+            "poolRef": self.pool_ref.to_json(),
+        });
+        if let Some(g) = self.gateway {
+            spec["gateway"] = g.to_string().into();
+        }
+        json!({
+            "apiVersion": self.version.api_version(),
+            "kind": "IPAddress",
+            "metadata": metadata,
+            "spec": spec,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn claim_json() -> Value {
+        json!({
+            "apiVersion": "ipam.cluster.x-k8s.io/v1beta2",
+            "kind": "IPAddressClaim",
+            "metadata": {"name": "m-0", "namespace": "ns", "uid": "u-1",
+                "labels": {CLUSTER_NAME_LABEL: "c1"}},
+            "spec": {"poolRef": {"apiGroup": "ipam.metal-ipam.dev", "kind": "MetalIPPool", "name": "p"}}
+        })
+    }
+
+    #[test]
+    fn parses_v1beta2_claim() {
+        let c = Claim::parse(&claim_json()).unwrap();
+        assert_eq!(c.pool, PoolId::namespaced("ns", "p"));
+        assert_eq!(c.cluster_name.as_deref(), Some("c1"));
+        assert_eq!(c.version, CapiVersion::V1beta2);
+    }
+
+    #[test]
+    fn global_pool_ref_resolves_without_namespace() {
+        let mut j = claim_json();
+        j["spec"]["poolRef"]["kind"] = json!("GlobalMetalIPPool");
+        assert_eq!(Claim::parse(&j).unwrap().pool, PoolId::global("p"));
+    }
+
+    #[test]
+    fn foreign_pool_refs_are_unsupported() {
+        for (group, kind) in [
+            (json!("ipam.cluster.x-k8s.io"), "InClusterIPPool"),
+            (json!("ipam.metal-ipam.dev"), "InClusterIPPool"),
+            (json!("other.example"), "MetalIPPool"),
+        ] {
+            let mut j = claim_json();
+            j["spec"]["poolRef"]["apiGroup"] = group;
+            j["spec"]["poolRef"]["kind"] = json!(kind);
+            let e = Claim::parse(&j).unwrap_err();
+            assert_eq!((e.status(), e.reason()), (422, "UnsupportedPoolRef"));
+        }
+        // v1beta1 allows a missing apiGroup, which cannot be ours.
+        let mut j = claim_json();
+        j["apiVersion"] = json!("ipam.cluster.x-k8s.io/v1beta1");
+        j["spec"]["poolRef"]
+            .as_object_mut()
+            .unwrap()
+            .remove("apiGroup");
+        assert_eq!(Claim::parse(&j).unwrap_err().reason(), "UnsupportedPoolRef");
+    }
+
+    #[test]
+    fn missing_or_bad_fields_are_422_with_path() {
+        let cases: Vec<(Box<dyn Fn(&mut Value)>, &str)> = vec![
+            (Box::new(|j| j["apiVersion"] = json!("v1")), "apiVersion"),
+            (Box::new(|j| j["kind"] = json!("IPAddress")), "kind"),
+            (
+                Box::new(|j| {
+                    j["metadata"].as_object_mut().unwrap().remove("uid");
+                }),
+                "metadata.uid",
+            ),
+            (
+                Box::new(|j| j["metadata"]["name"] = json!("A/B")),
+                "metadata.name",
+            ),
+            (
+                Box::new(|j| j["metadata"]["namespace"] = json!("")),
+                "metadata.namespace",
+            ),
+            (
+                Box::new(|j| {
+                    j["spec"]["poolRef"]
+                        .as_object_mut()
+                        .unwrap()
+                        .remove("apiGroup");
+                }),
+                "spec.poolRef.apiGroup",
+            ),
+            (
+                Box::new(|j| {
+                    j["metadata"]["annotations"] =
+                        json!({REQUESTED_ADDRESS_ANNOTATION: "10.0.0.300"})
+                }),
+                "metadata.annotations[ipam.metal-ipam.dev/requested-address]",
+            ),
+        ];
+        for (mutate, field) in cases {
+            let mut j = claim_json();
+            mutate(&mut j);
+            let e = Claim::parse(&j).unwrap_err();
+            assert_eq!(e.status(), 422, "{e}");
+            assert_eq!(e.field(), Some(field), "{e}");
+        }
+        assert_eq!(Claim::parse(&json!("x")).unwrap_err().status(), 400);
+    }
+}

@@ -1,0 +1,805 @@
+//! Pool objects (`MetalIPPool`, `GlobalMetalIPPool`) and their validation.
+//!
+//! A pool is registered as a Kubernetes-shaped object. [`PoolObject::parse`]
+//! checks the envelope, [`PoolSpec::validate`] turns the spec into a
+//! [`ValidatedPool`]: the set of allocatable addresses as ranges (so a /64 is
+//! cheap), the reserved addresses, the pre-allocations, and the grace period.
+//! Every problem is reported as a 422 [`Error`] naming the field.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+use serde_json::{Map, Value};
+
+use crate::addr::{from_u128, subnet_bounds, to_u128, Family, RangeSet};
+use crate::error::{Error, Result};
+use crate::names;
+
+/// API group of our pool kinds.
+pub const GROUP: &str = "ipam.metal-ipam.dev";
+/// API version of our pool kinds.
+pub const VERSION: &str = "v1alpha1";
+/// `apiVersion` of our pool objects.
+pub const API_VERSION: &str = "ipam.metal-ipam.dev/v1alpha1";
+/// Kind of the namespaced pool.
+pub const KIND_NAMESPACED: &str = "MetalIPPool";
+/// Kind of the cluster-wide pool.
+pub const KIND_GLOBAL: &str = "GlobalMetalIPPool";
+
+/// Whether a pool is namespaced or cluster-wide.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum PoolKind {
+    /// `MetalIPPool`: serves claims of its own namespace.
+    Namespaced,
+    /// `GlobalMetalIPPool`: serves claims of every namespace.
+    Global,
+}
+
+impl PoolKind {
+    /// The Kubernetes kind name.
+    pub fn kind_name(self) -> &'static str {
+        match self {
+            PoolKind::Namespaced => KIND_NAMESPACED,
+            PoolKind::Global => KIND_GLOBAL,
+        }
+    }
+
+    /// Parses a kind name (exact, case-sensitive as in Kubernetes).
+    pub fn from_kind_name(kind: &str) -> Option<PoolKind> {
+        match kind {
+            KIND_NAMESPACED => Some(PoolKind::Namespaced),
+            KIND_GLOBAL => Some(PoolKind::Global),
+            _ => None,
+        }
+    }
+}
+
+/// Identity of a pool: kind, namespace (namespaced kind only) and name.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PoolId {
+    /// Namespaced or global.
+    pub kind: PoolKind,
+    /// Namespace; `None` for global pools.
+    pub namespace: Option<String>,
+    /// Object name.
+    pub name: String,
+}
+
+impl PoolId {
+    /// A namespaced pool id.
+    pub fn namespaced(namespace: &str, name: &str) -> PoolId {
+        PoolId {
+            kind: PoolKind::Namespaced,
+            namespace: Some(namespace.to_string()),
+            name: name.to_string(),
+        }
+    }
+
+    /// A global pool id.
+    pub fn global(name: &str) -> PoolId {
+        PoolId {
+            kind: PoolKind::Global,
+            namespace: None,
+            name: name.to_string(),
+        }
+    }
+
+    /// Human form used in messages and logs: `ns/name` or `global/name`.
+    ///
+    /// # Examples
+    /// ```
+    /// use metal_ipam_core::pool::PoolId;
+    /// assert_eq!(PoolId::namespaced("team-a", "nodes").display(), "team-a/nodes");
+    /// assert_eq!(PoolId::global("edge").display(), "global/edge");
+    /// ```
+    pub fn display(&self) -> String {
+        match &self.namespace {
+            Some(ns) => format!("{ns}/{}", self.name),
+            None => format!("global/{}", self.name),
+        }
+    }
+}
+
+/// The spec of a pool, as registered (field names as in the CRD).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PoolSpec {
+    /// Single IPs, ranges `a-b` and CIDRs.
+    pub addresses: Vec<String>,
+    /// Prefix length handed out with every address.
+    pub prefix: u8,
+    /// Default gateway handed out with every address.
+    pub gateway: Option<String>,
+    /// Addresses (same syntax as `addresses`) never handed out.
+    pub excluded_addresses: Vec<String>,
+    /// Hand out network, broadcast/anycast and gateway addresses too.
+    pub allocate_reserved_ip_addresses: bool,
+    /// Seconds a released address waits before it can be reused.
+    pub address_reuse_grace_period_seconds: u32,
+    /// Claim name → the address that claim always gets.
+    pub pre_allocations: BTreeMap<String, String>,
+}
+
+/// A validated pool: everything the allocator needs, precomputed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ValidatedPool {
+    /// Address family of every address in the pool.
+    pub family: Family,
+    /// Prefix length handed out.
+    pub prefix: u8,
+    /// Gateway handed out, if any.
+    pub gateway: Option<IpAddr>,
+    /// Addresses configured in `spec.addresses` (before exclusions).
+    pub configured: RangeSet,
+    /// Addresses that may be handed out: configured − excluded − reserved.
+    pub allocatable: RangeSet,
+    /// Pre-allocated addresses by claim name (all inside `allocatable`).
+    pub pre_allocations: BTreeMap<String, u128>,
+    /// The set of pre-allocated addresses (reserved for their claims).
+    pub pre_allocated: RangeSet,
+    /// Reuse grace period in seconds.
+    pub grace_seconds: u64,
+}
+
+impl ValidatedPool {
+    /// Converts an address value of this pool's family to an [`IpAddr`].
+    pub fn ip(&self, v: u128) -> IpAddr {
+        from_u128(self.family, v)
+    }
+
+    /// Number of addresses that can be handed out (saturating).
+    pub fn total(&self) -> u128 {
+        self.allocatable.len()
+    }
+}
+
+/// Parses one `addresses` / `excludedAddresses` entry into an inclusive range.
+///
+/// Accepts a single address, a range `a-b` (same family, `a <= b`) or a CIDR
+/// (all addresses of the network, host bits ignored).
+///
+/// # Examples
+/// ```
+/// use metal_ipam_core::pool::parse_entry;
+/// use metal_ipam_core::addr::Family;
+/// assert_eq!(parse_entry("10.0.0.1-10.0.0.3").unwrap(), (Family::V4, 0x0a00_0001, 0x0a00_0003));
+/// assert_eq!(parse_entry("10.0.0.5/30").unwrap(), (Family::V4, 0x0a00_0004, 0x0a00_0007));
+/// assert!(parse_entry("10.0.0.3-10.0.0.1").is_err());
+/// assert!(parse_entry("10.0.0.1-2001:db8::1").is_err());
+/// ```
+pub fn parse_entry(entry: &str) -> std::result::Result<(Family, u128, u128), String> {
+    let s = entry.trim();
+    if let Some((a, b)) = s.split_once('-') {
+        let a: IpAddr = a
+            .trim()
+            .parse()
+            .map_err(|_| format!("{:?} is not a valid range start", a.trim()))?;
+        let b: IpAddr = b
+            .trim()
+            .parse()
+            .map_err(|_| format!("{:?} is not a valid range end", b.trim()))?;
+        if Family::of(a) != Family::of(b) {
+            return Err(format!("range {s:?} mixes IPv4 and IPv6"));
+        }
+        let (x, y) = (to_u128(a), to_u128(b));
+        if x > y {
+            return Err(format!("range {s:?} ends before it starts"));
+        }
+        return Ok((Family::of(a), x, y));
+    }
+    if s.contains('/') {
+        let net: ipnet::IpNet = s
+            .parse()
+            .map_err(|_| format!("{s:?} is not a valid CIDR"))?;
+        let fam = Family::of(net.addr());
+        let (x, y) = subnet_bounds(fam, to_u128(net.addr()), net.prefix_len());
+        return Ok((fam, x, y));
+    }
+    let ip: IpAddr = s
+        .parse()
+        .map_err(|_| format!("{s:?} is not an IP address, a range a-b or a CIDR"))?;
+    Ok((Family::of(ip), to_u128(ip), to_u128(ip)))
+}
+
+fn family_name(f: Family) -> &'static str {
+    match f {
+        Family::V4 => "IPv4",
+        Family::V6 => "IPv6",
+    }
+}
+
+impl PoolSpec {
+    /// Parses `spec` from JSON, reporting the exact field of any type error.
+    ///
+    /// # Errors
+    /// 422 `Invalid` with a path like `spec.addresses[1]` for a wrong type,
+    /// a missing required field, or an unknown field.
+    pub fn from_json(v: &Value) -> Result<PoolSpec> {
+        let obj = v
+            .as_object()
+            .ok_or_else(|| Error::invalid("spec", "must be an object"))?;
+        for k in obj.keys() {
+            if ![
+                "addresses",
+                "prefix",
+                "gateway",
+                "excludedAddresses",
+                "allocateReservedIPAddresses",
+                "addressReuseGracePeriodSeconds",
+                "preAllocations",
+            ]
+            .contains(&k.as_str())
+            {
+                return Err(Error::invalid(format!("spec.{k}"), "unknown field"));
+            }
+        }
+        let addresses = string_list(obj, "addresses")?
+            .ok_or_else(|| Error::invalid("spec.addresses", "is required"))?;
+        let prefix =
+            match obj.get("prefix") {
+                None | Some(Value::Null) => {
+                    return Err(Error::invalid("spec.prefix", "is required"));
+                }
+                Some(p) => p.as_u64().filter(|p| *p <= 128).ok_or_else(|| {
+                    Error::invalid("spec.prefix", "must be an integer from 0 to 128")
+                })? as u8,
+            };
+        let gateway = match obj.get("gateway") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(s)) if s.is_empty() => None,
+            Some(Value::String(s)) => Some(s.clone()),
+            Some(_) => return Err(Error::invalid("spec.gateway", "must be a string")),
+        };
+        let excluded_addresses = string_list(obj, "excludedAddresses")?.unwrap_or_default();
+        let allocate_reserved_ip_addresses = match obj.get("allocateReservedIPAddresses") {
+            None | Some(Value::Null) => false,
+            Some(Value::Bool(b)) => *b,
+            Some(_) => {
+                return Err(Error::invalid(
+                    "spec.allocateReservedIPAddresses",
+                    "must be a boolean",
+                ))
+            }
+        };
+        let address_reuse_grace_period_seconds = match obj.get("addressReuseGracePeriodSeconds") {
+            None | Some(Value::Null) => 0,
+            Some(v) => v
+                .as_u64()
+                .filter(|s| *s <= i32::MAX as u64)
+                .ok_or_else(|| {
+                    Error::invalid(
+                        "spec.addressReuseGracePeriodSeconds",
+                        "must be an integer from 0 to 2147483647",
+                    )
+                })? as u32,
+        };
+        let pre_allocations = match obj.get("preAllocations") {
+            None | Some(Value::Null) => BTreeMap::new(),
+            Some(Value::Object(m)) => {
+                let mut out = BTreeMap::new();
+                for (k, v) in m {
+                    let ip = v.as_str().ok_or_else(|| {
+                        Error::invalid(format!("spec.preAllocations.{k}"), "must be a string")
+                    })?;
+                    out.insert(k.clone(), ip.to_string());
+                }
+                out
+            }
+            Some(_) => {
+                return Err(Error::invalid(
+                    "spec.preAllocations",
+                    "must be an object mapping claim names to addresses",
+                ))
+            }
+        };
+        Ok(PoolSpec {
+            addresses,
+            prefix,
+            gateway,
+            excluded_addresses,
+            allocate_reserved_ip_addresses,
+            address_reuse_grace_period_seconds,
+            pre_allocations,
+        })
+    }
+
+    /// The spec as JSON (CRD field names; empty optional fields omitted).
+    pub fn to_json(&self) -> Value {
+        let mut m = Map::new();
+        m.insert("addresses".into(), self.addresses.clone().into());
+        m.insert("prefix".into(), self.prefix.into());
+        if let Some(g) = &self.gateway {
+            m.insert("gateway".into(), g.clone().into());
+        }
+        if !self.excluded_addresses.is_empty() {
+            m.insert(
+                "excludedAddresses".into(),
+                self.excluded_addresses.clone().into(),
+            );
+        }
+        if self.allocate_reserved_ip_addresses {
+            m.insert("allocateReservedIPAddresses".into(), true.into());
+        }
+        if self.address_reuse_grace_period_seconds > 0 {
+            m.insert(
+                "addressReuseGracePeriodSeconds".into(),
+                self.address_reuse_grace_period_seconds.into(),
+            );
+        }
+        if !self.pre_allocations.is_empty() {
+            let pa: Map<String, Value> = self
+                .pre_allocations
+                .iter()
+                .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+                .collect();
+            m.insert("preAllocations".into(), Value::Object(pa));
+        }
+        Value::Object(m)
+    }
+
+    /// Validates the spec and precomputes the allocatable set.
+    ///
+    /// Rules (those of the in-cluster provider, plus ours):
+    /// - `addresses` is non-empty and every entry parses; all entries,
+    ///   exclusions, the gateway and pre-allocations share one family;
+    /// - `prefix` is at most 32 for IPv4, 128 for IPv6, and every address
+    ///   lies inside the subnet formed by the first address and `prefix`;
+    /// - unless `allocateReservedIPAddresses`, the subnet's network address
+    ///   and (IPv4) broadcast address are not handed out (none for IPv4 /31
+    ///   and /32 or IPv6 /127 and /128, which have no such addresses), nor is
+    ///   the gateway;
+    /// - every pre-allocation names a valid claim name and an allocatable
+    ///   address, and no address is pre-allocated twice.
+    ///
+    /// # Errors
+    /// 422 `Invalid` naming the first offending field.
+    ///
+    /// # Examples
+    /// ```
+    /// use metal_ipam_core::pool::PoolSpec;
+    /// let spec = PoolSpec { addresses: vec!["10.0.0.0/29".into()], prefix: 29,
+    ///     gateway: Some("10.0.0.1".into()), ..Default::default() };
+    /// let pool = spec.validate().unwrap();
+    /// // .0 (network), .1 (gateway) and .7 (broadcast) are not handed out.
+    /// assert_eq!(pool.total(), 5);
+    /// ```
+    pub fn validate(&self) -> Result<ValidatedPool> {
+        if self.addresses.is_empty() {
+            return Err(Error::invalid(
+                "spec.addresses",
+                "must list at least one address, range or CIDR",
+            ));
+        }
+        let mut family = None;
+        let mut configured = RangeSet::new();
+        let mut first = None;
+        for (i, entry) in self.addresses.iter().enumerate() {
+            let field = format!("spec.addresses[{i}]");
+            let (f, a, b) = parse_entry(entry).map_err(|m| Error::invalid(&field, m))?;
+            check_family(&mut family, f, &field)?;
+            first.get_or_insert(a);
+            configured.insert_range(a, b);
+        }
+        let family = family.unwrap_or(Family::V4);
+        if self.prefix > family.bits() {
+            return Err(Error::invalid(
+                "spec.prefix",
+                format!(
+                    "must be at most {} for {}",
+                    family.bits(),
+                    family_name(family)
+                ),
+            ));
+        }
+        let (net, last) = subnet_bounds(family, first.unwrap_or(0), self.prefix);
+        for (i, entry) in self.addresses.iter().enumerate() {
+            let (_, a, b) = parse_entry(entry).map_err(|m| Error::invalid("spec.addresses", m))?;
+            if a < net || b > last {
+                return Err(Error::invalid(
+                    format!("spec.addresses[{i}]"),
+                    format!(
+                        "{entry:?} is outside {}/{}, the subnet of the first address and spec.prefix",
+                        from_u128(family, net),
+                        self.prefix
+                    ),
+                ));
+            }
+        }
+        let mut allocatable = configured.clone();
+        for (i, entry) in self.excluded_addresses.iter().enumerate() {
+            let field = format!("spec.excludedAddresses[{i}]");
+            let (f, a, b) = parse_entry(entry).map_err(|m| Error::invalid(&field, m))?;
+            check_family(&mut Some(family), f, &field)?;
+            allocatable.remove_range(a, b);
+        }
+        let gateway = match &self.gateway {
+            None => None,
+            Some(g) => {
+                let ip: IpAddr = g.trim().parse().map_err(|_| {
+                    Error::invalid("spec.gateway", format!("{g:?} is not an IP address"))
+                })?;
+                check_family(&mut Some(family), Family::of(ip), "spec.gateway")?;
+                Some(ip)
+            }
+        };
+        if !self.allocate_reserved_ip_addresses {
+            let reserved_edges = match family {
+                Family::V4 => self.prefix < 31,
+                Family::V6 => self.prefix < 127,
+            };
+            if reserved_edges {
+                allocatable.remove(net);
+                if family == Family::V4 {
+                    allocatable.remove(last);
+                }
+            }
+            if let Some(g) = gateway {
+                allocatable.remove(to_u128(g));
+            }
+        }
+        let mut pre_allocations = BTreeMap::new();
+        let mut pre_allocated = RangeSet::new();
+        for (claim, ip) in &self.pre_allocations {
+            let field = format!("spec.preAllocations.{claim}");
+            names::check_subdomain(claim).map_err(|m| Error::invalid(&field, m))?;
+            let addr: IpAddr = ip
+                .trim()
+                .parse()
+                .map_err(|_| Error::invalid(&field, format!("{ip:?} is not an IP address")))?;
+            check_family(&mut Some(family), Family::of(addr), &field)?;
+            let v = to_u128(addr);
+            if !allocatable.contains(v) {
+                return Err(Error::invalid(
+                    &field,
+                    format!("{addr} is not an allocatable address of this pool (outside addresses, excluded or reserved)"),
+                ));
+            }
+            if pre_allocated.contains(v) {
+                return Err(Error::invalid(
+                    &field,
+                    format!("{addr} is pre-allocated to another claim too"),
+                ));
+            }
+            pre_allocated.insert(v);
+            pre_allocations.insert(claim.clone(), v);
+        }
+        Ok(ValidatedPool {
+            family,
+            prefix: self.prefix,
+            gateway,
+            configured,
+            allocatable,
+            pre_allocations,
+            pre_allocated,
+            grace_seconds: u64::from(self.address_reuse_grace_period_seconds),
+        })
+    }
+}
+
+fn check_family(seen: &mut Option<Family>, f: Family, field: &str) -> Result<()> {
+    match seen {
+        Some(s) if *s != f => Err(Error::invalid(
+            field,
+            format!(
+                "is {} but the pool is {}: a pool holds one family",
+                family_name(f),
+                family_name(*s)
+            ),
+        )),
+        _ => {
+            *seen = Some(f);
+            Ok(())
+        }
+    }
+}
+
+fn string_list(obj: &Map<String, Value>, key: &str) -> Result<Option<Vec<String>>> {
+    match obj.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Array(items)) => items
+            .iter()
+            .enumerate()
+            .map(|(i, v)| {
+                v.as_str()
+                    .map(str::to_string)
+                    .ok_or_else(|| Error::invalid(format!("spec.{key}[{i}]"), "must be a string"))
+            })
+            .collect::<Result<Vec<_>>>()
+            .map(Some),
+        Some(_) => Err(Error::invalid(
+            format!("spec.{key}"),
+            "must be a list of strings",
+        )),
+    }
+}
+
+/// A pool object as registered through the API: envelope plus spec.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PoolObject {
+    /// Identity derived from kind, namespace and name.
+    pub id: PoolId,
+    /// `metadata` as given, minus server-managed fields we do not keep
+    /// (`resourceVersion`, `managedFields`, `creationTimestamp` are kept only
+    /// if present; we never invent them).
+    pub metadata: Map<String, Value>,
+    /// The spec.
+    pub spec: PoolSpec,
+}
+
+impl PoolObject {
+    /// Parses a pool object registered at `id` (from the route).
+    ///
+    /// `apiVersion` must be ours, `kind` must match the route's kind,
+    /// `metadata.name` / `metadata.namespace` must match the route when given
+    /// (they are filled in from the route when absent).
+    ///
+    /// # Errors
+    /// 400 if `body` is not a JSON object; 422 naming the field otherwise.
+    pub fn parse(id: &PoolId, body: &Value) -> Result<PoolObject> {
+        let obj = body
+            .as_object()
+            .ok_or_else(|| Error::malformed("the body must be a JSON object"))?;
+        match obj.get("apiVersion").and_then(Value::as_str) {
+            Some(API_VERSION) => {}
+            Some(other) => {
+                return Err(Error::invalid(
+                    "apiVersion",
+                    format!("{other:?} is not served; use {API_VERSION:?}"),
+                ))
+            }
+            None => return Err(Error::invalid("apiVersion", "is required")),
+        }
+        let want_kind = id.kind.kind_name();
+        match obj.get("kind").and_then(Value::as_str) {
+            Some(k) if k == want_kind => {}
+            Some(k) => {
+                return Err(Error::invalid(
+                    "kind",
+                    format!("{k:?} does not match this route, which serves {want_kind:?}"),
+                ))
+            }
+            None => return Err(Error::invalid("kind", "is required")),
+        }
+        let mut metadata = match obj.get("metadata") {
+            None | Some(Value::Null) => Map::new(),
+            Some(Value::Object(m)) => m.clone(),
+            Some(_) => return Err(Error::invalid("metadata", "must be an object")),
+        };
+        match metadata.get("name").and_then(Value::as_str) {
+            None => {
+                metadata.insert("name".into(), id.name.clone().into());
+            }
+            Some(n) if n == id.name => {}
+            Some(n) => {
+                return Err(Error::invalid(
+                    "metadata.name",
+                    format!("{n:?} does not match the name in the path, {:?}", id.name),
+                ))
+            }
+        }
+        match (
+            &id.namespace,
+            metadata.get("namespace").and_then(Value::as_str),
+        ) {
+            (Some(ns), None) => {
+                metadata.insert("namespace".into(), ns.clone().into());
+            }
+            (Some(ns), Some(n)) if n == ns => {}
+            (Some(ns), Some(n)) => {
+                return Err(Error::invalid(
+                    "metadata.namespace",
+                    format!("{n:?} does not match the namespace in the path, {ns:?}"),
+                ))
+            }
+            (None, Some(_)) => {
+                return Err(Error::invalid(
+                    "metadata.namespace",
+                    "a GlobalMetalIPPool is cluster-scoped and has no namespace",
+                ))
+            }
+            (None, None) => {}
+        }
+        // Fields the server manages are not part of what we store.
+        for k in ["managedFields", "resourceVersion", "selfLink"] {
+            metadata.remove(k);
+        }
+        let spec = PoolSpec::from_json(obj.get("spec").unwrap_or(&Value::Null))?;
+        Ok(PoolObject {
+            id: id.clone(),
+            metadata,
+            spec,
+        })
+    }
+
+    /// The object as JSON, with `status` when given.
+    pub fn to_json(&self, status: Option<Value>) -> Value {
+        let mut m = Map::new();
+        m.insert("apiVersion".into(), API_VERSION.into());
+        m.insert("kind".into(), self.id.kind.kind_name().into());
+        m.insert("metadata".into(), Value::Object(self.metadata.clone()));
+        m.insert("spec".into(), self.spec.to_json());
+        if let Some(s) = status {
+            m.insert("status".into(), s);
+        }
+        Value::Object(m)
+    }
+
+    /// `metadata.uid`, when the object came from Kubernetes.
+    pub fn uid(&self) -> Option<&str> {
+        self.metadata.get("uid").and_then(Value::as_str)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn spec(addresses: &[&str], prefix: u8) -> PoolSpec {
+        PoolSpec {
+            addresses: addresses.iter().map(|s| s.to_string()).collect(),
+            prefix,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn v4_cidr_skips_network_broadcast_and_gateway() {
+        let mut s = spec(&["192.168.0.0/24"], 24);
+        s.gateway = Some("192.168.0.1".into());
+        let p = s.validate().unwrap();
+        assert_eq!(p.total(), 253);
+        assert_eq!(
+            p.allocatable.first(),
+            Some(to_u128("192.168.0.2".parse().unwrap()))
+        );
+        s.allocate_reserved_ip_addresses = true;
+        assert_eq!(s.validate().unwrap().total(), 256);
+    }
+
+    #[test]
+    fn v6_64_is_one_range_and_skips_only_anycast() {
+        let p = spec(&["2001:db8::/64"], 64).validate().unwrap();
+        assert_eq!(p.allocatable.ranges().len(), 1);
+        assert_eq!(p.total(), (1u128 << 64) - 1);
+        assert_eq!(
+            p.ip(p.allocatable.first().unwrap()).to_string(),
+            "2001:db8::1"
+        );
+    }
+
+    #[test]
+    fn point_to_point_prefixes_reserve_nothing() {
+        assert_eq!(spec(&["10.0.0.0/31"], 31).validate().unwrap().total(), 2);
+        assert_eq!(spec(&["10.0.0.9"], 32).validate().unwrap().total(), 1);
+    }
+
+    #[test]
+    fn exclusions_and_ranges() {
+        let mut s = spec(&["10.0.0.10-10.0.0.20", "10.0.0.50"], 24);
+        s.excluded_addresses = vec!["10.0.0.12-10.0.0.13".into(), "10.0.0.50".into()];
+        assert_eq!(s.validate().unwrap().total(), 9);
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        let cases: Vec<(PoolSpec, &str)> = vec![
+            (spec(&[], 24), "spec.addresses"),
+            (spec(&["10.0.0.1", "nope"], 24), "spec.addresses[1]"),
+            (spec(&["10.0.0.1", "2001:db8::1"], 24), "spec.addresses[1]"),
+            (spec(&["10.0.0.1"], 33), "spec.prefix"),
+            (spec(&["10.0.0.1", "10.0.1.1"], 24), "spec.addresses[1]"),
+            (
+                PoolSpec {
+                    gateway: Some("2001:db8::1".into()),
+                    ..spec(&["10.0.0.0/24"], 24)
+                },
+                "spec.gateway",
+            ),
+            (
+                PoolSpec {
+                    excluded_addresses: vec!["x".into()],
+                    ..spec(&["10.0.0.0/24"], 24)
+                },
+                "spec.excludedAddresses[0]",
+            ),
+            (
+                PoolSpec {
+                    pre_allocations: [("m1".to_string(), "10.0.0.0".to_string())].into(),
+                    ..spec(&["10.0.0.0/24"], 24)
+                },
+                "spec.preAllocations.m1",
+            ),
+            (
+                PoolSpec {
+                    pre_allocations: [
+                        ("m1".to_string(), "10.0.0.5".to_string()),
+                        ("m2".to_string(), "10.0.0.5".to_string()),
+                    ]
+                    .into(),
+                    ..spec(&["10.0.0.0/24"], 24)
+                },
+                "spec.preAllocations.m2",
+            ),
+            (
+                PoolSpec {
+                    pre_allocations: [("Bad_Name".to_string(), "10.0.0.5".to_string())].into(),
+                    ..spec(&["10.0.0.0/24"], 24)
+                },
+                "spec.preAllocations.Bad_Name",
+            ),
+        ];
+        for (s, field) in cases {
+            let e = s.validate().unwrap_err();
+            assert_eq!(e.status(), 422, "{e}");
+            assert_eq!(e.field(), Some(field), "{e}");
+        }
+    }
+
+    #[test]
+    fn spec_json_round_trips_and_reports_type_errors() {
+        let v = json!({"addresses": ["10.0.0.0/24"], "prefix": 24, "gateway": "10.0.0.1",
+            "excludedAddresses": ["10.0.0.9"], "allocateReservedIPAddresses": true,
+            "addressReuseGracePeriodSeconds": 30, "preAllocations": {"m1": "10.0.0.7"}});
+        let s = PoolSpec::from_json(&v).unwrap();
+        assert_eq!(s.to_json(), v);
+        for (bad, field) in [
+            (json!({"prefix": 24}), "spec.addresses"),
+            (
+                json!({"addresses": "10.0.0.1", "prefix": 24}),
+                "spec.addresses",
+            ),
+            (json!({"addresses": [1], "prefix": 24}), "spec.addresses[0]"),
+            (json!({"addresses": ["10.0.0.1"]}), "spec.prefix"),
+            (
+                json!({"addresses": ["10.0.0.1"], "prefix": -1}),
+                "spec.prefix",
+            ),
+            (
+                json!({"addresses": ["10.0.0.1"], "prefix": 24, "addressReuseGracePeriodSeconds": -5}),
+                "spec.addressReuseGracePeriodSeconds",
+            ),
+            (
+                json!({"addresses": ["10.0.0.1"], "prefix": 24, "colour": "red"}),
+                "spec.colour",
+            ),
+        ] {
+            let e = PoolSpec::from_json(&bad).unwrap_err();
+            assert_eq!(e.field(), Some(field), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn object_envelope_checks() {
+        let id = PoolId::namespaced("ns1", "p");
+        let good = json!({"apiVersion": API_VERSION, "kind": "MetalIPPool",
+            "metadata": {"name": "p", "resourceVersion": "7"}, "spec": {"addresses": ["10.0.0.1"], "prefix": 24}});
+        let o = PoolObject::parse(&id, &good).unwrap();
+        assert_eq!(o.metadata.get("namespace"), Some(&json!("ns1")));
+        assert!(!o.metadata.contains_key("resourceVersion"));
+        let mut wrong_kind = good.clone();
+        wrong_kind["kind"] = json!("GlobalMetalIPPool");
+        assert_eq!(
+            PoolObject::parse(&id, &wrong_kind).unwrap_err().field(),
+            Some("kind")
+        );
+        let mut wrong_name = good.clone();
+        wrong_name["metadata"]["name"] = json!("q");
+        assert_eq!(
+            PoolObject::parse(&id, &wrong_name).unwrap_err().field(),
+            Some("metadata.name")
+        );
+        let mut ns_on_global = good.clone();
+        ns_on_global["kind"] = json!("GlobalMetalIPPool");
+        ns_on_global["metadata"]["namespace"] = json!("x");
+        assert_eq!(
+            PoolObject::parse(&PoolId::global("p"), &ns_on_global)
+                .unwrap_err()
+                .field(),
+            Some("metadata.namespace")
+        );
+        assert_eq!(
+            PoolObject::parse(&id, &json!([1])).unwrap_err().status(),
+            400
+        );
+    }
+}
