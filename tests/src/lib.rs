@@ -1,1 +1,3 @@
 //! Shared helpers for metal-ipam's component, concurrency and schema tests.
+
+pub mod schema;
