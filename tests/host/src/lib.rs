@@ -1,1 +1,70 @@
-//! placeholder
+//! # metal-ipam-host
+//!
+//! A wasmtime 48 component host that runs metal-ipam's `spin.toml` the way
+//! `spin up` (Spin 3.6) does, for local runs and tests where Spin itself is
+//! not available. It provides WASI 0.2 and `wasi:http` (wasmtime-wasi and
+//! wasmtime-wasi-http), `fermyon:spin/key-value@2.0.0`,
+//! `fermyon:spin/variables@2.0.0` and
+//! `wasi:keyvalue/{store,atomics,batch}@0.2.0-draft2`, with the generated
+//! bindings of world `metal-ipam:platform/host-imports` (`/work/main/wit`).
+//!
+//! - [`HostBuilder`] / [`Host`] — load a manifest, handle requests in-process
+//!   ([`Host::handle`]) or serve them over HTTP/1 ([`Host::serve`]).
+//! - [`manifest`] — strict `spin.toml` v2 parsing (unsupported keys are
+//!   errors).
+//! - [`routing`] — Spin 3 routing and the `spin-*` request headers.
+//! - [`variables`] — application/component variables.
+//! - [`outbound`] — `allowed_outbound_hosts`.
+//! - [`kv`] — key-value stores with Spin's SQLite semantics and quirks.
+//! - [`runtime_config`] — `[key_value_store.<label>]` runtime configuration.
+//! - [`build`] — running the manifest's build commands (`--build`).
+//!
+//! ## Test-host additions (not Spin behaviour)
+//!
+//! Every response carries `x-kv-ops: <n>` (the number of key-value data
+//! operations the request made) and `x-kv-ops-detail: get=1,cas.swap=1,...`
+//! (non-zero counts by operation); in-process callers get the same counts
+//! as [`RequestOutcome::kv_ops`]. See [`KvOpCounts`] for what is counted.
+//!
+//! ## Known deviations from Spin 3.6
+//!
+//! - Responses are buffered in full before they are returned (Spin
+//!   streams), and the host waits for the guest to return before answering
+//!   so that the key-value counts are complete.
+//! - A guest error after the response body was fully produced is logged and
+//!   the response returned (as Spin); if the body is cut short, the client
+//!   gets a 500 instead of a truncated response.
+//! - Routing re-implements routefinder's ordering for exact, `:param` and
+//!   trailing `/...` patterns only; other routefinder syntax is rejected.
+//! - Variables are resolved once at startup; no `.env`, Vault or Azure
+//!   providers. An explicit value for an undeclared variable is an error.
+//! - Unknown `key_value_stores` labels are a startup error (as Spin); store
+//!   types other than `spin` (SQLite) are not supported.
+//! - Key-value write transactions are `BEGIN IMMEDIATE` so that several
+//!   host processes can share one SQLite file; Spin's 128 MiB read limit is
+//!   not enforced.
+//! - A denied outbound request fails when its response is awaited rather
+//!   than in `outgoing-handler.handle`.
+//! - In-process requests without an authority get `Host: localhost`.
+//! - `/.well-known/spin/health` and `/info` are answered; there are no
+//!   request timeouts, instance reuse or resource limits.
+
+#![warn(missing_docs)]
+
+mod bindings;
+pub mod build;
+mod host;
+pub mod kv;
+pub mod manifest;
+pub mod outbound;
+mod outbound_hooks;
+pub mod routing;
+pub mod runtime_config;
+mod server;
+pub mod variables;
+
+pub use host::{
+    Host, HostBuilder, RequestOutcome, ServerHandle, IN_PROCESS_CLIENT_ADDR, KV_OPS_DETAIL_HEADER,
+    KV_OPS_HEADER, SHUTDOWN_GRACE,
+};
+pub use kv::{KvBackend, KvOpCounts};
