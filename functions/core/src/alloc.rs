@@ -26,12 +26,18 @@ use crate::addr::RangeSet;
 use crate::error::{Error, ErrorKind};
 use crate::pool::ValidatedPool;
 
-/// How many recent allocations the journal remembers.
+/// The journal always keeps at least this many recent allocations.
 ///
 /// A claim retried after a crash (between writing the pool record and
-/// writing the claim binding) gets its address back as long as fewer than
-/// this many other claims were allocated from the pool in between.
-pub const JOURNAL_LEN: usize = 64;
+/// writing the claim binding), or posted twice at once, gets the address it
+/// already has as long as its journal entry is still there: at least
+/// [`JOURNAL_MIN`] allocations, and every allocation younger than
+/// [`JOURNAL_KEEP_SECONDS`], up to [`JOURNAL_MAX`].
+pub const JOURNAL_MIN: usize = 64;
+/// Entries younger than this many seconds are kept beyond [`JOURNAL_MIN`].
+pub const JOURNAL_KEEP_SECONDS: u64 = 5;
+/// Hard cap on journal entries (bounds the record size under bursts).
+pub const JOURNAL_MAX: usize = 512;
 
 /// An address waiting out the pool's reuse grace period.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,6 +57,8 @@ pub struct JournalEntry {
     pub uid: String,
     /// The address it got.
     pub address: u128,
+    /// Unix seconds of the allocation.
+    pub at: u64,
 }
 
 /// Allocation state of one pool.
@@ -60,7 +68,7 @@ pub struct PoolState {
     pub used: RangeSet,
     /// The cooling-down subset of `used`, oldest first.
     pub cooling: Vec<Cooling>,
-    /// Recent allocations, oldest first, at most [`JOURNAL_LEN`].
+    /// Recent allocations, oldest first (see [`JOURNAL_MIN`]).
     pub journal: VecDeque<JournalEntry>,
 }
 
@@ -275,8 +283,15 @@ impl PoolState {
             claim: req.claim.to_string(),
             uid: req.uid.to_string(),
             address,
+            at: now,
         });
-        while self.journal.len() > JOURNAL_LEN {
+        while self.journal.len() > JOURNAL_MAX
+            || (self.journal.len() > JOURNAL_MIN
+                && self
+                    .journal
+                    .front()
+                    .is_some_and(|e| e.at.saturating_add(JOURNAL_KEEP_SECONDS) < now))
+        {
             self.journal.pop_front();
         }
         Ok(Allocation::New(address))

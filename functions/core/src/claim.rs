@@ -180,10 +180,11 @@ impl Claim {
             PoolKind::from_kind_name(kind),
         ) {
             (Some(pool::GROUP), Some(k)) => k,
-            _ => return Err(Error::new(
-                ErrorKind::Invalid,
-                "UnsupportedPoolRef",
-                format!(
+            _ => {
+                return Err(Error::new(
+                    ErrorKind::Invalid,
+                    "UnsupportedPoolRef",
+                    format!(
                     "spec.poolRef {}/{} is not served by metal-ipam, which serves {}/{} and {}/{}",
                     pool_ref.api_group.as_deref().unwrap_or(""),
                     kind,
@@ -192,8 +193,9 @@ impl Claim {
                     pool::GROUP,
                     pool::KIND_GLOBAL
                 ),
-            )
-            .with_field("spec.poolRef")),
+                )
+                .with_field("spec.poolRef"))
+            }
         };
         names::check_subdomain(pool_name).map_err(|m| Error::invalid("spec.poolRef.name", m))?;
         let pool = match pool_kind {

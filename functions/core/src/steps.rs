@@ -25,14 +25,17 @@ pub struct Allocated {
 
 /// Binds an address to `claim` and stores the binding.
 ///
-/// Operations (no contention): `get` claim key; if absent, `cas_read` +
-/// `cas_swap` of the pool record (+ one read-back `get` when the backend's
-/// swaps are not exact); `set` claim key. Four on Spin's SQLite store.
+/// Operations (no contention): `cas_read` of the pool record, `get` of the
+/// claim key, `cas_swap` of the pool record (+ one read-back `get` when the
+/// backend's swaps are not exact), `set` of the claim key: four on Spin's
+/// SQLite store, five elsewhere. A claim that is already bound costs two
+/// (`cas_read`, `get`).
 ///
 /// # Idempotency
 /// The same claim (namespace, name, uid) gets the same address whether it
 /// is posted again later, concurrently, or after a crash between the pool
-/// write and the claim write (the pool's journal remembers it).
+/// write and the claim write (the pool's journal remembers it; see
+/// [`crate::alloc::JOURNAL_MIN`] for how long).
 ///
 /// # Errors
 /// - 404 `PoolNotFound` if the pool is not registered;
@@ -43,17 +46,17 @@ pub struct Allocated {
 /// - 503 on store failures or persistent contention.
 pub fn allocate<K: KvStore>(ctx: &Ctx<'_, K>, claim: &Claim) -> Result<Allocated> {
     let ckey = keys::claim(&claim.id.namespace, &claim.id.name);
-    if let Some(bytes) = ctx.kv.get(&ckey)? {
-        let record = ClaimRecord::decode(&bytes)?;
-        check_same_claim(&record, claim)?;
-        return Ok(Allocated {
-            record,
-            created: false,
-        });
-    }
     let now = ctx.env.now();
     let claim_key = claim.id.display();
+    // The claim key is read after the pool on every attempt: a duplicate
+    // post that raced this one either finds the other's binding here, finds
+    // it in the pool's journal, or fails the swap and retries.
     let (allocation, record) = store::update_pool(ctx, &claim.pool, |current| {
+        if let Some(bytes) = ctx.kv.get(&ckey)? {
+            let record = ClaimRecord::decode(&bytes)?;
+            check_same_claim(&record, claim)?;
+            return Ok(Step::Done((None, record)));
+        }
         let Some(l) = current else {
             return Err(Error::not_found(
                 "PoolNotFound",
@@ -89,21 +92,30 @@ pub fn allocate<K: KvStore>(ctx: &Ctx<'_, K>, claim: &Claim) -> Result<Allocated
             l.object.uid(),
         );
         Ok(match allocation {
-            Allocation::Existing(_) => Step::Done((allocation, record)),
+            Allocation::Existing(_) => Step::Done((Some(allocation), record)),
             Allocation::New(_) => Step::Write(
                 Next {
                     pool: Some((l.object.clone(), l.pool.clone())),
                     state,
                 },
-                (allocation, record),
+                (Some(allocation), record),
             ),
         })
     })?;
-    ctx.kv.set(&ckey, &record.encode())?;
-    Ok(Allocated {
-        record,
-        created: matches!(allocation, Allocation::New(_)),
-    })
+    match allocation {
+        // Bound before this request: nothing to write.
+        None => Ok(Allocated {
+            record,
+            created: false,
+        }),
+        Some(a) => {
+            ctx.kv.set(&ckey, &record.encode())?;
+            Ok(Allocated {
+                record,
+                created: matches!(a, Allocation::New(_)),
+            })
+        }
+    }
 }
 
 fn check_same_claim(record: &ClaimRecord, claim: &Claim) -> Result<()> {

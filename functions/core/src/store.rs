@@ -166,6 +166,8 @@ pub struct JournalRecord {
     pub uid: String,
     /// The address it got.
     pub address: String,
+    /// Unix seconds of the allocation.
+    pub at: u64,
 }
 
 /// The value of a pool key: spec plus allocation state, one document so a
@@ -266,6 +268,7 @@ impl PoolRecord {
                 claim: j.claim.clone(),
                 uid: j.uid.clone(),
                 address: a,
+                at: j.at,
             });
         }
         Ok(Some(Loaded {
@@ -313,6 +316,7 @@ impl PoolRecord {
                         claim: j.claim.clone(),
                         uid: j.uid.clone(),
                         address: fmt(j.address),
+                        at: j.at,
                     })
                     .collect();
                 (Some(object.to_json(None)), used, cooling, journal)
@@ -554,8 +558,10 @@ pub fn read_pool<K: KvStore>(kv: &K, id: &PoolId) -> Result<Option<Loaded>> {
 /// One read-modify-write of a pool record, retried on conflict.
 ///
 /// `decide` sees the current pool (`None` if absent or deleted) and returns
-/// [`Step::Done`] (nothing to write) or [`Step::Write`]. It may be called
-/// several times (once per attempt) and must not have side effects.
+/// [`Step::Done`] (nothing to write) or [`Step::Write`]. It runs after the
+/// pool has been read for this attempt and before the swap, so anything it
+/// reads from the store is at least as recent as the pool it sees. It may be
+/// called several times (once per attempt); it may read but must not write.
 ///
 /// # Guarantees
 /// When this returns `Ok` after a `Write`, the written record is the pool's

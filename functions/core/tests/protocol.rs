@@ -1,0 +1,552 @@
+//! The key-value protocol under the conditions real Spin backends create:
+//! concurrency, each backend's compare-and-swap quirks, crashes between two
+//! operations, and the operation-count bound.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Barrier};
+use std::thread;
+
+use metal_ipam_core::claim::Claim;
+use metal_ipam_core::kv::KvStore;
+use metal_ipam_core::pool::{PoolId, PoolObject};
+use metal_ipam_core::steps::{self, PutOutcome};
+use metal_ipam_core::store::{keys, Ctx, PoolRecord, SwapCheck, SwapPolicy};
+use metal_ipam_core::testing::{Backend, MemKv, TestEnv};
+use serde_json::{json, Value};
+
+const BACKENDS: [Backend; 3] = [Backend::SpinSqlite, Backend::Redis, Backend::Exact];
+
+fn pool_obj(ns: &str, name: &str, spec: Value) -> PoolObject {
+    PoolObject::parse(
+        &PoolId::namespaced(ns, name),
+        &json!({"apiVersion": "ipam.metal-ipam.dev/v1alpha1", "kind": "MetalIPPool",
+                "metadata": {"name": name, "namespace": ns}, "spec": spec}),
+    )
+    .unwrap()
+}
+
+fn claim(ns: &str, name: &str, uid: &str, pool: &str) -> Claim {
+    Claim::parse(&json!({
+        "apiVersion": "ipam.cluster.x-k8s.io/v1beta2",
+        "kind": "IPAddressClaim",
+        "metadata": {"name": name, "namespace": ns, "uid": uid},
+        "spec": {"poolRef": {"apiGroup": "ipam.metal-ipam.dev", "kind": "MetalIPPool", "name": pool}}
+    }))
+    .unwrap()
+}
+
+fn ctx<'a>(kv: &'a MemKv, env: &'a TestEnv) -> Ctx<'a, MemKv> {
+    Ctx {
+        kv,
+        env,
+        swap_policy: SwapPolicy::Auto,
+    }
+}
+
+#[test]
+fn concurrent_claims_never_share_an_address_on_any_backend() {
+    for backend in BACKENDS {
+        let kv = Arc::new(MemKv::new(backend));
+        let env = Arc::new(TestEnv::at(100));
+        steps::put_pool(
+            &ctx(&kv, &env),
+            pool_obj(
+                "ns",
+                "p",
+                json!({"addresses": ["10.1.0.0/22"], "prefix": 22}),
+            ),
+        )
+        .unwrap();
+        let threads = 8;
+        let per_thread = 40;
+        let barrier = Arc::new(Barrier::new(threads));
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let (kv, env, barrier) = (kv.clone(), env.clone(), barrier.clone());
+                thread::spawn(move || {
+                    barrier.wait();
+                    let c = ctx(&kv, &env);
+                    let mut got = Vec::new();
+                    for i in 0..per_thread {
+                        // Every claim is also posted by the neighbouring thread.
+                        for n in [t * per_thread + i, ((t + 1) % threads) * per_thread + i] {
+                            let name = format!("m-{n}");
+                            let a = steps::allocate(&c, &claim("ns", &name, &format!("u{n}"), "p"))
+                                .unwrap();
+                            got.push((name, a.record.address));
+                        }
+                    }
+                    got
+                })
+            })
+            .collect();
+        let mut by_claim: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for h in handles {
+            for (name, addr) in h.join().unwrap() {
+                by_claim.entry(name).or_default().insert(addr);
+            }
+        }
+        assert_eq!(
+            by_claim.len(),
+            threads * per_thread,
+            "{backend:?}: every claim answered"
+        );
+        let mut owners: BTreeMap<String, String> = BTreeMap::new();
+        for (name, addrs) in &by_claim {
+            assert_eq!(
+                addrs.len(),
+                1,
+                "{backend:?}: both posts of {name} got the same address, got {addrs:?}"
+            );
+            let a = addrs.iter().next().unwrap().clone();
+            if let Some(other) = owners.insert(a.clone(), name.clone()) {
+                panic!("{backend:?}: {a} handed to {other} and {name}");
+            }
+        }
+        let view = steps::get_pool(&*kv, &PoolId::namespaced("ns", "p"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            view.counts.used,
+            (threads * per_thread) as u128,
+            "{backend:?}: no leak, no loss"
+        );
+        // Lowest-first under contention: exactly the lowest N addresses.
+        let expected: BTreeSet<String> = (1..=threads * per_thread)
+            .map(|i| std::net::Ipv4Addr::from(0x0a01_0000u32 + i as u32).to_string())
+            .collect();
+        assert_eq!(
+            owners.keys().cloned().collect::<BTreeSet<_>>(),
+            expected,
+            "{backend:?}"
+        );
+        assert_eq!(kv.increment_panics(), 0);
+        if backend == Backend::Redis {
+            assert!(kv.silent_aborts() > 0, "the Redis quirk was exercised");
+        }
+    }
+}
+
+#[test]
+fn concurrent_creation_of_a_pool_with_allocations_loses_nothing() {
+    for backend in BACKENDS {
+        for round in 0..20 {
+            let kv = Arc::new(MemKv::new(backend));
+            let env = Arc::new(TestEnv::at(100));
+            let barrier = Arc::new(Barrier::new(6));
+            let mut handles = Vec::new();
+            for t in 0..3 {
+                let (kv, env, barrier) = (kv.clone(), env.clone(), barrier.clone());
+                handles.push(thread::spawn(move || {
+                    barrier.wait();
+                    let _ = t;
+                    steps::put_pool(
+                        &ctx(&kv, &env),
+                        pool_obj(
+                            "ns",
+                            "p",
+                            json!({"addresses": ["10.2.0.0/24"], "prefix": 24}),
+                        ),
+                    )
+                    .map(|(o, _)| o == PutOutcome::Created)
+                    .unwrap()
+                }));
+            }
+            let mut allocs = Vec::new();
+            for t in 0..3 {
+                let (kv, env, barrier) = (kv.clone(), env.clone(), barrier.clone());
+                allocs.push(thread::spawn(move || {
+                    barrier.wait();
+                    let mut ok = Vec::new();
+                    for i in 0..20 {
+                        let name = format!("r{round}-t{t}-{i}");
+                        if let Ok(a) =
+                            steps::allocate(&ctx(&kv, &env), &claim("ns", &name, "u", "p"))
+                        {
+                            ok.push((name, a.record.address));
+                        }
+                    }
+                    ok
+                }));
+            }
+            let created: usize = handles
+                .into_iter()
+                .map(|h| h.join().unwrap() as usize)
+                .sum();
+            assert_eq!(created, 1, "{backend:?}: exactly one creator");
+            let ok: Vec<(String, String)> =
+                allocs.into_iter().flat_map(|h| h.join().unwrap()).collect();
+            let view = steps::get_pool(&*kv, &PoolId::namespaced("ns", "p"))
+                .unwrap()
+                .unwrap();
+            assert_eq!(
+                view.counts.used,
+                ok.len() as u128,
+                "{backend:?}: every acknowledged allocation is in the pool"
+            );
+            let distinct: BTreeSet<&String> = ok.iter().map(|(_, a)| a).collect();
+            assert_eq!(distinct.len(), ok.len(), "{backend:?}: duplicates");
+            assert_eq!(
+                kv.increment_panics(),
+                0,
+                "{backend:?}: never incremented a record"
+            );
+        }
+    }
+}
+
+#[test]
+fn backend_is_detected_at_creation() {
+    for (backend, want) in [
+        (Backend::SpinSqlite, SwapCheck::Exact),
+        (Backend::Redis, SwapCheck::Verify),
+    ] {
+        let kv = MemKv::new(backend);
+        let env = TestEnv::at(0);
+        steps::put_pool(
+            &ctx(&kv, &env),
+            pool_obj("ns", "p", json!({"addresses": ["10.0.0.1"], "prefix": 24})),
+        )
+        .unwrap();
+        let rec = PoolRecord::decode(
+            &kv.get(&keys::pool(&PoolId::namespaced("ns", "p")))
+                .unwrap()
+                .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(rec.swap_check, want, "{backend:?}");
+    }
+    // The operator can force the read-back.
+    let kv = MemKv::new(Backend::SpinSqlite);
+    let env = TestEnv::at(0);
+    let c = Ctx {
+        kv: &kv,
+        env: &env,
+        swap_policy: SwapPolicy::Always,
+    };
+    steps::put_pool(
+        &c,
+        pool_obj("ns", "p", json!({"addresses": ["10.0.0.1"], "prefix": 24})),
+    )
+    .unwrap();
+    let rec = PoolRecord::decode(
+        &kv.get(&keys::pool(&PoolId::namespaced("ns", "p")))
+            .unwrap()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(rec.swap_check, SwapCheck::Verify);
+}
+
+fn fill(kv: &MemKv, env: &TestEnv, cidr: &str, prefix: u8, permille: u128) {
+    steps::put_pool(
+        &ctx(kv, env),
+        pool_obj("ns", "big", json!({"addresses": [cidr], "prefix": prefix})),
+    )
+    .unwrap();
+    let id = PoolId::namespaced("ns", "big");
+    let key = keys::pool(&id);
+    let mut rec = PoolRecord::decode(&kv.get(&key).unwrap().unwrap()).unwrap();
+    let l = rec.load(&id).unwrap().unwrap();
+    let (first, last) = l.pool.allocatable.ranges()[0];
+    let n = (last - first + 1) * permille / 1000;
+    rec.used = vec![format!("{}-{}", l.pool.ip(first), l.pool.ip(first + n - 1))];
+    kv.set(&key, &serde_json::to_vec(&rec).unwrap()).unwrap();
+}
+
+#[test]
+fn kv_operations_per_allocation_stay_within_the_bound_at_any_fill() {
+    for (backend, bound) in [
+        (Backend::SpinSqlite, 4),
+        (Backend::Redis, 5),
+        (Backend::Exact, 5),
+    ] {
+        for (cidr, prefix) in [("10.8.0.0/16", 16u8), ("2001:db8:42::/64", 64)] {
+            for permille in [10u128, 990] {
+                let kv = MemKv::new(backend);
+                let env = TestEnv::at(0);
+                fill(&kv, &env, cidr, prefix, permille);
+                for i in 0..5 {
+                    kv.reset_counts();
+                    let a = steps::allocate(
+                        &ctx(&kv, &env),
+                        &claim("ns", &format!("m{i}"), "u", "big"),
+                    )
+                    .unwrap();
+                    assert!(a.created);
+                    let c = kv.counts();
+                    assert!(
+                        c.total() <= bound,
+                        "{backend:?} {cidr} at {permille}‰: {} ops ({c:?})",
+                        c.total()
+                    );
+                    assert_eq!(c.list_keys, 0, "no key listing on the allocation path");
+                    assert_eq!((c.cas_read, c.cas_swap), (1, 1));
+                }
+                // Repeating a bound claim costs two reads and writes nothing.
+                kv.reset_counts();
+                steps::allocate(&ctx(&kv, &env), &claim("ns", "m0", "u", "big")).unwrap();
+                assert_eq!(kv.counts().total(), 2);
+                assert_eq!(kv.counts().cas_swap + kv.counts().set, 0);
+                kv.reset_counts();
+                steps::release(&ctx(&kv, &env), "ns", "m0", None).unwrap();
+                assert!(kv.counts().total() <= bound, "release: {:?}", kv.counts());
+            }
+        }
+    }
+}
+
+/// Makes the store fail from operation `k` on (the request "crashes"
+/// there), then retries with a healthy store.
+#[test]
+fn a_crash_at_any_point_of_an_allocation_neither_loses_nor_duplicates() {
+    for backend in BACKENDS {
+        let mut k = 0;
+        loop {
+            let kv = MemKv::new(backend);
+            let env = TestEnv::at(0);
+            let c = ctx(&kv, &env);
+            steps::put_pool(
+                &c,
+                pool_obj(
+                    "ns",
+                    "p",
+                    json!({"addresses": ["10.3.0.10-10.3.0.20"], "prefix": 24}),
+                ),
+            )
+            .unwrap();
+            steps::allocate(&c, &claim("ns", "before", "u0", "p")).unwrap();
+            kv.fail_after(Some(k));
+            let crashed = steps::allocate(&c, &claim("ns", "m", "u1", "p")).is_err();
+            kv.fail_after(None);
+            let retry = steps::allocate(&c, &claim("ns", "m", "u1", "p")).unwrap();
+            assert_eq!(
+                retry.record.address, "10.3.0.11",
+                "{backend:?} crash after {k} ops"
+            );
+            let other = steps::allocate(&c, &claim("ns", "next", "u2", "p")).unwrap();
+            assert_eq!(
+                other.record.address, "10.3.0.12",
+                "{backend:?}: nothing leaked, nothing shared"
+            );
+            let view = steps::get_pool(&kv, &PoolId::namespaced("ns", "p"))
+                .unwrap()
+                .unwrap();
+            assert_eq!(view.counts.used, 3);
+            if !crashed {
+                break;
+            }
+            k += 1;
+        }
+        assert!(k >= 3, "the crash points covered the whole step");
+    }
+}
+
+#[test]
+fn a_crash_during_release_may_leak_but_never_frees_a_bound_address() {
+    for backend in BACKENDS {
+        let mut k = 0;
+        loop {
+            let kv = MemKv::new(backend);
+            let env = TestEnv::at(0);
+            let c = ctx(&kv, &env);
+            steps::put_pool(
+                &c,
+                pool_obj(
+                    "ns",
+                    "p",
+                    json!({"addresses": ["10.4.0.1-10.4.0.3"], "prefix": 24}),
+                ),
+            )
+            .unwrap();
+            steps::allocate(&c, &claim("ns", "m", "u1", "p")).unwrap();
+            kv.fail_after(Some(k));
+            let crashed = steps::release(&c, "ns", "m", None).is_err();
+            kv.fail_after(None);
+            steps::release(&c, "ns", "m", None).unwrap();
+            assert!(steps::get_claim(&kv, "ns", "m").unwrap().is_none());
+            // Whatever happened, the next claims never share an address.
+            let a = steps::allocate(&c, &claim("ns", "x", "u2", "p"))
+                .unwrap()
+                .record
+                .address;
+            let b = steps::allocate(&c, &claim("ns", "y", "u3", "p"))
+                .unwrap()
+                .record
+                .address;
+            assert_ne!(a, b);
+            if !crashed {
+                assert_eq!(a, "10.4.0.1", "a clean release frees the address");
+                break;
+            }
+            k += 1;
+        }
+    }
+}
+
+#[test]
+fn pool_lifecycle_update_shrink_delete_recreate() {
+    let kv = MemKv::new(Backend::SpinSqlite);
+    let env = TestEnv::at(0);
+    let c = ctx(&kv, &env);
+    let spec = json!({"addresses": ["10.5.0.10-10.5.0.20"], "prefix": 24});
+    assert_eq!(
+        steps::put_pool(&c, pool_obj("ns", "p", spec.clone()))
+            .unwrap()
+            .0,
+        PutOutcome::Created
+    );
+    kv.reset_counts();
+    assert_eq!(
+        steps::put_pool(&c, pool_obj("ns", "p", spec.clone()))
+            .unwrap()
+            .0,
+        PutOutcome::Unchanged
+    );
+    assert_eq!(kv.counts().cas_swap, 0, "an unchanged put writes nothing");
+    for i in 0..3 {
+        steps::allocate(&c, &claim("ns", &format!("m{i}"), "u", "p")).unwrap();
+    }
+    // Growing is fine; dropping .11 and .12 is not, and the error names them.
+    let grown = json!({"addresses": ["10.5.0.10-10.5.0.30"], "prefix": 24});
+    assert_eq!(
+        steps::put_pool(&c, pool_obj("ns", "p", grown)).unwrap().0,
+        PutOutcome::Updated
+    );
+    let shrunk = json!({"addresses": ["10.5.0.10", "10.5.0.13-10.5.0.30"], "prefix": 24});
+    let e = steps::put_pool(&c, pool_obj("ns", "p", shrunk)).unwrap_err();
+    assert_eq!((e.status(), e.reason()), (409, "AllocatedAddressesDropped"));
+    assert!(
+        e.message().contains("10.5.0.11") && e.message().contains("10.5.0.12"),
+        "{e}"
+    );
+    let e = steps::delete_pool(&c, &PoolId::namespaced("ns", "p")).unwrap_err();
+    assert_eq!((e.status(), e.reason()), (409, "PoolInUse"));
+    for i in 0..3 {
+        steps::release(&c, "ns", &format!("m{i}"), None).unwrap();
+    }
+    assert!(steps::delete_pool(&c, &PoolId::namespaced("ns", "p")).unwrap());
+    assert!(
+        !steps::delete_pool(&c, &PoolId::namespaced("ns", "p")).unwrap(),
+        "idempotent"
+    );
+    assert!(steps::get_pool(&kv, &PoolId::namespaced("ns", "p"))
+        .unwrap()
+        .is_none());
+    assert!(steps::list_pools(&kv, None).unwrap().is_empty());
+    let e = steps::allocate(&c, &claim("ns", "late", "u", "p")).unwrap_err();
+    assert_eq!((e.status(), e.reason()), (404, "PoolNotFound"));
+    // Re-creating over the tombstone works and starts empty.
+    assert_eq!(
+        steps::put_pool(&c, pool_obj("ns", "p", spec)).unwrap().0,
+        PutOutcome::Created
+    );
+    let a = steps::allocate(&c, &claim("ns", "late", "u", "p")).unwrap();
+    assert_eq!(a.record.address, "10.5.0.10");
+}
+
+#[test]
+fn creation_recovers_when_a_creator_died_before_creating_the_key() {
+    for backend in BACKENDS {
+        let kv = MemKv::new(backend);
+        let env = TestEnv::at(0);
+        let id = PoolId::namespaced("ns", "p");
+        // A creator took the guard and died.
+        kv.increment(&keys::pool_init(&id), 1).unwrap();
+        let (outcome, _) = steps::put_pool(
+            &ctx(&kv, &env),
+            pool_obj("ns", "p", json!({"addresses": ["10.6.0.1"], "prefix": 24})),
+        )
+        .unwrap();
+        assert_eq!(outcome, PutOutcome::Created, "{backend:?}");
+        assert_eq!(kv.increment_panics(), 0);
+    }
+}
+
+#[test]
+fn same_named_pools_in_two_namespaces_are_independent() {
+    let kv = MemKv::new(Backend::SpinSqlite);
+    let env = TestEnv::at(0);
+    let c = ctx(&kv, &env);
+    for ns in ["a", "b"] {
+        steps::put_pool(
+            &c,
+            pool_obj(ns, "p", json!({"addresses": ["10.7.0.0/30"], "prefix": 30})),
+        )
+        .unwrap();
+    }
+    let a = steps::allocate(&c, &claim("a", "m", "u1", "p")).unwrap();
+    let b = steps::allocate(&c, &claim("b", "m", "u2", "p")).unwrap();
+    assert_eq!(
+        a.record.address, b.record.address,
+        "each pool hands out its own lowest address"
+    );
+    assert_eq!(a.record.address, "10.7.0.1");
+}
+
+#[test]
+fn grace_period_delays_reuse() {
+    let kv = MemKv::new(Backend::SpinSqlite);
+    let env = TestEnv::at(1_000);
+    let c = ctx(&kv, &env);
+    steps::put_pool(&c, pool_obj("ns", "p", json!({"addresses": ["10.9.0.1-10.9.0.2"], "prefix": 24, "addressReuseGracePeriodSeconds": 30}))).unwrap();
+    steps::allocate(&c, &claim("ns", "a", "u1", "p")).unwrap();
+    steps::allocate(&c, &claim("ns", "b", "u2", "p")).unwrap();
+    steps::release(&c, "ns", "a", None).unwrap();
+    let e = steps::allocate(&c, &claim("ns", "c", "u3", "p")).unwrap_err();
+    assert_eq!(e.reason(), "PoolExhausted");
+    assert!(e.message().contains("grace period"), "{e}");
+    env.set_now(1_029);
+    assert!(steps::allocate(&c, &claim("ns", "c", "u3", "p")).is_err());
+    env.set_now(1_030);
+    assert_eq!(
+        steps::allocate(&c, &claim("ns", "c", "u3", "p"))
+            .unwrap()
+            .record
+            .address,
+        "10.9.0.1"
+    );
+}
+
+#[test]
+fn a_claim_cannot_move_pools_or_be_bound_twice_by_name() {
+    let kv = MemKv::new(Backend::SpinSqlite);
+    let env = TestEnv::at(0);
+    let c = ctx(&kv, &env);
+    for p in ["p", "q"] {
+        steps::put_pool(
+            &c,
+            pool_obj(
+                "ns",
+                p,
+                json!({"addresses": ["10.10.0.0/29"], "prefix": 29}),
+            ),
+        )
+        .unwrap();
+    }
+    steps::allocate(&c, &claim("ns", "m", "u1", "p")).unwrap();
+    assert_eq!(
+        steps::allocate(&c, &claim("ns", "m", "u1", "q"))
+            .unwrap_err()
+            .reason(),
+        "ClaimPoolConflict"
+    );
+    assert_eq!(
+        steps::allocate(&c, &claim("ns", "m", "u2", "p"))
+            .unwrap_err()
+            .reason(),
+        "ClaimUidConflict"
+    );
+    // A release for another uid leaves the binding alone.
+    assert!(steps::release(&c, "ns", "m", Some("u-old"))
+        .unwrap()
+        .is_none());
+    assert!(steps::get_claim(&kv, "ns", "m").unwrap().is_some());
+    steps::release(&c, "ns", "m", Some("u1")).unwrap();
+    // After release, a new incarnation is a new claim.
+    assert!(
+        steps::allocate(&c, &claim("ns", "m", "u2", "p"))
+            .unwrap()
+            .created
+    );
+}
