@@ -1,0 +1,467 @@
+//! Every route's HTTP behaviour, natively: authentication, routing, methods,
+//! bodies, statuses and error bodies. The same handlers run inside the
+//! components; tests/ runs them again through the real .wasm files.
+
+use metal_ipam_core::api::{self, ApiRequest, ApiResponse};
+use metal_ipam_core::store::{Ctx, SwapPolicy};
+use metal_ipam_core::testing::{Backend, MemKv, TestEnv};
+use serde_json::{json, Value};
+
+const TOKEN: &str = "t0ken-for-tests";
+
+struct World {
+    kv: MemKv,
+    env: TestEnv,
+}
+
+type Handler = for<'a> fn(&Ctx<'a, MemKv>, &str, &ApiRequest<'_>) -> ApiResponse;
+
+impl World {
+    fn new() -> Self {
+        World {
+            kv: MemKv::new(Backend::SpinSqlite),
+            env: TestEnv::at(1_000),
+        }
+    }
+
+    fn call(&self, h: Handler, method: &str, path: &str, body: Option<Value>) -> ApiResponse {
+        self.call_auth(h, method, path, body, Some(&format!("Bearer {TOKEN}")))
+    }
+
+    fn call_auth(
+        &self,
+        h: Handler,
+        method: &str,
+        path: &str,
+        body: Option<Value>,
+        auth: Option<&str>,
+    ) -> ApiResponse {
+        let bytes = body.map(|b| b.to_string().into_bytes()).unwrap_or_default();
+        let (path, query) = path.split_once('?').unwrap_or((path, ""));
+        let req = ApiRequest {
+            method,
+            path,
+            query,
+            authorization: auth,
+            body: &bytes,
+        };
+        let ctx = Ctx {
+            kv: &self.kv,
+            env: &self.env,
+            swap_policy: SwapPolicy::Auto,
+        };
+        h(&ctx, TOKEN, &req)
+    }
+}
+
+fn pools(c: &Ctx<'_, MemKv>, t: &str, r: &ApiRequest<'_>) -> ApiResponse {
+    api::pools(c, t, r)
+}
+fn allocate(c: &Ctx<'_, MemKv>, t: &str, r: &ApiRequest<'_>) -> ApiResponse {
+    api::allocate(c, t, r)
+}
+fn claims(c: &Ctx<'_, MemKv>, t: &str, r: &ApiRequest<'_>) -> ApiResponse {
+    api::claims(c, t, r)
+}
+
+fn pool(name: &str, addresses: &[&str]) -> Value {
+    json!({"apiVersion": "ipam.metal-ipam.dev/v1alpha1", "kind": "MetalIPPool",
+           "metadata": {"name": name, "namespace": "team-a"},
+           "spec": {"addresses": addresses, "prefix": 24, "gateway": "10.20.0.1"}})
+}
+
+fn claim(name: &str, uid: &str, pool: &str) -> Value {
+    json!({"apiVersion": "ipam.cluster.x-k8s.io/v1beta2", "kind": "IPAddressClaim",
+           "metadata": {"name": name, "namespace": "team-a", "uid": uid},
+           "spec": {"poolRef": {"apiGroup": "ipam.metal-ipam.dev", "kind": "MetalIPPool", "name": pool}}})
+}
+
+fn reason(r: &ApiResponse) -> &str {
+    r.body
+        .as_ref()
+        .and_then(|b| b["reason"].as_str())
+        .unwrap_or("")
+}
+
+#[test]
+fn every_route_requires_the_bearer_token() {
+    let w = World::new();
+    let cases: [(Handler, &str, &str); 6] = [
+        (pools, "GET", "/v1/pools"),
+        (pools, "PUT", "/v1/pools/team-a/p"),
+        (pools, "GET", "/v1/global-pools/g"),
+        (allocate, "POST", "/v1/claims"),
+        (claims, "GET", "/v1/claims/team-a/m"),
+        (claims, "DELETE", "/v1/claims/team-a/m"),
+    ];
+    for (h, m, p) in cases {
+        for auth in [
+            None,
+            Some("Bearer wrong"),
+            Some("Basic dXNlcjpwYXNz"),
+            Some(TOKEN),
+        ] {
+            let r = w.call_auth(h, m, p, Some(pool("p", &["10.20.0.0/24"])), auth);
+            assert_eq!(r.status, 401, "{m} {p} with {auth:?}");
+            assert_eq!(reason(&r), "Unauthorized");
+            assert!(r.headers.iter().any(|(k, _)| *k == "www-authenticate"));
+            assert!(!r.body.as_ref().unwrap().to_string().contains(TOKEN));
+        }
+    }
+    assert!(
+        w.kv.dump().is_empty(),
+        "nothing was written by unauthenticated requests"
+    );
+    // Unknown paths under a component's prefix also need the token first.
+    assert_eq!(
+        w.call_auth(pools, "GET", "/v1/pools/a/b/c", None, None)
+            .status,
+        401
+    );
+    assert_eq!(w.call(pools, "GET", "/v1/pools/a/b/c", None).status, 404);
+}
+
+#[test]
+fn pool_routes_round_trip() {
+    let w = World::new();
+    let r = w.call(
+        pools,
+        "PUT",
+        "/v1/pools/team-a/p",
+        Some(pool("p", &["10.20.0.0/24"])),
+    );
+    assert_eq!(r.status, 201, "{:?}", r.body);
+    assert_eq!(
+        r.body.as_ref().unwrap()["status"]["ipAddresses"],
+        json!({"total": 253, "used": 0, "free": 253, "outOfRange": 0})
+    );
+    assert_eq!(
+        w.call(
+            pools,
+            "PUT",
+            "/v1/pools/team-a/p",
+            Some(pool("p", &["10.20.0.0/24"]))
+        )
+        .status,
+        200
+    );
+    let r = w.call(pools, "GET", "/v1/pools/team-a/p", None);
+    assert_eq!((r.status, r.outcome), (200, "read"));
+    assert_eq!(r.body.as_ref().unwrap()["spec"]["gateway"], "10.20.0.1");
+    let global = json!({"apiVersion": "ipam.metal-ipam.dev/v1alpha1", "kind": "GlobalMetalIPPool",
+        "metadata": {"name": "g"}, "spec": {"addresses": ["2001:db8::/64"], "prefix": 64}});
+    assert_eq!(
+        w.call(pools, "PUT", "/v1/global-pools/g", Some(global))
+            .status,
+        201
+    );
+    let list = w.call(pools, "GET", "/v1/pools", None);
+    let items = list.body.as_ref().unwrap()["items"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert_eq!(items.len(), 2);
+    let g = w.call(pools, "GET", "/v1/global-pools/g", None);
+    // 2^64 - 1 addresses: saturated at the largest Kubernetes integer.
+    assert_eq!(
+        g.body.as_ref().unwrap()["status"]["ipAddresses"]["total"],
+        json!(i64::MAX)
+    );
+    let globals = w.call(pools, "GET", "/v1/global-pools", None);
+    assert_eq!(
+        globals.body.as_ref().unwrap()["items"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    assert_eq!(
+        w.call(pools, "DELETE", "/v1/global-pools/g", None).status,
+        204
+    );
+    assert_eq!(
+        w.call(pools, "DELETE", "/v1/global-pools/g", None).status,
+        204,
+        "idempotent"
+    );
+    let r = w.call(pools, "GET", "/v1/global-pools/g", None);
+    assert_eq!((r.status, reason(&r)), (404, "PoolNotFound"));
+    let r = w.call(pools, "POST", "/v1/pools/team-a/p", None);
+    assert_eq!(r.status, 405);
+    assert!(r
+        .headers
+        .iter()
+        .any(|(k, v)| *k == "allow" && v.contains("PUT")));
+    assert_eq!(w.call(pools, "DELETE", "/v1/pools", None).status, 405);
+}
+
+#[test]
+fn bad_pool_input_gets_a_clear_4xx_and_changes_nothing() {
+    let w = World::new();
+    let before = w.kv.dump();
+    let cases = [
+        (Some(json!("not an object")), 400, "MalformedRequest"),
+        (Some(pool("q", &["10.20.0.0/24"])), 422, "Invalid"),
+        (Some(pool("p", &[])), 422, "Invalid"),
+        (
+            Some(pool("p", &["10.20.0.0/24", "10.21.0.5"])),
+            422,
+            "Invalid",
+        ),
+    ];
+    for (body, status, why) in cases {
+        let r = w.call(pools, "PUT", "/v1/pools/team-a/p", body);
+        assert_eq!((r.status, reason(&r)), (status, why), "{:?}", r.body);
+        assert!(r.body.as_ref().unwrap()["message"].as_str().unwrap().len() > 5);
+    }
+    let raw = w.call_raw_put("{\"apiVersion\": ");
+    assert_eq!((raw.status, reason(&raw)), (400, "MalformedJSON"));
+    let r = w.call(
+        pools,
+        "PUT",
+        "/v1/pools/Team_A/p",
+        Some(pool("p", &["10.20.0.0/24"])),
+    );
+    assert_eq!(r.status, 400);
+    let r = w.call(
+        pools,
+        "PUT",
+        "/v1/pools/team-a/p",
+        Some(pool("p", &["10.20.0.0/24", "10.21.0.5"])),
+    );
+    assert_eq!(r.body.as_ref().unwrap()["field"], "spec.addresses[1]");
+    assert_eq!(w.kv.dump(), before, "no key was written");
+}
+
+impl World {
+    fn call_raw_put(&self, body: &str) -> ApiResponse {
+        let auth = format!("Bearer {TOKEN}");
+        let req = ApiRequest {
+            method: "PUT",
+            path: "/v1/pools/team-a/p",
+            query: "",
+            authorization: Some(&auth),
+            body: body.as_bytes(),
+        };
+        let ctx = Ctx {
+            kv: &self.kv,
+            env: &self.env,
+            swap_policy: SwapPolicy::Auto,
+        };
+        api::pools(&ctx, TOKEN, &req)
+    }
+}
+
+#[test]
+fn claims_allocate_read_release() {
+    let w = World::new();
+    w.call(
+        pools,
+        "PUT",
+        "/v1/pools/team-a/p",
+        Some(pool("p", &["10.20.0.10-10.20.0.11"])),
+    );
+    let r = w.call(
+        allocate,
+        "POST",
+        "/v1/claims",
+        Some(claim("m-0", "u0", "p")),
+    );
+    assert_eq!(r.status, 201, "{:?}", r.body);
+    let a = r.body.clone().unwrap();
+    assert_eq!(a["apiVersion"], "ipam.cluster.x-k8s.io/v1beta2");
+    assert_eq!(a["kind"], "IPAddress");
+    assert_eq!(a["metadata"]["name"], "m-0");
+    assert_eq!(a["spec"]["address"], "10.20.0.10");
+    assert_eq!(a["spec"]["prefix"], 24);
+    assert_eq!(a["spec"]["gateway"], "10.20.0.1");
+    assert_eq!(a["spec"]["claimRef"]["name"], "m-0");
+    assert_eq!(
+        a["spec"]["poolRef"],
+        claim("m-0", "u0", "p")["spec"]["poolRef"]
+    );
+    assert!(r
+        .headers
+        .contains(&("location", "/v1/claims/team-a/m-0".to_string())));
+    let again = w.call(
+        allocate,
+        "POST",
+        "/v1/claims",
+        Some(claim("m-0", "u0", "p")),
+    );
+    assert_eq!(
+        (again.status, again.body.clone().unwrap()),
+        (200, a.clone())
+    );
+    let got = w.call(claims, "GET", "/v1/claims/team-a/m-0", None);
+    assert_eq!((got.status, got.body.unwrap()), (200, a));
+    // v1beta1 claims are answered in v1beta1.
+    let mut old = claim("m-1", "u1", "p");
+    old["apiVersion"] = json!("ipam.cluster.x-k8s.io/v1beta1");
+    let r = w.call(allocate, "POST", "/v1/claims", Some(old));
+    assert_eq!(
+        r.body.unwrap()["apiVersion"],
+        "ipam.cluster.x-k8s.io/v1beta1"
+    );
+    // Exhausted.
+    let r = w.call(
+        allocate,
+        "POST",
+        "/v1/claims",
+        Some(claim("m-2", "u2", "p")),
+    );
+    assert_eq!((r.status, reason(&r)), (409, "PoolExhausted"));
+    assert_eq!(
+        r.objects.iter().find(|(k, _)| *k == "pool").unwrap().1,
+        "team-a/p"
+    );
+    // Release, twice, then the waiting claim gets the address.
+    assert_eq!(
+        w.call(claims, "DELETE", "/v1/claims/team-a/m-0", None)
+            .status,
+        204
+    );
+    assert_eq!(
+        w.call(claims, "DELETE", "/v1/claims/team-a/m-0", None)
+            .status,
+        204
+    );
+    assert_eq!(
+        w.call(claims, "DELETE", "/v1/claims/team-a/never", None)
+            .status,
+        204
+    );
+    let r = w.call(claims, "GET", "/v1/claims/team-a/m-0", None);
+    assert_eq!((r.status, reason(&r)), (404, "ClaimNotFound"));
+    let r = w.call(
+        allocate,
+        "POST",
+        "/v1/claims",
+        Some(claim("m-2", "u2", "p")),
+    );
+    assert_eq!(
+        (r.status, r.body.unwrap()["spec"]["address"].clone()),
+        (201, json!("10.20.0.10"))
+    );
+    // Deleting the pool while in use is refused.
+    let r = w.call(pools, "DELETE", "/v1/pools/team-a/p", None);
+    assert_eq!((r.status, reason(&r)), (409, "PoolInUse"));
+    // A stale delete for another uid is a no-op.
+    assert_eq!(
+        w.call(claims, "DELETE", "/v1/claims/team-a/m-2?uid=old", None)
+            .status,
+        204
+    );
+    assert_eq!(
+        w.call(claims, "GET", "/v1/claims/team-a/m-2", None).status,
+        200
+    );
+    assert_eq!(
+        w.call(claims, "PUT", "/v1/claims/team-a/m-2", None).status,
+        405
+    );
+    assert_eq!(w.call(allocate, "GET", "/v1/claims", None).status, 405);
+}
+
+#[test]
+fn claim_errors() {
+    let w = World::new();
+    w.call(
+        pools,
+        "PUT",
+        "/v1/pools/team-a/p",
+        Some(pool("p", &["10.20.0.0/24"])),
+    );
+    let mut foreign = claim("m", "u", "p");
+    foreign["spec"]["poolRef"] =
+        json!({"apiGroup": "ipam.cluster.x-k8s.io", "kind": "InClusterIPPool", "name": "p"});
+    let r = w.call(allocate, "POST", "/v1/claims", Some(foreign));
+    assert_eq!((r.status, reason(&r)), (422, "UnsupportedPoolRef"));
+    let r = w.call(
+        allocate,
+        "POST",
+        "/v1/claims",
+        Some(claim("m", "u", "nope")),
+    );
+    assert_eq!((r.status, reason(&r)), (404, "PoolNotFound"));
+    let r = w.call_raw_claim("{{{");
+    assert_eq!((r.status, reason(&r)), (400, "MalformedJSON"));
+    let r = w.call_raw_claim("");
+    assert_eq!(r.status, 400);
+    let mut req = claim("m", "u", "p");
+    req["metadata"]["annotations"] = json!({"ipam.metal-ipam.dev/requested-address": "10.20.0.77"});
+    let r = w.call(allocate, "POST", "/v1/claims", Some(req));
+    assert_eq!(r.body.unwrap()["spec"]["address"], "10.20.0.77");
+    let mut taken = claim("m2", "u2", "p");
+    taken["metadata"]["annotations"] =
+        json!({"ipam.metal-ipam.dev/requested-address": "10.20.0.77"});
+    let r = w.call(allocate, "POST", "/v1/claims", Some(taken.clone()));
+    assert_eq!((r.status, reason(&r)), (409, "AddressInUse"));
+    taken["metadata"]["annotations"] =
+        json!({"ipam.metal-ipam.dev/requested-address": "10.99.0.1"});
+    let r = w.call(allocate, "POST", "/v1/claims", Some(taken));
+    assert_eq!((r.status, reason(&r)), (409, "AddressNotInPool"));
+    let r = w.call(
+        allocate,
+        "POST",
+        "/v1/claims",
+        Some(claim("m", "u", "other")),
+    );
+    assert_eq!((r.status, reason(&r)), (409, "ClaimPoolConflict"));
+}
+
+impl World {
+    fn call_raw_claim(&self, body: &str) -> ApiResponse {
+        let auth = format!("Bearer {TOKEN}");
+        let req = ApiRequest {
+            method: "POST",
+            path: "/v1/claims",
+            query: "",
+            authorization: Some(&auth),
+            body: body.as_bytes(),
+        };
+        let ctx = Ctx {
+            kv: &self.kv,
+            env: &self.env,
+            swap_policy: SwapPolicy::Auto,
+        };
+        api::allocate(&ctx, TOKEN, &req)
+    }
+}
+
+#[test]
+fn log_lines_are_json_with_objects_and_no_secrets() {
+    let w = World::new();
+    w.call(
+        pools,
+        "PUT",
+        "/v1/pools/team-a/p",
+        Some(pool("p", &["10.20.0.0/24"])),
+    );
+    let auth = format!("Bearer {TOKEN}");
+    let body = claim("m-0", "u0", "p").to_string();
+    let req = ApiRequest {
+        method: "POST",
+        path: "/v1/claims",
+        query: "",
+        authorization: Some(&auth),
+        body: body.as_bytes(),
+    };
+    let ctx = Ctx {
+        kv: &w.kv,
+        env: &w.env,
+        swap_policy: SwapPolicy::Auto,
+    };
+    let r = api::allocate(&ctx, TOKEN, &req);
+    let line = r.log_line("allocate", &req, 1, 2.5, w.kv.counts());
+    assert!(!line.contains(TOKEN) && !line.contains('\n'));
+    let v: Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(v["route"], "/v1/claims");
+    assert_eq!(v["outcome"], "allocated");
+    assert_eq!(
+        v["objects"],
+        json!({"claim": "team-a/m-0", "pool": "team-a/p", "address": "10.20.0.2"})
+    );
+    assert_eq!(v["duration_ms"], 2.5);
+    assert!(v["kv_ops"].as_u64().unwrap() > 0);
+}
