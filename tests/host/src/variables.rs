@@ -308,7 +308,7 @@ impl ComponentVariables {
             .map_err(|e| VariableError::InvalidName(format!("invalid variable name: {e}")))?;
         self.values.get(name).cloned().ok_or_else(|| {
             VariableError::Undefined(format!(
-                "undefined variable: no variable for {:?}.{:?}",
+                "no variable for {:?}.{:?}",
                 self.component_id, name
             ))
         })
