@@ -19,6 +19,22 @@
 //! - [`runtime_config`] — `[key_value_store.<label>]` runtime configuration.
 //! - [`build`] — running the manifest's build commands (`--build`).
 //!
+//! ## Command line
+//!
+//! ```text
+//! metal-ipam-host up [-f|--from spin.toml] [--listen 127.0.0.1:3000] [--build]
+//!                    [--variable NAME=VALUE]... [--kv-file PATH | --kv-memory]
+//!                    [--runtime-config-file PATH] [-c|--component-id ID]...
+//! ```
+//!
+//! `cargo run -p metal-ipam-host -- up --variable api_token=dev` from the
+//! workspace root serves `spin.toml`. The default key-value file is
+//! `<manifest dir>/.spin/sqlite_key_value.db`, as with `spin up`. Startup
+//! prints the stores, the variables (secret values as `<secret>`), the
+//! listen address and the routes; component stdout and stderr go to the
+//! host's stderr. Ctrl-C or SIGTERM stops accepting connections and waits
+//! up to [`SHUTDOWN_GRACE`] for in-flight requests.
+//!
 //! ## Test-host additions (not Spin behaviour)
 //!
 //! Every response carries `x-kv-ops: <n>` (the number of key-value data
