@@ -53,6 +53,8 @@ pub struct ApiResponse {
     pub reason: Option<&'static str>,
     /// Objects touched: `("claim", "ns/name")`, `("pool", "ns/p")`, `("address", "10.0.0.5")`.
     pub objects: Vec<(&'static str, String)>,
+    /// Operator-facing error detail for the log line (never in the body).
+    pub detail: Option<String>,
 }
 
 impl ApiResponse {
@@ -65,10 +67,13 @@ impl ApiResponse {
             outcome,
             reason: None,
             objects: Vec::new(),
+            detail: None,
         }
     }
 
-    fn error(e: &Error, route: &'static str) -> Self {
+    /// The response for an error: its status, its JSON body, `Retry-After`
+    /// for transient errors and `WWW-Authenticate` for 401s.
+    pub fn from_error(e: &Error, route: &'static str) -> Self {
         let mut headers = Vec::new();
         match e.kind() {
             ErrorKind::Unauthorized => headers.push((
@@ -86,6 +91,7 @@ impl ApiResponse {
             outcome: "error",
             reason: Some(e.reason()),
             objects: Vec::new(),
+            detail: e.detail().map(str::to_string),
         }
     }
 
@@ -143,6 +149,9 @@ impl ApiResponse {
         if let Some(r) = self.reason {
             line["reason"] = r.into();
         }
+        if let Some(d) = &self.detail {
+            line["detail"] = d.clone().into();
+        }
         line.to_string()
     }
 }
@@ -175,17 +184,20 @@ fn method_not_allowed(route: &'static str, allowed: &str) -> ApiResponse {
         "MethodNotAllowed",
         format!("{route} accepts {allowed}"),
     );
-    let mut r = ApiResponse::error(&e, route);
+    let mut r = ApiResponse::from_error(&e, route);
     r.headers.push(("allow", allowed.to_string()));
     r
 }
 
 fn no_route(path: &str) -> ApiResponse {
-    ApiResponse::error(
+    ApiResponse::from_error(
         &Error::not_found("NoSuchRoute", format!("no route for {path}")),
         "",
     )
 }
+
+/// A pool addressed by a path: kind, namespace (namespaced kind) and name.
+type PoolPath<'a> = (PoolKind, Option<&'a str>, &'a str);
 
 fn path_name(kind: &str, v: &str, label: bool) -> Result<String> {
     let check = if label {
@@ -200,7 +212,7 @@ fn path_name(kind: &str, v: &str, label: bool) -> Result<String> {
 fn authenticate(token: &str, req: &ApiRequest<'_>, route: &'static str) -> Option<ApiResponse> {
     auth::check_bearer(token, req.authorization)
         .err()
-        .map(|e| ApiResponse::error(&e, route))
+        .map(|e| ApiResponse::from_error(&e, route))
 }
 
 /// The `pools` component: `/v1/pools`, `/v1/pools/{namespace}/{name}`,
@@ -213,25 +225,24 @@ fn authenticate(token: &str, req: &ApiRequest<'_>, route: &'static str) -> Optio
 ///   addresses are allocated).
 pub fn pools<K: KvStore>(ctx: &Ctx<'_, K>, token: &str, req: &ApiRequest<'_>) -> ApiResponse {
     let segs = segments(req.path);
-    let (route, id_parts): (&'static str, Option<(PoolKind, Option<&str>, &str)>) =
-        match segs.as_slice() {
-            ["v1", "pools"] => ("/v1/pools", None),
-            ["v1", "global-pools"] => ("/v1/global-pools", None),
-            ["v1", "pools", ns, name] => (
-                "/v1/pools/{namespace}/{name}",
-                Some((PoolKind::Namespaced, Some(*ns), *name)),
-            ),
-            ["v1", "global-pools", name] => (
-                "/v1/global-pools/{name}",
-                Some((PoolKind::Global, None, *name)),
-            ),
-            _ => {
-                if let Some(r) = authenticate(token, req, "") {
-                    return r;
-                }
-                return no_route(req.path);
+    let (route, id_parts): (&'static str, Option<PoolPath<'_>>) = match segs.as_slice() {
+        ["v1", "pools"] => ("/v1/pools", None),
+        ["v1", "global-pools"] => ("/v1/global-pools", None),
+        ["v1", "pools", ns, name] => (
+            "/v1/pools/{namespace}/{name}",
+            Some((PoolKind::Namespaced, Some(*ns), *name)),
+        ),
+        ["v1", "global-pools", name] => (
+            "/v1/global-pools/{name}",
+            Some((PoolKind::Global, None, *name)),
+        ),
+        _ => {
+            if let Some(r) = authenticate(token, req, "") {
+                return r;
             }
-        };
+            return no_route(req.path);
+        }
+    };
     if let Some(r) = authenticate(token, req, route) {
         return r;
     }
@@ -252,7 +263,7 @@ pub fn pools<K: KvStore>(ctx: &Ctx<'_, K>, token: &str, req: &ApiRequest<'_>) ->
                 )
                 .touching("pools", n.to_string())
             }
-            Err(e) => ApiResponse::error(&e, route),
+            Err(e) => ApiResponse::from_error(&e, route),
         };
     };
     let id = match (|| -> Result<PoolId> {
@@ -265,7 +276,7 @@ pub fn pools<K: KvStore>(ctx: &Ctx<'_, K>, token: &str, req: &ApiRequest<'_>) ->
         })
     })() {
         Ok(id) => id,
-        Err(e) => return ApiResponse::error(&e, route),
+        Err(e) => return ApiResponse::from_error(&e, route),
     };
     let touched = id.display();
     let result = match req.method {
@@ -295,7 +306,7 @@ pub fn pools<K: KvStore>(ctx: &Ctx<'_, K>, token: &str, req: &ApiRequest<'_>) ->
     };
     match result {
         Ok(r) => r,
-        Err(e) => ApiResponse::error(&e, route),
+        Err(e) => ApiResponse::from_error(&e, route),
     }
     .touching("pool", touched)
 }
@@ -321,7 +332,7 @@ pub fn allocate<K: KvStore>(ctx: &Ctx<'_, K>, token: &str, req: &ApiRequest<'_>)
     }
     let claim = match parse_json(req.body).and_then(|b| Claim::parse(&b)) {
         Ok(c) => c,
-        Err(e) => return ApiResponse::error(&e, route),
+        Err(e) => return ApiResponse::from_error(&e, route),
     };
     let claim_name = claim.id.display();
     let pool_name = claim.pool.display();
@@ -342,7 +353,7 @@ pub fn allocate<K: KvStore>(ctx: &Ctx<'_, K>, token: &str, req: &ApiRequest<'_>)
     });
     match result {
         Ok(r) => r,
-        Err(e) => ApiResponse::error(&e, route),
+        Err(e) => ApiResponse::from_error(&e, route),
     }
     .touching("claim", claim_name)
     .touching("pool", pool_name)
@@ -369,7 +380,7 @@ pub fn claims<K: KvStore>(ctx: &Ctx<'_, K>, token: &str, req: &ApiRequest<'_>) -
         .and_then(|ns| Ok((ns, path_name("name", name, false)?)))
     {
         Ok(v) => v,
-        Err(e) => return ApiResponse::error(&e, route),
+        Err(e) => return ApiResponse::from_error(&e, route),
     };
     let touched = format!("{ns}/{name}");
     let result = match req.method {
@@ -402,7 +413,7 @@ pub fn claims<K: KvStore>(ctx: &Ctx<'_, K>, token: &str, req: &ApiRequest<'_>) -
     };
     match result {
         Ok(r) => r,
-        Err(e) => ApiResponse::error(&e, route),
+        Err(e) => ApiResponse::from_error(&e, route),
     }
     .touching("claim", touched)
 }

@@ -387,7 +387,8 @@ mod tests {
 
     #[test]
     fn missing_or_bad_fields_are_422_with_path() {
-        let cases: Vec<(Box<dyn Fn(&mut Value)>, &str)> = vec![
+        type Mutation = Box<dyn Fn(&mut Value)>;
+        let cases: Vec<(Mutation, &str)> = vec![
             (Box::new(|j| j["apiVersion"] = json!("v1")), "apiVersion"),
             (Box::new(|j| j["kind"] = json!("IPAddress")), "kind"),
             (

@@ -62,6 +62,7 @@ pub struct Error {
     reason: &'static str,
     message: String,
     field: Option<String>,
+    detail: Option<String>,
 }
 
 /// Result alias used throughout the crate.
@@ -75,6 +76,7 @@ impl Error {
             reason,
             message: message.into(),
             field: None,
+            detail: None,
         }
     }
 
@@ -113,6 +115,19 @@ impl Error {
     pub fn with_field(mut self, field: impl Into<String>) -> Self {
         self.field = Some(field.into());
         self
+    }
+
+    /// Attaches an operator-facing detail (e.g. a backend's error text). It
+    /// goes to the log line, never into the response body.
+    #[must_use]
+    pub fn with_detail(mut self, detail: impl Into<String>) -> Self {
+        self.detail = Some(detail.into());
+        self
+    }
+
+    /// The operator-facing detail, if any (see [`Error::with_detail`]).
+    pub fn detail(&self) -> Option<&str> {
+        self.detail.as_deref()
     }
 
     /// Prefixes the field path, e.g. `addresses[1]` under `spec` becomes

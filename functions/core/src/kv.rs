@@ -44,8 +44,20 @@ impl std::error::Error for KvError {}
 impl From<KvError> for crate::Error {
     fn from(e: KvError) -> Self {
         match e {
-            KvError::AccessDenied | KvError::NoSuchStore => crate::Error::internal(e.to_string()),
-            KvError::Other(_) => crate::Error::transient("StoreUnavailable", e.to_string()),
+            // A deployment mistake (spin.toml `key_value_stores`, runtime
+            // config), not something a retry fixes.
+            KvError::AccessDenied | KvError::NoSuchStore => crate::Error::new(
+                crate::ErrorKind::Internal,
+                "StoreMisconfigured",
+                "the key-value store is not available to this component",
+            )
+            .with_detail(e.to_string()),
+            // The backend's text may name hosts or paths: logs only.
+            KvError::Other(_) => crate::Error::transient(
+                "StoreUnavailable",
+                "the key-value store is unavailable; retry later",
+            )
+            .with_detail(e.to_string()),
         }
     }
 }

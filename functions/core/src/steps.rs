@@ -94,10 +94,10 @@ pub fn allocate<K: KvStore>(ctx: &Ctx<'_, K>, claim: &Claim) -> Result<Allocated
         Ok(match allocation {
             Allocation::Existing(_) => Step::Done((Some(allocation), record)),
             Allocation::New(_) => Step::Write(
-                Next {
+                Box::new(Next {
                     pool: Some((l.object.clone(), l.pool.clone())),
                     state,
-                },
+                }),
                 (Some(allocation), record),
             ),
         })
@@ -200,10 +200,10 @@ pub fn release<K: KvStore>(
         let mut state = l.state.clone();
         if state.release(&claim_key, &record.uid, address, l.pool.grace_seconds, now) {
             Ok(Step::Write(
-                Next {
+                Box::new(Next {
                     pool: Some((l.object.clone(), l.pool.clone())),
                     state,
-                },
+                }),
                 (),
             ))
         } else {
@@ -283,10 +283,10 @@ pub fn put_pool<K: KvStore>(
                 counts: state.counts(&pool),
             };
             return Ok(Step::Write(
-                Next {
+                Box::new(Next {
                     pool: Some((object.clone(), pool.clone())),
                     state,
-                },
+                }),
                 (PutOutcome::Created, view),
             ));
         };
@@ -322,10 +322,10 @@ pub fn put_pool<K: KvStore>(
             return Ok(Step::Done((PutOutcome::Unchanged, view)));
         }
         Ok(Step::Write(
-            Next {
+            Box::new(Next {
                 pool: Some((object.clone(), pool.clone())),
                 state,
-            },
+            }),
             (PutOutcome::Updated, view),
         ))
     })
@@ -392,10 +392,10 @@ pub fn delete_pool<K: KvStore>(ctx: &Ctx<'_, K>, id: &PoolId) -> Result<bool> {
             ));
         }
         Ok(Step::Write(
-            Next {
+            Box::new(Next {
                 pool: None,
                 state: PoolState::default(),
-            },
+            }),
             true,
         ))
     })

@@ -351,7 +351,7 @@ pub enum Step<T> {
     /// Nothing to write; return `T`.
     Done(T),
     /// Write `Next`, then return `T`.
-    Write(Next, T),
+    Write(Box<Next>, T),
 }
 
 /// The value of a claim key: the binding of a claim to an address.

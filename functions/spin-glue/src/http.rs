@@ -164,7 +164,8 @@ pub enum SetupError {
     },
     /// `kv_swap_check` holds an unknown value (500; the value is not echoed).
     InvalidSwapCheck,
-    /// The key-value store could not be opened (503).
+    /// The key-value store could not be opened (500 if not granted or not
+    /// configured, 503 if the backend failed).
     Store(KvError),
 }
 
@@ -187,39 +188,17 @@ impl SetupError {
                 "InvalidConfiguration",
                 format!("the {VAR_KV_SWAP_CHECK} variable must be \"auto\" or \"always\""),
             ),
-            SetupError::Store(e) => Error::transient(
-                "StoreUnavailable",
-                match e {
-                    KvError::AccessDenied => {
-                        "the key-value store could not be opened: access denied"
-                    }
-                    KvError::NoSuchStore => {
-                        "the key-value store could not be opened: it is not configured"
-                    }
-                    KvError::Other(_) => "the key-value store could not be opened",
-                },
-            ),
+            // The same mapping as a store error in the middle of a step:
+            // misconfiguration is a 500, a backend failure a 503; the
+            // backend's text goes to the log only.
+            SetupError::Store(e) => Error::from(e.clone()),
         }
     }
 
-    /// The response: the core's JSON error body, plus `retry-after: 1` for a
-    /// 503 as the core does for transient errors. The route is left empty
-    /// (routing happens in the core, which did not run).
+    /// The response, rendered by the core like any other error. The route
+    /// is left empty (routing happens in the core, which did not run).
     pub fn response(&self) -> ApiResponse {
-        let e = self.to_error();
-        let mut headers = Vec::new();
-        if e.kind() == ErrorKind::Transient {
-            headers.push(("retry-after", "1".to_string()));
-        }
-        ApiResponse {
-            status: e.status(),
-            body: Some(e.body()),
-            headers,
-            route: "",
-            outcome: "error",
-            reason: Some(e.reason()),
-            objects: Vec::new(),
-        }
+        ApiResponse::from_error(&self.to_error(), "")
     }
 }
 
@@ -492,25 +471,31 @@ mod tests {
     }
 
     #[test]
-    fn store_open_errors_are_503_without_backend_messages() {
-        for (e, needle) in [
-            (KvError::AccessDenied, "access denied"),
-            (KvError::NoSuchStore, "not configured"),
+    fn store_open_errors_map_like_core_store_errors_without_backend_messages() {
+        for (e, status, reason) in [
+            (KvError::AccessDenied, 500, "StoreMisconfigured"),
+            (KvError::NoSuchStore, 500, "StoreMisconfigured"),
             (
                 KvError::Other("redis://:pw@host".into()),
-                "could not be opened",
+                503,
+                "StoreUnavailable",
             ),
         ] {
             let r = SetupError::Store(e).response();
-            assert_eq!((r.status, r.reason), (503, Some("StoreUnavailable")));
-            assert_eq!(r.headers, vec![("retry-after", "1".to_string())]);
+            assert_eq!((r.status, r.reason), (status, Some(reason)));
             let body = r.body.clone().unwrap().to_string();
-            assert!(body.contains(needle), "{body}");
             assert!(!body.contains("pw@"), "{body}");
             let rendered = render(&r);
-            assert_eq!(*rendered.status(), 503);
-            assert_eq!(header(&rendered, "retry-after"), Some("1"));
+            assert_eq!(*rendered.status(), status);
             assert_eq!(header(&rendered, "content-type"), Some("application/json"));
+            if status == 503 {
+                assert_eq!(header(&rendered, "retry-after"), Some("1"));
+                // The backend's text is kept for the log line only.
+                assert_eq!(
+                    r.detail.as_deref(),
+                    Some("key-value store error: redis://:pw@host")
+                );
+            }
         }
     }
 
@@ -530,6 +515,7 @@ mod tests {
             outcome: "released",
             reason: None,
             objects: Vec::new(),
+            detail: None,
         };
         let out = render(&empty);
         assert_eq!(*out.status(), 204);

@@ -1,0 +1,268 @@
+//! Running the real components: an in-process [`App`] on the test host, and
+//! [`HostProcess`] for separate host processes sharing one store.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use metal_ipam_host::kv::{KvBackend, KvStore};
+use metal_ipam_host::{Host, HostBuilder};
+use serde_json::Value;
+
+use crate::schema::repo_root;
+
+/// The API token every test app is started with.
+pub const TOKEN: &str = "component-test-token-0f3a";
+
+/// The components built by `cargo build-wasm`.
+pub const COMPONENTS: [&str; 4] = ["healthz", "pools", "allocate", "release"];
+
+/// Path of a component's release build.
+pub fn wasm_path(component: &str) -> PathBuf {
+    repo_root().join(format!("target/wasm32-wasip2/release/fn_{component}.wasm"))
+}
+
+/// Panics with the command to run when a component has not been built.
+pub fn require_wasm() {
+    for c in COMPONENTS {
+        let p = wasm_path(c);
+        assert!(
+            p.exists(),
+            "{} is missing: build the components first with `cargo build-wasm` (tests/run does)",
+            p.display()
+        );
+    }
+}
+
+/// A unique scratch directory under the system temp dir, removed on drop.
+pub struct TempDir(PathBuf);
+
+impl TempDir {
+    /// Creates it.
+    pub fn new(tag: &str) -> TempDir {
+        static N: AtomicU32 = AtomicU32::new(0);
+        let p = std::env::temp_dir().join(format!(
+            "metal-ipam-{tag}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::SeqCst)
+        ));
+        std::fs::create_dir_all(&p).expect("temp dir");
+        TempDir(p)
+    }
+
+    /// Its path.
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A response, decoded.
+#[derive(Debug, Clone)]
+pub struct Resp {
+    /// Status code.
+    pub status: u16,
+    /// Body as JSON (`Null` when empty or not JSON).
+    pub body: Value,
+    /// Raw headers.
+    pub headers: http::HeaderMap,
+    /// Key-value operations the request made (from the test host).
+    pub kv_ops: u64,
+}
+
+impl Resp {
+    /// `body.reason` of an error body.
+    pub fn reason(&self) -> &str {
+        self.body["reason"].as_str().unwrap_or("")
+    }
+}
+
+/// The application from `spin.toml`, loaded in-process on the test host.
+pub struct App {
+    /// The host.
+    pub host: Host,
+    _dir: Option<TempDir>,
+}
+
+impl App {
+    /// Loads spin.toml with an in-memory store.
+    pub fn new() -> App {
+        Self::with_backend(KvBackend::Memory, None)
+    }
+
+    /// Loads spin.toml with a SQLite file in a fresh temp dir.
+    pub fn sqlite() -> App {
+        let dir = TempDir::new("app");
+        let file = dir.path().join("kv.db");
+        Self::with_backend(KvBackend::SqliteFile(file), Some(dir))
+    }
+
+    fn with_backend(kv: KvBackend, dir: Option<TempDir>) -> App {
+        require_wasm();
+        let host = HostBuilder::new(repo_root().join("spin.toml"))
+            .kv(kv)
+            .use_process_env(false)
+            .variable("api_token", TOKEN)
+            .build()
+            .expect("spin.toml loads on the test host");
+        App { host, _dir: dir }
+    }
+
+    /// Sends a request with the right bearer token.
+    pub async fn call(&self, method: &str, path: &str, body: Option<&Value>) -> Resp {
+        self.call_with(method, path, body, Some(&format!("Bearer {TOKEN}")))
+            .await
+    }
+
+    /// Sends a request with the given `Authorization` header (or none).
+    pub async fn call_with(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&Value>,
+        auth: Option<&str>,
+    ) -> Resp {
+        let mut b = http::Request::builder().method(method).uri(path);
+        if let Some(a) = auth {
+            b = b.header("authorization", a);
+        }
+        let bytes = match body {
+            Some(v) => {
+                b = b.header("content-type", "application/json");
+                serde_json::to_vec(v).expect("json")
+            }
+            None => Vec::new(),
+        };
+        self.send(b.body(bytes).expect("request")).await
+    }
+
+    /// Sends a raw request.
+    pub async fn send(&self, req: http::Request<Vec<u8>>) -> Resp {
+        let out = self
+            .host
+            .handle(req)
+            .await
+            .expect("the host handles the request");
+        let (parts, body) = out.response.into_parts();
+        Resp {
+            status: parts.status.as_u16(),
+            body: serde_json::from_slice(&body).unwrap_or(Value::Null),
+            headers: parts.headers,
+            kv_ops: out.kv_ops.total(),
+        }
+    }
+
+    /// The `default` store, for inspection and seeding.
+    pub async fn store(&self) -> KvStore {
+        let allowed: HashSet<String> = ["default".to_string()].into();
+        self.host
+            .kv_stores()
+            .open(&allowed, "default")
+            .await
+            .expect("default store")
+    }
+}
+
+impl Default for App {
+    fn default() -> Self {
+        App::new()
+    }
+}
+
+/// A `metal-ipam-host up` process serving spin.toml on an ephemeral port.
+pub struct HostProcess {
+    child: Child,
+    /// `http://127.0.0.1:<port>`.
+    pub base_url: String,
+}
+
+impl HostProcess {
+    /// Path of the host binary built alongside the tests.
+    pub fn binary() -> PathBuf {
+        let exe = std::env::current_exe().expect("current exe");
+        // target/<profile>/deps/<test> → target/<profile>/metal-ipam-host
+        let dir = exe.parent().and_then(Path::parent).expect("target dir");
+        dir.join(format!("metal-ipam-host{}", std::env::consts::EXE_SUFFIX))
+    }
+
+    /// Starts a host on `kv_file` and waits until it serves.
+    ///
+    /// # Errors
+    /// If the binary is missing or the host does not come up in 60 s.
+    pub fn start(kv_file: &Path) -> Result<HostProcess> {
+        require_wasm();
+        let bin = Self::binary();
+        if !bin.exists() {
+            bail!("{} is missing: run `cargo build -p metal-ipam-host` (cargo test --workspace builds it)", bin.display());
+        }
+        let port = free_port()?;
+        let child = Command::new(&bin)
+            .args(["up", "--from"])
+            .arg(repo_root().join("spin.toml"))
+            .args(["--listen", &format!("127.0.0.1:{port}"), "--kv-file"])
+            .arg(kv_file)
+            .env("SPIN_VARIABLE_API_TOKEN", TOKEN)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .with_context(|| format!("starting {}", bin.display()))?;
+        let mut p = HostProcess {
+            child,
+            base_url: format!("http://127.0.0.1:{port}"),
+        };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                return Ok(p);
+            }
+            if let Some(status) = p.child.try_wait()? {
+                bail!("host exited during startup: {status}");
+            }
+            if Instant::now() > deadline {
+                bail!("host did not listen on {port} within 60 s");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for HostProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> Result<u16> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0")?;
+    Ok(l.local_addr()?.port())
+}
+
+/// A pool object for tests.
+pub fn pool_json(namespace: &str, name: &str, addresses: &[&str], prefix: u8) -> Value {
+    serde_json::json!({
+        "apiVersion": "ipam.metal-ipam.dev/v1alpha1",
+        "kind": "MetalIPPool",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"addresses": addresses, "prefix": prefix}
+    })
+}
+
+/// An `IPAddressClaim` v1beta2 for tests.
+pub fn claim_json(namespace: &str, name: &str, uid: &str, pool: &str) -> Value {
+    serde_json::json!({
+        "apiVersion": "ipam.cluster.x-k8s.io/v1beta2",
+        "kind": "IPAddressClaim",
+        "metadata": {"name": name, "namespace": namespace, "uid": uid},
+        "spec": {"poolRef": {"apiGroup": "ipam.metal-ipam.dev", "kind": "MetalIPPool", "name": pool}}
+    })
+}

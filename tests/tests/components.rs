@@ -1,0 +1,465 @@
+//! Component tests: the real .wasm files from `cargo build-wasm`, routed by
+//! the real spin.toml, on the wasmtime test host with Spin's SQLite
+//! key-value semantics. Every route: happy paths, auth failures, bad input,
+//! the contract's error statuses, and the key-value cost of allocation.
+
+use std::collections::BTreeSet;
+
+use metal_ipam_tests::harness::{claim_json, pool_json, App, TOKEN};
+use metal_ipam_tests::schema::{self, load_crd, shared_reference_dir};
+use serde_json::{json, Value};
+
+fn capi_crd(file: &str) -> schema::Crd {
+    load_crd(shared_reference_dir().join("capi-ipam").join(file)).expect("CAPI CRD")
+}
+
+fn assert_valid_ip_address(obj: &Value) {
+    let crd = capi_crd("cluster-api__core_config_crd_bases_ipam.cluster.x-k8s.io_ipaddresses.yaml");
+    if let Err(errs) = crd.validate(obj) {
+        panic!("IPAddress does not validate against CAPI's CRD: {errs:?}\n{obj:#}");
+    }
+}
+
+#[tokio::test]
+async fn healthz_needs_no_token_and_everything_else_does() {
+    let app = App::new();
+    let r = app.call_with("GET", "/healthz", None, None).await;
+    assert_eq!((r.status, r.body.clone()), (200, json!({"status": "ok"})));
+    assert_eq!(r.kv_ops, 0, "a probe never touches the store");
+    let routes = [
+        ("GET", "/v1/pools"),
+        ("GET", "/v1/global-pools"),
+        ("PUT", "/v1/pools/ns/p"),
+        ("GET", "/v1/pools/ns/p"),
+        ("DELETE", "/v1/pools/ns/p"),
+        ("PUT", "/v1/global-pools/g"),
+        ("POST", "/v1/claims"),
+        ("GET", "/v1/claims/ns/c"),
+        ("DELETE", "/v1/claims/ns/c"),
+    ];
+    for (m, p) in routes {
+        for auth in [
+            None,
+            Some("Bearer not-the-token".to_string()),
+            Some(format!("Basic {TOKEN}")),
+        ] {
+            let r = app
+                .call_with(
+                    m,
+                    p,
+                    Some(&pool_json("ns", "p", &["10.0.0.1"], 24)),
+                    auth.as_deref(),
+                )
+                .await;
+            assert_eq!(r.status, 401, "{m} {p} with {auth:?}");
+            assert_eq!(r.reason(), "Unauthorized");
+            assert!(r.headers.contains_key("www-authenticate"));
+            assert_eq!(r.kv_ops, 0, "rejected before touching the store");
+        }
+    }
+    let store = app.store().await;
+    assert!(store.get_keys().await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn pools_register_read_list_update_delete() {
+    let app = App::new();
+    let body = json!({
+        "apiVersion": "ipam.metal-ipam.dev/v1alpha1", "kind": "MetalIPPool",
+        "metadata": {"name": "nodes", "namespace": "team-a"},
+        "spec": {"addresses": ["10.10.0.0/24"], "prefix": 24, "gateway": "10.10.0.1"}
+    });
+    let r = app.call("PUT", "/v1/pools/team-a/nodes", Some(&body)).await;
+    assert_eq!(r.status, 201, "{}", r.body);
+    assert_eq!(
+        r.body["status"]["ipAddresses"],
+        json!({"total": 253, "used": 0, "free": 253, "outOfRange": 0})
+    );
+    let pool_crd =
+        load_crd(schema::repo_root().join("deploy/crds/ipam.metal-ipam.dev_metalippools.yaml"))
+            .unwrap();
+    pool_crd
+        .validate(&r.body)
+        .unwrap_or_else(|e| panic!("pool response does not match our CRD: {e:?}"));
+    assert_eq!(
+        app.call("PUT", "/v1/pools/team-a/nodes", Some(&body))
+            .await
+            .status,
+        200
+    );
+    let r = app.call("GET", "/v1/pools/team-a/nodes", None).await;
+    assert_eq!((r.status, r.kv_ops), (200, 1));
+    let global = json!({"apiVersion": "ipam.metal-ipam.dev/v1alpha1", "kind": "GlobalMetalIPPool",
+        "metadata": {"name": "v6"}, "spec": {"addresses": ["2001:db8:7::/64"], "prefix": 64}});
+    let r = app.call("PUT", "/v1/global-pools/v6", Some(&global)).await;
+    assert_eq!(r.status, 201, "{}", r.body);
+    let gcrd = load_crd(
+        schema::repo_root().join("deploy/crds/ipam.metal-ipam.dev_globalmetalippools.yaml"),
+    )
+    .unwrap();
+    gcrd.validate(&r.body).unwrap_or_else(|e| panic!("{e:?}"));
+    let list = app.call("GET", "/v1/pools", None).await;
+    let names: BTreeSet<String> = list.body["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["metadata"]["name"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(names, ["nodes".to_string(), "v6".to_string()].into());
+    assert_eq!(
+        app.call("GET", "/v1/global-pools", None).await.body["items"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    assert_eq!(
+        app.call("DELETE", "/v1/global-pools/v6", None).await.status,
+        204
+    );
+    let r = app.call("GET", "/v1/global-pools/v6", None).await;
+    assert_eq!((r.status, r.reason()), (404, "PoolNotFound"));
+    let r = app.call("PATCH", "/v1/pools/team-a/nodes", None).await;
+    assert_eq!(r.status, 405);
+}
+
+#[tokio::test]
+async fn bad_input_is_a_clear_4xx_and_changes_nothing() {
+    let app = App::new();
+    let store = app.store().await;
+    let raw = |body: &'static str| {
+        http::Request::builder()
+            .method("PUT")
+            .uri("/v1/pools/team-a/p")
+            .header("authorization", format!("Bearer {TOKEN}"))
+            .body(body.as_bytes().to_vec())
+            .unwrap()
+    };
+    let r = app.send(raw("{\"apiVersion\": ")).await;
+    assert_eq!((r.status, r.reason()), (400, "MalformedJSON"));
+    let mut bad = pool_json("team-a", "p", &["10.0.0.0/24", "10.0.9.1"], 24);
+    let r = app.call("PUT", "/v1/pools/team-a/p", Some(&bad)).await;
+    assert_eq!(
+        (r.status, r.body["field"].as_str()),
+        (422, Some("spec.addresses[1]"))
+    );
+    bad["spec"]["prefix"] = json!(40);
+    let r = app.call("PUT", "/v1/pools/team-a/p", Some(&bad)).await;
+    assert_eq!(r.status, 422);
+    let r = app
+        .call(
+            "PUT",
+            "/v1/pools/team-a/p",
+            Some(&pool_json("team-a", "other", &["10.0.0.1"], 24)),
+        )
+        .await;
+    assert_eq!(
+        (r.status, r.body["field"].as_str()),
+        (422, Some("metadata.name"))
+    );
+    let r = app
+        .call(
+            "POST",
+            "/v1/claims",
+            Some(&json!({"kind": "IPAddressClaim"})),
+        )
+        .await;
+    assert_eq!(r.status, 422);
+    assert!(
+        store.get_keys().await.unwrap().is_empty(),
+        "no key written by rejected requests"
+    );
+    assert!(
+        r.body["message"].as_str().unwrap().len() > 5,
+        "a human message: {}",
+        r.body
+    );
+}
+
+#[tokio::test]
+async fn claims_allocate_read_release_with_contract_objects() {
+    let app = App::new();
+    let mut pool = pool_json("team-a", "p", &["10.20.0.12", "10.20.0.10-10.20.0.11"], 24);
+    pool["spec"]["gateway"] = json!("10.20.0.1");
+    assert_eq!(
+        app.call("PUT", "/v1/pools/team-a/p", Some(&pool))
+            .await
+            .status,
+        201
+    );
+    let claim = claim_json("team-a", "m-0", "uid-0", "p");
+    let r = app.call("POST", "/v1/claims", Some(&claim)).await;
+    assert_eq!(r.status, 201, "{}", r.body);
+    assert_eq!(r.kv_ops, 4, "allocation cost on Spin's SQLite semantics");
+    assert_eq!(
+        r.body["spec"]["address"], "10.20.0.10",
+        "lowest address, whatever the order of addresses"
+    );
+    assert_eq!(r.body["spec"]["poolRef"], claim["spec"]["poolRef"]);
+    assert_eq!(r.body["metadata"]["ownerReferences"][0]["uid"], "uid-0");
+    assert_valid_ip_address(&r.body);
+    let again = app.call("POST", "/v1/claims", Some(&claim)).await;
+    assert_eq!((again.status, &again.body), (200, &r.body));
+    let got = app.call("GET", "/v1/claims/team-a/m-0", None).await;
+    assert_eq!((got.status, &got.body, got.kv_ops), (200, &r.body, 1));
+    // v1beta1 claims get v1beta1 addresses, valid against that version.
+    let mut old = claim_json("team-a", "m-1", "uid-1", "p");
+    old["apiVersion"] = json!("ipam.cluster.x-k8s.io/v1beta1");
+    let r1 = app.call("POST", "/v1/claims", Some(&old)).await;
+    assert_eq!(
+        (r1.status, r1.body["apiVersion"].as_str()),
+        (201, Some("ipam.cluster.x-k8s.io/v1beta1"))
+    );
+    assert_valid_ip_address(&r1.body);
+    assert_eq!(r1.body["spec"]["address"], "10.20.0.11");
+    let r2 = app
+        .call(
+            "POST",
+            "/v1/claims",
+            Some(&claim_json("team-a", "m-2", "uid-2", "p")),
+        )
+        .await;
+    assert_eq!(r2.body["spec"]["address"], "10.20.0.12");
+    // Exhausted.
+    let r = app
+        .call(
+            "POST",
+            "/v1/claims",
+            Some(&claim_json("team-a", "m-3", "uid-3", "p")),
+        )
+        .await;
+    assert_eq!((r.status, r.reason()), (409, "PoolExhausted"));
+    assert!(r.body["message"].as_str().unwrap().contains("team-a/p"));
+    // Shrinking below an allocated address and deleting in use are refused.
+    let shrunk = pool_json("team-a", "p", &["10.20.0.10-10.20.0.11"], 24);
+    let r = app.call("PUT", "/v1/pools/team-a/p", Some(&shrunk)).await;
+    assert_eq!((r.status, r.reason()), (409, "AllocatedAddressesDropped"));
+    assert!(r.body["message"].as_str().unwrap().contains("10.20.0.12"));
+    let r = app.call("DELETE", "/v1/pools/team-a/p", None).await;
+    assert_eq!((r.status, r.reason()), (409, "PoolInUse"));
+    // Release (twice, and an unknown claim), then the waiting claim proceeds.
+    let r = app.call("DELETE", "/v1/claims/team-a/m-0", None).await;
+    assert_eq!((r.status, r.kv_ops), (204, 4));
+    assert_eq!(
+        app.call("DELETE", "/v1/claims/team-a/m-0", None)
+            .await
+            .status,
+        204
+    );
+    assert_eq!(
+        app.call("DELETE", "/v1/claims/team-a/nobody", None)
+            .await
+            .status,
+        204
+    );
+    let r = app.call("GET", "/v1/claims/team-a/m-0", None).await;
+    assert_eq!((r.status, r.reason()), (404, "ClaimNotFound"));
+    let r = app
+        .call(
+            "POST",
+            "/v1/claims",
+            Some(&claim_json("team-a", "m-3", "uid-3", "p")),
+        )
+        .await;
+    assert_eq!(
+        (r.status, r.body["spec"]["address"].as_str()),
+        (201, Some("10.20.0.10"))
+    );
+    let status =
+        app.call("GET", "/v1/pools/team-a/p", None).await.body["status"]["ipAddresses"].clone();
+    assert_eq!(
+        status,
+        json!({"total": 3, "used": 3, "free": 0, "outOfRange": 0})
+    );
+}
+
+#[tokio::test]
+async fn claim_errors_map_to_contract_statuses() {
+    let app = App::new();
+    app.call(
+        "PUT",
+        "/v1/pools/team-a/p",
+        Some(&pool_json("team-a", "p", &["10.30.0.0/24"], 24)),
+    )
+    .await;
+    let mut foreign = claim_json("team-a", "m", "u", "p");
+    foreign["spec"]["poolRef"] =
+        json!({"apiGroup": "ipam.cluster.x-k8s.io", "kind": "InClusterIPPool", "name": "p"});
+    let r = app.call("POST", "/v1/claims", Some(&foreign)).await;
+    assert_eq!((r.status, r.reason()), (422, "UnsupportedPoolRef"));
+    let r = app
+        .call(
+            "POST",
+            "/v1/claims",
+            Some(&claim_json("team-a", "m", "u", "missing")),
+        )
+        .await;
+    assert_eq!((r.status, r.reason()), (404, "PoolNotFound"));
+    let r = app
+        .send(
+            http::Request::builder()
+                .method("POST")
+                .uri("/v1/claims")
+                .header("authorization", format!("Bearer {TOKEN}"))
+                .body(b"not json".to_vec())
+                .unwrap(),
+        )
+        .await;
+    assert_eq!((r.status, r.reason()), (400, "MalformedJSON"));
+    let mut want = claim_json("team-a", "m", "u", "p");
+    want["metadata"]["annotations"] =
+        json!({"ipam.metal-ipam.dev/requested-address": "10.30.0.200"});
+    let r = app.call("POST", "/v1/claims", Some(&want)).await;
+    assert_eq!(
+        (r.status, r.body["spec"]["address"].as_str()),
+        (201, Some("10.30.0.200"))
+    );
+    let mut clash = claim_json("team-a", "n", "u2", "p");
+    clash["metadata"]["annotations"] =
+        json!({"ipam.metal-ipam.dev/requested-address": "10.30.0.200"});
+    let r = app.call("POST", "/v1/claims", Some(&clash)).await;
+    assert_eq!((r.status, r.reason()), (409, "AddressInUse"));
+    let r = app
+        .call(
+            "POST",
+            "/v1/claims",
+            Some(&claim_json("team-a", "m", "u-new", "p")),
+        )
+        .await;
+    assert_eq!((r.status, r.reason()), (409, "ClaimUidConflict"));
+}
+
+#[tokio::test]
+async fn kv_operations_per_allocation_stay_within_the_bound_at_low_and_high_fill() {
+    let app = App::new();
+    // A /22: 1022 allocatable addresses; fill to over 99 %, measuring as we go.
+    app.call(
+        "PUT",
+        "/v1/pools/fill/p",
+        Some(&pool_json("fill", "p", &["10.40.0.0/22"], 22)),
+    )
+    .await;
+    let total = 1022;
+    let mut low = Vec::new();
+    let mut high = Vec::new();
+    for i in 0..total {
+        let r = app
+            .call(
+                "POST",
+                "/v1/claims",
+                Some(&claim_json(
+                    "fill",
+                    &format!("m-{i}"),
+                    &format!("u{i}"),
+                    "p",
+                )),
+            )
+            .await;
+        assert_eq!(r.status, 201, "{}", r.body);
+        if i < 10 {
+            low.push(r.kv_ops);
+        }
+        if i >= total * 99 / 100 {
+            high.push(r.kv_ops);
+        }
+    }
+    assert!(
+        low.iter().chain(&high).all(|&n| n <= 4),
+        "ops per allocation: low {low:?} high {high:?}"
+    );
+    assert_eq!(
+        low.iter().min(),
+        high.iter().min(),
+        "cost independent of fill"
+    );
+    let r = app
+        .call(
+            "POST",
+            "/v1/claims",
+            Some(&claim_json("fill", "one-more", "u", "p")),
+        )
+        .await;
+    assert_eq!(r.reason(), "PoolExhausted");
+}
+
+#[tokio::test]
+async fn stored_records_match_the_kv_schema() {
+    let app = App::sqlite();
+    let mut pool = pool_json("team-a", "p", &["10.50.0.0/28"], 28);
+    pool["spec"]["addressReuseGracePeriodSeconds"] = json!(60);
+    app.call("PUT", "/v1/pools/team-a/p", Some(&pool)).await;
+    for i in 0..3 {
+        app.call(
+            "POST",
+            "/v1/claims",
+            Some(&claim_json("team-a", &format!("m{i}"), "u", "p")),
+        )
+        .await;
+    }
+    app.call("DELETE", "/v1/claims/team-a/m1", None).await;
+    app.call("PUT", "/v1/global-pools/g", Some(&json!({"apiVersion": "ipam.metal-ipam.dev/v1alpha1",
+        "kind": "GlobalMetalIPPool", "metadata": {"name": "g"}, "spec": {"addresses": ["10.60.0.1"], "prefix": 24}}))).await;
+    app.call("DELETE", "/v1/global-pools/g", None).await;
+    let dir = schema::repo_root().join("kv-schema");
+    let pool_schema: Value =
+        serde_json::from_slice(&std::fs::read(dir.join("pool-record.schema.json")).unwrap())
+            .unwrap();
+    let claim_schema: Value =
+        serde_json::from_slice(&std::fs::read(dir.join("claim-record.schema.json")).unwrap())
+            .unwrap();
+    let store = app.store().await;
+    let mut seen = BTreeSet::new();
+    for key in store.get_keys().await.unwrap() {
+        let prefix = key.split('/').next().unwrap().to_string();
+        seen.insert(prefix.clone());
+        let bytes = store.get(&key).await.unwrap().unwrap();
+        let schema = match prefix.as_str() {
+            "pool" => &pool_schema,
+            "claim" => &claim_schema,
+            "pool-init" => continue, // a counter, never JSON
+            other => panic!("undocumented key {key} ({other})"),
+        };
+        let v: Value = serde_json::from_slice(&bytes).unwrap();
+        schema::validate(schema, &v).unwrap_or_else(|e| panic!("{key}: {e:?}\n{v:#}"));
+    }
+    assert_eq!(
+        seen,
+        ["claim", "pool", "pool-init"].map(String::from).into()
+    );
+}
+
+#[test]
+fn manifest_grants_each_component_only_what_it_needs() {
+    let manifest: toml::Value =
+        toml::from_str(&std::fs::read_to_string(schema::repo_root().join("spin.toml")).unwrap())
+            .unwrap();
+    let comps = manifest["component"].as_table().unwrap();
+    for (id, c) in comps {
+        let stores: Vec<&str> = c
+            .get("key_value_stores")
+            .and_then(|v| v.as_array())
+            .map(|a| a.iter().map(|s| s.as_str().unwrap()).collect())
+            .unwrap_or_default();
+        let hosts = c
+            .get("allowed_outbound_hosts")
+            .and_then(|v| v.as_array())
+            .map(Vec::len)
+            .unwrap_or(0);
+        match id.as_str() {
+            "healthz" => assert!(
+                stores.is_empty() && c.get("variables").is_none(),
+                "healthz needs nothing"
+            ),
+            "pools" | "allocate" | "release" => {
+                assert_eq!(stores, ["default"], "{id}");
+                let vars = c["variables"].as_table().unwrap();
+                assert!(vars.contains_key("api_token"), "{id} authenticates");
+            }
+            other => panic!("unexpected component {other}"),
+        }
+        assert_eq!(hosts, 0, "{id} makes no outbound calls in this release");
+    }
+    assert!(manifest["variables"]["api_token"]["secret"]
+        .as_bool()
+        .unwrap());
+}
