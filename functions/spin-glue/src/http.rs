@@ -556,7 +556,11 @@ mod tests {
                 SetupError::InvalidSwapCheck.response()
             },
         );
-        assert_eq!((r.status, ops.total()), (503, 0));
+        // An unconfigured store is a deployment mistake: 500, like the core.
+        assert_eq!(
+            (r.status, r.reason, ops.total()),
+            (500, Some("StoreMisconfigured"), 0)
+        );
         assert!(!called.get());
     }
 
