@@ -1,5 +1,6 @@
 //! Shared helpers for metal-ipam's component, concurrency and schema tests.
 
 pub mod client;
+pub mod fake_kube;
 pub mod harness;
 pub mod schema;
