@@ -18,17 +18,21 @@
 //! - [`steps`]: allocate, release, pool registration… over the port.
 //! - [`auth`]: bearer-token check.
 //! - [`api`]: routing and rendering of every route.
+//! - [`events`]: the payloads event forwarders post to `/v1/events`.
+//! - [`admission`]: the validating webhook for the pool kinds.
 //! - `testing` (feature `testing`): in-memory store with each Spin backend's
 //!   quirks, and a deterministic environment.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
 pub mod addr;
+pub mod admission;
 pub mod alloc;
 pub mod api;
 pub mod auth;
 pub mod claim;
 pub mod error;
+pub mod events;
 pub mod kv;
 pub mod names;
 pub mod pool;

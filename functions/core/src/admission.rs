@@ -1,0 +1,670 @@
+//! The validating admission webhook for the pool kinds
+//! (`POST /v1/admission/pools`).
+//!
+//! Kubernetes sends an `AdmissionReview` (`admission.k8s.io/v1`) for every
+//! create, update and delete of a `MetalIPPool` or `GlobalMetalIPPool`;
+//! [`review`] answers it from the pools registered in the key-value store
+//! (through [`PoolLookup`]), so a bad pool is refused by `kubectl apply`
+//! instead of failing later in the events route.
+//!
+//! # Rules
+//! Requests whose `request.kind` is not `MetalIPPool` or `GlobalMetalIPPool`
+//! of group `ipam.metal-ipam.dev` are allowed without checks, as are
+//! operations other than `CREATE`, `UPDATE` and `DELETE`. Dry-run requests
+//! (`request.dryRun`) are checked exactly like the others (the webhook has no
+//! side effects). Otherwise:
+//!
+//! **CREATE and UPDATE**
+//! 1. An `UPDATE` whose `spec` equals the old object's `spec` is allowed
+//!    without further checks: label, annotation, finalizer and owner changes
+//!    (including adding the skip annotation below) are never blocked.
+//! 2. The object must be a valid pool, by the same rules as
+//!    `PUT /v1/pools/…` ([`PoolObject::parse`] with the id from
+//!    `request.name` / `request.namespace`, or the object's metadata when
+//!    those are empty, then [`crate::pool::PoolSpec::validate`]). Denied with
+//!    code 422, the reason of the error (`Invalid`) and `field: message`.
+//! 3. If the store already holds this pool, the new spec must keep every
+//!    bound address, as [`crate::steps::put_pool`] requires
+//!    ([`crate::alloc::PoolState::dropped_by`]). Denied with 422
+//!    `AllocatedAddressesDropped` naming up to ten of them.
+//! 4. **No unsafe overlap.** Two pools overlap unsafely when both could hand
+//!    the same address to claims of the same namespace: they are of the same
+//!    family and their allocatable sets
+//!    ([`crate::pool::ValidatedPool::allocatable`]: addresses − exclusions −
+//!    reserved addresses) intersect, and
+//!    - both are `MetalIPPool`s of the same namespace, or
+//!    - either is a `GlobalMetalIPPool` (it serves every namespace).
+//!
+//!    Two `MetalIPPool`s of different namespaces may share addresses (each
+//!    serves only its namespace, e.g. separate networks); the response then
+//!    carries a warning. So does a pool that hands out the gateway of a pool
+//!    it would otherwise overlap with (at most three warnings are listed). An IPv4 and an IPv6 pool never overlap, and a pool
+//!    never conflicts with its own stored version (same kind, namespace and
+//!    name). Denied with 422 `PoolOverlap`, naming the other pool and one
+//!    shared address.
+//!
+//! **DELETE**
+//! 5. A pool with bound addresses (`status.ipAddresses.used + outOfRange >
+//!    0`) cannot be deleted: denied with 403 `PoolInUse`, unless the old
+//!    object carries the annotation [`SKIP_DELETE_VALIDATION_ANNOTATION`]
+//!    (any value). That is the escape hatch for `clusterctl move`, which
+//!    deletes the pools from the source cluster after re-creating them in
+//!    the target (the in-cluster provider has the same annotation in its own
+//!    group). A pool the store does not know is deleted freely.
+//!
+//! # Response
+//! `{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+//! "response": {"uid": <request.uid>, "allowed": …}}`, plus, when denied,
+//! `"status": {"status": "Failure", "code": 403|422, "reason": …,
+//! "message": …, "details": {"causes": [{"field", "message"}]}}` (causes only
+//! when a field is known), and `"warnings": […]` when there are any.
+
+use serde_json::{json, Map, Value};
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::kv::KvStore;
+use crate::names;
+use crate::pool::{self, PoolId, PoolKind, PoolObject};
+use crate::store::{self, addr_in_family, keys, Loaded};
+
+/// The `apiVersion` of the reviews we accept and answer.
+pub const REVIEW_API_VERSION: &str = "admission.k8s.io/v1";
+/// Annotation that lets a pool with bound addresses be deleted (for
+/// `clusterctl move`).
+pub const SKIP_DELETE_VALIDATION_ANNOTATION: &str =
+    "ipam.metal-ipam.dev/skip-validate-delete-webhook";
+/// At most this many overlap warnings are listed in one response.
+const MAX_WARNINGS: usize = 3;
+/// At most this many dropped addresses are named in a denial.
+const MAX_DROPPED_LISTED: usize = 10;
+
+/// A read-only view of the registered pools.
+pub trait PoolLookup {
+    /// The pool `id`, or `None` if it is not registered (or deleted).
+    ///
+    /// # Errors
+    /// Store failures (503) or unreadable records (500).
+    fn get(&self, id: &PoolId) -> Result<Option<Loaded>>;
+
+    /// Every registered pool, in any order.
+    ///
+    /// # Errors
+    /// Store failures (503) or unreadable records (500).
+    fn all(&self) -> Result<Vec<Loaded>>;
+}
+
+/// A fixed set of pools (tests, snapshots).
+impl PoolLookup for Vec<Loaded> {
+    fn get(&self, id: &PoolId) -> Result<Option<Loaded>> {
+        Ok(self.iter().find(|l| &l.object.id == id).cloned())
+    }
+
+    fn all(&self) -> Result<Vec<Loaded>> {
+        Ok(self.clone())
+    }
+}
+
+/// The pools registered in a key-value store: `get` is one `get`, `all`
+/// lists every key once and reads each pool record.
+#[derive(Debug, Clone, Copy)]
+pub struct KvPools<'a, K: KvStore>(pub &'a K);
+
+impl<K: KvStore> PoolLookup for KvPools<'_, K> {
+    fn get(&self, id: &PoolId) -> Result<Option<Loaded>> {
+        store::read_pool(self.0, id)
+    }
+
+    fn all(&self) -> Result<Vec<Loaded>> {
+        let mut out = Vec::new();
+        for key in self.0.list_keys()? {
+            if let Some(id) = keys::parse_pool(&key) {
+                if let Some(l) = store::read_pool(self.0, &id)? {
+                    out.push(l);
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Why a request is denied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Denial {
+    /// `status.code`: 422 for an invalid or overlapping spec, 403 for a
+    /// delete while addresses are bound.
+    pub code: u16,
+    /// `status.reason`: `Invalid`, `AllocatedAddressesDropped`,
+    /// `PoolOverlap`, `PoolInUse`.
+    pub reason: &'static str,
+    /// `status.message`: `field: message` when a field is known.
+    pub message: String,
+    /// The offending field, e.g. `spec.addresses[1]`.
+    pub field: Option<String>,
+}
+
+impl Denial {
+    fn from_error(code: u16, e: &Error) -> Denial {
+        Denial {
+            code,
+            reason: e.reason(),
+            message: match e.field() {
+                Some(f) => format!("{f}: {}", e.message()),
+                None => e.message().to_string(),
+            },
+            field: e.field().map(str::to_string),
+        }
+    }
+
+    fn status(&self) -> Value {
+        let mut s = json!({
+            "status": "Failure",
+            "code": self.code,
+            "reason": self.reason,
+            "message": self.message,
+        });
+        if let Some(f) = &self.field {
+            s["details"] = json!({"causes": [{"field": f, "message": self.message}]});
+        }
+        s
+    }
+}
+
+/// The decision on one review, with what a log line needs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reviewed {
+    /// `request.uid`, echoed in the response.
+    pub uid: String,
+    /// `request.operation`: `CREATE`, `UPDATE`, `DELETE`, `CONNECT`.
+    pub operation: String,
+    /// The pool reviewed; `None` for other kinds or an unidentifiable object.
+    pub pool: Option<PoolId>,
+    /// `request.dryRun` (checked the same way).
+    pub dry_run: bool,
+    /// `None` when allowed.
+    pub denial: Option<Denial>,
+    /// `response.warnings`.
+    pub warnings: Vec<String>,
+    /// For logs: `allowed`, `denied`, `ignored` (not our kind or operation),
+    /// `spec-unchanged` (rule 1) or `skip-annotation` (rule 5).
+    pub outcome: &'static str,
+}
+
+impl Reviewed {
+    /// Whether the request is allowed.
+    pub fn allowed(&self) -> bool {
+        self.denial.is_none()
+    }
+
+    /// The `AdmissionReview` response.
+    pub fn to_json(&self) -> Value {
+        let mut response = Map::new();
+        response.insert("uid".into(), self.uid.clone().into());
+        response.insert("allowed".into(), self.allowed().into());
+        if let Some(d) = &self.denial {
+            response.insert("status".into(), d.status());
+        }
+        if !self.warnings.is_empty() {
+            response.insert("warnings".into(), self.warnings.clone().into());
+        }
+        json!({
+            "apiVersion": REVIEW_API_VERSION,
+            "kind": "AdmissionReview",
+            "response": Value::Object(response),
+        })
+    }
+
+    fn deny(&mut self, d: Denial) {
+        self.denial = Some(d);
+        self.outcome = "denied";
+    }
+}
+
+/// Answers an `AdmissionReview` body: the response JSON (see the module
+/// docs for the rules).
+///
+/// # Errors
+/// 400 `MalformedRequest` for a body that is not an `admission.k8s.io/v1`
+/// `AdmissionReview` with `request.uid`, `request.kind` and
+/// `request.operation` (and, for a pool, `request.object` on CREATE/UPDATE,
+/// the name and a `MetalIPPool`'s namespace on DELETE);
+/// the lookup's errors (503, 500). Kubernetes then applies the webhook's
+/// `failurePolicy`.
+///
+/// # Examples
+/// ```
+/// use metal_ipam_core::admission::review;
+/// use metal_ipam_core::store::Loaded;
+/// let body = serde_json::json!({
+///     "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+///     "request": {"uid": "705ab4f5", "operation": "CREATE", "namespace": "team-a", "name": "nodes",
+///         "kind": {"group": "ipam.metal-ipam.dev", "version": "v1alpha1", "kind": "MetalIPPool"},
+///         "object": {"apiVersion": "ipam.metal-ipam.dev/v1alpha1", "kind": "MetalIPPool",
+///             "metadata": {"name": "nodes", "namespace": "team-a"},
+///             "spec": {"addresses": ["10.0.0.0/24"], "prefix": 33}}}});
+/// let no_pools: Vec<Loaded> = Vec::new();
+/// let resp = review(body.to_string().as_bytes(), &no_pools).unwrap();
+/// assert_eq!(resp["response"]["uid"], "705ab4f5");
+/// assert_eq!(resp["response"]["allowed"], false);
+/// assert_eq!(resp["response"]["status"]["code"], 422);
+/// assert_eq!(resp["response"]["status"]["message"], "spec.prefix: must be at most 32 for IPv4");
+/// ```
+pub fn review(body: &[u8], pools: &dyn PoolLookup) -> Result<Value> {
+    evaluate(body, pools).map(|r| r.to_json())
+}
+
+/// Like [`review`], but returns the decision itself (for logging).
+///
+/// # Errors
+/// As [`review`].
+pub fn evaluate(body: &[u8], pools: &dyn PoolLookup) -> Result<Reviewed> {
+    if body.len() > crate::api::MAX_BODY {
+        return Err(Error::malformed(format!(
+            "the body is larger than {} bytes",
+            crate::api::MAX_BODY
+        )));
+    }
+    let v: Value = serde_json::from_slice(body).map_err(|e| {
+        Error::new(
+            ErrorKind::Malformed,
+            "MalformedJSON",
+            format!("the body is not valid JSON: {e}"),
+        )
+    })?;
+    let obj = v
+        .as_object()
+        .ok_or_else(|| Error::malformed("the body must be an AdmissionReview object"))?;
+    match obj.get("apiVersion").and_then(Value::as_str) {
+        Some(REVIEW_API_VERSION) => {}
+        other => {
+            return Err(Error::malformed(format!(
+                "apiVersion {:?} is not accepted; configure the webhook with admissionReviewVersions: [\"v1\"]",
+                other.unwrap_or("")
+            ))
+            .with_field("apiVersion"))
+        }
+    }
+    if obj.get("kind").and_then(Value::as_str) != Some("AdmissionReview") {
+        return Err(Error::malformed("kind must be \"AdmissionReview\"").with_field("kind"));
+    }
+    let req = obj
+        .get("request")
+        .and_then(Value::as_object)
+        .ok_or_else(|| Error::malformed("the review has no request").with_field("request"))?;
+    let uid = nonempty(req, "uid")
+        .ok_or_else(|| Error::malformed("request.uid is required").with_field("request.uid"))?;
+    let operation = nonempty(req, "operation").ok_or_else(|| {
+        Error::malformed("request.operation is required").with_field("request.operation")
+    })?;
+    let kind = req
+        .get("kind")
+        .and_then(Value::as_object)
+        .ok_or_else(|| Error::malformed("request.kind is required").with_field("request.kind"))?;
+    let mut out = Reviewed {
+        uid: uid.to_string(),
+        operation: operation.to_string(),
+        pool: None,
+        dry_run: req.get("dryRun").and_then(Value::as_bool).unwrap_or(false),
+        denial: None,
+        warnings: Vec::new(),
+        outcome: "ignored",
+    };
+    let group = kind.get("group").and_then(Value::as_str).unwrap_or("");
+    let pool_kind = kind
+        .get("kind")
+        .and_then(Value::as_str)
+        .and_then(PoolKind::from_kind_name)
+        .filter(|_| group == pool::GROUP);
+    let Some(pool_kind) = pool_kind else {
+        return Ok(out);
+    };
+    match operation {
+        "CREATE" | "UPDATE" => check_write(pool_kind, req, pools, &mut out)?,
+        "DELETE" => check_delete(pool_kind, req, pools, &mut out)?,
+        _ => {}
+    }
+    Ok(out)
+}
+
+fn nonempty<'a>(m: &'a Map<String, Value>, key: &str) -> Option<&'a str> {
+    m.get(key).and_then(Value::as_str).filter(|s| !s.is_empty())
+}
+
+/// Why [`pool_id`] found no id.
+enum NoId {
+    /// The name (or a namespaced pool's namespace) is given nowhere; the
+    /// field path (`metadata.name` or `metadata.namespace`).
+    Missing(&'static str),
+    /// It is given but not a valid Kubernetes name (422, with field).
+    Invalid(Error),
+}
+
+impl NoId {
+    fn into_error(self) -> Error {
+        match self {
+            NoId::Missing(field) => Error::invalid(field, "is required"),
+            NoId::Invalid(e) => e,
+        }
+    }
+}
+
+/// The id from `request.name`/`request.namespace`, or else the object's
+/// metadata.
+fn pool_id(
+    kind: PoolKind,
+    req: &Map<String, Value>,
+    meta: Option<&Map<String, Value>>,
+) -> std::result::Result<PoolId, NoId> {
+    let name = nonempty(req, "name")
+        .or_else(|| meta.and_then(|m| nonempty(m, "name")))
+        .ok_or(NoId::Missing("metadata.name"))?;
+    names::check_subdomain(name).map_err(|m| NoId::Invalid(Error::invalid("metadata.name", m)))?;
+    match kind {
+        PoolKind::Global => Ok(PoolId::global(name)),
+        PoolKind::Namespaced => {
+            let ns = nonempty(req, "namespace")
+                .or_else(|| meta.and_then(|m| nonempty(m, "namespace")))
+                .ok_or(NoId::Missing("metadata.namespace"))?;
+            names::check_label(ns)
+                .map_err(|m| NoId::Invalid(Error::invalid("metadata.namespace", m)))?;
+            Ok(PoolId::namespaced(ns, name))
+        }
+    }
+}
+
+fn describe(id: &PoolId) -> String {
+    match &id.namespace {
+        Some(ns) => format!("{} {ns}/{}", id.kind.kind_name(), id.name),
+        None => format!("{} {}", id.kind.kind_name(), id.name),
+    }
+}
+
+fn check_write(
+    kind: PoolKind,
+    req: &Map<String, Value>,
+    pools: &dyn PoolLookup,
+    out: &mut Reviewed,
+) -> Result<()> {
+    let object = req.get("object").filter(|o| o.is_object()).ok_or_else(|| {
+        Error::malformed(format!("request.object is required for {}", out.operation))
+            .with_field("request.object")
+    })?;
+    let meta = object.get("metadata").and_then(Value::as_object);
+    let id = match pool_id(kind, req, meta) {
+        Ok(id) => id,
+        Err(e) => {
+            out.deny(Denial::from_error(422, &e.into_error()));
+            return Ok(());
+        }
+    };
+    out.pool = Some(id.clone());
+    if out.operation == "UPDATE" {
+        let old_spec = req
+            .get("oldObject")
+            .filter(|o| o.is_object())
+            .map(|o| o.get("spec"));
+        if old_spec.is_some_and(|s| s.is_some() && s == object.get("spec")) {
+            out.outcome = "spec-unchanged";
+            return Ok(());
+        }
+    }
+    let parsed = PoolObject::parse(&id, object).and_then(|o| o.spec.validate());
+    let pool = match parsed {
+        Ok(p) => p,
+        Err(e) => {
+            out.deny(Denial::from_error(422, &e));
+            return Ok(());
+        }
+    };
+    if let Some(stored) = pools.get(&id)? {
+        let (dropped, n) = stored.state.dropped_by(&pool, MAX_DROPPED_LISTED);
+        if n > 0 {
+            let list: Vec<String> = dropped
+                .iter()
+                .map(|&a| stored.pool.ip(a).to_string())
+                .collect();
+            out.deny(Denial {
+                code: 422,
+                reason: "AllocatedAddressesDropped",
+                message: format!(
+                    "spec: the change would drop {n} allocated address(es) from {}: {}{}; delete their IPAddressClaims first",
+                    describe(&id),
+                    list.join(", "),
+                    if n > list.len() as u128 { ", …" } else { "" }
+                ),
+                field: Some("spec".into()),
+            });
+            return Ok(());
+        }
+    }
+    let mut others = pools.all()?;
+    others.sort_by(|a, b| a.object.id.cmp(&b.object.id));
+    let mut warnings = Vec::new();
+    for other in &others {
+        let oid = &other.object.id;
+        if *oid == id || other.pool.family != pool.family {
+            continue;
+        }
+        let why = if oid.kind == PoolKind::Global {
+            Some(format!("{}, which serves every namespace", describe(oid)))
+        } else if id.kind == PoolKind::Global {
+            Some(format!(
+                "{} (a GlobalMetalIPPool serves every namespace)",
+                describe(oid)
+            ))
+        } else if oid.namespace == id.namespace {
+            Some(format!("{} of the same namespace", describe(oid)))
+        } else {
+            None
+        };
+        let shared = pool.allocatable.intersection(&other.pool.allocatable);
+        let Some(first) = shared.first() else {
+            if why.is_some() {
+                // Not an overlap, but a likely mistake: one pool hands out
+                // the other's gateway.
+                let theirs = other.pool.gateway.filter(|g| {
+                    addr_in_family(&pool, *g).is_some_and(|v| pool.allocatable.contains(v))
+                });
+                let ours = pool.gateway.filter(|g| {
+                    addr_in_family(&other.pool, *g)
+                        .is_some_and(|v| other.pool.allocatable.contains(v))
+                });
+                if let Some(g) = theirs {
+                    warnings.push(format!("hands out {g}, the gateway of {}", describe(oid)));
+                }
+                if let Some(g) = ours {
+                    warnings.push(format!(
+                        "its gateway {g} is handed out by {}",
+                        describe(oid)
+                    ));
+                }
+            }
+            continue;
+        };
+        let more = match shared.len() - 1 {
+            0 => String::new(),
+            1 => " and 1 more address".to_string(),
+            n => format!(" and {n} more addresses"),
+        };
+        match why {
+            Some(why) => {
+                out.deny(Denial {
+                    code: 422,
+                    reason: "PoolOverlap",
+                    message: format!(
+                        "spec.addresses: {} would share {}{more} with {why}; both could hand out the same address",
+                        describe(&id),
+                        pool.ip(first)
+                    ),
+                    field: Some("spec.addresses".into()),
+                });
+                return Ok(());
+            }
+            None => warnings.push(format!(
+                "shares {}{more} with {} of another namespace: safe only on separate networks",
+                pool.ip(first),
+                describe(oid)
+            )),
+        }
+    }
+    if warnings.len() > MAX_WARNINGS {
+        let n = warnings.len() - MAX_WARNINGS;
+        warnings.truncate(MAX_WARNINGS);
+        warnings.push(format!("and {n} more warning(s) about other pools"));
+    }
+    out.warnings = warnings;
+    out.outcome = "allowed";
+    Ok(())
+}
+
+fn check_delete(
+    kind: PoolKind,
+    req: &Map<String, Value>,
+    pools: &dyn PoolLookup,
+    out: &mut Reviewed,
+) -> Result<()> {
+    let old = req.get("oldObject").and_then(Value::as_object);
+    let meta = old
+        .and_then(|o| o.get("metadata"))
+        .and_then(Value::as_object);
+    let id = match pool_id(kind, req, meta) {
+        Ok(id) => id,
+        // The API server always names the object of a DELETE.
+        Err(NoId::Missing(field)) => {
+            let field = field.replace("metadata.", "request.");
+            return Err(
+                Error::malformed(format!("{field} is required for DELETE")).with_field(field)
+            );
+        }
+        // A name we would never have registered: nothing to protect.
+        Err(_) => {
+            out.outcome = "allowed";
+            return Ok(());
+        }
+    };
+    out.pool = Some(id.clone());
+    let skip = meta
+        .and_then(|m| m.get("annotations"))
+        .and_then(Value::as_object)
+        .is_some_and(|a| a.contains_key(SKIP_DELETE_VALIDATION_ANNOTATION));
+    if skip {
+        out.outcome = "skip-annotation";
+        out.warnings.push(format!(
+            "deletion not checked for allocated addresses: {SKIP_DELETE_VALIDATION_ANNOTATION} is set"
+        ));
+        return Ok(());
+    }
+    out.outcome = "allowed";
+    let Some(stored) = pools.get(&id)? else {
+        return Ok(());
+    };
+    let c = stored.state.counts(&stored.pool);
+    let bound = c.used.saturating_add(c.out_of_range);
+    if bound > 0 {
+        out.deny(Denial {
+            code: 403,
+            reason: "PoolInUse",
+            message: format!(
+                "{} still has {bound} allocated address(es); delete their IPAddressClaims first, \
+                 or, to move the pool with clusterctl move, annotate it {SKIP_DELETE_VALIDATION_ANNOTATION}",
+                describe(&id)
+            ),
+            field: None,
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::alloc::{AllocRequest, PoolState};
+
+    fn loaded(id: PoolId, addresses: &[&str], prefix: u8, bound: usize) -> Loaded {
+        let mut obj = json!({"apiVersion": pool::API_VERSION, "kind": id.kind.kind_name(),
+            "metadata": {"name": id.name},
+            "spec": {"addresses": addresses, "prefix": prefix}});
+        if let Some(ns) = &id.namespace {
+            obj["metadata"]["namespace"] = json!(ns);
+        }
+        let object = PoolObject::parse(&id, &obj).unwrap();
+        let pool = object.spec.validate().unwrap();
+        let mut state = PoolState::default();
+        for i in 0..bound {
+            let name = format!("c{i}");
+            let claim = format!("ns/{name}");
+            let req = AllocRequest {
+                claim: &claim,
+                claim_name: &name,
+                uid: "u",
+                requested: None,
+            };
+            state.allocate(&pool, &req, 0).unwrap();
+        }
+        Loaded {
+            object,
+            pool,
+            state,
+            rev: 1,
+        }
+    }
+
+    fn create(id: &PoolId, addresses: &[&str], prefix: u8) -> Vec<u8> {
+        let mut obj = json!({"apiVersion": pool::API_VERSION, "kind": id.kind.kind_name(),
+            "metadata": {"name": id.name},
+            "spec": {"addresses": addresses, "prefix": prefix}});
+        if let Some(ns) = &id.namespace {
+            obj["metadata"]["namespace"] = json!(ns);
+        }
+        json!({"apiVersion": REVIEW_API_VERSION, "kind": "AdmissionReview",
+            "request": {"uid": "u-1", "operation": "CREATE", "name": id.name,
+                "namespace": id.namespace.clone().unwrap_or_default(),
+                "kind": {"group": pool::GROUP, "version": pool::VERSION, "kind": id.kind.kind_name()},
+                "object": obj}})
+        .to_string()
+        .into_bytes()
+    }
+
+    #[test]
+    fn denial_json_has_kubernetes_status_shape() {
+        let d = Denial::from_error(422, &Error::invalid("spec.prefix", "too long"));
+        assert_eq!(
+            d.status(),
+            json!({"status": "Failure", "code": 422, "reason": "Invalid",
+                "message": "spec.prefix: too long",
+                "details": {"causes": [{"field": "spec.prefix", "message": "spec.prefix: too long"}]}})
+        );
+    }
+
+    #[test]
+    fn the_name_can_come_from_object_metadata() {
+        let id = PoolId::namespaced("a", "p");
+        let mut body: Value = serde_json::from_slice(&create(&id, &["10.0.0.0/24"], 24)).unwrap();
+        body["request"]["name"] = json!("");
+        body["request"]["namespace"] = json!("");
+        let r = evaluate(body.to_string().as_bytes(), &Vec::new()).unwrap();
+        assert_eq!((r.outcome, r.pool), ("allowed", Some(id)));
+    }
+
+    #[test]
+    fn more_than_three_shared_pools_are_summarised() {
+        let id = PoolId::namespaced("a", "p");
+        let pools: Vec<Loaded> = (0..5)
+            .map(|i| {
+                loaded(
+                    PoolId::namespaced(&format!("n{i}"), "q"),
+                    &["10.0.0.0/24"],
+                    24,
+                    0,
+                )
+            })
+            .collect();
+        let r = evaluate(&create(&id, &["10.0.0.0/24"], 24), &pools).unwrap();
+        assert!(r.allowed());
+        assert_eq!(r.warnings.len(), 4, "{:?}", r.warnings);
+        assert_eq!(r.warnings[3], "and 2 more warning(s) about other pools");
+        assert_eq!(
+            r.warnings[0],
+            "shares 10.0.0.1 and 253 more addresses with MetalIPPool n0/q of another namespace: safe only on separate networks"
+        );
+    }
+}
