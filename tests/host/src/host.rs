@@ -18,14 +18,16 @@ use wasmtime_wasi::WasiCtx;
 use wasmtime_wasi_http::p2::bindings::http::types::Scheme;
 use wasmtime_wasi_http::p2::bindings::ProxyPre;
 use wasmtime_wasi_http::p2::body::HyperIncomingBody;
-use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpView};
+use wasmtime_wasi_http::{WasiBody, WasiHttpCtx, WasiHttpView};
 
 use crate::bindings::{self, InstanceState, KvInstance};
 use crate::kv::{KvBackend, KvOpCounts, KvStores};
 use crate::manifest::AppManifest;
-use crate::outbound::AllowedHostsConfig;
-use crate::outbound_hooks::OutboundHooks;
-use crate::routing::{spin_headers, Router};
+use crate::outbound::{
+    is_service_chaining_host, parse_service_chaining_target, AllowedHostsConfig,
+};
+use crate::outbound_hooks::{add_outgoing_handler_to_linker, OutboundHooks};
+use crate::routing::{spin_headers, Route, RouteMatch, Router};
 use crate::runtime_config::RuntimeConfig;
 use crate::variables::{AppVariables, ComponentVariables};
 
@@ -35,6 +37,19 @@ pub const KV_OPS_HEADER: &str = "x-kv-ops";
 /// Name of the response header carrying the per-operation detail, e.g.
 /// `get=1,cas.current=1,cas.swap=1` (a test-host addition).
 pub const KV_OPS_DETAIL_HEADER: &str = "x-kv-ops-detail";
+
+/// Name of the response header carrying the total number of key-value
+/// operations made by the service chaining requests of the request (all of
+/// them, nested ones included). Present only when the request made chained
+/// requests. A test-host addition.
+pub const KV_OPS_CHAINED_HEADER: &str = "x-kv-ops-chained";
+
+/// The client address reported (`spin-client-addr`) to a component handling
+/// a service chaining request, as in Spin
+/// (`spin@v3.6.x:crates/trigger-http/src/outbound_http.rs`,
+/// `CHAINED_CLIENT_ADDR`).
+pub const CHAINED_CLIENT_ADDR: SocketAddr =
+    SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), 0);
 
 /// The client address reported (`spin-client-addr`) for in-process requests.
 pub const IN_PROCESS_CLIENT_ADDR: SocketAddr =
@@ -82,7 +97,9 @@ impl HostBuilder {
     /// Loads only these components, like `spin up --component-id`
     /// (selective deployment): triggers of other components are dropped,
     /// so their routes answer 404. May be called repeatedly; ids must exist
-    /// in the manifest.
+    /// in the manifest. As in Spin, [`HostBuilder::build`] then fails if a
+    /// retained component's `allowed_outbound_hosts` names a service
+    /// chaining target that is not retained, or `*.spin.internal`.
     pub fn retain_components<I, S>(mut self, ids: I) -> Self
     where
         I: IntoIterator<Item = S>,
@@ -150,6 +167,7 @@ impl HostBuilder {
             manifest
                 .http_triggers
                 .retain(|t| retain.contains(&t.component));
+            validate_service_chaining_for_components(&manifest, retain)?;
         }
 
         let overrides = self.env_overrides.clone();
@@ -181,8 +199,7 @@ impl HostBuilder {
         let engine = shared_engine()?;
         let mut linker: Linker<InstanceState> = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(anyhow::Error::from)?;
-        wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)
-            .map_err(anyhow::Error::from)?;
+        add_http_to_linker(&mut linker).map_err(anyhow::Error::from)?;
         bindings::add_to_linker(&mut linker).map_err(anyhow::Error::from)?;
 
         let router = Router::build(&manifest.http_triggers)?;
@@ -243,6 +260,63 @@ impl HostBuilder {
             }),
         })
     }
+}
+
+/// `wasi:http/types` from wasmtime-wasi-http, and its
+/// `wasi:http/outgoing-handler` with Spin's trap for service chaining to a
+/// component without an HTTP trigger.
+fn add_http_to_linker(linker: &mut Linker<InstanceState>) -> wasmtime::Result<()> {
+    use wasmtime_wasi_http::p2::bindings::{self as http_bindings, LinkOptions};
+    add_outgoing_handler_to_linker(linker)?;
+    let options = LinkOptions::default();
+    http_bindings::http::types::add_to_linker::<_, wasmtime_wasi_http::WasiHttp>(
+        linker,
+        &options.into(),
+        |s: &mut InstanceState| s.http(),
+    )?;
+    Ok(())
+}
+
+/// Spin's check for `spin up --component-id` (selective deployment): a
+/// retained component may not chain to a component that is not retained,
+/// nor use wildcard chaining. Templated entries are ignored, as in Spin
+/// (`spin@v3.6.x:crates/factor-outbound-networking/src/allowed_hosts.rs`,
+/// `validate_service_chaining_for_components`). `manifest.http_triggers`
+/// must already be reduced to the retained components.
+fn validate_service_chaining_for_components(
+    manifest: &AppManifest,
+    retained: &[String],
+) -> anyhow::Result<()> {
+    for trigger in &manifest.http_triggers {
+        let Some(component) = manifest.component(&trigger.component) else {
+            continue;
+        };
+        if !retained.contains(&component.id) {
+            continue;
+        }
+        for entry in &component.allowed_outbound_hosts {
+            let Ok(uri) = entry.parse::<http::Uri>() else {
+                continue;
+            };
+            let Some(target) = parse_service_chaining_target(&uri) else {
+                continue;
+            };
+            if retained.contains(&target) {
+                continue;
+            }
+            if target == "*" {
+                bail!(
+                    "Selected component '{}' cannot use wildcard service chaining: allowed_outbound_hosts = [\"http://*.spin.internal\"]",
+                    component.id
+                );
+            }
+            bail!(
+                "Selected component '{}' cannot use service chaining to unselected component: allowed_outbound_hosts = [\"http://{target}.spin.internal\"]",
+                component.id
+            );
+        }
+    }
+    Ok(())
 }
 
 /// One engine for the whole process, so compiled components can be shared.
@@ -349,11 +423,59 @@ pub struct RequestOutcome {
     /// The response, fully buffered, including the `x-kv-ops` and
     /// `x-kv-ops-detail` headers.
     pub response: Response<Vec<u8>>,
-    /// The key-value operations the request made.
+    /// The key-value operations made by the component that handled the
+    /// request (not those of its service chaining requests, see
+    /// [`RequestOutcome::chained`]).
     pub kv_ops: KvOpCounts,
     /// The component that handled the request (`None` for a 404 or a
     /// `/.well-known/spin/` route).
     pub component: Option<String>,
+    /// The service chaining requests made while handling the request, by
+    /// the component and (nested) by the components it chained to, in the
+    /// order they completed (so a nested call is listed before the call
+    /// that made it). Their key-value operations are not in
+    /// [`RequestOutcome::kv_ops`].
+    pub chained: Vec<ChainedCall>,
+}
+
+impl RequestOutcome {
+    /// The key-value operations of the request and of all its chained
+    /// requests.
+    pub fn total_kv_ops(&self) -> KvOpCounts {
+        let mut total = self.kv_ops;
+        for call in &self.chained {
+            total.add(&call.kv_ops);
+        }
+        total
+    }
+
+    /// The chained requests made to `component`.
+    pub fn chained_to<'a>(&'a self, component: &'a str) -> impl Iterator<Item = &'a ChainedCall> {
+        self.chained
+            .iter()
+            .filter(move |c| c.component == component)
+    }
+}
+
+/// One service chaining request (`http://<component>.spin.internal/...`),
+/// as recorded in [`RequestOutcome::chained`]. A test-host addition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChainedCall {
+    /// The component that made the request.
+    pub caller: String,
+    /// The component that handled it (the `<component>` of the host name).
+    pub component: String,
+    /// The request method.
+    pub method: http::Method,
+    /// The request path (without the query).
+    pub path: String,
+    /// The query string, if any (without the `?`).
+    pub query: Option<String>,
+    /// The status the caller received (500 when the callee failed).
+    pub status: u16,
+    /// The key-value operations the callee made (not including those of
+    /// requests it chained to in turn, which have their own entries).
+    pub kv_ops: KvOpCounts,
 }
 
 impl Host {
@@ -385,7 +507,11 @@ impl Host {
     /// Handles one request in-process, without a socket. The request's URI
     /// may be a bare path (`/healthz`); when it has no authority and no
     /// `Host` header, `Host: localhost` is assumed (Spin would refuse such
-    /// a request). `spin-client-addr` is [`IN_PROCESS_CLIENT_ADDR`].
+    /// a request). `spin-client-addr` is [`IN_PROCESS_CLIENT_ADDR`]. A
+    /// `Host: <id>.spin.internal` header is removed, as Spin does, so a
+    /// bare-path request with one fails. Service chaining requests the
+    /// components make are run in-process too and listed in
+    /// [`RequestOutcome::chained`].
     pub async fn handle(&self, req: Request<Vec<u8>>) -> anyhow::Result<RequestOutcome> {
         self.handle_from(req, IN_PROCESS_CLIENT_ADDR).await
     }
@@ -415,9 +541,17 @@ impl Host {
     /// the HTTP server).
     pub(crate) async fn dispatch(
         &self,
-        req: Request<HyperIncomingBody>,
+        mut req: Request<HyperIncomingBody>,
         client_addr: SocketAddr,
     ) -> anyhow::Result<RequestOutcome> {
+        // Spin's strip_forbidden_headers: a client cannot pose as a chained
+        // request with `Host: <id>.spin.internal`; without a Host header
+        // (and an origin-form URI) the request then fails below.
+        if let Some(host) = req.headers().get(http::header::HOST) {
+            if host.to_str().is_ok_and(is_service_chaining_host) {
+                req.headers_mut().remove(http::header::HOST);
+            }
+        }
         let path = req.uri().path().to_string();
 
         if let Some(well_known) = path.strip_prefix("/.well-known/spin/") {
@@ -438,7 +572,7 @@ impl Host {
                 }
                 _ => simple_response(StatusCode::NOT_FOUND, Vec::new(), None),
             };
-            return Ok(finish(response, KvOpCounts::default(), None));
+            return Ok(finish(response, KvOpCounts::default(), None, Vec::new()));
         }
 
         let Some(route_match) = self.inner.router.route(&path) else {
@@ -446,6 +580,7 @@ impl Host {
                 simple_response(StatusCode::NOT_FOUND, Vec::new(), None),
                 KvOpCounts::default(),
                 None,
+                Vec::new(),
             ));
         };
         let component = self
@@ -463,11 +598,16 @@ impl Host {
                 simple_response(StatusCode::INTERNAL_SERVER_ERROR, Vec::new(), None),
                 KvOpCounts::default(),
                 Some(component.id.to_string()),
+                Vec::new(),
             ));
         }
         let req = prepare_request(req, &route_match, client_addr)?;
         let counts = Arc::new(Mutex::new(KvOpCounts::default()));
-        let response = match self.run_component(&component, req, counts.clone()).await {
+        let chain_log = Arc::new(Mutex::new(Vec::new()));
+        let response = match self
+            .run_component(&component, req, counts.clone(), chain_log.clone())
+            .await
+        {
             Ok(r) => r,
             Err(e) => {
                 eprintln!(
@@ -478,7 +618,98 @@ impl Host {
             }
         };
         let kv_ops = *lock(&counts);
-        Ok(finish(response, kv_ops, Some(component.id.to_string())))
+        let chained = std::mem::take(&mut *lock(&chain_log));
+        Ok(finish(
+            response,
+            kv_ops,
+            Some(component.id.to_string()),
+            chained,
+        ))
+    }
+
+    /// Whether `component_id` can be the target of a service chaining
+    /// request: it has an HTTP trigger (a private one will do) and was not
+    /// left out by [`HostBuilder::retain_components`].
+    pub(crate) fn is_routable_component(&self, component_id: &str) -> bool {
+        self.inner.components.contains_key(component_id)
+    }
+
+    /// Runs a service chaining request of `caller` to `target`, the way
+    /// Spin's HTTP trigger does (`spin@v3.6.x:crates/trigger-http`,
+    /// `OutboundHttpInterceptor::intercept` then
+    /// `HttpServer::handle_trigger_route` with `RouteMatch::synthetic`):
+    /// in-process, in a fresh instance of `target` with its own key-value
+    /// stores, variables and outbound permissions. The request keeps its
+    /// method, path, query, headers and body, minus the `Host` header (Spin
+    /// removes it from every outbound request), gets the `http` scheme and
+    /// the `spin-*` headers of a `/...` match (path info = the whole path,
+    /// full URL on `localhost`, client `0.0.0.0:0`). A failure of the
+    /// callee is a 500 response to the caller. The call is recorded in
+    /// `log`, with the callee's own key-value counts.
+    pub(crate) async fn run_chained(
+        &self,
+        caller: Arc<str>,
+        target: &str,
+        req: Request<WasiBody>,
+        log: Arc<Mutex<Vec<ChainedCall>>>,
+    ) -> Result<Response<WasiBody>, wasmtime_wasi_http::Error> {
+        let Some(component) = self.inner.components.get(target).cloned() else {
+            // Normally trapped earlier, in outgoing-handler.handle.
+            return Err(wasmtime_wasi_http::Error::InternalError(Some(format!(
+                "unknown routing destination '{target}'"
+            ))));
+        };
+        let (mut parts, body) = req.into_parts();
+        let method = parts.method.clone();
+        let path = parts.uri.path().to_string();
+        let query = parts.uri.query().map(str::to_string);
+        parts.headers.remove(http::header::HOST);
+
+        let counts = Arc::new(Mutex::new(KvOpCounts::default()));
+        let response = match prepare_chained_request(&mut parts, &component.id) {
+            Err(e) => {
+                eprintln!(
+                    "Error processing request for component {:?}: {e:#}",
+                    component.id
+                );
+                simple_response(StatusCode::INTERNAL_SERVER_ERROR, Vec::new(), None)
+            }
+            Ok(()) => {
+                let req = Request::from_parts(parts, body);
+                match self
+                    .run_component(&component, req, counts.clone(), log.clone())
+                    .await
+                {
+                    Ok(r) => r,
+                    Err(e) => {
+                        eprintln!(
+                            "Error processing request for component {:?}: {e:?}",
+                            component.id
+                        );
+                        simple_response(StatusCode::INTERNAL_SERVER_ERROR, Vec::new(), None)
+                    }
+                }
+            }
+        };
+        let kv_ops = *lock(&counts);
+        lock(&log).push(ChainedCall {
+            caller: caller.to_string(),
+            component: component.id.to_string(),
+            method,
+            path,
+            query,
+            status: response.status().as_u16(),
+            kv_ops,
+        });
+        Ok(response.map(|b| {
+            Full::new(Bytes::from(b))
+                .map_err(
+                    |never: std::convert::Infallible| -> wasmtime_wasi_http::Error {
+                        match never {}
+                    },
+                )
+                .boxed_unsync()
+        }))
     }
 
     async fn run_component(
@@ -486,6 +717,7 @@ impl Host {
         component: &ComponentRuntime,
         req: Request<HyperIncomingBody>,
         counts: Arc<Mutex<KvOpCounts>>,
+        chain_log: Arc<Mutex<Vec<ChainedCall>>>,
     ) -> anyhow::Result<Response<Vec<u8>>> {
         let mut wasi = WasiCtx::builder();
         wasi.stdout(std::io::stderr())
@@ -498,6 +730,8 @@ impl Host {
             hooks: OutboundHooks {
                 component_id: component.id.clone(),
                 allowed: component.allowed_hosts.clone(),
+                host: self.clone(),
+                chain_log,
             },
             kv: KvInstance {
                 allowed: component.allowed_kv.clone(),
@@ -606,6 +840,7 @@ fn finish(
     mut response: Response<Vec<u8>>,
     kv_ops: KvOpCounts,
     component: Option<String>,
+    chained: Vec<ChainedCall>,
 ) -> RequestOutcome {
     let headers = response.headers_mut();
     headers.insert(
@@ -615,11 +850,67 @@ fn finish(
     if let Ok(v) = HeaderValue::from_str(&kv_ops.to_string()) {
         headers.insert(HeaderName::from_static(KV_OPS_DETAIL_HEADER), v);
     }
+    if !chained.is_empty() {
+        let total: u64 = chained.iter().map(|c| c.kv_ops.total()).sum();
+        headers.insert(
+            HeaderName::from_static(KV_OPS_CHAINED_HEADER),
+            HeaderValue::from(total),
+        );
+    }
     RequestOutcome {
         response,
         kv_ops,
         component,
+        chained,
     }
+}
+
+/// The request preparation of a chained request: `http` scheme (the
+/// authority stays `<id>.spin.internal`), header values must be UTF-8 (a
+/// 500 otherwise, as for routed requests) and the `spin-*` headers of the
+/// synthetic `/...` match are appended. There is no Host header, so the
+/// full URL is on `localhost`, as in Spin's `prepare_request_headers`.
+fn prepare_chained_request(
+    parts: &mut http::request::Parts,
+    component_id: &str,
+) -> anyhow::Result<()> {
+    if let Some((name, _)) = parts.headers.iter().find(|(_, v)| v.to_str().is_err()) {
+        bail!("request header {name} is not valid UTF-8");
+    }
+    let path_and_query = parts
+        .uri
+        .path_and_query()
+        .map(|p| p.as_str().to_string())
+        .unwrap_or_else(|| "/".to_string());
+    let authority = parts
+        .uri
+        .authority()
+        .cloned()
+        .context("chained request without an authority")?;
+    parts.uri = http::Uri::builder()
+        .scheme("http")
+        .authority(authority)
+        .path_and_query(path_and_query.as_str())
+        .build()
+        .context("cannot build the request URI")?;
+    let route = Route::synthetic(component_id);
+    let route_match = RouteMatch::synthetic(&route, parts.uri.path());
+    for (name, value) in spin_headers(
+        &route_match,
+        "http",
+        "localhost",
+        &path_and_query,
+        CHAINED_CLIENT_ADDR,
+    ) {
+        let (Ok(name), Ok(value)) = (
+            HeaderName::from_bytes(name.as_bytes()),
+            HeaderValue::from_str(&value),
+        ) else {
+            continue;
+        };
+        parts.headers.append(name, value);
+    }
+    Ok(())
 }
 
 /// Spin's request preparation: absolute URI (`http` scheme, authority from
@@ -627,7 +918,7 @@ fn finish(
 /// and the `spin-*` headers appended.
 fn prepare_request(
     req: Request<HyperIncomingBody>,
-    route_match: &crate::routing::RouteMatch<'_>,
+    route_match: &RouteMatch<'_>,
     client_addr: SocketAddr,
 ) -> anyhow::Result<Request<HyperIncomingBody>> {
     let (mut parts, body) = req.into_parts();

@@ -21,7 +21,7 @@
 //! Rejected: other trigger types, inline components, `static_response`,
 //! Wagi executors, remote or registry sources, `files`, `exclude_files`,
 //! `allowed_http_hosts`, `sqlite_databases`, `ai_models`, `dependencies`,
-//! `profile`, service chaining hosts and `[application.trigger.*]` settings.
+//! `profile`, `self` outbound hosts and `[application.trigger.*]` settings.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -777,8 +777,8 @@ workdir = "sub"
             "does not contain a scheme",
         );
         assert_rejected(
-            &format!("{HEAD}[component.a]\nsource = \"a.wasm\"\nallowed_outbound_hosts = [\"http://x.spin.internal\"]\n"),
-            "service chaining",
+            &format!("{HEAD}[component.a]\nsource = \"a.wasm\"\nallowed_outbound_hosts = [\"http://self\"]\n"),
+            "requests to `self`",
         );
     }
 

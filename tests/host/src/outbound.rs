@@ -13,8 +13,15 @@
 //! `{{ variable }}` templates are resolved against application variables
 //! before parsing. An empty list denies everything.
 //!
-//! Not supported (rejected with an error): service chaining
-//! (`*.spin.internal`), `self` and `insecure:allow-all`.
+//! Service chaining hosts need nothing special: `http://allocate.spin.internal`
+//! is an exact host and `http://*.spin.internal` a subdomain wildcard, matched
+//! like any other entry (scheme and port included), as in Spin. Whether a
+//! request *is* a chained request is decided from its URL alone by
+//! [`parse_service_chaining_target`].
+//!
+//! Not supported (rejected with an error): `self` / `self.alt` (requests by
+//! route to the application itself) and `insecure:allow-all` (also rejected
+//! by Spin).
 
 use std::net::IpAddr;
 use std::ops::Range;
@@ -124,7 +131,7 @@ impl AllowedHost {
         let host_pattern = if host == "*" {
             HostPattern::Any
         } else if host == "self" || host == "self.alt" {
-            bail!("{url:?}: outbound requests to `self` are not supported by this host")
+            bail!("{url:?}: requests to `self` (relative URLs and `self.alt`) are not supported by this host; use service chaining (`http://<component-id>.spin.internal`) instead")
         } else if host.starts_with('{') {
             bail!("{url:?}: host lists are not yet supported")
         } else if let Some((ip, prefix)) = parse_cidr(host) {
@@ -134,9 +141,6 @@ impl AllowedHost {
                 bail!("{url:?}: hosts must not contain paths");
             }
             let host = host.trim_end_matches('/');
-            if host == "spin.internal" || host.ends_with(".spin.internal") {
-                bail!("{url:?}: service chaining (*.spin.internal) is not supported by this host");
-            }
             if let Some(domain) = host.strip_prefix("*.") {
                 ensure!(
                     !domain.contains('*'),
@@ -221,6 +225,34 @@ impl AllowedHost {
     pub fn original(&self) -> &str {
         &self.original
     }
+}
+
+/// The service chaining domain: requests to `<component-id>.spin.internal`
+/// are handled in-process by that component.
+pub const SERVICE_CHAINING_DOMAIN: &str = "spin.internal";
+
+/// The component id a service chaining request is addressed to: the first
+/// label of a host of the form `<id>.spin.internal` (any port ignored), or
+/// `None` for any other host, including `spin.internal` itself and deeper
+/// names such as `a.b.spin.internal`. The host is taken as written
+/// (case-sensitive), as Spin does
+/// (`spin@v3.6.x:crates/outbound-networking-config/src/allowed_hosts.rs`,
+/// `parse_service_chaining_target`).
+pub fn parse_service_chaining_target(uri: &http::Uri) -> Option<String> {
+    let host = uri.authority().map(|a| a.host().trim())?;
+    service_chaining_host_target(host)
+}
+
+/// Whether `host` (a `Host` header value or URL host, optionally with a
+/// port) names a service chaining target.
+pub fn is_service_chaining_host(host: &str) -> bool {
+    service_chaining_host_target(host).is_some()
+}
+
+fn service_chaining_host_target(host: &str) -> Option<String> {
+    let (host, _) = host.rsplit_once(':').unwrap_or((host, ""));
+    let (first, rest) = host.split_once('.')?;
+    (rest == SERVICE_CHAINING_DOMAIN).then(|| first.to_string())
 }
 
 /// A component's resolved `allowed_outbound_hosts`.
@@ -352,7 +384,7 @@ mod tests {
             "https://a.*.com",
             "https://x:notaport",
             "http://self",
-            "http://*.spin.internal",
+            "https://self.alt",
             "insecure:allow-all",
         ] {
             assert!(
@@ -360,6 +392,48 @@ mod tests {
                 "{bad} should be rejected"
             );
         }
+    }
+
+    #[test]
+    fn service_chaining_hosts_are_ordinary_entries() {
+        let e = ["http://allocate.spin.internal"];
+        assert!(allows(&e, "http://allocate.spin.internal/v1/x?y=1"));
+        assert!(allows(&e, "http://allocate.spin.internal:80/"));
+        assert!(!allows(&e, "https://allocate.spin.internal/"), "scheme");
+        assert!(!allows(&e, "http://allocate.spin.internal:8080/"), "port");
+        assert!(!allows(&e, "http://release.spin.internal/"));
+        let e = ["http://*.spin.internal"];
+        assert!(allows(&e, "http://allocate.spin.internal/"));
+        assert!(allows(&e, "http://release.spin.internal/"));
+        assert!(!allows(&e, "http://spin.internal/"));
+        assert!(!allows(&e, "https://allocate.spin.internal/"));
+        let e = ["*://*.spin.internal:*"];
+        assert!(allows(&e, "https://allocate.spin.internal:9/"));
+    }
+
+    #[test]
+    fn service_chaining_targets() {
+        let target = |u: &str| parse_service_chaining_target(&u.parse().unwrap());
+        assert_eq!(
+            target("http://allocate.spin.internal/v1"),
+            Some("allocate".into())
+        );
+        assert_eq!(
+            target("https://allocate.spin.internal:8443/"),
+            Some("allocate".into())
+        );
+        assert_eq!(target("http://spin.internal/"), None);
+        assert_eq!(target("http://a.b.spin.internal/"), None);
+        assert_eq!(target("http://allocate.spin.internal.evil.io/"), None);
+        assert_eq!(target("http://127.0.0.1:3000/"), None);
+        assert_eq!(target("/relative"), None);
+        // Case-sensitive, as in Spin: not a component id.
+        assert_eq!(
+            target("http://Allocate.spin.internal/"),
+            Some("Allocate".into())
+        );
+        assert!(is_service_chaining_host("events.spin.internal:1234"));
+        assert!(!is_service_chaining_host("localhost:3000"));
     }
 
     #[test]

@@ -14,7 +14,8 @@
 //! wildcard; so an exact route beats a wildcard one and the longest wildcard
 //! prefix wins. A route repeated in the manifest is overridden by its last
 //! occurrence, as in Spin. No match gives a 404. `{ private = true }` routes
-//! are not routable.
+//! are not routable (such components are reached only by service chaining,
+//! which uses [`Route::synthetic`]).
 //!
 //! Deviation: this is a re-implementation of routefinder's ordering for the
 //! patterns above (exact, `:param`, trailing `/...`); routefinder's `*`,
@@ -81,6 +82,20 @@ impl Route {
             segments,
             wildcard,
         })
+    }
+
+    /// The route Spin pretends matched a service chaining request
+    /// (`RouteMatch::synthetic` in `spin@v3.6.x:crates/http/src/routes.rs`):
+    /// the wildcard `/...` for `component_id`, whatever the component's
+    /// real routes are (or even if it only has a private one).
+    pub fn synthetic(component_id: &str) -> Self {
+        Route {
+            component_id: component_id.to_string(),
+            raw_route: "/...".to_string(),
+            based_route: "/...".to_string(),
+            segments: Vec::new(),
+            wildcard: true,
+        }
     }
 
     /// The component this route maps to.
@@ -197,6 +212,18 @@ pub struct RouteMatch<'r> {
 }
 
 impl<'r> RouteMatch<'r> {
+    /// A match of `route` (normally [`Route::synthetic`]) for a service
+    /// chaining request to `path`: as in Spin, the whole request path is
+    /// the path info (it is not made relative to any route of the target)
+    /// and there are no named captures.
+    pub fn synthetic(route: &'r Route, path: &str) -> Self {
+        RouteMatch {
+            route,
+            captures: Vec::new(),
+            path_info: path.to_string(),
+        }
+    }
+
     /// The component that handles the request.
     pub fn component_id(&self) -> &str {
         &self.route.component_id
@@ -531,6 +558,34 @@ mod tests {
         assert_eq!(get("spin-matched-route"), Some("/foo/:userid/..."));
         assert_eq!(get("spin-component-route"), Some("/foo/:userid"));
         assert_eq!(get("spin-path-match-userid"), Some("42"));
+    }
+
+    #[test]
+    fn synthetic_headers_match_spin_service_chaining() {
+        // Spin's chained request: RouteMatch::synthetic(id, path), no Host
+        // header (so "localhost" in the full URL) and client 0.0.0.0:0.
+        let route = Route::synthetic("allocate");
+        let m = RouteMatch::synthetic(&route, "/v1/pools/p/allocate");
+        assert_eq!(m.component_id(), "allocate");
+        let h = spin_headers(
+            &m,
+            "http",
+            "localhost",
+            "/v1/pools/p/allocate?x=1",
+            "0.0.0.0:0".parse().unwrap(),
+        );
+        let get = |k: &str| h.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+        assert_eq!(
+            get("spin-full-url"),
+            Some("http://localhost/v1/pools/p/allocate?x=1")
+        );
+        assert_eq!(get("spin-path-info"), Some("/v1/pools/p/allocate"));
+        assert_eq!(get("spin-matched-route"), Some("/..."));
+        assert_eq!(get("spin-base-path"), Some("/"));
+        assert_eq!(get("spin-raw-component-route"), Some("/..."));
+        assert_eq!(get("spin-component-route"), Some(""));
+        assert_eq!(get("spin-client-addr"), Some("0.0.0.0:0"));
+        assert_eq!(h.len(), 7, "no spin-path-match-* headers");
     }
 
     #[test]

@@ -2,8 +2,15 @@
 //! Every answer is JSON. Routes (any prefix; the last path segment selects):
 //!
 //! - `.../headers`: the request headers as a JSON object.
+//! - `.../echo`: the request as the component sees it: method, uri, path,
+//!   query, headers and body.
 //! - `.../var?name=N`: `variables::get(N)`.
-//! - `.../http?url=U`: outbound `GET U`; status and body, or the error.
+//! - `.../http?url=U`: outbound request to `U`; `{"status", "body"}` or
+//!   `{"err"}`. Optional: `method=M` (default GET), `body=B`,
+//!   `header=NAME:VALUE` (repeatable), and `do=OP` key-value ops (as for
+//!   `kv`, below) run before the request, their results under `"kv"`.
+//! - `.../fanout?url=U&url=U...`: GETs all the URLs concurrently; an array
+//!   of `{"status", "body"}` / `{"err"}` in URL order.
 //! - `.../kv?do=OP&do=OP...`: key-value operations run in order, results
 //!   as a JSON array. Ops (`:` separates arguments, the last one may
 //!   contain `:`):
@@ -21,8 +28,12 @@
 //!
 //!   Each result is `{"op": OP, "ok": VALUE}` or `{"op": OP, "err": TEXT}`.
 
+use std::future::Future;
+use std::pin::Pin;
+use std::task::Poll;
+
 use serde_json::{json, Value};
-use spin_sdk::http::{IntoResponse, Request, Response};
+use spin_sdk::http::{IntoResponse, Method, Request, Response};
 use spin_sdk::http_component;
 use spin_sdk::key_value::Store;
 use spin_sdk::wit::wasi::keyvalue::{atomics, batch, store as wstore};
@@ -260,6 +271,69 @@ fn run_op(op: &str, stores: &mut Stores) -> Result<Value, String> {
     }
 }
 
+fn method(name: &str) -> Method {
+    match name.to_ascii_uppercase().as_str() {
+        "GET" => Method::Get,
+        "POST" => Method::Post,
+        "PUT" => Method::Put,
+        "DELETE" => Method::Delete,
+        "PATCH" => Method::Patch,
+        "HEAD" => Method::Head,
+        "OPTIONS" => Method::Options,
+        other => Method::Other(other.to_string()),
+    }
+}
+
+async fn send(req: Request) -> Value {
+    let result: Result<Response, _> = spin_sdk::http::send(req).await;
+    match result {
+        Ok(resp) => {
+            json!({ "status": resp.status(), "body": String::from_utf8_lossy(resp.body()) })
+        }
+        Err(e) => json!({ "err": format!("{e:?}") }),
+    }
+}
+
+/// Polls all the futures until every one is ready (a minimal `join_all`).
+async fn join_all<F: Future>(futures: Vec<F>) -> Vec<F::Output> {
+    let mut futures: Vec<Pin<Box<F>>> = futures.into_iter().map(Box::pin).collect();
+    let mut done: Vec<Option<F::Output>> = futures.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut pending = false;
+        for (f, slot) in futures.iter_mut().zip(done.iter_mut()) {
+            if slot.is_some() {
+                continue;
+            }
+            match f.as_mut().poll(cx) {
+                Poll::Ready(v) => *slot = Some(v),
+                Poll::Pending => pending = true,
+            }
+        }
+        if pending {
+            Poll::Pending
+        } else {
+            Poll::Ready(())
+        }
+    })
+    .await;
+    done.into_iter().flatten().collect()
+}
+
+fn run_ops(params: &[(String, String)]) -> Vec<Value> {
+    let mut stores = Stores::default();
+    let mut results = Vec::new();
+    for (k, op) in params {
+        if k != "do" {
+            continue;
+        }
+        results.push(match run_op(op, &mut stores) {
+            Ok(v) => json!({ "op": op, "ok": v }),
+            Err(e) => json!({ "op": op, "err": e }),
+        });
+    }
+    results
+}
+
 fn json_response(status: u16, v: Value) -> Response {
     Response::builder()
         .status(status)
@@ -294,31 +368,57 @@ async fn handle(req: Request) -> impl IntoResponse {
             };
             json_response(200, v)
         }
+        "echo" => {
+            let mut headers = serde_json::Map::new();
+            for (name, value) in req.headers() {
+                headers.insert(
+                    name.to_string(),
+                    json!(value.as_str().unwrap_or("<non-utf8>")),
+                );
+            }
+            json_response(
+                200,
+                json!({
+                    "method": req.method().to_string(),
+                    "uri": req.uri(),
+                    "path": req.path(),
+                    "query": req.query(),
+                    "headers": headers,
+                    "body": String::from_utf8_lossy(req.body()),
+                }),
+            )
+        }
         "http" => {
+            let kv = run_ops(&params);
             let url = param("url").unwrap_or_default();
-            let result: Result<Response, _> = spin_sdk::http::send(Request::get(url)).await;
-            let v = match result {
-                Ok(resp) => {
-                    json!({ "status": resp.status(), "body": String::from_utf8_lossy(resp.body()) })
+            let mut builder = Request::builder();
+            builder
+                .method(method(&param("method").unwrap_or_else(|| "GET".into())))
+                .uri(url);
+            for (k, v) in &params {
+                if k == "header" {
+                    let (name, value) = v.split_once(':').unwrap_or((v, ""));
+                    builder.header(name, value);
                 }
-                Err(e) => json!({ "err": format!("{e:?}") }),
-            };
+            }
+            if let Some(body) = param("body") {
+                builder.body(body.into_bytes());
+            }
+            let mut v = send(builder.build()).await;
+            if !kv.is_empty() {
+                v["kv"] = Value::Array(kv);
+            }
             json_response(200, v)
         }
-        "kv" => {
-            let mut stores = Stores::default();
-            let mut results = Vec::new();
-            for (k, op) in &params {
-                if k != "do" {
-                    continue;
-                }
-                results.push(match run_op(op, &mut stores) {
-                    Ok(v) => json!({ "op": op, "ok": v }),
-                    Err(e) => json!({ "op": op, "err": e }),
-                });
-            }
-            json_response(200, Value::Array(results))
+        "fanout" => {
+            let sends: Vec<_> = params
+                .iter()
+                .filter(|(k, _)| k == "url")
+                .map(|(_, u)| send(Request::get(u.clone()).build()))
+                .collect();
+            json_response(200, Value::Array(join_all(sends).await))
         }
+        "kv" => json_response(200, Value::Array(run_ops(&params))),
         other => json_response(404, json!({ "err": format!("unknown probe {other}") })),
     }
 }
