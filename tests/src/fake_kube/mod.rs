@@ -24,6 +24,12 @@
 //! # }
 //! ```
 //!
+//! The server runs as a task on the caller's tokio runtime. Code under test
+//! that blocks a thread on its HTTP calls needs a multi-threaded runtime
+//! (`#[tokio::test(flavor = "multi_thread")]`) or its own thread, or the
+//! server never gets to answer. The seeding and inspection methods are
+//! synchronous and safe to call from async code (they only take a mutex).
+//!
 //! # Resources
 //!
 //! | group/version | plural | scope | status subresource | schema |
