@@ -297,6 +297,38 @@ impl PoolState {
         Ok(Allocation::New(address))
     }
 
+    /// Binds `address` to `claim`/`uid` because the Kubernetes API says so
+    /// (an existing `IPAddress` object), whether or not the address is
+    /// allocatable under the current spec or already marked used. This is
+    /// how state is rebuilt after a store loss or a `clusterctl move`
+    /// without changing any address already handed out.
+    ///
+    /// # Idempotency
+    /// Adopting the same binding twice changes nothing the second time;
+    /// returns whether the state changed.
+    pub fn adopt(&mut self, claim: &str, uid: &str, address: u128, now: u64) -> bool {
+        let was_cooling = self.is_cooling(address);
+        self.cooling.retain(|c| c.address != address);
+        let journaled = self
+            .journal
+            .iter()
+            .any(|e| e.claim == claim && e.uid == uid && e.address == address);
+        let newly_used = !self.used.contains(address);
+        self.used.insert(address);
+        if !journaled {
+            self.journal.push_back(JournalEntry {
+                claim: claim.to_string(),
+                uid: uid.to_string(),
+                address,
+                at: now,
+            });
+            while self.journal.len() > JOURNAL_MAX {
+                self.journal.pop_front();
+            }
+        }
+        was_cooling || newly_used || !journaled
+    }
+
     /// Releases `address`, bound to `claim`/`uid`.
     ///
     /// With a grace period the address cools down until `now + grace`,

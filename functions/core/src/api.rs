@@ -58,7 +58,13 @@ pub struct ApiResponse {
 }
 
 impl ApiResponse {
-    fn ok(status: u16, body: Option<Value>, route: &'static str, outcome: &'static str) -> Self {
+    /// A successful response with `body`, for `route`, logging `outcome`.
+    pub fn success(
+        status: u16,
+        body: Option<Value>,
+        route: &'static str,
+        outcome: &'static str,
+    ) -> Self {
         ApiResponse {
             status,
             body,
@@ -95,7 +101,8 @@ impl ApiResponse {
         }
     }
 
-    fn touching(mut self, kind: &'static str, what: String) -> Self {
+    /// Adds an object to the log line's `objects`.
+    pub fn touching(mut self, kind: &'static str, what: String) -> Self {
         self.objects.push((kind, what));
         self
     }
@@ -255,7 +262,7 @@ pub fn pools<K: KvStore>(ctx: &Ctx<'_, K>, token: &str, req: &ApiRequest<'_>) ->
             Ok(views) => {
                 let n = views.len();
                 let items: Vec<Value> = views.iter().map(|v| v.to_json()).collect();
-                ApiResponse::ok(
+                ApiResponse::success(
                     200,
                     Some(json!({"apiVersion": "v1", "kind": "List", "items": items})),
                     route,
@@ -281,7 +288,7 @@ pub fn pools<K: KvStore>(ctx: &Ctx<'_, K>, token: &str, req: &ApiRequest<'_>) ->
     let touched = id.display();
     let result = match req.method {
         "GET" => match steps::get_pool(ctx.kv, &id) {
-            Ok(Some(v)) => Ok(ApiResponse::ok(200, Some(v.to_json()), route, "read")),
+            Ok(Some(v)) => Ok(ApiResponse::success(200, Some(v.to_json()), route, "read")),
             Ok(None) => Err(Error::not_found(
                 "PoolNotFound",
                 format!("{} {} is not registered", kind.kind_name(), touched),
@@ -297,10 +304,10 @@ pub fn pools<K: KvStore>(ctx: &Ctx<'_, K>, token: &str, req: &ApiRequest<'_>) ->
                     PutOutcome::Updated => (200, "updated"),
                     PutOutcome::Unchanged => (200, "unchanged"),
                 };
-                ApiResponse::ok(status, Some(view.to_json()), route, word)
+                ApiResponse::success(status, Some(view.to_json()), route, word)
             }),
         "DELETE" => steps::delete_pool(ctx, &id).map(|deleted| {
-            ApiResponse::ok(204, None, route, if deleted { "deleted" } else { "absent" })
+            ApiResponse::success(204, None, route, if deleted { "deleted" } else { "absent" })
         }),
         _ => return method_not_allowed(route, "GET, PUT, DELETE").touching("pool", touched),
     };
@@ -341,9 +348,9 @@ pub fn allocate<K: KvStore>(ctx: &Ctx<'_, K>, token: &str, req: &ApiRequest<'_>)
             .record
             .to_ip_address(&claim.id.namespace, &claim.id.name)?;
         let mut r = if a.created {
-            ApiResponse::ok(201, Some(body), route, "allocated")
+            ApiResponse::success(201, Some(body), route, "allocated")
         } else {
-            ApiResponse::ok(200, Some(body), route, "existing")
+            ApiResponse::success(200, Some(body), route, "existing")
         };
         if a.created {
             r.headers
@@ -387,7 +394,7 @@ pub fn claims<K: KvStore>(ctx: &Ctx<'_, K>, token: &str, req: &ApiRequest<'_>) -
         "GET" => steps::get_claim(ctx.kv, &ns, &name).and_then(|rec| match rec {
             Some(rec) => {
                 Ok(
-                    ApiResponse::ok(200, Some(rec.to_ip_address(&ns, &name)?), route, "read")
+                    ApiResponse::success(200, Some(rec.to_ip_address(&ns, &name)?), route, "read")
                         .touching("address", rec.address),
                 )
             }
@@ -403,10 +410,9 @@ pub fn claims<K: KvStore>(ctx: &Ctx<'_, K>, token: &str, req: &ApiRequest<'_>) -
                 .find_map(|kv| kv.strip_prefix("uid="))
                 .filter(|u| !u.is_empty());
             steps::release(ctx, &ns, &name, uid).map(|rec| match rec {
-                Some(rec) => {
-                    ApiResponse::ok(204, None, route, "released").touching("address", rec.address)
-                }
-                None => ApiResponse::ok(204, None, route, "absent"),
+                Some(rec) => ApiResponse::success(204, None, route, "released")
+                    .touching("address", rec.address),
+                None => ApiResponse::success(204, None, route, "absent"),
             })
         }
         _ => return method_not_allowed(route, "GET, DELETE").touching("claim", touched),

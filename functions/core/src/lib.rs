@@ -17,6 +17,10 @@
 //! - [`store`]: key layout, records and the compare-and-swap protocol.
 //! - [`steps`]: allocate, release, pool registration… over the port.
 //! - [`auth`]: bearer-token check.
+//! - [`outbound`]: the outbound HTTP port; [`kube`]: a typed Kubernetes API client on it.
+//! - [`capi`]: the CAPI IPAM contract: claim and pool reconciliation.
+//! - [`components`]: one entry point per Spin component (routing, auth, what each needs).
+//! - [`reconcile`]: full reconciliation and store rebuild from the API server.
 //! - [`api`]: routing and rendering of every route.
 //! - [`events`]: the payloads event forwarders post to `/v1/events`.
 //! - [`admission`]: the validating webhook for the pool kinds.
@@ -30,12 +34,17 @@ pub mod admission;
 pub mod alloc;
 pub mod api;
 pub mod auth;
+pub mod capi;
 pub mod claim;
+pub mod components;
 pub mod error;
 pub mod events;
+pub mod kube;
 pub mod kv;
 pub mod names;
+pub mod outbound;
 pub mod pool;
+pub mod reconcile;
 pub mod steps;
 pub mod store;
 #[cfg(feature = "testing")]

@@ -273,11 +273,46 @@ pub fn put_pool<K: KvStore>(
     ctx: &Ctx<'_, K>,
     object: PoolObject,
 ) -> Result<(PutOutcome, PoolView)> {
+    put_pool_with(ctx, object, &[])
+}
+
+/// An address the Kubernetes API says a claim holds (an `IPAddress`
+/// object), to be recorded when a pool is registered (see
+/// [`put_pool_with`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Adoption {
+    /// The claim, as far as the `IPAddress` tells it.
+    pub claim: Claim,
+    /// Its address.
+    pub address: std::net::IpAddr,
+}
+
+/// [`put_pool`], and when the pool is new to the store, records
+/// `adoptions` in the same write, so no allocation can hand out an adopted
+/// address in between. Then writes each adopted claim's binding (unless
+/// one exists). Adoptions of another family than the pool's are skipped.
+///
+/// # Idempotency
+/// As [`put_pool`]; adoptions only apply when the pool is created.
+///
+/// # Errors
+/// As [`put_pool`].
+pub fn put_pool_with<K: KvStore>(
+    ctx: &Ctx<'_, K>,
+    object: PoolObject,
+    adoptions: &[Adoption],
+) -> Result<(PutOutcome, PoolView)> {
     let pool = object.spec.validate()?;
     let id = object.id.clone();
-    store::update_pool(ctx, &id, |current| {
+    let now = ctx.env.now();
+    let result = store::update_pool(ctx, &id, |current| {
         let Some(l) = current else {
-            let state = PoolState::default();
+            let mut state = PoolState::default();
+            for a in adoptions {
+                if let Some(v) = addr_in_family(&pool, a.address) {
+                    state.adopt(&a.claim.id.display(), &a.claim.id.uid, v, now);
+                }
+            }
             let view = PoolView {
                 object: object.clone(),
                 counts: state.counts(&pool),
@@ -328,6 +363,97 @@ pub fn put_pool<K: KvStore>(
             }),
             (PutOutcome::Updated, view),
         ))
+    })?;
+    if result.0 == PutOutcome::Created {
+        for a in adoptions
+            .iter()
+            .filter(|a| addr_in_family(&pool, a.address).is_some())
+        {
+            let key = keys::claim(&a.claim.id.namespace, &a.claim.id.name);
+            if ctx.kv.get(&key)?.is_none() {
+                let rec = ClaimRecord::new(&a.claim, a.address, &pool, object.uid());
+                ctx.kv.set(&key, &rec.encode())?;
+            }
+        }
+    }
+    Ok(result)
+}
+
+/// Records that `claim` holds `address` because its `IPAddress` object says
+/// so (the store lost the binding, or the cluster was moved).
+///
+/// # Idempotency
+/// A binding that already says `address` is returned unchanged
+/// (`created: false`).
+///
+/// # Errors
+/// 409 `AddressMismatch` when the store binds the claim to another address;
+/// 409 `ClaimUidConflict`/`ClaimPoolConflict` as [`allocate`]; 409
+/// `AddressNotInPool` for another family; 404 `PoolNotFound`; 503 on store
+/// failures.
+pub fn adopt<K: KvStore>(
+    ctx: &Ctx<'_, K>,
+    claim: &Claim,
+    address: std::net::IpAddr,
+) -> Result<Allocated> {
+    let ckey = keys::claim(&claim.id.namespace, &claim.id.name);
+    let now = ctx.env.now();
+    let claim_key = claim.id.display();
+    let (changed, record) = store::update_pool(ctx, &claim.pool, |current| {
+        if let Some(bytes) = ctx.kv.get(&ckey)? {
+            let record = ClaimRecord::decode(&bytes)?;
+            check_same_claim(&record, claim)?;
+            if record.address != address.to_string() {
+                return Err(Error::conflict(
+                    "AddressMismatch",
+                    format!(
+                        "claim {} is bound to {} but its IPAddress says {address}",
+                        claim.id.display(),
+                        record.address
+                    ),
+                ));
+            }
+            return Ok(Step::Done((false, record)));
+        }
+        let Some(l) = current else {
+            return Err(Error::not_found(
+                "PoolNotFound",
+                format!(
+                    "{} {} is not registered",
+                    claim.pool.kind.kind_name(),
+                    claim.pool.display()
+                ),
+            ));
+        };
+        let v = addr_in_family(&l.pool, address).ok_or_else(|| {
+            Error::conflict(
+                "AddressNotInPool",
+                format!(
+                    "{address} is not of the family of pool {}",
+                    claim.pool.display()
+                ),
+            )
+        })?;
+        let mut state = l.state.clone();
+        let record = ClaimRecord::new(claim, address, &l.pool, l.object.uid());
+        if state.adopt(&claim_key, &claim.id.uid, v, now) {
+            Ok(Step::Write(
+                Box::new(Next {
+                    pool: Some((l.object.clone(), l.pool.clone())),
+                    state,
+                }),
+                (true, record),
+            ))
+        } else {
+            Ok(Step::Done((true, record)))
+        }
+    })?;
+    if changed {
+        ctx.kv.set(&ckey, &record.encode())?;
+    }
+    Ok(Allocated {
+        record,
+        created: changed,
     })
 }
 

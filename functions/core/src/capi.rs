@@ -1,0 +1,861 @@
+//! The Cluster API IPAM contract: claim and pool reconciliation against the
+//! Kubernetes API, on top of the allocation steps.
+//!
+//! Each function reads the object fresh from the API server (an event is
+//! only a hint: it may be stale, duplicated, reordered or forged), decides,
+//! and writes back with optimistic concurrency (`resourceVersion` in every
+//! patch that replaces a list; a 409 re-reads and retries). Every function
+//! is idempotent: run twice on the same state, the second run writes
+//! nothing.
+//!
+//! # Claim lifecycle ([`reconcile_claim`])
+//! 1. Not ours (`spec.poolRef` group/kind) → ignored.
+//! 2. Paused → no writes: the claim's `cluster.x-k8s.io/paused`
+//!    annotation; its Cluster (`spec.clusterName`, else the
+//!    `cluster.x-k8s.io/cluster-name` label) with `spec.paused` or that
+//!    annotation; the pool's annotation. A live claim whose Cluster does not
+//!    exist waits; a deleting one proceeds (the Cluster may be gone first).
+//! 3. Deleting and holding our finalizer: release the address, remove our
+//!    finalizer from the `IPAddress` and delete it, then remove the claim's
+//!    finalizer.
+//! 4. Live: add our finalizer; allocate (or, when an `IPAddress` already
+//!    exists, adopt its address); create the `IPAddress` named after the
+//!    claim (owner references to claim and pool, protection finalizer,
+//!    cluster-name label, `poolRef` equal to the claim's) or complete the
+//!    metadata of an existing one; an `IPAddress` being deleted while its
+//!    claim lives loses our finalizer and is re-created identically; set
+//!    `status.addressRef` and `Ready=True` through `/status`. Failures set
+//!    `Ready=False` with `PoolNotReady`, `PoolExhausted` or
+//!    `AllocationFailed`.
+//! 5. The claim no longer exists: release any binding and clean up an
+//!    orphaned `IPAddress`.
+//!
+//! # Pool lifecycle ([`sync_pool`])
+//! Registers the pool's spec in the store (adopting existing `IPAddress`
+//! objects of the pool when the store does not know it yet), keeps our
+//! finalizer on it while addresses are allocated, and writes
+//! `status.ipAddresses` and a `Ready` condition.
+
+use std::net::IpAddr;
+
+use serde_json::{json, Map, Value};
+
+use crate::claim::{Claim, CLUSTER_NAME_LABEL};
+use crate::error::{Error, ErrorKind, Result};
+use crate::kube::{self, obj, Kube, KubeError, Resource};
+use crate::kv::KvStore;
+use crate::outbound::HttpClient;
+use crate::pool::{self, PoolId, PoolKind, PoolObject};
+use crate::steps::{self, Adoption};
+use crate::store::Ctx;
+
+/// Finalizer on claims: released by metal-ipam before the claim goes.
+pub const CLAIM_FINALIZER: &str = "ipam.metal-ipam.dev/release-address";
+/// Finalizer on IPAddresses: protects them while their claim lives.
+pub const ADDRESS_FINALIZER: &str = "ipam.metal-ipam.dev/protect-address";
+/// Finalizer on pools: kept while addresses are allocated from them.
+pub const POOL_FINALIZER: &str = "ipam.metal-ipam.dev/protect-pool";
+/// CAPI's pause annotation.
+pub const PAUSED_ANNOTATION: &str = "cluster.x-k8s.io/paused";
+/// Reason of `Ready=True` on a bound claim (the contract defines none).
+pub const REASON_ALLOCATED: &str = "AddressAllocated";
+
+/// How often a step re-reads and retries after a 409.
+pub const CONFLICT_RETRIES: u32 = 5;
+
+/// What a reconciliation did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outcome {
+    /// `bound`, `released`, `absent`, `ignored`, `paused`, `waiting`,
+    /// `failed`, `synced`, `deleted`, `kept`.
+    pub result: &'static str,
+    /// The address involved, if any.
+    pub address: Option<String>,
+    /// Human explanation.
+    pub message: String,
+    /// Requests sent to the API server.
+    pub kube_calls: u32,
+}
+
+impl Outcome {
+    fn new(result: &'static str, message: impl Into<String>) -> Outcome {
+        Outcome {
+            result,
+            address: None,
+            message: message.into(),
+            kube_calls: 0,
+        }
+    }
+
+    fn with_address(mut self, a: impl Into<String>) -> Outcome {
+        self.address = Some(a.into());
+        self
+    }
+
+    /// As JSON (for responses and reports).
+    pub fn to_json(&self) -> Value {
+        let mut v =
+            json!({"result": self.result, "message": self.message, "kubeCalls": self.kube_calls});
+        if let Some(a) = &self.address {
+            v["address"] = a.clone().into();
+        }
+        v
+    }
+}
+
+fn retrying<T>(mut f: impl FnMut() -> Result<T>) -> Result<T> {
+    let mut last = None;
+    for _ in 0..CONFLICT_RETRIES {
+        match f() {
+            Err(e) if matches!(e.reason(), "KubeConflict" | "KubeNotFound") => last = Some(e),
+            other => return other,
+        }
+    }
+    Err(last.unwrap_or_else(|| Error::transient("KubeConflict", "retry")))
+}
+
+/// Formats Unix seconds as an RFC 3339 UTC timestamp.
+///
+/// # Examples
+/// ```
+/// use metal_ipam_core::capi::rfc3339;
+/// assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
+/// assert_eq!(rfc3339(1_764_441_600), "2025-11-29T18:40:00Z");
+/// ```
+pub fn rfc3339(secs: u64) -> String {
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    // Civil from days (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = if m <= 2 { y + 1 } else { y };
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+fn resource_of(kind: PoolKind) -> &'static Resource {
+    match kind {
+        PoolKind::Namespaced => &kube::METAL_IP_POOLS,
+        PoolKind::Global => &kube::GLOBAL_METAL_IP_POOLS,
+    }
+}
+
+fn rv(o: &Value) -> Value {
+    o.pointer("/metadata/resourceVersion")
+        .cloned()
+        .unwrap_or(Value::Null)
+}
+
+/// Patches `metadata.finalizers` to `finalizers`, guarded by the object's
+/// resourceVersion. Returns the updated object.
+fn set_finalizers<H: HttpClient + ?Sized>(
+    kube: &Kube<'_, H>,
+    r: &Resource,
+    ns: Option<&str>,
+    o: &Value,
+    finalizers: Vec<String>,
+) -> Result<Value> {
+    let name = obj::meta_str(o, "name").unwrap_or_default();
+    let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": rv(o)}});
+    Ok(kube.merge_patch(r, ns, name, false, &patch)?)
+}
+
+fn add_finalizer<H: HttpClient + ?Sized>(
+    kube: &Kube<'_, H>,
+    r: &Resource,
+    ns: Option<&str>,
+    o: &Value,
+    f: &str,
+) -> Result<Value> {
+    let mut fs = obj::finalizers(o);
+    if fs.iter().any(|x| x == f) {
+        return Ok(o.clone());
+    }
+    fs.push(f.to_string());
+    set_finalizers(kube, r, ns, o, fs)
+}
+
+fn remove_finalizer<H: HttpClient + ?Sized>(
+    kube: &Kube<'_, H>,
+    r: &Resource,
+    ns: Option<&str>,
+    o: &Value,
+    f: &str,
+) -> Result<Option<Value>> {
+    let fs = obj::finalizers(o);
+    if !fs.iter().any(|x| x == f) {
+        return Ok(Some(o.clone()));
+    }
+    let rest: Vec<String> = fs.into_iter().filter(|x| x != f).collect();
+    match set_finalizers(kube, r, ns, o, rest) {
+        Ok(v) => Ok(Some(v)),
+        // Removing the last finalizer of a deleting object removes it; a
+        // server may then answer 404 or 200 with the final state.
+        Err(e) if e.reason() == "KubeNotFound" => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+fn paused(o: &Value) -> bool {
+    obj::annotation(o, PAUSED_ANNOTATION).is_some()
+}
+
+/// A `metav1.Condition` list with `Ready` set, keeping others and keeping
+/// `lastTransitionTime` when the status does not change.
+fn with_ready(
+    existing: Option<&Value>,
+    status: bool,
+    reason: &str,
+    message: &str,
+    now: u64,
+    generation: Option<&Value>,
+) -> (Vec<Value>, bool) {
+    let mut out = Vec::new();
+    let mut changed = true;
+    let want_status = if status { "True" } else { "False" };
+    let mut found = false;
+    for c in existing.and_then(Value::as_array).into_iter().flatten() {
+        if c.get("type").and_then(Value::as_str) == Some("Ready") {
+            found = true;
+            let same_status = c.get("status").and_then(Value::as_str) == Some(want_status);
+            let same = same_status
+                && c.get("reason").and_then(Value::as_str) == Some(reason)
+                && c.get("message").and_then(Value::as_str).unwrap_or("") == message;
+            changed = !same;
+            let ltt = if same_status {
+                c.get("lastTransitionTime")
+                    .cloned()
+                    .unwrap_or_else(|| rfc3339(now).into())
+            } else {
+                rfc3339(now).into()
+            };
+            let mut cond = json!({"type": "Ready", "status": want_status, "reason": reason, "message": message, "lastTransitionTime": ltt});
+            if let Some(g) = generation.filter(|g| !g.is_null()) {
+                cond["observedGeneration"] = g.clone();
+            }
+            out.push(cond);
+        } else {
+            out.push(c.clone());
+        }
+    }
+    if !found {
+        let mut cond = json!({"type": "Ready", "status": want_status, "reason": reason, "message": message, "lastTransitionTime": rfc3339(now)});
+        if let Some(g) = generation.filter(|g| !g.is_null()) {
+            cond["observedGeneration"] = g.clone();
+        }
+        out.push(cond);
+    }
+    (out, changed)
+}
+
+/// Writes the claim's status (`addressRef` when bound, `Ready`, and the
+/// deprecated v1beta1 condition list) if it differs; returns whether it wrote.
+fn write_claim_status<H: HttpClient + ?Sized>(
+    kube: &Kube<'_, H>,
+    claim_obj: &Value,
+    address_ref: Option<&str>,
+    ready: bool,
+    reason: &str,
+    message: &str,
+    now: u64,
+) -> Result<bool> {
+    let ns = obj::meta_str(claim_obj, "namespace");
+    let name = obj::meta_str(claim_obj, "name").unwrap_or_default();
+    let status = claim_obj.get("status");
+    let (conditions, cond_changed) = with_ready(
+        status.and_then(|s| s.get("conditions")),
+        ready,
+        reason,
+        message,
+        now,
+        claim_obj.pointer("/metadata/generation"),
+    );
+    let current_ref = status
+        .and_then(|s| s.pointer("/addressRef/name"))
+        .and_then(Value::as_str);
+    let ref_changed = address_ref.is_some() && current_ref != address_ref;
+    if !cond_changed && !ref_changed {
+        return Ok(false);
+    }
+    // The deprecated v1beta1 conditions: status, reason, message,
+    // lastTransitionTime, and a severity when not True.
+    let mut old = json!({"type": "Ready", "status": if ready { "True" } else { "False" }, "lastTransitionTime": rfc3339(now)});
+    if !ready {
+        old["severity"] = "Warning".into();
+        old["reason"] = reason.into();
+        old["message"] = message.into();
+    }
+    let mut st = Map::new();
+    st.insert("conditions".into(), Value::Array(conditions));
+    st.insert(
+        "deprecated".into(),
+        json!({"v1beta1": {"conditions": [old]}}),
+    );
+    if let Some(a) = address_ref {
+        st.insert("addressRef".into(), json!({"name": a}));
+    }
+    let patch =
+        json!({"metadata": {"resourceVersion": rv(claim_obj)}, "status": Value::Object(st)});
+    kube.merge_patch(&kube::CLAIMS, ns, name, true, &patch)?;
+    Ok(true)
+}
+
+/// Reconciles one `IPAddressClaim` per the CAPI IPAM contract (see the
+/// module docs for the steps).
+///
+/// # Idempotency
+/// Safe to run any number of times, concurrently with itself for the same
+/// claim (optimistic concurrency on every write) and with stale, duplicated
+/// or reordered events: the outcome depends only on the current objects.
+///
+/// # Errors
+/// 503 for an unavailable API server or store, or persistent conflicts;
+/// 500 for credentials/RBAC problems or objects the API server rejects.
+/// Allocation failures are not errors: they become the claim's `Ready=False`
+/// condition and the outcome `waiting` / `failed`.
+pub fn reconcile_claim<K: KvStore, H: HttpClient + ?Sized>(
+    ctx: &Ctx<'_, K>,
+    kube: &Kube<'_, H>,
+    ns: &str,
+    name: &str,
+) -> Result<Outcome> {
+    let before = kube.calls();
+    let mut out = retrying(|| reconcile_claim_once(ctx, kube, ns, name))?;
+    out.kube_calls = kube.calls() - before;
+    Ok(out)
+}
+
+fn reconcile_claim_once<K: KvStore, H: HttpClient + ?Sized>(
+    ctx: &Ctx<'_, K>,
+    kube: &Kube<'_, H>,
+    ns: &str,
+    name: &str,
+) -> Result<Outcome> {
+    let Some(claim_obj) = kube.get(&kube::CLAIMS, Some(ns), name)? else {
+        let released = steps::release(ctx, ns, name, None)?;
+        cleanup_orphan_address(kube, ns, name)?;
+        return Ok(match released {
+            Some(r) => {
+                Outcome::new("released", "the claim no longer exists").with_address(r.address)
+            }
+            None => Outcome::new("absent", "the claim does not exist"),
+        });
+    };
+    let claim = match Claim::parse(&claim_obj) {
+        Ok(c) => c,
+        Err(e) if e.reason() == "UnsupportedPoolRef" => {
+            return Ok(Outcome::new(
+                "ignored",
+                "spec.poolRef is not served by metal-ipam",
+            ))
+        }
+        Err(e) => {
+            if !obj::deleting(&claim_obj) {
+                write_claim_status(
+                    kube,
+                    &claim_obj,
+                    None,
+                    false,
+                    "AllocationFailed",
+                    &e.to_string(),
+                    ctx.env.now(),
+                )?;
+            }
+            return Ok(Outcome::new("failed", e.to_string()));
+        }
+    };
+    let deleting = obj::deleting(&claim_obj);
+    if paused(&claim_obj) {
+        return Ok(Outcome::new("paused", "the claim is paused"));
+    }
+    if let Some(cluster) = &claim.cluster_name {
+        match kube.get(&kube::CLUSTERS, Some(ns), cluster)? {
+            None if !deleting => {
+                return Ok(Outcome::new(
+                    "waiting",
+                    format!("Cluster {ns}/{cluster} does not exist"),
+                ));
+            }
+            Some(c)
+                if c.pointer("/spec/paused").and_then(Value::as_bool) == Some(true)
+                    || paused(&c) =>
+            {
+                return Ok(Outcome::new(
+                    "paused",
+                    format!("Cluster {ns}/{cluster} is paused"),
+                ));
+            }
+            _ => {}
+        }
+    }
+    // The pool's pause annotation is read from the API server (the store's
+    // copy may lag behind); a pool registered only through the HTTP API has
+    // no object there and is never paused.
+    let pool_obj = kube.get(
+        resource_of(claim.pool.kind),
+        claim.pool.namespace.as_deref(),
+        &claim.pool.name,
+    )?;
+    if pool_obj.as_ref().is_some_and(paused) {
+        return Ok(Outcome::new(
+            "paused",
+            format!("pool {} is paused", claim.pool.display()),
+        ));
+    }
+    if deleting {
+        return finalize_claim(ctx, kube, &claim, &claim_obj);
+    }
+    let claim_obj = add_finalizer(kube, &kube::CLAIMS, Some(ns), &claim_obj, CLAIM_FINALIZER)?;
+    let now = ctx.env.now();
+    // An IPAddress being deleted while its claim lives: let it go, then
+    // re-create it identically below.
+    let mut ip = kube.get(&kube::IP_ADDRESSES, Some(ns), name)?;
+    if let Some(o) = &ip {
+        if obj::deleting(o) && owned_by(o, &claim.id.uid) {
+            remove_finalizer(kube, &kube::IP_ADDRESSES, Some(ns), o, ADDRESS_FINALIZER)?;
+            ip = kube.get(&kube::IP_ADDRESSES, Some(ns), name)?;
+            if ip.as_ref().is_some_and(obj::deleting) {
+                return Err(Error::transient(
+                    "KubeConflict",
+                    "the IPAddress is still being deleted",
+                ));
+            }
+        }
+    }
+    let existing: Option<IpAddr> = ip
+        .as_ref()
+        .filter(|o| o.pointer("/spec/poolRef") == Some(&claim.pool_ref.to_json()))
+        .and_then(|o| o.pointer("/spec/address")?.as_str()?.parse().ok());
+    let allocated = match existing {
+        Some(a) => steps::adopt(ctx, &claim, a),
+        None => steps::allocate(ctx, &claim),
+    };
+    let record = match allocated {
+        Ok(a) => a.record,
+        Err(e) if e.kind() == ErrorKind::Transient || e.kind() == ErrorKind::Internal => {
+            return Err(e)
+        }
+        Err(e) => {
+            let reason = match (e.kind(), e.reason()) {
+                (ErrorKind::NotFound, _) => "PoolNotReady",
+                (ErrorKind::Exhausted, _) => "PoolExhausted",
+                _ => "AllocationFailed",
+            };
+            write_claim_status(kube, &claim_obj, None, false, reason, e.message(), now)?;
+            let result = if reason == "AllocationFailed" {
+                "failed"
+            } else {
+                "waiting"
+            };
+            return Ok(Outcome::new(result, format!("{reason}: {}", e.message())));
+        }
+    };
+    let mut desired = record.to_ip_address(ns, name)?;
+    desired["metadata"]["finalizers"] = json!([ADDRESS_FINALIZER]);
+    match ip {
+        None => {
+            kube.create(&kube::IP_ADDRESSES, Some(ns), &desired)?;
+        }
+        Some(o) => {
+            if o.pointer("/spec/address").and_then(Value::as_str) != Some(record.address.as_str())
+                || o.pointer("/spec/poolRef") != desired.pointer("/spec/poolRef")
+            {
+                let msg = format!(
+                    "IPAddress {ns}/{name} exists with {} in another pool or with another address than the claim's {}",
+                    o.pointer("/spec/address").and_then(Value::as_str).unwrap_or("?"),
+                    record.address
+                );
+                write_claim_status(kube, &claim_obj, None, false, "AllocationFailed", &msg, now)?;
+                return Ok(Outcome::new("failed", msg));
+            }
+            complete_address_metadata(kube, ns, &o, &desired)?;
+        }
+    }
+    write_claim_status(
+        kube,
+        &claim_obj,
+        Some(name),
+        true,
+        REASON_ALLOCATED,
+        "",
+        now,
+    )?;
+    Ok(
+        Outcome::new("bound", format!("{ns}/{name} has {}", record.address))
+            .with_address(record.address),
+    )
+}
+
+fn owned_by(o: &Value, uid: &str) -> bool {
+    o.pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array)
+        .is_some_and(|refs| {
+            refs.iter()
+                .any(|r| r.get("uid").and_then(Value::as_str) == Some(uid))
+        })
+}
+
+/// Adds what an existing IPAddress lacks: our finalizer, the owner
+/// references, the cluster-name label (one guarded patch, or none).
+fn complete_address_metadata<H: HttpClient + ?Sized>(
+    kube: &Kube<'_, H>,
+    ns: &str,
+    o: &Value,
+    desired: &Value,
+) -> Result<()> {
+    let mut patch = Map::new();
+    let mut fs = obj::finalizers(o);
+    if !fs.iter().any(|f| f == ADDRESS_FINALIZER) {
+        fs.push(ADDRESS_FINALIZER.to_string());
+        patch.insert("finalizers".into(), json!(fs));
+    }
+    let mut refs: Vec<Value> = o
+        .pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let mut refs_changed = false;
+    for want in desired
+        .pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let uid = want.get("uid");
+        match refs.iter_mut().find(|r| r.get("uid") == uid) {
+            Some(r) if r == want => {}
+            Some(r) => {
+                *r = want.clone();
+                refs_changed = true;
+            }
+            None => {
+                refs.push(want.clone());
+                refs_changed = true;
+            }
+        }
+    }
+    if refs_changed {
+        patch.insert("ownerReferences".into(), json!(refs));
+    }
+    if let Some(c) = desired
+        .pointer("/metadata/labels")
+        .and_then(|l| l.get(CLUSTER_NAME_LABEL))
+    {
+        if obj::label(o, CLUSTER_NAME_LABEL) != c.as_str() {
+            patch.insert("labels".into(), json!({ CLUSTER_NAME_LABEL: c }));
+        }
+    }
+    if patch.is_empty() {
+        return Ok(());
+    }
+    patch.insert("resourceVersion".into(), rv(o));
+    kube.merge_patch(
+        &kube::IP_ADDRESSES,
+        Some(ns),
+        obj::meta_str(o, "name").unwrap_or_default(),
+        false,
+        &json!({"metadata": patch}),
+    )?;
+    Ok(())
+}
+
+fn finalize_claim<K: KvStore, H: HttpClient + ?Sized>(
+    ctx: &Ctx<'_, K>,
+    kube: &Kube<'_, H>,
+    claim: &Claim,
+    claim_obj: &Value,
+) -> Result<Outcome> {
+    let ns = claim.id.namespace.as_str();
+    let name = claim.id.name.as_str();
+    if !obj::finalizers(claim_obj)
+        .iter()
+        .any(|f| f == CLAIM_FINALIZER)
+    {
+        return Ok(Outcome::new(
+            "absent",
+            "the claim is being deleted and holds no metal-ipam finalizer",
+        ));
+    }
+    let released = steps::release(ctx, ns, name, Some(&claim.id.uid))?;
+    if let Some(ip) = kube.get(&kube::IP_ADDRESSES, Some(ns), name)? {
+        if owned_by(&ip, &claim.id.uid)
+            || obj::finalizers(&ip).iter().any(|f| f == ADDRESS_FINALIZER)
+        {
+            let remaining =
+                remove_finalizer(kube, &kube::IP_ADDRESSES, Some(ns), &ip, ADDRESS_FINALIZER)?;
+            if remaining.as_ref().is_some_and(|o| !obj::deleting(o)) {
+                kube.delete(&kube::IP_ADDRESSES, Some(ns), name)?;
+            }
+        }
+    }
+    remove_finalizer(kube, &kube::CLAIMS, Some(ns), claim_obj, CLAIM_FINALIZER)?;
+    let mut out = Outcome::new("released", format!("{ns}/{name} released"));
+    if let Some(r) = released {
+        out = out.with_address(r.address);
+    }
+    Ok(out)
+}
+
+fn cleanup_orphan_address<H: HttpClient + ?Sized>(
+    kube: &Kube<'_, H>,
+    ns: &str,
+    name: &str,
+) -> Result<()> {
+    let Some(ip) = kube.get(&kube::IP_ADDRESSES, Some(ns), name)? else {
+        return Ok(());
+    };
+    if !obj::finalizers(&ip).iter().any(|f| f == ADDRESS_FINALIZER) {
+        return Ok(());
+    }
+    let remaining = remove_finalizer(kube, &kube::IP_ADDRESSES, Some(ns), &ip, ADDRESS_FINALIZER)?;
+    if remaining.as_ref().is_some_and(|o| !obj::deleting(o)) {
+        kube.delete(&kube::IP_ADDRESSES, Some(ns), name)?;
+    }
+    Ok(())
+}
+
+/// Reconciles one pool object: registers its spec (adopting existing
+/// `IPAddress` objects when the store does not know the pool), keeps our
+/// finalizer while addresses are allocated, and writes its status.
+///
+/// # Idempotency
+/// As [`reconcile_claim`].
+///
+/// # Errors
+/// As [`reconcile_claim`]. An invalid spec or an update dropping allocated
+/// addresses is reported in the pool's `Ready=False` condition.
+pub fn sync_pool<K: KvStore, H: HttpClient + ?Sized>(
+    ctx: &Ctx<'_, K>,
+    kube: &Kube<'_, H>,
+    id: &PoolId,
+) -> Result<Outcome> {
+    let before = kube.calls();
+    let mut out = retrying(|| sync_pool_once(ctx, kube, id))?;
+    out.kube_calls = kube.calls() - before;
+    Ok(out)
+}
+
+fn sync_pool_once<K: KvStore, H: HttpClient + ?Sized>(
+    ctx: &Ctx<'_, K>,
+    kube: &Kube<'_, H>,
+    id: &PoolId,
+) -> Result<Outcome> {
+    let r = resource_of(id.kind);
+    let ns = id.namespace.as_deref();
+    let now = ctx.env.now();
+    let Some(o) = kube.get(r, ns, &id.name)? else {
+        return match steps::delete_pool(ctx, id) {
+            Ok(true) => Ok(Outcome::new("deleted", format!("pool {} no longer exists", id.display()))),
+            Ok(false) => Ok(Outcome::new("absent", format!("pool {} does not exist", id.display()))),
+            Err(e) if e.reason() == "PoolInUse" => Ok(Outcome::new("kept", format!("pool {} was removed from Kubernetes while addresses are allocated; kept in the store: {}", id.display(), e.message()))),
+            Err(e) => Err(e),
+        };
+    };
+    if obj::deleting(&o) {
+        return match steps::delete_pool(ctx, id) {
+            Ok(_) => {
+                remove_finalizer(kube, r, ns, &o, POOL_FINALIZER)?;
+                Ok(Outcome::new(
+                    "deleted",
+                    format!("pool {} deleted", id.display()),
+                ))
+            }
+            Err(e) if e.reason() == "PoolInUse" => {
+                write_pool_status(kube, r, ns, &o, None, false, "PoolInUse", e.message(), now)?;
+                Ok(Outcome::new("waiting", e.message().to_string()))
+            }
+            Err(e) => Err(e),
+        };
+    }
+    if paused(&o) {
+        return Ok(Outcome::new(
+            "paused",
+            format!("pool {} is paused", id.display()),
+        ));
+    }
+    let o = add_finalizer(kube, r, ns, &o, POOL_FINALIZER)?;
+    let object = match PoolObject::parse(id, &o) {
+        Ok(p) => p,
+        Err(e) => {
+            write_pool_status(
+                kube,
+                r,
+                ns,
+                &o,
+                None,
+                false,
+                "InvalidSpec",
+                &e.to_string(),
+                now,
+            )?;
+            return Ok(Outcome::new("failed", e.to_string()));
+        }
+    };
+    let adoptions = if steps::get_pool(ctx.kv, id)?.is_none() {
+        adoptions_for(kube, id, &object)?
+    } else {
+        Vec::new()
+    };
+    match steps::put_pool_with(ctx, object, &adoptions) {
+        Ok((_, view)) => {
+            let status = view.to_json()["status"]["ipAddresses"].clone();
+            write_pool_status(kube, r, ns, &o, Some(status), true, "PoolReady", "", now)?;
+            Ok(Outcome::new(
+                "synced",
+                format!(
+                    "pool {} registered ({} adopted)",
+                    id.display(),
+                    adoptions.len()
+                ),
+            ))
+        }
+        Err(e) if e.kind() == ErrorKind::Conflict || e.kind() == ErrorKind::Invalid => {
+            write_pool_status(kube, r, ns, &o, None, false, e.reason(), e.message(), now)?;
+            Ok(Outcome::new("failed", e.to_string()))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// The IPAddress objects of `id` (as adoptions), read from the API server.
+fn adoptions_for<H: HttpClient + ?Sized>(
+    kube: &Kube<'_, H>,
+    id: &PoolId,
+    object: &PoolObject,
+) -> Result<Vec<Adoption>> {
+    let _ = object;
+    let items = kube.list(&kube::IP_ADDRESSES, id.namespace.as_deref())?;
+    let mut out = Vec::new();
+    for ip in items {
+        let pr = ip.pointer("/spec/poolRef");
+        let matches = pr.and_then(|p| p.get("apiGroup")).and_then(Value::as_str)
+            == Some(pool::GROUP)
+            && pr.and_then(|p| p.get("kind")).and_then(Value::as_str) == Some(id.kind.kind_name())
+            && pr.and_then(|p| p.get("name")).and_then(Value::as_str) == Some(id.name.as_str());
+        if !matches {
+            continue;
+        }
+        if let Some(a) = adoption_of(kube, &ip)? {
+            out.push(a);
+        }
+    }
+    Ok(out)
+}
+
+/// The claim an IPAddress belongs to, as an adoption (the claim's uid comes
+/// from the controller owner reference, else from the claim itself).
+pub(crate) fn adoption_of<H: HttpClient + ?Sized>(
+    kube: &Kube<'_, H>,
+    ip: &Value,
+) -> Result<Option<Adoption>> {
+    let Some(ns) = obj::meta_str(ip, "namespace") else {
+        return Ok(None);
+    };
+    let Some(claim_name) = ip.pointer("/spec/claimRef/name").and_then(Value::as_str) else {
+        return Ok(None);
+    };
+    let Some(address) = ip
+        .pointer("/spec/address")
+        .and_then(Value::as_str)
+        .and_then(|a| a.parse().ok())
+    else {
+        return Ok(None);
+    };
+    let owner_uid = ip
+        .pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array)
+        .and_then(|refs| {
+            refs.iter()
+                .find(|r| r.get("kind").and_then(Value::as_str) == Some("IPAddressClaim"))
+        })
+        .and_then(|r| r.get("uid"))
+        .and_then(Value::as_str)
+        .map(str::to_string);
+    let uid = match owner_uid {
+        Some(u) => u,
+        None => match kube.get(&kube::CLAIMS, Some(ns), claim_name)? {
+            Some(c) => match obj::meta_str(&c, "uid") {
+                Some(u) => u.to_string(),
+                None => return Ok(None),
+            },
+            None => return Ok(None),
+        },
+    };
+    let claim_json = json!({
+        "apiVersion": kube::CLAIMS.api_version(),
+        "kind": "IPAddressClaim",
+        "metadata": {"name": claim_name, "namespace": ns, "uid": uid,
+                     "labels": ip.pointer("/metadata/labels").cloned().unwrap_or(json!({}))},
+        "spec": {"poolRef": ip.pointer("/spec/poolRef").cloned().unwrap_or(Value::Null)}
+    });
+    Ok(Claim::parse(&claim_json)
+        .ok()
+        .map(|claim| Adoption { claim, address }))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn write_pool_status<H: HttpClient + ?Sized>(
+    kube: &Kube<'_, H>,
+    r: &Resource,
+    ns: Option<&str>,
+    o: &Value,
+    ip_addresses: Option<Value>,
+    ready: bool,
+    reason: &str,
+    message: &str,
+    now: u64,
+) -> Result<bool> {
+    let status = o.get("status");
+    let (conditions, cond_changed) = with_ready(
+        status.and_then(|s| s.get("conditions")),
+        ready,
+        reason,
+        message,
+        now,
+        o.pointer("/metadata/generation"),
+    );
+    let counts_changed = ip_addresses
+        .as_ref()
+        .is_some_and(|c| status.and_then(|s| s.get("ipAddresses")) != Some(c));
+    if !cond_changed && !counts_changed {
+        return Ok(false);
+    }
+    let mut st = json!({"conditions": conditions});
+    if let Some(c) = ip_addresses {
+        st["ipAddresses"] = c;
+    }
+    let patch = json!({"metadata": {"resourceVersion": rv(o)}, "status": st});
+    kube.merge_patch(
+        r,
+        ns,
+        obj::meta_str(o, "name").unwrap_or_default(),
+        true,
+        &patch,
+    )?;
+    Ok(true)
+}
+
+/// Which pool a pool object's API path names.
+pub fn pool_id_of(kind: PoolKind, ns: Option<&str>, name: &str) -> PoolId {
+    match (kind, ns) {
+        (PoolKind::Namespaced, Some(ns)) => PoolId::namespaced(ns, name),
+        _ => PoolId::global(name),
+    }
+}
+
+impl From<&KubeError> for ErrorKind {
+    fn from(e: &KubeError) -> Self {
+        Error::from(e.clone()).kind()
+    }
+}

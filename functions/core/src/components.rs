@@ -1,0 +1,534 @@
+//! One entry point per Spin component: which routes each serves and what it
+//! needs, on top of [`crate::api`] (the plain HTTP API) and [`crate::capi`]
+//! (the Kubernetes side).
+//!
+//! | Component | Routes | Store | Kubernetes | Chains to |
+//! |---|---|---|---|---|
+//! | `pools` | `/v1/pools…`, `/v1/global-pools…`; `POST /v1/capi/pools/{ns}/{name}`, `POST /v1/capi/global-pools/{name}` (pool sync) | yes | yes | — |
+//! | `allocate` | `POST /v1/claims`; `POST /v1/capi/claims/{ns}/{name}` (claim reconcile) | yes | yes | — |
+//! | `release` | `/v1/claims/{ns}/{name}`; `POST /v1/capi/claims/{ns}/{name}` (claim reconcile) | yes | yes | — |
+//! | `events` | `POST /v1/events` | no | no | `allocate`, `release`, `pools` |
+//! | `admission` | `POST /v1/admission/pools` | read | no | — |
+//! | `reconcile` | `POST /v1/reconcile` | yes | yes | — |
+//!
+//! The `/v1/capi/…` routes have no public trigger in spin.toml: they are
+//! reached by Spin service chaining from `events` (with the API token).
+
+use serde_json::{json, Value};
+
+use crate::admission::{self, KvPools};
+use crate::api::{self, ApiRequest, ApiResponse};
+use crate::auth;
+use crate::capi;
+use crate::error::{Error, ErrorKind, Result};
+use crate::events::{self, Action, ObjectKind, Outcome};
+use crate::kube::Kube;
+use crate::kv::KvStore;
+use crate::names;
+use crate::outbound::HttpClient;
+use crate::pool::PoolKind;
+use crate::reconcile;
+use crate::store::Ctx;
+
+/// What a component has at hand for one request.
+pub struct Services<'a, K: KvStore, H: HttpClient + ?Sized> {
+    /// The key-value store (`None` for components without one).
+    pub ctx: Option<&'a Ctx<'a, K>>,
+    /// The Kubernetes client (`None` when `k8s_token` is not configured).
+    pub kube: Option<&'a Kube<'a, H>>,
+    /// Outbound HTTP (service chaining).
+    pub http: &'a H,
+    /// The API token (every route; also sent on chained requests).
+    pub api_token: &'a str,
+    /// The events token (accepted on `/v1/events` only; empty = none).
+    pub events_token: &'a str,
+}
+
+fn segments(path: &str) -> Vec<&str> {
+    path.trim_end_matches('/').split('/').skip(1).collect()
+}
+
+fn store<'a, K: KvStore, H: HttpClient + ?Sized>(s: &Services<'a, K, H>) -> Result<&'a Ctx<'a, K>> {
+    s.ctx.ok_or_else(|| {
+        Error::new(
+            ErrorKind::Internal,
+            "StoreMisconfigured",
+            "this component has no key-value store",
+        )
+    })
+}
+
+fn kube<'a, K: KvStore, H: HttpClient + ?Sized>(s: &Services<'a, K, H>) -> Result<&'a Kube<'a, H>> {
+    s.kube.ok_or_else(|| {
+        Error::new(
+            ErrorKind::Internal,
+            "KubeNotConfigured",
+            "the Kubernetes API is not configured (variables k8s_api_url and k8s_token)",
+        )
+    })
+}
+
+fn outcome_response(
+    route: &'static str,
+    o: Result<capi::Outcome>,
+    kind: &'static str,
+    what: String,
+) -> ApiResponse {
+    match o {
+        Ok(o) => {
+            let mut r = ApiResponse::success(200, Some(o.to_json()), route, o.result);
+            r.objects.push((kind, what));
+            if let Some(a) = o.address {
+                r.objects.push(("address", a));
+            }
+            r
+        }
+        Err(e) => {
+            let mut r = ApiResponse::from_error(&e, route);
+            r.objects.push((kind, what));
+            r
+        }
+    }
+}
+
+/// `POST /v1/capi/claims/{namespace}/{name}`: reconcile one claim.
+fn capi_claim<K: KvStore, H: HttpClient + ?Sized>(
+    s: &Services<'_, K, H>,
+    req: &ApiRequest<'_>,
+    ns: &str,
+    name: &str,
+) -> ApiResponse {
+    let route = "/v1/capi/claims/{namespace}/{name}";
+    if let Err(e) = auth::check_bearer(s.api_token, req.authorization) {
+        return ApiResponse::from_error(&e, route);
+    }
+    if req.method != "POST" {
+        return ApiResponse::from_error(
+            &Error::new(
+                ErrorKind::MethodNotAllowed,
+                "MethodNotAllowed",
+                format!("{route} accepts POST"),
+            ),
+            route,
+        );
+    }
+    let checked = names::check_label(ns)
+        .and_then(|_| names::check_subdomain(name))
+        .map_err(Error::malformed);
+    let result = checked.and_then(|_| capi::reconcile_claim(store(s)?, kube(s)?, ns, name));
+    outcome_response(route, result, "claim", format!("{ns}/{name}"))
+}
+
+/// `POST /v1/capi/pools/{ns}/{name}` or `/v1/capi/global-pools/{name}`.
+fn capi_pool<K: KvStore, H: HttpClient + ?Sized>(
+    s: &Services<'_, K, H>,
+    req: &ApiRequest<'_>,
+    kind: PoolKind,
+    ns: Option<&str>,
+    name: &str,
+) -> ApiResponse {
+    let route = match kind {
+        PoolKind::Namespaced => "/v1/capi/pools/{namespace}/{name}",
+        PoolKind::Global => "/v1/capi/global-pools/{name}",
+    };
+    if let Err(e) = auth::check_bearer(s.api_token, req.authorization) {
+        return ApiResponse::from_error(&e, route);
+    }
+    if req.method != "POST" {
+        return ApiResponse::from_error(
+            &Error::new(
+                ErrorKind::MethodNotAllowed,
+                "MethodNotAllowed",
+                format!("{route} accepts POST"),
+            ),
+            route,
+        );
+    }
+    let id = capi::pool_id_of(kind, ns, name);
+    let checked = ns
+        .map_or(Ok(()), names::check_label)
+        .and_then(|_| names::check_subdomain(name))
+        .map_err(Error::malformed);
+    let result = checked.and_then(|_| capi::sync_pool(store(s)?, kube(s)?, &id));
+    outcome_response(route, result, "pool", id.display())
+}
+
+fn with_store<K: KvStore, H: HttpClient + ?Sized>(
+    s: &Services<'_, K, H>,
+    req: &ApiRequest<'_>,
+    f: impl FnOnce(&Ctx<'_, K>, &str, &ApiRequest<'_>) -> ApiResponse,
+) -> ApiResponse {
+    match store(s) {
+        Ok(ctx) => f(ctx, s.api_token, req),
+        Err(e) => ApiResponse::from_error(&e, ""),
+    }
+}
+
+/// The `pools` component.
+pub fn pools<K: KvStore, H: HttpClient + ?Sized>(
+    s: &Services<'_, K, H>,
+    req: &ApiRequest<'_>,
+) -> ApiResponse {
+    match segments(req.path).as_slice() {
+        ["v1", "capi", "pools", ns, name] => {
+            capi_pool(s, req, PoolKind::Namespaced, Some(ns), name)
+        }
+        ["v1", "capi", "global-pools", name] => capi_pool(s, req, PoolKind::Global, None, name),
+        _ => with_store(s, req, api::pools),
+    }
+}
+
+/// The `allocate` component.
+pub fn allocate<K: KvStore, H: HttpClient + ?Sized>(
+    s: &Services<'_, K, H>,
+    req: &ApiRequest<'_>,
+) -> ApiResponse {
+    match segments(req.path).as_slice() {
+        ["v1", "capi", "claims", ns, name] => capi_claim(s, req, ns, name),
+        _ => with_store(s, req, api::allocate),
+    }
+}
+
+/// The `release` component.
+pub fn release<K: KvStore, H: HttpClient + ?Sized>(
+    s: &Services<'_, K, H>,
+    req: &ApiRequest<'_>,
+) -> ApiResponse {
+    match segments(req.path).as_slice() {
+        ["v1", "capi", "claims", ns, name] => capi_claim(s, req, ns, name),
+        _ => with_store(s, req, api::claims),
+    }
+}
+
+/// The `admission` component: `POST /v1/admission/pools` with an
+/// `AdmissionReview`; answers the review (200) whether allowed or denied.
+pub fn admission<K: KvStore, H: HttpClient + ?Sized>(
+    s: &Services<'_, K, H>,
+    req: &ApiRequest<'_>,
+) -> ApiResponse {
+    let route = "/v1/admission/pools";
+    if let Err(e) = auth::check_bearer(s.api_token, req.authorization) {
+        return ApiResponse::from_error(&e, route);
+    }
+    if segments(req.path) != ["v1", "admission", "pools"] {
+        return ApiResponse::from_error(
+            &Error::not_found("NoSuchRoute", format!("no route for {}", req.path)),
+            "",
+        );
+    }
+    if req.method != "POST" {
+        return ApiResponse::from_error(
+            &Error::new(
+                ErrorKind::MethodNotAllowed,
+                "MethodNotAllowed",
+                format!("{route} accepts POST"),
+            ),
+            route,
+        );
+    }
+    let result = store(s).and_then(|ctx| admission::evaluate(req.body, &KvPools(ctx.kv)));
+    match result {
+        Ok(r) => {
+            let outcome = if r.allowed() { "allowed" } else { "denied" };
+            ApiResponse::success(200, Some(r.to_json()), route, outcome)
+        }
+        Err(e) => ApiResponse::from_error(&e, route),
+    }
+}
+
+/// The `reconcile` component: `POST /v1/reconcile` runs a full
+/// reconciliation and answers its report (200).
+pub fn reconcile<K: KvStore, H: HttpClient + ?Sized>(
+    s: &Services<'_, K, H>,
+    req: &ApiRequest<'_>,
+) -> ApiResponse {
+    let route = "/v1/reconcile";
+    if let Err(e) = auth::check_bearer(s.api_token, req.authorization) {
+        return ApiResponse::from_error(&e, route);
+    }
+    if segments(req.path) != ["v1", "reconcile"] {
+        return ApiResponse::from_error(
+            &Error::not_found("NoSuchRoute", format!("no route for {}", req.path)),
+            "",
+        );
+    }
+    if req.method != "POST" {
+        return ApiResponse::from_error(
+            &Error::new(
+                ErrorKind::MethodNotAllowed,
+                "MethodNotAllowed",
+                format!("{route} accepts POST"),
+            ),
+            route,
+        );
+    }
+    match store(s).and_then(|ctx| reconcile::reconcile_all(ctx, kube(s)?)) {
+        // Errors on single objects make the run a 500 (with the report), so
+        // a CronJob shows the failure; the rest of the run still happened.
+        Ok(report) if !report.errors.is_empty() => {
+            let mut r =
+                ApiResponse::success(500, Some(report.to_json()), route, "reconciled-with-errors");
+            r.reason = Some("ReconcileIncomplete");
+            r.detail = Some(report.errors.join("; "));
+            r
+        }
+        Ok(report) => ApiResponse::success(200, Some(report.to_json()), route, "reconciled"),
+        Err(e) => ApiResponse::from_error(&e, route),
+    }
+}
+
+/// Which components and paths an event is forwarded to, by service
+/// chaining, in order.
+///
+/// Claims go to `allocate` (created/updated and not deleting) or `release`
+/// (deleted, or carrying a `deletionTimestamp`); an `IPAddress` event is a
+/// hint about its claim (same name: re-create it if it was deleted) and,
+/// when the object names one of our pools, about that pool's status
+/// counts; pools go to `pools`.
+///
+/// # Examples
+/// ```
+/// use metal_ipam_core::components::route_event;
+/// use metal_ipam_core::events::{ObjectEvent, ObjectKind, Action, Format};
+/// let ev = ObjectEvent { kind: ObjectKind::Claim, action: Action::Delete, namespace: Some("ns".into()),
+///     name: "m-0".into(), api_version: "ipam.cluster.x-k8s.io/v1beta2".into(), object: None,
+///     format: Format::Watch, id: None };
+/// assert_eq!(route_event(&ev), vec![("release", "/v1/capi/claims/ns/m-0".to_string())]);
+/// ```
+pub fn route_event(ev: &events::ObjectEvent) -> Vec<(&'static str, String)> {
+    let ns = ev.namespace.as_deref().unwrap_or("");
+    match ev.kind {
+        ObjectKind::Claim => {
+            let deleting = ev.action == Action::Delete
+                || ev
+                    .object
+                    .as_ref()
+                    .and_then(|o| o.pointer("/metadata/deletionTimestamp"))
+                    .is_some_and(|v| !v.is_null());
+            vec![(
+                if deleting { "release" } else { "allocate" },
+                format!("/v1/capi/claims/{ns}/{}", ev.name),
+            )]
+        }
+        ObjectKind::IpAddress => {
+            let obj = ev.object.as_ref();
+            let claim = obj
+                .and_then(|o| o.pointer("/spec/claimRef/name"))
+                .and_then(Value::as_str)
+                .filter(|c| names::check_subdomain(c).is_ok())
+                .unwrap_or(&ev.name);
+            let mut out = vec![("allocate", format!("/v1/capi/claims/{ns}/{claim}"))];
+            let pool_ref = obj.and_then(|o| o.pointer("/spec/poolRef"));
+            let group = pool_ref
+                .and_then(|p| p.get("apiGroup"))
+                .and_then(Value::as_str);
+            let kind = pool_ref
+                .and_then(|p| p.get("kind"))
+                .and_then(Value::as_str)
+                .and_then(PoolKind::from_kind_name);
+            let name = pool_ref
+                .and_then(|p| p.get("name"))
+                .and_then(Value::as_str)
+                .filter(|n| names::check_subdomain(n).is_ok());
+            match (group, kind, name) {
+                (Some(crate::pool::GROUP), Some(PoolKind::Namespaced), Some(n)) => {
+                    out.push(("pools", format!("/v1/capi/pools/{ns}/{n}")))
+                }
+                (Some(crate::pool::GROUP), Some(PoolKind::Global), Some(n)) => {
+                    out.push(("pools", format!("/v1/capi/global-pools/{n}")))
+                }
+                _ => {}
+            }
+            out
+        }
+        ObjectKind::Pool(PoolKind::Namespaced) => {
+            vec![("pools", format!("/v1/capi/pools/{ns}/{}", ev.name))]
+        }
+        ObjectKind::Pool(PoolKind::Global) => {
+            vec![("pools", format!("/v1/capi/global-pools/{}", ev.name))]
+        }
+    }
+}
+
+/// The `events` component: `POST /v1/events`.
+///
+/// Authenticates (the API token or the events token, as a bearer token or
+/// the `metalipamtoken` CloudEvents extension), parses the event, forwards
+/// it by service chaining to the step component (with the API token) and
+/// answers 200 with what the step reported, 200 `ignored` for events we do
+/// not act on, 400 for malformed payloads, and the step's status when it
+/// failed with a 5xx (so the forwarder retries). The response never carries
+/// CloudEvents headers (a Knative broker would take it for a reply event).
+pub fn events<K: KvStore, H: HttpClient + ?Sized>(
+    s: &Services<'_, K, H>,
+    req: &ApiRequest<'_>,
+    content_type: Option<&str>,
+    header: &dyn Fn(&str) -> Option<String>,
+) -> ApiResponse {
+    let route = "/v1/events";
+    let bearer_ok = auth::check_bearer(s.api_token, req.authorization).is_ok()
+        || (!s.events_token.is_empty()
+            && auth::check_bearer(s.events_token, req.authorization).is_ok());
+    let ce_ok = !s.events_token.is_empty()
+        && events::presented_token(content_type, header, req.body)
+            .is_some_and(|t| auth::constant_time_eq(t.as_bytes(), s.events_token.as_bytes()));
+    if !bearer_ok && !ce_ok {
+        let e = auth::check_bearer(s.api_token, req.authorization)
+            .err()
+            .unwrap_or_else(|| {
+                Error::new(
+                    ErrorKind::Unauthorized,
+                    "Unauthorized",
+                    "the bearer token is not valid",
+                )
+            });
+        return ApiResponse::from_error(&e, route);
+    }
+    if segments(req.path) != ["v1", "events"] {
+        return ApiResponse::from_error(
+            &Error::not_found("NoSuchRoute", format!("no route for {}", req.path)),
+            "",
+        );
+    }
+    if req.method != "POST" {
+        return ApiResponse::from_error(
+            &Error::new(
+                ErrorKind::MethodNotAllowed,
+                "MethodNotAllowed",
+                format!("{route} accepts POST"),
+            ),
+            route,
+        );
+    }
+    let parsed = match events::parse(content_type, header, req.body) {
+        Ok(p) => p,
+        Err(e) => return ApiResponse::from_error(&e, route),
+    };
+    let ev = match parsed.outcome {
+        Outcome::Ignored { format, reason } => {
+            let mut r = ok(
+                route,
+                "ignored",
+                json!({"result": "ignored", "format": format.name(), "reason": reason}),
+            );
+            r.detail = Some(reason);
+            return r;
+        }
+        Outcome::Object(ev) => ev,
+    };
+    let object = format!("{} {}", ev.kind.kind_name(), ev.display());
+    let mut steps_done = Vec::new();
+    let mut worst: u16 = 200;
+    let mut first_component = "";
+    for (component, path) in route_event(&ev) {
+        if first_component.is_empty() {
+            first_component = component;
+        }
+        let (status, body) = match forward(s, component, &path) {
+            Ok(v) => v,
+            Err(e) => {
+                let mut r = ApiResponse::from_error(&e, route);
+                r.objects.push(("object", object));
+                return r;
+            }
+        };
+        worst = worst.max(status);
+        steps_done.push(json!({"step": component, "path": path, "status": status, "result": body}));
+    }
+    let first = steps_done.first().cloned().unwrap_or(Value::Null);
+    let mut r = ok(
+        route,
+        "forwarded",
+        json!({"result": "forwarded", "format": ev.format.name(), "object": object,
+               "step": first["step"], "stepStatus": first["status"], "stepResult": first["result"],
+               "steps": steps_done}),
+    );
+    if worst >= 500 {
+        // Let the forwarder retry: a step failed transiently.
+        r.status = if worst == 503 { 503 } else { 502 };
+        r.outcome = "step-failed";
+        r.headers.push(("retry-after", "1".to_string()));
+        r.detail = Some(format!("a step answered {worst}"));
+    } else if worst >= 400 {
+        r.outcome = "step-refused";
+        r.detail = Some(format!("a step answered {worst}"));
+    }
+    r.objects.push(("object", object));
+    r.objects.push(("step", first_component.to_string()));
+    r
+}
+
+/// Sends one chained request to `component` and returns its status and body.
+fn forward<K: KvStore, H: HttpClient + ?Sized>(
+    s: &Services<'_, K, H>,
+    component: &str,
+    path: &str,
+) -> Result<(u16, Value)> {
+    let url = format!("http://{component}.spin.internal{path}");
+    let request = http::Request::builder()
+        .method("POST")
+        .uri(&url)
+        .header("authorization", format!("Bearer {}", s.api_token))
+        .body(Vec::new())
+        .map_err(|e| Error::internal(e.to_string()))?;
+    let resp = s.http.send(request).map_err(|e| {
+        Error::transient(
+            "StepUnavailable",
+            format!("{component} could not be reached"),
+        )
+        .with_detail(e.to_string())
+    })?;
+    let body: Value = serde_json::from_slice(resp.body()).unwrap_or(Value::Null);
+    Ok((resp.status().as_u16(), body))
+}
+
+fn ok(route: &'static str, outcome: &'static str, body: Value) -> ApiResponse {
+    ApiResponse::success(200, Some(body), route, outcome)
+}
+
+/// The uniform signature every component entry has, for the Spin glue:
+/// services, request, content type, header lookup.
+macro_rules! entry {
+    ($(#[$doc:meta])* $name:ident => $inner:ident) => {
+        $(#[$doc])*
+        pub fn $name<K: KvStore, H: HttpClient + ?Sized>(
+            s: &Services<'_, K, H>,
+            req: &ApiRequest<'_>,
+            _content_type: Option<&str>,
+            _header: &dyn Fn(&str) -> Option<String>,
+        ) -> ApiResponse {
+            $inner(s, req)
+        }
+    };
+}
+
+entry!(
+    /// [`pools`] with the uniform entry signature.
+    pools_entry => pools
+);
+entry!(
+    /// [`allocate`] with the uniform entry signature.
+    allocate_entry => allocate
+);
+entry!(
+    /// [`release`] with the uniform entry signature.
+    release_entry => release
+);
+entry!(
+    /// [`admission`] with the uniform entry signature.
+    admission_entry => admission
+);
+entry!(
+    /// [`reconcile`] with the uniform entry signature.
+    reconcile_entry => reconcile
+);
+
+/// [`events`] with the uniform entry signature.
+pub fn events_entry<K: KvStore, H: HttpClient + ?Sized>(
+    s: &Services<'_, K, H>,
+    req: &ApiRequest<'_>,
+    content_type: Option<&str>,
+    header: &dyn Fn(&str) -> Option<String>,
+) -> ApiResponse {
+    events(s, req, content_type, header)
+}

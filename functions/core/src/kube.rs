@@ -1,0 +1,438 @@
+//! A small, typed Kubernetes API client over the [`HttpClient`] port.
+//!
+//! Only what metal-ipam needs: get, paginated list, create, JSON merge
+//! patch (object and `/status`), delete. Optimistic concurrency is the
+//! caller's: patches that must not clobber a concurrent change carry
+//! `metadata.resourceVersion`, and a 409 comes back as
+//! [`KubeError::Conflict`] so the caller re-reads and retries.
+//!
+//! Every permission the code uses is listed in [`USED_PERMISSIONS`]; the
+//! RBAC manifest in `deploy/` grants exactly that (a test compares them).
+
+use serde_json::Value;
+
+use crate::error::{Error, ErrorKind};
+use crate::outbound::HttpClient;
+
+/// A Kubernetes resource type metal-ipam reads or writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Resource {
+    /// API group.
+    pub group: &'static str,
+    /// Version used for every request.
+    pub version: &'static str,
+    /// Plural resource name (URL segment).
+    pub plural: &'static str,
+    /// Kind.
+    pub kind: &'static str,
+    /// Namespaced or cluster-scoped.
+    pub namespaced: bool,
+}
+
+impl Resource {
+    /// `group/version`.
+    pub fn api_version(&self) -> String {
+        format!("{}/{}", self.group, self.version)
+    }
+}
+
+/// CAPI `IPAddressClaim` (served at v1beta2; the API server converts).
+pub const CLAIMS: Resource = Resource {
+    group: "ipam.cluster.x-k8s.io",
+    version: "v1beta2",
+    plural: "ipaddressclaims",
+    kind: "IPAddressClaim",
+    namespaced: true,
+};
+
+/// CAPI `IPAddress`.
+pub const IP_ADDRESSES: Resource = Resource {
+    group: "ipam.cluster.x-k8s.io",
+    version: "v1beta2",
+    plural: "ipaddresses",
+    kind: "IPAddress",
+    namespaced: true,
+};
+
+/// CAPI `Cluster` (for the pause check).
+pub const CLUSTERS: Resource = Resource {
+    group: "cluster.x-k8s.io",
+    version: "v1beta2",
+    plural: "clusters",
+    kind: "Cluster",
+    namespaced: true,
+};
+
+/// Our `MetalIPPool`.
+pub const METAL_IP_POOLS: Resource = Resource {
+    group: crate::pool::GROUP,
+    version: crate::pool::VERSION,
+    plural: "metalippools",
+    kind: crate::pool::KIND_NAMESPACED,
+    namespaced: true,
+};
+
+/// Our `GlobalMetalIPPool`.
+pub const GLOBAL_METAL_IP_POOLS: Resource = Resource {
+    group: crate::pool::GROUP,
+    version: crate::pool::VERSION,
+    plural: "globalmetalippools",
+    kind: crate::pool::KIND_GLOBAL,
+    namespaced: false,
+};
+
+/// Every (API group, resource, verb) the code uses: what the ClusterRole in
+/// `deploy/rbac.yaml` must grant, no more.
+pub const USED_PERMISSIONS: &[(&str, &str, &str)] = &[
+    ("ipam.cluster.x-k8s.io", "ipaddressclaims", "get"),
+    ("ipam.cluster.x-k8s.io", "ipaddressclaims", "list"),
+    ("ipam.cluster.x-k8s.io", "ipaddressclaims", "patch"),
+    ("ipam.cluster.x-k8s.io", "ipaddressclaims/status", "patch"),
+    ("ipam.cluster.x-k8s.io", "ipaddresses", "get"),
+    ("ipam.cluster.x-k8s.io", "ipaddresses", "list"),
+    ("ipam.cluster.x-k8s.io", "ipaddresses", "create"),
+    ("ipam.cluster.x-k8s.io", "ipaddresses", "patch"),
+    ("ipam.cluster.x-k8s.io", "ipaddresses", "delete"),
+    ("cluster.x-k8s.io", "clusters", "get"),
+    ("ipam.metal-ipam.dev", "metalippools", "get"),
+    ("ipam.metal-ipam.dev", "metalippools", "list"),
+    ("ipam.metal-ipam.dev", "metalippools", "patch"),
+    ("ipam.metal-ipam.dev", "metalippools/status", "patch"),
+    ("ipam.metal-ipam.dev", "globalmetalippools", "get"),
+    ("ipam.metal-ipam.dev", "globalmetalippools", "list"),
+    ("ipam.metal-ipam.dev", "globalmetalippools", "patch"),
+    ("ipam.metal-ipam.dev", "globalmetalippools/status", "patch"),
+];
+
+/// Page size asked for when listing.
+pub const LIST_PAGE: u32 = 250;
+
+/// What went wrong talking to the API server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KubeError {
+    /// 409: the object changed (resourceVersion) or already exists.
+    Conflict(String),
+    /// 404 on a write (the object vanished).
+    NotFound(String),
+    /// 410: a list continuation expired.
+    Gone(String),
+    /// 422/400: the API server rejected what we sent — a bug on our side.
+    Rejected(String),
+    /// 401/403: credentials or RBAC.
+    Forbidden(String),
+    /// 429, 5xx, transport failure: retry later.
+    Unavailable(String),
+}
+
+impl From<KubeError> for Error {
+    fn from(e: KubeError) -> Self {
+        match e {
+            KubeError::Conflict(m) => Error::new(
+                ErrorKind::Transient,
+                "KubeConflict",
+                "the object changed concurrently; retry",
+            )
+            .with_detail(m),
+            KubeError::NotFound(m) => Error::new(
+                ErrorKind::Transient,
+                "KubeNotFound",
+                "an object vanished concurrently; retry",
+            )
+            .with_detail(m),
+            KubeError::Gone(m) => Error::new(
+                ErrorKind::Transient,
+                "KubeGone",
+                "a list continuation expired; retry",
+            )
+            .with_detail(m),
+            KubeError::Rejected(m) => Error::new(
+                ErrorKind::Internal,
+                "KubeRejected",
+                "the Kubernetes API rejected an object metal-ipam wrote",
+            )
+            .with_detail(m),
+            KubeError::Forbidden(m) => Error::new(
+                ErrorKind::Internal,
+                "KubeForbidden",
+                "the Kubernetes API refused the credentials or permissions (k8s_token, RBAC)",
+            )
+            .with_detail(m),
+            KubeError::Unavailable(m) => Error::new(
+                ErrorKind::Transient,
+                "KubeUnavailable",
+                "the Kubernetes API is unavailable; retry",
+            )
+            .with_detail(m),
+        }
+    }
+}
+
+/// Where the API server is and how to authenticate.
+#[derive(Clone, PartialEq, Eq)]
+pub struct KubeConfig {
+    /// Base URL, e.g. `https://kubernetes.default.svc` (no trailing slash).
+    pub base_url: String,
+    /// Bearer token (a ServiceAccount token). Never logged.
+    pub token: String,
+}
+
+impl std::fmt::Debug for KubeConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KubeConfig")
+            .field("base_url", &self.base_url)
+            .field("token", &"<redacted>")
+            .finish()
+    }
+}
+
+/// The client: configuration plus transport, counting its requests.
+pub struct Kube<'a, H: HttpClient + ?Sized> {
+    http: &'a H,
+    cfg: &'a KubeConfig,
+    calls: std::cell::Cell<u32>,
+}
+
+/// Merge-patch content type.
+pub const MERGE_PATCH: &str = "application/merge-patch+json";
+
+impl<'a, H: HttpClient + ?Sized> Kube<'a, H> {
+    /// A client for `cfg` over `http`.
+    pub fn new(http: &'a H, cfg: &'a KubeConfig) -> Self {
+        Kube {
+            http,
+            cfg,
+            calls: std::cell::Cell::new(0),
+        }
+    }
+
+    /// How many requests this client sent.
+    pub fn calls(&self) -> u32 {
+        self.calls.get()
+    }
+
+    fn send(
+        &self,
+        method: &str,
+        path: &str,
+        content_type: Option<&str>,
+        body: Option<&Value>,
+    ) -> Result<(u16, Value), KubeError> {
+        let url = format!("{}{}", self.cfg.base_url.trim_end_matches('/'), path);
+        let mut b = http::Request::builder()
+            .method(method)
+            .uri(&url)
+            .header("authorization", format!("Bearer {}", self.cfg.token))
+            .header("accept", "application/json");
+        if let Some(ct) = content_type {
+            b = b.header("content-type", ct);
+        }
+        let bytes = body
+            .map(|v| serde_json::to_vec(v).unwrap_or_default())
+            .unwrap_or_default();
+        let req = b.body(bytes).map_err(|e| {
+            KubeError::Rejected(format!("{method} {path}: cannot build request: {e}"))
+        })?;
+        self.calls.set(self.calls.get() + 1);
+        let resp = self
+            .http
+            .send(req)
+            .map_err(|e| KubeError::Unavailable(format!("{method} {path}: {e}")))?;
+        let status = resp.status().as_u16();
+        let body: Value = serde_json::from_slice(resp.body()).unwrap_or(Value::Null);
+        let msg = || {
+            format!(
+                "{method} {path}: {status} {}",
+                body.get("message").and_then(Value::as_str).unwrap_or("")
+            )
+        };
+        match status {
+            200..=299 => Ok((status, body)),
+            404 => Err(KubeError::NotFound(msg())),
+            409 => Err(KubeError::Conflict(msg())),
+            410 => Err(KubeError::Gone(msg())),
+            401 | 403 => Err(KubeError::Forbidden(msg())),
+            400 | 415 | 422 => Err(KubeError::Rejected(msg())),
+            _ => Err(KubeError::Unavailable(msg())),
+        }
+    }
+
+    /// GETs one object; `None` if it does not exist.
+    ///
+    /// # Errors
+    /// Anything but 200/404.
+    pub fn get(
+        &self,
+        r: &Resource,
+        ns: Option<&str>,
+        name: &str,
+    ) -> Result<Option<Value>, KubeError> {
+        match self.send("GET", &path(r, ns, Some(name)), None, None) {
+            Ok((_, v)) => Ok(Some(v)),
+            Err(KubeError::NotFound(_)) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Lists every object (all namespaces when `ns` is `None` for a
+    /// namespaced kind), following `continue` tokens. An expired token
+    /// restarts the listing once.
+    ///
+    /// # Errors
+    /// Anything but 200; a second expiry.
+    pub fn list(&self, r: &Resource, ns: Option<&str>) -> Result<Vec<Value>, KubeError> {
+        let base = path(r, ns, None);
+        let mut restarted = false;
+        'outer: loop {
+            let mut items = Vec::new();
+            let mut cont: Option<String> = None;
+            loop {
+                let mut p = format!("{base}?limit={LIST_PAGE}");
+                if let Some(c) = &cont {
+                    p.push_str("&continue=");
+                    p.push_str(&percent_encode(c));
+                }
+                let (_, page) = match self.send("GET", &p, None, None) {
+                    Ok(v) => v,
+                    Err(KubeError::Gone(_)) if !restarted => {
+                        restarted = true;
+                        continue 'outer;
+                    }
+                    Err(e) => return Err(e),
+                };
+                if let Some(a) = page.get("items").and_then(Value::as_array) {
+                    items.extend(a.iter().cloned());
+                }
+                cont = page
+                    .pointer("/metadata/continue")
+                    .and_then(Value::as_str)
+                    .filter(|c| !c.is_empty())
+                    .map(str::to_string);
+                if cont.is_none() {
+                    return Ok(items);
+                }
+            }
+        }
+    }
+
+    /// Creates an object.
+    ///
+    /// # Errors
+    /// 409 (already exists) as [`KubeError::Conflict`], others as mapped.
+    pub fn create(&self, r: &Resource, ns: Option<&str>, obj: &Value) -> Result<Value, KubeError> {
+        self.send(
+            "POST",
+            &path(r, ns, None),
+            Some("application/json"),
+            Some(obj),
+        )
+        .map(|(_, v)| v)
+    }
+
+    /// Applies a JSON merge patch to the object (or to its `/status`).
+    ///
+    /// # Errors
+    /// 409 when a `metadata.resourceVersion` in the patch is stale; 404 when
+    /// the object is gone.
+    pub fn merge_patch(
+        &self,
+        r: &Resource,
+        ns: Option<&str>,
+        name: &str,
+        status: bool,
+        patch: &Value,
+    ) -> Result<Value, KubeError> {
+        let mut p = path(r, ns, Some(name));
+        if status {
+            p.push_str("/status");
+        }
+        self.send("PATCH", &p, Some(MERGE_PATCH), Some(patch))
+            .map(|(_, v)| v)
+    }
+
+    /// Deletes an object; `false` if it was already gone.
+    ///
+    /// # Errors
+    /// Anything but 200/202/404.
+    pub fn delete(&self, r: &Resource, ns: Option<&str>, name: &str) -> Result<bool, KubeError> {
+        match self.send("DELETE", &path(r, ns, Some(name)), None, None) {
+            Ok(_) => Ok(true),
+            Err(KubeError::NotFound(_)) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// The URL path of an object (or, with `name = None`, its collection);
+/// `ns = None` for a namespaced kind is the all-namespaces collection.
+///
+/// # Examples
+/// ```
+/// use metal_ipam_core::kube::{path, CLAIMS, GLOBAL_METAL_IP_POOLS};
+/// assert_eq!(path(&CLAIMS, Some("ns"), Some("c")), "/apis/ipam.cluster.x-k8s.io/v1beta2/namespaces/ns/ipaddressclaims/c");
+/// assert_eq!(path(&CLAIMS, None, None), "/apis/ipam.cluster.x-k8s.io/v1beta2/ipaddressclaims");
+/// assert_eq!(path(&GLOBAL_METAL_IP_POOLS, None, Some("g")), "/apis/ipam.metal-ipam.dev/v1alpha1/globalmetalippools/g");
+/// ```
+pub fn path(r: &Resource, ns: Option<&str>, name: Option<&str>) -> String {
+    let mut p = format!("/apis/{}/{}", r.group, r.version);
+    if let (true, Some(ns)) = (r.namespaced, ns) {
+        p.push_str("/namespaces/");
+        p.push_str(ns);
+    }
+    p.push('/');
+    p.push_str(r.plural);
+    if let Some(n) = name {
+        p.push('/');
+        p.push_str(n);
+    }
+    p
+}
+
+fn percent_encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// Helpers over object JSON.
+pub mod obj {
+    use serde_json::Value;
+
+    /// `metadata.<field>` as a string.
+    pub fn meta_str<'a>(o: &'a Value, field: &str) -> Option<&'a str> {
+        o.get("metadata")?.get(field)?.as_str()
+    }
+
+    /// `metadata.finalizers`.
+    pub fn finalizers(o: &Value) -> Vec<String> {
+        o.pointer("/metadata/finalizers")
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(|v| v.as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Whether `metadata.deletionTimestamp` is set.
+    pub fn deleting(o: &Value) -> bool {
+        o.pointer("/metadata/deletionTimestamp")
+            .is_some_and(|v| !v.is_null())
+    }
+
+    /// An annotation's value.
+    pub fn annotation<'a>(o: &'a Value, key: &str) -> Option<&'a str> {
+        o.pointer("/metadata/annotations")?.get(key)?.as_str()
+    }
+
+    /// A label's value.
+    pub fn label<'a>(o: &'a Value, key: &str) -> Option<&'a str> {
+        o.pointer("/metadata/labels")?.get(key)?.as_str()
+    }
+}

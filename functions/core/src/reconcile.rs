@@ -1,0 +1,213 @@
+//! Full reconciliation: converge the store and the Kubernetes API both ways.
+//!
+//! Event forwarders drop events (Knative sends none for objects that
+//! existed before it started; every forwarder gives up after a few
+//! retries), so `POST /v1/reconcile` runs periodically (a CronJob). It:
+//! 1. lists every pool (paginated) and syncs it — a pool the store does not
+//!    know (first install, store lost, `clusterctl move`) is registered
+//!    together with the addresses its existing `IPAddress` objects hold, so
+//!    no address already handed out changes;
+//! 2. lists every claim and reconciles each (allocates for unbound claims,
+//!    re-creates missing `IPAddress` objects, finishes deletions);
+//! 3. releases bindings whose claim no longer exists (or was re-created
+//!    with another uid), in pools that came from Kubernetes (pools
+//!    registered only through the HTTP API are left alone);
+//! 4. reclaims leaked addresses: bound in a pool record but held by no
+//!    binding and not allocated in the last moments (journal), e.g. after a
+//!    crash between two steps.
+//!
+//! It reports what it changed; errors on single objects are collected and
+//! reported without stopping the run.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde_json::{json, Value};
+
+use crate::addr::to_u128;
+use crate::capi::{self, Outcome};
+use crate::error::Result;
+use crate::kube::{self, obj, Kube};
+use crate::kv::KvStore;
+use crate::outbound::HttpClient;
+use crate::pool::{PoolId, PoolKind};
+use crate::steps;
+use crate::store::{self, keys, Ctx, Next, Step};
+
+/// What a full reconciliation did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Report {
+    /// Pool outcomes by result (`synced`, `failed`, …).
+    pub pools: BTreeMap<String, u32>,
+    /// Claim outcomes by result (`bound`, `waiting`, …).
+    pub claims: BTreeMap<String, u32>,
+    /// Bindings released because their claim is gone.
+    pub bindings_released: u32,
+    /// Leaked addresses returned to their pool.
+    pub leaks_reclaimed: u32,
+    /// Per-object errors (`kind ns/name: message`).
+    pub errors: Vec<String>,
+    /// Requests sent to the API server.
+    pub kube_calls: u32,
+}
+
+impl Report {
+    /// As JSON, the body of `POST /v1/reconcile`.
+    pub fn to_json(&self) -> Value {
+        json!({
+            "pools": self.pools,
+            "claims": self.claims,
+            "bindingsReleased": self.bindings_released,
+            "leaksReclaimed": self.leaks_reclaimed,
+            "errors": self.errors,
+            "kubeCalls": self.kube_calls,
+        })
+    }
+
+    fn count(map: &mut BTreeMap<String, u32>, o: &Outcome) {
+        *map.entry(o.result.to_string()).or_default() += 1;
+    }
+}
+
+/// Runs a full reconciliation (see the module docs).
+///
+/// # Idempotency
+/// A second run right after the first changes nothing and reports only
+/// steady-state outcomes (`synced`, `bound`, …).
+///
+/// # Errors
+/// Only when the API server cannot be listed at all (503/500) or the store
+/// fails; errors on single objects go into [`Report::errors`].
+pub fn reconcile_all<K: KvStore, H: HttpClient + ?Sized>(
+    ctx: &Ctx<'_, K>,
+    kube: &Kube<'_, H>,
+) -> Result<Report> {
+    let before = kube.calls();
+    let mut report = Report::default();
+
+    for (kind, r) in [
+        (PoolKind::Namespaced, &kube::METAL_IP_POOLS),
+        (PoolKind::Global, &kube::GLOBAL_METAL_IP_POOLS),
+    ] {
+        for p in kube.list(r, None)? {
+            let Some(name) = obj::meta_str(&p, "name") else {
+                continue;
+            };
+            let id = capi::pool_id_of(kind, obj::meta_str(&p, "namespace"), name);
+            match capi::sync_pool(ctx, kube, &id) {
+                Ok(o) => Report::count(&mut report.pools, &o),
+                Err(e) => report
+                    .errors
+                    .push(format!("{} {}: {e}", kind.kind_name(), id.display())),
+            }
+        }
+    }
+
+    let mut live: BTreeSet<(String, String, String)> = BTreeSet::new();
+    for c in kube.list(&kube::CLAIMS, None)? {
+        let (Some(ns), Some(name), Some(uid)) = (
+            obj::meta_str(&c, "namespace"),
+            obj::meta_str(&c, "name"),
+            obj::meta_str(&c, "uid"),
+        ) else {
+            continue;
+        };
+        live.insert((ns.to_string(), name.to_string(), uid.to_string()));
+        match capi::reconcile_claim(ctx, kube, ns, name) {
+            Ok(o) => Report::count(&mut report.claims, &o),
+            Err(e) => report
+                .errors
+                .push(format!("IPAddressClaim {ns}/{name}: {e}")),
+        }
+    }
+
+    // Pools that came from Kubernetes carry its uid; pools registered
+    // through the plain HTTP API do not, and their bindings are not ours to
+    // judge against the API server.
+    let pools = steps::list_pools(ctx.kv, None)?;
+    let managed: BTreeSet<PoolId> = pools
+        .iter()
+        .filter(|v| v.object.uid().is_some())
+        .map(|v| v.object.id.clone())
+        .collect();
+
+    // Bindings without a live claim, and the addresses each pool's bindings hold.
+    let mut held: BTreeMap<PoolId, BTreeSet<u128>> = BTreeMap::new();
+    for key in ctx.kv.list_keys()? {
+        let Some(rest) = key.strip_prefix(keys::CLAIM_PREFIX) else {
+            continue;
+        };
+        let Some((ns, name)) = rest.split_once('/') else {
+            continue;
+        };
+        let Some(rec) = steps::get_claim(ctx.kv, ns, name)? else {
+            continue;
+        };
+        let Ok(pool) = rec.pool_id(ns) else { continue };
+        if managed.contains(&pool)
+            && !live.contains(&(ns.to_string(), name.to_string(), rec.uid.clone()))
+        {
+            match steps::release(ctx, ns, name, Some(&rec.uid)) {
+                Ok(Some(_)) => report.bindings_released += 1,
+                Ok(None) => {}
+                Err(e) => report.errors.push(format!("binding {ns}/{name}: {e}")),
+            }
+            continue;
+        }
+        if let Ok(ip) = rec.ip() {
+            held.entry(pool).or_default().insert(to_u128(ip));
+        }
+    }
+
+    for view in pools {
+        let id = view.object.id.clone();
+        let holding = held.remove(&id).unwrap_or_default();
+        match reclaim_leaks(ctx, &id, &holding) {
+            Ok(n) => report.leaks_reclaimed += n,
+            Err(e) => report.errors.push(format!("pool {}: {e}", id.display())),
+        }
+    }
+    report.kube_calls = kube.calls() - before;
+    Ok(report)
+}
+
+/// Frees addresses bound in `id`'s record that no binding holds and that
+/// were not allocated recently (still in the journal: their binding may be
+/// being written right now).
+fn reclaim_leaks<K: KvStore>(
+    ctx: &Ctx<'_, K>,
+    id: &PoolId,
+    holding: &BTreeSet<u128>,
+) -> Result<u32> {
+    store::update_pool(ctx, id, |current| {
+        let Some(l) = current else {
+            return Ok(Step::Done(0));
+        };
+        let cooling: BTreeSet<u128> = l.state.cooling.iter().map(|c| c.address).collect();
+        let recent: BTreeSet<u128> = l.state.journal.iter().map(|e| e.address).collect();
+        let mut state = l.state.clone();
+        let mut n = 0;
+        for &(a, b) in l.state.used.ranges() {
+            // Leaks are rare and few; a pool with a huge bound range and no
+            // bindings would be a corrupt store, not a leak to walk.
+            if b - a > 1 << 20 {
+                continue;
+            }
+            for v in a..=b {
+                if !cooling.contains(&v) && !recent.contains(&v) && !holding.contains(&v) {
+                    state.used.remove(v);
+                    n += 1;
+                }
+            }
+        }
+        if n == 0 {
+            return Ok(Step::Done(0));
+        }
+        Ok(Step::Write(
+            Box::new(Next {
+                pool: Some((l.object.clone(), l.pool.clone())),
+                state,
+            }),
+            n,
+        ))
+    })
+}
