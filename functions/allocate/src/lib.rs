@@ -1,8 +1,10 @@
 //! `POST /v1/claims`: allocates an address for an `IPAddressClaim` and
-//! answers the `IPAddress` (201 new, 200 already bound).
+//! answers the `IPAddress` (201 new, 200 already bound); and, reached by
+//! service chaining from `events`, the claim reconcile step
+//! `POST /v1/capi/claims/{namespace}/{name}` (CAPI contract, live claims).
 //!
-//! All logic is in [`metal_ipam_core::api::allocate`]; [`metal_ipam_spin::serve`]
-//! adapts it to Spin (variables, key-value store, rendering, log line).
+//! All logic is in [`metal_ipam_core::components::allocate`]; the glue in
+//! [`metal_ipam_spin::serve_component`] adapts it to Spin.
 
 use spin_sdk::http::{Request, Response};
 use spin_sdk::http_component;
@@ -10,5 +12,10 @@ use spin_sdk::http_component;
 /// The component's `wasi:http/incoming-handler` entry point.
 #[http_component]
 fn handle(req: Request) -> Response {
-    metal_ipam_spin::serve("allocate", req, metal_ipam_core::api::allocate)
+    metal_ipam_spin::serve_component(
+        "allocate",
+        req,
+        true,
+        metal_ipam_core::components::allocate_entry,
+    )
 }

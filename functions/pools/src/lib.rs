@@ -1,8 +1,10 @@
-//! `/v1/pools`, `/v1/pools/{namespace}/{name}`, `/v1/global-pools`,
-//! `/v1/global-pools/{name}`: register, read, list and delete pools.
+//! The pool registry: `PUT`/`GET`/`DELETE /v1/pools/{namespace}/{name}` and
+//! `/v1/global-pools/{name}`, `GET` on both collections; and, reached by
+//! service chaining from `events`, the pool sync step
+//! `POST /v1/capi/pools/{namespace}/{name}` / `/v1/capi/global-pools/{name}`.
 //!
-//! All logic is in [`metal_ipam_core::api::pools`]; [`metal_ipam_spin::serve`]
-//! adapts it to Spin (variables, key-value store, rendering, log line).
+//! All logic is in [`metal_ipam_core::components::pools`]; the glue in
+//! [`metal_ipam_spin::serve_component`] adapts it to Spin.
 
 use spin_sdk::http::{Request, Response};
 use spin_sdk::http_component;
@@ -10,5 +12,5 @@ use spin_sdk::http_component;
 /// The component's `wasi:http/incoming-handler` entry point.
 #[http_component]
 fn handle(req: Request) -> Response {
-    metal_ipam_spin::serve("pools", req, metal_ipam_core::api::pools)
+    metal_ipam_spin::serve_component("pools", req, true, metal_ipam_core::components::pools_entry)
 }

@@ -18,10 +18,15 @@
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
 
+mod app;
 mod env;
 mod http;
 mod kv;
 
+pub use app::{
+    dispatch_component, serve_component, AppConfig, ComponentHandler, SpinHttp, VAR_EVENTS_TOKEN,
+    VAR_K8S_API_URL, VAR_K8S_TOKEN,
+};
 pub use env::{backoff, SpinEnv, BACKOFF_BASE, BACKOFF_CAP};
 pub use http::{
     dispatch, render, serve, spin_variable, Config, RequestParts, SetupError, VAR_API_TOKEN,
