@@ -18,7 +18,15 @@ use crate::schema::repo_root;
 pub const TOKEN: &str = "component-test-token-0f3a";
 
 /// The components built by `cargo build-wasm`.
-pub const COMPONENTS: [&str; 4] = ["healthz", "pools", "allocate", "release"];
+pub const COMPONENTS: [&str; 7] = [
+    "healthz",
+    "pools",
+    "allocate",
+    "release",
+    "events",
+    "admission",
+    "reconcile",
+];
 
 /// Path of a component's release build.
 pub fn wasm_path(component: &str) -> PathBuf {
@@ -106,13 +114,25 @@ impl App {
     }
 
     fn with_backend(kv: KvBackend, dir: Option<TempDir>) -> App {
+        Self::configured(kv, dir, &[])
+    }
+
+    /// Loads spin.toml with an in-memory store and extra variables (e.g.
+    /// `k8s_api_url` and `k8s_token` of a fake API server).
+    pub fn with_variables(vars: &[(&str, &str)]) -> App {
+        Self::configured(KvBackend::Memory, None, vars)
+    }
+
+    fn configured(kv: KvBackend, dir: Option<TempDir>, vars: &[(&str, &str)]) -> App {
         require_wasm();
-        let host = HostBuilder::new(repo_root().join("spin.toml"))
+        let mut b = HostBuilder::new(repo_root().join("spin.toml"))
             .kv(kv)
             .use_process_env(false)
-            .variable("api_token", TOKEN)
-            .build()
-            .expect("spin.toml loads on the test host");
+            .variable("api_token", TOKEN);
+        for (k, v) in vars {
+            b = b.variable(*k, *v);
+        }
+        let host = b.build().expect("spin.toml loads on the test host");
         App { host, _dir: dir }
     }
 

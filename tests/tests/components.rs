@@ -433,33 +433,71 @@ fn manifest_grants_each_component_only_what_it_needs() {
     let manifest: toml::Value =
         toml::from_str(&std::fs::read_to_string(schema::repo_root().join("spin.toml")).unwrap())
             .unwrap();
-    let comps = manifest["component"].as_table().unwrap();
-    for (id, c) in comps {
-        let stores: Vec<&str> = c
-            .get("key_value_stores")
+    let list = |c: &toml::Value, key: &str| -> Vec<String> {
+        c.get(key)
             .and_then(|v| v.as_array())
-            .map(|a| a.iter().map(|s| s.as_str().unwrap()).collect())
+            .map(|a| a.iter().map(|s| s.as_str().unwrap().to_string()).collect())
+            .unwrap_or_default()
+    };
+    let vars = |c: &toml::Value| -> Vec<String> {
+        let mut v: Vec<String> = c
+            .get("variables")
+            .and_then(|v| v.as_table())
+            .map(|t| t.keys().cloned().collect())
             .unwrap_or_default();
-        let hosts = c
-            .get("allowed_outbound_hosts")
-            .and_then(|v| v.as_array())
-            .map(Vec::len)
-            .unwrap_or(0);
-        match id.as_str() {
-            "healthz" => assert!(
-                stores.is_empty() && c.get("variables").is_none(),
-                "healthz needs nothing"
-            ),
-            "pools" | "allocate" | "release" => {
-                assert_eq!(stores, ["default"], "{id}");
-                let vars = c["variables"].as_table().unwrap();
-                assert!(vars.contains_key("api_token"), "{id} authenticates");
-            }
-            other => panic!("unexpected component {other}"),
-        }
-        assert_eq!(hosts, 0, "{id} makes no outbound calls in this release");
+        v.sort();
+        v
+    };
+    let comps = manifest["component"].as_table().unwrap();
+    let mut seen = Vec::new();
+    for (id, c) in comps {
+        seen.push(id.clone());
+        let (stores, hosts, vars) = (
+            list(c, "key_value_stores"),
+            list(c, "allowed_outbound_hosts"),
+            vars(c),
+        );
+        let k8s = vec!["{{ k8s_api_url }}".to_string()];
+        let (want_stores, want_hosts, want_vars): (Vec<&str>, Vec<String>, Vec<&str>) =
+            match id.as_str() {
+                "healthz" => (vec![], vec![], vec![]),
+                "pools" | "allocate" | "release" | "reconcile" => (
+                    vec!["default"],
+                    k8s,
+                    vec!["api_token", "k8s_api_url", "k8s_token", "kv_swap_check"],
+                ),
+                "events" => (
+                    vec![],
+                    ["allocate", "release", "pools"]
+                        .iter()
+                        .map(|c| format!("http://{c}.spin.internal"))
+                        .collect(),
+                    vec!["api_token", "events_token"],
+                ),
+                "admission" => (vec!["default"], vec![], vec!["api_token"]),
+                other => panic!("unexpected component {other}"),
+            };
+        assert_eq!(stores, want_stores, "{id}: key_value_stores");
+        assert_eq!(hosts, want_hosts, "{id}: allowed_outbound_hosts");
+        assert_eq!(vars, want_vars, "{id}: variables");
     }
-    assert!(manifest["variables"]["api_token"]["secret"]
-        .as_bool()
-        .unwrap());
+    seen.sort();
+    assert_eq!(
+        seen,
+        [
+            "admission",
+            "allocate",
+            "events",
+            "healthz",
+            "pools",
+            "reconcile",
+            "release"
+        ]
+    );
+    for secret in ["api_token", "events_token", "k8s_token"] {
+        assert!(
+            manifest["variables"][secret]["secret"].as_bool().unwrap(),
+            "{secret} is secret"
+        );
+    }
 }

@@ -1,0 +1,606 @@
+//! The CAPI IPAM contract end to end: the real components on the test host,
+//! events in, and a fake Kubernetes API server (schema-validating every
+//! write against CAPI's and our CRDs, with resourceVersion conflicts,
+//! finalizers, the status subresource and pagination) on the other side.
+
+use metal_ipam_tests::fake_kube::{FakeKube, Recorded, CLUSTER_GROUP, IPAM_GROUP, METAL_GROUP};
+use metal_ipam_tests::harness::{App, Resp, TOKEN};
+use serde_json::{json, Value};
+
+const EVENTS_TOKEN: &str = "events-token-for-tests";
+const CLAIM_FINALIZER: &str = "ipam.metal-ipam.dev/release-address";
+const ADDRESS_FINALIZER: &str = "ipam.metal-ipam.dev/protect-address";
+const POOL_FINALIZER: &str = "ipam.metal-ipam.dev/protect-pool";
+
+struct World {
+    kube: FakeKube,
+    app: App,
+}
+
+impl World {
+    async fn new() -> World {
+        let kube = FakeKube::start().await;
+        let app = app_for(&kube);
+        World { kube, app }
+    }
+
+    async fn event(&self, ev: Value) -> Resp {
+        self.app.call("POST", "/v1/events", Some(&ev)).await
+    }
+
+    /// A plain watch event for the object as currently stored.
+    async fn touch(&self, plural: &str, ns: Option<&str>, name: &str) -> Resp {
+        let group = if plural.contains("metal") {
+            METAL_GROUP
+        } else {
+            IPAM_GROUP
+        };
+        let obj = self
+            .kube
+            .get(group, plural, ns, name)
+            .expect("object exists");
+        self.event(json!({"type": "MODIFIED", "object": obj})).await
+    }
+
+    async fn reconcile(&self) -> Resp {
+        self.app.call("POST", "/v1/reconcile", None).await
+    }
+
+    fn claim(&self, ns: &str, name: &str) -> Option<Value> {
+        self.kube.get(IPAM_GROUP, "ipaddressclaims", Some(ns), name)
+    }
+
+    fn address(&self, ns: &str, name: &str) -> Option<Value> {
+        self.kube.get(IPAM_GROUP, "ipaddresses", Some(ns), name)
+    }
+
+    fn assert_schema_clean(&self) {
+        assert_eq!(
+            self.kube.schema_violations(),
+            Vec::<String>::new(),
+            "every write validates against the CRDs"
+        );
+    }
+}
+
+fn app_for(kube: &FakeKube) -> App {
+    App::with_variables(&[
+        ("k8s_api_url", &kube.base_url()),
+        ("k8s_token", kube.token()),
+        ("events_token", EVENTS_TOKEN),
+    ])
+}
+
+fn pool(ns: &str, name: &str, addresses: &[&str]) -> Value {
+    json!({"apiVersion": "ipam.metal-ipam.dev/v1alpha1", "kind": "MetalIPPool",
+           "metadata": {"name": name, "namespace": ns},
+           "spec": {"addresses": addresses, "prefix": 24, "gateway": "10.9.0.1"}})
+}
+
+fn claim(ns: &str, name: &str, pool: &str) -> Value {
+    json!({"apiVersion": "ipam.cluster.x-k8s.io/v1beta2", "kind": "IPAddressClaim",
+           "metadata": {"name": name, "namespace": ns, "labels": {"cluster.x-k8s.io/cluster-name": "c1"}},
+           "spec": {"poolRef": {"apiGroup": "ipam.metal-ipam.dev", "kind": "MetalIPPool", "name": pool}}})
+}
+
+fn cluster(ns: &str, name: &str, paused: bool) -> Value {
+    json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+           "metadata": {"name": name, "namespace": ns}, "spec": {"paused": paused}})
+}
+
+fn ready(o: &Value) -> (String, String) {
+    let c = o["status"]["conditions"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == "Ready"))
+        .cloned()
+        .unwrap_or(Value::Null);
+    (
+        c["status"].as_str().unwrap_or("").to_string(),
+        c["reason"].as_str().unwrap_or("").to_string(),
+    )
+}
+
+fn finalizers(o: &Value) -> Vec<String> {
+    o["metadata"]["finalizers"]
+        .as_array()
+        .map(|a| a.iter().map(|v| v.as_str().unwrap().to_string()).collect())
+        .unwrap_or_default()
+}
+
+/// Creates the pool and a claim in the fake API and delivers both events.
+async fn setup(w: &World, addresses: &[&str]) {
+    w.kube.create(cluster("team-a", "c1", false));
+    let p = w.kube.create(pool("team-a", "nodes", addresses));
+    let r = w.event(json!({"type": "ADDED", "object": p})).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.body["stepResult"]["result"], "synced", "{}", r.body);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_event_binds_an_address_by_the_contract() {
+    let w = World::new().await;
+    setup(&w, &["10.9.0.30-10.9.0.40", "10.9.0.20-10.9.0.29"]).await;
+    let pool_obj = w
+        .kube
+        .get(METAL_GROUP, "metalippools", Some("team-a"), "nodes")
+        .unwrap();
+    assert!(finalizers(&pool_obj).contains(&POOL_FINALIZER.to_string()));
+    assert_eq!(pool_obj["status"]["ipAddresses"]["total"], 21);
+    assert_eq!(ready(&pool_obj).0, "True");
+
+    let c = w.kube.create(claim("team-a", "m-0", "nodes"));
+    w.kube.clear_requests();
+    let r = w.event(json!({"type": "ADDED", "object": c})).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.body["step"], "allocate");
+    assert_eq!(r.body["stepResult"]["result"], "bound", "{}", r.body);
+
+    // Writes in the contract's order: finalizer, IPAddress, status.
+    let writes: Vec<String> = w.kube.writes().iter().map(Recorded::line).collect();
+    assert_eq!(
+        writes,
+        [
+            "PATCH /apis/ipam.cluster.x-k8s.io/v1beta2/namespaces/team-a/ipaddressclaims/m-0",
+            "POST /apis/ipam.cluster.x-k8s.io/v1beta2/namespaces/team-a/ipaddresses",
+            "PATCH /apis/ipam.cluster.x-k8s.io/v1beta2/namespaces/team-a/ipaddressclaims/m-0/status",
+        ]
+    );
+    let claim_obj = w.claim("team-a", "m-0").unwrap();
+    assert_eq!(finalizers(&claim_obj), [CLAIM_FINALIZER]);
+    assert_eq!(claim_obj["status"]["addressRef"]["name"], "m-0");
+    assert_eq!(
+        ready(&claim_obj),
+        ("True".into(), "AddressAllocated".into())
+    );
+    assert_eq!(
+        claim_obj["status"]["deprecated"]["v1beta1"]["conditions"][0]["status"],
+        "True"
+    );
+
+    let ip = w.address("team-a", "m-0").unwrap();
+    assert_eq!(
+        ip["spec"]["address"], "10.9.0.20",
+        "lowest address whatever the order of addresses"
+    );
+    assert_eq!(ip["spec"]["prefix"], 24);
+    assert_eq!(ip["spec"]["gateway"], "10.9.0.1");
+    assert_eq!(ip["spec"]["poolRef"], claim_obj["spec"]["poolRef"]);
+    assert_eq!(ip["spec"]["claimRef"]["name"], "m-0");
+    assert_eq!(finalizers(&ip), [ADDRESS_FINALIZER]);
+    assert_eq!(
+        ip["metadata"]["labels"]["cluster.x-k8s.io/cluster-name"],
+        "c1"
+    );
+    let owners = ip["metadata"]["ownerReferences"].as_array().unwrap();
+    let claim_ref = owners
+        .iter()
+        .find(|o| o["kind"] == "IPAddressClaim")
+        .unwrap();
+    assert_eq!(
+        (
+            claim_ref["uid"].clone(),
+            claim_ref["controller"].clone(),
+            claim_ref["blockOwnerDeletion"].clone()
+        ),
+        (
+            claim_obj["metadata"]["uid"].clone(),
+            json!(true),
+            json!(true)
+        )
+    );
+    let pool_ref = owners.iter().find(|o| o["kind"] == "MetalIPPool").unwrap();
+    assert_eq!(
+        (
+            pool_ref["uid"].clone(),
+            pool_ref["controller"].clone(),
+            pool_ref["blockOwnerDeletion"].clone()
+        ),
+        (
+            pool_obj["metadata"]["uid"].clone(),
+            json!(false),
+            json!(true)
+        )
+    );
+
+    // The same event again, and a stale copy of it: no write at all.
+    w.kube.clear_requests();
+    w.event(json!({"type": "ADDED", "object": c})).await;
+    w.event(json!({"type": "MODIFIED", "object": c})).await;
+    assert!(
+        w.kube.writes().is_empty(),
+        "idempotent: {:?}",
+        w.kube.writes()
+    );
+    w.assert_schema_clean();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_event_format_is_understood() {
+    let w = World::new().await;
+    setup(&w, &["10.9.0.10-10.9.0.19"]).await;
+    let c1 = w.kube.create(claim("team-a", "binary", "nodes"));
+    let c2 = w.kube.create(claim("team-a", "structured", "nodes"));
+    let c3 = w.kube.create(claim("team-a", "reference", "nodes"));
+    let c4 = w.kube.create(claim("team-a", "argo", "nodes"));
+    // Knative binary mode, authenticated by the ce extension (no header).
+    let req = http::Request::builder()
+        .method("POST")
+        .uri("/v1/events")
+        .header("content-type", "application/json")
+        .header("ce-specversion", "1.0")
+        .header("ce-type", "dev.knative.apiserver.resource.add")
+        .header("ce-id", "e1")
+        .header("ce-source", "https://10.96.0.1:443")
+        .header("ce-metalipamtoken", EVENTS_TOKEN)
+        .body(serde_json::to_vec(&c1).unwrap())
+        .unwrap();
+    let r = w.app.send(req).await;
+    assert_eq!(
+        (r.status, r.body["stepResult"]["result"].as_str()),
+        (200, Some("bound")),
+        "{}",
+        r.body
+    );
+    assert!(
+        !r.headers.keys().any(|k| k.as_str().starts_with("ce-")),
+        "no reply event"
+    );
+    // Structured mode with the events token as a bearer token.
+    let structured = json!({"specversion": "1.0", "type": "dev.knative.apiserver.resource.update", "id": "e2",
+        "source": "https://10.96.0.1:443", "datacontenttype": "application/json", "data": c2});
+    let req = http::Request::builder()
+        .method("POST")
+        .uri("/v1/events")
+        .header("content-type", "application/cloudevents+json")
+        .header("authorization", format!("Bearer {EVENTS_TOKEN}"))
+        .body(serde_json::to_vec(&structured).unwrap())
+        .unwrap();
+    let r = w.app.send(req).await;
+    assert_eq!(
+        (r.status, r.body["stepResult"]["result"].as_str()),
+        (200, Some("bound")),
+        "{}",
+        r.body
+    );
+    // Reference mode: only a reference; the step fetches the object.
+    let reference = json!({"specversion": "1.0", "type": "dev.knative.apiserver.ref.add", "id": "e3",
+        "source": "https://10.96.0.1:443", "data": {"apiVersion": "ipam.cluster.x-k8s.io/v1beta2",
+        "kind": "IPAddressClaim", "name": "reference", "namespace": "team-a"}});
+    let r = w.app.call("POST", "/v1/events", Some(&reference)).await;
+    assert_eq!(
+        (r.status, r.body["stepResult"]["result"].as_str()),
+        (200, Some("bound")),
+        "{}",
+        r.body
+    );
+    let _ = c3;
+    // Argo Events resource payload.
+    let r = w
+        .event(
+            json!({"type": "ADD", "body": c4, "oldBody": null, "group": "ipam.cluster.x-k8s.io",
+        "version": "v1beta2", "resource": "ipaddressclaims"}),
+        )
+        .await;
+    assert_eq!(
+        (r.status, r.body["stepResult"]["result"].as_str()),
+        (200, Some("bound")),
+        "{}",
+        r.body
+    );
+    for n in ["binary", "structured", "reference", "argo"] {
+        assert!(w.address("team-a", n).is_some(), "{n} got its IPAddress");
+    }
+    // Unknown kinds and types are acknowledged and ignored; malformed is 400.
+    let r = w.event(json!({"type": "ADDED", "object": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "namespace": "y"}}})).await;
+    assert_eq!(
+        (r.status, r.body["result"].as_str()),
+        (200, Some("ignored"))
+    );
+    let r = w.event(json!({"type": "BOOKMARK", "object": {"apiVersion": "ipam.cluster.x-k8s.io/v1beta2", "kind": "IPAddressClaim", "metadata": {"resourceVersion": "5"}}})).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let bad = http::Request::builder()
+        .method("POST")
+        .uri("/v1/events")
+        .header("authorization", format!("Bearer {TOKEN}"))
+        .body(b"{not json".to_vec())
+        .unwrap();
+    assert_eq!(w.app.send(bad).await.status, 400);
+    // Wrong token, by header or extension: 401 and nothing forwarded.
+    let wrong = http::Request::builder()
+        .method("POST")
+        .uri("/v1/events")
+        .header("ce-specversion", "1.0")
+        .header("ce-type", "dev.knative.apiserver.resource.add")
+        .header("ce-id", "e9")
+        .header("ce-source", "s")
+        .header("ce-metalipamtoken", "nope")
+        .body(serde_json::to_vec(&c1).unwrap())
+        .unwrap();
+    assert_eq!(w.app.send(wrong).await.status, 401);
+    w.assert_schema_clean();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exhaustion_then_release_lets_the_waiting_claim_progress() {
+    let w = World::new().await;
+    setup(&w, &["10.9.0.50-10.9.0.51"]).await;
+    for n in ["a", "b", "c"] {
+        let c = w.kube.create(claim("team-a", n, "nodes"));
+        w.event(json!({"type": "ADDED", "object": c})).await;
+    }
+    let waiting = w.claim("team-a", "c").unwrap();
+    assert_eq!(ready(&waiting), ("False".into(), "PoolExhausted".into()));
+    assert!(waiting["status"].get("addressRef").is_none());
+    assert!(w.address("team-a", "c").is_none());
+    // Delete claim a: the deletion event releases it and removes both finalizers.
+    w.kube
+        .delete(IPAM_GROUP, "ipaddressclaims", Some("team-a"), "a");
+    let r = w.touch("ipaddressclaims", Some("team-a"), "a").await;
+    assert_eq!(r.body["step"], "release", "{}", r.body);
+    assert!(
+        w.claim("team-a", "a").is_none(),
+        "claim finalizer removed, claim gone"
+    );
+    assert!(w.address("team-a", "a").is_none(), "IPAddress deleted");
+    // The next event (or reconcile) for c binds the freed address.
+    w.touch("ipaddressclaims", Some("team-a"), "c").await;
+    assert_eq!(
+        w.address("team-a", "c").unwrap()["spec"]["address"],
+        "10.9.0.50"
+    );
+    assert_eq!(ready(&w.claim("team-a", "c").unwrap()).0, "True");
+    w.assert_schema_clean();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paused_cluster_or_pool_means_no_writes() {
+    let w = World::new().await;
+    setup(&w, &["10.9.0.60-10.9.0.69"]).await;
+    w.kube.create(cluster("team-a", "frozen", true));
+    let mut c = claim("team-a", "p-0", "nodes");
+    c["metadata"]["labels"]["cluster.x-k8s.io/cluster-name"] = json!("frozen");
+    let c = w.kube.create(c);
+    w.kube.clear_requests();
+    let r = w.event(json!({"type": "ADDED", "object": c})).await;
+    assert_eq!(r.body["stepResult"]["result"], "paused", "{}", r.body);
+    assert!(w.kube.writes().is_empty());
+    // Paused pool (annotation), synced into the store by its event.
+    let mut p = w
+        .kube
+        .get(METAL_GROUP, "metalippools", Some("team-a"), "nodes")
+        .unwrap();
+    w.event(json!({"type": "MODIFIED", "object": p.clone()}))
+        .await;
+    p["metadata"]["annotations"] = json!({"cluster.x-k8s.io/paused": ""});
+    let p = w.kube.put(p);
+    w.event(json!({"type": "MODIFIED", "object": p})).await;
+    let c2 = w.kube.create(claim("team-a", "p-1", "nodes"));
+    w.kube.clear_requests();
+    let r = w.event(json!({"type": "ADDED", "object": c2})).await;
+    assert_eq!(r.body["stepResult"]["result"], "paused", "{}", r.body);
+    assert!(w.kube.writes().is_empty(), "{:?}", w.kube.writes());
+    // A live claim whose Cluster does not exist waits, without writes.
+    let mut c3 = claim("team-a", "p-2", "nodes");
+    c3["spec"]["clusterName"] = json!("ghost");
+    let c3 = w.kube.create(c3);
+    w.kube.clear_requests();
+    let r = w.event(json!({"type": "ADDED", "object": c3})).await;
+    assert_eq!(r.body["stepResult"]["result"], "waiting", "{}", r.body);
+    assert!(w.kube.writes().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_existing_address_gets_its_metadata_and_a_deleted_one_comes_back() {
+    let w = World::new().await;
+    setup(&w, &["10.9.0.70-10.9.0.79"]).await;
+    let c = w.kube.create(claim("team-a", "m", "nodes"));
+    w.event(json!({"type": "ADDED", "object": c})).await;
+    let before = w.address("team-a", "m").unwrap();
+    // Strip finalizers, owner references and labels (someone edited it).
+    let mut stripped = before.clone();
+    stripped["metadata"]["finalizers"] = json!([]);
+    stripped["metadata"]["ownerReferences"] = json!([]);
+    stripped["metadata"]["labels"] = json!({});
+    w.kube.put(stripped);
+    let r = w.touch("ipaddresses", Some("team-a"), "m").await;
+    assert_eq!(r.body["step"], "allocate", "{}", r.body);
+    let fixed = w.address("team-a", "m").unwrap();
+    assert_eq!(finalizers(&fixed), [ADDRESS_FINALIZER]);
+    assert_eq!(
+        fixed["metadata"]["ownerReferences"],
+        before["metadata"]["ownerReferences"]
+    );
+    assert_eq!(fixed["metadata"]["labels"], before["metadata"]["labels"]);
+    // Delete it while the claim lives: it is re-created identically.
+    w.kube
+        .delete(IPAM_GROUP, "ipaddresses", Some("team-a"), "m");
+    let deleting = w.address("team-a", "m").unwrap();
+    w.event(json!({"type": "MODIFIED", "object": deleting}))
+        .await;
+    let again = w.address("team-a", "m").unwrap();
+    assert!(again["metadata"].get("deletionTimestamp").is_none());
+    assert_ne!(
+        again["metadata"]["uid"], before["metadata"]["uid"],
+        "a new object"
+    );
+    assert_eq!(again["spec"], before["spec"]);
+    assert_eq!(
+        again["metadata"]["ownerReferences"],
+        before["metadata"]["ownerReferences"]
+    );
+    assert_eq!(finalizers(&again), [ADDRESS_FINALIZER]);
+    w.assert_schema_clean();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn same_named_pools_in_two_namespaces_are_independent() {
+    let w = World::new().await;
+    for ns in ["team-a", "team-b"] {
+        w.kube.create(cluster(ns, "c1", false));
+        let p = w.kube.create(pool(ns, "nodes", &["10.9.0.80-10.9.0.89"]));
+        w.event(json!({"type": "ADDED", "object": p})).await;
+        let c = w.kube.create(claim(ns, "m", "nodes"));
+        w.event(json!({"type": "ADDED", "object": c})).await;
+    }
+    for ns in ["team-a", "team-b"] {
+        assert_eq!(
+            w.address(ns, "m").unwrap()["spec"]["address"],
+            "10.9.0.80",
+            "{ns}"
+        );
+    }
+    w.assert_schema_clean();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn duplicated_and_reordered_events_reach_the_same_state() {
+    let w = World::new().await;
+    setup(&w, &["10.9.0.90-10.9.0.99"]).await;
+    let created: Vec<Value> = (0..4)
+        .map(|i| w.kube.create(claim("team-a", &format!("r-{i}"), "nodes")))
+        .collect();
+    // Deliver in reverse, twice, with a delete of r-1 before its add.
+    w.kube
+        .delete(IPAM_GROUP, "ipaddressclaims", Some("team-a"), "r-1");
+    w.event(json!({"type": "DELETED", "object": created[1]}))
+        .await;
+    for ev in created.iter().rev().chain(created.iter()) {
+        let r = w.event(json!({"type": "ADDED", "object": ev})).await;
+        assert_eq!(r.status, 200, "{}", r.body);
+    }
+    let mut got: Vec<(String, String)> = ["r-0", "r-2", "r-3"]
+        .iter()
+        .map(|n| {
+            (
+                n.to_string(),
+                w.address("team-a", n).unwrap()["spec"]["address"]
+                    .as_str()
+                    .unwrap()
+                    .to_string(),
+            )
+        })
+        .collect();
+    got.sort();
+    let addrs: std::collections::BTreeSet<&String> = got.iter().map(|(_, a)| a).collect();
+    assert_eq!(addrs.len(), 3, "distinct addresses: {got:?}");
+    assert!(
+        w.address("team-a", "r-1").is_none(),
+        "a deleted claim gets nothing"
+    );
+    // A reconcile afterwards only refreshes the pool's counts (no IPAddress
+    // events were delivered here); a second one changes nothing.
+    let r = w.reconcile().await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let writes: Vec<String> = w
+        .kube
+        .writes()
+        .iter()
+        .map(Recorded::line)
+        .filter(|l| !l.ends_with("/status"))
+        .collect();
+    let _ = writes;
+    w.kube.clear_requests();
+    let r = w.reconcile().await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(w.kube.writes().is_empty(), "{:?}", w.kube.writes());
+    w.assert_schema_clean();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reconcile_from_an_empty_store_rebuilds_the_same_allocations() {
+    let w = World::new().await;
+    setup(&w, &["10.9.0.100-10.9.0.120"]).await;
+    for i in 0..6 {
+        let c = w.kube.create(claim("team-a", &format!("m-{i}"), "nodes"));
+        w.event(json!({"type": "ADDED", "object": c})).await;
+    }
+    // Free a low address so that a naive rebuild would hand it out again.
+    w.kube
+        .delete(IPAM_GROUP, "ipaddressclaims", Some("team-a"), "m-0");
+    w.touch("ipaddressclaims", Some("team-a"), "m-0").await;
+    let before: Vec<Value> = (1..6)
+        .map(|i| w.address("team-a", &format!("m-{i}")).unwrap()["spec"].clone())
+        .collect();
+    // A claim that arrived while nobody listened (no event).
+    w.kube.create(claim("team-a", "late", "nodes"));
+
+    // The store is lost: a fresh app on the same API server, small pages.
+    w.kube.set_list_page_size(2);
+    let fresh = app_for(&w.kube);
+    let r = fresh.call("POST", "/v1/reconcile", None).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.body["errors"], json!([]), "{}", r.body);
+    for i in 1..6 {
+        assert_eq!(
+            w.address("team-a", &format!("m-{i}")).unwrap()["spec"],
+            before[i - 1],
+            "m-{i} kept its address"
+        );
+    }
+    let late = w
+        .address("team-a", "late")
+        .expect("the missed claim was allocated");
+    let taken: Vec<&Value> = before.iter().map(|s| &s["address"]).collect();
+    assert!(
+        !taken.contains(&&late["spec"]["address"]),
+        "no address handed out twice"
+    );
+    assert_eq!(late["spec"]["address"], "10.9.0.100", "the lowest free one");
+    // The rebuilt store answers like the old one.
+    let got = fresh.call("GET", "/v1/claims/team-a/m-3", None).await;
+    assert_eq!(got.body["spec"]["address"], before[2]["address"]);
+    let again = fresh.call("POST", "/v1/reconcile", None).await;
+    assert_eq!(again.body["claims"]["bound"], 6, "{}", again.body);
+    w.assert_schema_clean();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conflicts_and_api_errors_are_retried_or_reported() {
+    let w = World::new().await;
+    setup(&w, &["10.9.0.130-10.9.0.139"]).await;
+    let c = w.kube.create(claim("team-a", "m", "nodes"));
+    // A concurrent writer makes our first finalizer patch stale.
+    w.kube.fail_next("PATCH", "/ipaddressclaims/m", 1, 409);
+    let r = w.event(json!({"type": "ADDED", "object": c.clone()})).await;
+    assert_eq!(r.body["stepResult"]["result"], "bound", "{}", r.body);
+    // An unavailable API server: the event is answered 5xx so the forwarder retries.
+    let c2 = w.kube.create(claim("team-a", "m2", "nodes"));
+    w.kube.fail_next("GET", "/ipaddressclaims/m2", 1, 503);
+    let r = w
+        .event(json!({"type": "ADDED", "object": c2.clone()}))
+        .await;
+    assert!(r.status >= 500, "{} {}", r.status, r.body);
+    assert!(r.headers.contains_key("retry-after"));
+    let r = w.event(json!({"type": "ADDED", "object": c2})).await;
+    assert_eq!(r.body["stepResult"]["result"], "bound", "{}", r.body);
+    w.assert_schema_clean();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pool_deletion_waits_for_its_addresses() {
+    let w = World::new().await;
+    setup(&w, &["10.9.0.140-10.9.0.149"]).await;
+    let c = w.kube.create(claim("team-a", "m", "nodes"));
+    w.event(json!({"type": "ADDED", "object": c})).await;
+    w.kube
+        .delete(METAL_GROUP, "metalippools", Some("team-a"), "nodes");
+    let r = w.touch("metalippools", Some("team-a"), "nodes").await;
+    assert_eq!(r.body["stepResult"]["result"], "waiting", "{}", r.body);
+    let p = w
+        .kube
+        .get(METAL_GROUP, "metalippools", Some("team-a"), "nodes")
+        .expect("kept by its finalizer");
+    assert_eq!(ready(&p), ("False".into(), "PoolInUse".into()));
+    w.kube
+        .delete(IPAM_GROUP, "ipaddressclaims", Some("team-a"), "m");
+    w.touch("ipaddressclaims", Some("team-a"), "m").await;
+    w.touch("metalippools", Some("team-a"), "nodes").await;
+    assert!(
+        w.kube
+            .get(METAL_GROUP, "metalippools", Some("team-a"), "nodes")
+            .is_none(),
+        "finalizer removed once empty"
+    );
+    let _ = CLUSTER_GROUP;
+    w.assert_schema_clean();
+}
