@@ -604,3 +604,89 @@ async fn pool_deletion_waits_for_its_addresses() {
     let _ = CLUSTER_GROUP;
     w.assert_schema_clean();
 }
+
+/// (group, resource, verb) of a recorded request, as RBAC sees it.
+fn permission_of(r: &Recorded) -> (String, String, String) {
+    let parts: Vec<&str> = r.path.trim_start_matches('/').split('/').collect();
+    // apis/{group}/{version}/[namespaces/{ns}/]{plural}[/{name}[/status]]
+    let rest = if parts.get(3) == Some(&"namespaces") {
+        &parts[5..]
+    } else {
+        &parts[3..]
+    };
+    let resource = match rest {
+        [plural, _, "status"] => format!("{plural}/status"),
+        [plural, ..] => plural.to_string(),
+        [] => String::new(),
+    };
+    let verb = match (r.method.as_str(), rest.len()) {
+        ("GET", 1) => "list",
+        ("GET", _) => "get",
+        ("POST", _) => "create",
+        ("PATCH", _) => "patch",
+        ("PUT", _) => "update",
+        ("DELETE", _) => "delete",
+        (m, _) => panic!("unexpected method {m}"),
+    };
+    (parts[1].to_string(), resource, verb.to_string())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_code_uses_exactly_the_permissions_rbac_grants() {
+    use std::collections::BTreeSet;
+    let w = World::new().await;
+    setup(&w, &["10.9.0.150-10.9.0.151"]).await;
+    // A full life: bind, exhaust, repair an address, delete, reconcile, delete the pool.
+    for n in ["a", "b", "c"] {
+        let c = w.kube.create(claim("team-a", n, "nodes"));
+        w.event(json!({"type": "ADDED", "object": c})).await;
+    }
+    w.kube
+        .delete(IPAM_GROUP, "ipaddresses", Some("team-a"), "a");
+    w.touch("ipaddresses", Some("team-a"), "a").await;
+    w.kube
+        .delete(IPAM_GROUP, "ipaddressclaims", Some("team-a"), "b");
+    w.touch("ipaddressclaims", Some("team-a"), "b").await;
+    w.reconcile().await;
+    let fresh = app_for(&w.kube);
+    fresh.call("POST", "/v1/reconcile", None).await;
+    for n in ["a", "c"] {
+        w.kube
+            .delete(IPAM_GROUP, "ipaddressclaims", Some("team-a"), n);
+        w.touch("ipaddressclaims", Some("team-a"), n).await;
+    }
+    w.kube
+        .delete(METAL_GROUP, "metalippools", Some("team-a"), "nodes");
+    w.touch("metalippools", Some("team-a"), "nodes").await;
+    // And a global pool's life.
+    let g = w.kube.create(
+        json!({"apiVersion": "ipam.metal-ipam.dev/v1alpha1", "kind": "GlobalMetalIPPool",
+        "metadata": {"name": "edge"}, "spec": {"addresses": ["2001:db8:9::/64"], "prefix": 64}}),
+    );
+    let r = w.event(json!({"type": "ADDED", "object": g})).await;
+    assert_eq!(r.body["stepResult"]["result"], "synced", "{}", r.body);
+    w.kube
+        .delete(METAL_GROUP, "globalmetalippools", None, "edge");
+    w.touch("globalmetalippools", None, "edge").await;
+    assert!(w
+        .kube
+        .get(METAL_GROUP, "globalmetalippools", None, "edge")
+        .is_none());
+    let used: BTreeSet<(String, String, String)> =
+        w.kube.requests().iter().map(permission_of).collect();
+    let granted: BTreeSet<(String, String, String)> = metal_ipam_core::kube::USED_PERMISSIONS
+        .iter()
+        .map(|(g, r, v)| (g.to_string(), r.to_string(), v.to_string()))
+        .collect();
+    let beyond: Vec<_> = used.difference(&granted).collect();
+    assert!(
+        beyond.is_empty(),
+        "requests beyond USED_PERMISSIONS (and so beyond RBAC): {beyond:?}"
+    );
+    let unused: Vec<_> = granted.difference(&used).collect();
+    assert!(
+        unused.is_empty(),
+        "USED_PERMISSIONS lists permissions the code never used here: {unused:?}"
+    );
+    w.assert_schema_clean();
+}

@@ -21,28 +21,9 @@ const APP: &str = "metal-ipam";
 const OUR_GROUP: &str = "ipam.metal-ipam.dev";
 
 /// Every (API group, resource, verb) the code uses against the Kubernetes
-/// API. This must equal `metal_ipam_core::kube::USED_PERMISSIONS`; the
-/// ClusterRole `metal-ipam` in deploy/rbac.yaml must grant exactly this.
-const USED_PERMISSIONS: &[(&str, &str, &str)] = &[
-    ("ipam.cluster.x-k8s.io", "ipaddressclaims", "get"),
-    ("ipam.cluster.x-k8s.io", "ipaddressclaims", "list"),
-    ("ipam.cluster.x-k8s.io", "ipaddressclaims", "patch"),
-    ("ipam.cluster.x-k8s.io", "ipaddressclaims/status", "patch"),
-    ("ipam.cluster.x-k8s.io", "ipaddresses", "get"),
-    ("ipam.cluster.x-k8s.io", "ipaddresses", "list"),
-    ("ipam.cluster.x-k8s.io", "ipaddresses", "create"),
-    ("ipam.cluster.x-k8s.io", "ipaddresses", "patch"),
-    ("ipam.cluster.x-k8s.io", "ipaddresses", "delete"),
-    ("cluster.x-k8s.io", "clusters", "get"),
-    ("ipam.metal-ipam.dev", "metalippools", "get"),
-    ("ipam.metal-ipam.dev", "metalippools", "list"),
-    ("ipam.metal-ipam.dev", "metalippools", "patch"),
-    ("ipam.metal-ipam.dev", "metalippools/status", "patch"),
-    ("ipam.metal-ipam.dev", "globalmetalippools", "get"),
-    ("ipam.metal-ipam.dev", "globalmetalippools", "list"),
-    ("ipam.metal-ipam.dev", "globalmetalippools", "patch"),
-    ("ipam.metal-ipam.dev", "globalmetalippools/status", "patch"),
-];
+/// API; the ClusterRole `metal-ipam` in deploy/rbac.yaml must grant exactly
+/// this (tests/tests/capi.rs checks the code's real requests against it).
+use metal_ipam_core::kube::USED_PERMISSIONS;
 
 /// The components that call the Kubernetes API, and so need the cluster CA
 /// in the runtime config's `[[client_tls]]`.
