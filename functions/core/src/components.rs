@@ -230,7 +230,15 @@ pub fn admission<K: KvStore, H: HttpClient + ?Sized>(
     match result {
         Ok(r) => {
             let outcome = if r.allowed() { "allowed" } else { "denied" };
-            ApiResponse::success(200, Some(r.to_json()), route, outcome)
+            let mut resp = ApiResponse::success(200, Some(r.to_json()), route, outcome);
+            if let Some(d) = &r.denial {
+                resp.reason = Some(d.reason);
+                resp.detail = Some(d.message.clone());
+            }
+            if let Some(p) = &r.pool {
+                resp.objects.push(("pool", p.display()));
+            }
+            resp
         }
         Err(e) => ApiResponse::from_error(&e, route),
     }
@@ -515,15 +523,15 @@ entry!(
     release_entry => release
 );
 entry!(
-    /// [`admission`] with the uniform entry signature.
+    /// [`admission()`] with the uniform entry signature.
     admission_entry => admission
 );
 entry!(
-    /// [`reconcile`] with the uniform entry signature.
+    /// [`reconcile()`] with the uniform entry signature.
     reconcile_entry => reconcile
 );
 
-/// [`events`] with the uniform entry signature.
+/// [`events()`] with the uniform entry signature.
 pub fn events_entry<K: KvStore, H: HttpClient + ?Sized>(
     s: &Services<'_, K, H>,
     req: &ApiRequest<'_>,

@@ -1,7 +1,7 @@
 //! The key-value port: the store operations metal-ipam uses, as a trait.
 //!
 //! The Spin adapter (`metal-ipam-spin`) implements it on
-//! `wasi:keyvalue@0.2.0-draft2`; [`crate::testing`] implements it in memory
+//! `wasi:keyvalue@0.2.0-draft2`; the `testing` module implements it in memory
 //! with each real backend's quirks. The trait mirrors what Spin's backends
 //! actually offer, no more:
 //!
