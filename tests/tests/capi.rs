@@ -690,3 +690,45 @@ async fn the_code_uses_exactly_the_permissions_rbac_grants() {
     );
     w.assert_schema_clean();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_released_address_is_reused_only_after_the_grace_period() {
+    let w = World::new().await;
+    w.kube.create(cluster("team-a", "c1", false));
+    let mut p = pool("team-a", "graceful", &["10.9.0.160-10.9.0.161"]);
+    p["spec"]["addressReuseGracePeriodSeconds"] = json!(2);
+    let p = w.kube.create(p);
+    w.event(json!({"type": "ADDED", "object": p})).await;
+    let a = w.kube.create(claim("team-a", "a", "graceful"));
+    w.event(json!({"type": "ADDED", "object": a})).await;
+    assert_eq!(
+        w.address("team-a", "a").unwrap()["spec"]["address"],
+        "10.9.0.160"
+    );
+    w.kube
+        .delete(IPAM_GROUP, "ipaddressclaims", Some("team-a"), "a");
+    w.touch("ipaddressclaims", Some("team-a"), "a").await;
+    assert!(w.claim("team-a", "a").is_none() && w.address("team-a", "a").is_none());
+    // Right after the release .160 is cooling down: the next claim gets .161.
+    let b = w.kube.create(claim("team-a", "b", "graceful"));
+    w.event(json!({"type": "ADDED", "object": b})).await;
+    assert_eq!(
+        w.address("team-a", "b").unwrap()["spec"]["address"],
+        "10.9.0.161"
+    );
+    let c = w.kube.create(claim("team-a", "c", "graceful"));
+    w.event(json!({"type": "ADDED", "object": c.clone()})).await;
+    assert_eq!(
+        ready(&w.claim("team-a", "c").unwrap()),
+        ("False".into(), "PoolExhausted".into())
+    );
+    // After the grace period the next event for c gets the released address.
+    tokio::time::sleep(std::time::Duration::from_millis(3100)).await;
+    w.touch("ipaddressclaims", Some("team-a"), "c").await;
+    assert_eq!(
+        w.address("team-a", "c").unwrap()["spec"]["address"],
+        "10.9.0.160"
+    );
+    assert_eq!(ready(&w.claim("team-a", "c").unwrap()).0, "True");
+    w.assert_schema_clean();
+}
