@@ -68,6 +68,36 @@ fn kube<'a, K: KvStore, H: HttpClient + ?Sized>(s: &Services<'a, K, H>) -> Resul
     })
 }
 
+/// The checks every single-purpose route makes, in order: authentication
+/// (`auth`, already decided by the caller), the exact path (`None` when the
+/// caller already matched it), and the method (`POST`). Returns the error
+/// response, if any.
+fn guard(
+    auth: Result<()>,
+    req: &ApiRequest<'_>,
+    route: &'static str,
+    path: Option<&[&str]>,
+) -> Option<ApiResponse> {
+    if let Err(e) = auth {
+        return Some(ApiResponse::from_error(&e, route));
+    }
+    if path.is_some_and(|p| segments(req.path) != p) {
+        let e = Error::not_found("NoSuchRoute", format!("no route for {}", req.path));
+        return Some(ApiResponse::from_error(&e, ""));
+    }
+    if req.method != "POST" {
+        let e = Error::new(
+            ErrorKind::MethodNotAllowed,
+            "MethodNotAllowed",
+            format!("{route} accepts POST"),
+        );
+        let mut r = ApiResponse::from_error(&e, route);
+        r.headers.push(("allow", "POST".to_string()));
+        return Some(r);
+    }
+    None
+}
+
 fn outcome_response(
     route: &'static str,
     o: Result<capi::Outcome>,
@@ -99,18 +129,13 @@ fn capi_claim<K: KvStore, H: HttpClient + ?Sized>(
     name: &str,
 ) -> ApiResponse {
     let route = "/v1/capi/claims/{namespace}/{name}";
-    if let Err(e) = auth::check_bearer(s.api_token, req.authorization) {
-        return ApiResponse::from_error(&e, route);
-    }
-    if req.method != "POST" {
-        return ApiResponse::from_error(
-            &Error::new(
-                ErrorKind::MethodNotAllowed,
-                "MethodNotAllowed",
-                format!("{route} accepts POST"),
-            ),
-            route,
-        );
+    if let Some(r) = guard(
+        auth::check_bearer(s.api_token, req.authorization),
+        req,
+        route,
+        None,
+    ) {
+        return r;
     }
     let checked = names::check_label(ns)
         .and_then(|_| names::check_subdomain(name))
@@ -131,18 +156,13 @@ fn capi_pool<K: KvStore, H: HttpClient + ?Sized>(
         PoolKind::Namespaced => "/v1/capi/pools/{namespace}/{name}",
         PoolKind::Global => "/v1/capi/global-pools/{name}",
     };
-    if let Err(e) = auth::check_bearer(s.api_token, req.authorization) {
-        return ApiResponse::from_error(&e, route);
-    }
-    if req.method != "POST" {
-        return ApiResponse::from_error(
-            &Error::new(
-                ErrorKind::MethodNotAllowed,
-                "MethodNotAllowed",
-                format!("{route} accepts POST"),
-            ),
-            route,
-        );
+    if let Some(r) = guard(
+        auth::check_bearer(s.api_token, req.authorization),
+        req,
+        route,
+        None,
+    ) {
+        return r;
     }
     let id = capi::pool_id_of(kind, ns, name);
     let checked = ns
@@ -207,24 +227,13 @@ pub fn admission<K: KvStore, H: HttpClient + ?Sized>(
     req: &ApiRequest<'_>,
 ) -> ApiResponse {
     let route = "/v1/admission/pools";
-    if let Err(e) = auth::check_bearer(s.api_token, req.authorization) {
-        return ApiResponse::from_error(&e, route);
-    }
-    if segments(req.path) != ["v1", "admission", "pools"] {
-        return ApiResponse::from_error(
-            &Error::not_found("NoSuchRoute", format!("no route for {}", req.path)),
-            "",
-        );
-    }
-    if req.method != "POST" {
-        return ApiResponse::from_error(
-            &Error::new(
-                ErrorKind::MethodNotAllowed,
-                "MethodNotAllowed",
-                format!("{route} accepts POST"),
-            ),
-            route,
-        );
+    if let Some(r) = guard(
+        auth::check_bearer(s.api_token, req.authorization),
+        req,
+        route,
+        Some(&["v1", "admission", "pools"]),
+    ) {
+        return r;
     }
     let result = store(s).and_then(|ctx| admission::evaluate(req.body, &KvPools(ctx.kv)));
     match result {
@@ -251,24 +260,13 @@ pub fn reconcile<K: KvStore, H: HttpClient + ?Sized>(
     req: &ApiRequest<'_>,
 ) -> ApiResponse {
     let route = "/v1/reconcile";
-    if let Err(e) = auth::check_bearer(s.api_token, req.authorization) {
-        return ApiResponse::from_error(&e, route);
-    }
-    if segments(req.path) != ["v1", "reconcile"] {
-        return ApiResponse::from_error(
-            &Error::not_found("NoSuchRoute", format!("no route for {}", req.path)),
-            "",
-        );
-    }
-    if req.method != "POST" {
-        return ApiResponse::from_error(
-            &Error::new(
-                ErrorKind::MethodNotAllowed,
-                "MethodNotAllowed",
-                format!("{route} accepts POST"),
-            ),
-            route,
-        );
+    if let Some(r) = guard(
+        auth::check_bearer(s.api_token, req.authorization),
+        req,
+        route,
+        Some(&["v1", "reconcile"]),
+    ) {
+        return r;
     }
     match store(s).and_then(|ctx| reconcile::reconcile_all(ctx, kube(s)?)) {
         // Errors on single objects make the run a 500 (with the report), so
@@ -380,8 +378,10 @@ pub fn events<K: KvStore, H: HttpClient + ?Sized>(
     let ce_ok = !s.events_token.is_empty()
         && events::presented_token(content_type, header, req.body)
             .is_some_and(|t| auth::constant_time_eq(t.as_bytes(), s.events_token.as_bytes()));
-    if !bearer_ok && !ce_ok {
-        let e = auth::check_bearer(s.api_token, req.authorization)
+    let authenticated = if bearer_ok || ce_ok {
+        Ok(())
+    } else {
+        Err(auth::check_bearer(s.api_token, req.authorization)
             .err()
             .unwrap_or_else(|| {
                 Error::new(
@@ -389,24 +389,10 @@ pub fn events<K: KvStore, H: HttpClient + ?Sized>(
                     "Unauthorized",
                     "the bearer token is not valid",
                 )
-            });
-        return ApiResponse::from_error(&e, route);
-    }
-    if segments(req.path) != ["v1", "events"] {
-        return ApiResponse::from_error(
-            &Error::not_found("NoSuchRoute", format!("no route for {}", req.path)),
-            "",
-        );
-    }
-    if req.method != "POST" {
-        return ApiResponse::from_error(
-            &Error::new(
-                ErrorKind::MethodNotAllowed,
-                "MethodNotAllowed",
-                format!("{route} accepts POST"),
-            ),
-            route,
-        );
+            }))
+    };
+    if let Some(r) = guard(authenticated, req, route, Some(&["v1", "events"])) {
+        return r;
     }
     let parsed = match events::parse(content_type, header, req.body) {
         Ok(p) => p,

@@ -200,6 +200,23 @@ pub struct PoolRecord {
     pub journal: Vec<JournalRecord>,
 }
 
+/// Decodes a JSON record and checks its schema version.
+fn decode_versioned<T: serde::de::DeserializeOwned>(
+    bytes: &[u8],
+    what: &str,
+    version: impl Fn(&T) -> u32,
+) -> Result<T> {
+    let rec: T = serde_json::from_slice(bytes)
+        .map_err(|e| Error::internal(format!("unreadable {what} record: {e}")))?;
+    let v = version(&rec);
+    if v != RECORD_VERSION {
+        return Err(Error::internal(format!(
+            "{what} record has schema version {v}, this build reads {RECORD_VERSION}"
+        )));
+    }
+    Ok(rec)
+}
+
 /// A pool as loaded from its record.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Loaded {
@@ -220,15 +237,7 @@ impl PoolRecord {
     /// 500 if the bytes are not a version-1 record (corruption or a newer
     /// writer).
     pub fn decode(bytes: &[u8]) -> Result<PoolRecord> {
-        let rec: PoolRecord = serde_json::from_slice(bytes)
-            .map_err(|e| Error::internal(format!("unreadable pool record: {e}")))?;
-        if rec.v != RECORD_VERSION {
-            return Err(Error::internal(format!(
-                "pool record has schema version {}, this build reads {RECORD_VERSION}",
-                rec.v
-            )));
-        }
-        Ok(rec)
+        decode_versioned(bytes, "pool", |r: &PoolRecord| r.v)
     }
 
     /// Encodes the record as compact JSON.
@@ -421,15 +430,7 @@ impl ClaimRecord {
     /// # Errors
     /// 500 if the bytes are not a version-1 claim record.
     pub fn decode(bytes: &[u8]) -> Result<ClaimRecord> {
-        let rec: ClaimRecord = serde_json::from_slice(bytes)
-            .map_err(|e| Error::internal(format!("unreadable claim record: {e}")))?;
-        if rec.v != RECORD_VERSION {
-            return Err(Error::internal(format!(
-                "claim record has schema version {}, this build reads {RECORD_VERSION}",
-                rec.v
-            )));
-        }
-        Ok(rec)
+        decode_versioned(bytes, "claim", |r: &ClaimRecord| r.v)
     }
 
     /// Encodes as compact JSON.
