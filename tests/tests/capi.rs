@@ -335,8 +335,21 @@ async fn exhaustion_then_release_lets_the_waiting_claim_progress() {
     // Delete claim a: the deletion event releases it and removes both finalizers.
     w.kube
         .delete(IPAM_GROUP, "ipaddressclaims", Some("team-a"), "a");
+    w.kube.clear_requests();
     let r = w.touch("ipaddressclaims", Some("team-a"), "a").await;
     assert_eq!(r.body["step"], "release", "{}", r.body);
+    // The contract's deletion order: the IPAddress's finalizer, the
+    // IPAddress, then the claim's finalizer (the address was released in the
+    // store before any of these).
+    let writes: Vec<String> = w.kube.writes().iter().map(Recorded::line).collect();
+    assert_eq!(
+        writes,
+        [
+            "PATCH /apis/ipam.cluster.x-k8s.io/v1beta2/namespaces/team-a/ipaddresses/a",
+            "DELETE /apis/ipam.cluster.x-k8s.io/v1beta2/namespaces/team-a/ipaddresses/a",
+            "PATCH /apis/ipam.cluster.x-k8s.io/v1beta2/namespaces/team-a/ipaddressclaims/a",
+        ]
+    );
     assert!(
         w.claim("team-a", "a").is_none(),
         "claim finalizer removed, claim gone"
