@@ -38,6 +38,9 @@
 
 use std::net::IpAddr;
 
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+
 use serde_json::{json, Map, Value};
 
 use crate::claim::{Claim, CLUSTER_NAME_LABEL};
@@ -100,6 +103,95 @@ impl Outcome {
             v["address"] = a.clone().into();
         }
         v
+    }
+}
+
+/// Objects listed once by a full reconciliation, so that reconciling each
+/// claim does not GET what the lists already returned. Used for the first
+/// attempt only: a 409 (a stale object) makes the retry read fresh.
+#[derive(Debug, Default)]
+pub struct Snapshot {
+    /// Claims by (namespace, name).
+    pub claims: BTreeMap<(String, String), Value>,
+    /// IPAddresses by (namespace, name).
+    pub addresses: BTreeMap<(String, String), Value>,
+    /// Pools by id.
+    pub pools: BTreeMap<PoolId, Value>,
+    /// Clusters looked up so far by (namespace, name), `None` = absent.
+    clusters: RefCell<BTreeMap<(String, String), Option<Value>>>,
+}
+
+impl Snapshot {
+    /// A snapshot from listed claims, IPAddresses and pools.
+    pub fn new(
+        claims: Vec<Value>,
+        addresses: Vec<Value>,
+        pools: BTreeMap<PoolId, Value>,
+    ) -> Snapshot {
+        let key = |o: &Value| {
+            (
+                obj::meta_str(o, "namespace")
+                    .unwrap_or_default()
+                    .to_string(),
+                obj::meta_str(o, "name").unwrap_or_default().to_string(),
+            )
+        };
+        Snapshot {
+            claims: claims.into_iter().map(|o| (key(&o), o)).collect(),
+            addresses: addresses.into_iter().map(|o| (key(&o), o)).collect(),
+            pools,
+            clusters: RefCell::default(),
+        }
+    }
+}
+
+/// Where a claim reconciliation reads objects: the API server, or a
+/// snapshot taken by a full reconciliation.
+struct Reader<'s, 'k, 'a, H: HttpClient + ?Sized> {
+    kube: &'k Kube<'a, H>,
+    snap: Option<&'s Snapshot>,
+}
+
+impl<H: HttpClient + ?Sized> Reader<'_, '_, '_, H> {
+    fn key(ns: &str, name: &str) -> (String, String) {
+        (ns.to_string(), name.to_string())
+    }
+
+    fn claim(&self, ns: &str, name: &str) -> Result<Option<Value>> {
+        match self.snap {
+            Some(s) => Ok(s.claims.get(&Self::key(ns, name)).cloned()),
+            None => Ok(self.kube.get(&kube::CLAIMS, Some(ns), name)?),
+        }
+    }
+
+    fn address(&self, ns: &str, name: &str) -> Result<Option<Value>> {
+        match self.snap {
+            Some(s) => Ok(s.addresses.get(&Self::key(ns, name)).cloned()),
+            None => Ok(self.kube.get(&kube::IP_ADDRESSES, Some(ns), name)?),
+        }
+    }
+
+    fn pool(&self, id: &PoolId) -> Result<Option<Value>> {
+        match self.snap {
+            Some(s) => Ok(s.pools.get(id).cloned()),
+            None => Ok(self
+                .kube
+                .get(resource_of(id.kind), id.namespace.as_deref(), &id.name)?),
+        }
+    }
+
+    fn cluster(&self, ns: &str, name: &str) -> Result<Option<Value>> {
+        let Some(s) = self.snap else {
+            return Ok(self.kube.get(&kube::CLUSTERS, Some(ns), name)?);
+        };
+        if let Some(c) = s.clusters.borrow().get(&Self::key(ns, name)) {
+            return Ok(c.clone());
+        }
+        let c = self.kube.get(&kube::CLUSTERS, Some(ns), name)?;
+        s.clusters
+            .borrow_mut()
+            .insert(Self::key(ns, name), c.clone());
+        Ok(c)
     }
 }
 
@@ -330,19 +422,40 @@ pub fn reconcile_claim<K: KvStore, H: HttpClient + ?Sized>(
     ns: &str,
     name: &str,
 ) -> Result<Outcome> {
+    reconcile_claim_in(ctx, kube, ns, name, None)
+}
+
+/// [`reconcile_claim`] reading first from `snapshot` (a full
+/// reconciliation's lists); retries after a conflict read fresh.
+///
+/// # Errors
+/// As [`reconcile_claim`].
+pub fn reconcile_claim_in<K: KvStore, H: HttpClient + ?Sized>(
+    ctx: &Ctx<'_, K>,
+    kube: &Kube<'_, H>,
+    ns: &str,
+    name: &str,
+    snapshot: Option<&Snapshot>,
+) -> Result<Outcome> {
     let before = kube.calls();
-    let mut out = retrying(|| reconcile_claim_once(ctx, kube, ns, name))?;
+    let mut first = true;
+    let mut out = retrying(|| {
+        let snap = if first { snapshot } else { None };
+        first = false;
+        reconcile_claim_once(ctx, &Reader { kube, snap }, ns, name)
+    })?;
     out.kube_calls = kube.calls() - before;
     Ok(out)
 }
 
 fn reconcile_claim_once<K: KvStore, H: HttpClient + ?Sized>(
     ctx: &Ctx<'_, K>,
-    kube: &Kube<'_, H>,
+    reader: &Reader<'_, '_, '_, H>,
     ns: &str,
     name: &str,
 ) -> Result<Outcome> {
-    let Some(claim_obj) = kube.get(&kube::CLAIMS, Some(ns), name)? else {
+    let kube = reader.kube;
+    let Some(claim_obj) = reader.claim(ns, name)? else {
         let released = steps::release(ctx, ns, name, None)?;
         cleanup_orphan_address(kube, ns, name)?;
         return Ok(match released {
@@ -380,7 +493,7 @@ fn reconcile_claim_once<K: KvStore, H: HttpClient + ?Sized>(
         return Ok(Outcome::new("paused", "the claim is paused"));
     }
     if let Some(cluster) = &claim.cluster_name {
-        match kube.get(&kube::CLUSTERS, Some(ns), cluster)? {
+        match reader.cluster(ns, cluster)? {
             None if !deleting => {
                 return Ok(Outcome::new(
                     "waiting",
@@ -402,11 +515,7 @@ fn reconcile_claim_once<K: KvStore, H: HttpClient + ?Sized>(
     // The pool's pause annotation is read from the API server (the store's
     // copy may lag behind); a pool registered only through the HTTP API has
     // no object there and is never paused.
-    let pool_obj = kube.get(
-        resource_of(claim.pool.kind),
-        claim.pool.namespace.as_deref(),
-        &claim.pool.name,
-    )?;
+    let pool_obj = reader.pool(&claim.pool)?;
     if pool_obj.as_ref().is_some_and(paused) {
         return Ok(Outcome::new(
             "paused",
@@ -420,7 +529,7 @@ fn reconcile_claim_once<K: KvStore, H: HttpClient + ?Sized>(
     let now = ctx.env.now();
     // An IPAddress being deleted while its claim lives: let it go, then
     // re-create it identically below.
-    let mut ip = kube.get(&kube::IP_ADDRESSES, Some(ns), name)?;
+    let mut ip = reader.address(ns, name)?;
     if let Some(o) = &ip {
         if obj::deleting(o) && owned_by(o, &claim.id.uid) {
             remove_finalizer(kube, &kube::IP_ADDRESSES, Some(ns), o, ADDRESS_FINALIZER)?;

@@ -84,6 +84,7 @@ pub fn reconcile_all<K: KvStore, H: HttpClient + ?Sized>(
     let before = kube.calls();
     let mut report = Report::default();
 
+    let mut pool_objects: BTreeMap<PoolId, Value> = BTreeMap::new();
     for (kind, r) in [
         (PoolKind::Namespaced, &kube::METAL_IP_POOLS),
         (PoolKind::Global, &kube::GLOBAL_METAL_IP_POOLS),
@@ -99,20 +100,30 @@ pub fn reconcile_all<K: KvStore, H: HttpClient + ?Sized>(
                     .errors
                     .push(format!("{} {}: {e}", kind.kind_name(), id.display())),
             }
+            pool_objects.insert(id, p);
         }
     }
 
+    // One list of claims and one of IPAddresses serve every claim's first
+    // reconciliation attempt; a conflict makes that claim's retry read fresh.
+    let claims = kube.list(&kube::CLAIMS, None)?;
+    let addresses = kube.list(&kube::IP_ADDRESSES, None)?;
     let mut live: BTreeSet<(String, String, String)> = BTreeSet::new();
-    for c in kube.list(&kube::CLAIMS, None)? {
+    let mut names = Vec::new();
+    for c in &claims {
         let (Some(ns), Some(name), Some(uid)) = (
-            obj::meta_str(&c, "namespace"),
-            obj::meta_str(&c, "name"),
-            obj::meta_str(&c, "uid"),
+            obj::meta_str(c, "namespace"),
+            obj::meta_str(c, "name"),
+            obj::meta_str(c, "uid"),
         ) else {
             continue;
         };
         live.insert((ns.to_string(), name.to_string(), uid.to_string()));
-        match capi::reconcile_claim(ctx, kube, ns, name) {
+        names.push((ns.to_string(), name.to_string()));
+    }
+    let snapshot = capi::Snapshot::new(claims, addresses, pool_objects);
+    for (ns, name) in names {
+        match capi::reconcile_claim_in(ctx, kube, &ns, &name, Some(&snapshot)) {
             Ok(o) => Report::count(&mut report.claims, &o),
             Err(e) => report
                 .errors
