@@ -290,6 +290,26 @@ async fn every_event_format_is_understood() {
     for n in ["binary", "structured", "reference", "argo"] {
         assert!(w.address("team-a", n).is_some(), "{n} got its IPAddress");
     }
+    // A v1beta1 view of a claim (as a v1beta1 watch would send it): the step
+    // reads the claim at v1beta2 from the API server, which converts.
+    w.kube.create(claim("team-a", "old-api", "nodes"));
+    let r = w
+        .event(
+            json!({"type": "ADDED", "object": {"apiVersion": "ipam.cluster.x-k8s.io/v1beta1",
+            "kind": "IPAddressClaim", "metadata": {"name": "old-api", "namespace": "team-a"},
+            "spec": {"poolRef": {"kind": "MetalIPPool", "name": "nodes"}}}}),
+        )
+        .await;
+    assert_eq!(
+        (r.status, r.body["stepResult"]["result"].as_str()),
+        (200, Some("bound")),
+        "{}",
+        r.body
+    );
+    assert_eq!(
+        w.address("team-a", "old-api").unwrap()["apiVersion"],
+        "ipam.cluster.x-k8s.io/v1beta2"
+    );
     // Unknown kinds and types are acknowledged and ignored; malformed is 400.
     let r = w.event(json!({"type": "ADDED", "object": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "namespace": "y"}}})).await;
     assert_eq!(
