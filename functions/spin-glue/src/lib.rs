@@ -9,12 +9,15 @@
 //!   the same WIT the wasmtime test host implements.
 //! - [`SpinKv`]: [`metal_ipam_core::kv::KvStore`] over one opened bucket.
 //! - [`SpinEnv`]: [`metal_ipam_core::store::Env`] (clock, randomness, backoff).
-//! - [`serve`]: the entry helper every function component calls from its
-//!   `#[http_component]`: variables, store, handler, rendering, one log line.
+//! - [`SpinHttp`]: [`metal_ipam_core::outbound::HttpClient`] over spin-sdk's
+//!   outbound HTTP (Kubernetes API, service chaining).
+//! - [`serve_component`]: the entry helper every function component calls
+//!   from its `#[http_component]`: variables, store, clients, the core's
+//!   component entry, rendering, one log line.
 //!
-//! The pieces of [`serve`] that do not need a Spin host ([`RequestParts`],
-//! [`Config::load`], [`dispatch`], [`render`], [`backoff`]) are public and
-//! tested natively.
+//! The pieces of [`serve_component`] that do not need a Spin host
+//! ([`RequestParts`], [`AppConfig::load`], [`dispatch_component`],
+//! [`render`], [`backoff`]) are public and tested natively.
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
 
@@ -29,7 +32,7 @@ pub use app::{
 };
 pub use env::{backoff, SpinEnv, BACKOFF_BASE, BACKOFF_CAP};
 pub use http::{
-    dispatch, render, serve, spin_variable, Config, RequestParts, SetupError, VAR_API_TOKEN,
+    render, spin_variable, variable_problem, RequestParts, SetupError, VAR_API_TOKEN,
     VAR_KV_SWAP_CHECK,
 };
 pub use kv::{SpinKv, STORE_LABEL};
