@@ -15,6 +15,6 @@ fn handle(req: Request) -> Response {
         "admission",
         req,
         true,
-        metal_ipam_core::components::admission_entry,
+        metal_ipam_core::components::admission,
     )
 }

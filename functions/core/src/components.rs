@@ -13,6 +13,10 @@
 //!
 //! The `/v1/capi/…` routes have no public trigger in spin.toml: they are
 //! reached by Spin service chaining from `events` (with the API token).
+//!
+//! Every entry has the same signature (services, request, content type,
+//! header lookup), the one `metal_ipam_spin::serve_component` calls; only
+//! `events` looks at the last two.
 
 use serde_json::{json, Value};
 
@@ -188,6 +192,8 @@ fn with_store<K: KvStore, H: HttpClient + ?Sized>(
 pub fn pools<K: KvStore, H: HttpClient + ?Sized>(
     s: &Services<'_, K, H>,
     req: &ApiRequest<'_>,
+    _content_type: Option<&str>,
+    _header: &dyn Fn(&str) -> Option<String>,
 ) -> ApiResponse {
     match segments(req.path).as_slice() {
         ["v1", "capi", "pools", ns, name] => {
@@ -198,26 +204,38 @@ pub fn pools<K: KvStore, H: HttpClient + ?Sized>(
     }
 }
 
-/// The `allocate` component.
-pub fn allocate<K: KvStore, H: HttpClient + ?Sized>(
+/// The claim step route both claim components serve, else `plain` (their
+/// part of the plain HTTP API).
+fn claim_component<K: KvStore, H: HttpClient + ?Sized>(
     s: &Services<'_, K, H>,
     req: &ApiRequest<'_>,
+    plain: impl FnOnce(&Ctx<'_, K>, &str, &ApiRequest<'_>) -> ApiResponse,
 ) -> ApiResponse {
     match segments(req.path).as_slice() {
         ["v1", "capi", "claims", ns, name] => capi_claim(s, req, ns, name),
-        _ => with_store(s, req, api::allocate),
+        _ => with_store(s, req, plain),
     }
 }
 
-/// The `release` component.
+/// The `allocate` component: `POST /v1/claims`, and the claim step.
+pub fn allocate<K: KvStore, H: HttpClient + ?Sized>(
+    s: &Services<'_, K, H>,
+    req: &ApiRequest<'_>,
+    _content_type: Option<&str>,
+    _header: &dyn Fn(&str) -> Option<String>,
+) -> ApiResponse {
+    claim_component(s, req, api::allocate)
+}
+
+/// The `release` component: `/v1/claims/{namespace}/{name}`, and the claim
+/// step.
 pub fn release<K: KvStore, H: HttpClient + ?Sized>(
     s: &Services<'_, K, H>,
     req: &ApiRequest<'_>,
+    _content_type: Option<&str>,
+    _header: &dyn Fn(&str) -> Option<String>,
 ) -> ApiResponse {
-    match segments(req.path).as_slice() {
-        ["v1", "capi", "claims", ns, name] => capi_claim(s, req, ns, name),
-        _ => with_store(s, req, api::claims),
-    }
+    claim_component(s, req, api::claims)
 }
 
 /// The `admission` component: `POST /v1/admission/pools` with an
@@ -225,6 +243,8 @@ pub fn release<K: KvStore, H: HttpClient + ?Sized>(
 pub fn admission<K: KvStore, H: HttpClient + ?Sized>(
     s: &Services<'_, K, H>,
     req: &ApiRequest<'_>,
+    _content_type: Option<&str>,
+    _header: &dyn Fn(&str) -> Option<String>,
 ) -> ApiResponse {
     let route = "/v1/admission/pools";
     if let Some(r) = guard(
@@ -258,6 +278,8 @@ pub fn admission<K: KvStore, H: HttpClient + ?Sized>(
 pub fn reconcile<K: KvStore, H: HttpClient + ?Sized>(
     s: &Services<'_, K, H>,
     req: &ApiRequest<'_>,
+    _content_type: Option<&str>,
+    _header: &dyn Fn(&str) -> Option<String>,
 ) -> ApiResponse {
     let route = "/v1/reconcile";
     if let Some(r) = guard(
@@ -478,51 +500,4 @@ fn forward<K: KvStore, H: HttpClient + ?Sized>(
 
 fn ok(route: &'static str, outcome: &'static str, body: Value) -> ApiResponse {
     ApiResponse::success(200, Some(body), route, outcome)
-}
-
-/// The uniform signature every component entry has, for the Spin glue:
-/// services, request, content type, header lookup.
-macro_rules! entry {
-    ($(#[$doc:meta])* $name:ident => $inner:ident) => {
-        $(#[$doc])*
-        pub fn $name<K: KvStore, H: HttpClient + ?Sized>(
-            s: &Services<'_, K, H>,
-            req: &ApiRequest<'_>,
-            _content_type: Option<&str>,
-            _header: &dyn Fn(&str) -> Option<String>,
-        ) -> ApiResponse {
-            $inner(s, req)
-        }
-    };
-}
-
-entry!(
-    /// [`pools`] with the uniform entry signature.
-    pools_entry => pools
-);
-entry!(
-    /// [`allocate`] with the uniform entry signature.
-    allocate_entry => allocate
-);
-entry!(
-    /// [`release`] with the uniform entry signature.
-    release_entry => release
-);
-entry!(
-    /// [`admission()`] with the uniform entry signature.
-    admission_entry => admission
-);
-entry!(
-    /// [`reconcile()`] with the uniform entry signature.
-    reconcile_entry => reconcile
-);
-
-/// [`events()`] with the uniform entry signature.
-pub fn events_entry<K: KvStore, H: HttpClient + ?Sized>(
-    s: &Services<'_, K, H>,
-    req: &ApiRequest<'_>,
-    content_type: Option<&str>,
-    header: &dyn Fn(&str) -> Option<String>,
-) -> ApiResponse {
-    events(s, req, content_type, header)
 }

@@ -12,5 +12,5 @@ use spin_sdk::http_component;
 /// The component's `wasi:http/incoming-handler` entry point.
 #[http_component]
 fn handle(req: Request) -> Response {
-    metal_ipam_spin::serve_component("pools", req, true, metal_ipam_core::components::pools_entry)
+    metal_ipam_spin::serve_component("pools", req, true, metal_ipam_core::components::pools)
 }

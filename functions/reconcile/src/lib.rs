@@ -13,6 +13,6 @@ fn handle(req: Request) -> Response {
         "reconcile",
         req,
         true,
-        metal_ipam_core::components::reconcile_entry,
+        metal_ipam_core::components::reconcile,
     )
 }

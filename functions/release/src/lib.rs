@@ -12,10 +12,5 @@ use spin_sdk::http_component;
 /// The component's `wasi:http/incoming-handler` entry point.
 #[http_component]
 fn handle(req: Request) -> Response {
-    metal_ipam_spin::serve_component(
-        "release",
-        req,
-        true,
-        metal_ipam_core::components::release_entry,
-    )
+    metal_ipam_spin::serve_component("release", req, true, metal_ipam_core::components::release)
 }

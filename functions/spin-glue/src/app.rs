@@ -165,6 +165,17 @@ pub fn dispatch_component<K: KvStore, H: HttpClient>(
 /// Serves one request of `component`: the body of an `#[http_component]`
 /// for components built on [`Services`]. `with_store` says whether the
 /// component has the `default` key-value store in spin.toml.
+///
+/// # Examples
+/// ```no_run
+/// use spin_sdk::http::{Request, Response};
+///
+/// #[spin_sdk::http_component]
+/// fn handle(req: Request) -> Response {
+///     metal_ipam_spin::serve_component("pools", req, true, metal_ipam_core::components::pools)
+/// }
+/// # fn main() {}
+/// ```
 pub fn serve_component(
     component: &str,
     req: Request,
@@ -291,7 +302,7 @@ mod tests {
             Some(&open),
             &env,
             &NoHttp,
-            components::pools_entry,
+            components::pools,
         );
         let line = resp.log_line("pools", &api, 1, 0.5, ops);
         (render(&resp), line, ops)
@@ -575,7 +586,7 @@ mod tests {
             None,
             &env,
             &NoHttp,
-            components::reconcile_entry,
+            components::reconcile,
         );
         assert_eq!(
             (r.status, r.reason, ops.total()),
@@ -590,7 +601,7 @@ mod tests {
             Some(&open),
             &env,
             &NoHttp,
-            components::reconcile_entry,
+            components::reconcile,
         );
         assert_eq!((r.status, r.reason), (500, Some("KubeNotConfigured")));
     }
