@@ -45,7 +45,7 @@ use serde_json::{json, Map, Value};
 
 use crate::claim::{Claim, CLUSTER_NAME_LABEL};
 use crate::error::{Error, ErrorKind, Result};
-use crate::kube::{self, obj, Kube, KubeError, Resource};
+use crate::kube::{self, obj, Kube, Resource};
 use crate::kv::KvStore;
 use crate::outbound::HttpClient;
 use crate::pool::{self, PoolId, PoolKind, PoolObject};
@@ -812,7 +812,7 @@ fn sync_pool_once<K: KvStore, H: HttpClient + ?Sized>(
         }
     };
     let adoptions = if steps::get_pool(ctx.kv, id)?.is_none() {
-        adoptions_for(kube, id, &object)?
+        adoptions_for(kube, id)?
     } else {
         Vec::new()
     };
@@ -838,12 +838,7 @@ fn sync_pool_once<K: KvStore, H: HttpClient + ?Sized>(
 }
 
 /// The IPAddress objects of `id` (as adoptions), read from the API server.
-fn adoptions_for<H: HttpClient + ?Sized>(
-    kube: &Kube<'_, H>,
-    id: &PoolId,
-    object: &PoolObject,
-) -> Result<Vec<Adoption>> {
-    let _ = object;
+fn adoptions_for<H: HttpClient + ?Sized>(kube: &Kube<'_, H>, id: &PoolId) -> Result<Vec<Adoption>> {
     let items = kube.list(&kube::IP_ADDRESSES, id.namespace.as_deref())?;
     let mut out = Vec::new();
     for ip in items {
@@ -960,11 +955,5 @@ pub fn pool_id_of(kind: PoolKind, ns: Option<&str>, name: &str) -> PoolId {
     match (kind, ns) {
         (PoolKind::Namespaced, Some(ns)) => PoolId::namespaced(ns, name),
         _ => PoolId::global(name),
-    }
-}
-
-impl From<&KubeError> for ErrorKind {
-    fn from(e: &KubeError) -> Self {
-        Error::from(e.clone()).kind()
     }
 }

@@ -52,29 +52,15 @@ pub fn allocate<K: KvStore>(ctx: &Ctx<'_, K>, claim: &Claim) -> Result<Allocated
     // post that raced this one either finds the other's binding here, finds
     // it in the pool's journal, or fails the swap and retries.
     let (allocation, record) = store::update_pool(ctx, &claim.pool, |current| {
-        if let Some(bytes) = ctx.kv.get(&ckey)? {
-            let record = ClaimRecord::decode(&bytes)?;
-            check_same_claim(&record, claim)?;
+        if let Some(record) = binding_of(ctx.kv, &ckey, claim)? {
             return Ok(Step::Done((None, record)));
         }
         let Some(l) = current else {
-            return Err(Error::not_found(
-                "PoolNotFound",
-                format!(
-                    "{} {} is not registered",
-                    claim.pool.kind.kind_name(),
-                    claim.pool.display()
-                ),
-            ));
+            return Err(pool_not_found(claim));
         };
         let requested = match claim.requested {
             None => None,
-            Some(ip) => Some(addr_in_family(&l.pool, ip).ok_or_else(|| {
-                Error::conflict(
-                    "AddressNotInPool",
-                    format!("{ip} is not of the family of pool {}", claim.pool.display()),
-                )
-            })?),
+            Some(ip) => Some(addr_in_family(&l.pool, ip).ok_or_else(|| other_family(ip, claim))?),
         };
         let req = AllocRequest {
             claim: &claim_key,
@@ -116,6 +102,35 @@ pub fn allocate<K: KvStore>(ctx: &Ctx<'_, K>, claim: &Claim) -> Result<Allocated
             })
         }
     }
+}
+
+/// The binding stored at `ckey`, if any, after checking it belongs to this
+/// claim (same uid, same pool).
+fn binding_of<K: KvStore>(kv: &K, ckey: &str, claim: &Claim) -> Result<Option<ClaimRecord>> {
+    let Some(bytes) = kv.get(ckey)? else {
+        return Ok(None);
+    };
+    let record = ClaimRecord::decode(&bytes)?;
+    check_same_claim(&record, claim)?;
+    Ok(Some(record))
+}
+
+fn pool_not_found(claim: &Claim) -> Error {
+    Error::not_found(
+        "PoolNotFound",
+        format!(
+            "{} {} is not registered",
+            claim.pool.kind.kind_name(),
+            claim.pool.display()
+        ),
+    )
+}
+
+fn other_family(ip: std::net::IpAddr, claim: &Claim) -> Error {
+    Error::conflict(
+        "AddressNotInPool",
+        format!("{ip} is not of the family of pool {}", claim.pool.display()),
+    )
 }
 
 fn check_same_claim(record: &ClaimRecord, claim: &Claim) -> Result<()> {
@@ -400,9 +415,7 @@ pub fn adopt<K: KvStore>(
     let now = ctx.env.now();
     let claim_key = claim.id.display();
     let (changed, record) = store::update_pool(ctx, &claim.pool, |current| {
-        if let Some(bytes) = ctx.kv.get(&ckey)? {
-            let record = ClaimRecord::decode(&bytes)?;
-            check_same_claim(&record, claim)?;
+        if let Some(record) = binding_of(ctx.kv, &ckey, claim)? {
             if record.address != address.to_string() {
                 return Err(Error::conflict(
                     "AddressMismatch",
@@ -416,24 +429,9 @@ pub fn adopt<K: KvStore>(
             return Ok(Step::Done((false, record)));
         }
         let Some(l) = current else {
-            return Err(Error::not_found(
-                "PoolNotFound",
-                format!(
-                    "{} {} is not registered",
-                    claim.pool.kind.kind_name(),
-                    claim.pool.display()
-                ),
-            ));
+            return Err(pool_not_found(claim));
         };
-        let v = addr_in_family(&l.pool, address).ok_or_else(|| {
-            Error::conflict(
-                "AddressNotInPool",
-                format!(
-                    "{address} is not of the family of pool {}",
-                    claim.pool.display()
-                ),
-            )
-        })?;
+        let v = addr_in_family(&l.pool, address).ok_or_else(|| other_family(address, claim))?;
         let mut state = l.state.clone();
         let record = ClaimRecord::new(claim, address, &l.pool, l.object.uid());
         if state.adopt(&claim_key, &claim.id.uid, v, now) {
