@@ -37,13 +37,35 @@ impl World {
         auth: Option<&str>,
     ) -> ApiResponse {
         let bytes = body.map(|b| b.to_string().into_bytes()).unwrap_or_default();
+        self.send(h, method, path, auth, &bytes)
+    }
+
+    /// Sends raw body bytes (e.g. malformed JSON) with the right token.
+    fn call_raw(&self, h: Handler, method: &str, path: &str, body: &str) -> ApiResponse {
+        self.send(
+            h,
+            method,
+            path,
+            Some(&format!("Bearer {TOKEN}")),
+            body.as_bytes(),
+        )
+    }
+
+    fn send(
+        &self,
+        h: Handler,
+        method: &str,
+        path: &str,
+        auth: Option<&str>,
+        body: &[u8],
+    ) -> ApiResponse {
         let (path, query) = path.split_once('?').unwrap_or((path, ""));
         let req = ApiRequest {
             method,
             path,
             query,
             authorization: auth,
-            body: &bytes,
+            body,
         };
         let ctx = Ctx {
             kv: &self.kv,
@@ -214,7 +236,7 @@ fn bad_pool_input_gets_a_clear_4xx_and_changes_nothing() {
         assert_eq!((r.status, reason(&r)), (status, why), "{:?}", r.body);
         assert!(r.body.as_ref().unwrap()["message"].as_str().unwrap().len() > 5);
     }
-    let raw = w.call_raw_put("{\"apiVersion\": ");
+    let raw = w.call_raw(pools, "PUT", "/v1/pools/team-a/p", "{\"apiVersion\": ");
     assert_eq!((raw.status, reason(&raw)), (400, "MalformedJSON"));
     let r = w.call(
         pools,
@@ -231,25 +253,6 @@ fn bad_pool_input_gets_a_clear_4xx_and_changes_nothing() {
     );
     assert_eq!(r.body.as_ref().unwrap()["field"], "spec.addresses[1]");
     assert_eq!(w.kv.dump(), before, "no key was written");
-}
-
-impl World {
-    fn call_raw_put(&self, body: &str) -> ApiResponse {
-        let auth = format!("Bearer {TOKEN}");
-        let req = ApiRequest {
-            method: "PUT",
-            path: "/v1/pools/team-a/p",
-            query: "",
-            authorization: Some(&auth),
-            body: body.as_bytes(),
-        };
-        let ctx = Ctx {
-            kv: &self.kv,
-            env: &self.env,
-            swap_policy: SwapPolicy::Auto,
-        };
-        api::pools(&ctx, TOKEN, &req)
-    }
 }
 
 #[test]
@@ -384,9 +387,9 @@ fn claim_errors() {
         Some(claim("m", "u", "nope")),
     );
     assert_eq!((r.status, reason(&r)), (404, "PoolNotFound"));
-    let r = w.call_raw_claim("{{{");
+    let r = w.call_raw(allocate, "POST", "/v1/claims", "{{{");
     assert_eq!((r.status, reason(&r)), (400, "MalformedJSON"));
-    let r = w.call_raw_claim("");
+    let r = w.call_raw(allocate, "POST", "/v1/claims", "");
     assert_eq!(r.status, 400);
     let mut req = claim("m", "u", "p");
     req["metadata"]["annotations"] = json!({"ipam.metal-ipam.dev/requested-address": "10.20.0.77"});
@@ -408,25 +411,6 @@ fn claim_errors() {
         Some(claim("m", "u", "other")),
     );
     assert_eq!((r.status, reason(&r)), (409, "ClaimPoolConflict"));
-}
-
-impl World {
-    fn call_raw_claim(&self, body: &str) -> ApiResponse {
-        let auth = format!("Bearer {TOKEN}");
-        let req = ApiRequest {
-            method: "POST",
-            path: "/v1/claims",
-            query: "",
-            authorization: Some(&auth),
-            body: body.as_bytes(),
-        };
-        let ctx = Ctx {
-            kv: &self.kv,
-            env: &self.env,
-            swap_policy: SwapPolicy::Auto,
-        };
-        api::allocate(&ctx, TOKEN, &req)
-    }
 }
 
 #[test]
