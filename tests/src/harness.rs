@@ -218,6 +218,33 @@ impl HostProcess {
     /// # Errors
     /// If the binary is missing or the host does not come up in 60 s.
     pub fn start(kv_file: &Path) -> Result<HostProcess> {
+        let mut kv = vec![std::ffi::OsString::from("--kv-file")];
+        kv.push(kv_file.as_os_str().to_owned());
+        Self::start_with_args(&kv)
+    }
+
+    /// Starts a host whose stores come from the runtime config file
+    /// `runtime_config` (e.g. `[key_value_store.default]` with
+    /// `type = "redis"`), plus `extra` host options (e.g.
+    /// `["--redis-swap", "exec-reply"]`), and waits until it serves.
+    ///
+    /// # Errors
+    /// As [`HostProcess::start`].
+    pub fn start_with_runtime_config(runtime_config: &Path, extra: &[&str]) -> Result<HostProcess> {
+        let mut args = vec![
+            std::ffi::OsString::from("--runtime-config-file"),
+            runtime_config.as_os_str().to_owned(),
+        ];
+        args.extend(extra.iter().map(std::ffi::OsString::from));
+        Self::start_with_args(&args)
+    }
+
+    /// Starts `metal-ipam-host up` on spin.toml with these extra options
+    /// (after `--from` and `--listen`) and waits until it serves.
+    ///
+    /// # Errors
+    /// As [`HostProcess::start`].
+    pub fn start_with_args(args: &[std::ffi::OsString]) -> Result<HostProcess> {
         require_wasm();
         let bin = Self::binary();
         if !bin.exists() {
@@ -227,8 +254,8 @@ impl HostProcess {
         let child = Command::new(&bin)
             .args(["up", "--from"])
             .arg(repo_root().join("spin.toml"))
-            .args(["--listen", &format!("127.0.0.1:{port}"), "--kv-file"])
-            .arg(kv_file)
+            .args(["--listen", &format!("127.0.0.1:{port}")])
+            .args(args)
             .env("SPIN_VARIABLE_API_TOKEN", TOKEN)
             .stdin(Stdio::null())
             .stdout(Stdio::null())

@@ -1,14 +1,24 @@
-//! Two host processes, one SQLite store file, more than a thousand claims
-//! at once (plus duplicates) split across them: every claim is answered,
-//! no address is handed out twice, duplicates get the same address.
+//! Two host processes, one store, more than a thousand claims at once
+//! (plus duplicates) split across them: every claim is answered, no
+//! address is handed out twice, duplicates get the same address.
 //!
 //! This is the multi-replica situation (several SpinKube pods on one
-//! store) with Spin's SQLite semantics, including its compare-and-swap
-//! upsert on absent keys.
+//! store), run on each shared backend the host has:
+//! - one SQLite file, with Spin's SQLite semantics, including its
+//!   compare-and-swap upsert on absent keys;
+//! - one Redis database (what a multi-replica deployment uses), with
+//!   Spin 3.6's Redis backend exactly (`--redis-swap spin-3.6`: every swap
+//!   is reported as cas-failed, applied or not) and with the EXEC reply
+//!   deciding (`--redis-swap exec-reply`: every swap is reported as a
+//!   success, even one the WATCH aborted). Redis comes from
+//!   `METAL_IPAM_TEST_REDIS_URL` (`.ci/run` starts one) or a private
+//!   `redis-server`; without either the Redis cases print
+//!   `skipped: no redis-server`, and fail under `CI=true`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+use metal_ipam_host::test_redis::TestRedis;
 use metal_ipam_tests::client::HttpClient;
 use metal_ipam_tests::harness::{claim_json, pool_json, HostProcess, TempDir};
 use tokio::sync::Semaphore;
@@ -24,6 +34,49 @@ async fn two_instances_one_store_thousand_claims() {
     let db = dir.path().join("shared.db");
     let a = HostProcess::start(&db).expect("host A");
     let b = HostProcess::start(&db).expect("host B");
+    thousand_claims("sqlite", &a, &b).await;
+}
+
+/// Two host processes on one Redis database, Spin 3.6's Redis backend
+/// exactly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_instances_one_redis_thousand_claims_spin_3_6() {
+    let Some(redis) = TestRedis::get("two_instances_one_redis_thousand_claims_spin_3_6") else {
+        return;
+    };
+    on_redis(&redis, 11, "spin-3.6").await;
+}
+
+/// Two host processes on one Redis database, swaps reported by their EXEC
+/// reply (an aborted swap reads as a success).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_instances_one_redis_thousand_claims_exec_reply() {
+    let Some(redis) = TestRedis::get("two_instances_one_redis_thousand_claims_exec_reply") else {
+        return;
+    };
+    on_redis(&redis, 12, "exec-reply").await;
+}
+
+async fn on_redis(redis: &TestRedis, db: u8, swap: &str) {
+    let url = redis.fresh_db(db);
+    let dir = TempDir::new("concurrency-redis");
+    let config = dir.path().join("runtime-config.toml");
+    std::fs::write(
+        &config,
+        format!("[key_value_store.default]\ntype = \"redis\"\nurl = \"{url}\"\n"),
+    )
+    .expect("write runtime config");
+    let extra = ["--redis-swap", swap];
+    let a = HostProcess::start_with_runtime_config(&config, &extra).expect("host A");
+    let b = HostProcess::start_with_runtime_config(&config, &extra).expect("host B");
+    thousand_claims(&format!("redis {swap}"), &a, &b).await;
+}
+
+/// The scenario: a pool registered concurrently on both hosts, then
+/// [`CLAIMS`] claims and [`DUPLICATES`] re-posts of some of them, spread
+/// over both hosts, [`IN_FLIGHT`] at a time.
+async fn thousand_claims(backend: &str, a: &HostProcess, b: &HostProcess) {
+    let started = std::time::Instant::now();
     let client = HttpClient::new();
 
     // Register the pool concurrently on both instances: exactly one creates.
@@ -36,13 +89,8 @@ async fn two_instances_one_store_thousand_claims() {
         client.call("PUT", &url_a, Some(&pool)),
         client.call("PUT", &url_b, Some(&pool))
     );
-    let mut statuses = [ra.unwrap().status, rb.unwrap().status];
-    statuses.sort();
-    assert_eq!(
-        statuses,
-        [200, 201],
-        "one instance created the pool, the other found it"
-    );
+    let mut pool_statuses = [ra.unwrap().status, rb.unwrap().status];
+    pool_statuses.sort();
 
     // Claims 0..CLAIMS, and DUPLICATES of them posted again to the other instance.
     let mut jobs: Vec<(usize, bool)> = (0..CLAIMS).map(|i| (i, false)).collect();
@@ -58,7 +106,7 @@ async fn two_instances_one_store_thousand_claims() {
             &b.base_url
         };
         let url = format!("{url}/v1/claims");
-        let (client, sem) = (client.clone(), sem.clone());
+        let (client, sem, backend) = (client.clone(), sem.clone(), backend.to_string());
         tasks.push(tokio::spawn(async move {
             let _permit = sem.acquire().await.unwrap();
             let claim = claim_json("load", &format!("m-{i}"), &format!("uid-{i}"), "p");
@@ -76,7 +124,7 @@ async fn two_instances_one_store_thousand_claims() {
                 }
                 assert!(
                     r.status == 201 || r.status == 200,
-                    "m-{i}: {} {}",
+                    "{backend}: m-{i}: {} {}",
                     r.status,
                     r.body
                 );
@@ -94,49 +142,87 @@ async fn two_instances_one_store_thousand_claims() {
         created += usize::from(status == 201);
         retried += retries;
     }
+    // Every check runs and every failure is reported, so one run shows
+    // the whole picture (the checks are those of the original test).
+    let mut failures: Vec<String> = Vec::new();
+    let distinct: BTreeSet<&String> = by_claim.values().flatten().collect();
+    let split = by_claim.values().filter(|a| a.len() > 1).count();
     eprintln!(
-        "{} requests, {created} created, {retried} retries after 503",
-        CLAIMS + DUPLICATES
+        "{backend}: pool PUT statuses {pool_statuses:?}; {} claim requests in {:.1} s: {created} created (201), {} found (200), {retried} retries after 503, {} distinct addresses, {split} claims answered with two addresses",
+        CLAIMS + DUPLICATES,
+        started.elapsed().as_secs_f64(),
+        CLAIMS + DUPLICATES - created,
+        distinct.len()
     );
-    assert_eq!(by_claim.len(), CLAIMS, "every claim answered");
+    if pool_statuses != [200, 201] {
+        failures.push(format!(
+            "one instance created the pool (201), the other found it (200): got {pool_statuses:?}"
+        ));
+    }
+    if by_claim.len() != CLAIMS {
+        failures.push(format!(
+            "every claim answered: {} of {CLAIMS}",
+            by_claim.len()
+        ));
+    }
     let mut owner: BTreeMap<String, usize> = BTreeMap::new();
     for (i, addrs) in &by_claim {
-        assert_eq!(
-            addrs.len(),
-            1,
-            "both posts of m-{i} got one address: {addrs:?}"
-        );
-        let addr = addrs.iter().next().unwrap().clone();
-        if let Some(j) = owner.insert(addr.clone(), *i) {
-            panic!("{addr} handed to m-{j} and m-{i}");
+        if addrs.len() != 1 {
+            failures.push(format!("both posts of m-{i} got one address: {addrs:?}"));
+        }
+        for addr in addrs {
+            if let Some(j) = owner.insert(addr.clone(), *i) {
+                if j != *i {
+                    failures.push(format!("{addr} handed to m-{j} and m-{i}"));
+                }
+            }
         }
     }
-    assert_eq!(
-        created, CLAIMS,
-        "exactly one 201 per claim; duplicates got 200"
-    );
+    if created != CLAIMS {
+        failures.push(format!(
+            "exactly one 201 per claim, duplicates got 200: {created} created for {CLAIMS} claims"
+        ));
+    }
     // Both instances see the same, complete state.
     for base in [&a.base_url, &b.base_url] {
         let r = client
             .call("GET", &format!("{base}/v1/pools/load/p"), None)
             .await
             .unwrap();
-        assert_eq!(
-            r.body["status"]["ipAddresses"]["used"], CLAIMS as u64,
-            "{base}"
-        );
+        let used = &r.body["status"]["ipAddresses"]["used"];
+        if *used != CLAIMS as u64 {
+            failures.push(format!("{base}: pool used = {used}, want {CLAIMS}"));
+        }
         for i in [0, CLAIMS / 2, CLAIMS - 1] {
             let r = client
                 .call("GET", &format!("{base}/v1/claims/load/m-{i}"), None)
                 .await
                 .unwrap();
-            let want = by_claim[&i].iter().next().unwrap();
-            assert_eq!(r.body["spec"]["address"].as_str(), Some(want.as_str()));
+            let got = r.body["spec"]["address"].as_str().map(str::to_string);
+            let want = by_claim.get(&i).and_then(|a| a.iter().next()).cloned();
+            if got != want {
+                failures.push(format!(
+                    "{base}: m-{i} reads back as {got:?}, was answered {want:?}"
+                ));
+            }
         }
     }
     // Lowest-first under contention: exactly the lowest CLAIMS addresses.
     let want: BTreeSet<String> = (1..=CLAIMS as u32)
         .map(|k| std::net::Ipv4Addr::from(0x0a40_0000 + k).to_string())
         .collect();
-    assert_eq!(owner.keys().cloned().collect::<BTreeSet<_>>(), want);
+    let got: BTreeSet<String> = owner.keys().cloned().collect();
+    if got != want {
+        failures.push(format!(
+            "the lowest {CLAIMS} addresses: {} handed out beyond them, {} of them unused",
+            got.difference(&want).count(),
+            want.difference(&got).count()
+        ));
+    }
+    assert!(
+        failures.is_empty(),
+        "{backend}: {} check(s) failed:\n  {}",
+        failures.len(),
+        failures.join("\n  ")
+    );
 }

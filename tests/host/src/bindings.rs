@@ -67,6 +67,8 @@ pub(crate) struct InstanceState {
     pub hooks: OutboundHooks,
     pub kv: KvInstance,
     pub variables: Arc<ComponentVariables>,
+    /// Records the linear memory the instance asks for.
+    pub memory: crate::host::MemoryRecorder,
 }
 
 impl WasiView for InstanceState {
@@ -351,7 +353,10 @@ impl atomics::HostCas for InstanceState {
         key: String,
     ) -> wasmtime::Result<Result<Resource<CasRes>, wasi_store::Error>> {
         let store = self.bucket(&bucket)?;
-        Ok(Ok(self.table.push(CasRes(store.new_cas(&key)))?))
+        match store.open_cas(&key).await {
+            Ok(cas) => Ok(Ok(self.table.push(CasRes(cas))?)),
+            Err(e) => Ok(Err(wasi_err(e)?)),
+        }
     }
 
     async fn current(
@@ -385,7 +390,8 @@ impl atomics::Host for InstanceState {
     }
 
     /// As Spin: on a failed swap the fresh handle is a new CAS on the same
-    /// key whose `current` has already been read.
+    /// key (on Redis, with a new connection) whose `current` has already
+    /// been read.
     async fn swap(
         &mut self,
         cas: Resource<CasRes>,
@@ -399,7 +405,10 @@ impl atomics::Host for InstanceState {
                 wasi_store::Error::Other(m),
             ))),
             Err(SwapError::CasFailed) => {
-                let mut fresh = handle.store().new_cas(handle.key());
+                let mut fresh = match handle.store().open_cas(handle.key()).await {
+                    Ok(cas) => cas,
+                    Err(e) => return Ok(Err(atomics::CasError::StoreError(wasi_err(e)?))),
+                };
                 if let Err(e) = fresh.current().await {
                     return Ok(Err(atomics::CasError::StoreError(wasi_err(e)?)));
                 }

@@ -5,6 +5,7 @@
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime};
 
@@ -13,7 +14,7 @@ use bytes::Bytes;
 use http::{HeaderName, HeaderValue, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use wasmtime::component::{Component, Linker, ResourceTable};
-use wasmtime::{Config, Engine, Store};
+use wasmtime::{Config, Engine, ResourceLimiter, Store};
 use wasmtime_wasi::WasiCtx;
 use wasmtime_wasi_http::p2::bindings::http::types::Scheme;
 use wasmtime_wasi_http::p2::bindings::ProxyPre;
@@ -21,7 +22,7 @@ use wasmtime_wasi_http::p2::body::HyperIncomingBody;
 use wasmtime_wasi_http::{WasiBody, WasiHttpCtx, WasiHttpView};
 
 use crate::bindings::{self, InstanceState, KvInstance};
-use crate::kv::{KvBackend, KvOpCounts, KvStores};
+use crate::kv::{KvBackend, KvOpCounts, KvStores, RedisSwap};
 use crate::manifest::AppManifest;
 use crate::outbound::{
     is_service_chaining_host, parse_service_chaining_target, AllowedHostsConfig,
@@ -43,6 +44,39 @@ pub const KV_OPS_DETAIL_HEADER: &str = "x-kv-ops-detail";
 /// them, nested ones included). Present only when the request made chained
 /// requests. A test-host addition.
 pub const KV_OPS_CHAINED_HEADER: &str = "x-kv-ops-chained";
+
+/// Name of the response header carrying the linear memory, in bytes, that
+/// the component instance which handled the request asked for: the sum of
+/// the sizes of its memories at their largest, a refused growth counted
+/// too (see [`RequestOutcome::guest_memory`]). A test-host addition.
+pub const GUEST_MEMORY_HEADER: &str = "x-guest-memory-bytes";
+
+/// A [`ResourceLimiter`] that limits nothing and records the linear memory
+/// a component instance asks for (initial sizes and every `memory.grow`).
+#[derive(Debug, Default)]
+pub(crate) struct MemoryRecorder(Arc<AtomicU64>);
+
+impl ResourceLimiter for MemoryRecorder {
+    fn memory_growing(
+        &mut self,
+        current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        let more = desired.saturating_sub(current) as u64;
+        self.0.fetch_add(more, Ordering::Relaxed);
+        Ok(true)
+    }
+
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        _desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        Ok(true)
+    }
+}
 
 /// The client address reported (`spin-client-addr`) to a component handling
 /// a service chaining request, as in Spin
@@ -78,6 +112,7 @@ pub struct HostBuilder {
     env_overrides: Vec<(String, String)>,
     runtime_config: Option<PathBuf>,
     retain: Option<Vec<String>>,
+    redis_swap: Option<RedisSwap>,
 }
 
 impl HostBuilder {
@@ -91,6 +126,7 @@ impl HostBuilder {
             env_overrides: Vec::new(),
             runtime_config: None,
             retain: None,
+            redis_swap: None,
         }
     }
 
@@ -149,6 +185,15 @@ impl HostBuilder {
         self
     }
 
+    /// How every Redis store of the runtime config reports its swaps
+    /// (default [`RedisSwap::Spin36`], exactly as Spin 3.6; see
+    /// [`crate::kv`]). A backend given with [`HostBuilder::kv`] keeps its
+    /// own setting. The command line's `--redis-swap`.
+    pub fn redis_swap(mut self, swap: RedisSwap) -> Self {
+        self.redis_swap = Some(swap);
+        self
+    }
+
     /// Loads the manifest, resolves variables, configures key-value stores,
     /// and compiles and pre-instantiates every component that has an HTTP
     /// trigger. Compiled components are cached per process (by path, size
@@ -194,7 +239,15 @@ impl HostBuilder {
         let default_backend = self.kv.clone().unwrap_or_else(|| {
             KvBackend::SqliteFile(manifest.dir.join(".spin").join("sqlite_key_value.db"))
         });
-        let kv = KvStores::with_labels(default_backend, runtime_config.key_value_stores.clone());
+        let mut stores = runtime_config.key_value_stores.clone();
+        if let Some(mode) = self.redis_swap {
+            for (_, backend) in &mut stores {
+                if let KvBackend::Redis { swap, .. } = backend {
+                    *swap = mode;
+                }
+            }
+        }
+        let kv = KvStores::with_labels(default_backend, stores);
 
         let engine = shared_engine()?;
         let mut linker: Linker<InstanceState> = Linker::new(&engine);
@@ -436,6 +489,11 @@ pub struct RequestOutcome {
     /// that made it). Their key-value operations are not in
     /// [`RequestOutcome::kv_ops`].
     pub chained: Vec<ChainedCall>,
+    /// The linear memory, in bytes, the instance of the component that
+    /// handled the request asked for, at its largest (also in the
+    /// [`GUEST_MEMORY_HEADER`] header); `None` when no component ran.
+    /// Memory of chained requests is not included.
+    pub guest_memory: Option<u64>,
 }
 
 impl RequestOutcome {
@@ -604,8 +662,15 @@ impl Host {
         let req = prepare_request(req, &route_match, client_addr)?;
         let counts = Arc::new(Mutex::new(KvOpCounts::default()));
         let chain_log = Arc::new(Mutex::new(Vec::new()));
+        let memory = Arc::new(AtomicU64::new(0));
         let response = match self
-            .run_component(&component, req, counts.clone(), chain_log.clone())
+            .run_component(
+                &component,
+                req,
+                counts.clone(),
+                chain_log.clone(),
+                memory.clone(),
+            )
             .await
         {
             Ok(r) => r,
@@ -619,12 +684,14 @@ impl Host {
         };
         let kv_ops = *lock(&counts);
         let chained = std::mem::take(&mut *lock(&chain_log));
-        Ok(finish(
-            response,
-            kv_ops,
-            Some(component.id.to_string()),
-            chained,
-        ))
+        let mut outcome = finish(response, kv_ops, Some(component.id.to_string()), chained);
+        let bytes = memory.load(Ordering::Relaxed);
+        outcome.guest_memory = Some(bytes);
+        outcome.response.headers_mut().insert(
+            HeaderName::from_static(GUEST_MEMORY_HEADER),
+            HeaderValue::from(bytes),
+        );
+        Ok(outcome)
     }
 
     /// Whether `component_id` can be the target of a service chaining
@@ -677,7 +744,7 @@ impl Host {
             Ok(()) => {
                 let req = Request::from_parts(parts, body);
                 match self
-                    .run_component(&component, req, counts.clone(), log.clone())
+                    .run_component(&component, req, counts.clone(), log.clone(), Arc::default())
                     .await
                 {
                     Ok(r) => r,
@@ -718,6 +785,7 @@ impl Host {
         req: Request<HyperIncomingBody>,
         counts: Arc<Mutex<KvOpCounts>>,
         chain_log: Arc<Mutex<Vec<ChainedCall>>>,
+        memory: Arc<AtomicU64>,
     ) -> anyhow::Result<Response<Vec<u8>>> {
         let mut wasi = WasiCtx::builder();
         wasi.stdout(std::io::stderr())
@@ -739,8 +807,10 @@ impl Host {
                 counts,
             },
             variables: component.variables.clone(),
+            memory: MemoryRecorder(memory),
         };
         let mut store = Store::new(&self.inner.engine, state);
+        store.limiter(|s| &mut s.memory);
         let incoming = store
             .data_mut()
             .http()
@@ -862,6 +932,7 @@ fn finish(
         kv_ops,
         component,
         chained,
+        guest_memory: None,
     }
 }
 

@@ -1,9 +1,12 @@
-//! Key-value storage with the semantics of Spin 3.6's default SQLite backend
-//! (`spin@v3.6.3:crates/key-value-spin/src/store.rs`), quirks included, plus
-//! the label allow-list of `crates/factor-key-value`.
+//! Key-value storage with the semantics of Spin 3.6's backends, quirks
+//! included: the default SQLite backend
+//! (`spin@v3.6.3:crates/key-value-spin/src/store.rs`), the Redis backend
+//! (`crates/key-value-redis/src/store.rs`), and the label allow-list of
+//! `crates/factor-key-value`.
 //!
-//! Both backends ([`KvBackend::SqliteFile`] and [`KvBackend::Memory`]) are
-//! SQLite databases with Spin's table layout:
+//! # SQLite ([`KvBackend::SqliteFile`], [`KvBackend::Memory`])
+//!
+//! Both are SQLite databases with Spin's table layout:
 //!
 //! ```sql
 //! CREATE TABLE IF NOT EXISTS spin_key_value (
@@ -39,6 +42,48 @@
 //! busy timeout is 5 s, and no data is cached in-process. Within a process
 //! each store manager uses one connection behind a mutex, as Spin does.
 //!
+//! # Redis ([`KvBackend::Redis`], runtime config `type = "redis"`)
+//!
+//! The same `redis` crate line as Spin 3.6 (0.32) making the same calls, so
+//! the replies are Spin's:
+//! - one multiplexed connection per configured store, opened on first use;
+//!   `get`/`set`/`delete`/`exists` are `GET`/`SET`/`DEL`/`EXISTS`;
+//! - **the store label is ignored**: every label configured with one URL
+//!   shares the database's keyspace, and `get_keys` is `KEYS *` over the
+//!   whole database;
+//! - `increment` is `INCRBY`: values are **decimal text** (`"42"`, not
+//!   SQLite's 8 little-endian bytes); a value that is not a decimal `i64`
+//!   is Redis's error ("value is not an integer or out of range"), an
+//!   ordinary [`KvError::Other`], not a trap;
+//! - `get_many` sends `KEYS <key>...` (Spin's code calls `keys`, not
+//!   `MGET`) and reads the matching names as key/value pairs: with two or
+//!   more keys Redis refuses the arity ([`KvError::Other`]); with one key
+//!   that matches nothing the answer is `[]`; with one key that matches a
+//!   name redis-rs panics parsing the odd-length reply — a panic of Spin's
+//!   host, so [`KvError::Trap`] here (the request traps). Reproduced, not
+//!   fixed. `set_many` is `MSET`, `delete_many` is `DEL`;
+//! - compare-and-swap: every handle gets **its own new connection**
+//!   (Spin's `new_compare_and_swap`; [`KvStore::open_cas`] connects at once,
+//!   [`KvStore::new_cas`] on first use); `current` is `WATCH key` + `GET
+//!   key`; `swap` is `MULTI` / `SET` / `EXEC`, read into `()`, then
+//!   `UNWATCH`. Two quirks follow, both reproduced on purpose:
+//!   1. an `EXEC` aborted by the `WATCH` replies nil, which redis-rs reads
+//!      as `Ok(())`: **an aborted swap reads as a success**;
+//!   2. Spin 3.6 sends `UNWATCH <key>`, but `UNWATCH` takes no argument:
+//!      Redis (and Valkey) answer "wrong number of arguments", and Spin
+//!      maps that error to `CasFailed`. So on Spin 3.6 **every swap is
+//!      reported as `cas-failed`**, whether its `SET` was applied or
+//!      aborted, and the guest gets a fresh handle (new connection, `WATCH`
+//!      + `GET`) as for any failed swap. Quirk 1 is masked by quirk 2.
+//!
+//!   [`RedisSwap`] selects between the two: [`RedisSwap::Spin36`] (the
+//!   default, what Spin 3.6 does) and [`RedisSwap::ExecReply`] (Spin's code
+//!   with a plain `UNWATCH`: every swap, applied or aborted, is reported as
+//!   a success — the behaviour a fixed Spin would have, where a guest must
+//!   read back to know).
+//!
+//! TLS URLs (`rediss://`) are refused: the crate is built without TLS.
+//!
 //! Deviations: Spin's 128 MiB per-read result limit is not enforced; Spin
 //! opens SQLite with rusqlite's default 5 s busy timeout too, but uses
 //! deferred transactions (it never shares a file between processes).
@@ -51,7 +96,11 @@ use std::time::Duration;
 
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior};
 
-/// Where the default key-value store lives.
+mod redis_store;
+
+use redis_store::{RedisCas, RedisManager, RedisStore};
+
+/// Where a key-value store lives.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum KvBackend {
     /// A SQLite file with Spin's table layout (created if missing, along
@@ -59,6 +108,26 @@ pub enum KvBackend {
     SqliteFile(PathBuf),
     /// A private in-memory SQLite database, lost when the host is dropped.
     Memory,
+    /// A Redis (or Valkey) database, as Spin's `type = "redis"` store (see
+    /// the module docs).
+    Redis {
+        /// `redis://[user:password@]host[:port][/db]` (or
+        /// `redis+unix:///path`).
+        url: String,
+        /// How swaps are reported.
+        swap: RedisSwap,
+    },
+}
+
+impl KvBackend {
+    /// A Redis backend with Spin 3.6's swap reporting
+    /// ([`RedisSwap::Spin36`]).
+    pub fn redis(url: impl Into<String>) -> Self {
+        KvBackend::Redis {
+            url: url.into(),
+            swap: RedisSwap::Spin36,
+        }
+    }
 }
 
 impl fmt::Display for KvBackend {
@@ -66,7 +135,79 @@ impl fmt::Display for KvBackend {
         match self {
             KvBackend::SqliteFile(p) => write!(f, "{:?}", p.display().to_string()),
             KvBackend::Memory => f.write_str("a temporary in-memory store"),
+            // As Spin's summary: the address only (never a password).
+            KvBackend::Redis { url, swap } => {
+                match url.parse::<::redis::ConnectionInfo>() {
+                    Ok(info) => write!(f, "Redis at {}", info.addr)?,
+                    Err(_) => f.write_str("Redis (unparsable URL)")?,
+                }
+                if *swap == RedisSwap::ExecReply {
+                    f.write_str(" (swaps reported by their EXEC reply)")?;
+                }
+                Ok(())
+            }
         }
+    }
+}
+
+/// How the Redis backend reports a compare-and-swap (see the module docs).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum RedisSwap {
+    /// Exactly Spin 3.6: `UNWATCH <key>` is refused by Redis, so every swap
+    /// is reported as `cas-failed`, applied or not.
+    #[default]
+    Spin36,
+    /// Spin 3.6's code with a valid `UNWATCH`: the `EXEC` reply decides, and
+    /// a nil reply (the `WATCH` aborted the transaction) reads as success,
+    /// so every swap is reported as a success, applied or not.
+    ExecReply,
+}
+
+impl RedisSwap {
+    /// The command-line name (`spin-3.6`, `exec-reply`).
+    pub fn name(self) -> &'static str {
+        match self {
+            RedisSwap::Spin36 => "spin-3.6",
+            RedisSwap::ExecReply => "exec-reply",
+        }
+    }
+
+    /// Parses a command-line name.
+    pub fn from_name(name: &str) -> Option<Self> {
+        match name {
+            "spin-3.6" => Some(RedisSwap::Spin36),
+            "exec-reply" => Some(RedisSwap::ExecReply),
+            _ => None,
+        }
+    }
+}
+
+/// Checks a Redis URL the way the host will use it (without connecting):
+/// Spin's `parse_redis_url`, then the client's own parsing, which also
+/// refuses TLS (not built in).
+///
+/// # Errors
+/// A message naming what is wrong.
+pub fn check_redis_url(url: &str) -> Result<(), String> {
+    if ::redis::parse_redis_url(url).is_none() {
+        return Err(format!(
+            "invalid Redis URL {:?} (expected redis://host[:port][/db])",
+            redact(url)
+        ));
+    }
+    ::redis::Client::open(url)
+        .map(drop)
+        .map_err(|e| format!("unusable Redis URL {:?}: {e}", redact(url)))
+}
+
+/// The URL without its password, for messages.
+fn redact(url: &str) -> String {
+    match ::redis::parse_redis_url(url) {
+        Some(mut u) if u.password().is_some() => {
+            let _ = u.set_password(Some("***"));
+            u.to_string()
+        }
+        _ => url.to_string(),
     }
 }
 
@@ -144,18 +285,25 @@ const BATCH_CHUNK: usize = 500;
 
 type Conn = Arc<Mutex<Connection>>;
 
-/// One backing database (Spin's `KeyValueSqlite` store manager): opened
-/// lazily on first use, one connection shared by every label mapped to it.
+/// One backing database (Spin's `KeyValueSqlite` / `KeyValueRedis` store
+/// manager): opened lazily on first use, one connection shared by every
+/// store opened from it.
 struct StoreManager {
     backend: KvBackend,
     connection: OnceLock<Conn>,
+    redis: Option<RedisManager>,
 }
 
 impl StoreManager {
     fn new(backend: KvBackend) -> Self {
+        let redis = match &backend {
+            KvBackend::Redis { url, .. } => Some(RedisManager::new(url)),
+            _ => None,
+        };
         StoreManager {
             backend,
             connection: OnceLock::new(),
+            redis,
         }
     }
 
@@ -171,6 +319,7 @@ impl StoreManager {
 fn open_connection(backend: &KvBackend) -> Result<Connection, KvError> {
     let conn = match backend {
         KvBackend::Memory => Connection::open_in_memory().map_err(other)?,
+        KvBackend::Redis { .. } => return Err(KvError::Other("not a SQLite backend".to_string())),
         KvBackend::SqliteFile(path) => {
             if let Some(parent) = path.parent() {
                 if !parent.as_os_str().is_empty() {
@@ -299,21 +448,34 @@ impl KvStores {
             .get(label)
             .ok_or(KvError::NoSuchStore)?
             .clone();
-        let conn = tokio::task::spawn_blocking(move || manager.connection())
-            .await
-            .map_err(|e| KvError::Other(format!("key-value task failed: {e}")))??;
+        let backend = match (&manager.redis, &manager.backend) {
+            (Some(redis), KvBackend::Redis { swap, .. }) => {
+                Backend::Redis(redis.open(*swap).await?)
+            }
+            _ => Backend::Sqlite(
+                tokio::task::spawn_blocking(move || manager.connection())
+                    .await
+                    .map_err(|e| KvError::Other(format!("key-value task failed: {e}")))??,
+            ),
+        };
         Ok(KvStore {
             label: label.to_string(),
-            conn,
+            backend,
         })
     }
+}
+
+#[derive(Clone)]
+enum Backend {
+    Sqlite(Conn),
+    Redis(RedisStore),
 }
 
 /// An open store: one label of one backing database.
 #[derive(Clone)]
 pub struct KvStore {
     label: String,
-    conn: Conn,
+    backend: Backend,
 }
 
 impl fmt::Debug for KvStore {
@@ -332,8 +494,12 @@ impl KvStore {
 
     /// The value of `key`, if present.
     pub async fn get(&self, key: &str) -> Result<Option<Vec<u8>>, KvError> {
+        let conn = match &self.backend {
+            Backend::Sqlite(c) => c,
+            Backend::Redis(r) => return r.get(key).await,
+        };
         let (label, key) = (self.label.clone(), key.to_string());
-        with_conn(&self.conn, move |c| {
+        with_conn(conn, move |c| {
             c.prepare_cached(SELECT_VALUE)
                 .map_err(other)?
                 .query_row([&label, &key], |row| row.get::<_, Vec<u8>>(0))
@@ -345,8 +511,12 @@ impl KvStore {
 
     /// Sets `key` to `value` (upsert).
     pub async fn set(&self, key: &str, value: &[u8]) -> Result<(), KvError> {
+        let conn = match &self.backend {
+            Backend::Sqlite(c) => c,
+            Backend::Redis(r) => return r.set(key, value).await,
+        };
         let (label, key, value) = (self.label.clone(), key.to_string(), value.to_vec());
-        with_conn(&self.conn, move |c| {
+        with_conn(conn, move |c| {
             c.prepare_cached(UPSERT)
                 .map_err(other)?
                 .execute(rusqlite::params![label, key, value])
@@ -358,8 +528,12 @@ impl KvStore {
 
     /// Deletes `key` (no error if absent).
     pub async fn delete(&self, key: &str) -> Result<(), KvError> {
+        let conn = match &self.backend {
+            Backend::Sqlite(c) => c,
+            Backend::Redis(r) => return r.delete(key).await,
+        };
         let (label, key) = (self.label.clone(), key.to_string());
-        with_conn(&self.conn, move |c| {
+        with_conn(conn, move |c| {
             c.prepare_cached("DELETE FROM spin_key_value WHERE store=$1 AND key=$2")
                 .map_err(other)?
                 .execute([&label, &key])
@@ -371,8 +545,12 @@ impl KvStore {
 
     /// Whether `key` exists.
     pub async fn exists(&self, key: &str) -> Result<bool, KvError> {
+        let conn = match &self.backend {
+            Backend::Sqlite(c) => c,
+            Backend::Redis(r) => return r.exists(key).await,
+        };
         let (label, key) = (self.label.clone(), key.to_string());
-        with_conn(&self.conn, move |c| {
+        with_conn(conn, move |c| {
             c.prepare_cached("SELECT 1 FROM spin_key_value WHERE store=$1 AND key=$2 LIMIT 1")
                 .map_err(other)?
                 .exists([&label, &key])
@@ -381,10 +559,15 @@ impl KvStore {
         .await
     }
 
-    /// All keys of the store label.
+    /// All keys of the store label (on Redis: of the whole database,
+    /// `KEYS *`).
     pub async fn get_keys(&self) -> Result<Vec<String>, KvError> {
+        let conn = match &self.backend {
+            Backend::Sqlite(c) => c,
+            Backend::Redis(r) => return r.get_keys().await,
+        };
         let label = self.label.clone();
-        with_conn(&self.conn, move |c| {
+        with_conn(conn, move |c| {
             let mut stmt = c
                 .prepare_cached("SELECT key FROM spin_key_value WHERE store=$1")
                 .map_err(other)?;
@@ -397,7 +580,8 @@ impl KvStore {
     }
 
     /// The existing keys among `keys` with their values (absent keys are
-    /// omitted, as in Spin's SQLite backend).
+    /// omitted, as in Spin's SQLite backend). On Redis, Spin's `KEYS` call
+    /// and its failures (see the module docs).
     pub async fn get_many(
         &self,
         keys: Vec<String>,
@@ -405,8 +589,12 @@ impl KvStore {
         if keys.is_empty() {
             return Ok(Vec::new());
         }
+        let conn = match &self.backend {
+            Backend::Sqlite(c) => c,
+            Backend::Redis(r) => return r.get_many(keys).await,
+        };
         let label = self.label.clone();
-        with_conn(&self.conn, move |c| {
+        with_conn(conn, move |c| {
             let mut out = Vec::new();
             for chunk in keys.chunks(BATCH_CHUNK) {
                 let sql = format!(
@@ -434,8 +622,12 @@ impl KvStore {
         if key_values.is_empty() {
             return Ok(());
         }
+        let conn = match &self.backend {
+            Backend::Sqlite(c) => c,
+            Backend::Redis(r) => return r.set_many(key_values).await,
+        };
         let label = self.label.clone();
-        with_conn(&self.conn, move |c| {
+        with_conn(conn, move |c| {
             let tx = c
                 .transaction_with_behavior(TransactionBehavior::Immediate)
                 .map_err(other)?;
@@ -455,8 +647,12 @@ impl KvStore {
         if keys.is_empty() {
             return Ok(());
         }
+        let conn = match &self.backend {
+            Backend::Sqlite(c) => c,
+            Backend::Redis(r) => return r.delete_many(keys).await,
+        };
         let label = self.label.clone();
-        with_conn(&self.conn, move |c| {
+        with_conn(conn, move |c| {
             for chunk in keys.chunks(BATCH_CHUNK) {
                 let sql = format!(
                     "DELETE FROM spin_key_value WHERE store=? AND key IN ({})",
@@ -476,10 +672,16 @@ impl KvStore {
     /// Atomically adds `delta` to the 8-byte little-endian `i64` at `key`
     /// (absent = 0) and returns the new value. A present value of another
     /// length is [`KvError::Trap`] and nothing is written. Overflow wraps
-    /// (Spin's release build does not check it either).
+    /// (Spin's release build does not check it either). On Redis:
+    /// `INCRBY` on decimal text, whose errors (not an integer, overflow)
+    /// are [`KvError::Other`].
     pub async fn increment(&self, key: &str, delta: i64) -> Result<i64, KvError> {
+        let conn = match &self.backend {
+            Backend::Sqlite(c) => c,
+            Backend::Redis(r) => return r.increment(key, delta).await,
+        };
         let (label, key) = (self.label.clone(), key.to_string());
-        with_conn(&self.conn, move |c| {
+        with_conn(conn, move |c| {
             let tx = c.transaction_with_behavior(TransactionBehavior::Immediate).map_err(other)?;
             let value: Option<Vec<u8>> = tx
                 .prepare_cached(SELECT_VALUE)
@@ -511,13 +713,31 @@ impl KvStore {
         .await
     }
 
-    /// A compare-and-swap handle for `key`; reads nothing.
+    /// A compare-and-swap handle for `key`; reads nothing. On Redis its
+    /// own connection is opened on first use (see [`KvStore::open_cas`]).
     pub fn new_cas(&self, key: &str) -> KvCas {
+        let redis = match &self.backend {
+            Backend::Sqlite(_) => None,
+            Backend::Redis(r) => Some(r.new_cas(key)),
+        };
         KvCas {
             store: self.clone(),
             key: key.to_string(),
             value: None,
+            redis,
         }
+    }
+
+    /// A compare-and-swap handle for `key`, as the component host's
+    /// `cas.new` makes it: on Redis its own connection is opened now (an
+    /// error here is a store error of `cas.new`, as in Spin); on SQLite
+    /// this is [`KvStore::new_cas`].
+    pub async fn open_cas(&self, key: &str) -> Result<KvCas, KvError> {
+        let cas = self.new_cas(key);
+        if let Some(r) = &cas.redis {
+            r.connect().await?;
+        }
+        Ok(cas)
     }
 }
 
@@ -525,12 +745,26 @@ fn placeholders(n: usize) -> String {
     vec!["?"; n].join(",")
 }
 
-/// A compare-and-swap operation on one key (Spin's SQLite `CompareAndSwap`).
-#[derive(Debug, Clone)]
+/// A compare-and-swap operation on one key (Spin's SQLite or Redis
+/// `CompareAndSwap`). Clones share a Redis handle's connection (and so its
+/// `WATCH`).
+#[derive(Clone)]
 pub struct KvCas {
     store: KvStore,
     key: String,
+    /// SQLite: what `current` saw.
     value: Option<Vec<u8>>,
+    /// Redis: the handle's own connection.
+    redis: Option<RedisCas>,
+}
+
+impl fmt::Debug for KvCas {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KvCas")
+            .field("store", &self.store)
+            .field("key", &self.key)
+            .finish_non_exhaustive()
+    }
 }
 
 impl KvCas {
@@ -544,23 +778,35 @@ impl KvCas {
         &self.store
     }
 
-    /// Reads the current value and remembers it for [`KvCas::swap`].
+    /// Reads the current value and remembers it for [`KvCas::swap`] (on
+    /// Redis: `WATCH key` + `GET key`).
     pub async fn current(&mut self) -> Result<Option<Vec<u8>>, KvError> {
+        if let Some(r) = &self.redis {
+            return r.current().await;
+        }
         let value = self.store.get(&self.key).await?;
         self.value.clone_from(&value);
         Ok(value)
     }
 
-    /// Swaps in `value`: a conditional `UPDATE` if `current` saw a value, an
-    /// unconditional upsert otherwise (see the module docs).
+    /// Swaps in `value`. SQLite: a conditional `UPDATE` if `current` saw a
+    /// value, an unconditional upsert otherwise. Redis: `MULTI`/`SET`/`EXEC`
+    /// then `UNWATCH`, reported per [`RedisSwap`] (see the module docs).
     pub async fn swap(&self, value: Vec<u8>) -> Result<(), SwapError> {
+        if let Some(r) = &self.redis {
+            return r.swap(value).await;
+        }
+        let conn = match &self.store.backend {
+            Backend::Sqlite(c) => c,
+            Backend::Redis(_) => return Err(SwapError::Other("no Redis handle".to_string())),
+        };
         let (label, key, old) = (
             self.store.label.clone(),
             self.key.clone(),
             self.value.clone(),
         );
         let swap_err = |e: rusqlite::Error| SwapError::Other(format!("{e:?}"));
-        let rows = with_conn(&self.store.conn, move |c| match old {
+        let rows = with_conn(conn, move |c| match old {
             Some(old) => c
                 .prepare_cached(
                     "UPDATE spin_key_value SET value=:new_value WHERE store=:name and key=:key and value=:old_value",

@@ -15,16 +15,19 @@
 //! - [`routing`] — Spin 3 routing and the `spin-*` request headers.
 //! - [`variables`] — application/component variables.
 //! - [`outbound`] — `allowed_outbound_hosts` and service chaining hosts.
-//! - [`kv`] — key-value stores with Spin's SQLite semantics and quirks.
+//! - [`kv`] — key-value stores with the semantics and quirks of Spin's
+//!   SQLite and Redis backends.
 //! - [`runtime_config`] — `[key_value_store.<label>]` runtime configuration.
 //! - [`build`] — running the manifest's build commands (`--build`).
+//! - [`test_redis`] — finding or starting a Redis server for tests.
 //!
 //! ## Command line
 //!
 //! ```text
 //! metal-ipam-host up [-f|--from spin.toml] [--listen 127.0.0.1:3000] [--build]
 //!                    [--variable NAME=VALUE]... [--kv-file PATH | --kv-memory]
-//!                    [--runtime-config-file PATH] [-c|--component-id ID]...
+//!                    [--runtime-config-file PATH] [--redis-swap MODE]
+//!                    [-c|--component-id ID]...
 //! ```
 //!
 //! `cargo run -p metal-ipam-host -- up --variable api_token=dev` from the
@@ -97,7 +100,12 @@
 //! - Variables are resolved once at startup; no `.env`, Vault or Azure
 //!   providers. An explicit value for an undeclared variable is an error.
 //! - Unknown `key_value_stores` labels are a startup error (as Spin); store
-//!   types other than `spin` (SQLite) are not supported.
+//!   types other than `spin` (SQLite) and `redis` are not supported, nor is
+//!   TLS to Redis (`rediss://`). Unknown runtime-config options are errors
+//!   here (Spin ignores unknown options of a `redis` store).
+//! - Redis: a compare-and-swap handle made through the Rust API with
+//!   [`kv::KvStore::new_cas`] connects on first use; components get
+//!   Spin's behaviour (connect at `cas.new`).
 //! - Key-value write transactions are `BEGIN IMMEDIATE` so that several
 //!   host processes can share one SQLite file; Spin's 128 MiB read limit is
 //!   not enforced.
@@ -126,11 +134,12 @@ mod outbound_hooks;
 pub mod routing;
 pub mod runtime_config;
 mod server;
+pub mod test_redis;
 pub mod variables;
 
 pub use host::{
     ChainedCall, Host, HostBuilder, RequestOutcome, ServerHandle, CHAINED_CLIENT_ADDR,
-    IN_PROCESS_CLIENT_ADDR, KV_OPS_CHAINED_HEADER, KV_OPS_DETAIL_HEADER, KV_OPS_HEADER,
-    SHUTDOWN_GRACE,
+    GUEST_MEMORY_HEADER, IN_PROCESS_CLIENT_ADDR, KV_OPS_CHAINED_HEADER, KV_OPS_DETAIL_HEADER,
+    KV_OPS_HEADER, SHUTDOWN_GRACE,
 };
-pub use kv::{KvBackend, KvOpCounts};
+pub use kv::{KvBackend, KvOpCounts, RedisSwap};

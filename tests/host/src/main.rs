@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context as _};
 use metal_ipam_host::variables::VariableSource;
-use metal_ipam_host::{HostBuilder, KvBackend};
+use metal_ipam_host::{HostBuilder, KvBackend, RedisSwap};
 
 const USAGE: &str = "\
 metal-ipam-host: run a Spin manifest (spin.toml v2) like `spin up`, on wasmtime
@@ -23,7 +23,13 @@ OPTIONS:
                                     [default: <manifest dir>/.spin/sqlite_key_value.db]
         --kv-memory                 Keep the default key-value store in memory
         --runtime-config-file <PATH>
-                                    Runtime config ([key_value_store.<label>] only)
+                                    Runtime config ([key_value_store.<label>] only,
+                                    type \"spin\" or \"redis\")
+        --redis-swap <MODE>         How Redis stores report compare-and-swap:
+                                    spin-3.6 (default; exactly Spin 3.6: every
+                                    swap reports cas-failed) or exec-reply (the
+                                    EXEC reply decides: every swap, applied or
+                                    aborted, reports success)
     -c, --component-id <ID>         Run only this component (repeatable), like
                                     Spin's selective deployment
     -h, --help                      Print this help
@@ -40,6 +46,7 @@ struct UpArgs {
     variables: Vec<(String, String)>,
     kv: Option<KvBackend>,
     runtime_config: Option<PathBuf>,
+    redis_swap: Option<RedisSwap>,
     components: Vec<String>,
 }
 
@@ -57,6 +64,7 @@ fn parse_args(args: &[String]) -> anyhow::Result<Option<UpArgs>> {
         variables: Vec::new(),
         kv: None,
         runtime_config: None,
+        redis_swap: None,
         components: Vec::new(),
     };
     let mut kv_flags = 0;
@@ -105,6 +113,12 @@ fn parse_args(args: &[String]) -> anyhow::Result<Option<UpArgs>> {
                 up.kv = Some(KvBackend::Memory);
             }
             "--runtime-config-file" => up.runtime_config = Some(PathBuf::from(value(flag)?)),
+            "--redis-swap" => {
+                let v = value(flag)?;
+                up.redis_swap = Some(RedisSwap::from_name(&v).with_context(|| {
+                    format!("invalid --redis-swap {v:?} (expected spin-3.6 or exec-reply)")
+                })?);
+            }
             "-c" | "--component-id" => up.components.push(value(flag)?),
             "-h" | "--help" => return Ok(None),
             other => bail!("unknown option {other:?}\n\n{USAGE}"),
@@ -159,6 +173,9 @@ async fn run(up: UpArgs) -> anyhow::Result<()> {
     }
     if let Some(rc) = up.runtime_config {
         builder = builder.runtime_config_file(rc);
+    }
+    if let Some(mode) = up.redis_swap {
+        builder = builder.redis_swap(mode);
     }
     if !up.components.is_empty() {
         builder = builder.retain_components(up.components);

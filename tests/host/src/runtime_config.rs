@@ -1,12 +1,23 @@
 //! The subset of Spin's runtime configuration file
 //! (`spin up --runtime-config-file`) this host supports: key-value stores of
-//! type `spin` (SQLite).
+//! type `spin` (SQLite) and `redis`.
 //!
 //! ```toml
 //! [key_value_store.leases]
 //! type = "spin"
 //! path = "leases.db"   # relative to this file's directory; omit for in-memory
+//!
+//! [key_value_store.default]
+//! type = "redis"
+//! url = "redis://127.0.0.1:6379/0"   # Spin's only option for redis
 //! ```
+//!
+//! A `redis` store gets Spin 3.6's swap reporting
+//! ([`RedisSwap::Spin36`](crate::kv::RedisSwap)); the host option
+//! `--redis-swap` ([`HostBuilder::redis_swap`](crate::HostBuilder::redis_swap))
+//! changes it. The URL is checked at load ([`check_redis_url`]); `rediss://`
+//! (TLS) is refused. Every label on one URL shares one keyspace, as on Spin:
+//! give each label its own database number.
 //!
 //! Any other key, store type or option is rejected with an error.
 
@@ -14,7 +25,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context as _};
 
-use crate::kv::{resolve_store_path, KvBackend};
+use crate::kv::{check_redis_url, resolve_store_path, KvBackend};
 
 /// A parsed runtime configuration file.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -55,21 +66,36 @@ impl RuntimeConfig {
                     bail!("[key_value_store.{label}] must be a table");
                 };
                 let kind = config.remove("type");
-                match kind.as_ref().and_then(|v| v.as_str()) {
-                    Some("spin") => {}
+                let backend = match kind.as_ref().and_then(|v| v.as_str()) {
+                    Some("spin") => match config.remove("path") {
+                        None => KvBackend::Memory,
+                        Some(toml::Value::String(p)) => {
+                            KvBackend::SqliteFile(resolve_store_path(base, &p))
+                        }
+                        Some(other) => {
+                            bail!("[key_value_store.{label}] path must be a string, got {other}")
+                        }
+                    },
+                    Some("redis") => match config.remove("url") {
+                        Some(toml::Value::String(url)) => {
+                            if let Err(m) = check_redis_url(&url) {
+                                bail!("[key_value_store.{label}] {m}");
+                            }
+                            KvBackend::redis(url)
+                        }
+                        Some(other) => {
+                            bail!("[key_value_store.{label}] url must be a string, got {other}")
+                        }
+                        None => bail!(
+                            "[key_value_store.{label}] type \"redis\" needs `url = \"redis://host:port\"`"
+                        ),
+                    },
                     Some(other) => bail!(
-                        "[key_value_store.{label}] type {other:?} is not supported by this host (only \"spin\", SQLite)"
+                        "[key_value_store.{label}] type {other:?} is not supported by this host (only \"spin\", SQLite, and \"redis\")"
                     ),
-                    None => bail!("[key_value_store.{label}] needs `type = \"spin\"`"),
-                }
-                let backend = match config.remove("path") {
-                    None => KvBackend::Memory,
-                    Some(toml::Value::String(p)) => {
-                        KvBackend::SqliteFile(resolve_store_path(base, &p))
-                    }
-                    Some(other) => {
-                        bail!("[key_value_store.{label}] path must be a string, got {other}")
-                    }
+                    None => bail!(
+                        "[key_value_store.{label}] needs `type = \"spin\"` or `type = \"redis\"`"
+                    ),
                 };
                 if let Some(key) = config.keys().next() {
                     bail!("[key_value_store.{label}] option {key:?} is not supported");
@@ -113,11 +139,41 @@ mod tests {
     }
 
     #[test]
+    fn parses_redis_stores() {
+        let rc = RuntimeConfig::parse(
+            "[key_value_store.default]\ntype = \"redis\"\nurl = \"redis://127.0.0.1:6399/3\"\n",
+            Path::new("/cfg"),
+        )
+        .unwrap();
+        assert_eq!(
+            rc.store("default"),
+            Some(&KvBackend::redis("redis://127.0.0.1:6399/3"))
+        );
+        assert_eq!(
+            rc.store("default").unwrap().to_string(),
+            "Redis at 127.0.0.1:6399"
+        );
+    }
+
+    #[test]
     fn rejects_unsupported() {
         for (text, needle) in [
             (
-                "[key_value_store.a]\ntype = \"redis\"\nurl = \"redis://x\"\n",
-                "redis",
+                "[key_value_store.a]\ntype = \"azure_cosmos\"\n",
+                "azure_cosmos",
+            ),
+            ("[key_value_store.a]\ntype = \"redis\"\n", "url"),
+            (
+                "[key_value_store.a]\ntype = \"redis\"\nurl = \"http://x\"\n",
+                "invalid Redis URL",
+            ),
+            (
+                "[key_value_store.a]\ntype = \"redis\"\nurl = \"rediss://x:6380\"\n",
+                "unusable Redis URL",
+            ),
+            (
+                "[key_value_store.a]\ntype = \"redis\"\nurl = \"redis://x\"\npath = \"y\"\n",
+                "path",
             ),
             ("[key_value_store.a]\npath = \"x\"\n", "type"),
             ("[key_value_store.a]\ntype = \"spin\"\nbogus = 1\n", "bogus"),

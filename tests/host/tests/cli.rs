@@ -126,9 +126,16 @@ fn bad_arguments_are_rejected() {
     assert_eq!(out.status.code(), Some(2));
     let out = command().args(["up", "--bogus"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
+    let out = command()
+        .args(["up", "--redis-swap", "sometimes"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("spin-3.6 or exec-reply"));
     let out = command().arg("--help").output().unwrap();
     assert!(out.status.success());
-    assert!(String::from_utf8_lossy(&out.stdout).contains("--kv-file"));
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(help.contains("--kv-file") && help.contains("--redis-swap"));
 }
 
 #[test]

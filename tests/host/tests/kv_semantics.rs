@@ -1,5 +1,6 @@
 //! Key-value backend semantics at the Rust level: Spin 3.6 SQLite quirks,
-//! the label allow-list, and several connections sharing one file.
+//! the label allow-list, several connections sharing one file, and Spin
+//! 3.6's Redis backend on a real Redis server.
 
 mod common;
 
@@ -314,5 +315,286 @@ async fn two_connections_on_one_file_stay_consistent() {
     assert_eq!(
         a.get("cas-counter").await.unwrap(),
         Some((2 * PER_TASK).to_string().into_bytes())
+    );
+}
+
+// --- Redis (Spin 3.6's `type = "redis"` backend) -----------------------------
+//
+// These run on `METAL_IPAM_TEST_REDIS_URL`, else on a private redis-server,
+// else print "skipped: no redis-server" (a failure under CI=true); see
+// `metal_ipam_host::test_redis`. Each test has its own database number.
+
+use metal_ipam_host::test_redis::TestRedis;
+use metal_ipam_host::RedisSwap;
+
+async fn redis_store(redis: &TestRedis, db: u8, swap: RedisSwap) -> KvStore {
+    let url = redis.fresh_db(db);
+    open(&KvStores::new(KvBackend::Redis { url, swap }), "default").await
+}
+
+#[tokio::test]
+async fn redis_basic_ops_follow_spin() {
+    let Some(redis) = TestRedis::get("redis_basic_ops_follow_spin") else {
+        return;
+    };
+    let s = redis_store(&redis, 1, RedisSwap::Spin36).await;
+    assert_eq!(s.get("a").await.unwrap(), None);
+    assert!(!s.exists("a").await.unwrap());
+    s.set("a", b"1").await.unwrap();
+    s.set("a", &[0, 159, 146, 150]).await.unwrap();
+    assert_eq!(s.get("a").await.unwrap(), Some(vec![0, 159, 146, 150]));
+    assert!(s.exists("a").await.unwrap());
+    s.set_many(vec![
+        ("b".into(), b"x".to_vec()),
+        ("c".into(), b"y".to_vec()),
+    ])
+    .await
+    .unwrap();
+    let mut keys = s.get_keys().await.unwrap();
+    keys.sort();
+    assert_eq!(keys, vec!["a", "b", "c"]);
+    s.delete_many(vec!["a".into(), "b".into(), "nope".into()])
+        .await
+        .unwrap();
+    s.delete("c").await.unwrap();
+    s.delete("c").await.unwrap();
+    assert!(s.get_keys().await.unwrap().is_empty());
+    // Empty batches never reach Redis (Spin's host answers them).
+    assert!(s.get_many(vec![]).await.unwrap().is_empty());
+    s.set_many(vec![]).await.unwrap();
+    s.delete_many(vec![]).await.unwrap();
+}
+
+/// Spin's Redis `get_many` sends `KEYS <key>...` instead of `MGET`:
+/// reproduced, so a component that uses `batch.get-many` on Redis fails
+/// here as it would on Spin 3.6.
+#[tokio::test]
+async fn redis_get_many_is_spins_keys_command() {
+    let Some(redis) = TestRedis::get("redis_get_many_is_spins_keys_command") else {
+        return;
+    };
+    let s = redis_store(&redis, 2, RedisSwap::Spin36).await;
+    s.set("a", b"1").await.unwrap();
+    s.set("b", b"2").await.unwrap();
+    // Two keys: KEYS takes one pattern.
+    let err = s.get_many(vec!["a".into(), "b".into()]).await.unwrap_err();
+    assert!(
+        matches!(&err, KvError::Other(m) if m.contains("wrong number of arguments")),
+        "{err:?}"
+    );
+    // One absent key: KEYS matches nothing, which reads as "no pairs".
+    assert_eq!(s.get_many(vec!["zz".into()]).await.unwrap(), vec![]);
+    // One present key: KEYS answers its name, an odd-length "pair list";
+    // redis-rs panics on it inside Spin's host, so the request traps.
+    match s.get_many(vec!["a".into()]).await {
+        Err(KvError::Trap(m)) => assert!(m.contains("KEYS"), "{m}"),
+        other => panic!("expected a trap, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn redis_cas_on_an_existing_key() {
+    let Some(redis) = TestRedis::get("redis_cas_on_an_existing_key") else {
+        return;
+    };
+    for (db, mode) in [(3, RedisSwap::Spin36), (4, RedisSwap::ExecReply)] {
+        let store = redis_store(&redis, db, mode).await;
+        store.set("k", b"v1").await.unwrap();
+
+        // Uncontended: the SET is applied. Spin 3.6 still reports
+        // cas-failed (its `UNWATCH k` is refused by Redis).
+        let mut cas = store.open_cas("k").await.unwrap();
+        assert_eq!(cas.current().await.unwrap(), Some(b"v1".to_vec()));
+        let reported = cas.swap(b"v2".to_vec()).await;
+        assert_eq!(store.get("k").await.unwrap(), Some(b"v2".to_vec()));
+        match mode {
+            RedisSwap::Spin36 => assert_eq!(reported, Err(SwapError::CasFailed)),
+            RedisSwap::ExecReply => assert_eq!(reported, Ok(())),
+        }
+
+        // Changed between current and swap: the WATCH aborts the EXEC and
+        // nothing is written, but no mode reports it truthfully as such:
+        // ExecReply says success, Spin 3.6 says cas-failed as always.
+        let mut cas = store.open_cas("k").await.unwrap();
+        assert_eq!(cas.current().await.unwrap(), Some(b"v2".to_vec()));
+        store.set("k", b"intruder").await.unwrap();
+        let reported = cas.swap(b"mine".to_vec()).await;
+        assert_eq!(store.get("k").await.unwrap(), Some(b"intruder".to_vec()));
+        match mode {
+            RedisSwap::Spin36 => assert_eq!(reported, Err(SwapError::CasFailed)),
+            RedisSwap::ExecReply => assert_eq!(reported, Ok(()), "aborted swap reads as success"),
+        }
+
+        // Deleted in between: aborted too.
+        let mut cas = store.open_cas("k").await.unwrap();
+        cas.current().await.unwrap();
+        store.delete("k").await.unwrap();
+        let _ = cas.swap(b"mine".to_vec()).await;
+        assert_eq!(store.get("k").await.unwrap(), None);
+
+        // A swap without `current` has no WATCH: a blind SET.
+        store.set("k", b"old").await.unwrap();
+        let blind = store.open_cas("k").await.unwrap();
+        let reported = blind.swap(b"new".to_vec()).await;
+        assert_eq!(store.get("k").await.unwrap(), Some(b"new".to_vec()));
+        assert_eq!(reported.is_ok(), mode == RedisSwap::ExecReply);
+    }
+}
+
+/// Unlike Spin's SQLite upsert (where both creators succeed and the last
+/// one wins), Redis's WATCH on an absent key aborts the second creator: the
+/// first value stays. How that is reported depends on the mode.
+#[tokio::test]
+async fn redis_cas_on_an_absent_key() {
+    let Some(redis) = TestRedis::get("redis_cas_on_an_absent_key") else {
+        return;
+    };
+    for (db, mode) in [(5, RedisSwap::Spin36), (6, RedisSwap::ExecReply)] {
+        let store = redis_store(&redis, db, mode).await;
+        let mut a = store.open_cas("lease").await.unwrap();
+        let mut b = store.open_cas("lease").await.unwrap();
+        assert_eq!(a.current().await.unwrap(), None);
+        assert_eq!(b.current().await.unwrap(), None);
+        let ra = a.swap(b"owner-a".to_vec()).await;
+        let rb = b.swap(b"owner-b".to_vec()).await;
+        assert_eq!(store.get("lease").await.unwrap(), Some(b"owner-a".to_vec()));
+        let want = match mode {
+            RedisSwap::Spin36 => Err(SwapError::CasFailed),
+            RedisSwap::ExecReply => Ok(()),
+        };
+        assert_eq!((ra, rb), (want.clone(), want), "{mode:?}");
+    }
+}
+
+/// The quirk of Spin's swap as written (`MULTI`/`SET`/`EXEC` read into
+/// `()`): a nil EXEC reply — the transaction aborted by the WATCH — reads as
+/// `Ok`. With two handles on one key both swaps report success and only the
+/// first value lands. On Spin 3.6 itself the refused `UNWATCH <key>` turns
+/// both reports into cas-failed instead; the values land the same way.
+#[tokio::test]
+async fn redis_aborted_swap_is_reported_as_success() {
+    let Some(redis) = TestRedis::get("redis_aborted_swap_is_reported_as_success") else {
+        return;
+    };
+    let store = redis_store(&redis, 7, RedisSwap::ExecReply).await;
+    store.set("pool", b"rev-1").await.unwrap();
+    let mut first = store.open_cas("pool").await.unwrap();
+    let mut second = store.open_cas("pool").await.unwrap();
+    assert_eq!(first.current().await.unwrap(), Some(b"rev-1".to_vec()));
+    assert_eq!(second.current().await.unwrap(), Some(b"rev-1".to_vec()));
+    assert_eq!(first.swap(b"rev-2-first".to_vec()).await, Ok(()));
+    assert_eq!(
+        second.swap(b"rev-2-second".to_vec()).await,
+        Ok(()),
+        "the aborted swap is reported as a success"
+    );
+    assert_eq!(
+        store.get("pool").await.unwrap(),
+        Some(b"rev-2-first".to_vec()),
+        "only the first value landed"
+    );
+
+    // The same on Spin 3.6's exact code: both report cas-failed.
+    let store = redis_store(&redis, 8, RedisSwap::Spin36).await;
+    store.set("pool", b"rev-1").await.unwrap();
+    let mut first = store.open_cas("pool").await.unwrap();
+    let mut second = store.open_cas("pool").await.unwrap();
+    first.current().await.unwrap();
+    second.current().await.unwrap();
+    assert_eq!(
+        first.swap(b"rev-2-first".to_vec()).await,
+        Err(SwapError::CasFailed),
+        "applied, yet reported as cas-failed"
+    );
+    assert_eq!(
+        second.swap(b"rev-2-second".to_vec()).await,
+        Err(SwapError::CasFailed)
+    );
+    assert_eq!(
+        store.get("pool").await.unwrap(),
+        Some(b"rev-2-first".to_vec())
+    );
+}
+
+#[tokio::test]
+async fn redis_increment_is_incrby_on_decimal_text() {
+    let Some(redis) = TestRedis::get("redis_increment_is_incrby_on_decimal_text") else {
+        return;
+    };
+    let store = redis_store(&redis, 9, RedisSwap::Spin36).await;
+    assert_eq!(store.increment("n", 1).await.unwrap(), 1);
+    assert_eq!(store.increment("n", 41).await.unwrap(), 42);
+    assert_eq!(store.increment("n", -50).await.unwrap(), -8);
+    assert_eq!(store.get("n").await.unwrap(), Some(b"-8".to_vec()));
+    // increment(key, 0) on an absent key leaves "0" (SQLite: 8 zero bytes).
+    assert_eq!(store.increment("zero", 0).await.unwrap(), 0);
+    assert_eq!(store.get("zero").await.unwrap(), Some(b"0".to_vec()));
+    // Decimal text written by `set` is a counter too.
+    store.set("m", b"41").await.unwrap();
+    assert_eq!(store.increment("m", 1).await.unwrap(), 42);
+
+    // Anything else is Redis's error — an ordinary error, not a trap — and
+    // nothing is written. SQLite's 8-byte encoding is "anything else".
+    for bad in [
+        &b"abc"[..],
+        &b""[..],
+        &b"1.5"[..],
+        &41i64.to_le_bytes()[..],
+        &b"{\"v\":1}"[..],
+    ] {
+        store.set("bad", bad).await.unwrap();
+        match store.increment("bad", 1).await {
+            Err(KvError::Other(m)) => assert!(m.contains("not an integer"), "{m}"),
+            other => panic!("increment of {bad:?}: expected an error, got {other:?}"),
+        }
+        assert_eq!(store.get("bad").await.unwrap(), Some(bad.to_vec()));
+    }
+    // Overflow is an error too (SQLite wraps).
+    store
+        .set("max", i64::MAX.to_string().as_bytes())
+        .await
+        .unwrap();
+    assert!(matches!(
+        store.increment("max", 1).await,
+        Err(KvError::Other(_))
+    ));
+}
+
+/// Every label configured with one URL shares the database's keyspace:
+/// Spin's Redis backend ignores the store name.
+#[tokio::test]
+async fn redis_labels_share_one_keyspace() {
+    let Some(redis) = TestRedis::get("redis_labels_share_one_keyspace") else {
+        return;
+    };
+    let url = redis.fresh_db(13);
+    let stores = KvStores::with_labels(
+        KvBackend::Memory,
+        [
+            ("default".to_string(), KvBackend::redis(url.clone())),
+            ("leases".to_string(), KvBackend::redis(url)),
+        ],
+    );
+    let all = allowed(&["default", "leases"]);
+    let default = stores.open(&all, "default").await.unwrap();
+    let leases = stores.open(&all, "leases").await.unwrap();
+    default.set("k", b"from-default").await.unwrap();
+    assert_eq!(
+        leases.get("k").await.unwrap(),
+        Some(b"from-default".to_vec())
+    );
+    leases.set("only-leases", b"x").await.unwrap();
+    let mut keys = default.get_keys().await.unwrap();
+    keys.sort();
+    assert_eq!(keys, vec!["k", "only-leases"]);
+    leases.delete("k").await.unwrap();
+    assert!(!default.exists("k").await.unwrap());
+    // The allow-list still applies per label.
+    assert_eq!(
+        stores
+            .open(&allowed(&["default"]), "leases")
+            .await
+            .unwrap_err(),
+        KvError::AccessDenied
     );
 }

@@ -320,6 +320,110 @@ async fn increment_encoding_and_trap() {
     assert_eq!(ok(&r[1]), &json!(43));
 }
 
+/// The Redis backend through a real component: Spin 3.6's replies (decimal
+/// counters, swaps reported per mode, labels sharing one keyspace) and the
+/// same `x-kv-ops` counting as on SQLite.
+#[tokio::test]
+async fn redis_backend_through_wasm_and_its_kv_op_counts() {
+    use metal_ipam_host::test_redis::TestRedis;
+    use metal_ipam_host::RedisSwap;
+    let Some(redis) = TestRedis::get("redis_backend_through_wasm_and_its_kv_op_counts") else {
+        return;
+    };
+    for mode in [RedisSwap::Spin36, RedisSwap::ExecReply] {
+        let url = redis.fresh_db(10);
+        let dir = TempDir::new("probe-redis");
+        let manifest = write_probe_manifest(dir.path(), "127.0.0.1:9");
+        // Both labels on one URL: one keyspace, as on Spin.
+        std::fs::write(
+            dir.join("runtime-config.toml"),
+            format!(
+                "[key_value_store.default]\ntype = \"redis\"\nurl = \"{url}\"\n\n[key_value_store.extra]\ntype = \"redis\"\nurl = \"{url}\"\n"
+            ),
+        )
+        .unwrap();
+        let host = HostBuilder::new(manifest)
+            .use_process_env(false)
+            .runtime_config_file(dir.join("runtime-config.toml"))
+            .redis_swap(mode)
+            .variable("secret_token", "s3cr3t")
+            .build()
+            .expect("build host");
+        let o = get(
+            &host,
+            &kv_uri(&[
+                "open:wasi:default",
+                "wset:a:1",
+                "wget:a",
+                "incr:n:5",
+                "wget:n",
+                "cas:a:2",
+                "wget:a",
+                "casrace:a:intruder:mine",
+                "wget:a",
+                "open:wasi:extra",
+                "wget:a",
+            ]),
+        )
+        .await;
+        assert_eq!(o.response.status(), 200, "{mode:?}");
+        let Value::Array(r) = body_json(&o) else {
+            panic!("not an array")
+        };
+        assert_eq!(utf8(ok(&r[2])), Some("1"));
+        assert_eq!(ok(&r[3]), &json!(5));
+        assert_eq!(utf8(ok(&r[4])), Some("5"), "INCRBY keeps decimal text");
+        assert_eq!(utf8(ok(&r[6])), Some("2"), "the uncontended swap applied");
+        let seen = |s: &str| json!({ "utf8": s, "len": s.len() });
+        match mode {
+            RedisSwap::Spin36 => {
+                assert_eq!(ok(&r[5]), &json!({ "swapped": false, "seen": seen("1") }));
+                assert_eq!(
+                    ok(&r[7]),
+                    &json!({
+                        "first_swap": "cas-failed",
+                        "seen": seen("2"),
+                        "fresh_seen": seen("intruder"),
+                        "retry": "cas-failed"
+                    })
+                );
+                assert_eq!(utf8(ok(&r[8])), Some("mine"), "the retry applied");
+            }
+            RedisSwap::ExecReply => {
+                assert_eq!(ok(&r[5]), &json!({ "swapped": true, "seen": seen("1") }));
+                assert_eq!(
+                    ok(&r[7]),
+                    &json!({ "first_swap": "succeeded", "seen": seen("2") }),
+                    "the aborted swap reads as a success"
+                );
+                assert_eq!(utf8(ok(&r[8])), Some("intruder"), "nothing applied");
+            }
+        }
+        assert_eq!(r[10], r[8], "label extra shares the keyspace");
+        let (cas_ops, total) = match mode {
+            RedisSwap::Spin36 => (3, 14),
+            RedisSwap::ExecReply => (2, 12),
+        };
+        assert_eq!(
+            o.kv_ops,
+            KvOpCounts {
+                get: 5,
+                set: 2,
+                increment: 1,
+                cas_current: cas_ops,
+                cas_swap: cas_ops,
+                ..Default::default()
+            },
+            "{mode:?}"
+        );
+        assert_eq!(o.response.headers()["x-kv-ops"], total.to_string().as_str());
+        assert_eq!(
+            o.response.headers()["x-kv-ops-detail"],
+            format!("get=5,set=2,increment=1,cas.current={cas_ops},cas.swap={cas_ops}").as_str()
+        );
+    }
+}
+
 #[tokio::test]
 async fn store_labels_are_allow_listed() {
     let f = fixture("127.0.0.1:9");
