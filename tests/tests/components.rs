@@ -501,3 +501,223 @@ fn manifest_grants_each_component_only_what_it_needs() {
         );
     }
 }
+
+/// Bounded input (issue 6, finding 7): a request body is never buffered
+/// past `MAX_BODY`. In-process requests carry no `Content-Length` unless a
+/// test sets one, so without it the body reaches the component the way a
+/// chunked body does. The test host reports the linear memory the
+/// component instance asked for (`x-guest-memory-bytes`).
+mod bounded_input {
+    use super::*;
+    use metal_ipam_core::api::MAX_BODY;
+    use metal_ipam_host::GUEST_MEMORY_HEADER;
+    use metal_ipam_tests::harness::Resp;
+
+    const MIB: usize = 1 << 20;
+
+    fn request(
+        method: &str,
+        path: &str,
+        auth: Option<&str>,
+        body: Vec<u8>,
+        content_length: bool,
+    ) -> http::Request<Vec<u8>> {
+        let mut b = http::Request::builder()
+            .method(method)
+            .uri(path)
+            .header("content-type", "application/json");
+        if let Some(a) = auth {
+            b = b.header("authorization", a);
+        }
+        if content_length {
+            b = b.header("content-length", body.len());
+        }
+        b.body(body).expect("request")
+    }
+
+    fn guest_memory(r: &Resp) -> usize {
+        r.headers
+            .get(GUEST_MEMORY_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse().ok())
+            .expect("the test host reports the guest's memory")
+    }
+
+    /// What an instance of `path`'s component asks for on a small
+    /// authenticated request: the baseline the big requests are held to.
+    async fn baseline(app: &App, method: &str, path: &str) -> usize {
+        let body = serde_json::to_vec(&json!({})).unwrap();
+        let r = app
+            .send(request(
+                method,
+                path,
+                Some(&format!("Bearer {TOKEN}")),
+                body,
+                true,
+            ))
+            .await;
+        guest_memory(&r)
+    }
+
+    /// At most the body limit (plus one read chunk and the copy the JSON
+    /// parser may make) over what a small request costs.
+    fn assert_bounded(r: &Resp, base: usize, what: &str) {
+        let used = guest_memory(r);
+        assert!(
+            used <= base + 2 * MAX_BODY + MIB,
+            "{what}: the component asked for {used} bytes of memory (a small request: {base})"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_unauthenticated_64_mib_post_is_refused_without_reading_it() {
+        let app = App::new();
+        for (method, path) in [
+            ("POST", "/v1/claims"),
+            ("PUT", "/v1/pools/ns/p"),
+            ("POST", "/v1/events"),
+            ("POST", "/v1/admission/pools"),
+            ("POST", "/v1/reconcile"),
+        ] {
+            let base = baseline(&app, method, path).await;
+            for content_length in [true, false] {
+                for auth in [None, Some("Bearer not-the-token")] {
+                    let r = app
+                        .send(request(
+                            method,
+                            path,
+                            auth,
+                            vec![b' '; 64 * MIB],
+                            content_length,
+                        ))
+                        .await;
+                    let what = format!("{method} {path} {auth:?} content-length: {content_length}");
+                    assert!(
+                        r.status == 401 || r.status == 413,
+                        "{what}: {} {}",
+                        r.status,
+                        r.body
+                    );
+                    assert_eq!(r.kv_ops, 0, "{what}");
+                    assert_bounded(&r, base, &what);
+                }
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_declared_length_over_the_limit_is_413_before_the_body_is_read() {
+        let app = App::new();
+        let base = baseline(&app, "PUT", "/v1/pools/ns/p").await;
+        let bearer = format!("Bearer {TOKEN}");
+        for size in [MAX_BODY + 1, 64 * MIB] {
+            let r = app
+                .send(request(
+                    "PUT",
+                    "/v1/pools/ns/p",
+                    Some(&bearer),
+                    vec![b' '; size],
+                    true,
+                ))
+                .await;
+            assert_eq!(r.status, 413, "{size} bytes: {}", r.body);
+            assert_eq!(
+                r.body,
+                json!({"reason": "PayloadTooLarge",
+                       "message": format!("the request body is larger than {MAX_BODY} bytes")})
+            );
+            assert_eq!(r.kv_ops, 0);
+            // Refused from the head: the body never entered the guest.
+            assert!(
+                guest_memory(&r) <= base + MIB,
+                "{} bytes (a small request: {base})",
+                guest_memory(&r)
+            );
+        }
+        // Up to the limit is fine (a pool spec padded with whitespace).
+        let mut body = serde_json::to_vec(&pool_json("ns", "p", &["10.9.0.0/24"], 24)).unwrap();
+        body.resize(MAX_BODY, b' ');
+        let r = app
+            .send(request("PUT", "/v1/pools/ns/p", Some(&bearer), body, true))
+            .await;
+        assert_eq!(r.status, 201, "{}", r.body);
+    }
+
+    #[tokio::test]
+    async fn a_body_without_length_over_the_limit_is_413_and_read_only_to_the_limit() {
+        let app = App::new();
+        let bearer = format!("Bearer {TOKEN}");
+        for (method, path) in [
+            ("PUT", "/v1/pools/ns/p"),
+            ("POST", "/v1/claims"),
+            ("POST", "/v1/events"),
+            ("POST", "/v1/admission/pools"),
+        ] {
+            let base = baseline(&app, method, path).await;
+            for size in [MAX_BODY + 1, 64 * MIB] {
+                let r = app
+                    .send(request(
+                        method,
+                        path,
+                        Some(&bearer),
+                        vec![b' '; size],
+                        false,
+                    ))
+                    .await;
+                let what = format!("{method} {path}, {size} bytes");
+                assert_eq!(r.status, 413, "{what}: {}", r.body);
+                assert_eq!(r.reason(), "PayloadTooLarge", "{what}");
+                assert_eq!(r.kv_ops, 0, "{what}");
+                assert_bounded(&r, base, &what);
+            }
+        }
+        // Exactly the limit, without a length, is read and handled.
+        let mut body = serde_json::to_vec(&pool_json("ns", "q", &["10.9.1.0/24"], 24)).unwrap();
+        body.resize(MAX_BODY, b'\n');
+        let r = app
+            .send(request("PUT", "/v1/pools/ns/q", Some(&bearer), body, false))
+            .await;
+        assert_eq!(r.status, 201, "{}", r.body);
+    }
+
+    #[tokio::test]
+    async fn a_pool_with_too_many_entries_is_422_naming_the_field() {
+        let app = App::new();
+        let max = metal_ipam_core::pool::MAX_ENTRIES;
+        let ips: Vec<String> = (0..=max)
+            .map(|i| format!("10.8.{}.{}", i / 256, i % 256))
+            .collect();
+        let refs: Vec<&str> = ips.iter().map(String::as_str).collect();
+        let r = app
+            .call(
+                "PUT",
+                "/v1/pools/ns/big",
+                Some(&pool_json("ns", "big", &refs, 16)),
+            )
+            .await;
+        assert_eq!(
+            (r.status, r.reason()),
+            (422, "Invalid"),
+            "{}",
+            r.body["message"]
+        );
+        assert_eq!(r.body["field"], "spec.addresses");
+        assert!(
+            r.body["message"]
+                .as_str()
+                .unwrap()
+                .contains(&max.to_string()),
+            "{}",
+            r.body
+        );
+        let r = app
+            .call(
+                "PUT",
+                "/v1/pools/ns/big",
+                Some(&pool_json("ns", "big", &refs[..max], 16)),
+            )
+            .await;
+        assert_eq!(r.status, 201, "{}", r.body);
+        assert_eq!(r.body["status"]["ipAddresses"]["total"], max - 1);
+    }
+}

@@ -18,7 +18,11 @@ use crate::pool::{PoolId, PoolKind, PoolObject};
 use crate::steps::{self, PutOutcome};
 use crate::store::Ctx;
 
-/// Largest request body accepted (1 MiB).
+/// Largest request body accepted (1 MiB). A larger body is answered 413
+/// `PayloadTooLarge` ([`Error::payload_too_large`]): by the Spin glue
+/// before it reads the body when `Content-Length` says so, or as soon as
+/// a body without one has passed the limit; and here, for bodies that
+/// reach a handler some other way.
 pub const MAX_BODY: usize = 1 << 20;
 
 /// A request as the handlers see it.
@@ -165,9 +169,7 @@ impl ApiResponse {
 
 fn parse_json(body: &[u8]) -> Result<Value> {
     if body.len() > MAX_BODY {
-        return Err(Error::malformed(format!(
-            "the body is larger than {MAX_BODY} bytes"
-        )));
+        return Err(Error::payload_too_large(MAX_BODY));
     }
     if body.iter().all(u8::is_ascii_whitespace) {
         return Err(Error::malformed("the request needs a JSON body"));

@@ -24,6 +24,9 @@ pub enum ErrorKind {
     Conflict,
     /// The pool has no address left for this claim. 409.
     Exhausted,
+    /// The request body is larger than the service accepts
+    /// ([`crate::api::MAX_BODY`]). 413.
+    PayloadTooLarge,
     /// A temporary condition (store error, contention); retrying may succeed. 503.
     Transient,
     /// A bug or an impossible state. 500.
@@ -39,6 +42,7 @@ impl ErrorKind {
     /// use metal_ipam_core::ErrorKind;
     /// assert_eq!(ErrorKind::Exhausted.status(), 409);
     /// assert_eq!(ErrorKind::Invalid.status(), 422);
+    /// assert_eq!(ErrorKind::PayloadTooLarge.status(), 413);
     /// assert_eq!(ErrorKind::Transient.status(), 503);
     /// ```
     pub const fn status(self) -> u16 {
@@ -48,6 +52,7 @@ impl ErrorKind {
             ErrorKind::NotFound => 404,
             ErrorKind::MethodNotAllowed => 405,
             ErrorKind::Conflict | ErrorKind::Exhausted => 409,
+            ErrorKind::PayloadTooLarge => 413,
             ErrorKind::Invalid => 422,
             ErrorKind::Internal => 500,
             ErrorKind::Transient => 503,
@@ -98,6 +103,24 @@ impl Error {
     /// A 409 with the given reason.
     pub fn conflict(reason: &'static str, message: impl Into<String>) -> Self {
         Self::new(ErrorKind::Conflict, reason, message)
+    }
+
+    /// A 413 `PayloadTooLarge`: the request body is larger than `limit`
+    /// bytes.
+    ///
+    /// # Examples
+    /// ```
+    /// use metal_ipam_core::Error;
+    /// let e = Error::payload_too_large(1024);
+    /// assert_eq!((e.status(), e.reason()), (413, "PayloadTooLarge"));
+    /// assert_eq!(e.message(), "the request body is larger than 1024 bytes");
+    /// ```
+    pub fn payload_too_large(limit: usize) -> Self {
+        Self::new(
+            ErrorKind::PayloadTooLarge,
+            "PayloadTooLarge",
+            format!("the request body is larger than {limit} bytes"),
+        )
     }
 
     /// A 503: retry later.
@@ -212,6 +235,7 @@ mod tests {
             (ErrorKind::MethodNotAllowed, 405),
             (ErrorKind::Conflict, 409),
             (ErrorKind::Exhausted, 409),
+            (ErrorKind::PayloadTooLarge, 413),
             (ErrorKind::Invalid, 422),
             (ErrorKind::Internal, 500),
             (ErrorKind::Transient, 503),

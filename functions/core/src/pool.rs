@@ -26,6 +26,13 @@ pub const KIND_NAMESPACED: &str = "MetalIPPool";
 /// Kind of the cluster-wide pool.
 pub const KIND_GLOBAL: &str = "GlobalMetalIPPool";
 
+/// Most entries `spec.addresses` may list, and separately most entries
+/// `spec.excludedAddresses` may list (each entry an IP, a range `a-b` or a
+/// CIDR, so one entry can cover a /64). A longer list is refused with 422
+/// `Invalid` naming the list. Validation costs O(n log n) in the number of
+/// entries.
+pub const MAX_ENTRIES: usize = 1024;
+
 /// Whether a pool is namespaced or cluster-wide.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum PoolKind {
@@ -369,15 +376,15 @@ impl PoolSpec {
                 "must list at least one address, range or CIDR",
             ));
         }
+        check_entry_count("spec.addresses", self.addresses.len())?;
+        check_entry_count("spec.excludedAddresses", self.excluded_addresses.len())?;
         let mut family = None;
-        let mut configured = RangeSet::new();
-        let mut first = None;
+        let mut configured = Vec::with_capacity(self.addresses.len());
         for (i, entry) in self.addresses.iter().enumerate() {
             let field = format!("spec.addresses[{i}]");
             let (f, a, b) = parse_entry(entry).map_err(|m| Error::invalid(&field, m))?;
             check_family(&mut family, f, &field)?;
-            first.get_or_insert(a);
-            configured.insert_range(a, b);
+            configured.push((a, b));
         }
         let family = family.unwrap_or(Family::V4);
         if self.prefix > family.bits() {
@@ -390,27 +397,34 @@ impl PoolSpec {
                 ),
             ));
         }
-        let (net, last) = subnet_bounds(family, first.unwrap_or(0), self.prefix);
-        for (i, entry) in self.addresses.iter().enumerate() {
-            let (_, a, b) = parse_entry(entry).map_err(|m| Error::invalid("spec.addresses", m))?;
+        let first = configured.first().map_or(0, |r| r.0);
+        let (net, last) = subnet_bounds(family, first, self.prefix);
+        for (i, &(a, b)) in configured.iter().enumerate() {
             if a < net || b > last {
                 return Err(Error::invalid(
                     format!("spec.addresses[{i}]"),
                     format!(
-                        "{entry:?} is outside {}/{}, the subnet of the first address and spec.prefix",
+                        "{:?} is outside {}/{}, the subnet of the first address and spec.prefix",
+                        self.addresses[i],
                         from_u128(family, net),
                         self.prefix
                     ),
                 ));
             }
         }
-        let mut allocatable = configured.clone();
+        let mut excluded = Vec::with_capacity(self.excluded_addresses.len());
         for (i, entry) in self.excluded_addresses.iter().enumerate() {
             let field = format!("spec.excludedAddresses[{i}]");
             let (f, a, b) = parse_entry(entry).map_err(|m| Error::invalid(&field, m))?;
             check_family(&mut Some(family), f, &field)?;
-            allocatable.remove_range(a, b);
+            excluded.push((a, b));
         }
+        // Sort and sweep: O(n log n) whatever the order of the entries
+        // (inserting or removing them one by one would shift the range list
+        // for each entry, O(n²)).
+        let configured = normalize(configured);
+        let mut allocatable = RangeSet::from_ranges(difference(&configured, &normalize(excluded)));
+        let configured = RangeSet::from_ranges(configured);
         let gateway = match &self.gateway {
             None => None,
             Some(g) => {
@@ -437,7 +451,7 @@ impl PoolSpec {
             }
         }
         let mut pre_allocations = BTreeMap::new();
-        let mut pre_allocated = RangeSet::new();
+        let mut holders: BTreeMap<u128, &str> = BTreeMap::new();
         for (claim, ip) in &self.pre_allocations {
             let field = format!("spec.preAllocations.{claim}");
             names::check_subdomain(claim).map_err(|m| Error::invalid(&field, m))?;
@@ -453,15 +467,16 @@ impl PoolSpec {
                     format!("{addr} is not an allocatable address of this pool (outside addresses, excluded or reserved)"),
                 ));
             }
-            if pre_allocated.contains(v) {
+            if holders.insert(v, claim).is_some() {
                 return Err(Error::invalid(
                     &field,
                     format!("{addr} is pre-allocated to another claim too"),
                 ));
             }
-            pre_allocated.insert(v);
             pre_allocations.insert(claim.clone(), v);
         }
+        // In ascending order, so building the set is O(p log p).
+        let pre_allocated = RangeSet::from_ranges(holders.keys().map(|&v| (v, v)));
         Ok(ValidatedPool {
             family,
             prefix: self.prefix,
@@ -473,6 +488,65 @@ impl PoolSpec {
             grace_seconds: u64::from(self.address_reuse_grace_period_seconds),
         })
     }
+}
+
+/// 422 when a list has more than [`MAX_ENTRIES`] entries.
+fn check_entry_count(field: &str, n: usize) -> Result<()> {
+    if n > MAX_ENTRIES {
+        return Err(Error::invalid(
+            field,
+            format!("must have at most {MAX_ENTRIES} entries, has {n}"),
+        ));
+    }
+    Ok(())
+}
+
+/// Inclusive ranges sorted, with overlapping and adjacent ones merged:
+/// O(n log n).
+fn normalize(mut ranges: Vec<(u128, u128)>) -> Vec<(u128, u128)> {
+    ranges.sort_unstable();
+    let mut out: Vec<(u128, u128)> = Vec::with_capacity(ranges.len());
+    for (a, b) in ranges {
+        match out.last_mut() {
+            Some(prev) if a <= prev.1.saturating_add(1) => prev.1 = prev.1.max(b),
+            _ => out.push((a, b)),
+        }
+    }
+    out
+}
+
+/// `from` minus `minus`, both sorted and disjoint (as from [`normalize`]),
+/// in one sweep: O(n + m). The result is sorted and disjoint.
+fn difference(from: &[(u128, u128)], minus: &[(u128, u128)]) -> Vec<(u128, u128)> {
+    let mut out = Vec::with_capacity(from.len());
+    let mut j = 0;
+    for &(a, b) in from {
+        let mut start = a;
+        // Exclusions ending before this range cannot touch later ranges.
+        while j < minus.len() && minus[j].1 < start {
+            j += 1;
+        }
+        let mut k = j;
+        let mut covered = false;
+        while k < minus.len() && minus[k].0 <= b {
+            let (xa, xb) = minus[k];
+            if xa > start {
+                out.push((start, xa - 1));
+            }
+            if xb >= b {
+                covered = true;
+                break;
+            }
+            start = xb + 1;
+            k += 1;
+        }
+        if !covered {
+            out.push((start, b));
+        }
+        // The exclusion at `k` may reach into the next range: resume there.
+        j = k;
+    }
+    out
 }
 
 fn check_family(seen: &mut Option<Family>, f: Family, field: &str) -> Result<()> {
@@ -732,6 +806,131 @@ mod tests {
             let e = s.validate().unwrap_err();
             assert_eq!(e.status(), 422, "{e}");
             assert_eq!(e.field(), Some(field), "{e}");
+        }
+    }
+
+    #[test]
+    fn lists_longer_than_the_cap_are_refused_naming_the_list() {
+        let ips: Vec<String> = (0..=MAX_ENTRIES)
+            .map(|i| format!("10.1.{}.{}", i / 256, i % 256))
+            .collect();
+        let at_cap = PoolSpec {
+            addresses: ips[..MAX_ENTRIES].to_vec(),
+            prefix: 16,
+            ..Default::default()
+        };
+        assert!(at_cap.validate().is_ok());
+        let over = PoolSpec {
+            addresses: ips.clone(),
+            ..at_cap.clone()
+        };
+        let e = over.validate().unwrap_err();
+        assert_eq!(
+            (e.status(), e.field()),
+            (422, Some("spec.addresses")),
+            "{e}"
+        );
+        assert_eq!(
+            e.message(),
+            format!(
+                "must have at most {MAX_ENTRIES} entries, has {}",
+                MAX_ENTRIES + 1
+            )
+        );
+        let over = PoolSpec {
+            excluded_addresses: ips,
+            ..at_cap
+        };
+        let e = over.validate().unwrap_err();
+        assert_eq!(
+            (e.status(), e.field()),
+            (422, Some("spec.excludedAddresses")),
+            "{e}"
+        );
+        assert!(e.message().contains("at most 1024 entries"), "{e}");
+    }
+
+    #[test]
+    fn a_spec_with_the_most_entries_validates() {
+        // The worst order for one-by-one insertion: descending, disjoint
+        // ranges of 4 addresses (10.2.0.0/16, 8 apart); every exclusion
+        // splits a range in two and comes in another order (interleaved).
+        let v4 = |v: u32| std::net::Ipv4Addr::from(0x0a02_0000 + v).to_string();
+        let addresses: Vec<String> = (0..MAX_ENTRIES as u32)
+            .rev()
+            .map(|i| format!("{}-{}", v4(8 * i + 1), v4(8 * i + 4)))
+            .collect();
+        let excluded: Vec<String> = (0..MAX_ENTRIES as u32)
+            .map(|i| v4(8 * ((i * 7) % MAX_ENTRIES as u32) + 2))
+            .collect();
+        let pre: BTreeMap<String, String> = (0..MAX_ENTRIES as u32)
+            .rev()
+            .map(|i| (format!("m-{i}"), v4(8 * i + 4)))
+            .collect();
+        let s = PoolSpec {
+            addresses,
+            prefix: 16,
+            excluded_addresses: excluded,
+            pre_allocations: pre,
+            ..Default::default()
+        };
+        let p = s.validate().unwrap();
+        assert_eq!(p.configured.ranges().len(), MAX_ENTRIES);
+        assert_eq!(p.configured.len(), 4 * MAX_ENTRIES as u128);
+        // Each range loses one address to its exclusion: .1 and .3-.4 remain.
+        assert_eq!(p.allocatable.ranges().len(), 2 * MAX_ENTRIES);
+        assert_eq!(p.total(), 3 * MAX_ENTRIES as u128);
+        assert_eq!(p.pre_allocated.len(), MAX_ENTRIES as u128);
+        assert_eq!(p.pre_allocations.len(), MAX_ENTRIES);
+    }
+
+    /// Far more entries than the cap, in random order: quadratic code would
+    /// run for minutes here (about 10^10 range moves), the sweep takes
+    /// milliseconds.
+    #[test]
+    fn the_sweep_is_not_quadratic() {
+        let n = 200_000u128;
+        let mut x: u128 = 0x2545_f491_4f6c_dd1d;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % (n * 4)
+        };
+        let from: Vec<(u128, u128)> = (0..n).map(|_| next()).map(|a| (a * 4, a * 4 + 2)).collect();
+        let minus: Vec<(u128, u128)> = (0..n)
+            .map(|_| next())
+            .map(|a| (a * 4 + 1, a * 4 + 1))
+            .collect();
+        let from = normalize(from);
+        let minus = normalize(minus);
+        let out = difference(&from, &minus);
+        assert!(out.windows(2).all(|w| w[0].1 + 1 < w[1].0));
+        assert!(out.len() >= from.len());
+    }
+
+    proptest::proptest! {
+        /// The sweep computes exactly what inserting and removing entries
+        /// one by one into a [`RangeSet`] computes.
+        #[test]
+        fn the_sweep_equals_one_by_one_set_operations(
+            from in proptest::collection::vec((0u128..200, 0u128..12), 0..40),
+            minus in proptest::collection::vec((0u128..200, 0u128..12), 0..40),
+        ) {
+            let from: Vec<(u128, u128)> = from.into_iter().map(|(a, l)| (a, a + l)).collect();
+            let minus: Vec<(u128, u128)> = minus.into_iter().map(|(a, l)| (a, a + l)).collect();
+            let mut want = RangeSet::new();
+            for &(a, b) in &from {
+                want.insert_range(a, b);
+            }
+            let configured = want.clone();
+            for &(a, b) in &minus {
+                want.remove_range(a, b);
+            }
+            let norm = normalize(from);
+            proptest::prop_assert_eq!(norm.as_slice(), configured.ranges());
+            let got = difference(&norm, &normalize(minus));
+            proptest::prop_assert_eq!(got.as_slice(), want.ranges());
         }
     }
 

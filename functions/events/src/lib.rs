@@ -6,11 +6,19 @@
 //! All logic is in [`metal_ipam_core::components::events`]. No key-value
 //! store, no Kubernetes access: only `http://*.spin.internal` chaining.
 
-use spin_sdk::http::{Request, Response};
+use spin_sdk::http::{IncomingRequest, ResponseOutparam};
 use spin_sdk::http_component;
 
-/// The component's `wasi:http/incoming-handler` entry point.
+/// The component's `wasi:http/incoming-handler` entry point (streaming:
+/// the body is read by the glue, within the limit, once the head passed).
 #[http_component]
-fn handle(req: Request) -> Response {
-    metal_ipam_spin::serve_component("events", req, false, metal_ipam_core::components::events)
+async fn handle(req: IncomingRequest, out: ResponseOutparam) {
+    metal_ipam_spin::serve_component(
+        "events",
+        req,
+        out,
+        false,
+        metal_ipam_core::components::events,
+    )
+    .await
 }

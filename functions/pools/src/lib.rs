@@ -6,11 +6,13 @@
 //! All logic is in [`metal_ipam_core::components::pools`]; the glue in
 //! [`metal_ipam_spin::serve_component`] adapts it to Spin.
 
-use spin_sdk::http::{Request, Response};
+use spin_sdk::http::{IncomingRequest, ResponseOutparam};
 use spin_sdk::http_component;
 
-/// The component's `wasi:http/incoming-handler` entry point.
+/// The component's `wasi:http/incoming-handler` entry point (streaming:
+/// the body is read by the glue, within the limit, once the head passed).
 #[http_component]
-fn handle(req: Request) -> Response {
-    metal_ipam_spin::serve_component("pools", req, true, metal_ipam_core::components::pools)
+async fn handle(req: IncomingRequest, out: ResponseOutparam) {
+    metal_ipam_spin::serve_component("pools", req, out, true, metal_ipam_core::components::pools)
+        .await
 }

@@ -1,30 +1,41 @@
 //! The request pipeline every function component runs: [`serve_component`].
 //!
-//! 1. [`RequestParts`]: method, path, query and `Authorization` from the
-//!    Spin request;
-//! 2. [`AppConfig::load`]: `api_token` (required) and the optional
-//!    `kv_swap_check`, `events_token`, `k8s_api_url`, `k8s_token`
-//!    (unreadable or invalid → 500);
-//! 3. the `default` store when the component has one ([`SpinKv`]; failure →
-//!    500 if not granted/configured, 503 if the backend failed), wrapped in
-//!    [`CountingKv`]; the Kubernetes client when configured; outbound HTTP
-//!    ([`SpinHttp`]);
-//! 4. the core's component entry ([`metal_ipam_core::components`]);
-//! 5. [`render`] to a Spin response, and one JSON log line on stdout.
+//! 1. [`RequestParts`]: the request head (method, path, query, headers);
+//!    the body is not read yet;
+//! 2. [`admit`], from the head alone: [`AppConfig::load`] (`api_token`
+//!    required; the optional `kv_swap_check`, `events_token`,
+//!    `k8s_api_url`, `k8s_token`; unreadable or invalid → 500), the
+//!    credential (no valid bearer token → 401) and the declared size
+//!    (`Content-Length` over [`MAX_BODY`] → 413);
+//! 3. [`read_body`]: the body, chunk by chunk, given up with 413 as soon as
+//!    it passes [`MAX_BODY`] (a body without `Content-Length`, e.g.
+//!    chunked, is never buffered past the limit either);
+//! 4. [`dispatch_component`]: the `default` store when the component has
+//!    one ([`SpinKv`]; failure → 500 if not granted/configured, 503 if the
+//!    backend failed), wrapped in [`CountingKv`]; the Kubernetes client
+//!    when configured; outbound HTTP ([`SpinHttp`]); then the core's
+//!    component entry ([`metal_ipam_core::components`]);
+//! 5. [`render`] to a Spin response written to the response outparam, and
+//!    one JSON log line on stdout.
 //!
-//! Steps 2–4 are [`dispatch_component`], generic over store, variables and
-//! transport, so that it runs natively in tests.
+//! Steps 2–4 are [`pipeline`], generic over store, variables, body stream
+//! and transport, so that it runs natively in tests. Every answer of steps
+//! 2–3 is rendered by the core ([`ApiResponse::from_error`]), like any
+//! other error.
 
 use std::io::Write;
 use std::time::Instant;
 
-use metal_ipam_core::api::{ApiRequest, ApiResponse};
+use futures::{Stream, StreamExt};
+use metal_ipam_core::api::{ApiRequest, ApiResponse, MAX_BODY};
+use metal_ipam_core::auth;
 use metal_ipam_core::components::Services;
 use metal_ipam_core::kube::{Kube, KubeConfig};
 use metal_ipam_core::kv::{CountingKv, KvError, KvStore, OpCounts};
 use metal_ipam_core::outbound::{HttpClient, TransportError};
 use metal_ipam_core::store::{Ctx, Env, SwapPolicy};
-use spin_sdk::http::{Request, Response};
+use metal_ipam_core::Error;
+use spin_sdk::http::{Fields, IncomingRequest, OutgoingResponse, Response, ResponseOutparam};
 use spin_sdk::variables;
 
 use crate::env::{unix_millis, SpinEnv};
@@ -57,9 +68,9 @@ impl HttpClient for SpinHttp {
 /// component does not declare them.
 #[derive(Clone, PartialEq, Eq)]
 pub struct AppConfig {
-    /// `api_token` (required).
+    /// `api_token` (required, non-empty), without surrounding whitespace.
     pub api_token: String,
-    /// `events_token` (optional).
+    /// `events_token` (optional), without surrounding whitespace.
     pub events_token: String,
     /// `kv_swap_check` (optional, `auto`).
     pub swap_policy: SwapPolicy,
@@ -79,9 +90,12 @@ impl std::fmt::Debug for AppConfig {
 impl AppConfig {
     /// Reads the configuration through `get`.
     ///
+    /// Tokens are trimmed, as the presented bearer token is: a Secret
+    /// written with a trailing newline (`echo token > file`) still matches.
+    ///
     /// # Errors
-    /// A missing `api_token`, an unreadable variable, or a bad
-    /// `kv_swap_check`, as [`SetupError`].
+    /// A missing or empty (after trimming) `api_token`, an unreadable
+    /// variable, or a bad `kv_swap_check`, as [`SetupError`].
     pub fn load(
         get: impl Fn(&str) -> Result<String, variables::Error>,
     ) -> Result<AppConfig, SetupError> {
@@ -97,6 +111,13 @@ impl AppConfig {
             name: VAR_API_TOKEN,
             problem: variable_problem(&e),
         })?;
+        let api_token = api_token.trim();
+        if api_token.is_empty() {
+            return Err(SetupError::Variable {
+                name: VAR_API_TOKEN,
+                problem: "is empty",
+            });
+        }
         let swap_policy = SwapPolicy::parse(&optional(VAR_KV_SWAP_CHECK)?)
             .map_err(|_| SetupError::InvalidSwapCheck)?;
         let url = optional(VAR_K8S_API_URL)?;
@@ -106,8 +127,8 @@ impl AppConfig {
             token: token.trim().to_string(),
         });
         Ok(AppConfig {
-            api_token,
-            events_token: optional(VAR_EVENTS_TOKEN)?,
+            api_token: api_token.to_string(),
+            events_token: optional(VAR_EVENTS_TOKEN)?.trim().to_string(),
             swap_policy,
             kube,
         })
@@ -122,24 +143,81 @@ pub type ComponentHandler<K, H> = fn(
     &dyn Fn(&str) -> Option<String>,
 ) -> ApiResponse;
 
-/// Configuration, store, clients and handler for one request, independent
-/// of Spin (so it runs natively in tests). Returns the response and the
-/// key-value operations made.
-#[allow(clippy::too_many_arguments)]
-pub fn dispatch_component<K: KvStore, H: HttpClient>(
-    req: &ApiRequest<'_>,
-    content_type: Option<&str>,
-    header: &dyn Fn(&str) -> Option<String>,
+/// What can be decided from the request head alone, before any byte of
+/// the body is read: the configuration, the credential and the declared
+/// size. Returns the configuration, or the answer (rendered by the core,
+/// boxed: it is large) that ends the request with its body unread:
+///
+/// - 500 when the configuration cannot be loaded ([`SetupError`]);
+/// - 401 `Unauthorized` without `Authorization: Bearer <api_token>`; except
+///   when an `events_token` is configured (only `events` has one in
+///   spin.toml): that token may travel in the body (the CloudEvents
+///   attribute `metalipamtoken`), so the body is read, within the limit,
+///   and the core decides;
+/// - 413 `PayloadTooLarge` when `Content-Length` exceeds [`MAX_BODY`].
+///
+/// The core authenticates every request again, with the body.
+///
+/// # Errors
+/// The response that answers the request.
+pub fn admit(
+    parts: &RequestParts,
     vars: impl Fn(&str) -> Result<String, variables::Error>,
+) -> Result<AppConfig, Box<ApiResponse>> {
+    let config = AppConfig::load(vars).map_err(|e| e.response())?;
+    if let Err(e) = auth::check_bearer(&config.api_token, parts.authorization.as_deref()) {
+        if config.events_token.is_empty() {
+            return Err(Box::new(ApiResponse::from_error(&e, "")));
+        }
+    }
+    if parts.content_length().is_some_and(|n| n > MAX_BODY as u64) {
+        return Err(Box::new(ApiResponse::from_error(
+            &Error::payload_too_large(MAX_BODY),
+            "",
+        )));
+    }
+    Ok(config)
+}
+
+/// Reads a body from `chunks`, keeping at most `limit` bytes: as soon as
+/// the next chunk would take it past `limit`, the read stops (the rest is
+/// never pulled) and the answer is 413.
+///
+/// # Errors
+/// 413 `PayloadTooLarge` past `limit`; 400 `MalformedRequest` when the
+/// stream fails (the stream's error goes to the log line only).
+pub async fn read_body<S, E>(chunks: S, limit: usize) -> Result<Vec<u8>, Error>
+where
+    S: Stream<Item = Result<Vec<u8>, E>>,
+    E: std::fmt::Debug,
+{
+    let mut chunks = std::pin::pin!(chunks);
+    let mut body = Vec::new();
+    while let Some(chunk) = chunks.next().await {
+        let chunk = chunk.map_err(|e| {
+            Error::malformed("the request body could not be read")
+                .with_detail(format!("reading the request body: {e:?}"))
+        })?;
+        if chunk.len() > limit - body.len() {
+            return Err(Error::payload_too_large(limit));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
+/// Store, clients and handler for one request whose body has been read,
+/// independent of Spin (so it runs natively in tests). Returns the response
+/// and the key-value operations made.
+pub fn dispatch_component<K: KvStore, H: HttpClient>(
+    parts: &RequestParts,
+    body: &[u8],
+    config: &AppConfig,
     open: Option<&dyn Fn() -> Result<K, KvError>>,
     env: &dyn Env,
     http: &H,
     handler: ComponentHandler<K, H>,
 ) -> (ApiResponse, OpCounts) {
-    let config = match AppConfig::load(vars) {
-        Ok(c) => c,
-        Err(e) => return (e.response(), OpCounts::default()),
-    };
     let kv = match open.map(|o| o()) {
         None => None,
         Some(Ok(kv)) => Some(CountingKv::new(kv)),
@@ -158,70 +236,129 @@ pub fn dispatch_component<K: KvStore, H: HttpClient>(
         api_token: &config.api_token,
         events_token: &config.events_token,
     };
-    let resp = handler(&services, req, content_type, header);
+    let header = |name: &str| parts.header(name).map(str::to_string);
+    let resp = handler(
+        &services,
+        &parts.api_request(body),
+        parts.header("content-type"),
+        &header,
+    );
     (resp, kv.map(|k| k.counts()).unwrap_or_default())
 }
 
-/// Serves one request of `component`: the body of an `#[http_component]`
-/// for components built on [`Services`]. `with_store` says whether the
+/// Steps 2–4 of the pipeline: [`admit`], then [`read_body`] on the stream
+/// `body` returns (called only when the request is admitted, so a refused
+/// request's body is never read), then [`dispatch_component`].
+pub async fn pipeline<K, H, S, E>(
+    parts: &RequestParts,
+    body: impl FnOnce() -> S,
+    vars: impl Fn(&str) -> Result<String, variables::Error>,
+    open: Option<&dyn Fn() -> Result<K, KvError>>,
+    env: &dyn Env,
+    http: &H,
+    handler: ComponentHandler<K, H>,
+) -> (ApiResponse, OpCounts)
+where
+    K: KvStore,
+    H: HttpClient,
+    S: Stream<Item = Result<Vec<u8>, E>>,
+    E: std::fmt::Debug,
+{
+    let config = match admit(parts, vars) {
+        Ok(c) => c,
+        Err(resp) => return (*resp, OpCounts::default()),
+    };
+    let body = match read_body(body(), MAX_BODY).await {
+        Ok(b) => b,
+        Err(e) => return (ApiResponse::from_error(&e, ""), OpCounts::default()),
+    };
+    dispatch_component(parts, &body, &config, open, env, http, handler)
+}
+
+/// Serves one request of `component`: the body of the `#[http_component]`
+/// of every component built on [`Services`]. `with_store` says whether the
 /// component has the `default` key-value store in spin.toml.
+///
+/// Takes the request as a stream ([`IncomingRequest`]) so that nothing is
+/// buffered before [`admit`] has looked at the head, and the body is read
+/// by [`read_body`], within [`MAX_BODY`].
 ///
 /// # Examples
 /// ```no_run
-/// use spin_sdk::http::{Request, Response};
+/// use spin_sdk::http::{IncomingRequest, ResponseOutparam};
 ///
 /// #[spin_sdk::http_component]
-/// fn handle(req: Request) -> Response {
-///     metal_ipam_spin::serve_component("pools", req, true, metal_ipam_core::components::pools)
+/// async fn handle(req: IncomingRequest, out: ResponseOutparam) {
+///     metal_ipam_spin::serve_component("pools", req, out, true, metal_ipam_core::components::pools)
+///         .await
 /// }
 /// # fn main() {}
 /// ```
-pub fn serve_component(
+pub async fn serve_component(
     component: &str,
-    req: Request,
+    req: IncomingRequest,
+    response_out: ResponseOutparam,
     with_store: bool,
     handler: ComponentHandler<SpinKv, SpinHttp>,
-) -> Response {
+) {
     let started = Instant::now();
-    let parts = RequestParts::from_request(&req);
-    let api = parts.api_request(req.body());
-    let content_type = req
-        .header("content-type")
-        .and_then(|v| v.as_str())
-        .map(str::to_string);
-    let header = |name: &str| {
-        req.header(name)
-            .and_then(|v| v.as_str())
-            .map(str::to_string)
-    };
+    let parts = RequestParts::from_incoming(&req);
     let env = SpinEnv::new();
     let open = || SpinKv::open_default();
-    let (resp, ops) = dispatch_component(
-        &api,
-        content_type.as_deref(),
-        &header,
+    let (resp, ops) = pipeline(
+        &parts,
+        move || req.into_body_stream(),
         spin_variable,
         if with_store { Some(&open) } else { None },
         &env,
         &SpinHttp,
         handler,
-    );
+    )
+    .await;
     let duration_ms = started.elapsed().as_secs_f64() * 1000.0;
-    let line = resp.log_line(component, &api, unix_millis(), duration_ms, ops);
+    let line = resp.log_line(
+        component,
+        &parts.api_request(&[]),
+        unix_millis(),
+        duration_ms,
+        ops,
+    );
     let _ = writeln!(std::io::stdout().lock(), "{line}");
-    render(&resp)
+    respond(response_out, render(&resp)).await;
+}
+
+/// Writes `resp` to the response outparam.
+async fn respond(out: ResponseOutparam, resp: Response) {
+    let headers: Vec<(String, Vec<u8>)> = resp
+        .headers()
+        .map(|(n, v)| (n.to_string(), v.as_bytes().to_vec()))
+        .collect();
+    let fields = Fields::from_list(&headers).unwrap_or_else(|e| {
+        eprintln!("invalid response header: {e:?}");
+        Fields::new()
+    });
+    let outgoing = OutgoingResponse::new(fields);
+    if outgoing.set_status_code(*resp.status()).is_err() {
+        eprintln!("invalid response status {}", resp.status());
+    }
+    if let Err(e) = out.set_with_body(outgoing, resp.into_body()).await {
+        eprintln!("could not send the response: {e:?}");
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::cell::Cell;
+    use std::convert::Infallible;
+
+    use futures::executor::block_on;
+    use futures::stream;
 
     use metal_ipam_core::components;
     use metal_ipam_core::kv::Swap;
     use metal_ipam_core::testing::{Backend, MemCas, MemKv, TestEnv};
     use serde_json::{json, Value};
-    use spin_sdk::http::Method;
 
     const TOKEN: &str = "s3cret-t0ken";
 
@@ -243,6 +380,9 @@ mod tests {
         type Cas = MemCas;
         fn get(&self, key: &str) -> Result<Option<Vec<u8>>, KvError> {
             self.0.get(key)
+        }
+        fn get_many(&self, keys: &[String]) -> Result<Vec<Option<Vec<u8>>>, KvError> {
+            self.0.get_many(keys)
         }
         fn set(&self, key: &str, value: &[u8]) -> Result<(), KvError> {
             self.0.set(key, value)
@@ -279,33 +419,93 @@ mod tests {
         }
     }
 
-    fn request(method: Method, uri: &str, auth: Option<&str>, body: &str) -> Request {
-        let mut b = Request::builder();
-        b.method(method).uri(uri).body(body.to_string());
-        if let Some(a) = auth {
-            b.header("Authorization", a);
-        }
-        b.build()
+    /// A request: its head (with `Content-Length` when `body` is not
+    /// empty) and its body.
+    struct Req {
+        parts: RequestParts,
+        body: Vec<u8>,
     }
 
-    /// One request through parsing, dispatch, rendering and the log line.
-    fn run(kv: &MemKv, req: &Request) -> (Response, String, OpCounts) {
-        let parts = RequestParts::from_request(req);
-        let api = parts.api_request(req.body());
+    fn request(method: &str, uri: &str, auth: Option<&str>, body: &str) -> Req {
+        let mut headers = Vec::new();
+        if let Some(a) = auth {
+            headers.push(("Authorization".to_string(), a.as_bytes().to_vec()));
+        }
+        if !body.is_empty() {
+            headers.push((
+                "content-length".to_string(),
+                body.len().to_string().into_bytes(),
+            ));
+        }
+        Req {
+            parts: RequestParts::new(method, uri, headers),
+            body: body.as_bytes().to_vec(),
+        }
+    }
+
+    /// `body` as a stream of 16 KiB chunks (the size spin-sdk reads), and a
+    /// counter of the chunks pulled from it.
+    fn chunks<'a>(
+        body: &'a [u8],
+        pulled: &'a Cell<usize>,
+    ) -> impl Stream<Item = Result<Vec<u8>, Infallible>> + 'a {
+        stream::iter(body.chunks(16 * 1024)).map(move |c| {
+            pulled.set(pulled.get() + 1);
+            Ok(c.to_vec())
+        })
+    }
+
+    /// One request through the whole pipeline (admission, body, dispatch),
+    /// rendering and the log line, with variables `vars`. Also says how many
+    /// body chunks were read.
+    fn run_with<'k>(
+        kv: &'k MemKv,
+        req: &Req,
+        vars: impl Fn(&str) -> Result<String, variables::Error>,
+        handler: ComponentHandler<Shared<'k>, NoHttp>,
+    ) -> (Response, String, OpCounts, usize) {
         let env = TestEnv::at(1_700_000_000);
         let open = || Ok(Shared(kv));
-        let (resp, ops) = dispatch_component(
-            &api,
-            None,
-            &|_| None,
-            vars(Some("auto"), false),
+        let pulled = Cell::new(0);
+        let (resp, ops) = block_on(pipeline(
+            &req.parts,
+            || chunks(&req.body, &pulled),
+            vars,
             Some(&open),
             &env,
             &NoHttp,
-            components::pools,
-        );
-        let line = resp.log_line("pools", &api, 1, 0.5, ops);
-        (render(&resp), line, ops)
+            handler,
+        ));
+        let line = resp.log_line("pools", &req.parts.api_request(&[]), 1, 0.5, ops);
+        (render(&resp), line, ops, pulled.get())
+    }
+
+    /// [`pipeline`] on `req` with a store from `open`: the response, the
+    /// key-value operations and the number of body chunks read.
+    fn pipe<K: KvStore>(
+        req: &Req,
+        vars: impl Fn(&str) -> Result<String, variables::Error>,
+        open: Option<&dyn Fn() -> Result<K, KvError>>,
+        handler: ComponentHandler<K, NoHttp>,
+    ) -> (ApiResponse, OpCounts, usize) {
+        let env = TestEnv::at(0);
+        let pulled = Cell::new(0);
+        let (r, ops) = block_on(pipeline(
+            &req.parts,
+            || chunks(&req.body, &pulled),
+            vars,
+            open,
+            &env,
+            &NoHttp,
+            handler,
+        ));
+        (r, ops, pulled.get())
+    }
+
+    /// One request to `pools` through the whole pipeline.
+    fn run(kv: &MemKv, req: &Req) -> (Response, String, OpCounts) {
+        let (r, line, ops, _) = run_with(kv, req, vars(Some("auto"), false), components::pools);
+        (r, line, ops)
     }
 
     fn json_body(r: &Response) -> Value {
@@ -319,30 +519,29 @@ mod tests {
     #[test]
     fn request_parts_from_a_full_url() {
         let req = request(
-            Method::Put,
+            "PUT",
             "http://127.0.0.1:3000/v1/pools/ns/p?dryRun=1&x=%2F",
             Some("Bearer abc"),
             "{}",
         );
-        let parts = RequestParts::from_request(&req);
+        let parts = &req.parts;
         assert_eq!(parts.method, "PUT");
         assert_eq!(parts.path, "/v1/pools/ns/p");
         assert_eq!(parts.query, "dryRun=1&x=%2F");
         assert_eq!(parts.authorization.as_deref(), Some("Bearer abc"));
-        let api = parts.api_request(req.body());
+        let api = parts.api_request(&req.body);
         assert_eq!(api.body, b"{}");
         assert_eq!(api.authorization, Some("Bearer abc"));
     }
 
     #[test]
     fn request_parts_from_an_origin_form_uri() {
-        let req = request(Method::Delete, "/v1/claims/ns/m-0?uid=u-1", None, "");
-        let parts = RequestParts::from_request(&req);
+        let parts = request("DELETE", "/v1/claims/ns/m-0?uid=u-1", None, "").parts;
         assert_eq!(parts.method, "DELETE");
         assert_eq!(parts.path, "/v1/claims/ns/m-0");
         assert_eq!(parts.query, "uid=u-1");
         assert_eq!(parts.authorization, None);
-        let parts = RequestParts::from_request(&request(Method::Get, "/v1/pools", None, ""));
+        let parts = request("GET", "/v1/pools", None, "").parts;
         assert_eq!(
             (parts.path.as_str(), parts.query.as_str()),
             ("/v1/pools", "")
@@ -351,15 +550,19 @@ mod tests {
 
     #[test]
     fn other_methods_are_upper_cased() {
-        let req = request(Method::Other("purge".into()), "/v1/pools", None, "");
-        assert_eq!(RequestParts::from_request(&req).method, "PURGE");
-        let req = request(Method::Patch, "/v1/pools", None, "");
-        assert_eq!(RequestParts::from_request(&req).method, "PATCH");
+        assert_eq!(
+            request("purge", "/v1/pools", None, "").parts.method,
+            "PURGE"
+        );
+        assert_eq!(
+            request("Patch", "/v1/pools", None, "").parts.method,
+            "PATCH"
+        );
     }
 
     #[test]
     fn debug_output_redacts_credentials() {
-        let parts = RequestParts::from_request(&request(Method::Get, "/", Some("Bearer abc"), ""));
+        let parts = request("GET", "/", Some("Bearer abc"), "").parts;
         assert!(!format!("{parts:?}").contains("abc"));
         let config = AppConfig::load(vars(Some("auto"), true)).unwrap();
         let debug = format!("{config:?}");
@@ -490,39 +693,19 @@ mod tests {
     }
 
     #[test]
-    fn setup_failures_skip_the_store_and_the_handler() {
+    fn setup_failures_skip_the_body_the_store_and_the_handler() {
         let opened = Cell::new(false);
-        let env = TestEnv::at(0);
-        let parts = RequestParts::from_request(&request(Method::Get, "/v1/pools", None, ""));
-        let api = parts.api_request(b"");
+        let req = request("GET", "/v1/pools", Some(&format!("Bearer {TOKEN}")), "{}");
         let open = || {
             opened.set(true);
             Ok(MemKv::new(Backend::SpinSqlite))
         };
-        let (r, ops) = dispatch_component(
-            &api,
-            None,
-            &|_| None,
-            vars(Some("bogus"), false),
-            Some(&open),
-            &env,
-            &NoHttp,
-            must_not_run,
-        );
-        assert_eq!((r.status, ops.total()), (500, 0));
+        let (r, ops, pulled) = pipe(&req, vars(Some("bogus"), false), Some(&open), must_not_run);
+        assert_eq!((r.status, ops.total(), pulled), (500, 0, 0));
         assert!(!opened.get());
 
         let broken = || Err::<MemKv, _>(KvError::NoSuchStore);
-        let (r, ops) = dispatch_component(
-            &api,
-            None,
-            &|_| None,
-            vars(Some("auto"), false),
-            Some(&broken),
-            &env,
-            &NoHttp,
-            must_not_run,
-        );
+        let (r, ops, _) = pipe(&req, vars(Some("auto"), false), Some(&broken), must_not_run);
         // An unconfigured store is a deployment mistake: 500, like the core.
         assert_eq!(
             (r.status, r.reason, ops.total()),
@@ -533,8 +716,8 @@ mod tests {
     fn inspecting(
         s: &Services<'_, CountingKv<MemKv>, NoHttp>,
         req: &ApiRequest<'_>,
-        _: Option<&str>,
-        _: &dyn Fn(&str) -> Option<String>,
+        content_type: Option<&str>,
+        header: &dyn Fn(&str) -> Option<String>,
     ) -> ApiResponse {
         assert_eq!(s.api_token, TOKEN);
         let ctx = s.ctx.expect("a store");
@@ -544,66 +727,218 @@ mod tests {
             "the Kubernetes client is built from k8s_api_url and k8s_token"
         );
         assert_eq!(req.path, "/v1/pools");
+        assert_eq!(req.body, b"{}");
+        assert_eq!(content_type, Some("application/json"));
+        assert_eq!(header("CE-Type").as_deref(), Some("t"));
         let _ = ctx.kv.get("a");
         let _ = ctx.kv.increment("b", 1);
         SetupError::InvalidSwapCheck.response()
     }
 
     #[test]
-    fn dispatch_passes_token_policy_clients_and_counts_to_the_handler() {
-        let env = TestEnv::at(0);
-        let parts = RequestParts::from_request(&request(Method::Get, "/v1/pools", None, ""));
+    fn dispatch_passes_token_policy_clients_headers_and_counts_to_the_handler() {
+        let mut req = request("GET", "/v1/pools", Some(&format!("Bearer {TOKEN}")), "{}");
+        req.parts
+            .headers
+            .push(("content-type".into(), "application/json".into()));
+        req.parts.headers.push(("ce-type".into(), "t".into()));
         let open = || Ok(MemKv::new(Backend::Redis));
-        let (r, ops) = dispatch_component(
-            &parts.api_request(b""),
-            None,
-            &|_| None,
-            vars(Some("always"), true),
-            Some(&open),
-            &env,
-            &NoHttp,
-            inspecting,
-        );
+        let (r, ops, _) = pipe(&req, vars(Some("always"), true), Some(&open), inspecting);
         assert_eq!(r.status, 500);
         assert_eq!((ops.get, ops.increment, ops.total()), (1, 1, 2));
     }
 
     #[test]
     fn a_component_without_store_or_kube_says_so() {
-        let env = TestEnv::at(0);
-        let req = ApiRequest {
-            method: "POST",
-            path: "/v1/reconcile",
-            query: "",
-            authorization: Some("Bearer s3cret-t0ken"),
-            body: b"",
-        };
-        let (r, ops) = dispatch_component::<MemKv, NoHttp>(
-            &req,
-            None,
-            &|_| None,
-            vars(None, false),
-            None,
-            &env,
-            &NoHttp,
-            components::reconcile,
-        );
+        let req = request("POST", "/v1/reconcile", Some("Bearer s3cret-t0ken"), "");
+        let (r, ops, _) = pipe::<MemKv>(&req, vars(None, false), None, components::reconcile);
         assert_eq!(
             (r.status, r.reason, ops.total()),
             (500, Some("StoreMisconfigured"), 0)
         );
         let open = || Ok(MemKv::new(Backend::SpinSqlite));
-        let (r, _) = dispatch_component::<MemKv, NoHttp>(
-            &req,
-            None,
-            &|_| None,
-            vars(None, false),
-            Some(&open),
-            &env,
-            &NoHttp,
-            components::reconcile,
-        );
+        let (r, _, _) = pipe(&req, vars(None, false), Some(&open), components::reconcile);
         assert_eq!((r.status, r.reason), (500, Some("KubeNotConfigured")));
+    }
+
+    /// Variables with `api_token` and `events_token` as given.
+    fn tokens(
+        api: &'static str,
+        events: &'static str,
+    ) -> impl Fn(&str) -> Result<String, variables::Error> {
+        move |name: &str| match name {
+            VAR_API_TOKEN => Ok(api.to_string()),
+            VAR_EVENTS_TOKEN => Ok(events.to_string()),
+            other => Err(variables::Error::Undefined(other.to_string())),
+        }
+    }
+
+    #[test]
+    fn tokens_are_trimmed_like_the_presented_one() {
+        // A Secret written with `echo`: the token ends with a newline.
+        let kv = MemKv::new(Backend::SpinSqlite);
+        let req = request("GET", "/v1/pools", Some("Bearer dev-token"), "");
+        let (r, _, _, _) = run_with(&kv, &req, tokens("dev-token\n", ""), components::pools);
+        assert_eq!(*r.status(), 200, "{}", String::from_utf8_lossy(r.body()));
+        let (r, _, _, _) = run_with(&kv, &req, tokens(" dev-token\r\n", ""), components::pools);
+        assert_eq!(*r.status(), 200);
+        let c = AppConfig::load(tokens("a\n", "\tev-token \n")).unwrap();
+        assert_eq!(
+            (c.api_token.as_str(), c.events_token.as_str()),
+            ("a", "ev-token")
+        );
+
+        // Only whitespace is no token: a setup error, as a missing one.
+        let e = AppConfig::load(tokens(" \n", "")).unwrap_err();
+        assert_eq!(
+            e,
+            SetupError::Variable {
+                name: VAR_API_TOKEN,
+                problem: "is empty"
+            }
+        );
+        let (r, _, _, pulled) = run_with(&kv, &req, tokens("\n", ""), components::pools);
+        assert_eq!((*r.status(), pulled), (500, 0));
+        let body = json_body(&r);
+        assert_eq!(body["reason"], "AuthNotConfigured");
+        assert_eq!(body["message"], "the api_token variable is empty");
+    }
+
+    /// A body of `n` bytes of JSON whitespace.
+    fn big(n: usize) -> String {
+        " ".repeat(n)
+    }
+
+    #[test]
+    fn unauthenticated_requests_are_refused_before_the_body_is_read() {
+        let kv = MemKv::new(Backend::SpinSqlite);
+        let body = big(3 * MAX_BODY);
+        for auth in [None, Some("Bearer wrong"), Some("Basic s3cret-t0ken")] {
+            for with_length in [true, false] {
+                let mut req = request("PUT", "/v1/pools/ns/p", auth, &body);
+                if !with_length {
+                    req.parts.headers.retain(|(n, _)| n != "content-length");
+                }
+                let (r, line, ops, pulled) =
+                    run_with(&kv, &req, vars(None, false), components::pools);
+                assert_eq!((*r.status(), pulled, ops.total()), (401, 0, 0), "{auth:?}");
+                assert_eq!(json_body(&r)["reason"], "Unauthorized");
+                assert!(header(&r, "www-authenticate").is_some());
+                let log: Value = serde_json::from_str(&line).unwrap();
+                assert_eq!(log["reason"], "Unauthorized");
+            }
+        }
+    }
+
+    #[test]
+    fn a_declared_length_over_the_limit_is_refused_before_the_body_is_read() {
+        let kv = MemKv::new(Backend::SpinSqlite);
+        let bearer = format!("Bearer {TOKEN}");
+        let req = request("PUT", "/v1/pools/ns/p", Some(&bearer), &big(MAX_BODY + 1));
+        let (r, line, ops, pulled) = run_with(&kv, &req, vars(None, false), components::pools);
+        assert_eq!((*r.status(), pulled, ops.total()), (413, 0, 0));
+        assert_eq!(header(&r, "content-type"), Some("application/json"));
+        assert_eq!(
+            json_body(&r),
+            json!({"reason": "PayloadTooLarge",
+                   "message": format!("the request body is larger than {MAX_BODY} bytes")})
+        );
+        let log: Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(
+            (log["status"].as_u64(), log["reason"].as_str()),
+            (Some(413), Some("PayloadTooLarge"))
+        );
+
+        // A declared length is believed only up to the limit: a body longer
+        // than it said is cut off at the limit too.
+        let mut lying = request("PUT", "/v1/pools/ns/p", Some(&bearer), &big(4 * MAX_BODY));
+        for h in &mut lying.parts.headers {
+            if h.0 == "content-length" {
+                h.1 = "10".into();
+            }
+        }
+        let (r, _, _, pulled) = run_with(&kv, &lying, vars(None, false), components::pools);
+        assert_eq!(*r.status(), 413);
+        assert!(pulled <= MAX_BODY / (16 * 1024) + 1, "{pulled} chunks read");
+    }
+
+    #[test]
+    fn a_body_without_length_is_read_only_up_to_the_limit() {
+        let kv = MemKv::new(Backend::SpinSqlite);
+        let bearer = format!("Bearer {TOKEN}");
+        let unsized_request = |n: usize| {
+            let mut req = request("PUT", "/v1/pools/ns/p", Some(&bearer), &big(n));
+            req.parts.headers.retain(|(n, _)| n != "content-length");
+            req
+        };
+        let (r, _, ops, pulled) = run_with(
+            &kv,
+            &unsized_request(16 * MAX_BODY),
+            vars(None, false),
+            components::pools,
+        );
+        assert_eq!((*r.status(), ops.total()), (413, 0));
+        assert_eq!(json_body(&r)["reason"], "PayloadTooLarge");
+        // 64 chunks make the limit; the 65th passes it and ends the read.
+        assert_eq!(pulled, MAX_BODY / (16 * 1024) + 1);
+
+        // Exactly the limit is accepted (and then is no JSON: 400).
+        let (r, _, _, _) = run_with(
+            &kv,
+            &unsized_request(MAX_BODY),
+            vars(None, false),
+            components::pools,
+        );
+        assert_eq!(*r.status(), 400);
+        assert_eq!(json_body(&r)["reason"], "MalformedRequest");
+    }
+
+    #[test]
+    fn read_body_stops_at_the_first_chunk_past_the_limit() {
+        let pulled = Cell::new(0);
+        let body = vec![b'x'; 100];
+        let r = block_on(read_body(chunks(&body, &pulled), 100)).unwrap();
+        assert_eq!(r.len(), 100);
+        let three = [Ok(vec![1u8; 40]), Ok(vec![2u8; 40]), Ok(vec![3u8; 40])];
+        let taken = Cell::new(0);
+        let s = stream::iter(three)
+            .inspect(|_: &Result<Vec<u8>, Infallible>| taken.set(taken.get() + 1));
+        let e = block_on(read_body(s, 79)).unwrap_err();
+        assert_eq!(
+            (e.status(), e.reason(), taken.get()),
+            (413, "PayloadTooLarge", 2)
+        );
+        let failing = stream::iter([Ok(vec![1u8]), Err("connection reset")]);
+        let e = block_on(read_body(failing, 10)).unwrap_err();
+        assert_eq!((e.status(), e.reason()), (400, "MalformedRequest"));
+        assert!(e.detail().unwrap_or("").contains("connection reset"));
+    }
+
+    #[test]
+    fn with_an_events_token_the_body_may_carry_the_credential() {
+        // A structured-mode CloudEvent carries the events token in its body
+        // (Knative's ApiServerSource cannot send headers): the body is read,
+        // within the limit, and the core decides.
+        let kv = MemKv::new(Backend::SpinSqlite);
+        let ce = json!({"specversion": "1.0", "id": "1", "source": "s",
+            "type": "dev.knative.apiserver.resource.add", "metalipamtoken": "wrong",
+            "data": {}});
+        let mut req = request("POST", "/v1/events", None, &ce.to_string());
+        req.parts
+            .headers
+            .push(("content-type".into(), "application/cloudevents+json".into()));
+        let (r, _, _, pulled) = run_with(&kv, &req, tokens(TOKEN, "ev"), components::events);
+        assert_eq!((*r.status(), pulled), (401, 1));
+        // Without an events token, only the header counts: not read.
+        let (r, _, _, pulled) = run_with(&kv, &req, tokens(TOKEN, ""), components::events);
+        assert_eq!((*r.status(), pulled), (401, 0));
+        // The declared size is still checked first.
+        let mut req = request("POST", "/v1/events", None, &big(MAX_BODY + 1));
+        req.parts
+            .headers
+            .push(("content-type".into(), "application/cloudevents+json".into()));
+        let (r, _, _, pulled) = run_with(&kv, &req, tokens(TOKEN, "ev"), components::events);
+        assert_eq!((*r.status(), pulled), (413, 0));
     }
 
     #[test]
@@ -617,7 +952,7 @@ mod tests {
         let (r, line, _) = run(
             &kv,
             &request(
-                Method::Put,
+                "PUT",
                 "http://h/v1/pools/ns/p",
                 Some(&bearer),
                 &pool.to_string(),
@@ -632,15 +967,12 @@ mod tests {
         );
         assert!(log["kv_ops"].as_u64().unwrap_or(0) > 0);
 
-        let (r, _, ops) = run(&kv, &request(Method::Get, "/v1/pools", Some(&bearer), ""));
+        let (r, _, ops) = run(&kv, &request("GET", "/v1/pools", Some(&bearer), ""));
         assert_eq!(*r.status(), 200);
         assert_eq!(json_body(&r)["items"].as_array().map(Vec::len), Some(1));
         assert!(ops.list_keys >= 1);
 
-        let (r, line, ops) = run(
-            &kv,
-            &request(Method::Get, "/v1/pools", Some("Bearer wrong"), ""),
-        );
+        let (r, line, ops) = run(&kv, &request("GET", "/v1/pools", Some("Bearer wrong"), ""));
         assert_eq!(*r.status(), 401);
         assert!(header(&r, "www-authenticate").is_some());
         assert_eq!(ops.total(), 0);
@@ -648,10 +980,7 @@ mod tests {
             assert!(!text.contains(TOKEN) && !text.contains("wrong"), "{text}");
         }
 
-        let (r, _, _) = run(
-            &kv,
-            &request(Method::Delete, "/v1/pools/ns/p", Some(&bearer), ""),
-        );
+        let (r, _, _) = run(&kv, &request("DELETE", "/v1/pools/ns/p", Some(&bearer), ""));
         assert_eq!(*r.status(), 204);
         assert_eq!(header(&r, "content-type"), None);
         assert!(r.body().is_empty());

@@ -1,5 +1,5 @@
 //! The Spin-facing pieces of the request pipeline ([`crate::serve_component`]):
-//! [`RequestParts`] from a Spin request, [`SetupError`] for failures before
+//! [`RequestParts`], the head of a Spin request, [`SetupError`] for failures before
 //! the core runs, [`render`] back to a Spin response, and [`spin_variable`].
 //! No variable value, token or backend message ever reaches a response or
 //! the log.
@@ -9,7 +9,7 @@ use std::fmt;
 use metal_ipam_core::api::{ApiRequest, ApiResponse};
 use metal_ipam_core::kv::KvError;
 use metal_ipam_core::{Error, ErrorKind};
-use spin_sdk::http::{Request, Response};
+use spin_sdk::http::{IncomingRequest, Response};
 use spin_sdk::variables;
 
 /// Variable holding the bearer token (spin.toml `[variables]`).
@@ -18,8 +18,9 @@ pub const VAR_API_TOKEN: &str = "api_token";
 /// Variable holding the swap read-back policy: `auto` or `always`.
 pub const VAR_KV_SWAP_CHECK: &str = "kv_swap_check";
 
-/// The parts of an HTTP request the core looks at, owned so that an
-/// [`ApiRequest`] can borrow them next to the request body.
+/// The head of an HTTP request (everything but the body), owned so that an
+/// [`ApiRequest`] can borrow it next to the body, which is read later (or
+/// never: see [`crate::admit`]).
 #[derive(Clone, PartialEq, Eq)]
 pub struct RequestParts {
     /// Method, upper case (`Method::Other` values are upper-cased too).
@@ -31,6 +32,9 @@ pub struct RequestParts {
     pub query: String,
     /// The `Authorization` header, if present and valid UTF-8.
     pub authorization: Option<String>,
+    /// Every header whose value is valid UTF-8, names in lower case, in the
+    /// order received (Spin refuses a request with a header that is not).
+    pub headers: Vec<(String, String)>,
 }
 
 impl fmt::Debug for RequestParts {
@@ -43,27 +47,71 @@ impl fmt::Debug for RequestParts {
                 "authorization",
                 &self.authorization.as_ref().map(|_| "<redacted>"),
             )
+            .field(
+                "headers",
+                &self.headers.iter().map(|(n, _)| n).collect::<Vec<_>>(),
+            )
             .finish()
     }
 }
 
 impl RequestParts {
-    /// Extracts the parts from a Spin request.
+    /// The parts of a request with `method`, `path_with_query` (the
+    /// request target, e.g. `/v1/pools/ns/p?dryRun=1`; an absolute URL is
+    /// accepted too) and `headers`.
     ///
     /// The path is the full path of the request URI, which Spin passes
     /// unchanged: the same as the `spin-full-url` header's path, whereas
     /// `spin-path-info` would be relative to the matched route (`/ns/name`
     /// under `/v1/pools/...`) and is not used.
-    pub fn from_request(req: &Request) -> Self {
-        RequestParts {
-            method: req.method().to_string().to_ascii_uppercase(),
-            path: req.path().to_string(),
-            query: req.query().to_string(),
-            authorization: req
-                .header("authorization")
-                .and_then(|v| v.as_str())
-                .map(str::to_string),
-        }
+    pub fn new(
+        method: &str,
+        path_with_query: &str,
+        headers: impl IntoIterator<Item = (String, Vec<u8>)>,
+    ) -> Self {
+        let uri = http::Uri::try_from(path_with_query).ok();
+        let headers: Vec<(String, String)> = headers
+            .into_iter()
+            .filter_map(|(n, v)| Some((n.to_ascii_lowercase(), String::from_utf8(v).ok()?)))
+            .collect();
+        let mut parts = RequestParts {
+            method: method.to_ascii_uppercase(),
+            path: uri
+                .as_ref()
+                .map(|u| u.path().to_string())
+                .unwrap_or_default(),
+            query: uri
+                .as_ref()
+                .and_then(|u| u.query())
+                .unwrap_or_default()
+                .to_string(),
+            authorization: None,
+            headers,
+        };
+        parts.authorization = parts.header("authorization").map(str::to_string);
+        parts
+    }
+
+    /// The head of a Spin request; its body is left unread.
+    pub fn from_incoming(req: &IncomingRequest) -> Self {
+        Self::new(
+            &req.method().to_string(),
+            &req.path_with_query().unwrap_or_default(),
+            req.headers().entries(),
+        )
+    }
+
+    /// The first value of header `name` (any case).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The `Content-Length` the client declared, if any (and a number).
+    pub fn content_length(&self) -> Option<u64> {
+        self.header("content-length")?.trim().parse().ok()
     }
 
     /// The core's view of the request, with `body`.

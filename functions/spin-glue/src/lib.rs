@@ -12,12 +12,16 @@
 //! - [`SpinHttp`]: [`metal_ipam_core::outbound::HttpClient`] over spin-sdk's
 //!   outbound HTTP (Kubernetes API, service chaining).
 //! - [`serve_component`]: the entry helper every function component calls
-//!   from its `#[http_component]`: variables, store, clients, the core's
+//!   from its `#[http_component]` (streaming form: `IncomingRequest` and
+//!   `ResponseOutparam`): variables, authentication and size checks before
+//!   the body is read, the body read within
+//!   [`metal_ipam_core::api::MAX_BODY`], store, clients, the core's
 //!   component entry, rendering, one log line.
 //!
 //! The pieces of [`serve_component`] that do not need a Spin host
-//! ([`RequestParts`], [`AppConfig::load`], [`dispatch_component`],
-//! [`render`], [`backoff`]) are public and tested natively.
+//! ([`RequestParts`], [`AppConfig::load`], [`admit`], [`read_body`],
+//! [`pipeline`], [`dispatch_component`], [`render`], [`backoff`]) are
+//! public and tested natively.
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
 
@@ -27,8 +31,8 @@ mod http;
 mod kv;
 
 pub use app::{
-    dispatch_component, serve_component, AppConfig, ComponentHandler, SpinHttp, VAR_EVENTS_TOKEN,
-    VAR_K8S_API_URL, VAR_K8S_TOKEN,
+    admit, dispatch_component, pipeline, read_body, serve_component, AppConfig, ComponentHandler,
+    SpinHttp, VAR_EVENTS_TOKEN, VAR_K8S_API_URL, VAR_K8S_TOKEN,
 };
 pub use env::{backoff, SpinEnv, BACKOFF_BASE, BACKOFF_CAP};
 pub use http::{
