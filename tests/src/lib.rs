@@ -2,5 +2,6 @@
 
 pub mod client;
 pub mod fake_kube;
+pub mod fuzz;
 pub mod harness;
 pub mod schema;
