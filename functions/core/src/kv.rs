@@ -99,6 +99,14 @@ pub trait KvStore {
     /// Backend failure.
     fn delete(&self, key: &str) -> Result<(), KvError>;
 
+    /// Reads several keys in one operation (`wasi:keyvalue/batch`
+    /// `get-many`), in the order asked; absent keys are `None`. Not atomic:
+    /// each key is read at some instant during the call.
+    ///
+    /// # Errors
+    /// Backend failure.
+    fn get_many(&self, keys: &[String]) -> Result<Vec<Option<Vec<u8>>>, KvError>;
+
     /// Lists every key of the store (not used on allocation paths).
     ///
     /// # Errors
@@ -138,6 +146,8 @@ pub fn is_zero_counter(bytes: &[u8]) -> bool {
 pub struct OpCounts {
     /// `get` calls.
     pub get: u32,
+    /// `get_many` calls (one operation each, whatever the number of keys).
+    pub get_many: u32,
     /// `set` calls.
     pub set: u32,
     /// `delete` calls.
@@ -156,6 +166,7 @@ impl OpCounts {
     /// All operations together.
     pub fn total(&self) -> u32 {
         self.get
+            + self.get_many
             + self.set
             + self.delete
             + self.list_keys
@@ -204,6 +215,11 @@ impl<K: KvStore> KvStore for CountingKv<K> {
     fn get(&self, key: &str) -> Result<Option<Vec<u8>>, KvError> {
         self.bump(|c| c.get += 1);
         self.inner.get(key)
+    }
+
+    fn get_many(&self, keys: &[String]) -> Result<Vec<Option<Vec<u8>>>, KvError> {
+        self.bump(|c| c.get_many += 1);
+        self.inner.get_many(keys)
     }
 
     fn set(&self, key: &str, value: &[u8]) -> Result<(), KvError> {

@@ -16,9 +16,15 @@ pub enum Backend {
     /// upsert; counters are 8-byte little-endian; incrementing anything else
     /// is a host panic (reported here as an error and recorded).
     SpinSqlite,
-    /// Spin's Redis store: a swap whose key changed since `current()` is
-    /// reported as success without writing; counters are decimal text.
+    /// Redis with the transaction's reply read as Spin's code intends: a
+    /// swap whose key changed since `current()` is reported as success
+    /// without writing; counters are decimal text; `get_many` fails (Spin
+    /// sends it as a `KEYS` command).
     Redis,
+    /// Spin 3.6's Redis store as it really behaves: its `UNWATCH <key>`
+    /// after the EXEC is refused, so every swap is reported as failed,
+    /// whether it was applied or aborted; otherwise as [`Backend::Redis`].
+    RedisSpin36,
     /// An ideal store: exact swaps, including on absent keys.
     Exact,
 }
@@ -119,14 +125,14 @@ impl MemKv {
             Backend::SpinSqlite | Backend::Exact => {
                 <[u8; 8]>::try_from(v).ok().map(i64::from_le_bytes)
             }
-            Backend::Redis => std::str::from_utf8(v).ok()?.parse().ok(),
+            Backend::Redis | Backend::RedisSpin36 => std::str::from_utf8(v).ok()?.parse().ok(),
         }
     }
 
     fn encode_counter(&self, n: i64) -> Vec<u8> {
         match self.backend {
             Backend::SpinSqlite | Backend::Exact => n.to_le_bytes().to_vec(),
-            Backend::Redis => n.to_string().into_bytes(),
+            Backend::Redis | Backend::RedisSpin36 => n.to_string().into_bytes(),
         }
     }
 }
@@ -137,6 +143,16 @@ impl KvStore for MemKv {
     fn get(&self, key: &str) -> Result<Option<Vec<u8>>, KvError> {
         let i = self.op(|c| c.get += 1)?;
         Ok(i.map.get(key).cloned())
+    }
+
+    fn get_many(&self, keys: &[String]) -> Result<Vec<Option<Vec<u8>>>, KvError> {
+        let i = self.op(|c| c.get_many += 1)?;
+        if matches!(self.backend, Backend::Redis | Backend::RedisSpin36) {
+            return Err(KvError::Other(
+                "ERR wrong number of arguments for 'keys' command".into(),
+            ));
+        }
+        Ok(keys.iter().map(|k| i.map.get(k).cloned()).collect())
     }
 
     fn set(&self, key: &str, value: &[u8]) -> Result<(), KvError> {
@@ -163,7 +179,7 @@ impl KvStore for MemKv {
             Some(v) => match self.decode_counter(v) {
                 Some(n) => n,
                 None => {
-                    if self.backend != Backend::Redis {
+                    if matches!(self.backend, Backend::SpinSqlite | Backend::Exact) {
                         i.increment_panics += 1;
                         return Err(KvError::Other(
                             "host panic: incorrect length (increment of a non-counter)".into(),
@@ -205,6 +221,14 @@ impl KvStore for MemKv {
             Backend::Redis if !unchanged => {
                 i.silent_aborts += 1;
                 Ok(Swap::Reported) // WATCH aborted the EXEC, reported as Ok
+            }
+            Backend::RedisSpin36 => {
+                if unchanged {
+                    i.map.insert(cas.key, value.to_vec());
+                } else {
+                    i.silent_aborts += 1;
+                }
+                Ok(Swap::Failed) // the UNWATCH error, applied or not
             }
             _ if unchanged => {
                 i.map.insert(cas.key, value.to_vec());

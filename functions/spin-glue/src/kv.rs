@@ -2,7 +2,7 @@
 
 use metal_ipam_core::kv::{KvError, KvStore, Swap};
 
-use crate::bindings::wasi::keyvalue::{atomics, store};
+use crate::bindings::wasi::keyvalue::{atomics, batch, store};
 
 /// The store label every function uses (spin.toml `key_value_stores`).
 pub const STORE_LABEL: &str = "default";
@@ -57,6 +57,19 @@ impl KvStore for SpinKv {
 
     fn get(&self, key: &str) -> Result<Option<Vec<u8>>, KvError> {
         self.bucket.get(key).map_err(kv_error)
+    }
+
+    /// One `wasi:keyvalue/batch` `get-many`; the host answers only the
+    /// keys that exist (Spin and our test host alike), so the answer is
+    /// matched back to `keys` by name.
+    fn get_many(&self, keys: &[String]) -> Result<Vec<Option<Vec<u8>>>, KvError> {
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let found = batch::get_many(&self.bucket, keys).map_err(kv_error)?;
+        let mut by_key: std::collections::BTreeMap<String, Option<Vec<u8>>> =
+            found.into_iter().collect();
+        Ok(keys.iter().map(|k| by_key.remove(k).flatten()).collect())
     }
 
     fn set(&self, key: &str, value: &[u8]) -> Result<(), KvError> {
