@@ -778,3 +778,86 @@ async fn a_released_address_is_reused_only_after_the_grace_period() {
     assert_eq!(ready(&w.claim("team-a", "c").unwrap()).0, "True");
     w.assert_schema_clean();
 }
+
+/// Finding 5 of issue 6: before, an event naming a claim that Kubernetes
+/// does not have released its binding whatever its pool, so the events
+/// token could release claims made through the plain HTTP API. Now a
+/// binding is judged against the API server only when its pool came from
+/// Kubernetes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_cannot_release_a_claim_made_through_the_http_api() {
+    let w = World::new().await;
+    let r = w
+        .app
+        .call(
+            "PUT",
+            "/v1/pools/team-a/manual",
+            Some(
+                &json!({"apiVersion": "ipam.metal-ipam.dev/v1alpha1", "kind": "MetalIPPool",
+                "metadata": {"name": "manual", "namespace": "team-a"},
+                "spec": {"addresses": ["10.7.0.10-10.7.0.20"], "prefix": 24}}),
+            ),
+        )
+        .await;
+    assert_eq!(r.status, 201, "{}", r.body);
+    let c = json!({"apiVersion": "ipam.cluster.x-k8s.io/v1beta2", "kind": "IPAddressClaim",
+        "metadata": {"name": "by-hand", "namespace": "team-a", "uid": "u-by-hand"},
+        "spec": {"poolRef": {"apiGroup": "ipam.metal-ipam.dev", "kind": "MetalIPPool", "name": "manual"}}});
+    let r = w.app.call("POST", "/v1/claims", Some(&c)).await;
+    assert_eq!(r.status, 201, "{}", r.body);
+    // An event about a claim of that name, which the API server does not
+    // have, sent with the events token.
+    let r = w
+        .app
+        .call_with(
+            "POST",
+            "/v1/events",
+            Some(&json!({"type": "DELETED", "object": c})),
+            Some(&format!("Bearer {EVENTS_TOKEN}")),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.body["stepResult"]["result"], "absent", "{}", r.body);
+    let got = w.app.call("GET", "/v1/claims/team-a/by-hand", None).await;
+    assert_eq!(got.status, 200, "the binding stays: {}", got.body);
+    assert_eq!(got.body["spec"]["address"], "10.7.0.10");
+    // Through the HTTP API it is released as before.
+    let r = w
+        .app
+        .call("DELETE", "/v1/claims/team-a/by-hand", None)
+        .await;
+    assert_eq!(r.status, 204, "{}", r.body);
+}
+
+/// Finding 1 of issue 6: reconcile built its set of live claims from one
+/// list and released every binding not in it, so a claim created and bound
+/// after the list was taken (an event on another replica) lost its binding
+/// while its IPAddress stayed, and its address went to the next claim. Now
+/// a binding missing from the list is released only after re-reading its
+/// claim, and never while an IPAddress holds its address.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reconcile_never_frees_a_claim_bound_after_its_list() {
+    let w = World::new().await;
+    setup(&w, &["10.9.0.100-10.9.0.120"]).await;
+    let c = w.kube.create(claim("team-a", "late-0", "nodes"));
+    let r = w.event(json!({"type": "ADDED", "object": c})).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let address = w.address("team-a", "late-0").expect("bound")["spec"]["address"].clone();
+    // The claim and its IPAddress came after reconcile's lists.
+    w.kube.hide_from_lists("team-a", "late-0");
+    let r = w.reconcile().await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.body["bindingsReleased"], 0, "{}", r.body);
+    assert_eq!(r.body["leaksReclaimed"], 0, "{}", r.body);
+    let got = w.app.call("GET", "/v1/claims/team-a/late-0", None).await;
+    assert_eq!(got.status, 200, "{}", got.body);
+    assert_eq!(got.body["spec"]["address"], address);
+    // The next claim does not get its address.
+    let next = w.kube.create(claim("team-a", "next-0", "nodes"));
+    w.event(json!({"type": "ADDED", "object": next})).await;
+    assert_ne!(
+        w.address("team-a", "next-0").expect("bound")["spec"]["address"],
+        address
+    );
+    w.assert_schema_clean();
+}

@@ -605,6 +605,7 @@ mod tests {
             pool,
             state,
             rev: 1,
+            exact: true,
         }
     }
 

@@ -2,42 +2,46 @@
 //!
 //! [`PoolState`] is what the pool record in the key-value store holds
 //! besides the spec: the set of addresses that are not free (bound to a
-//! claim or cooling down after release), the cooling-down addresses with the
-//! time they become free again, and a short journal of recent allocations
-//! that makes a retried or duplicated claim find the address it already got.
+//! claim, being bound, or cooling down after release), the cooling-down
+//! addresses with the time they become free again, and the **intents**: the
+//! claim-key writes that a decision taken in this record still owes
+//! (`Bind`: write the claim's binding; `Unbind`: remove it).
 //!
 //! Everything here is deterministic and I/O-free: the key-value protocol in
-//! [`crate::store`] loads a state, applies one transition and writes it back
-//! atomically, so the allocator's guarantees are those of these functions.
+//! [`crate::store`] and [`crate::steps`] loads a state, applies one
+//! transition and writes it back atomically, so the allocator's guarantees
+//! are those of these functions. Why intents make the two-key protocol
+//! exact is argued in `kv-schema/README.md`.
 //!
 //! # Guarantees (checked by the model-based property tests)
 //! 1. An address is handed out only if it is allocatable (in the pool, not
 //!    excluded, not reserved) and not in `used`: no address is bound twice.
 //! 2. A claim without a pre-allocation or requested address gets the lowest
 //!    such address that is not pre-allocated to another claim.
-//! 3. `allocate` for a claim found in the journal returns the same address
-//!    and changes nothing.
-//! 4. A released address is not handed out again before `until`.
-//! 5. [`PoolError::Exhausted`] exactly when no address is available.
-
-use std::collections::VecDeque;
+//! 3. A released address is not handed out again before `until`.
+//! 4. [`PoolError::Exhausted`] exactly when no address is available.
+//! 5. An intent stays until the claim key is seen in its target state
+//!    ([`PoolState::confirm`]) or another request takes it over after
+//!    [`TAKEOVER_AFTER_SECONDS`]: there is no size or time window in which a
+//!    retried claim could lose the address it was answered.
 
 use crate::addr::RangeSet;
 use crate::error::{Error, ErrorKind};
 use crate::pool::ValidatedPool;
 
-/// The journal always keeps at least this many recent allocations.
-///
-/// A claim retried after a crash (between writing the pool record and
-/// writing the claim binding), or posted twice at once, gets the address it
-/// already has as long as its journal entry is still there: at least
-/// [`JOURNAL_MIN`] allocations, and every allocation younger than
-/// [`JOURNAL_KEEP_SECONDS`], up to [`JOURNAL_MAX`].
-pub const JOURNAL_MIN: usize = 64;
-/// Entries younger than this many seconds are kept beyond [`JOURNAL_MIN`].
-pub const JOURNAL_KEEP_SECONDS: u64 = 5;
-/// Hard cap on journal entries (bounds the record size under bursts).
-pub const JOURNAL_MAX: usize = 512;
+/// A request that owns an intent writes the claim key within this many
+/// seconds of the pool write that gave it the intent, or not at all (it
+/// answers 503 and its retry finds the intent).
+pub const WRITE_DEADLINE_SECONDS: u64 = 15;
+
+/// An intent whose claim key is still not in its target state this long
+/// after its owner took it may be taken over by another request (its owner
+/// has either written by then, or given up by [`WRITE_DEADLINE_SECONDS`]).
+pub const TAKEOVER_AFTER_SECONDS: u64 = 120;
+
+/// At most this many intents per pool: a pool whose claim-key writes lag
+/// this far behind answers 503 `Contention` to new allocations.
+pub const MAX_INTENTS: usize = 256;
 
 /// An address waiting out the pool's reuse grace period.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,28 +52,48 @@ pub struct Cooling {
     pub until: u64,
 }
 
-/// One recent allocation: which claim (and incarnation) got which address.
+/// What an [`Intent`] owes the claim key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IntentKind {
+    /// Write the binding with this token (the address is in `used`).
+    Bind,
+    /// Remove the binding with this token (the address is already freed or
+    /// cooling).
+    Unbind,
+}
+
+/// A claim-key write owed by a decision taken in the pool record.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct JournalEntry {
+pub struct Intent {
+    /// Bind or unbind.
+    pub kind: IntentKind,
     /// `namespace/name` of the claim.
     pub claim: String,
     /// The claim's uid.
     pub uid: String,
-    /// The address it got.
+    /// The address bound (or released).
     pub address: u128,
-    /// Unix seconds of the allocation.
+    /// The binding's token: identifies this allocation in the claim key.
+    pub token: String,
+    /// Writer token of the request that must perform the write.
+    pub owner: String,
+    /// Unix seconds when `owner` took the intent.
     pub at: u64,
 }
+
+/// What a claim key was seen to hold, for [`PoolState::confirm`]: the
+/// binding's token, or `None` when the key is absent.
+pub type SeenToken<'a> = Option<&'a str>;
 
 /// Allocation state of one pool.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PoolState {
-    /// Addresses that are not free: bound to a claim or cooling down.
+    /// Addresses that are not free: bound, being bound, or cooling down.
     pub used: RangeSet,
     /// The cooling-down subset of `used`, oldest first.
     pub cooling: Vec<Cooling>,
-    /// Recent allocations, oldest first (see [`JOURNAL_MIN`]).
-    pub journal: VecDeque<JournalEntry>,
+    /// Claim-key writes still owed, oldest first.
+    pub intents: Vec<Intent>,
 }
 
 /// What a claim asks for.
@@ -83,24 +107,6 @@ pub struct AllocRequest<'a> {
     pub uid: &'a str,
     /// A specific address asked for, if any.
     pub requested: Option<u128>,
-}
-
-/// Result of a successful [`PoolState::allocate`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Allocation {
-    /// A newly bound address (the state changed).
-    New(u128),
-    /// The claim already had this address (the state is unchanged).
-    Existing(u128),
-}
-
-impl Allocation {
-    /// The address either way.
-    pub fn address(self) -> u128 {
-        match self {
-            Allocation::New(a) | Allocation::Existing(a) => a,
-        }
-    }
 }
 
 /// Why an allocation was refused.
@@ -193,29 +199,20 @@ impl PoolState {
         RangeSet::from_ranges(self.cooling.iter().map(|c| (c.address, c.address)))
     }
 
-    fn is_cooling(&self, a: u128) -> bool {
+    /// Whether `a` is cooling down after a release.
+    pub fn is_cooling(&self, a: u128) -> bool {
         self.cooling.iter().any(|c| c.address == a)
     }
 
-    /// The address of `claim`/`uid` in the journal, if it is still bound.
-    pub fn journal_lookup(&self, claim: &str, uid: &str) -> Option<u128> {
-        self.journal
-            .iter()
-            .rev()
-            .find(|e| e.claim == claim && e.uid == uid)
-            .map(|e| e.address)
-            .filter(|a| self.used.contains(*a) && !self.is_cooling(*a))
-    }
-
-    /// Binds an address to the claim in `req`.
+    /// Chooses an address for the claim in `req` and marks it used.
     ///
     /// Expired cooling entries are freed first. Then, in order: a claim
-    /// found in the journal gets its address back ([`Allocation::Existing`]);
-    /// a claim with a pre-allocation gets that address (even while it cools
-    /// down after the same claim name released it); a requested address is
+    /// with a pre-allocation gets that address (even while it cools down
+    /// after the same claim name released it); a requested address is
     /// granted if allocatable, not pre-allocated to another claim and free;
     /// otherwise the lowest free allocatable address that is not
-    /// pre-allocated is bound.
+    /// pre-allocated is bound. Whether the claim already holds an address
+    /// (a binding or an intent) is the caller's question, answered before.
     ///
     /// # Errors
     /// [`PoolError`] as documented on its variants; the state is unchanged
@@ -223,25 +220,22 @@ impl PoolState {
     ///
     /// # Examples
     /// ```
-    /// use metal_ipam_core::alloc::{PoolState, AllocRequest, Allocation};
+    /// use metal_ipam_core::alloc::{PoolState, AllocRequest};
     /// use metal_ipam_core::pool::PoolSpec;
     /// let pool = PoolSpec { addresses: vec!["10.0.0.10-10.0.0.12".into()], prefix: 24, ..Default::default() }
     ///     .validate().unwrap();
     /// let mut st = PoolState::default();
     /// let req = AllocRequest { claim: "ns/a", claim_name: "a", uid: "u1", requested: None };
-    /// assert_eq!(st.allocate(&pool, &req, 0), Ok(Allocation::New(0x0a00_000a)));
-    /// assert_eq!(st.allocate(&pool, &req, 0), Ok(Allocation::Existing(0x0a00_000a)));
+    /// assert_eq!(st.allocate(&pool, &req, 0), Ok(0x0a00_000a));
+    /// assert_eq!(st.allocate(&pool, &req, 0), Ok(0x0a00_000b), "the caller checks for an existing binding");
     /// ```
     pub fn allocate(
         &mut self,
         pool: &ValidatedPool,
         req: &AllocRequest<'_>,
         now: u64,
-    ) -> Result<Allocation, PoolError> {
+    ) -> Result<u128, PoolError> {
         self.expire(now);
-        if let Some(a) = self.journal_lookup(req.claim, req.uid) {
-            return Ok(Allocation::Existing(a));
-        }
         let address = if let Some(&p) = pool.pre_allocations.get(req.claim_name) {
             if let Some(r) = req.requested {
                 if r != p {
@@ -279,70 +273,36 @@ impl PoolState {
                 })?
         };
         self.used.insert(address);
-        self.journal.push_back(JournalEntry {
-            claim: req.claim.to_string(),
-            uid: req.uid.to_string(),
-            address,
-            at: now,
-        });
-        while self.journal.len() > JOURNAL_MAX
-            || (self.journal.len() > JOURNAL_MIN
-                && self
-                    .journal
-                    .front()
-                    .is_some_and(|e| e.at.saturating_add(JOURNAL_KEEP_SECONDS) < now))
-        {
-            self.journal.pop_front();
-        }
-        Ok(Allocation::New(address))
+        Ok(address)
     }
 
-    /// Binds `address` to `claim`/`uid` because the Kubernetes API says so
-    /// (an existing `IPAddress` object), whether or not the address is
-    /// allocatable under the current spec or already marked used. This is
-    /// how state is rebuilt after a store loss or a `clusterctl move`
-    /// without changing any address already handed out.
+    /// Marks `address` used because the Kubernetes API says a claim holds
+    /// it (an existing `IPAddress` object), whether or not the address is
+    /// allocatable under the current spec, cooling down or already used.
+    /// This is how state is rebuilt after a store loss or a `clusterctl
+    /// move` without changing any address already handed out.
     ///
     /// # Idempotency
-    /// Adopting the same binding twice changes nothing the second time;
-    /// returns whether the state changed.
-    pub fn adopt(&mut self, claim: &str, uid: &str, address: u128, now: u64) -> bool {
+    /// Returns whether the state changed; a second call changes nothing.
+    pub fn adopt(&mut self, address: u128) -> bool {
         let was_cooling = self.is_cooling(address);
         self.cooling.retain(|c| c.address != address);
-        let journaled = self
-            .journal
-            .iter()
-            .any(|e| e.claim == claim && e.uid == uid && e.address == address);
         let newly_used = !self.used.contains(address);
         self.used.insert(address);
-        if !journaled {
-            self.journal.push_back(JournalEntry {
-                claim: claim.to_string(),
-                uid: uid.to_string(),
-                address,
-                at: now,
-            });
-            while self.journal.len() > JOURNAL_MAX {
-                self.journal.pop_front();
-            }
-        }
-        was_cooling || newly_used || !journaled
+        was_cooling || newly_used
     }
 
-    /// Releases `address`, bound to `claim`/`uid`.
+    /// Releases `address`, whose owner the caller has established.
     ///
     /// With a grace period the address cools down until `now + grace`,
-    /// otherwise it is free at once. The claim's journal entries go.
+    /// otherwise it is free at once.
     ///
     /// # Idempotency
     /// Releasing an address that is free or already cooling changes nothing
     /// and returns `false`.
-    pub fn release(&mut self, claim: &str, uid: &str, address: u128, grace: u64, now: u64) -> bool {
-        let before = self.journal.len();
-        self.journal.retain(|e| !(e.claim == claim && e.uid == uid));
-        let journal_changed = before != self.journal.len();
+    pub fn release(&mut self, address: u128, grace: u64, now: u64) -> bool {
         if !self.used.contains(address) || self.is_cooling(address) {
-            return journal_changed;
+            return false;
         }
         if grace == 0 {
             self.used.remove(address);
@@ -353,6 +313,61 @@ impl PoolState {
             });
         }
         true
+    }
+
+    /// The intent about `claim`, if any (at most one exists per claim).
+    pub fn intent(&self, claim: &str) -> Option<&Intent> {
+        self.intents.iter().find(|i| i.claim == claim)
+    }
+
+    /// Removes the intent about `claim`; returns it.
+    pub fn take_intent(&mut self, claim: &str) -> Option<Intent> {
+        let i = self.intents.iter().position(|i| i.claim == claim)?;
+        Some(self.intents.remove(i))
+    }
+
+    /// Whether the binding of `claim` with `token` is being removed (an
+    /// `Unbind` intent): such a binding is dead even while its key still
+    /// holds it.
+    pub fn is_unbinding(&self, claim: &str, token: &str) -> bool {
+        self.intents
+            .iter()
+            .any(|i| i.kind == IntentKind::Unbind && i.claim == claim && i.token == token)
+    }
+
+    /// Drops every intent whose claim key was seen in its target state:
+    /// `Bind` when the key holds its token, `Unbind` when it does not.
+    /// `seen` maps `namespace/name` to what its key held, for the keys that
+    /// were read after this state was; intents about other claims stay.
+    /// Returns whether anything was dropped.
+    ///
+    /// # Examples
+    /// ```
+    /// use std::collections::BTreeMap;
+    /// use metal_ipam_core::alloc::{Intent, IntentKind, PoolState};
+    /// let mut st = PoolState::default();
+    /// st.intents.push(Intent { kind: IntentKind::Bind, claim: "ns/a".into(), uid: "u".into(),
+    ///     address: 1, token: "t1".into(), owner: "w".into(), at: 0 });
+    /// let mut seen = BTreeMap::new();
+    /// seen.insert("ns/a".to_string(), None);
+    /// assert!(!st.confirm(&seen), "the binding is not written yet");
+    /// seen.insert("ns/a".to_string(), Some("t1".to_string()));
+    /// assert!(st.confirm(&seen));
+    /// assert!(st.intents.is_empty());
+    /// ```
+    pub fn confirm(&mut self, seen: &std::collections::BTreeMap<String, Option<String>>) -> bool {
+        let before = self.intents.len();
+        self.intents.retain(|i| match seen.get(&i.claim) {
+            None => true,
+            Some(token) => {
+                let holds = token.as_deref() == Some(i.token.as_str());
+                match i.kind {
+                    IntentKind::Bind => !holds,
+                    IntentKind::Unbind => holds,
+                }
+            }
+        });
+        before != self.intents.len()
     }
 
     /// Bound addresses that would fall outside `new_pool`'s allocatable set

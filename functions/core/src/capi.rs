@@ -456,7 +456,20 @@ fn reconcile_claim_once<K: KvStore, H: HttpClient + ?Sized>(
 ) -> Result<Outcome> {
     let kube = reader.kube;
     let Some(claim_obj) = reader.claim(ns, name)? else {
-        let released = steps::release(ctx, ns, name, None)?;
+        // Only bindings in pools that came from Kubernetes are judged
+        // against the API server: a claim made through the plain HTTP API
+        // is released only through the HTTP API (the events token must not
+        // reach it).
+        let released = match steps::get_claim(ctx.kv, ns, name)? {
+            Some(b) if b.pool_uid.is_some() => steps::release(ctx, ns, name, Some(&b.uid))?,
+            Some(_) => {
+                return Ok(Outcome::new(
+                    "absent",
+                    "the claim does not exist; its binding was made through the HTTP API and is left alone",
+                ))
+            }
+            None => None,
+        };
         cleanup_orphan_address(kube, ns, name)?;
         return Ok(match released {
             Some(r) => {

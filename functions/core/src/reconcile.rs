@@ -121,6 +121,14 @@ pub fn reconcile_all<K: KvStore, H: HttpClient + ?Sized>(
         live.insert((ns.to_string(), name.to_string(), uid.to_string()));
         names.push((ns.to_string(), name.to_string()));
     }
+    // Addresses that IPAddress objects hold, by pool: reconcile never frees
+    // one of them (neither as a stale binding nor as a leak).
+    let mut in_use: BTreeMap<PoolId, BTreeSet<u128>> = BTreeMap::new();
+    for a in &addresses {
+        if let Some((id, v)) = ip_address_of(a) {
+            in_use.entry(id).or_default().insert(v);
+        }
+    }
     let snapshot = capi::Snapshot::new(claims, addresses, pool_objects);
     for (ns, name) in names {
         match capi::reconcile_claim_in(ctx, kube, &ns, &name, Some(&snapshot)) {
@@ -154,9 +162,31 @@ pub fn reconcile_all<K: KvStore, H: HttpClient + ?Sized>(
             continue;
         };
         let Ok(pool) = rec.pool_id(ns) else { continue };
+        let address = rec.ip().ok().map(to_u128);
         if managed.contains(&pool)
             && !live.contains(&(ns.to_string(), name.to_string(), rec.uid.clone()))
+            && !address.is_some_and(|a| in_use.get(&pool).is_some_and(|s| s.contains(&a)))
         {
+            // The claim list is a snapshot: a claim created (and bound by an
+            // event on another replica) since then is not in it. Re-read
+            // this claim before judging its binding.
+            match kube.get(&kube::CLAIMS, Some(ns), name) {
+                Ok(Some(c)) if obj::meta_str(&c, "uid") == Some(rec.uid.as_str()) => {
+                    if let Some(a) = address {
+                        held.entry(pool).or_default().insert(a);
+                    }
+                    continue;
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    let e = crate::error::Error::from(e);
+                    report.errors.push(format!("binding {ns}/{name}: {e}"));
+                    if let Some(a) = address {
+                        held.entry(pool).or_default().insert(a);
+                    }
+                    continue;
+                }
+            }
             match steps::release(ctx, ns, name, Some(&rec.uid)) {
                 Ok(Some(_)) => report.bindings_released += 1,
                 Ok(None) => {}
@@ -171,7 +201,7 @@ pub fn reconcile_all<K: KvStore, H: HttpClient + ?Sized>(
 
     for view in pools {
         let id = view.object.id.clone();
-        let holding = held.remove(&id).unwrap_or_default();
+        let holding = in_use.remove(&id).unwrap_or_default();
         match reclaim_leaks(ctx, &id, &holding) {
             Ok(n) => report.leaks_reclaimed += n,
             Err(e) => report.errors.push(format!("pool {}: {e}", id.display())),
@@ -181,20 +211,68 @@ pub fn reconcile_all<K: KvStore, H: HttpClient + ?Sized>(
     Ok(report)
 }
 
-/// Frees addresses bound in `id`'s record that no binding holds and that
-/// were not allocated recently (still in the journal: their binding may be
-/// being written right now).
+/// The pool and address an `IPAddress` object holds, when it is one of ours.
+fn ip_address_of(a: &Value) -> Option<(PoolId, u128)> {
+    let spec = a.get("spec")?;
+    let ip: std::net::IpAddr = spec.get("address")?.as_str()?.parse().ok()?;
+    let pool_ref = spec.get("poolRef")?;
+    let kind = PoolKind::from_kind_name(pool_ref.get("kind")?.as_str()?)?;
+    let name = pool_ref.get("name")?.as_str()?;
+    let id = capi::pool_id_of(kind, obj::meta_str(a, "namespace"), name);
+    Some((id, to_u128(ip)))
+}
+
+/// Frees addresses bound in `id`'s record that neither a binding nor an
+/// intent nor an `IPAddress` object (`in_use`) holds, and that are not
+/// cooling down.
+///
+/// The claim keys are read *after* the pool record, inside the swap's
+/// decision: an allocation whose binding appeared since has its `Bind`
+/// intent in the record read, or its binding in the keys read, so a live
+/// address is never taken for a leak; and any pool write in between fails
+/// the swap.
 fn reclaim_leaks<K: KvStore>(
     ctx: &Ctx<'_, K>,
     id: &PoolId,
-    holding: &BTreeSet<u128>,
+    in_use: &BTreeSet<u128>,
 ) -> Result<u32> {
     store::update_pool(ctx, id, |current| {
         let Some(l) = current else {
             return Ok(Step::Done(0));
         };
+        let mut holding = in_use.clone();
+        let claim_keys: Vec<String> = ctx
+            .kv
+            .list_keys()?
+            .into_iter()
+            .filter(|k| k.starts_with(keys::CLAIM_PREFIX))
+            .collect();
+        let values = if l.exact {
+            ctx.kv.get_many(&claim_keys)?
+        } else {
+            claim_keys
+                .iter()
+                .map(|k| ctx.kv.get(k))
+                .collect::<std::result::Result<Vec<_>, _>>()?
+        };
+        for (key, value) in claim_keys.iter().zip(values) {
+            let Some(bytes) = value else { continue };
+            let Ok(rec) = store::ClaimRecord::decode(&bytes) else {
+                continue;
+            };
+            let ns = key
+                .strip_prefix(keys::CLAIM_PREFIX)
+                .and_then(|r| r.split_once('/'))
+                .map(|(ns, _)| ns)
+                .unwrap_or_default();
+            if rec.pool_id(ns).ok().as_ref() == Some(id) {
+                if let Ok(ip) = rec.ip() {
+                    holding.insert(to_u128(ip));
+                }
+            }
+        }
+        holding.extend(l.state.intents.iter().map(|i| i.address));
         let cooling: BTreeSet<u128> = l.state.cooling.iter().map(|c| c.address).collect();
-        let recent: BTreeSet<u128> = l.state.journal.iter().map(|e| e.address).collect();
         let mut state = l.state.clone();
         let mut n = 0;
         for &(a, b) in l.state.used.ranges() {
@@ -204,7 +282,7 @@ fn reclaim_leaks<K: KvStore>(
                 continue;
             }
             for v in a..=b {
-                if !cooling.contains(&v) && !recent.contains(&v) && !holding.contains(&v) {
+                if !cooling.contains(&v) && !holding.contains(&v) {
                     state.used.remove(v);
                     n += 1;
                 }

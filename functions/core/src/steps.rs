@@ -6,7 +6,12 @@
 
 use serde_json::{json, Value};
 
-use crate::alloc::{AllocRequest, Allocation, Counts, PoolState};
+use std::collections::BTreeMap;
+
+use crate::alloc::{
+    AllocRequest, Counts, Intent, IntentKind, PoolState, MAX_INTENTS, TAKEOVER_AFTER_SECONDS,
+    WRITE_DEADLINE_SECONDS,
+};
 use crate::claim::Claim;
 use crate::error::{Error, Result};
 use crate::kv::KvStore;
@@ -23,85 +28,370 @@ pub struct Allocated {
     pub created: bool,
 }
 
+/// A claim-key write that a successful pool write obliges this request to
+/// perform (see [`crate::alloc::Intent`]).
+#[derive(Debug)]
+enum FollowUp {
+    /// Nothing to write.
+    None,
+    /// Write this binding.
+    Set(Box<ClaimRecord>),
+    /// Remove the binding.
+    Delete,
+}
+
+/// What the binding path decided: the follow-up write, the answer, and
+/// when this request took the intent it now owes (for the deadline).
+type BindOutcome = (FollowUp, Allocated, u64);
+
+/// What a bind asks for.
+#[derive(Debug, Clone, Copy)]
+enum BindTarget {
+    /// The lowest free address (or the requested or pre-allocated one).
+    Allocate,
+    /// Exactly this address, as the claim's `IPAddress` says.
+    Adopt(std::net::IpAddr),
+}
+
+/// A fresh random token (owner or binding token).
+fn token<K: KvStore>(ctx: &Ctx<'_, K>) -> String {
+    format!("{:016x}", ctx.env.random_u64())
+}
+
+/// Splits `namespace/name`.
+fn claim_key_of(claim: &str) -> Option<String> {
+    let (ns, name) = claim.split_once('/')?;
+    Some(keys::claim(ns, name))
+}
+
+/// What [`read_claims`] saw: the claim's binding, and the token each
+/// intent's claim key held (`None` when absent), by `namespace/name`.
+type Seen = (Option<ClaimRecord>, BTreeMap<String, Option<String>>);
+
+/// Reads the claim key `ckey` and the claim keys of every intent in the
+/// pool `l`: returns the claim's binding (if any) and what each intent's
+/// key holds (for [`PoolState::confirm`]). One `get_many` on Spin's SQLite
+/// store; one `get` per key elsewhere (Spin 3.6's Redis `get_many` is
+/// broken).
+///
+/// Called after the pool record was read, so what it sees is at least as
+/// recent as that record.
+fn read_claims<K: KvStore>(kv: &K, l: &Loaded, cname: &str, ckey: &str) -> Result<Seen> {
+    let state = &l.state;
+    let mut names: Vec<String> = vec![cname.to_string()];
+    for i in &state.intents {
+        if !names.contains(&i.claim) {
+            names.push(i.claim.clone());
+        }
+    }
+    let keys_read: Vec<String> = names
+        .iter()
+        .map(|n| {
+            if n == cname {
+                ckey.to_string()
+            } else {
+                claim_key_of(n).unwrap_or_default()
+            }
+        })
+        .collect();
+    let values = if l.exact {
+        kv.get_many(&keys_read)?
+    } else {
+        keys_read
+            .iter()
+            .map(|k| kv.get(k))
+            .collect::<std::result::Result<Vec<_>, _>>()?
+    };
+    let mut mine = None;
+    let mut seen = BTreeMap::new();
+    for (name, value) in names.into_iter().zip(values) {
+        let record = value.map(|b| ClaimRecord::decode(&b)).transpose()?;
+        if name == cname {
+            mine = record.clone();
+        }
+        seen.insert(name, record.map(|r| r.token));
+    }
+    Ok((mine, seen))
+}
+
+/// Fails with 503 when this request's intent is older than the write
+/// deadline: it must not write the claim key any more (another request may
+/// take the intent over after [`TAKEOVER_AFTER_SECONDS`]); its retry finds
+/// the intent.
+fn within_deadline<K: KvStore>(ctx: &Ctx<'_, K>, taken_at: u64) -> Result<()> {
+    if ctx.env.now().saturating_sub(taken_at) > WRITE_DEADLINE_SECONDS {
+        return Err(Error::transient(
+            "StepTooSlow",
+            "this request took too long between its pool write and its claim write; retry",
+        ));
+    }
+    Ok(())
+}
+
+/// Whether `intent` may be taken over at `now`.
+fn stale(intent: &Intent, now: u64) -> bool {
+    now.saturating_sub(intent.at) >= TAKEOVER_AFTER_SECONDS
+}
+
 /// Binds an address to `claim` and stores the binding.
 ///
-/// Operations (no contention): `cas_read` of the pool record, `get` of the
-/// claim key, `cas_swap` of the pool record (+ one read-back `get` when the
-/// backend's swaps are not exact), `set` of the claim key: four on Spin's
-/// SQLite store, five elsewhere. A claim that is already bound costs two
-/// (`cas_read`, `get`).
+/// Operations (no contention): `cas_read` of the pool record, one
+/// `get_many` of the claim key and the keys of the pool's pending intents,
+/// `cas_swap` of the pool record (+ one read-back `get` when the backend's
+/// swaps are not exact), `set` of the claim key: four on Spin's SQLite
+/// store, five elsewhere. A claim that is already bound costs two.
 ///
 /// # Idempotency
 /// The same claim (namespace, name, uid) gets the same address whether it
 /// is posted again later, concurrently, or after a crash between the pool
-/// write and the claim write (the pool's journal remembers it; see
-/// [`crate::alloc::JOURNAL_MIN`] for how long).
+/// write and the claim write (the pool's `Bind` intent stays until the
+/// binding is seen): there is no time or size window.
 ///
 /// # Errors
 /// - 404 `PoolNotFound` if the pool is not registered;
 /// - 409 `PoolExhausted`, `AddressInUse`, `AddressNotInPool`,
 ///   `AddressReserved`, `PreAllocationMismatch` (see [`crate::alloc::PoolError`]);
-/// - 409 `ClaimUidConflict` if the name is bound for another uid (release
-///   it first), `ClaimPoolConflict` if bound in another pool;
-/// - 503 on store failures or persistent contention.
+/// - 409 `ClaimUidConflict` if the name is bound (or being bound) for
+///   another uid (release it first), `ClaimPoolConflict` if bound in
+///   another pool;
+/// - 503 `ClaimReleasing` while a release of the same claim is being
+///   written, `StepTooSlow`, `Contention`, or a store failure: retry.
 pub fn allocate<K: KvStore>(ctx: &Ctx<'_, K>, claim: &Claim) -> Result<Allocated> {
+    bind(ctx, claim, BindTarget::Allocate)
+}
+
+/// Records that `claim` holds `address` because its `IPAddress` object says
+/// so (the store lost the binding, or the cluster was moved): the same
+/// protocol as [`allocate`], for a given address, which may lie outside the
+/// current spec (then counted in `outOfRange`) or be cooling down.
+///
+/// # Idempotency
+/// A binding that already says `address` is returned unchanged
+/// (`created: false`).
+///
+/// # Errors
+/// 409 `AddressMismatch` when the store binds (or is binding) the claim to
+/// another address; 409 `ClaimUidConflict`/`ClaimPoolConflict` as
+/// [`allocate`]; 409 `AddressNotInPool` for another family; 404
+/// `PoolNotFound`; 503 as [`allocate`].
+pub fn adopt<K: KvStore>(
+    ctx: &Ctx<'_, K>,
+    claim: &Claim,
+    address: std::net::IpAddr,
+) -> Result<Allocated> {
+    bind(ctx, claim, BindTarget::Adopt(address))
+}
+
+fn address_mismatch(claim: &Claim, bound: &str, address: std::net::IpAddr) -> Error {
+    Error::conflict(
+        "AddressMismatch",
+        format!(
+            "claim {} is bound to {bound} but its IPAddress says {address}",
+            claim.id.display()
+        ),
+    )
+}
+
+fn bind<K: KvStore>(ctx: &Ctx<'_, K>, claim: &Claim, target: BindTarget) -> Result<Allocated> {
     let ckey = keys::claim(&claim.id.namespace, &claim.id.name);
-    let now = ctx.env.now();
-    let claim_key = claim.id.display();
-    // The claim key is read after the pool on every attempt: a duplicate
-    // post that raced this one either finds the other's binding here, finds
-    // it in the pool's journal, or fails the swap and retries.
-    let (allocation, record) = store::update_pool(ctx, &claim.pool, |current| {
-        if let Some(record) = binding_of(ctx.kv, &ckey, claim)? {
-            return Ok(Step::Done((None, record)));
-        }
+    let cname = claim.id.display();
+    let me = token(ctx);
+    let (follow, answer, taken_at) = store::update_pool(ctx, &claim.pool, |current| {
         let Some(l) = current else {
+            // No pool: a binding left from it still answers (two reads).
+            if let Some(record) = binding_of(ctx.kv, &ckey, claim)? {
+                return Ok(Step::Done((
+                    FollowUp::None,
+                    Allocated {
+                        record,
+                        created: false,
+                    },
+                    0,
+                )));
+            }
             return Err(pool_not_found(claim));
         };
-        let requested = match claim.requested {
-            None => None,
-            Some(ip) => Some(addr_in_family(&l.pool, ip).ok_or_else(|| other_family(ip, claim))?),
-        };
-        let req = AllocRequest {
-            claim: &claim_key,
-            claim_name: &claim.id.name,
-            uid: &claim.id.uid,
-            requested,
-        };
-        let mut state = l.state.clone();
-        let result = state.allocate(&l.pool, &req, now);
-        let allocation = result.map_err(|e| e.into_error(&l.pool, &claim.pool.display()))?;
-        let record = ClaimRecord::new(
-            claim,
-            l.pool.ip(allocation.address()),
-            &l.pool,
-            l.object.uid(),
-        );
-        Ok(match allocation {
-            Allocation::Existing(_) => Step::Done((Some(allocation), record)),
-            Allocation::New(_) => Step::Write(
-                Box::new(Next {
-                    pool: Some((l.object.clone(), l.pool.clone())),
-                    state,
-                }),
-                (Some(allocation), record),
-            ),
-        })
+        bind_decide(ctx, claim, target, l, &cname, &ckey, &me)
     })?;
-    match allocation {
-        // Bound before this request: nothing to write.
-        None => Ok(Allocated {
-            record,
+    if let FollowUp::Set(record) = &follow {
+        within_deadline(ctx, taken_at)?;
+        ctx.kv.set(&ckey, &record.encode())?;
+    }
+    Ok(answer)
+}
+
+/// The pure-ish decision of [`bind`] for one attempt (it reads the claim
+/// keys, writes nothing).
+fn bind_decide<K: KvStore>(
+    ctx: &Ctx<'_, K>,
+    claim: &Claim,
+    target: BindTarget,
+    l: &Loaded,
+    cname: &str,
+    ckey: &str,
+    me: &str,
+) -> Result<Step<BindOutcome>> {
+    let now = ctx.env.now();
+    let (mine, seen) = read_claims(ctx.kv, l, cname, ckey)?;
+    let mut state = l.state.clone();
+    // Intents seen done are dropped by whatever this decision writes.
+    state.confirm(&seen);
+    let write = |state: PoolState, out: BindOutcome| -> Step<BindOutcome> {
+        Step::Write(
+            Box::new(Next {
+                pool: Some((l.object.clone(), l.pool.clone())),
+                state,
+            }),
+            out,
+        )
+    };
+    // 1. A live binding answers.
+    if let Some(record) = mine
+        .as_ref()
+        .filter(|r| !state.is_unbinding(cname, &r.token))
+    {
+        check_same_claim(record, claim)?;
+        if let BindTarget::Adopt(ip) = target {
+            if record.address != ip.to_string() {
+                return Err(address_mismatch(claim, &record.address, ip));
+            }
+        }
+        let out = Allocated {
+            record: record.clone(),
             created: false,
-        }),
-        Some(a) => {
-            ctx.kv.set(&ckey, &record.encode())?;
-            Ok(Allocated {
-                record,
-                created: matches!(a, Allocation::New(_)),
-            })
+        };
+        // Nothing of ours to write: confirmed intents wait for the next
+        // decision that writes anyway (an answer costs two reads).
+        return Ok(Step::Done((FollowUp::None, out, 0)));
+    }
+    // 2. An intent about this claim.
+    if let Some(intent) = state.intent(cname).cloned() {
+        let old = stale(&intent, now);
+        match intent.kind {
+            IntentKind::Bind if intent.uid == claim.id.uid => {
+                if let BindTarget::Adopt(ip) = target {
+                    if addr_in_family(&l.pool, ip) != Some(intent.address) {
+                        let bound = l.pool.ip(intent.address).to_string();
+                        return Err(address_mismatch(claim, &bound, ip));
+                    }
+                }
+                let record = ClaimRecord::new(
+                    claim,
+                    l.pool.ip(intent.address),
+                    &l.pool,
+                    l.object.uid(),
+                    &intent.token,
+                );
+                let out = Allocated {
+                    record: record.clone(),
+                    created: false,
+                };
+                if !old {
+                    // Its owner is writing the binding: same answer, no write.
+                    return Ok(Step::Done((FollowUp::None, out, 0)));
+                }
+                // Its owner gave up (crash or deadline): take it over.
+                if let Some(i) = state.intents.iter_mut().find(|i| i.claim == cname) {
+                    i.owner = me.to_string();
+                    i.at = now;
+                }
+                return Ok(write(state, (FollowUp::Set(Box::new(record)), out, now)));
+            }
+            IntentKind::Bind => {
+                if !old {
+                    return Err(Error::conflict(
+                        "ClaimUidConflict",
+                        format!(
+                            "claim {} is being bound for uid {}; release it before re-creating the claim",
+                            claim.id.display(),
+                            intent.uid
+                        ),
+                    ));
+                }
+                // Its owner gave up and its binding never appeared: that
+                // allocation is over; free its address, then bind ours.
+                state.take_intent(cname);
+                state.release(intent.address, l.pool.grace_seconds, now);
+            }
+            IntentKind::Unbind => {
+                if !old {
+                    return Err(Error::transient(
+                        "ClaimReleasing",
+                        format!(
+                            "claim {} is being released; retry in a moment",
+                            claim.id.display()
+                        ),
+                    ));
+                }
+                // Its owner gave up: our binding replaces the one it was
+                // removing (its address is already freed).
+                state.take_intent(cname);
+            }
         }
     }
+    // 3. A new binding.
+    if state.intents.len() >= MAX_INTENTS {
+        return Err(Error::transient(
+            "Contention",
+            format!(
+                "pool {} has {MAX_INTENTS} claim writes in flight; retry",
+                claim.pool.display()
+            ),
+        ));
+    }
+    let (address, ip) = match target {
+        BindTarget::Allocate => {
+            let requested = match claim.requested {
+                None => None,
+                Some(ip) => {
+                    Some(addr_in_family(&l.pool, ip).ok_or_else(|| other_family(ip, claim))?)
+                }
+            };
+            let req = AllocRequest {
+                claim: cname,
+                claim_name: &claim.id.name,
+                uid: &claim.id.uid,
+                requested,
+            };
+            let a = state
+                .allocate(&l.pool, &req, now)
+                .map_err(|e| e.into_error(&l.pool, &claim.pool.display()))?;
+            (a, l.pool.ip(a))
+        }
+        BindTarget::Adopt(ip) => {
+            let v = addr_in_family(&l.pool, ip).ok_or_else(|| other_family(ip, claim))?;
+            if state.used.contains(v) && !state.is_cooling(v) {
+                // Held by another claim's binding or intent: the store has
+                // given it to someone else, and an address has one owner.
+                return Err(Error::conflict(
+                    "AddressInUse",
+                    format!(
+                        "{ip} in pool {} is held by another claim; claim {} cannot adopt it",
+                        claim.pool.display(),
+                        claim.id.display()
+                    ),
+                ));
+            }
+            state.adopt(v);
+            (v, ip)
+        }
+    };
+    let tok = token(ctx);
+    let record = ClaimRecord::new(claim, ip, &l.pool, l.object.uid(), &tok);
+    state.intents.push(Intent {
+        kind: IntentKind::Bind,
+        claim: cname.to_string(),
+        uid: claim.id.uid.clone(),
+        address,
+        token: tok,
+        owner: me.to_string(),
+        at: now,
+    });
+    let out = Allocated {
+        record: record.clone(),
+        created: true,
+    };
+    Ok(write(state, (FollowUp::Set(Box::new(record)), out, now)))
 }
 
 /// The binding stored at `ckey`, if any, after checking it belongs to this
@@ -174,18 +464,22 @@ pub fn get_claim<K: KvStore>(kv: &K, namespace: &str, name: &str) -> Result<Opti
 /// With `uid`, only a binding of that uid is released (a late delete event
 /// for an old incarnation leaves a re-created claim alone).
 ///
-/// Operations: `get` + `delete` of the claim key, then `cas_read` +
-/// `cas_swap` (+ read-back) of the pool record. The claim key goes first:
-/// a crash in between leaves the address allocated without a binding (a
-/// leak that reconciliation reclaims), never an address freed while a
-/// binding still points at it.
+/// Operations: `get` of the claim key (it names the pool), then
+/// `cas_read` of the pool record, one `get_many` of the claim key and the
+/// keys of the pool's intents, `cas_swap` (+ read-back) of the pool record,
+/// and `delete` of the claim key: five on Spin's SQLite store, six
+/// elsewhere. The pool write is the decision: it frees the address only
+/// while the binding read after it is live, and records an `Unbind` intent
+/// (so a concurrent or repeated release finds the release already
+/// decided and frees nothing, and a new binding of the same claim waits);
+/// the claim key is removed after it.
 ///
 /// # Idempotency
 /// Releasing an unknown or already released claim succeeds and changes
 /// nothing. Returns the binding that was released, if any.
 ///
 /// # Errors
-/// Store failures (503), unreadable records (500).
+/// Store failures and `StepTooSlow` (503), unreadable records (500).
 pub fn release<K: KvStore>(
     ctx: &Ctx<'_, K>,
     namespace: &str,
@@ -193,39 +487,73 @@ pub fn release<K: KvStore>(
     uid: Option<&str>,
 ) -> Result<Option<ClaimRecord>> {
     let ckey = keys::claim(namespace, name);
+    let cname = format!("{namespace}/{name}");
     let Some(bytes) = ctx.kv.get(&ckey)? else {
         return Ok(None);
     };
-    let record = ClaimRecord::decode(&bytes)?;
-    if uid.is_some_and(|u| u != record.uid) {
+    let first = ClaimRecord::decode(&bytes)?;
+    if uid.is_some_and(|u| u != first.uid) {
         return Ok(None);
     }
-    ctx.kv.delete(&ckey)?;
-    let pool_id = record.pool_id(namespace)?;
-    let ip = record.ip()?;
-    let now = ctx.env.now();
-    let claim_key = format!("{namespace}/{name}");
-    store::update_pool(ctx, &pool_id, |current| {
-        let Some(l) = current else {
-            return Ok(Step::Done(())); // pool gone: nothing left to free
-        };
-        let Some(address) = addr_in_family(&l.pool, ip) else {
-            return Ok(Step::Done(()));
-        };
-        let mut state = l.state.clone();
-        if state.release(&claim_key, &record.uid, address, l.pool.grace_seconds, now) {
-            Ok(Step::Write(
-                Box::new(Next {
-                    pool: Some((l.object.clone(), l.pool.clone())),
-                    state,
-                }),
-                (),
-            ))
-        } else {
-            Ok(Step::Done(()))
-        }
-    })?;
-    Ok(Some(record))
+    let pool_id = first.pool_id(namespace)?;
+    let me = token(ctx);
+    let (follow, released, taken_at) =
+        store::update_pool(ctx, &pool_id, |current| {
+            let now = ctx.env.now();
+            let Some(l) = current else {
+                // The pool is gone; only the key is left to remove.
+                return Ok(Step::Done((FollowUp::Delete, Some(first.clone()), now)));
+            };
+            let (mine, seen) = read_claims(ctx.kv, l, &cname, &ckey)?;
+            let mut state = l.state.clone();
+            state.confirm(&seen);
+            let write = |state: PoolState, out| {
+                Step::Write(
+                    Box::new(Next {
+                        pool: Some((l.object.clone(), l.pool.clone())),
+                        state,
+                    }),
+                    out,
+                )
+            };
+            let Some(record) = mine else {
+                return Ok(Step::Done((FollowUp::None, None, 0)));
+            };
+            if uid.is_some_and(|u| u != record.uid) || record.pool_id(namespace)? != pool_id {
+                return Ok(Step::Done((FollowUp::None, None, 0)));
+            }
+            if let Some(i) = state.intents.iter_mut().find(|i| {
+                i.kind == IntentKind::Unbind && i.claim == cname && i.token == record.token
+            }) {
+                // Already released by another request; take its key removal
+                // over only when its owner gave up.
+                if !stale(i, now) {
+                    return Ok(Step::Done((FollowUp::None, Some(record), 0)));
+                }
+                i.owner = me.clone();
+                i.at = now;
+                return Ok(write(state, (FollowUp::Delete, Some(record), now)));
+            }
+            if let Some(address) = addr_in_family(&l.pool, record.ip()?) {
+                state.release(address, l.pool.grace_seconds, now);
+                state.take_intent(&cname);
+                state.intents.push(Intent {
+                    kind: IntentKind::Unbind,
+                    claim: cname.clone(),
+                    uid: record.uid.clone(),
+                    address,
+                    token: record.token.clone(),
+                    owner: me.clone(),
+                    at: now,
+                });
+            }
+            Ok(write(state, (FollowUp::Delete, Some(record), now)))
+        })?;
+    if let FollowUp::Delete = follow {
+        within_deadline(ctx, taken_at)?;
+        ctx.kv.delete(&ckey)?;
+    }
+    Ok(released)
 }
 
 /// A pool with its counts, ready to render.
@@ -319,14 +647,35 @@ pub fn put_pool_with<K: KvStore>(
 ) -> Result<(PutOutcome, PoolView)> {
     let pool = object.spec.validate()?;
     let id = object.id.clone();
-    let now = ctx.env.now();
-    let result = store::update_pool(ctx, &id, |current| {
+    let me = token(ctx);
+    let (result, bindings, taken_at) = store::update_pool(ctx, &id, |current| {
+        let now = ctx.env.now();
         let Some(l) = current else {
             let mut state = PoolState::default();
+            let mut bindings = Vec::new();
             for a in adoptions {
-                if let Some(v) = addr_in_family(&pool, a.address) {
-                    state.adopt(&a.claim.id.display(), &a.claim.id.uid, v, now);
+                let cname = a.claim.id.display();
+                let Some(v) = addr_in_family(&pool, a.address) else {
+                    continue;
+                };
+                if state.intent(&cname).is_some() {
+                    continue; // one address per claim: the first IPAddress wins
                 }
+                state.adopt(v);
+                let tok = token(ctx);
+                bindings.push((
+                    keys::claim(&a.claim.id.namespace, &a.claim.id.name),
+                    ClaimRecord::new(&a.claim, a.address, &pool, object.uid(), &tok),
+                ));
+                state.intents.push(Intent {
+                    kind: IntentKind::Bind,
+                    claim: cname,
+                    uid: a.claim.id.uid.clone(),
+                    address: v,
+                    token: tok,
+                    owner: me.clone(),
+                    at: now,
+                });
             }
             let view = PoolView {
                 object: object.clone(),
@@ -337,7 +686,7 @@ pub fn put_pool_with<K: KvStore>(
                     pool: Some((object.clone(), pool.clone())),
                     state,
                 }),
-                (PutOutcome::Created, view),
+                ((PutOutcome::Created, view), bindings, now),
             ));
         };
         let (dropped, n) = l.state.dropped_by(&pool, 10);
@@ -369,90 +718,22 @@ pub fn put_pool_with<K: KvStore>(
             counts: state.counts(&pool),
         };
         if object == l.object && state == l.state {
-            return Ok(Step::Done((PutOutcome::Unchanged, view)));
+            return Ok(Step::Done(((PutOutcome::Unchanged, view), Vec::new(), 0)));
         }
         Ok(Step::Write(
             Box::new(Next {
                 pool: Some((object.clone(), pool.clone())),
                 state,
             }),
-            (PutOutcome::Updated, view),
+            ((PutOutcome::Updated, view), Vec::new(), 0),
         ))
     })?;
-    if result.0 == PutOutcome::Created {
-        for a in adoptions
-            .iter()
-            .filter(|a| addr_in_family(&pool, a.address).is_some())
-        {
-            let key = keys::claim(&a.claim.id.namespace, &a.claim.id.name);
-            if ctx.kv.get(&key)?.is_none() {
-                let rec = ClaimRecord::new(&a.claim, a.address, &pool, object.uid());
-                ctx.kv.set(&key, &rec.encode())?;
-            }
-        }
+    // The adopted claims' bindings: this request owns their Bind intents.
+    for (key, record) in &bindings {
+        within_deadline(ctx, taken_at)?;
+        ctx.kv.set(key, &record.encode())?;
     }
     Ok(result)
-}
-
-/// Records that `claim` holds `address` because its `IPAddress` object says
-/// so (the store lost the binding, or the cluster was moved).
-///
-/// # Idempotency
-/// A binding that already says `address` is returned unchanged
-/// (`created: false`).
-///
-/// # Errors
-/// 409 `AddressMismatch` when the store binds the claim to another address;
-/// 409 `ClaimUidConflict`/`ClaimPoolConflict` as [`allocate`]; 409
-/// `AddressNotInPool` for another family; 404 `PoolNotFound`; 503 on store
-/// failures.
-pub fn adopt<K: KvStore>(
-    ctx: &Ctx<'_, K>,
-    claim: &Claim,
-    address: std::net::IpAddr,
-) -> Result<Allocated> {
-    let ckey = keys::claim(&claim.id.namespace, &claim.id.name);
-    let now = ctx.env.now();
-    let claim_key = claim.id.display();
-    let (changed, record) = store::update_pool(ctx, &claim.pool, |current| {
-        if let Some(record) = binding_of(ctx.kv, &ckey, claim)? {
-            if record.address != address.to_string() {
-                return Err(Error::conflict(
-                    "AddressMismatch",
-                    format!(
-                        "claim {} is bound to {} but its IPAddress says {address}",
-                        claim.id.display(),
-                        record.address
-                    ),
-                ));
-            }
-            return Ok(Step::Done((false, record)));
-        }
-        let Some(l) = current else {
-            return Err(pool_not_found(claim));
-        };
-        let v = addr_in_family(&l.pool, address).ok_or_else(|| other_family(address, claim))?;
-        let mut state = l.state.clone();
-        let record = ClaimRecord::new(claim, address, &l.pool, l.object.uid());
-        if state.adopt(&claim_key, &claim.id.uid, v, now) {
-            Ok(Step::Write(
-                Box::new(Next {
-                    pool: Some((l.object.clone(), l.pool.clone())),
-                    state,
-                }),
-                (true, record),
-            ))
-        } else {
-            Ok(Step::Done((true, record)))
-        }
-    })?;
-    if changed {
-        ctx.kv.set(&ckey, &record.encode())?;
-    }
-    Ok(Allocated {
-        record,
-        created: changed,
-    })
 }
 
 fn pool_ip(pool: &crate::pool::ValidatedPool, a: u128) -> String {

@@ -37,10 +37,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::addr::{from_u128, to_u128};
-use crate::alloc::{Cooling, JournalEntry, PoolState};
+use crate::alloc::{Cooling, Intent, IntentKind, PoolState};
 use crate::claim::{AddressView, CapiVersion, Claim, ClaimId, PoolRef};
 use crate::error::{Error, Result};
-use crate::kv::{self, KvError, KvStore, Swap};
+use crate::kv::{self, KvStore, Swap};
 use crate::pool::{PoolId, PoolKind, PoolObject, ValidatedPool};
 
 /// Current version of every record's schema (`"v"`).
@@ -49,6 +49,11 @@ pub const RECORD_VERSION: u32 = 1;
 /// How many times a read-modify-write is attempted before giving up with a
 /// 503 (`Contention`).
 pub const MAX_CAS_ATTEMPTS: u32 = 64;
+
+/// How many earlier writers' tokens a pool record keeps besides its own
+/// (`recentWriters`). A read-back that finds the reader's token among them
+/// knows its swap landed and was overwritten since, rather than aborted.
+pub const RECENT_WRITERS: usize = 31;
 
 /// Key builders and parsers.
 pub mod keys {
@@ -156,7 +161,8 @@ pub struct CoolingRecord {
     pub until: u64,
 }
 
-/// A journal entry in the record.
+/// A journal entry of a record written by an earlier version (read and
+/// ignored: intents replaced the journal).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct JournalRecord {
@@ -167,6 +173,36 @@ pub struct JournalRecord {
     /// The address it got.
     pub address: String,
     /// Unix seconds of the allocation.
+    pub at: u64,
+}
+
+/// What an intent owes the claim key, as stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum IntentKindRecord {
+    /// Write the binding.
+    Bind,
+    /// Remove the binding.
+    Unbind,
+}
+
+/// An intent in the record (see [`crate::alloc::Intent`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IntentRecord {
+    /// Bind or unbind.
+    pub kind: IntentKindRecord,
+    /// `namespace/name` of the claim.
+    pub claim: String,
+    /// The claim's uid.
+    pub uid: String,
+    /// The address.
+    pub address: String,
+    /// The binding's token.
+    pub token: String,
+    /// Writer token of the request that owes the write.
+    pub owner: String,
+    /// Unix seconds when the owner took it.
     pub at: u64,
 }
 
@@ -181,6 +217,11 @@ pub struct PoolRecord {
     pub rev: u64,
     /// Random token of the last writer (detects silently aborted swaps).
     pub writer: String,
+    /// Tokens of the writers before it, newest last, at most
+    /// [`RECENT_WRITERS`]: a read-back finding its token here knows its
+    /// swap landed (and a newer one came after) rather than aborted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub recent_writers: Vec<String>,
     /// Whether swaps on this record are read back.
     pub swap_check: SwapCheck,
     /// Tombstone: the pool was deleted (the key stays, see the module docs).
@@ -195,8 +236,11 @@ pub struct PoolRecord {
     /// Released addresses in their grace period.
     #[serde(default)]
     pub cooling: Vec<CoolingRecord>,
-    /// Recent allocations, oldest first.
-    #[serde(default)]
+    /// Claim-key writes still owed, oldest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub intents: Vec<IntentRecord>,
+    /// Written by versions before intents; read and ignored.
+    #[serde(default, skip_serializing)]
     pub journal: Vec<JournalRecord>,
 }
 
@@ -228,6 +272,10 @@ pub struct Loaded {
     pub state: PoolState,
     /// Revision of the record.
     pub rev: u64,
+    /// Whether the backend's swaps are exact (Spin's SQLite store, detected
+    /// when the pool was created). Only there is `get_many` used: Spin
+    /// 3.6's Redis backend sends it as a `KEYS` command, which fails.
+    pub exact: bool,
 }
 
 impl PoolRecord {
@@ -271,13 +319,19 @@ impl PoolRecord {
                 until: c.until,
             });
         }
-        for j in &self.journal {
-            let (a, _) = stored_entry(&j.address)?;
-            state.journal.push_back(JournalEntry {
-                claim: j.claim.clone(),
-                uid: j.uid.clone(),
+        for i in &self.intents {
+            let (a, _) = stored_entry(&i.address)?;
+            state.intents.push(Intent {
+                kind: match i.kind {
+                    IntentKindRecord::Bind => IntentKind::Bind,
+                    IntentKindRecord::Unbind => IntentKind::Unbind,
+                },
+                claim: i.claim.clone(),
+                uid: i.uid.clone(),
                 address: a,
-                at: j.at,
+                token: i.token.clone(),
+                owner: i.owner.clone(),
+                at: i.at,
             });
         }
         Ok(Some(Loaded {
@@ -285,12 +339,28 @@ impl PoolRecord {
             pool,
             state,
             rev: self.rev,
+            exact: self.swap_check == SwapCheck::Exact,
         }))
+    }
+
+    /// Whether the write carrying `token` is this record or one of the
+    /// [`RECENT_WRITERS`] before it.
+    pub fn written_by(&self, token: &str) -> bool {
+        self.writer == token || self.recent_writers.iter().any(|w| w == token)
+    }
+
+    /// The `recentWriters` of the record that replaces this one.
+    pub fn writers_after(&self) -> Vec<String> {
+        let mut w = self.recent_writers.clone();
+        w.push(self.writer.clone());
+        let excess = w.len().saturating_sub(RECENT_WRITERS);
+        w.drain(..excess);
+        w
     }
 
     /// Builds a record for `next` (see [`Next`]).
     pub fn build(next: &Next, rev: u64, writer: String, swap_check: SwapCheck) -> PoolRecord {
-        let (pool, used, cooling, journal) = match &next.pool {
+        let (pool, used, cooling, intents) = match &next.pool {
             None => (None, Vec::new(), Vec::new(), Vec::new()),
             Some((object, vp)) => {
                 let fam = vp.family;
@@ -317,30 +387,38 @@ impl PoolRecord {
                         until: c.until,
                     })
                     .collect();
-                let journal = next
+                let intents = next
                     .state
-                    .journal
+                    .intents
                     .iter()
-                    .map(|j| JournalRecord {
-                        claim: j.claim.clone(),
-                        uid: j.uid.clone(),
-                        address: fmt(j.address),
-                        at: j.at,
+                    .map(|i| IntentRecord {
+                        kind: match i.kind {
+                            IntentKind::Bind => IntentKindRecord::Bind,
+                            IntentKind::Unbind => IntentKindRecord::Unbind,
+                        },
+                        claim: i.claim.clone(),
+                        uid: i.uid.clone(),
+                        address: fmt(i.address),
+                        token: i.token.clone(),
+                        owner: i.owner.clone(),
+                        at: i.at,
                     })
                     .collect();
-                (Some(object.to_json(None)), used, cooling, journal)
+                (Some(object.to_json(None)), used, cooling, intents)
             }
         };
         PoolRecord {
             v: RECORD_VERSION,
             rev,
             writer,
+            recent_writers: Vec::new(),
             swap_check,
             deleted: pool.is_none(),
             pool,
             used,
             cooling,
-            journal,
+            intents,
+            journal: Vec::new(),
         }
     }
 }
@@ -388,6 +466,10 @@ pub struct ClaimRecord {
     /// The pool's uid, when it came from Kubernetes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pool_uid: Option<String>,
+    /// The allocation's token, matching the pool's intent for it (empty in
+    /// bindings written before intents).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub token: String,
 }
 
 /// `spec.poolRef` in a [`ClaimRecord`].
@@ -497,12 +579,14 @@ impl ClaimRecord {
         .to_json())
     }
 
-    /// The binding of `claim` to `address` in `pool`.
+    /// The binding of `claim` to `address` in `pool`, for the allocation
+    /// identified by `token`.
     pub fn new(
         claim: &Claim,
         address: IpAddr,
         pool: &ValidatedPool,
         pool_uid: Option<&str>,
+        token: &str,
     ) -> Self {
         ClaimRecord {
             v: RECORD_VERSION,
@@ -514,6 +598,7 @@ impl ClaimRecord {
             gateway: pool.gateway.map(|g| g.to_string()),
             cluster_name: claim.cluster_name.clone(),
             pool_uid: pool_uid.map(str::to_string),
+            token: token.to_string(),
         }
     }
 }
@@ -541,7 +626,11 @@ pub struct Ctx<'a, K: KvStore> {
 enum Base {
     Absent,
     Placeholder(SwapCheck),
-    Record { rev: u64, swap_check: SwapCheck },
+    Record {
+        rev: u64,
+        swap_check: SwapCheck,
+        writers: Vec<String>,
+    },
 }
 
 /// Reads a pool record without starting a swap (one `get`).
@@ -599,6 +688,7 @@ pub fn update_pool<K: KvStore, T>(
                     Base::Record {
                         rev: rec.rev,
                         swap_check: rec.swap_check,
+                        writers: rec.writers_after(),
                     },
                     loaded,
                 )
@@ -608,28 +698,38 @@ pub fn update_pool<K: KvStore, T>(
             Step::Done(out) => return Ok(out),
             Step::Write(next, out) => (next, out),
         };
-        let (rev, check) = match base {
+        let (rev, check, writers) = match base {
             Base::Absent => {
                 ensure_pool_key(ctx, id, &key)?;
                 continue;
             }
-            Base::Placeholder(check) => (1, check),
-            Base::Record { rev, swap_check } => (rev + 1, swap_check),
+            Base::Placeholder(check) => (1, check, Vec::new()),
+            Base::Record {
+                rev,
+                swap_check,
+                writers,
+            } => (rev + 1, swap_check, writers),
         };
         let check = match ctx.swap_policy {
             SwapPolicy::Always => SwapCheck::Verify,
             SwapPolicy::Auto => check,
         };
         let writer = format!("{:016x}", ctx.env.random_u64());
-        let bytes = PoolRecord::build(&next, rev, writer, check).encode();
-        match ctx.kv.cas_swap(cas, &bytes)? {
-            Swap::Failed => continue,
-            Swap::Reported => {
-                if check == SwapCheck::Verify && ctx.kv.get(&key)?.as_deref() != Some(&bytes[..]) {
-                    continue; // silently aborted: someone else's write is there
-                }
-                return Ok(out);
-            }
+        let mut record = PoolRecord::build(&next, rev, writer.clone(), check);
+        record.recent_writers = writers;
+        let bytes = record.encode();
+        let reported = ctx.kv.cas_swap(cas, &bytes)?;
+        let written = match (check, reported) {
+            (SwapCheck::Exact, Swap::Reported) => true,
+            (SwapCheck::Exact, Swap::Failed) => false,
+            // A store whose answer cannot be trusted either way: Redis may
+            // report an aborted swap as success, and Spin 3.6's Redis
+            // backend reports every swap as failed (its `UNWATCH <key>` is
+            // refused after the EXEC). The read-back decides.
+            (SwapCheck::Verify, _) => landed(ctx.kv.get(&key)?.as_deref(), &writer)?,
+        };
+        if written {
+            return Ok(out);
         }
     }
     Err(Error::transient(
@@ -641,26 +741,31 @@ pub fn update_pool<K: KvStore, T>(
     ))
 }
 
+/// Whether a read-back shows the write of `writer`: the record it wrote, or
+/// a newer one that still lists it among its recent writers. Anything else
+/// means the swap was silently aborted (Redis) and nothing was written.
+fn landed(read: Option<&[u8]>, writer: &str) -> Result<bool> {
+    match read {
+        Some(b) if !kv::is_zero_counter(b) => Ok(PoolRecord::decode(b)?.written_by(writer)),
+        _ => Ok(false),
+    }
+}
+
 /// Brings an absent pool key into existence as a zero counter, so the
 /// following swap is on an existing key.
+///
+/// Only the winner of the creation guard (the request whose
+/// `increment(pool-init-key, 1)` returned 1) ever increments the pool key:
+/// a later `increment` could meet a record that the winner has swapped in
+/// meanwhile, which Spin's SQLite host answers with a panic. A loser
+/// returns and its caller re-reads after a pause, until the winner's key
+/// shows up (or answers 503 `Contention` after [`MAX_CAS_ATTEMPTS`]).
 fn ensure_pool_key<K: KvStore>(ctx: &Ctx<'_, K>, id: &PoolId, key: &str) -> Result<()> {
-    let n = ctx.kv.increment(&keys::pool_init(id), 1)?;
-    if n != 1 {
-        // Another request is creating the pool; its next operation creates
-        // the key. Only if it still has not after a pause (it died between
-        // two operations) do we create it ourselves.
-        ctx.env.pause(1);
-        if ctx.kv.get(key)?.is_some() {
-            return Ok(());
-        }
+    if ctx.kv.increment(&keys::pool_init(id), 1)? != 1 {
+        return Ok(());
     }
-    match ctx.kv.increment(key, 0) {
-        Ok(_) => Ok(()),
-        // Redis refuses to increment a key that already holds a record:
-        // someone else created it meanwhile, which is all we wanted.
-        Err(KvError::Other(_)) if ctx.kv.get(key)?.is_some() => Ok(()),
-        Err(e) => Err(e.into()),
-    }
+    ctx.kv.increment(key, 0)?;
+    Ok(())
 }
 
 fn stored_entry(s: &str) -> Result<(u128, u128)> {

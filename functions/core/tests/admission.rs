@@ -49,6 +49,7 @@ fn stored(id: &PoolId, spec: Value, bound: usize) -> Loaded {
         pool,
         state,
         rev: 3,
+        exact: true,
     }
 }
 
@@ -435,7 +436,7 @@ fn deleting_an_idle_or_unknown_pool_is_allowed() {
     // Bound then released with a grace period: cooling addresses are not bound.
     let mut l = stored(&id, s.clone(), 1);
     let addr = l.pool.allocatable.first().unwrap();
-    assert!(l.state.release("ns/m-0", "u", addr, 60, 100));
+    assert!(l.state.release(addr, 60, 100));
     let store = vec![l];
     let r = run(&delete(&id, pool_json(&id, s.clone())), &store);
     assert!(r.allowed(), "{:?}", r.denial);

@@ -60,7 +60,8 @@ fn pool_record_examples_round_trip_and_rebuild_identically() {
             pool: Some((loaded.object.clone(), loaded.pool.clone())),
             state: loaded.state.clone(),
         };
-        let rebuilt = PoolRecord::build(&next, rec.rev, rec.writer.clone(), rec.swap_check);
+        let mut rebuilt = PoolRecord::build(&next, rec.rev, rec.writer.clone(), rec.swap_check);
+        rebuilt.recent_writers = rec.recent_writers.clone();
         assert_eq!(
             serde_json::to_value(&rebuilt).unwrap(),
             v,

@@ -39,10 +39,8 @@
 //!    with the latency of its last allocations (just below 99 %). Reported:
 //!    key-value operations per allocation (min/mean/max and the mean by
 //!    kind), latency percentiles, and the pool record's size in bytes,
-//!    disjoint used ranges and journal entries, read directly from the
-//!    store through `Host::kv_stores()` — at each level, and once more
-//!    after a 7 s pause and one allocation, when the journal (which keeps
-//!    entries younger than 5 s) has shrunk back to its last 64 entries.
+//!    disjoint used ranges and intents (claim writes in flight), read
+//!    directly from the store through `Host::kv_stores()` at each level.
 //! 4. **Raw key-value rate** (no wasm): the host's `KvStore` API on the same
 //!    kind of SQLite file, and on the in-memory backend for comparison —
 //!    `set` of a 32-byte value (distinct keys), `get` of those keys,
@@ -90,8 +88,6 @@ const QUICK_FILL_CIDR: &str = "10.200.0.0/20";
 const QUICK_FILL_PREFIX: u8 = 20;
 /// Pause before the bench re-posts a claim answered `503 Contention`.
 const RETRY_503_AFTER: Duration = Duration::from_millis(10);
-/// Longer than the journal's 5 s age limit (it counts whole seconds).
-const JOURNAL_AGE: Duration = Duration::from_secs(7);
 /// A claim answered 503 more often than this aborts the bench.
 const MAX_503_PER_CLAIM: u32 = 50;
 
@@ -482,7 +478,7 @@ async fn fresh_app(memory: bool, pool: &str, cidr: &str, prefix: u8) -> Result<(
 struct RecordInfo {
     bytes: usize,
     used_ranges: usize,
-    journal: usize,
+    intents: usize,
 }
 
 async fn pool_record(app: &App, pool: &str) -> Result<RecordInfo> {
@@ -499,7 +495,7 @@ async fn pool_record(app: &App, pool: &str) -> Result<RecordInfo> {
     Ok(RecordInfo {
         bytes: bytes.len(),
         used_ranges: len("used"),
-        journal: len("journal"),
+        intents: len("intents"),
     })
 }
 
@@ -639,20 +635,6 @@ async fn fill(cfg: &Config) -> Result<Fill> {
         pool_record(&app, "fill").await?,
     ));
 
-    // The journal keeps every entry younger than 5 s (whole seconds): after
-    // a pause, the next write trims it to the last 64, which shows the
-    // record's size as a function of the fill alone.
-    eprintln!(
-        "fill: pausing {} s for the journal to age",
-        JOURNAL_AGE.as_secs()
-    );
-    tokio::time::sleep(JOURNAL_AGE).await;
-    allocate_range(&app, "fill", high_range.end..high_range.end + 1, 1).await?;
-    records.push((
-        format!("{} s idle, then 1 more", JOURNAL_AGE.as_secs()),
-        high_range.end + 1,
-        pool_record(&app, "fill").await?,
-    ));
     Ok(Fill {
         total,
         records,
@@ -754,7 +736,7 @@ fn print_fill(cfg: &Config, f: &Fill) {
             "fill",
             "record bytes",
             "used ranges",
-            "journal entries",
+            "intents",
         ],
     );
     for (label, at, r) in &f.records {
@@ -764,11 +746,11 @@ fn print_fill(cfg: &Config, f: &Fill) {
             format!("{} %", pct(*at, f.total)),
             r.bytes.to_string(),
             r.used_ranges.to_string(),
-            r.journal.to_string(),
+            r.intents.to_string(),
         ]);
     }
     t.note("lowest-free-first allocation keeps the used addresses in one merged range, so the fill itself costs nothing;");
-    t.note("the size is the journal's: the last 64 allocations plus any younger than 5 s (at most 512), so it tracks the recent rate");
+    t.note("intents are the claim writes in flight (dropped by the next decision that sees them written), so the size does not grow with the number of allocated addresses");
     t.print();
 }
 
@@ -947,7 +929,7 @@ async fn main() -> Result<()> {
         .iter()
         .map(|(label, at, r)| {
             json!({"point": label, "allocated": at, "bytes": r.bytes,
-                   "used_ranges": r.used_ranges, "journal": r.journal})
+                   "used_ranges": r.used_ranges, "intents": r.intents})
         })
         .collect();
     let summary = json!({

@@ -496,6 +496,16 @@ impl FakeKube {
         self.add_fault(method, path_contains, times, status, true);
     }
 
+    /// Leaves the objects named `namespace/name` (of any kind) out of every
+    /// LIST from now on, while GET still finds them: a list taken just
+    /// before they were created, as a client racing a creation sees it.
+    pub fn hide_from_lists(&self, namespace: &str, name: &str) {
+        self.shared
+            .lock()
+            .hidden
+            .push((namespace.to_string(), name.to_string()));
+    }
+
     /// Caps every page of a LIST that has a `limit` at `n` items, whatever
     /// the limit; 0 removes the cap.
     pub fn set_list_page_size(&self, n: usize) {

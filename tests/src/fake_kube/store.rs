@@ -776,6 +776,9 @@ pub(crate) struct State {
     snapshots: HashMap<u64, Snapshot>,
     next_snapshot: u64,
     pub page_size: Option<usize>,
+    /// `(namespace, name)` of objects that LISTs leave out (see
+    /// `FakeKube::hide_from_lists`).
+    pub hidden: Vec<(String, String)>,
     pub requests: Vec<Recorded>,
     pub violations: Vec<String>,
     pub faults: Vec<Fault>,
@@ -790,6 +793,7 @@ impl State {
             snapshots: HashMap::new(),
             next_snapshot: 0,
             page_size: None,
+            hidden: Vec::new(),
             requests: Vec::new(),
             violations: Vec::new(),
             faults: Vec::new(),
@@ -864,7 +868,22 @@ impl State {
     ) -> Result<Value, ApiError> {
         let labels = parse_label_selector(query.label_selector.as_deref().unwrap_or(""))?;
         let fields = parse_field_selector(query.field_selector.as_deref().unwrap_or(""))?;
+        let hidden = self.hidden.clone();
         let selected = |obj: &Value| {
+            let m = meta(obj);
+            let key = (
+                m.get("namespace")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_string(),
+                m.get("name")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_string(),
+            );
+            if hidden.contains(&key) {
+                return false;
+            }
             let obj_labels = meta(obj)
                 .get("labels")
                 .and_then(Value::as_object)
