@@ -10,11 +10,12 @@
 //! 2. lists every claim and reconciles each (allocates for unbound claims,
 //!    re-creates missing `IPAddress` objects, finishes deletions);
 //! 3. releases bindings whose claim no longer exists (or was re-created
-//!    with another uid), in pools that came from Kubernetes (pools
-//!    registered only through the HTTP API are left alone);
-//! 4. reclaims leaked addresses: bound in a pool record but held by no
-//!    binding and not allocated in the last moments (journal), e.g. after a
-//!    crash between two steps.
+//!    with another uid) after re-reading that claim, in pools that came from
+//!    Kubernetes (pools registered only through the HTTP API are left
+//!    alone), and never while an `IPAddress` holds the address;
+//! 4. reclaims leaked addresses: used in a pool record but held by no
+//!    binding, no intent and no `IPAddress` (left by versions before
+//!    intents, or by a store edited by hand).
 //!
 //! It reports what it changed; errors on single objects are collected and
 //! reported without stopping the run.

@@ -9,23 +9,27 @@
 //! | `pool/ns/<namespace>/<name>` | [`PoolRecord`] (or, for an instant while a pool is first created, a zero counter) | pools, allocate, release |
 //! | `pool/global/<name>` | [`PoolRecord`] | pools, allocate, release |
 //! | `pool-init/ns/<namespace>/<name>`, `pool-init/global/<name>` | counter (creation guard) | pools |
-//! | `claim/<namespace>/<name>` | [`ClaimRecord`] | allocate (set), release (delete) |
+//! | `claim/<namespace>/<name>` | [`ClaimRecord`] | the owner of the pool's intent for it: allocate (set), release (delete) |
 //!
 //! # Protocol
 //! Every change to a pool — registration, update, deletion, allocation,
 //! release — is one read-modify-write of its record with
-//! [`KvStore::cas_read`] / [`KvStore::cas_swap`], retried on conflict. Two
-//! rules make that exact on Spin's real backends:
+//! [`KvStore::cas_read`] / [`KvStore::cas_swap`], retried on conflict. The
+//! claim-key writes a decision owes are intents in the record
+//! ([`crate::alloc::Intent`], [`crate::steps`]). Two rules make the swap
+//! exact on Spin's real backends:
 //! 1. **Never swap on an absent key** (Spin's SQLite backend upserts it, so
 //!    two creators would both "win"). A pool key is first brought into
-//!    existence with `increment(key, 0)`, which is atomic and harmless if
-//!    repeated, behind a creation guard counter; the swap then replaces that
-//!    zero counter. Pool keys are never deleted afterwards (deletion leaves a
-//!    tombstone record), so every later swap is on an existing key.
-//! 2. **Read back after a swap the backend cannot be trusted on.** Each
-//!    written record carries a fresh random `writer` token, so a read-back
-//!    that does not return exactly the bytes written means the swap was
-//!    silently aborted (Redis) and the step is retried. The zero counter's
+//!    existence with `increment(key, 0)` by the one request that won the
+//!    creation guard counter; the swap then replaces that zero counter.
+//!    Pool keys are never deleted afterwards (deletion leaves a tombstone
+//!    record), so every later swap is on an existing key.
+//! 2. **Read back whenever the backend's answer cannot be trusted.** Each
+//!    written record carries a fresh random `writer` token and the 31
+//!    before it, so a read-back tells a landed swap (its token is there,
+//!    possibly under newer writes) from an aborted one, whatever the
+//!    backend reported (Redis may report an abort as success; Spin 3.6's
+//!    Redis backend reports every swap as failed). The zero counter's
 //!    encoding tells the backends apart at creation: eight zero bytes is
 //!    Spin's SQLite store, whose swaps are exact, so its records are marked
 //!    `swapCheck: exact` and skip the read-back; anything else is marked
