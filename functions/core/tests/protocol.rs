@@ -739,3 +739,172 @@ fn a_request_past_its_deadline_writes_nothing_and_its_intent_is_taken_over() {
         );
     }
 }
+
+/// A store that runs `hook` once, right after its `at`-th operation: another
+/// request's whole work slipped in between two operations of this one.
+struct Interleave<'a> {
+    kv: &'a MemKv,
+    at: u32,
+    seen: std::cell::Cell<u32>,
+    hook: std::cell::RefCell<Option<Box<dyn FnOnce() + 'a>>>,
+}
+
+impl<'a> Interleave<'a> {
+    fn new(kv: &'a MemKv, at: u32, hook: impl FnOnce() + 'a) -> Self {
+        Interleave {
+            kv,
+            at,
+            seen: std::cell::Cell::new(0),
+            hook: std::cell::RefCell::new(Some(Box::new(hook))),
+        }
+    }
+
+    fn after<T>(&self, r: T) -> T {
+        self.seen.set(self.seen.get() + 1);
+        if self.seen.get() == self.at {
+            if let Some(h) = self.hook.borrow_mut().take() {
+                h();
+            }
+        }
+        r
+    }
+}
+
+impl KvStore for Interleave<'_> {
+    type Cas = <MemKv as KvStore>::Cas;
+    fn get(&self, key: &str) -> Result<Option<Vec<u8>>, metal_ipam_core::kv::KvError> {
+        self.after(self.kv.get(key))
+    }
+    fn get_many(
+        &self,
+        keys: &[String],
+    ) -> Result<Vec<Option<Vec<u8>>>, metal_ipam_core::kv::KvError> {
+        self.after(self.kv.get_many(keys))
+    }
+    fn set(&self, key: &str, value: &[u8]) -> Result<(), metal_ipam_core::kv::KvError> {
+        self.after(self.kv.set(key, value))
+    }
+    fn delete(&self, key: &str) -> Result<(), metal_ipam_core::kv::KvError> {
+        self.after(self.kv.delete(key))
+    }
+    fn list_keys(&self) -> Result<Vec<String>, metal_ipam_core::kv::KvError> {
+        self.after(self.kv.list_keys())
+    }
+    fn increment(&self, key: &str, delta: i64) -> Result<i64, metal_ipam_core::kv::KvError> {
+        self.after(self.kv.increment(key, delta))
+    }
+    fn cas_read(
+        &self,
+        key: &str,
+    ) -> Result<(Self::Cas, Option<Vec<u8>>), metal_ipam_core::kv::KvError> {
+        self.after(self.kv.cas_read(key))
+    }
+    fn cas_swap(
+        &self,
+        cas: Self::Cas,
+        value: &[u8],
+    ) -> Result<metal_ipam_core::kv::Swap, metal_ipam_core::kv::KvError> {
+        self.after(self.kv.cas_swap(cas, value))
+    }
+}
+
+/// Finding 2 of issue 6: a duplicate allocation of X read the pool (its
+/// journal named X), then X's whole release ran, then the duplicate wrote
+/// X's binding again; the address was free in the pool while X's binding
+/// held it, the next claim got it too, and X's next release freed that
+/// claim's address. Now the duplicate's decision reads the claim after the
+/// pool and its write is conditional on the pool not having changed.
+#[test]
+fn a_release_between_a_duplicate_allocations_reads_resurrects_nothing() {
+    for backend in BACKENDS {
+        let kv = MemKv::new(backend);
+        let env = TestEnv::at(0);
+        let c = ctx(&kv, &env);
+        steps::put_pool(
+            &c,
+            pool_obj(
+                "ns",
+                "p",
+                json!({"addresses": ["10.6.0.1-10.6.0.3"], "prefix": 24}),
+            ),
+        )
+        .unwrap();
+        let x = steps::allocate(&c, &claim("ns", "x", "u1", "p")).unwrap();
+        assert_eq!(x.record.address, "10.6.0.1");
+        // The duplicate reads the pool record; X's release runs whole.
+        let racing = Interleave::new(&kv, 1, || {
+            let released = steps::release(&ctx(&kv, &env), "ns", "x", Some("u1")).unwrap();
+            assert!(released.is_some(), "{backend:?}");
+        });
+        let dup = Ctx {
+            kv: &racing,
+            env: &env,
+            swap_policy: SwapPolicy::Auto,
+        };
+        // Its answer is the state it read (before the release); it writes
+        // nothing on its strength.
+        steps::allocate(&dup, &claim("ns", "x", "u1", "p")).unwrap();
+        let y = steps::allocate(&c, &claim("ns", "y", "uy", "p")).unwrap();
+        if let Some(xb) = steps::get_claim(&kv, "ns", "x").unwrap() {
+            assert_ne!(
+                xb.address, y.record.address,
+                "{backend:?}: one owner per address"
+            );
+        }
+        // X's release frees only X's address: Y keeps its own.
+        steps::release(&c, "ns", "x", None).unwrap();
+        let z = steps::allocate(&c, &claim("ns", "z", "uz", "p")).unwrap();
+        assert_ne!(
+            z.record.address, y.record.address,
+            "{backend:?}: Y's address stays Y's"
+        );
+    }
+}
+
+/// Finding 3 of issue 6: the journal that made a retried claim find its
+/// address dropped entries beyond 512 (or older than 5 s beyond 64), so a
+/// claim whose request died between its pool write and its claim write got
+/// a second address when retried after a burst. Now its intent stays until
+/// the binding is seen, however many allocations and however long.
+#[test]
+fn a_retry_after_a_crash_gets_its_address_after_any_burst_and_any_delay() {
+    for backend in [Backend::SpinSqlite, Backend::RedisSpin36] {
+        let kv = MemKv::new(backend);
+        let env = TestEnv::at(0);
+        let c = ctx(&kv, &env);
+        steps::put_pool(
+            &c,
+            pool_obj(
+                "ns",
+                "p",
+                json!({"addresses": ["10.9.0.0/22"], "prefix": 22}),
+            ),
+        )
+        .unwrap();
+        // X dies right after its pool write (before the claim write).
+        let ops_to_swap = if backend == Backend::SpinSqlite { 3 } else { 4 };
+        kv.fail_after(Some(ops_to_swap));
+        assert!(steps::allocate(&c, &claim("ns", "x", "u1", "p")).is_err());
+        kv.fail_after(None);
+        assert!(steps::get_claim(&kv, "ns", "x").unwrap().is_none());
+        // A burst of 600 other claims over ten minutes.
+        for i in 0..600u64 {
+            env.set_now(i);
+            steps::allocate(&c, &claim("ns", &format!("m{i}"), "u", "p")).unwrap();
+        }
+        let retry = steps::allocate(&c, &claim("ns", "x", "u1", "p")).unwrap();
+        assert_eq!(
+            retry.record.address, "10.9.0.1",
+            "{backend:?}: the first address, X's"
+        );
+        let record = kv
+            .get(&keys::pool(&PoolId::namespaced("ns", "p")))
+            .unwrap()
+            .unwrap();
+        assert!(
+            record.len() < 16 * 1024,
+            "{backend:?}: {} bytes after 601 allocations",
+            record.len()
+        );
+    }
+}
