@@ -1,7 +1,7 @@
 //! A small validator for Kubernetes structural schemas and simple JSON Schemas.
 //!
 //! Tests use it to check objects against CustomResourceDefinitions (ours in
-//! `deploy/crds/` and the Cluster API ones in `shared/reference/capi-ipam/`)
+//! `deploy/crds/` and the Cluster API ones vendored in `tests/fixtures/crds/`)
 //! and against the JSON Schemas of the key-value records in `kv-schema/`,
 //! without a Kubernetes API server.
 //!
@@ -1773,22 +1773,11 @@ pub fn repo_root() -> PathBuf {
         .to_path_buf()
 }
 
-/// `shared/reference/`, laid beside the repository (`<repo>/../shared/reference`).
-///
-/// # Panics
-///
-/// If the folder does not exist, with a message saying where it was looked
-/// for: these tests need the shared reference data.
-pub fn shared_reference_dir() -> PathBuf {
-    let root = repo_root();
-    let dir = root.parent().unwrap_or(&root).join("shared/reference");
-    assert!(
-        dir.is_dir(),
-        "shared reference data not found at {}: the tests expect shared/ to be laid \
-         beside the repository (as CI does), holding reference/capi-ipam/*.yaml",
-        dir.display()
-    );
-    dir
+/// `tests/fixtures/crds/`: the Cluster API CRDs the tests validate against,
+/// vendored unchanged (its README names each file's upstream repository,
+/// path and commit).
+pub fn capi_crds_dir() -> PathBuf {
+    repo_root().join("tests/fixtures/crds")
 }
 
 #[cfg(test)]

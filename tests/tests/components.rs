@@ -6,11 +6,11 @@
 use std::collections::BTreeSet;
 
 use metal_ipam_tests::harness::{claim_json, pool_json, App, TOKEN};
-use metal_ipam_tests::schema::{self, load_crd, shared_reference_dir};
+use metal_ipam_tests::schema::{self, capi_crds_dir, load_crd};
 use serde_json::{json, Value};
 
 fn capi_crd(file: &str) -> schema::Crd {
-    load_crd(shared_reference_dir().join("capi-ipam").join(file)).expect("CAPI CRD")
+    load_crd(capi_crds_dir().join(file)).expect("CAPI CRD")
 }
 
 fn assert_valid_ip_address(obj: &Value) {

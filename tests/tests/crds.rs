@@ -1,10 +1,10 @@
-//! The CRDs: the Cluster API ones we answer to (shared/reference/capi-ipam/),
+//! The CRDs: the Cluster API ones we answer to (vendored in tests/fixtures/crds/),
 //! our own pool CRDs (deploy/crds/) and the examples (deploy/examples/),
 //! checked with the schema validator in `metal_ipam_tests::schema`.
 
 use std::path::PathBuf;
 
-use metal_ipam_tests::schema::{load_crd, load_yaml, repo_root, shared_reference_dir, Crd, Scope};
+use metal_ipam_tests::schema::{capi_crds_dir, load_crd, load_yaml, repo_root, Crd, Scope};
 use serde_json::{json, Value};
 
 const CLAIMS: &str =
@@ -16,7 +16,7 @@ const IN_CLUSTER_POOLS: &str =
 const OUR_GROUP: &str = "ipam.metal-ipam.dev";
 
 fn capi_dir() -> PathBuf {
-    shared_reference_dir().join("capi-ipam")
+    capi_crds_dir()
 }
 
 fn capi_crd(file: &str) -> Crd {
@@ -108,7 +108,7 @@ fn remove(pointer: &'static str) -> impl FnOnce(&mut Value) {
 #[test]
 fn every_reference_crd_loads_and_is_structural() {
     let mut files: Vec<PathBuf> = std::fs::read_dir(capi_dir())
-        .expect("capi-ipam folder is readable")
+        .expect("tests/fixtures/crds is readable")
         .map(|entry| entry.unwrap().path())
         .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
         .collect();

@@ -11,9 +11,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use metal_ipam_tests::schema::{
-    load_crd, load_yaml_documents, repo_root, shared_reference_dir, Crd,
-};
+use metal_ipam_tests::schema::{capi_crds_dir, load_crd, load_yaml_documents, repo_root, Crd};
 use serde_json::{json, Value};
 
 const NAMESPACE: &str = "metal-ipam-system";
@@ -384,7 +382,7 @@ fn capi_crds() -> Vec<Crd> {
     ]
     .iter()
     .map(|f| {
-        let path = shared_reference_dir().join("capi-ipam").join(f);
+        let path = capi_crds_dir().join(f);
         load_crd(&path).unwrap_or_else(|e| panic!("{f}: {e:#}"))
     })
     .collect()

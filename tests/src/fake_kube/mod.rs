@@ -34,8 +34,8 @@
 //!
 //! | group/version | plural | scope | status subresource | schema |
 //! | --- | --- | --- | --- | --- |
-//! | `ipam.cluster.x-k8s.io/v1beta2` | `ipaddressclaims` | namespaced | yes | CAPI CRD (shared/reference) |
-//! | `ipam.cluster.x-k8s.io/v1beta2` | `ipaddresses` | namespaced | no | CAPI CRD (shared/reference) |
+//! | `ipam.cluster.x-k8s.io/v1beta2` | `ipaddressclaims` | namespaced | yes | CAPI CRD (tests/fixtures/crds) |
+//! | `ipam.cluster.x-k8s.io/v1beta2` | `ipaddresses` | namespaced | no | CAPI CRD (tests/fixtures/crds) |
 //! | `ipam.metal-ipam.dev/v1alpha1` | `metalippools` | namespaced | yes | deploy/crds |
 //! | `ipam.metal-ipam.dev/v1alpha1` | `globalmetalippools` | cluster | yes | deploy/crds |
 //! | `cluster.x-k8s.io/v1beta2` | `clusters` | namespaced | yes | none: any object |
@@ -249,7 +249,7 @@ impl FakeKube {
     /// Binds `127.0.0.1:0` and serves on the current tokio runtime.
     ///
     /// # Panics
-    /// If the CRDs cannot be loaded (shared/reference or deploy/crds
+    /// If the CRDs cannot be loaded (tests/fixtures/crds or deploy/crds
     /// missing) or the port cannot be bound.
     pub async fn start() -> FakeKube {
         // Load the CRDs before serving, so a missing file fails here.

@@ -13,7 +13,7 @@ use serde_json::{json, Map, Value};
 
 use super::error::{ApiError, Cause};
 use super::{DeleteOutcome, Recorded};
-use crate::schema::{load_crd, repo_root, shared_reference_dir, Crd, Scope};
+use crate::schema::{capi_crds_dir, load_crd, repo_root, Crd, Scope};
 
 // ---------------------------------------------------------------------------
 // Resource types
@@ -72,9 +72,9 @@ impl ResourceType {
 }
 
 const CLAIMS_CRD: &str =
-    "capi-ipam/cluster-api__core_config_crd_bases_ipam.cluster.x-k8s.io_ipaddressclaims.yaml";
+    "cluster-api__core_config_crd_bases_ipam.cluster.x-k8s.io_ipaddressclaims.yaml";
 const ADDRESSES_CRD: &str =
-    "capi-ipam/cluster-api__core_config_crd_bases_ipam.cluster.x-k8s.io_ipaddresses.yaml";
+    "cluster-api__core_config_crd_bases_ipam.cluster.x-k8s.io_ipaddresses.yaml";
 
 /// The resources FakeKube serves, loaded once per test process.
 pub(crate) fn resource_types() -> &'static [ResourceType] {
@@ -83,7 +83,7 @@ pub(crate) fn resource_types() -> &'static [ResourceType] {
         let load = |path: std::path::PathBuf| {
             load_crd(&path).unwrap_or_else(|e| panic!("{}: {e:#}", path.display()))
         };
-        let reference = shared_reference_dir();
+        let reference = capi_crds_dir();
         let ours = repo_root().join("deploy/crds");
         vec![
             ResourceType::from_crd(load(reference.join(CLAIMS_CRD)), "v1beta2"),
