@@ -150,8 +150,8 @@ pub fn reconcile_all<K: KvStore, H: HttpClient + ?Sized>(
         .map(|v| v.object.id.clone())
         .collect();
 
-    // Bindings without a live claim, and the addresses each pool's bindings hold.
-    let mut held: BTreeMap<PoolId, BTreeSet<u128>> = BTreeMap::new();
+    // Bindings without a live claim. (What bindings hold is read again by
+    // the leak reclaim below, after each pool record.)
     for key in ctx.kv.list_keys()? {
         let Some(rest) = key.strip_prefix(keys::CLAIM_PREFIX) else {
             continue;
@@ -172,19 +172,11 @@ pub fn reconcile_all<K: KvStore, H: HttpClient + ?Sized>(
             // event on another replica) since then is not in it. Re-read
             // this claim before judging its binding.
             match kube.get(&kube::CLAIMS, Some(ns), name) {
-                Ok(Some(c)) if obj::meta_str(&c, "uid") == Some(rec.uid.as_str()) => {
-                    if let Some(a) = address {
-                        held.entry(pool).or_default().insert(a);
-                    }
-                    continue;
-                }
+                Ok(Some(c)) if obj::meta_str(&c, "uid") == Some(rec.uid.as_str()) => continue,
                 Ok(_) => {}
                 Err(e) => {
                     let e = crate::error::Error::from(e);
                     report.errors.push(format!("binding {ns}/{name}: {e}"));
-                    if let Some(a) = address {
-                        held.entry(pool).or_default().insert(a);
-                    }
                     continue;
                 }
             }
@@ -193,10 +185,6 @@ pub fn reconcile_all<K: KvStore, H: HttpClient + ?Sized>(
                 Ok(None) => {}
                 Err(e) => report.errors.push(format!("binding {ns}/{name}: {e}")),
             }
-            continue;
-        }
-        if let Ok(ip) = rec.ip() {
-            held.entry(pool).or_default().insert(to_u128(ip));
         }
     }
 

@@ -626,51 +626,66 @@ fn a_claim_cannot_move_pools_or_be_bound_twice_by_name() {
     );
 }
 
-/// A store whose clock jumps by `jump` seconds right after every swap: the
-/// request that made the swap stalls there.
-struct StallAfterSwap<'a> {
+/// A store that calls `after` with the name of each operation once it is
+/// done: a test makes time pass, or another request's whole work slip in,
+/// between two operations of the request under test.
+struct Hooked<'a> {
     kv: &'a MemKv,
-    env: &'a TestEnv,
-    jump: u64,
+    after: std::cell::RefCell<AfterOp<'a>>,
 }
 
-impl KvStore for StallAfterSwap<'_> {
+/// What [`Hooked`] calls after each operation.
+type AfterOp<'a> = Box<dyn FnMut(&str) + 'a>;
+
+impl<'a> Hooked<'a> {
+    fn new(kv: &'a MemKv, after: impl FnMut(&str) + 'a) -> Self {
+        Hooked {
+            kv,
+            after: std::cell::RefCell::new(Box::new(after)),
+        }
+    }
+
+    fn done<T>(&self, op: &str, r: T) -> T {
+        (self.after.borrow_mut())(op);
+        r
+    }
+}
+
+impl KvStore for Hooked<'_> {
     type Cas = <MemKv as KvStore>::Cas;
     fn get(&self, key: &str) -> Result<Option<Vec<u8>>, metal_ipam_core::kv::KvError> {
-        self.kv.get(key)
+        self.done("get", self.kv.get(key))
     }
     fn get_many(
         &self,
         keys: &[String],
     ) -> Result<Vec<Option<Vec<u8>>>, metal_ipam_core::kv::KvError> {
-        self.kv.get_many(keys)
+        self.done("get_many", self.kv.get_many(keys))
     }
     fn set(&self, key: &str, value: &[u8]) -> Result<(), metal_ipam_core::kv::KvError> {
-        self.kv.set(key, value)
+        self.done("set", self.kv.set(key, value))
     }
     fn delete(&self, key: &str) -> Result<(), metal_ipam_core::kv::KvError> {
-        self.kv.delete(key)
+        self.done("delete", self.kv.delete(key))
     }
     fn list_keys(&self) -> Result<Vec<String>, metal_ipam_core::kv::KvError> {
-        self.kv.list_keys()
+        self.done("list_keys", self.kv.list_keys())
     }
     fn increment(&self, key: &str, delta: i64) -> Result<i64, metal_ipam_core::kv::KvError> {
-        self.kv.increment(key, delta)
+        self.done("increment", self.kv.increment(key, delta))
     }
     fn cas_read(
         &self,
         key: &str,
     ) -> Result<(Self::Cas, Option<Vec<u8>>), metal_ipam_core::kv::KvError> {
-        self.kv.cas_read(key)
+        self.done("cas_read", self.kv.cas_read(key))
     }
     fn cas_swap(
         &self,
         cas: Self::Cas,
         value: &[u8],
     ) -> Result<metal_ipam_core::kv::Swap, metal_ipam_core::kv::KvError> {
-        let r = self.kv.cas_swap(cas, value);
-        self.env.set_now(self.env.now() + self.jump);
-        r
+        self.done("cas_swap", self.kv.cas_swap(cas, value))
     }
 }
 
@@ -693,11 +708,12 @@ fn a_request_past_its_deadline_writes_nothing_and_its_intent_is_taken_over() {
             ),
         )
         .unwrap();
-        let slow = StallAfterSwap {
-            kv: &kv,
-            env: &env,
-            jump: WRITE_DEADLINE_SECONDS + 1,
-        };
+        // The request stalls right after each of its swaps.
+        let slow = Hooked::new(&kv, |op| {
+            if op == "cas_swap" {
+                env.set_now(env.now() + WRITE_DEADLINE_SECONDS + 1);
+            }
+        });
         let c = Ctx {
             kv: &slow,
             env: &env,
@@ -740,74 +756,6 @@ fn a_request_past_its_deadline_writes_nothing_and_its_intent_is_taken_over() {
     }
 }
 
-/// A store that runs `hook` once, right after its `at`-th operation: another
-/// request's whole work slipped in between two operations of this one.
-struct Interleave<'a> {
-    kv: &'a MemKv,
-    at: u32,
-    seen: std::cell::Cell<u32>,
-    hook: std::cell::RefCell<Option<Box<dyn FnOnce() + 'a>>>,
-}
-
-impl<'a> Interleave<'a> {
-    fn new(kv: &'a MemKv, at: u32, hook: impl FnOnce() + 'a) -> Self {
-        Interleave {
-            kv,
-            at,
-            seen: std::cell::Cell::new(0),
-            hook: std::cell::RefCell::new(Some(Box::new(hook))),
-        }
-    }
-
-    fn after<T>(&self, r: T) -> T {
-        self.seen.set(self.seen.get() + 1);
-        if self.seen.get() == self.at {
-            if let Some(h) = self.hook.borrow_mut().take() {
-                h();
-            }
-        }
-        r
-    }
-}
-
-impl KvStore for Interleave<'_> {
-    type Cas = <MemKv as KvStore>::Cas;
-    fn get(&self, key: &str) -> Result<Option<Vec<u8>>, metal_ipam_core::kv::KvError> {
-        self.after(self.kv.get(key))
-    }
-    fn get_many(
-        &self,
-        keys: &[String],
-    ) -> Result<Vec<Option<Vec<u8>>>, metal_ipam_core::kv::KvError> {
-        self.after(self.kv.get_many(keys))
-    }
-    fn set(&self, key: &str, value: &[u8]) -> Result<(), metal_ipam_core::kv::KvError> {
-        self.after(self.kv.set(key, value))
-    }
-    fn delete(&self, key: &str) -> Result<(), metal_ipam_core::kv::KvError> {
-        self.after(self.kv.delete(key))
-    }
-    fn list_keys(&self) -> Result<Vec<String>, metal_ipam_core::kv::KvError> {
-        self.after(self.kv.list_keys())
-    }
-    fn increment(&self, key: &str, delta: i64) -> Result<i64, metal_ipam_core::kv::KvError> {
-        self.after(self.kv.increment(key, delta))
-    }
-    fn cas_read(
-        &self,
-        key: &str,
-    ) -> Result<(Self::Cas, Option<Vec<u8>>), metal_ipam_core::kv::KvError> {
-        self.after(self.kv.cas_read(key))
-    }
-    fn cas_swap(
-        &self,
-        cas: Self::Cas,
-        value: &[u8],
-    ) -> Result<metal_ipam_core::kv::Swap, metal_ipam_core::kv::KvError> {
-        self.after(self.kv.cas_swap(cas, value))
-    }
-}
-
 /// Finding 2 of issue 6: a duplicate allocation of X read the pool (its
 /// journal named X), then X's whole release ran, then the duplicate wrote
 /// X's binding again; the address was free in the pool while X's binding
@@ -832,9 +780,12 @@ fn a_release_between_a_duplicate_allocations_reads_resurrects_nothing() {
         let x = steps::allocate(&c, &claim("ns", "x", "u1", "p")).unwrap();
         assert_eq!(x.record.address, "10.6.0.1");
         // The duplicate reads the pool record; X's release runs whole.
-        let racing = Interleave::new(&kv, 1, || {
-            let released = steps::release(&ctx(&kv, &env), "ns", "x", Some("u1")).unwrap();
-            assert!(released.is_some(), "{backend:?}");
+        let mut first = true;
+        let racing = Hooked::new(&kv, |_| {
+            if std::mem::take(&mut first) {
+                let released = steps::release(&ctx(&kv, &env), "ns", "x", Some("u1")).unwrap();
+                assert!(released.is_some(), "{backend:?}");
+            }
         });
         let dup = Ctx {
             kv: &racing,
