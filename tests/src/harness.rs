@@ -123,6 +123,18 @@ impl App {
         Self::configured(KvBackend::Memory, None, vars)
     }
 
+    /// Loads another manifest (e.g. the bench's naive allocator,
+    /// `tests/bench/naive/spin.toml`) with an in-memory store.
+    pub fn from_manifest(manifest: &Path) -> App {
+        let host = HostBuilder::new(manifest.to_path_buf())
+            .kv(KvBackend::Memory)
+            .use_process_env(false)
+            .variable("api_token", TOKEN)
+            .build()
+            .unwrap_or_else(|e| panic!("{} loads on the test host: {e:#}", manifest.display()));
+        App { host, _dir: None }
+    }
+
     fn configured(kv: KvBackend, dir: Option<TempDir>, vars: &[(&str, &str)]) -> App {
         require_wasm();
         let mut b = HostBuilder::new(repo_root().join("spin.toml"))
@@ -205,12 +217,19 @@ pub struct HostProcess {
 }
 
 impl HostProcess {
-    /// Path of the host binary built alongside the tests.
+    /// Path of the host binary built alongside the tests (which run from
+    /// `target/<profile>/deps/`) or a program (`target/<profile>/`, the
+    /// bench).
     pub fn binary() -> PathBuf {
         let exe = std::env::current_exe().expect("current exe");
+        let name = format!("metal-ipam-host{}", std::env::consts::EXE_SUFFIX);
+        let dir = exe.parent().expect("target dir");
+        let beside = dir.join(&name);
+        if beside.exists() || dir.file_name().is_none_or(|d| d != "deps") {
+            return beside;
+        }
         // target/<profile>/deps/<test> → target/<profile>/metal-ipam-host
-        let dir = exe.parent().and_then(Path::parent).expect("target dir");
-        dir.join(format!("metal-ipam-host{}", std::env::consts::EXE_SUFFIX))
+        dir.parent().expect("profile dir").join(name)
     }
 
     /// Starts a host on `kv_file` and waits until it serves.
@@ -246,6 +265,16 @@ impl HostProcess {
     /// As [`HostProcess::start`].
     pub fn start_with_args(args: &[std::ffi::OsString]) -> Result<HostProcess> {
         require_wasm();
+        Self::start_manifest(&repo_root().join("spin.toml"), args)
+    }
+
+    /// Starts `metal-ipam-host up` on another manifest (the bench runs a
+    /// naive allocator's and an earlier build's side by side with ours)
+    /// with these extra options, and waits until it serves.
+    ///
+    /// # Errors
+    /// As [`HostProcess::start`].
+    pub fn start_manifest(manifest: &Path, args: &[std::ffi::OsString]) -> Result<HostProcess> {
         let bin = Self::binary();
         if !bin.exists() {
             bail!("{} is missing: run `cargo build -p metal-ipam-host` (cargo test --workspace builds it)", bin.display());
@@ -253,7 +282,7 @@ impl HostProcess {
         let port = free_port()?;
         let child = Command::new(&bin)
             .args(["up", "--from"])
-            .arg(repo_root().join("spin.toml"))
+            .arg(manifest)
             .args(["--listen", &format!("127.0.0.1:{port}")])
             .args(args)
             .env("SPIN_VARIABLE_API_TOKEN", TOKEN)

@@ -5,8 +5,12 @@
 //! native profile:
 //!
 //! ```text
-//! cargo build-wasm && cargo run --profile host-release -p metal-ipam-tests --bin bench [-- --quick]
+//! cargo build-wasm-all && cargo build --profile host-release -p metal-ipam-host \
+//!   && cargo run --profile host-release -p metal-ipam-tests --bin bench [-- --quick]
 //! ```
+//!
+//! (`--help` lists the options; section 6 starts `metal-ipam-host`
+//! processes, hence the second build.)
 //!
 //! Every request goes through the real `spin.toml` and the real `.wasm`
 //! components on the in-process wasmtime test host ([`App`] from the
@@ -51,6 +55,11 @@
 //!    `KvBackend::Memory` (an in-memory SQLite database: no file I/O), to
 //!    separate the wasm and host cost from SQLite's file cost.
 //!
+//! 6. **Ours versus a naive allocator** (and an earlier build with
+//!    `--before DIR`): two host processes per store, SQLite and Redis,
+//!    concurrency 1, 8 and 32, throughput ratios, duplicates handed out
+//!    and the largest pool record during each burst; see [`versus`].
+//!
 //! The SQLite files live in the system temp dir (`TMPDIR`). With Spin's
 //! default settings every write is its own durable transaction, so on a
 //! disk-backed temp dir the fsync rate, which section 4 shows, bounds
@@ -65,7 +74,10 @@
 //! Everything is printed as plain aligned tables, then one line of JSON
 //! (the last line of stdout) with the same figures, for scripts.
 
+mod versus;
+
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -91,10 +103,26 @@ const RETRY_503_AFTER: Duration = Duration::from_millis(10);
 /// A claim answered 503 more often than this aborts the bench.
 const MAX_503_PER_CLAIM: u32 = 50;
 
+const USAGE: &str = "usage: bench [--quick] [--versus-only] [--only LIST] [--before DIR]
+
+--quick        smaller numbers (N=300, a /20 for the fill, 200 claims per comparison row), for a smoke run
+--versus-only  only section 6 (ours versus the naive allocator)
+--only LIST    section 6's allocators, comma-separated: ours, naive, before (default: all)
+--before DIR   also run the build in DIR (its spin.toml and target/, e.g. a git worktree
+               of an earlier commit after `cargo build-wasm` there) in section 6";
+
 /// Sizes of one bench run.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Config {
     quick: bool,
+    /// A checkout of an earlier build (`--before DIR`) for section 6.
+    before: Option<PathBuf>,
+    /// Run section 6 only (`--versus-only`).
+    versus_only: bool,
+    /// Section 6's allocators (`--only ours,naive`; all when empty).
+    only: Vec<String>,
+    /// Claims per row of section 6.
+    versus_n: usize,
     /// Allocations per throughput run.
     n: usize,
     /// Allocations per concurrency-1 sample at a fill level.
@@ -111,19 +139,41 @@ struct Config {
 impl Config {
     fn from_args() -> Result<Config> {
         let mut quick = false;
-        for arg in std::env::args().skip(1) {
+        let mut before = None;
+        let mut versus_only = false;
+        let mut only = Vec::new();
+        let mut args = std::env::args().skip(1);
+        while let Some(arg) = args.next() {
             match arg.as_str() {
                 "--quick" => quick = true,
+                "--versus-only" => versus_only = true,
+                "--only" => {
+                    only = args
+                        .next()
+                        .context("--only needs a list: ours,naive,before")?
+                        .split(',')
+                        .map(str::to_string)
+                        .collect()
+                }
+                "--before" => {
+                    before = Some(PathBuf::from(
+                        args.next().context("--before needs a directory")?,
+                    ))
+                }
                 "-h" | "--help" => {
-                    println!("usage: bench [--quick]\n\n--quick  smaller numbers (N=300, a /20 for the fill), for a smoke run");
+                    println!("{USAGE}");
                     std::process::exit(0);
                 }
-                other => bail!("unknown argument {other:?} (usage: bench [--quick])"),
+                other => bail!("unknown argument {other:?}\n{USAGE}"),
             }
         }
         Ok(if quick {
             Config {
                 quick,
+                before,
+                versus_only,
+                only: only.clone(),
+                versus_n: 200,
                 n: 300,
                 sample: 30,
                 fill_tail: 100,
@@ -134,6 +184,10 @@ impl Config {
         } else {
             Config {
                 quick,
+                before,
+                versus_only,
+                only,
+                versus_n: 1000,
                 n: 2000,
                 sample: 200,
                 fill_tail: 1000,
@@ -726,6 +780,11 @@ fn print_fill(cfg: &Config, f: &Fill) {
         &f.high,
     ));
     t.note("allocs/s of the fill row is the rate of the whole concurrency-8 fill; no rate for a slice of it");
+    t.note(format!(
+        "latency at ~99 % / at ~1 % fill, concurrency 1: p50 {:.2}, p99 {:.2}",
+        f.high.p50 / f.low.p50,
+        f.high.p99 / f.low.p99
+    ));
     t.print();
 
     let mut t = Table::new(
@@ -870,6 +929,20 @@ async fn main() -> Result<()> {
         std::env::temp_dir().display()
     );
 
+    let mut contenders = versus::Contender::all(cfg.before.as_deref())?;
+    if !cfg.only.is_empty() {
+        contenders.retain(|c| cfg.only.iter().any(|o| o == c.label));
+    }
+    if cfg.versus_only {
+        let rows = versus::run(cfg.versus_n, &contenders).await?;
+        let summary = versus::print(cfg.versus_n, &rows);
+        println!(
+            "{}",
+            json!({"bench": "metal-ipam", "quick": cfg.quick, "versus": summary})
+        );
+        return Ok(());
+    }
+
     let sizes = wasm_sizes()?;
 
     // Compile the components once (cached for the whole process) and time it.
@@ -918,6 +991,10 @@ async fn main() -> Result<()> {
     t.note("memory = KvBackend::Memory (in-memory SQLite, no file I/O): what is left is wasm instantiation, the component and the host");
     t.print();
 
+    eprintln!("6. ours versus naive");
+    let rows = versus::run(cfg.versus_n, &contenders).await?;
+    let versus = versus::print(cfg.versus_n, &rows);
+
     let total = started.elapsed();
     println!(
         "total {:.1} s (component compile {:.2} s)",
@@ -959,6 +1036,7 @@ async fn main() -> Result<()> {
             "sqlite": raw_json(&raws[0]),
             "memory": raw_json(&raws[1]),
         },
+        "versus": versus,
         "compile_s": r3(compile.as_secs_f64()),
         "total_s": r3(total.as_secs_f64()),
     });
