@@ -511,7 +511,7 @@ fn manifest_grants_each_component_only_what_it_needs() {
 /// component instance asked for (`x-guest-memory-bytes`).
 mod bounded_input {
     use super::*;
-    use metal_ipam_core::api::MAX_BODY;
+    use metal_ipam_core::http::api::MAX_BODY;
     use metal_ipam_host::GUEST_MEMORY_HEADER;
     use metal_ipam_tests::harness::Resp;
 
@@ -685,7 +685,7 @@ mod bounded_input {
     #[tokio::test]
     async fn a_pool_with_too_many_entries_is_422_naming_the_field() {
         let app = App::new();
-        let max = metal_ipam_core::pool::MAX_ENTRIES;
+        let max = metal_ipam_core::ipam::pool::MAX_ENTRIES;
         let ips: Vec<String> = (0..=max)
             .map(|i| format!("10.8.{}.{}", i / 256, i % 256))
             .collect();

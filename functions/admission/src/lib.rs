@@ -17,7 +17,7 @@ async fn handle(req: IncomingRequest, out: ResponseOutparam) {
         req,
         out,
         true,
-        metal_ipam_core::components::admission,
+        metal_ipam_core::http::components::admission,
     )
     .await
 }

@@ -3,7 +3,7 @@
 //! service chaining from `events`, the claim reconcile step
 //! `POST /v1/capi/claims/{namespace}/{name}` (CAPI contract, live claims).
 //!
-//! All logic is in [`metal_ipam_core::components::allocate`]; the glue in
+//! All logic is in [`metal_ipam_core::http::components::allocate`]; the glue in
 //! [`metal_ipam_spin::serve_component`] adapts it to Spin.
 
 use spin_sdk::http::{IncomingRequest, ResponseOutparam};
@@ -18,7 +18,7 @@ async fn handle(req: IncomingRequest, out: ResponseOutparam) {
         req,
         out,
         true,
-        metal_ipam_core::components::allocate,
+        metal_ipam_core::http::components::allocate,
     )
     .await
 }

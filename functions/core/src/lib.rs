@@ -1,52 +1,46 @@
 //! Pure domain logic of metal-ipam, a Cluster API IPAM provider that runs as
-//! Fermyon Spin components.
+//! Spin components.
 //!
-//! Nothing here depends on Spin: the store is the [`kv::KvStore`] trait,
-//! time and randomness come through [`store::Env`], and the HTTP layer works
-//! on plain [`api::ApiRequest`] / [`api::ApiResponse`] values. Function crates
-//! only adapt Spin to these types.
+//! Nothing here depends on Spin: the store, outbound HTTP, time and
+//! randomness are [`ports`] the shells implement, and the HTTP layer works
+//! on plain [`http::api::ApiRequest`] / [`http::api::ApiResponse`] values.
+//! Function crates only adapt Spin to these types (see `README.md` next to
+//! this crate for the one-screen map and where Metal and port networking
+//! go).
 //!
-//! # Organization
-//! - [`error`]: the [`Error`] type; [`ErrorKind`] decides the HTTP status.
-//! - [`addr`]: addresses as integers, [`addr::RangeSet`].
-//! - [`names`]: Kubernetes name rules.
-//! - [`pool`]: pool objects and validation into [`pool::ValidatedPool`].
-//! - [`claim`]: `IPAddressClaim` parsing and `IPAddress` rendering.
-//! - [`alloc`]: the allocator as pure state transitions ([`alloc::PoolState`]).
-//! - [`kv`]: the key-value port and an operation counter.
-//! - [`store`]: key layout, records and the compare-and-swap protocol.
-//! - [`steps`]: allocate, release, pool registration… over the port.
-//! - [`auth`]: bearer-token check.
-//! - [`outbound`]: the outbound HTTP port; [`kube`]: a typed Kubernetes API client on it.
-//! - [`capi`]: the CAPI IPAM contract: claim and pool reconciliation.
-//! - [`components`]: one entry point per Spin component (routing, auth, what each needs).
-//! - [`reconcile`]: full reconciliation and store rebuild from the API server.
-//! - [`api`]: routing and rendering of every route.
+//! # Modules, by concept (inner first)
+//! - [`error`]: the one [`Error`] type; [`ErrorKind::status`] is the only
+//!   error → HTTP status map.
+//! - [`ports`]: the traits the shells implement: [`ports::kv::KvStore`],
+//!   [`ports::http::HttpClient`], [`ports::Env`].
+//! - [`ip`]: addresses as integers and [`ip::RangeSet`]; knows nothing of
+//!   pools.
+//! - [`ipam`]: pools, claims, the allocator and the operations over the
+//!   store.
+//! - [`kv`]: the key layout, records and the compare-and-swap protocol.
+//! - [`kube`]: a typed Kubernetes API client, the resource table with
+//!   `USED_PERMISSIONS`, Kubernetes name rules.
+//! - [`capi`]: the CAPI IPAM contract: claim and pool reconciliation, full
+//!   reconcile.
 //! - [`events`]: the payloads event forwarders post to `/v1/events`.
 //! - [`admission`]: the validating webhook for the pool kinds.
-//! - `testing` (feature `testing`): in-memory store with each Spin backend's
-//!   quirks, and a deterministic environment.
+//! - [`http`]: requests and responses, auth, the plain HTTP API, one entry
+//!   point per component.
+//! - `testing` (feature `testing`): in-memory store with each Spin
+//!   backend's quirks, and a deterministic environment.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
-pub mod addr;
 pub mod admission;
-pub mod alloc;
-pub mod api;
-pub mod auth;
 pub mod capi;
-pub mod claim;
-pub mod components;
 pub mod error;
 pub mod events;
+pub mod http;
+pub mod ip;
+pub mod ipam;
 pub mod kube;
 pub mod kv;
-pub mod names;
-pub mod outbound;
-pub mod pool;
-pub mod reconcile;
-pub mod steps;
-pub mod store;
+pub mod ports;
 #[cfg(feature = "testing")]
 pub mod testing;
 

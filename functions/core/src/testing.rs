@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
-use crate::kv::{KvError, KvStore, OpCounts, Swap};
-use crate::store::Env;
+use crate::ports::kv::{KvError, KvStore, OpCounts, Swap};
+use crate::ports::Env;
 
 /// Which real backend [`MemKv`] imitates.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

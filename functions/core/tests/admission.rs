@@ -6,11 +6,11 @@
 use metal_ipam_core::admission::{
     evaluate, review, KvPools, PoolLookup, Reviewed, SKIP_DELETE_VALIDATION_ANNOTATION,
 };
-use metal_ipam_core::alloc::{AllocRequest, PoolState};
-use metal_ipam_core::claim::Claim;
-use metal_ipam_core::pool::{PoolId, PoolKind, PoolObject};
-use metal_ipam_core::steps;
-use metal_ipam_core::store::{Ctx, Loaded, SwapPolicy};
+use metal_ipam_core::ipam::alloc::{AllocRequest, PoolState};
+use metal_ipam_core::ipam::claim::Claim;
+use metal_ipam_core::ipam::ops;
+use metal_ipam_core::ipam::pool::{PoolId, PoolKind, PoolObject};
+use metal_ipam_core::kv::{Ctx, Loaded, SwapPolicy};
 use metal_ipam_core::testing::{Backend, MemKv, TestEnv};
 use serde_json::{json, Value};
 
@@ -559,7 +559,7 @@ fn kv_pools_reads_what_the_pools_route_registered() {
         (&a, spec(&["10.0.0.0/24"], 24)),
         (&edge, spec(&["192.0.2.0/24"], 24)),
     ] {
-        steps::put_pool(&ctx, PoolObject::parse(id, &pool_json(id, s)).unwrap()).unwrap();
+        ops::put_pool(&ctx, PoolObject::parse(id, &pool_json(id, s)).unwrap()).unwrap();
     }
     let claim = Claim::parse(&json!({
         "apiVersion": "ipam.cluster.x-k8s.io/v1beta2", "kind": "IPAddressClaim",
@@ -567,8 +567,8 @@ fn kv_pools_reads_what_the_pools_route_registered() {
         "spec": {"poolRef": {"apiGroup": "ipam.metal-ipam.dev", "kind": "MetalIPPool", "name": "nodes"}}
     }))
     .unwrap();
-    steps::allocate(&ctx, &claim).unwrap();
-    steps::delete_pool(&ctx, &edge).unwrap(); // a tombstone is not a pool
+    ops::allocate(&ctx, &claim).unwrap();
+    ops::delete_pool(&ctx, &edge).unwrap(); // a tombstone is not a pool
 
     let pools = KvPools(&kv);
     assert_eq!(pools.all().unwrap().len(), 1);

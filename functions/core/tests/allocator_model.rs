@@ -12,11 +12,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
-use metal_ipam_core::addr::{from_u128, Family};
-use metal_ipam_core::claim::Claim;
-use metal_ipam_core::pool::{PoolId, PoolObject};
-use metal_ipam_core::steps;
-use metal_ipam_core::store::{Ctx, SwapPolicy};
+use metal_ipam_core::ip::{from_u128, Family};
+use metal_ipam_core::ipam::claim::Claim;
+use metal_ipam_core::ipam::ops;
+use metal_ipam_core::ipam::pool::{PoolId, PoolObject};
+use metal_ipam_core::kv::{Ctx, SwapPolicy};
 use metal_ipam_core::testing::{Backend, MemKv, TestEnv};
 use proptest::prelude::*;
 use serde_json::json;
@@ -366,7 +366,7 @@ fn run(g: PoolGen, ops: Vec<Op>, backend: Backend) -> Result<(), TestCaseError> 
                 "metadata": {"name": "p", "namespace": "ns"}, "spec": spec_json(&g, &pre)}),
     )
     .unwrap();
-    steps::put_pool(&ctx, obj).map_err(|e| TestCaseError::fail(format!("put_pool: {e}")))?;
+    ops::put_pool(&ctx, obj).map_err(|e| TestCaseError::fail(format!("put_pool: {e}")))?;
 
     let mut uids: Vec<u32> = vec![0; NAMES];
     for op in ops {
@@ -384,7 +384,7 @@ fn run(g: PoolGen, ops: Vec<Op>, backend: Backend) -> Result<(), TestCaseError> 
                 let req = requested.map(|o| g.base + o);
                 let want = model.alloc(&n, &uid, req);
                 let got =
-                    steps::allocate(&ctx, &claim(&n, &uid, req.map(|r| from_u128(g.family, r))));
+                    ops::allocate(&ctx, &claim(&n, &uid, req.map(|r| from_u128(g.family, r))));
                 match (want, got) {
                     (Ok((a, created)), Ok(got)) => {
                         prop_assert_eq!(
@@ -405,7 +405,7 @@ fn run(g: PoolGen, ops: Vec<Op>, backend: Backend) -> Result<(), TestCaseError> 
             Op::Release { name } => {
                 let n = format!("c{name}");
                 model.release(&n);
-                steps::release(&ctx, "ns", &n, None)
+                ops::release(&ctx, "ns", &n, None)
                     .map_err(|e| TestCaseError::fail(e.to_string()))?;
                 // A release always leaves the claim unbound and is followed
                 // by a new incarnation.
@@ -421,7 +421,7 @@ fn run(g: PoolGen, ops: Vec<Op>, backend: Backend) -> Result<(), TestCaseError> 
         for i in 0..NAMES {
             let n = format!("c{i}");
             let rec =
-                steps::get_claim(&kv, "ns", &n).map_err(|e| TestCaseError::fail(e.to_string()))?;
+                ops::get_claim(&kv, "ns", &n).map_err(|e| TestCaseError::fail(e.to_string()))?;
             let want = model
                 .bound
                 .get(&n)
@@ -432,7 +432,7 @@ fn run(g: PoolGen, ops: Vec<Op>, backend: Backend) -> Result<(), TestCaseError> 
             }
         }
         model.expire();
-        let view = steps::get_pool(&kv, &id).unwrap().unwrap();
+        let view = ops::get_pool(&kv, &id).unwrap().unwrap();
         let bound = model.bound.len() as u128;
         prop_assert_eq!(view.counts.used, bound);
         prop_assert_eq!(view.counts.out_of_range, 0);

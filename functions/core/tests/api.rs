@@ -2,8 +2,8 @@
 //! bodies, statuses and error bodies. The same handlers run inside the
 //! components; tests/ runs them again through the real .wasm files.
 
-use metal_ipam_core::api::{self, ApiRequest, ApiResponse};
-use metal_ipam_core::store::{Ctx, SwapPolicy};
+use metal_ipam_core::http::api::{self, ApiRequest, ApiResponse};
+use metal_ipam_core::kv::{Ctx, SwapPolicy};
 use metal_ipam_core::testing::{Backend, MemKv, TestEnv};
 use serde_json::{json, Value};
 

@@ -3,11 +3,11 @@
 //! Resource and Reference mode; Argo Events resource events and the Sensor
 //! shape; plain Kubernetes watch events), and the 400s for malformed ones.
 
-use metal_ipam_core::claim::Claim;
 use metal_ipam_core::events::{
     parse, presented_token, Action, Format, ObjectEvent, ObjectKind, Outcome, Parsed,
 };
-use metal_ipam_core::pool::PoolKind;
+use metal_ipam_core::ipam::claim::Claim;
+use metal_ipam_core::ipam::pool::PoolKind;
 use serde_json::{json, Value};
 
 const SOURCE: &str = "https://10.96.0.1:443";

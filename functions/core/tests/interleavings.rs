@@ -26,12 +26,13 @@ mod sched;
 
 use std::collections::BTreeMap;
 
-use metal_ipam_core::alloc::IntentKind;
-use metal_ipam_core::claim::Claim;
-use metal_ipam_core::kv::KvStore;
-use metal_ipam_core::pool::{PoolId, PoolObject};
-use metal_ipam_core::steps;
-use metal_ipam_core::store::{self, keys, ClaimRecord, Ctx, Env, SwapPolicy};
+use metal_ipam_core::ipam::alloc::IntentKind;
+use metal_ipam_core::ipam::claim::Claim;
+use metal_ipam_core::ipam::ops;
+use metal_ipam_core::ipam::pool::{PoolId, PoolObject};
+use metal_ipam_core::kv::{self, keys, ClaimRecord, Ctx, SwapPolicy};
+use metal_ipam_core::ports::kv::KvStore;
+use metal_ipam_core::ports::Env;
 use metal_ipam_core::testing::{Backend, MemKv, TestEnv};
 use serde_json::{json, Value};
 
@@ -143,16 +144,16 @@ enum Answer {
 fn perform<K: KvStore>(op: Op, kv: &K, env: &SchedEnv) -> Answer {
     let c = ctx(kv, env);
     let r = match op {
-        Op::AllocX => steps::allocate(&c, &claim("x", "u1"))
+        Op::AllocX => ops::allocate(&c, &claim("x", "u1"))
             .map(|a| Answer::Address("x".into(), a.record.address)),
-        Op::AllocY => steps::allocate(&c, &claim("y", "uy"))
+        Op::AllocY => ops::allocate(&c, &claim("y", "uy"))
             .map(|a| Answer::Address("y".into(), a.record.address)),
-        Op::AdoptX => steps::adopt(&c, &claim("x", "u1"), FIRST.parse().unwrap())
+        Op::AdoptX => ops::adopt(&c, &claim("x", "u1"), FIRST.parse().unwrap())
             .map(|a| Answer::Address("x".into(), a.record.address)),
         Op::ReleaseX => {
-            steps::release(&c, NS, "x", Some("u1")).map(|r| Answer::Released(r.map(|r| r.address)))
+            ops::release(&c, NS, "x", Some("u1")).map(|r| Answer::Released(r.map(|r| r.address)))
         }
-        Op::PutPool => steps::put_pool(&c, grown_pool()).map(|_| Answer::Pool),
+        Op::PutPool => ops::put_pool(&c, grown_pool()).map(|_| Answer::Pool),
     };
     r.unwrap_or_else(|e| Answer::Err(e.reason().to_string()))
 }
@@ -162,11 +163,11 @@ fn setup(kv: &MemKv, env: &SchedEnv, start: Start) {
     match start {
         Start::NoPool => {}
         Start::Empty => {
-            steps::put_pool(&c, small_pool()).unwrap();
+            ops::put_pool(&c, small_pool()).unwrap();
         }
         Start::Bound => {
-            steps::put_pool(&c, small_pool()).unwrap();
-            let a = steps::allocate(&c, &claim("x", "u1")).unwrap();
+            ops::put_pool(&c, small_pool()).unwrap();
+            let a = ops::allocate(&c, &claim("x", "u1")).unwrap();
             assert_eq!(a.record.address, FIRST);
         }
     }
@@ -184,7 +185,7 @@ fn dump(kv: &MemKv) -> String {
 /// release is decided (an `Unbind` intent in the pool) is dead even while
 /// its key still holds it.
 fn bindings(kv: &MemKv) -> BTreeMap<String, ClaimRecord> {
-    let state = store::read_pool(kv, &PoolId::namespaced(NS, POOL))
+    let state = kv::read_pool(kv, &PoolId::namespaced(NS, POOL))
         .unwrap()
         .map(|l| l.state)
         .unwrap_or_default();
@@ -228,7 +229,7 @@ fn check(
         .any(|a| matches!(a, Answer::Released(Some(_))));
     let check_store = |phase: &str| -> Result<(), String> {
         let b = bindings(kv);
-        let view = steps::get_pool(kv, &id).map_err(|e| e.to_string())?;
+        let view = ops::get_pool(kv, &id).map_err(|e| e.to_string())?;
         let mut held: BTreeMap<&str, &str> = BTreeMap::new();
         for (name, rec) in &b {
             if let Some(other) = held.insert(&rec.address, name) {
@@ -239,13 +240,13 @@ fn check(
             }
         }
         if let Some(view) = &view {
-            let state = store::read_pool(kv, &id).unwrap().unwrap().state;
+            let state = kv::read_pool(kv, &id).unwrap().unwrap().state;
             let cooling: Vec<u128> = state.cooling.iter().map(|c| c.address).collect();
             // Every used address is held: by a live binding, or by a Bind
             // intent whose binding is still to be written, or cooling down.
             let mut explained: std::collections::BTreeSet<u128> = b
                 .values()
-                .map(|r| metal_ipam_core::addr::to_u128(r.ip().unwrap()))
+                .map(|r| metal_ipam_core::ip::to_u128(r.ip().unwrap()))
                 .collect();
             for a in &explained {
                 if !state.used.contains(*a) || cooling.contains(a) {
@@ -307,9 +308,9 @@ fn check(
     }
     // Fill the pool with fresh claims: no address any binding holds may be
     // handed out again.
-    if steps::get_pool(kv, &id).ok().flatten().is_some() {
+    if ops::get_pool(kv, &id).ok().flatten().is_some() {
         for i in 0..6 {
-            let _ = steps::allocate(&c, &claim(&format!("fill{i}"), &format!("f{i}")));
+            let _ = ops::allocate(&c, &claim(&format!("fill{i}"), &format!("f{i}")));
         }
         check_store("after filling the pool")?;
     }

@@ -3,8 +3,8 @@
 
 use std::path::PathBuf;
 
-use metal_ipam_core::pool::PoolId;
-use metal_ipam_core::store::{keys, ClaimRecord, Next, PoolRecord};
+use metal_ipam_core::ipam::pool::PoolId;
+use metal_ipam_core::kv::{keys, ClaimRecord, Next, PoolRecord};
 use serde_json::Value;
 
 fn kv_schema_dir() -> PathBuf {

@@ -6,11 +6,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Barrier};
 use std::thread;
 
-use metal_ipam_core::claim::Claim;
-use metal_ipam_core::kv::KvStore;
-use metal_ipam_core::pool::{PoolId, PoolObject};
-use metal_ipam_core::steps::{self, PutOutcome};
-use metal_ipam_core::store::{keys, Ctx, Env, PoolRecord, SwapCheck, SwapPolicy};
+use metal_ipam_core::ipam::claim::Claim;
+use metal_ipam_core::ipam::ops::{self, PutOutcome};
+use metal_ipam_core::ipam::pool::{PoolId, PoolObject};
+use metal_ipam_core::kv::{keys, Ctx, PoolRecord, SwapCheck, SwapPolicy};
+use metal_ipam_core::ports::kv::KvStore;
+use metal_ipam_core::ports::Env;
 use metal_ipam_core::testing::{Backend, MemKv, TestEnv};
 use serde_json::{json, Value};
 
@@ -53,7 +54,7 @@ fn concurrent_claims_never_share_an_address_on_any_backend() {
     for backend in BACKENDS {
         let kv = Arc::new(MemKv::new(backend));
         let env = Arc::new(TestEnv::at(100));
-        steps::put_pool(
+        ops::put_pool(
             &ctx(&kv, &env),
             pool_obj(
                 "ns",
@@ -76,7 +77,7 @@ fn concurrent_claims_never_share_an_address_on_any_backend() {
                         // Every claim is also posted by the neighbouring thread.
                         for n in [t * per_thread + i, ((t + 1) % threads) * per_thread + i] {
                             let name = format!("m-{n}");
-                            let a = steps::allocate(&c, &claim("ns", &name, &format!("u{n}"), "p"))
+                            let a = ops::allocate(&c, &claim("ns", &name, &format!("u{n}"), "p"))
                                 .unwrap();
                             got.push((name, a.record.address));
                         }
@@ -108,7 +109,7 @@ fn concurrent_claims_never_share_an_address_on_any_backend() {
                 panic!("{backend:?}: {a} handed to {other} and {name}");
             }
         }
-        let view = steps::get_pool(&*kv, &PoolId::namespaced("ns", "p"))
+        let view = ops::get_pool(&*kv, &PoolId::namespaced("ns", "p"))
             .unwrap()
             .unwrap();
         assert_eq!(
@@ -145,7 +146,7 @@ fn concurrent_creation_of_a_pool_with_allocations_loses_nothing() {
                 handles.push(thread::spawn(move || {
                     barrier.wait();
                     let _ = t;
-                    steps::put_pool(
+                    ops::put_pool(
                         &ctx(&kv, &env),
                         pool_obj(
                             "ns",
@@ -165,8 +166,7 @@ fn concurrent_creation_of_a_pool_with_allocations_loses_nothing() {
                     let mut ok = Vec::new();
                     for i in 0..20 {
                         let name = format!("r{round}-t{t}-{i}");
-                        if let Ok(a) =
-                            steps::allocate(&ctx(&kv, &env), &claim("ns", &name, "u", "p"))
+                        if let Ok(a) = ops::allocate(&ctx(&kv, &env), &claim("ns", &name, "u", "p"))
                         {
                             ok.push((name, a.record.address));
                         }
@@ -181,7 +181,7 @@ fn concurrent_creation_of_a_pool_with_allocations_loses_nothing() {
             assert_eq!(created, 1, "{backend:?}: exactly one creator");
             let ok: Vec<(String, String)> =
                 allocs.into_iter().flat_map(|h| h.join().unwrap()).collect();
-            let view = steps::get_pool(&*kv, &PoolId::namespaced("ns", "p"))
+            let view = ops::get_pool(&*kv, &PoolId::namespaced("ns", "p"))
                 .unwrap()
                 .unwrap();
             assert_eq!(
@@ -208,7 +208,7 @@ fn backend_is_detected_at_creation() {
     ] {
         let kv = MemKv::new(backend);
         let env = TestEnv::at(0);
-        steps::put_pool(
+        ops::put_pool(
             &ctx(&kv, &env),
             pool_obj("ns", "p", json!({"addresses": ["10.0.0.1"], "prefix": 24})),
         )
@@ -229,7 +229,7 @@ fn backend_is_detected_at_creation() {
         env: &env,
         swap_policy: SwapPolicy::Always,
     };
-    steps::put_pool(
+    ops::put_pool(
         &c,
         pool_obj("ns", "p", json!({"addresses": ["10.0.0.1"], "prefix": 24})),
     )
@@ -244,7 +244,7 @@ fn backend_is_detected_at_creation() {
 }
 
 fn fill(kv: &MemKv, env: &TestEnv, cidr: &str, prefix: u8, permille: u128) {
-    steps::put_pool(
+    ops::put_pool(
         &ctx(kv, env),
         pool_obj("ns", "big", json!({"addresses": [cidr], "prefix": prefix})),
     )
@@ -265,8 +265,8 @@ fn intents(kv: &MemKv, id: &PoolId) -> u32 {
     steps_pool_state(kv, id).intents.len() as u32
 }
 
-fn steps_pool_state(kv: &MemKv, id: &PoolId) -> metal_ipam_core::alloc::PoolState {
-    metal_ipam_core::store::read_pool(kv, id)
+fn steps_pool_state(kv: &MemKv, id: &PoolId) -> metal_ipam_core::ipam::alloc::PoolState {
+    metal_ipam_core::kv::read_pool(kv, id)
         .unwrap()
         .unwrap()
         .state
@@ -293,11 +293,9 @@ fn kv_operations_per_allocation_stay_within_the_bound_at_any_fill() {
                     let k = intents(&kv, &id);
                     assert!(k <= 1, "only the previous allocation's intent is open");
                     kv.reset_counts();
-                    let a = steps::allocate(
-                        &ctx(&kv, &env),
-                        &claim("ns", &format!("m{i}"), "u", "big"),
-                    )
-                    .unwrap();
+                    let a =
+                        ops::allocate(&ctx(&kv, &env), &claim("ns", &format!("m{i}"), "u", "big"))
+                            .unwrap();
                     assert!(a.created);
                     let c = kv.counts();
                     assert_eq!(
@@ -311,12 +309,12 @@ fn kv_operations_per_allocation_stay_within_the_bound_at_any_fill() {
                 // Repeating a bound claim reads and writes nothing.
                 let k = intents(&kv, &id);
                 kv.reset_counts();
-                steps::allocate(&ctx(&kv, &env), &claim("ns", "m0", "u", "big")).unwrap();
+                ops::allocate(&ctx(&kv, &env), &claim("ns", "m0", "u", "big")).unwrap();
                 assert_eq!(kv.counts().total(), 2 + per_intent * k);
                 assert_eq!(kv.counts().cas_swap + kv.counts().set, 0);
                 let k = intents(&kv, &id);
                 kv.reset_counts();
-                steps::release(&ctx(&kv, &env), "ns", "m0", None).unwrap();
+                ops::release(&ctx(&kv, &env), "ns", "m0", None).unwrap();
                 assert_eq!(
                     kv.counts().total(),
                     release_bound + per_intent * k,
@@ -339,7 +337,7 @@ fn a_crash_at_any_point_of_an_allocation_neither_loses_nor_duplicates() {
             let kv = MemKv::new(backend);
             let env = TestEnv::at(0);
             let c = ctx(&kv, &env);
-            steps::put_pool(
+            ops::put_pool(
                 &c,
                 pool_obj(
                     "ns",
@@ -348,21 +346,21 @@ fn a_crash_at_any_point_of_an_allocation_neither_loses_nor_duplicates() {
                 ),
             )
             .unwrap();
-            steps::allocate(&c, &claim("ns", "before", "u0", "p")).unwrap();
+            ops::allocate(&c, &claim("ns", "before", "u0", "p")).unwrap();
             kv.fail_after(Some(k));
-            let crashed = steps::allocate(&c, &claim("ns", "m", "u1", "p")).is_err();
+            let crashed = ops::allocate(&c, &claim("ns", "m", "u1", "p")).is_err();
             kv.fail_after(None);
-            let retry = steps::allocate(&c, &claim("ns", "m", "u1", "p")).unwrap();
+            let retry = ops::allocate(&c, &claim("ns", "m", "u1", "p")).unwrap();
             assert_eq!(
                 retry.record.address, "10.3.0.11",
                 "{backend:?} crash after {k} ops"
             );
-            let other = steps::allocate(&c, &claim("ns", "next", "u2", "p")).unwrap();
+            let other = ops::allocate(&c, &claim("ns", "next", "u2", "p")).unwrap();
             assert_eq!(
                 other.record.address, "10.3.0.12",
                 "{backend:?}: nothing leaked, nothing shared"
             );
-            let view = steps::get_pool(&kv, &PoolId::namespaced("ns", "p"))
+            let view = ops::get_pool(&kv, &PoolId::namespaced("ns", "p"))
                 .unwrap()
                 .unwrap();
             assert_eq!(view.counts.used, 3);
@@ -383,7 +381,7 @@ fn a_crash_during_release_never_frees_a_bound_address_nor_leaks() {
             let kv = MemKv::new(backend);
             let env = TestEnv::at(0);
             let c = ctx(&kv, &env);
-            steps::put_pool(
+            ops::put_pool(
                 &c,
                 pool_obj(
                     "ns",
@@ -392,26 +390,26 @@ fn a_crash_during_release_never_frees_a_bound_address_nor_leaks() {
                 ),
             )
             .unwrap();
-            steps::allocate(&c, &claim("ns", "m", "u1", "p")).unwrap();
+            ops::allocate(&c, &claim("ns", "m", "u1", "p")).unwrap();
             kv.fail_after(Some(k));
-            let crashed = steps::release(&c, "ns", "m", None).is_err();
+            let crashed = ops::release(&c, "ns", "m", None).is_err();
             kv.fail_after(None);
             // A retry at once: the release is decided (or decided now).
-            assert!(steps::release(&c, "ns", "m", None).unwrap().is_some() || !crashed);
+            assert!(ops::release(&c, "ns", "m", None).unwrap().is_some() || !crashed);
             // The key removal of a request that died is taken over only
             // after TAKEOVER_AFTER_SECONDS (its owner could still be writing).
-            env.set_now(metal_ipam_core::alloc::TAKEOVER_AFTER_SECONDS);
-            steps::release(&c, "ns", "m", None).unwrap();
+            env.set_now(metal_ipam_core::ipam::alloc::TAKEOVER_AFTER_SECONDS);
+            ops::release(&c, "ns", "m", None).unwrap();
             assert!(
-                steps::get_claim(&kv, "ns", "m").unwrap().is_none(),
+                ops::get_claim(&kv, "ns", "m").unwrap().is_none(),
                 "{backend:?} crash after {k} ops"
             );
             // Whatever happened, the next claims never share an address.
-            let a = steps::allocate(&c, &claim("ns", "x", "u2", "p"))
+            let a = ops::allocate(&c, &claim("ns", "x", "u2", "p"))
                 .unwrap()
                 .record
                 .address;
-            let b = steps::allocate(&c, &claim("ns", "y", "u3", "p"))
+            let b = ops::allocate(&c, &claim("ns", "y", "u3", "p"))
                 .unwrap()
                 .record
                 .address;
@@ -438,57 +436,57 @@ fn pool_lifecycle_update_shrink_delete_recreate() {
     let c = ctx(&kv, &env);
     let spec = json!({"addresses": ["10.5.0.10-10.5.0.20"], "prefix": 24});
     assert_eq!(
-        steps::put_pool(&c, pool_obj("ns", "p", spec.clone()))
+        ops::put_pool(&c, pool_obj("ns", "p", spec.clone()))
             .unwrap()
             .0,
         PutOutcome::Created
     );
     kv.reset_counts();
     assert_eq!(
-        steps::put_pool(&c, pool_obj("ns", "p", spec.clone()))
+        ops::put_pool(&c, pool_obj("ns", "p", spec.clone()))
             .unwrap()
             .0,
         PutOutcome::Unchanged
     );
     assert_eq!(kv.counts().cas_swap, 0, "an unchanged put writes nothing");
     for i in 0..3 {
-        steps::allocate(&c, &claim("ns", &format!("m{i}"), "u", "p")).unwrap();
+        ops::allocate(&c, &claim("ns", &format!("m{i}"), "u", "p")).unwrap();
     }
     // Growing is fine; dropping .11 and .12 is not, and the error names them.
     let grown = json!({"addresses": ["10.5.0.10-10.5.0.30"], "prefix": 24});
     assert_eq!(
-        steps::put_pool(&c, pool_obj("ns", "p", grown)).unwrap().0,
+        ops::put_pool(&c, pool_obj("ns", "p", grown)).unwrap().0,
         PutOutcome::Updated
     );
     let shrunk = json!({"addresses": ["10.5.0.10", "10.5.0.13-10.5.0.30"], "prefix": 24});
-    let e = steps::put_pool(&c, pool_obj("ns", "p", shrunk)).unwrap_err();
+    let e = ops::put_pool(&c, pool_obj("ns", "p", shrunk)).unwrap_err();
     assert_eq!((e.status(), e.reason()), (409, "AllocatedAddressesDropped"));
     assert!(
         e.message().contains("10.5.0.11") && e.message().contains("10.5.0.12"),
         "{e}"
     );
-    let e = steps::delete_pool(&c, &PoolId::namespaced("ns", "p")).unwrap_err();
+    let e = ops::delete_pool(&c, &PoolId::namespaced("ns", "p")).unwrap_err();
     assert_eq!((e.status(), e.reason()), (409, "PoolInUse"));
     for i in 0..3 {
-        steps::release(&c, "ns", &format!("m{i}"), None).unwrap();
+        ops::release(&c, "ns", &format!("m{i}"), None).unwrap();
     }
-    assert!(steps::delete_pool(&c, &PoolId::namespaced("ns", "p")).unwrap());
+    assert!(ops::delete_pool(&c, &PoolId::namespaced("ns", "p")).unwrap());
     assert!(
-        !steps::delete_pool(&c, &PoolId::namespaced("ns", "p")).unwrap(),
+        !ops::delete_pool(&c, &PoolId::namespaced("ns", "p")).unwrap(),
         "idempotent"
     );
-    assert!(steps::get_pool(&kv, &PoolId::namespaced("ns", "p"))
+    assert!(ops::get_pool(&kv, &PoolId::namespaced("ns", "p"))
         .unwrap()
         .is_none());
-    assert!(steps::list_pools(&kv, None).unwrap().is_empty());
-    let e = steps::allocate(&c, &claim("ns", "late", "u", "p")).unwrap_err();
+    assert!(ops::list_pools(&kv, None).unwrap().is_empty());
+    let e = ops::allocate(&c, &claim("ns", "late", "u", "p")).unwrap_err();
     assert_eq!((e.status(), e.reason()), (404, "PoolNotFound"));
     // Re-creating over the tombstone works and starts empty.
     assert_eq!(
-        steps::put_pool(&c, pool_obj("ns", "p", spec)).unwrap().0,
+        ops::put_pool(&c, pool_obj("ns", "p", spec)).unwrap().0,
         PutOutcome::Created
     );
-    let a = steps::allocate(&c, &claim("ns", "late", "u", "p")).unwrap();
+    let a = ops::allocate(&c, &claim("ns", "late", "u", "p")).unwrap();
     assert_eq!(a.record.address, "10.5.0.10");
 }
 
@@ -505,7 +503,7 @@ fn only_the_creation_guard_winner_creates_the_pool_key() {
         let id = PoolId::namespaced("ns", "p");
         // A creator took the guard and is slow (or died).
         kv.increment(&keys::pool_init(&id), 1).unwrap();
-        let err = steps::put_pool(
+        let err = ops::put_pool(
             &ctx(&kv, &env),
             pool_obj("ns", "p", json!({"addresses": ["10.6.0.1"], "prefix": 24})),
         )
@@ -519,7 +517,7 @@ fn only_the_creation_guard_winner_creates_the_pool_key() {
         // The slow winner goes on: its increment meets no record.
         kv.increment(&keys::pool(&id), 0).unwrap();
         assert_eq!(kv.increment_panics(), 0);
-        let (outcome, _) = steps::put_pool(
+        let (outcome, _) = ops::put_pool(
             &ctx(&kv, &env),
             pool_obj("ns", "p", json!({"addresses": ["10.6.0.1"], "prefix": 24})),
         )
@@ -529,7 +527,7 @@ fn only_the_creation_guard_winner_creates_the_pool_key() {
         let other = PoolId::namespaced("ns", "q");
         kv.increment(&keys::pool_init(&other), 1).unwrap();
         kv.delete(&keys::pool_init(&other)).unwrap();
-        let (outcome, _) = steps::put_pool(
+        let (outcome, _) = ops::put_pool(
             &ctx(&kv, &env),
             pool_obj("ns", "q", json!({"addresses": ["10.6.0.2"], "prefix": 24})),
         )
@@ -544,14 +542,14 @@ fn same_named_pools_in_two_namespaces_are_independent() {
     let env = TestEnv::at(0);
     let c = ctx(&kv, &env);
     for ns in ["a", "b"] {
-        steps::put_pool(
+        ops::put_pool(
             &c,
             pool_obj(ns, "p", json!({"addresses": ["10.7.0.0/30"], "prefix": 30})),
         )
         .unwrap();
     }
-    let a = steps::allocate(&c, &claim("a", "m", "u1", "p")).unwrap();
-    let b = steps::allocate(&c, &claim("b", "m", "u2", "p")).unwrap();
+    let a = ops::allocate(&c, &claim("a", "m", "u1", "p")).unwrap();
+    let b = ops::allocate(&c, &claim("b", "m", "u2", "p")).unwrap();
     assert_eq!(
         a.record.address, b.record.address,
         "each pool hands out its own lowest address"
@@ -564,18 +562,18 @@ fn grace_period_delays_reuse() {
     let kv = MemKv::new(Backend::SpinSqlite);
     let env = TestEnv::at(1_000);
     let c = ctx(&kv, &env);
-    steps::put_pool(&c, pool_obj("ns", "p", json!({"addresses": ["10.9.0.1-10.9.0.2"], "prefix": 24, "addressReuseGracePeriodSeconds": 30}))).unwrap();
-    steps::allocate(&c, &claim("ns", "a", "u1", "p")).unwrap();
-    steps::allocate(&c, &claim("ns", "b", "u2", "p")).unwrap();
-    steps::release(&c, "ns", "a", None).unwrap();
-    let e = steps::allocate(&c, &claim("ns", "c", "u3", "p")).unwrap_err();
+    ops::put_pool(&c, pool_obj("ns", "p", json!({"addresses": ["10.9.0.1-10.9.0.2"], "prefix": 24, "addressReuseGracePeriodSeconds": 30}))).unwrap();
+    ops::allocate(&c, &claim("ns", "a", "u1", "p")).unwrap();
+    ops::allocate(&c, &claim("ns", "b", "u2", "p")).unwrap();
+    ops::release(&c, "ns", "a", None).unwrap();
+    let e = ops::allocate(&c, &claim("ns", "c", "u3", "p")).unwrap_err();
     assert_eq!(e.reason(), "PoolExhausted");
     assert!(e.message().contains("grace period"), "{e}");
     env.set_now(1_029);
-    assert!(steps::allocate(&c, &claim("ns", "c", "u3", "p")).is_err());
+    assert!(ops::allocate(&c, &claim("ns", "c", "u3", "p")).is_err());
     env.set_now(1_030);
     assert_eq!(
-        steps::allocate(&c, &claim("ns", "c", "u3", "p"))
+        ops::allocate(&c, &claim("ns", "c", "u3", "p"))
             .unwrap()
             .record
             .address,
@@ -589,7 +587,7 @@ fn a_claim_cannot_move_pools_or_be_bound_twice_by_name() {
     let env = TestEnv::at(0);
     let c = ctx(&kv, &env);
     for p in ["p", "q"] {
-        steps::put_pool(
+        ops::put_pool(
             &c,
             pool_obj(
                 "ns",
@@ -599,28 +597,28 @@ fn a_claim_cannot_move_pools_or_be_bound_twice_by_name() {
         )
         .unwrap();
     }
-    steps::allocate(&c, &claim("ns", "m", "u1", "p")).unwrap();
+    ops::allocate(&c, &claim("ns", "m", "u1", "p")).unwrap();
     assert_eq!(
-        steps::allocate(&c, &claim("ns", "m", "u1", "q"))
+        ops::allocate(&c, &claim("ns", "m", "u1", "q"))
             .unwrap_err()
             .reason(),
         "ClaimPoolConflict"
     );
     assert_eq!(
-        steps::allocate(&c, &claim("ns", "m", "u2", "p"))
+        ops::allocate(&c, &claim("ns", "m", "u2", "p"))
             .unwrap_err()
             .reason(),
         "ClaimUidConflict"
     );
     // A release for another uid leaves the binding alone.
-    assert!(steps::release(&c, "ns", "m", Some("u-old"))
+    assert!(ops::release(&c, "ns", "m", Some("u-old"))
         .unwrap()
         .is_none());
-    assert!(steps::get_claim(&kv, "ns", "m").unwrap().is_some());
-    steps::release(&c, "ns", "m", Some("u1")).unwrap();
+    assert!(ops::get_claim(&kv, "ns", "m").unwrap().is_some());
+    ops::release(&c, "ns", "m", Some("u1")).unwrap();
     // After release, a new incarnation is a new claim.
     assert!(
-        steps::allocate(&c, &claim("ns", "m", "u2", "p"))
+        ops::allocate(&c, &claim("ns", "m", "u2", "p"))
             .unwrap()
             .created
     );
@@ -653,38 +651,38 @@ impl<'a> Hooked<'a> {
 
 impl KvStore for Hooked<'_> {
     type Cas = <MemKv as KvStore>::Cas;
-    fn get(&self, key: &str) -> Result<Option<Vec<u8>>, metal_ipam_core::kv::KvError> {
+    fn get(&self, key: &str) -> Result<Option<Vec<u8>>, metal_ipam_core::ports::kv::KvError> {
         self.done("get", self.kv.get(key))
     }
     fn get_many(
         &self,
         keys: &[String],
-    ) -> Result<Vec<Option<Vec<u8>>>, metal_ipam_core::kv::KvError> {
+    ) -> Result<Vec<Option<Vec<u8>>>, metal_ipam_core::ports::kv::KvError> {
         self.done("get_many", self.kv.get_many(keys))
     }
-    fn set(&self, key: &str, value: &[u8]) -> Result<(), metal_ipam_core::kv::KvError> {
+    fn set(&self, key: &str, value: &[u8]) -> Result<(), metal_ipam_core::ports::kv::KvError> {
         self.done("set", self.kv.set(key, value))
     }
-    fn delete(&self, key: &str) -> Result<(), metal_ipam_core::kv::KvError> {
+    fn delete(&self, key: &str) -> Result<(), metal_ipam_core::ports::kv::KvError> {
         self.done("delete", self.kv.delete(key))
     }
-    fn list_keys(&self) -> Result<Vec<String>, metal_ipam_core::kv::KvError> {
+    fn list_keys(&self) -> Result<Vec<String>, metal_ipam_core::ports::kv::KvError> {
         self.done("list_keys", self.kv.list_keys())
     }
-    fn increment(&self, key: &str, delta: i64) -> Result<i64, metal_ipam_core::kv::KvError> {
+    fn increment(&self, key: &str, delta: i64) -> Result<i64, metal_ipam_core::ports::kv::KvError> {
         self.done("increment", self.kv.increment(key, delta))
     }
     fn cas_read(
         &self,
         key: &str,
-    ) -> Result<(Self::Cas, Option<Vec<u8>>), metal_ipam_core::kv::KvError> {
+    ) -> Result<(Self::Cas, Option<Vec<u8>>), metal_ipam_core::ports::kv::KvError> {
         self.done("cas_read", self.kv.cas_read(key))
     }
     fn cas_swap(
         &self,
         cas: Self::Cas,
         value: &[u8],
-    ) -> Result<metal_ipam_core::kv::Swap, metal_ipam_core::kv::KvError> {
+    ) -> Result<metal_ipam_core::ports::kv::Swap, metal_ipam_core::ports::kv::KvError> {
         self.done("cas_swap", self.kv.cas_swap(cas, value))
     }
 }
@@ -695,11 +693,11 @@ impl KvStore for Hooked<'_> {
 /// taken over. Nothing is lost and nothing written late.
 #[test]
 fn a_request_past_its_deadline_writes_nothing_and_its_intent_is_taken_over() {
-    use metal_ipam_core::alloc::{TAKEOVER_AFTER_SECONDS, WRITE_DEADLINE_SECONDS};
+    use metal_ipam_core::ipam::alloc::{TAKEOVER_AFTER_SECONDS, WRITE_DEADLINE_SECONDS};
     for backend in BACKENDS {
         let kv = MemKv::new(backend);
         let env = TestEnv::at(1_000);
-        steps::put_pool(
+        ops::put_pool(
             &ctx(&kv, &env),
             pool_obj(
                 "ns",
@@ -719,34 +717,34 @@ fn a_request_past_its_deadline_writes_nothing_and_its_intent_is_taken_over() {
             env: &env,
             swap_policy: SwapPolicy::Auto,
         };
-        let err = steps::allocate(&c, &claim("ns", "m", "u1", "p")).unwrap_err();
+        let err = ops::allocate(&c, &claim("ns", "m", "u1", "p")).unwrap_err();
         assert_eq!(
             (err.status(), err.reason()),
             (503, "StepTooSlow"),
             "{backend:?}"
         );
         assert!(
-            steps::get_claim(&kv, "ns", "m").unwrap().is_none(),
+            ops::get_claim(&kv, "ns", "m").unwrap().is_none(),
             "nothing written late"
         );
         // A retry at once: same address, the intent's owner may still write.
-        let again = steps::allocate(&ctx(&kv, &env), &claim("ns", "m", "u1", "p")).unwrap();
+        let again = ops::allocate(&ctx(&kv, &env), &claim("ns", "m", "u1", "p")).unwrap();
         assert_eq!(again.record.address, "10.5.0.1", "{backend:?}");
-        assert!(steps::get_claim(&kv, "ns", "m").unwrap().is_none());
+        assert!(ops::get_claim(&kv, "ns", "m").unwrap().is_none());
         // Another claim never gets that address.
-        let other = steps::allocate(&ctx(&kv, &env), &claim("ns", "o", "u2", "p")).unwrap();
+        let other = ops::allocate(&ctx(&kv, &env), &claim("ns", "o", "u2", "p")).unwrap();
         assert_eq!(other.record.address, "10.5.0.2");
         // After the takeover time the retry writes the binding itself.
         env.set_now(env.now() + TAKEOVER_AFTER_SECONDS);
-        let late = steps::allocate(&ctx(&kv, &env), &claim("ns", "m", "u1", "p")).unwrap();
+        let late = ops::allocate(&ctx(&kv, &env), &claim("ns", "m", "u1", "p")).unwrap();
         assert_eq!(late.record.address, "10.5.0.1");
         assert_eq!(
-            steps::get_claim(&kv, "ns", "m").unwrap().unwrap().address,
+            ops::get_claim(&kv, "ns", "m").unwrap().unwrap().address,
             "10.5.0.1",
             "{backend:?}"
         );
         // The next decision sees the binding and drops the intent.
-        steps::allocate(&ctx(&kv, &env), &claim("ns", "n", "u3", "p")).unwrap();
+        ops::allocate(&ctx(&kv, &env), &claim("ns", "n", "u3", "p")).unwrap();
         let state = steps_pool_state(&kv, &PoolId::namespaced("ns", "p"));
         assert!(
             state.intents.iter().all(|i| i.claim != "ns/m"),
@@ -768,7 +766,7 @@ fn a_release_between_a_duplicate_allocations_reads_resurrects_nothing() {
         let kv = MemKv::new(backend);
         let env = TestEnv::at(0);
         let c = ctx(&kv, &env);
-        steps::put_pool(
+        ops::put_pool(
             &c,
             pool_obj(
                 "ns",
@@ -777,13 +775,13 @@ fn a_release_between_a_duplicate_allocations_reads_resurrects_nothing() {
             ),
         )
         .unwrap();
-        let x = steps::allocate(&c, &claim("ns", "x", "u1", "p")).unwrap();
+        let x = ops::allocate(&c, &claim("ns", "x", "u1", "p")).unwrap();
         assert_eq!(x.record.address, "10.6.0.1");
         // The duplicate reads the pool record; X's release runs whole.
         let mut first = true;
         let racing = Hooked::new(&kv, |_| {
             if std::mem::take(&mut first) {
-                let released = steps::release(&ctx(&kv, &env), "ns", "x", Some("u1")).unwrap();
+                let released = ops::release(&ctx(&kv, &env), "ns", "x", Some("u1")).unwrap();
                 assert!(released.is_some(), "{backend:?}");
             }
         });
@@ -794,17 +792,17 @@ fn a_release_between_a_duplicate_allocations_reads_resurrects_nothing() {
         };
         // Its answer is the state it read (before the release); it writes
         // nothing on its strength.
-        steps::allocate(&dup, &claim("ns", "x", "u1", "p")).unwrap();
-        let y = steps::allocate(&c, &claim("ns", "y", "uy", "p")).unwrap();
-        if let Some(xb) = steps::get_claim(&kv, "ns", "x").unwrap() {
+        ops::allocate(&dup, &claim("ns", "x", "u1", "p")).unwrap();
+        let y = ops::allocate(&c, &claim("ns", "y", "uy", "p")).unwrap();
+        if let Some(xb) = ops::get_claim(&kv, "ns", "x").unwrap() {
             assert_ne!(
                 xb.address, y.record.address,
                 "{backend:?}: one owner per address"
             );
         }
         // X's release frees only X's address: Y keeps its own.
-        steps::release(&c, "ns", "x", None).unwrap();
-        let z = steps::allocate(&c, &claim("ns", "z", "uz", "p")).unwrap();
+        ops::release(&c, "ns", "x", None).unwrap();
+        let z = ops::allocate(&c, &claim("ns", "z", "uz", "p")).unwrap();
         assert_ne!(
             z.record.address, y.record.address,
             "{backend:?}: Y's address stays Y's"
@@ -823,7 +821,7 @@ fn a_retry_after_a_crash_gets_its_address_after_any_burst_and_any_delay() {
         let kv = MemKv::new(backend);
         let env = TestEnv::at(0);
         let c = ctx(&kv, &env);
-        steps::put_pool(
+        ops::put_pool(
             &c,
             pool_obj(
                 "ns",
@@ -835,15 +833,15 @@ fn a_retry_after_a_crash_gets_its_address_after_any_burst_and_any_delay() {
         // X dies right after its pool write (before the claim write).
         let ops_to_swap = if backend == Backend::SpinSqlite { 3 } else { 4 };
         kv.fail_after(Some(ops_to_swap));
-        assert!(steps::allocate(&c, &claim("ns", "x", "u1", "p")).is_err());
+        assert!(ops::allocate(&c, &claim("ns", "x", "u1", "p")).is_err());
         kv.fail_after(None);
-        assert!(steps::get_claim(&kv, "ns", "x").unwrap().is_none());
+        assert!(ops::get_claim(&kv, "ns", "x").unwrap().is_none());
         // A burst of 600 other claims over ten minutes.
         for i in 0..600u64 {
             env.set_now(i);
-            steps::allocate(&c, &claim("ns", &format!("m{i}"), "u", "p")).unwrap();
+            ops::allocate(&c, &claim("ns", &format!("m{i}"), "u", "p")).unwrap();
         }
-        let retry = steps::allocate(&c, &claim("ns", "x", "u1", "p")).unwrap();
+        let retry = ops::allocate(&c, &claim("ns", "x", "u1", "p")).unwrap();
         assert_eq!(
             retry.record.address, "10.9.0.1",
             "{backend:?}: the first address, X's"

@@ -3,7 +3,7 @@
 //! and forwards it by Spin service chaining to `allocate`, `release` or
 //! `pools`, which re-read the object from the API server and reconcile it.
 //!
-//! All logic is in [`metal_ipam_core::components::events`]. No key-value
+//! All logic is in [`metal_ipam_core::http::components::events`]. No key-value
 //! store, no Kubernetes access: only `http://*.spin.internal` chaining.
 
 use spin_sdk::http::{IncomingRequest, ResponseOutparam};
@@ -18,7 +18,7 @@ async fn handle(req: IncomingRequest, out: ResponseOutparam) {
         req,
         out,
         false,
-        metal_ipam_core::components::events,
+        metal_ipam_core::http::components::events,
     )
     .await
 }

@@ -1,7 +1,7 @@
 //! `POST /v1/reconcile`: full reconciliation between the key-value store
 //! and the Kubernetes API, meant to run periodically (a CronJob).
 //!
-//! All logic is in [`metal_ipam_core::reconcile`].
+//! All logic is in [`metal_ipam_core::capi::reconcile`].
 
 use spin_sdk::http::{IncomingRequest, ResponseOutparam};
 use spin_sdk::http_component;
@@ -15,7 +15,7 @@ async fn handle(req: IncomingRequest, out: ResponseOutparam) {
         req,
         out,
         true,
-        metal_ipam_core::components::reconcile,
+        metal_ipam_core::http::components::reconcile,
     )
     .await
 }

@@ -3,7 +3,7 @@
 //! reconcile step `POST /v1/capi/claims/{namespace}/{name}` (CAPI contract,
 //! deleted claims).
 //!
-//! All logic is in [`metal_ipam_core::components::release`]; the glue in
+//! All logic is in [`metal_ipam_core::http::components::release`]; the glue in
 //! [`metal_ipam_spin::serve_component`] adapts it to Spin.
 
 use spin_sdk::http::{IncomingRequest, ResponseOutparam};
@@ -18,7 +18,7 @@ async fn handle(req: IncomingRequest, out: ResponseOutparam) {
         req,
         out,
         true,
-        metal_ipam_core::components::release,
+        metal_ipam_core::http::components::release,
     )
     .await
 }

@@ -14,7 +14,7 @@
 //!    one ([`SpinKv`]; failure → 500 if not granted/configured, 503 if the
 //!    backend failed), wrapped in [`CountingKv`]; the Kubernetes client
 //!    when configured; outbound HTTP ([`SpinHttp`]); then the core's
-//!    component entry ([`metal_ipam_core::components`]);
+//!    component entry ([`metal_ipam_core::http::components`]);
 //! 5. [`render`] to a Spin response written to the response outparam, and
 //!    one JSON log line on stdout.
 //!
@@ -27,13 +27,14 @@ use std::io::Write;
 use std::time::Instant;
 
 use futures::{Stream, StreamExt};
-use metal_ipam_core::api::{ApiRequest, ApiResponse, MAX_BODY};
-use metal_ipam_core::auth;
-use metal_ipam_core::components::Services;
+use metal_ipam_core::http::api::{ApiRequest, ApiResponse, MAX_BODY};
+use metal_ipam_core::http::auth;
+use metal_ipam_core::http::components::Services;
 use metal_ipam_core::kube::{Kube, KubeConfig};
-use metal_ipam_core::kv::{CountingKv, KvError, KvStore, OpCounts};
-use metal_ipam_core::outbound::{HttpClient, TransportError};
-use metal_ipam_core::store::{Ctx, Env, SwapPolicy};
+use metal_ipam_core::kv::{Ctx, SwapPolicy};
+use metal_ipam_core::ports::http::{HttpClient, TransportError};
+use metal_ipam_core::ports::kv::{CountingKv, KvError, KvStore, OpCounts};
+use metal_ipam_core::ports::Env;
 use metal_ipam_core::Error;
 use spin_sdk::http::{Fields, IncomingRequest, OutgoingResponse, Response, ResponseOutparam};
 use spin_sdk::variables;
@@ -289,7 +290,7 @@ where
 ///
 /// #[spin_sdk::http_component]
 /// async fn handle(req: IncomingRequest, out: ResponseOutparam) {
-///     metal_ipam_spin::serve_component("pools", req, out, true, metal_ipam_core::components::pools)
+///     metal_ipam_spin::serve_component("pools", req, out, true, metal_ipam_core::http::components::pools)
 ///         .await
 /// }
 /// # fn main() {}
@@ -355,8 +356,8 @@ mod tests {
     use futures::executor::block_on;
     use futures::stream;
 
-    use metal_ipam_core::components;
-    use metal_ipam_core::kv::Swap;
+    use metal_ipam_core::http::components;
+    use metal_ipam_core::ports::kv::Swap;
     use metal_ipam_core::testing::{Backend, MemCas, MemKv, TestEnv};
     use serde_json::{json, Value};
 

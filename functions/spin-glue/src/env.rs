@@ -7,7 +7,7 @@ use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use metal_ipam_core::store::Env;
+use metal_ipam_core::ports::Env;
 
 /// Backoff before retry 1; doubled per attempt up to attempt 6.
 pub const BACKOFF_BASE: Duration = Duration::from_millis(1);
@@ -135,7 +135,7 @@ mod tests {
 
     #[test]
     fn total_backoff_over_all_attempts_is_bounded() {
-        let total: Duration = (1..=metal_ipam_core::store::MAX_CAS_ATTEMPTS)
+        let total: Duration = (1..=metal_ipam_core::kv::MAX_CAS_ATTEMPTS)
             .map(|a| backoff(a, u64::MAX))
             .sum();
         assert!(total <= Duration::from_secs(4), "{total:?}");

@@ -6,8 +6,8 @@
 
 use std::fmt;
 
-use metal_ipam_core::api::{ApiRequest, ApiResponse};
-use metal_ipam_core::kv::KvError;
+use metal_ipam_core::http::api::{ApiRequest, ApiResponse};
+use metal_ipam_core::ports::kv::KvError;
 use metal_ipam_core::{Error, ErrorKind};
 use spin_sdk::http::{IncomingRequest, Response};
 use spin_sdk::variables;

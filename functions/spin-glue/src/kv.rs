@@ -1,6 +1,6 @@
 //! [`KvStore`] on `wasi:keyvalue@0.2.0-draft2`.
 
-use metal_ipam_core::kv::{KvError, KvStore, Swap};
+use metal_ipam_core::ports::kv::{KvError, KvStore, Swap};
 
 use crate::bindings::wasi::keyvalue::{atomics, batch, store};
 
@@ -11,7 +11,7 @@ pub const STORE_LABEL: &str = "default";
 ///
 /// Every method is one host call (two for [`KvStore::cas_read`], and one per
 /// page for [`KvStore::list_keys`]); nothing is cached, so the operation
-/// counts of [`metal_ipam_core::kv::CountingKv`] are what the host sees.
+/// counts of [`metal_ipam_core::ports::kv::CountingKv`] are what the host sees.
 pub struct SpinKv {
     bucket: store::Bucket,
 }

@@ -7,15 +7,15 @@
 //! - [`bindings`]: guest bindings for `wasi:keyvalue/{store,atomics,batch}@0.2.0-draft2`,
 //!   generated from the project's `wit/` (world `metal-ipam:platform/kv-guest`),
 //!   the same WIT the wasmtime test host implements.
-//! - [`SpinKv`]: [`metal_ipam_core::kv::KvStore`] over one opened bucket.
-//! - [`SpinEnv`]: [`metal_ipam_core::store::Env`] (clock, randomness, backoff).
-//! - [`SpinHttp`]: [`metal_ipam_core::outbound::HttpClient`] over spin-sdk's
+//! - [`SpinKv`]: [`metal_ipam_core::ports::kv::KvStore`] over one opened bucket.
+//! - [`SpinEnv`]: [`metal_ipam_core::ports::Env`] (clock, randomness, backoff).
+//! - [`SpinHttp`]: [`metal_ipam_core::ports::http::HttpClient`] over spin-sdk's
 //!   outbound HTTP (Kubernetes API, service chaining).
 //! - [`serve_component`]: the entry helper every function component calls
 //!   from its `#[http_component]` (streaming form: `IncomingRequest` and
 //!   `ResponseOutparam`): variables, authentication and size checks before
 //!   the body is read, the body read within
-//!   [`metal_ipam_core::api::MAX_BODY`], store, clients, the core's
+//!   [`metal_ipam_core::http::api::MAX_BODY`], store, clients, the core's
 //!   component entry, rendering, one log line.
 //!
 //! The pieces of [`serve_component`] that do not need a Spin host

@@ -14,7 +14,7 @@
 use serde_json::{Map, Value};
 
 use super::rng::Rng;
-use metal_ipam_core::api::MAX_BODY;
+use metal_ipam_core::http::api::MAX_BODY;
 
 /// Keys the parsers look at (and a few they should not care about).
 pub const KEYS: &[&str] = &[

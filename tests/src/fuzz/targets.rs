@@ -1,7 +1,7 @@
 //! The fuzz targets: how each generates a request and what it calls.
 //!
 //! Every input goes through the component entry point that serves it in
-//! production ([`metal_ipam_core::components`]: routing, authentication,
+//! production ([`metal_ipam_core::http::components`]: routing, authentication,
 //! body parsing, the step) against an in-memory store holding a few pools
 //! and bindings, with a fake outbound HTTP client standing in for the
 //! Kubernetes API and for Spin service chaining. Targets also call the
@@ -15,17 +15,17 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use metal_ipam_core::admission;
-use metal_ipam_core::api::{ApiRequest, ApiResponse};
-use metal_ipam_core::auth;
-use metal_ipam_core::claim::Claim;
-use metal_ipam_core::components::{self, Services};
 use metal_ipam_core::events;
+use metal_ipam_core::http::api::{ApiRequest, ApiResponse};
+use metal_ipam_core::http::auth;
+use metal_ipam_core::http::components::{self, Services};
+use metal_ipam_core::ipam::claim::Claim;
+use metal_ipam_core::ipam::ops;
+use metal_ipam_core::ipam::pool::{PoolId, PoolObject};
+use metal_ipam_core::kube::names;
 use metal_ipam_core::kube::{Kube, KubeConfig};
-use metal_ipam_core::names;
-use metal_ipam_core::outbound::{HttpClient, TransportError};
-use metal_ipam_core::pool::{PoolId, PoolObject};
-use metal_ipam_core::steps;
-use metal_ipam_core::store::{self, Ctx, Loaded, SwapPolicy};
+use metal_ipam_core::kv::{self, Ctx, Loaded, SwapPolicy};
+use metal_ipam_core::ports::http::{HttpClient, TransportError};
 use metal_ipam_core::testing::{Backend, MemKv, TestEnv};
 use serde_json::{json, Value};
 
@@ -34,7 +34,7 @@ use super::rng::Rng;
 use super::seeds::{self, Seeds};
 use super::{API_TOKEN, EVENTS_TOKEN, NOW};
 
-/// The component entry points of [`metal_ipam_core::components`].
+/// The component entry points of [`metal_ipam_core::http::components`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Component {
     /// `components::pools`.
@@ -315,7 +315,7 @@ impl World {
         ];
         for (id, obj) in &pools {
             let o = PoolObject::parse(id, obj).expect("seed pool parses");
-            steps::put_pool(&ctx, o).expect("seed pool registers");
+            ops::put_pool(&ctx, o).expect("seed pool registers");
         }
         for (ns, name, uid, kind, pool) in [
             ("team-a", "worker-bound", "u-bound", "MetalIPPool", "nodes"),
@@ -325,11 +325,11 @@ impl World {
         ] {
             let c = Claim::parse(&seeds::claim("v1beta2", ns, name, uid, kind, pool))
                 .expect("seed claim parses");
-            steps::allocate(&ctx, &c).expect("seed claim allocates");
+            ops::allocate(&ctx, &c).expect("seed claim allocates");
         }
         let loaded = pools
             .iter()
-            .filter_map(|(id, _)| store::read_pool(&kv, id).ok().flatten())
+            .filter_map(|(id, _)| kv::read_pool(&kv, id).ok().flatten())
             .collect();
         World {
             snapshot: kv.dump(),

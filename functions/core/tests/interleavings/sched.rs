@@ -12,7 +12,7 @@
 
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
-use metal_ipam_core::kv::{KvError, KvStore, Swap};
+use metal_ipam_core::ports::kv::{KvError, KvStore, Swap};
 
 /// What the controller lets a waiting thread do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -12,15 +12,16 @@
 //! claim parser, the same pool record (JSON, ranges) and the same binding
 //! and `IPAddress` answer.
 
-use metal_ipam_core::addr::from_u128;
-use metal_ipam_core::alloc::AllocRequest;
-use metal_ipam_core::api::{ApiRequest, ApiResponse};
-use metal_ipam_core::claim::Claim;
-use metal_ipam_core::components::Services;
-use metal_ipam_core::kv::KvStore;
-use metal_ipam_core::outbound::HttpClient;
-use metal_ipam_core::store::{keys, ClaimRecord, Next, PoolRecord};
-use metal_ipam_core::{auth, Error, Result};
+use metal_ipam_core::http::api::{ApiRequest, ApiResponse};
+use metal_ipam_core::http::auth;
+use metal_ipam_core::http::components::Services;
+use metal_ipam_core::ip::from_u128;
+use metal_ipam_core::ipam::alloc::AllocRequest;
+use metal_ipam_core::ipam::claim::Claim;
+use metal_ipam_core::kv::{keys, ClaimRecord, Next, PoolRecord};
+use metal_ipam_core::ports::http::HttpClient;
+use metal_ipam_core::ports::kv::KvStore;
+use metal_ipam_core::{Error, Result};
 use spin_sdk::http::{IncomingRequest, ResponseOutparam};
 use spin_sdk::http_component;
 

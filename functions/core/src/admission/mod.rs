@@ -21,16 +21,16 @@
 //! 2. The object must be a valid pool, by the same rules as
 //!    `PUT /v1/pools/…` ([`PoolObject::parse`] with the id from
 //!    `request.name` / `request.namespace`, or the object's metadata when
-//!    those are empty, then [`crate::pool::PoolSpec::validate`]). Denied with
+//!    those are empty, then [`crate::ipam::pool::PoolSpec::validate`]). Denied with
 //!    code 422, the reason of the error (`Invalid`) and `field: message`.
 //! 3. If the store already holds this pool, the new spec must keep every
-//!    bound address, as [`crate::steps::put_pool`] requires
-//!    ([`crate::alloc::PoolState::dropped_by`]). Denied with 422
+//!    bound address, as [`crate::ipam::ops::put_pool`] requires
+//!    ([`crate::ipam::alloc::PoolState::dropped_by`]). Denied with 422
 //!    `AllocatedAddressesDropped` naming up to ten of them.
 //! 4. **No unsafe overlap.** Two pools overlap unsafely when both could hand
 //!    the same address to claims of the same namespace: they are of the same
 //!    family and their allocatable sets
-//!    ([`crate::pool::ValidatedPool::allocatable`]: addresses − exclusions −
+//!    ([`crate::ipam::pool::ValidatedPool::allocatable`]: addresses − exclusions −
 //!    reserved addresses) intersect, and
 //!    - both are `MetalIPPool`s of the same namespace, or
 //!    - either is a `GlobalMetalIPPool` (it serves every namespace).
@@ -62,10 +62,10 @@
 use serde_json::{json, Map, Value};
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::kv::KvStore;
-use crate::names;
-use crate::pool::{self, PoolId, PoolKind, PoolObject};
-use crate::store::{self, addr_in_family, keys, Loaded};
+use crate::ipam::pool::{self, PoolId, PoolKind, PoolObject};
+use crate::kube::names;
+use crate::kv::{self, addr_in_family, keys, Loaded};
+use crate::ports::kv::KvStore;
 
 /// The `apiVersion` of the reviews we accept and answer.
 pub const REVIEW_API_VERSION: &str = "admission.k8s.io/v1";
@@ -111,14 +111,14 @@ pub struct KvPools<'a, K: KvStore>(pub &'a K);
 
 impl<K: KvStore> PoolLookup for KvPools<'_, K> {
     fn get(&self, id: &PoolId) -> Result<Option<Loaded>> {
-        store::read_pool(self.0, id)
+        kv::read_pool(self.0, id)
     }
 
     fn all(&self) -> Result<Vec<Loaded>> {
         let mut out = Vec::new();
         for key in self.0.list_keys()? {
             if let Some(id) = keys::parse_pool(&key) {
-                if let Some(l) = store::read_pool(self.0, &id)? {
+                if let Some(l) = kv::read_pool(self.0, &id)? {
                     out.push(l);
                 }
             }
@@ -233,7 +233,7 @@ impl Reviewed {
 /// # Examples
 /// ```
 /// use metal_ipam_core::admission::review;
-/// use metal_ipam_core::store::Loaded;
+/// use metal_ipam_core::kv::Loaded;
 /// let body = serde_json::json!({
 ///     "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
 ///     "request": {"uid": "705ab4f5", "operation": "CREATE", "namespace": "team-a", "name": "nodes",
@@ -257,10 +257,10 @@ pub fn review(body: &[u8], pools: &dyn PoolLookup) -> Result<Value> {
 /// # Errors
 /// As [`review`].
 pub fn evaluate(body: &[u8], pools: &dyn PoolLookup) -> Result<Reviewed> {
-    if body.len() > crate::api::MAX_BODY {
+    if body.len() > crate::http::api::MAX_BODY {
         return Err(Error::malformed(format!(
             "the body is larger than {} bytes",
-            crate::api::MAX_BODY
+            crate::http::api::MAX_BODY
         )));
     }
     let v: Value = serde_json::from_slice(body).map_err(|e| {
@@ -577,7 +577,7 @@ fn check_delete(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::alloc::{AllocRequest, PoolState};
+    use crate::ipam::alloc::{AllocRequest, PoolState};
 
     fn loaded(id: PoolId, addresses: &[&str], prefix: u8, bound: usize) -> Loaded {
         let mut obj = json!({"apiVersion": pool::API_VERSION, "kind": id.kind.kind_name(),

@@ -24,15 +24,15 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{json, Value};
 
-use crate::addr::to_u128;
 use crate::capi::{self, Outcome};
 use crate::error::Result;
+use crate::ip::to_u128;
+use crate::ipam::ops;
+use crate::ipam::pool::{PoolId, PoolKind};
 use crate::kube::{self, obj, Kube};
-use crate::kv::KvStore;
-use crate::outbound::HttpClient;
-use crate::pool::{PoolId, PoolKind};
-use crate::steps;
-use crate::store::{self, keys, Ctx, Next, Step};
+use crate::kv::{self, keys, Ctx, Next, Step};
+use crate::ports::http::HttpClient;
+use crate::ports::kv::KvStore;
 
 /// What a full reconciliation did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -143,7 +143,7 @@ pub fn reconcile_all<K: KvStore, H: HttpClient + ?Sized>(
     // Pools that came from Kubernetes carry its uid; pools registered
     // through the plain HTTP API do not, and their bindings are not ours to
     // judge against the API server.
-    let pools = steps::list_pools(ctx.kv, None)?;
+    let pools = ops::list_pools(ctx.kv, None)?;
     let managed: BTreeSet<PoolId> = pools
         .iter()
         .filter(|v| v.object.uid().is_some())
@@ -153,13 +153,10 @@ pub fn reconcile_all<K: KvStore, H: HttpClient + ?Sized>(
     // Bindings without a live claim. (What bindings hold is read again by
     // the leak reclaim below, after each pool record.)
     for key in ctx.kv.list_keys()? {
-        let Some(rest) = key.strip_prefix(keys::CLAIM_PREFIX) else {
+        let Some((ns, name)) = keys::parse_claim(&key) else {
             continue;
         };
-        let Some((ns, name)) = rest.split_once('/') else {
-            continue;
-        };
-        let Some(rec) = steps::get_claim(ctx.kv, ns, name)? else {
+        let Some(rec) = ops::get_claim(ctx.kv, ns, name)? else {
             continue;
         };
         let Ok(pool) = rec.pool_id(ns) else { continue };
@@ -180,7 +177,7 @@ pub fn reconcile_all<K: KvStore, H: HttpClient + ?Sized>(
                     continue;
                 }
             }
-            match steps::release(ctx, ns, name, Some(&rec.uid)) {
+            match ops::release(ctx, ns, name, Some(&rec.uid)) {
                 Ok(Some(_)) => report.bindings_released += 1,
                 Ok(None) => {}
                 Err(e) => report.errors.push(format!("binding {ns}/{name}: {e}")),
@@ -225,7 +222,7 @@ fn reclaim_leaks<K: KvStore>(
     id: &PoolId,
     in_use: &BTreeSet<u128>,
 ) -> Result<u32> {
-    store::update_pool(ctx, id, |current| {
+    kv::update_pool(ctx, id, |current| {
         let Some(l) = current else {
             return Ok(Step::Done(0));
         };
@@ -246,14 +243,10 @@ fn reclaim_leaks<K: KvStore>(
         };
         for (key, value) in claim_keys.iter().zip(values) {
             let Some(bytes) = value else { continue };
-            let Ok(rec) = store::ClaimRecord::decode(&bytes) else {
+            let Ok(rec) = kv::ClaimRecord::decode(&bytes) else {
                 continue;
             };
-            let ns = key
-                .strip_prefix(keys::CLAIM_PREFIX)
-                .and_then(|r| r.split_once('/'))
-                .map(|(ns, _)| ns)
-                .unwrap_or_default();
+            let ns = keys::parse_claim(key).map(|(ns, _)| ns).unwrap_or_default();
             if rec.pool_id(ns).ok().as_ref() == Some(id) {
                 if let Ok(ip) = rec.ip() {
                     holding.insert(to_u128(ip));

@@ -11,9 +11,9 @@ use std::net::IpAddr;
 
 use serde_json::{Map, Value};
 
-use crate::addr::{from_u128, subnet_bounds, to_u128, Family, RangeSet};
 use crate::error::{Error, Result};
-use crate::names;
+use crate::ip::{from_u128, subnet_bounds, to_u128, Family, RangeSet};
+use crate::kube::names;
 
 /// API group of our pool kinds.
 pub const GROUP: &str = "ipam.metal-ipam.dev";
@@ -91,11 +91,30 @@ impl PoolId {
         }
     }
 
+    /// The pool of `kind` named `name`; `namespace` is its namespace when
+    /// the kind is namespaced (and ignored for a global pool). The one
+    /// place where (kind, namespace, name) becomes an id: paths, claim
+    /// `poolRef`s, bindings, admission reviews and Kubernetes objects all
+    /// come through here.
+    ///
+    /// # Examples
+    /// ```
+    /// use metal_ipam_core::ipam::pool::{PoolId, PoolKind};
+    /// assert_eq!(PoolId::of(PoolKind::Namespaced, "a", "p"), PoolId::namespaced("a", "p"));
+    /// assert_eq!(PoolId::of(PoolKind::Global, "a", "p"), PoolId::global("p"));
+    /// ```
+    pub fn of(kind: PoolKind, namespace: &str, name: &str) -> PoolId {
+        match kind {
+            PoolKind::Namespaced => PoolId::namespaced(namespace, name),
+            PoolKind::Global => PoolId::global(name),
+        }
+    }
+
     /// Human form used in messages and logs: `ns/name` or `global/name`.
     ///
     /// # Examples
     /// ```
-    /// use metal_ipam_core::pool::PoolId;
+    /// use metal_ipam_core::ipam::pool::PoolId;
     /// assert_eq!(PoolId::namespaced("team-a", "nodes").display(), "team-a/nodes");
     /// assert_eq!(PoolId::global("edge").display(), "global/edge");
     /// ```
@@ -166,8 +185,8 @@ impl ValidatedPool {
 ///
 /// # Examples
 /// ```
-/// use metal_ipam_core::pool::parse_entry;
-/// use metal_ipam_core::addr::Family;
+/// use metal_ipam_core::ipam::pool::parse_entry;
+/// use metal_ipam_core::ip::Family;
 /// assert_eq!(parse_entry("10.0.0.1-10.0.0.3").unwrap(), (Family::V4, 0x0a00_0001, 0x0a00_0003));
 /// assert_eq!(parse_entry("10.0.0.5/30").unwrap(), (Family::V4, 0x0a00_0004, 0x0a00_0007));
 /// assert!(parse_entry("10.0.0.3-10.0.0.1").is_err());
@@ -362,7 +381,7 @@ impl PoolSpec {
     ///
     /// # Examples
     /// ```
-    /// use metal_ipam_core::pool::PoolSpec;
+    /// use metal_ipam_core::ipam::pool::PoolSpec;
     /// let spec = PoolSpec { addresses: vec!["10.0.0.0/29".into()], prefix: 29,
     ///     gateway: Some("10.0.0.1".into()), ..Default::default() };
     /// let pool = spec.validate().unwrap();

@@ -8,7 +8,7 @@
 //! (`Bind`: write the claim's binding; `Unbind`: remove it).
 //!
 //! Everything here is deterministic and I/O-free: the key-value protocol in
-//! [`crate::store`] and [`crate::steps`] loads a state, applies one
+//! [`crate::kv`] and [`crate::ipam::ops`] loads a state, applies one
 //! transition and writes it back atomically, so the allocator's guarantees
 //! are those of these functions. Why intents make the two-key protocol
 //! exact is argued in `kv-schema/README.md`.
@@ -25,9 +25,9 @@
 //!    [`TAKEOVER_AFTER_SECONDS`]: there is no size or time window in which a
 //!    retried claim could lose the address it was answered.
 
-use crate::addr::RangeSet;
 use crate::error::{Error, ErrorKind};
-use crate::pool::ValidatedPool;
+use crate::ip::RangeSet;
+use crate::ipam::pool::ValidatedPool;
 
 /// A request that owns an intent writes the claim key within this many
 /// seconds of the pool write that gave it the intent, or not at all (it
@@ -220,8 +220,8 @@ impl PoolState {
     ///
     /// # Examples
     /// ```
-    /// use metal_ipam_core::alloc::{PoolState, AllocRequest};
-    /// use metal_ipam_core::pool::PoolSpec;
+    /// use metal_ipam_core::ipam::alloc::{PoolState, AllocRequest};
+    /// use metal_ipam_core::ipam::pool::PoolSpec;
     /// let pool = PoolSpec { addresses: vec!["10.0.0.10-10.0.0.12".into()], prefix: 24, ..Default::default() }
     ///     .validate().unwrap();
     /// let mut st = PoolState::default();
@@ -344,7 +344,7 @@ impl PoolState {
     /// # Examples
     /// ```
     /// use std::collections::BTreeMap;
-    /// use metal_ipam_core::alloc::{Intent, IntentKind, PoolState};
+    /// use metal_ipam_core::ipam::alloc::{Intent, IntentKind, PoolState};
     /// let mut st = PoolState::default();
     /// st.intents.push(Intent { kind: IntentKind::Bind, claim: "ns/a".into(), uid: "u".into(),
     ///     address: 1, token: "t1".into(), owner: "w".into(), at: 0 });
@@ -384,8 +384,8 @@ impl PoolState {
     ///
     /// # Examples
     /// ```
-    /// use metal_ipam_core::alloc::{PoolState, AllocRequest};
-    /// use metal_ipam_core::pool::PoolSpec;
+    /// use metal_ipam_core::ipam::alloc::{PoolState, AllocRequest};
+    /// use metal_ipam_core::ipam::pool::PoolSpec;
     /// let pool = PoolSpec { addresses: vec!["10.0.0.0/30".into()], prefix: 30, ..Default::default() }
     ///     .validate().unwrap();
     /// let mut st = PoolState::default();

@@ -45,7 +45,7 @@ impl Family {
 ///
 /// # Examples
 /// ```
-/// use metal_ipam_core::addr::{to_u128, from_u128, Family};
+/// use metal_ipam_core::ip::{to_u128, from_u128, Family};
 /// let ip = "10.0.0.1".parse().unwrap();
 /// assert_eq!(to_u128(ip), 0x0a00_0001);
 /// assert_eq!(from_u128(Family::V4, 0x0a00_0001), ip);
@@ -71,7 +71,7 @@ pub fn from_u128(family: Family, v: u128) -> IpAddr {
 ///
 /// # Examples
 /// ```
-/// use metal_ipam_core::addr::{subnet_bounds, Family};
+/// use metal_ipam_core::ip::{subnet_bounds, Family};
 /// assert_eq!(subnet_bounds(Family::V4, 0x0a00_0105, 24), (0x0a00_0100, 0x0a00_01ff));
 /// assert_eq!(subnet_bounds(Family::V4, 7, 32), (7, 7));
 /// assert_eq!(subnet_bounds(Family::V6, 5, 0), (0, u128::MAX));
@@ -92,7 +92,7 @@ pub fn subnet_bounds(family: Family, v: u128, prefix: u8) -> (u128, u128) {
 ///
 /// # Examples
 /// ```
-/// use metal_ipam_core::addr::RangeSet;
+/// use metal_ipam_core::ip::RangeSet;
 /// let mut s = RangeSet::new();
 /// s.insert_range(10, 19);
 /// s.insert_range(20, 25); // adjacent: merged
@@ -247,7 +247,7 @@ impl RangeSet {
     ///
     /// # Examples
     /// ```
-    /// use metal_ipam_core::addr::RangeSet;
+    /// use metal_ipam_core::ip::RangeSet;
     /// let pool = RangeSet::from_ranges([(1, 10)]);
     /// let taken = RangeSet::from_ranges([(1, 3), (5, 5)]);
     /// assert_eq!(pool.first_not_in(&taken), Some(4));

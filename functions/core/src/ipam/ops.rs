@@ -2,21 +2,21 @@
 //!
 //! Each step is one short, idempotent sequence of key-value operations
 //! (counts in `kv-schema/README.md`). Function crates parse the request,
-//! call one step through [`crate::api`] and render the result.
+//! call one step through [`crate::http::api`] and render the result.
 
 use serde_json::{json, Value};
 
 use std::collections::BTreeMap;
 
-use crate::alloc::{
+use crate::error::{Error, Result};
+use crate::ipam::alloc::{
     AllocRequest, Counts, Intent, IntentKind, PoolState, MAX_INTENTS, TAKEOVER_AFTER_SECONDS,
     WRITE_DEADLINE_SECONDS,
 };
-use crate::claim::Claim;
-use crate::error::{Error, Result};
-use crate::kv::KvStore;
-use crate::pool::{PoolId, PoolKind, PoolObject};
-use crate::store::{self, addr_in_family, keys, ClaimRecord, Ctx, Loaded, Next, PoolRecord, Step};
+use crate::ipam::claim::Claim;
+use crate::ipam::pool::{PoolId, PoolKind, PoolObject};
+use crate::kv::{self, addr_in_family, keys, ClaimRecord, Ctx, Loaded, Next, PoolRecord, Step};
+use crate::ports::kv::KvStore;
 
 /// Result of [`allocate`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,7 +29,7 @@ pub struct Allocated {
 }
 
 /// A claim-key write that a successful pool write obliges this request to
-/// perform (see [`crate::alloc::Intent`]).
+/// perform (see [`crate::ipam::alloc::Intent`]).
 #[derive(Debug)]
 enum FollowUp {
     /// Nothing to write.
@@ -150,7 +150,7 @@ fn stale(intent: &Intent, now: u64) -> bool {
 /// # Errors
 /// - 404 `PoolNotFound` if the pool is not registered;
 /// - 409 `PoolExhausted`, `AddressInUse`, `AddressNotInPool`,
-///   `AddressReserved`, `PreAllocationMismatch` (see [`crate::alloc::PoolError`]);
+///   `AddressReserved`, `PreAllocationMismatch` (see [`crate::ipam::alloc::PoolError`]);
 /// - 409 `ClaimUidConflict` if the name is bound (or being bound) for
 ///   another uid (release it first), `ClaimPoolConflict` if bound in
 ///   another pool;
@@ -196,7 +196,7 @@ fn bind<K: KvStore>(ctx: &Ctx<'_, K>, claim: &Claim, target: BindTarget) -> Resu
     let ckey = keys::claim(&claim.id.namespace, &claim.id.name);
     let cname = claim.id.display();
     let me = token(ctx);
-    let (follow, answer, taken_at) = store::update_pool(ctx, &claim.pool, |current| {
+    let (follow, answer, taken_at) = kv::update_pool(ctx, &claim.pool, |current| {
         let Some(l) = current else {
             // No pool: a binding left from it still answers (two reads).
             if let Some(record) = binding_of(ctx.kv, &ckey, claim)? {
@@ -498,7 +498,7 @@ pub fn release<K: KvStore>(
     let pool_id = first.pool_id(namespace)?;
     let me = token(ctx);
     let (follow, released, taken_at) =
-        store::update_pool(ctx, &pool_id, |current| {
+        kv::update_pool(ctx, &pool_id, |current| {
             let now = ctx.env.now();
             let Some(l) = current else {
                 // The pool is gone; only the key is left to remove.
@@ -648,7 +648,7 @@ pub fn put_pool_with<K: KvStore>(
     let pool = object.spec.validate()?;
     let id = object.id.clone();
     let me = token(ctx);
-    let (result, bindings, taken_at) = store::update_pool(ctx, &id, |current| {
+    let (result, bindings, taken_at) = kv::update_pool(ctx, &id, |current| {
         let now = ctx.env.now();
         let Some(l) = current else {
             let mut state = PoolState::default();
@@ -736,7 +736,7 @@ pub fn put_pool_with<K: KvStore>(
     Ok(result)
 }
 
-fn pool_ip(pool: &crate::pool::ValidatedPool, a: u128) -> String {
+fn pool_ip(pool: &crate::ipam::pool::ValidatedPool, a: u128) -> String {
     pool.ip(a).to_string()
 }
 
@@ -745,7 +745,7 @@ fn pool_ip(pool: &crate::pool::ValidatedPool, a: u128) -> String {
 /// # Errors
 /// Store failures (503), unreadable record (500).
 pub fn get_pool<K: KvStore>(kv: &K, id: &PoolId) -> Result<Option<PoolView>> {
-    Ok(store::read_pool(kv, id)?.as_ref().map(PoolView::of))
+    Ok(kv::read_pool(kv, id)?.as_ref().map(PoolView::of))
 }
 
 /// Lists pools, sorted by key; `kind` restricts to one kind. Lists every
@@ -772,7 +772,7 @@ pub fn list_pools<K: KvStore>(kv: &K, kind: Option<PoolKind>) -> Result<Vec<Pool
 
 /// Deletes a pool that has no bound address.
 ///
-/// The record becomes a tombstone (the key stays; see [`crate::store`]).
+/// The record becomes a tombstone (the key stays; see [`crate::kv`]).
 ///
 /// # Idempotency
 /// Deleting an unknown or deleted pool succeeds; returns whether a pool was
@@ -781,7 +781,7 @@ pub fn list_pools<K: KvStore>(kv: &K, kind: Option<PoolKind>) -> Result<Vec<Pool
 /// # Errors
 /// 409 `PoolInUse` while addresses are bound; 503 on store failure.
 pub fn delete_pool<K: KvStore>(ctx: &Ctx<'_, K>, id: &PoolId) -> Result<bool> {
-    store::update_pool(ctx, id, |current| {
+    kv::update_pool(ctx, id, |current| {
         let Some(l) = current else {
             return Ok(Step::Done(false));
         };

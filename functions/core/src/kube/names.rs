@@ -12,7 +12,7 @@
 ///
 /// # Examples
 /// ```
-/// use metal_ipam_core::names::check_subdomain;
+/// use metal_ipam_core::kube::names::check_subdomain;
 /// assert!(check_subdomain("worker-0.example").is_ok());
 /// assert!(check_subdomain("Worker").is_err());
 /// assert!(check_subdomain("a/b").is_err());
@@ -30,7 +30,7 @@ pub fn check_subdomain(name: &str) -> Result<(), String> {
 ///
 /// # Examples
 /// ```
-/// use metal_ipam_core::names::check_label;
+/// use metal_ipam_core::kube::names::check_label;
 /// assert!(check_label("team-a").is_ok());
 /// assert!(check_label("team.a").is_err());
 /// ```

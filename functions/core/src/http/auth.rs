@@ -7,7 +7,7 @@ use crate::error::{Error, ErrorKind, Result};
 ///
 /// # Examples
 /// ```
-/// use metal_ipam_core::auth::constant_time_eq;
+/// use metal_ipam_core::http::auth::constant_time_eq;
 /// assert!(constant_time_eq(b"s3cret", b"s3cret"));
 /// assert!(!constant_time_eq(b"s3cret", b"s3cre7"));
 /// assert!(!constant_time_eq(b"s3cret", b"s3cret-longer"));
@@ -33,7 +33,7 @@ pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 ///
 /// # Examples
 /// ```
-/// use metal_ipam_core::auth::check_bearer;
+/// use metal_ipam_core::http::auth::check_bearer;
 /// assert!(check_bearer("tok", Some("Bearer tok")).is_ok());
 /// assert!(check_bearer("tok", Some("bearer tok")).is_ok());
 /// assert_eq!(check_bearer("tok", Some("Bearer nope")).unwrap_err().status(), 401);

@@ -108,16 +108,16 @@
 //! Every refusal is a 400: `MalformedJSON` when the body (or decoded
 //! `data_base64`) is not JSON, `MalformedEvent` otherwise, naming the member
 //! at fault in [`Error::field`] where there is one. Bodies over
-//! [`crate::api::MAX_BODY`] are refused too.
+//! [`crate::http::api::MAX_BODY`] are refused too.
 
 use std::fmt;
 
 use serde_json::{Map, Value};
 
-use crate::claim::CAPI_IPAM_GROUP;
 use crate::error::{Error, ErrorKind, Result};
-use crate::names;
-use crate::pool::{self, PoolKind};
+use crate::ipam::claim::CAPI_IPAM_GROUP;
+use crate::ipam::pool::{self, PoolKind};
+use crate::kube::names;
 
 /// Media type of a structured-mode CloudEvent.
 pub const STRUCTURED_CONTENT_TYPE: &str = "application/cloudevents+json";
@@ -163,7 +163,7 @@ impl ObjectKind {
     /// # Examples
     /// ```
     /// use metal_ipam_core::events::ObjectKind;
-    /// use metal_ipam_core::pool::PoolKind;
+    /// use metal_ipam_core::ipam::pool::PoolKind;
     /// assert_eq!(ObjectKind::classify("ipam.cluster.x-k8s.io/v1alpha1", "IPAddress"), Some(ObjectKind::IpAddress));
     /// assert_eq!(ObjectKind::classify("ipam.metal-ipam.dev/v1alpha1", "GlobalMetalIPPool"),
     ///     Some(ObjectKind::Pool(PoolKind::Global)));
@@ -341,10 +341,10 @@ pub fn parse(
     header: &dyn Fn(&str) -> Option<String>,
     body: &[u8],
 ) -> Result<Parsed> {
-    if body.len() > crate::api::MAX_BODY {
+    if body.len() > crate::http::api::MAX_BODY {
         return Err(bad(format!(
             "the body is larger than {} bytes",
-            crate::api::MAX_BODY
+            crate::http::api::MAX_BODY
         )));
     }
     match content_type.map(media_type).as_deref() {
@@ -385,7 +385,7 @@ pub fn presented_token(
     if !structured_type && header("ce-specversion").is_some() {
         return header(TOKEN_HEADER).and_then(|v| percent_decode(v.trim(), TOKEN_HEADER).ok());
     }
-    if body.len() > crate::api::MAX_BODY {
+    if body.len() > crate::http::api::MAX_BODY {
         return None;
     }
     let v: Value = serde_json::from_slice(body).ok()?;
@@ -973,7 +973,7 @@ mod tests {
 
     #[test]
     fn oversized_bodies_are_refused() {
-        let big = vec![b' '; crate::api::MAX_BODY + 1];
+        let big = vec![b' '; crate::http::api::MAX_BODY + 1];
         assert_eq!(parse(None, &no_headers, &big).unwrap_err().status(), 400);
         assert_eq!(presented_token(None, &no_headers, &big), None);
     }

@@ -6,8 +6,8 @@ use std::net::IpAddr;
 use serde_json::{json, Map, Value};
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::names;
-use crate::pool::{self, PoolId, PoolKind};
+use crate::ipam::pool::{self, PoolId, PoolKind};
+use crate::kube::names;
 
 /// API group of the CAPI IPAM types.
 pub const CAPI_IPAM_GROUP: &str = "ipam.cluster.x-k8s.io";
@@ -198,10 +198,7 @@ impl Claim {
             }
         };
         names::check_subdomain(pool_name).map_err(|m| Error::invalid("spec.poolRef.name", m))?;
-        let pool = match pool_kind {
-            PoolKind::Namespaced => PoolId::namespaced(namespace, pool_name),
-            PoolKind::Global => PoolId::global(pool_name),
-        };
+        let pool = PoolId::of(pool_kind, namespace, pool_name);
         let annotations = meta.get("annotations").and_then(Value::as_object);
         let requested =
             match annotations.and_then(|a| a.get(REQUESTED_ADDRESS_ANNOTATION)) {
@@ -278,7 +275,7 @@ impl AddressView<'_> {
     ///
     /// # Examples
     /// ```
-    /// use metal_ipam_core::claim::*;
+    /// use metal_ipam_core::ipam::claim::*;
     /// let id = ClaimId { namespace: "ns".into(), name: "m-0".into(), uid: "u1".into() };
     /// let pr = PoolRef { api_group: Some("ipam.metal-ipam.dev".into()), kind: "MetalIPPool".into(), name: "p".into() };
     /// let v = AddressView { version: CapiVersion::V1beta2, claim: &id, pool_ref: &pr, pool_uid: None,

@@ -9,14 +9,14 @@
 
 use serde_json::{json, Map, Value};
 
-use crate::auth;
-use crate::claim::Claim;
 use crate::error::{Error, ErrorKind, Result};
-use crate::kv::{KvStore, OpCounts};
-use crate::names;
-use crate::pool::{PoolId, PoolKind, PoolObject};
-use crate::steps::{self, PutOutcome};
-use crate::store::Ctx;
+use crate::http::{auth, method_not_allowed, no_route, segments};
+use crate::ipam::claim::Claim;
+use crate::ipam::ops::{self, PutOutcome};
+use crate::ipam::pool::{PoolId, PoolKind, PoolObject};
+use crate::kube::names;
+use crate::kv::Ctx;
+use crate::ports::kv::{KvStore, OpCounts};
 
 /// Largest request body accepted (1 MiB). A larger body is answered 413
 /// `PayloadTooLarge` ([`Error::payload_too_large`]): by the Spin glue
@@ -118,13 +118,13 @@ impl ApiResponse {
     ///
     /// # Examples
     /// ```
-    /// use metal_ipam_core::api::*;
+    /// use metal_ipam_core::http::api::*;
     /// let req = ApiRequest { method: "GET", path: "/v1/pools", query: "", authorization: Some("Bearer x"), body: b"" };
     /// let resp = pools(&dummy_ctx(), "x", &req);
-    /// # fn dummy_ctx() -> metal_ipam_core::store::Ctx<'static, metal_ipam_core::testing::MemKv> {
+    /// # fn dummy_ctx() -> metal_ipam_core::kv::Ctx<'static, metal_ipam_core::testing::MemKv> {
     /// #   let kv = Box::leak(Box::new(metal_ipam_core::testing::MemKv::new(metal_ipam_core::testing::Backend::SpinSqlite)));
     /// #   let env = Box::leak(Box::new(metal_ipam_core::testing::TestEnv::at(0)));
-    /// #   metal_ipam_core::store::Ctx { kv, env, swap_policy: metal_ipam_core::store::SwapPolicy::Auto }
+    /// #   metal_ipam_core::kv::Ctx { kv, env, swap_policy: metal_ipam_core::kv::SwapPolicy::Auto }
     /// # }
     /// let line = resp.log_line("pools", &req, 1_700_000_000_000, 0.4, Default::default());
     /// let v: serde_json::Value = serde_json::from_str(&line).unwrap();
@@ -183,28 +183,6 @@ fn parse_json(body: &[u8]) -> Result<Value> {
     })
 }
 
-fn segments(path: &str) -> Vec<&str> {
-    path.trim_end_matches('/').split('/').skip(1).collect()
-}
-
-fn method_not_allowed(route: &'static str, allowed: &str) -> ApiResponse {
-    let e = Error::new(
-        ErrorKind::MethodNotAllowed,
-        "MethodNotAllowed",
-        format!("{route} accepts {allowed}"),
-    );
-    let mut r = ApiResponse::from_error(&e, route);
-    r.headers.push(("allow", allowed.to_string()));
-    r
-}
-
-fn no_route(path: &str) -> ApiResponse {
-    ApiResponse::from_error(
-        &Error::not_found("NoSuchRoute", format!("no route for {path}")),
-        "",
-    )
-}
-
 /// A pool addressed by a path: kind, namespace (namespaced kind) and name.
 type PoolPath<'a> = (PoolKind, Option<&'a str>, &'a str);
 
@@ -260,7 +238,7 @@ pub fn pools<K: KvStore>(ctx: &Ctx<'_, K>, token: &str, req: &ApiRequest<'_>) ->
             return method_not_allowed(route, "GET");
         }
         let filter = (route == "/v1/global-pools").then_some(PoolKind::Global);
-        return match steps::list_pools(ctx.kv, filter) {
+        return match ops::list_pools(ctx.kv, filter) {
             Ok(views) => {
                 let n = views.len();
                 let items: Vec<Value> = views.iter().map(|v| v.to_json()).collect();
@@ -289,7 +267,7 @@ pub fn pools<K: KvStore>(ctx: &Ctx<'_, K>, token: &str, req: &ApiRequest<'_>) ->
     };
     let touched = id.display();
     let result = match req.method {
-        "GET" => match steps::get_pool(ctx.kv, &id) {
+        "GET" => match ops::get_pool(ctx.kv, &id) {
             Ok(Some(v)) => Ok(ApiResponse::success(200, Some(v.to_json()), route, "read")),
             Ok(None) => Err(Error::not_found(
                 "PoolNotFound",
@@ -299,7 +277,7 @@ pub fn pools<K: KvStore>(ctx: &Ctx<'_, K>, token: &str, req: &ApiRequest<'_>) ->
         },
         "PUT" => parse_json(req.body)
             .and_then(|body| PoolObject::parse(&id, &body))
-            .and_then(|obj| steps::put_pool(ctx, obj))
+            .and_then(|obj| ops::put_pool(ctx, obj))
             .map(|(outcome, view)| {
                 let (status, word) = match outcome {
                     PutOutcome::Created => (201, "created"),
@@ -308,7 +286,7 @@ pub fn pools<K: KvStore>(ctx: &Ctx<'_, K>, token: &str, req: &ApiRequest<'_>) ->
                 };
                 ApiResponse::success(status, Some(view.to_json()), route, word)
             }),
-        "DELETE" => steps::delete_pool(ctx, &id).map(|deleted| {
+        "DELETE" => ops::delete_pool(ctx, &id).map(|deleted| {
             ApiResponse::success(204, None, route, if deleted { "deleted" } else { "absent" })
         }),
         _ => return method_not_allowed(route, "GET, PUT, DELETE").touching("pool", touched),
@@ -324,7 +302,7 @@ pub fn pools<K: KvStore>(ctx: &Ctx<'_, K>, token: &str, req: &ApiRequest<'_>) ->
 ///
 /// Answers the claim's `IPAddress` (in the claim's apiVersion): 201 when
 /// the address was bound by this request, 200 when the claim already had
-/// it. Errors as documented on [`steps::allocate`] and [`Claim::parse`].
+/// it. Errors as documented on [`ops::allocate`] and [`Claim::parse`].
 pub fn allocate<K: KvStore>(ctx: &Ctx<'_, K>, token: &str, req: &ApiRequest<'_>) -> ApiResponse {
     let route = "/v1/claims";
     if segments(req.path) != ["v1", "claims"] {
@@ -345,7 +323,7 @@ pub fn allocate<K: KvStore>(ctx: &Ctx<'_, K>, token: &str, req: &ApiRequest<'_>)
     };
     let claim_name = claim.id.display();
     let pool_name = claim.pool.display();
-    let result = steps::allocate(ctx, &claim).and_then(|a| {
+    let result = ops::allocate(ctx, &claim).and_then(|a| {
         let body = a
             .record
             .to_ip_address(&claim.id.namespace, &claim.id.name)?;
@@ -393,7 +371,7 @@ pub fn claims<K: KvStore>(ctx: &Ctx<'_, K>, token: &str, req: &ApiRequest<'_>) -
     };
     let touched = format!("{ns}/{name}");
     let result = match req.method {
-        "GET" => steps::get_claim(ctx.kv, &ns, &name).and_then(|rec| match rec {
+        "GET" => ops::get_claim(ctx.kv, &ns, &name).and_then(|rec| match rec {
             Some(rec) => {
                 Ok(
                     ApiResponse::success(200, Some(rec.to_ip_address(&ns, &name)?), route, "read")
@@ -411,7 +389,7 @@ pub fn claims<K: KvStore>(ctx: &Ctx<'_, K>, token: &str, req: &ApiRequest<'_>) -
                 .split('&')
                 .find_map(|kv| kv.strip_prefix("uid="))
                 .filter(|u| !u.is_empty());
-            steps::release(ctx, &ns, &name, uid).map(|rec| match rec {
+            ops::release(ctx, &ns, &name, uid).map(|rec| match rec {
                 Some(rec) => ApiResponse::success(204, None, route, "released")
                     .touching("address", rec.address),
                 None => ApiResponse::success(204, None, route, "absent"),

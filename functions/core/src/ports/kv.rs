@@ -12,7 +12,7 @@
 //!   SQLite backend **only for a key that exists** (an absent key is
 //!   upserted, so two "create if absent" swaps both succeed), and on Redis a
 //!   swap aborted by a concurrent write may be **reported as success**. The
-//!   protocol in [`crate::store`] is built so neither quirk can lose or
+//!   protocol in [`crate::kv`] is built so neither quirk can lose or
 //!   duplicate an allocation.
 
 use std::fmt;
@@ -67,7 +67,7 @@ impl From<KvError> for crate::Error {
 pub enum Swap {
     /// Reported as written. Exact on SQLite for an existing key; on Redis it
     /// may be a silently aborted swap, hence the read-back in
-    /// [`crate::store`].
+    /// [`crate::kv`].
     Reported,
     /// The value changed since `cas_read`; nothing was written.
     Failed,

@@ -1,5 +1,5 @@
 //! One entry point per Spin component: which routes each serves and what it
-//! needs, on top of [`crate::api`] (the plain HTTP API) and [`crate::capi`]
+//! needs, on top of [`crate::http::api`] (the plain HTTP API) and [`crate::capi`]
 //! (the Kubernetes side).
 //!
 //! | Component | Routes | Store | Kubernetes | Chains to |
@@ -21,18 +21,18 @@
 use serde_json::{json, Value};
 
 use crate::admission::{self, KvPools};
-use crate::api::{self, ApiRequest, ApiResponse};
-use crate::auth;
 use crate::capi;
+use crate::capi::reconcile;
 use crate::error::{Error, ErrorKind, Result};
 use crate::events::{self, Action, ObjectKind, Outcome};
+use crate::http::api::{self, ApiRequest, ApiResponse};
+use crate::http::{auth, method_not_allowed, no_route, segments};
+use crate::ipam::pool::PoolKind;
+use crate::kube::names;
 use crate::kube::Kube;
-use crate::kv::KvStore;
-use crate::names;
-use crate::outbound::HttpClient;
-use crate::pool::PoolKind;
-use crate::reconcile;
-use crate::store::Ctx;
+use crate::kv::Ctx;
+use crate::ports::http::HttpClient;
+use crate::ports::kv::KvStore;
 
 /// What a component has at hand for one request.
 pub struct Services<'a, K: KvStore, H: HttpClient + ?Sized> {
@@ -46,10 +46,6 @@ pub struct Services<'a, K: KvStore, H: HttpClient + ?Sized> {
     pub api_token: &'a str,
     /// The events token (accepted on `/v1/events` only; empty = none).
     pub events_token: &'a str,
-}
-
-fn segments(path: &str) -> Vec<&str> {
-    path.trim_end_matches('/').split('/').skip(1).collect()
 }
 
 fn store<'a, K: KvStore, H: HttpClient + ?Sized>(s: &Services<'a, K, H>) -> Result<&'a Ctx<'a, K>> {
@@ -86,18 +82,10 @@ fn guard(
         return Some(ApiResponse::from_error(&e, route));
     }
     if path.is_some_and(|p| segments(req.path) != p) {
-        let e = Error::not_found("NoSuchRoute", format!("no route for {}", req.path));
-        return Some(ApiResponse::from_error(&e, ""));
+        return Some(no_route(req.path));
     }
     if req.method != "POST" {
-        let e = Error::new(
-            ErrorKind::MethodNotAllowed,
-            "MethodNotAllowed",
-            format!("{route} accepts POST"),
-        );
-        let mut r = ApiResponse::from_error(&e, route);
-        r.headers.push(("allow", "POST".to_string()));
-        return Some(r);
+        return Some(method_not_allowed(route, "POST"));
     }
     None
 }
@@ -316,7 +304,7 @@ pub fn reconcile<K: KvStore, H: HttpClient + ?Sized>(
 ///
 /// # Examples
 /// ```
-/// use metal_ipam_core::components::route_event;
+/// use metal_ipam_core::http::components::route_event;
 /// use metal_ipam_core::events::{ObjectEvent, ObjectKind, Action, Format};
 /// let ev = ObjectEvent { kind: ObjectKind::Claim, action: Action::Delete, namespace: Some("ns".into()),
 ///     name: "m-0".into(), api_version: "ipam.cluster.x-k8s.io/v1beta2".into(), object: None,
@@ -359,10 +347,10 @@ pub fn route_event(ev: &events::ObjectEvent) -> Vec<(&'static str, String)> {
                 .and_then(Value::as_str)
                 .filter(|n| names::check_subdomain(n).is_ok());
             match (group, kind, name) {
-                (Some(crate::pool::GROUP), Some(PoolKind::Namespaced), Some(n)) => {
+                (Some(crate::ipam::pool::GROUP), Some(PoolKind::Namespaced), Some(n)) => {
                     out.push(("pools", format!("/v1/capi/pools/{ns}/{n}")))
                 }
-                (Some(crate::pool::GROUP), Some(PoolKind::Global), Some(n)) => {
+                (Some(crate::ipam::pool::GROUP), Some(PoolKind::Global), Some(n)) => {
                     out.push(("pools", format!("/v1/capi/global-pools/{n}")))
                 }
                 _ => {}

@@ -9,10 +9,12 @@
 //! Every permission the code uses is listed in [`USED_PERMISSIONS`]; the
 //! RBAC manifest in `deploy/` grants exactly that (a test compares them).
 
+pub mod names;
+
 use serde_json::Value;
 
 use crate::error::{Error, ErrorKind};
-use crate::outbound::HttpClient;
+use crate::ports::http::HttpClient;
 
 /// A Kubernetes resource type metal-ipam reads or writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,19 +67,19 @@ pub const CLUSTERS: Resource = Resource {
 
 /// Our `MetalIPPool`.
 pub const METAL_IP_POOLS: Resource = Resource {
-    group: crate::pool::GROUP,
-    version: crate::pool::VERSION,
+    group: crate::ipam::pool::GROUP,
+    version: crate::ipam::pool::VERSION,
     plural: "metalippools",
-    kind: crate::pool::KIND_NAMESPACED,
+    kind: crate::ipam::pool::KIND_NAMESPACED,
     namespaced: true,
 };
 
 /// Our `GlobalMetalIPPool`.
 pub const GLOBAL_METAL_IP_POOLS: Resource = Resource {
-    group: crate::pool::GROUP,
-    version: crate::pool::VERSION,
+    group: crate::ipam::pool::GROUP,
+    version: crate::ipam::pool::VERSION,
     plural: "globalmetalippools",
-    kind: crate::pool::KIND_GLOBAL,
+    kind: crate::ipam::pool::KIND_GLOBAL,
     namespaced: false,
 };
 

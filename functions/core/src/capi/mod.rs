@@ -36,6 +36,8 @@
 //! finalizer on it while addresses are allocated, and writes
 //! `status.ipAddresses` and a `Ready` condition.
 
+pub mod reconcile;
+
 use std::net::IpAddr;
 
 use std::cell::RefCell;
@@ -43,14 +45,14 @@ use std::collections::BTreeMap;
 
 use serde_json::{json, Map, Value};
 
-use crate::claim::{Claim, CLUSTER_NAME_LABEL};
 use crate::error::{Error, ErrorKind, Result};
+use crate::ipam::claim::{Claim, CLUSTER_NAME_LABEL};
+use crate::ipam::ops::{self, Adoption};
+use crate::ipam::pool::{self, PoolId, PoolKind, PoolObject};
 use crate::kube::{self, obj, Kube, Resource};
-use crate::kv::KvStore;
-use crate::outbound::HttpClient;
-use crate::pool::{self, PoolId, PoolKind, PoolObject};
-use crate::steps::{self, Adoption};
-use crate::store::Ctx;
+use crate::kv::Ctx;
+use crate::ports::http::HttpClient;
+use crate::ports::kv::KvStore;
 
 /// Finalizer on claims: released by metal-ipam before the claim goes.
 pub const CLAIM_FINALIZER: &str = "ipam.metal-ipam.dev/release-address";
@@ -460,8 +462,8 @@ fn reconcile_claim_once<K: KvStore, H: HttpClient + ?Sized>(
         // against the API server: a claim made through the plain HTTP API
         // is released only through the HTTP API (the events token must not
         // reach it).
-        let released = match steps::get_claim(ctx.kv, ns, name)? {
-            Some(b) if b.pool_uid.is_some() => steps::release(ctx, ns, name, Some(&b.uid))?,
+        let released = match ops::get_claim(ctx.kv, ns, name)? {
+            Some(b) if b.pool_uid.is_some() => ops::release(ctx, ns, name, Some(&b.uid))?,
             Some(_) => {
                 return Ok(Outcome::new(
                     "absent",
@@ -560,8 +562,8 @@ fn reconcile_claim_once<K: KvStore, H: HttpClient + ?Sized>(
         .filter(|o| o.pointer("/spec/poolRef") == Some(&claim.pool_ref.to_json()))
         .and_then(|o| o.pointer("/spec/address")?.as_str()?.parse().ok());
     let allocated = match existing {
-        Some(a) => steps::adopt(ctx, &claim, a),
-        None => steps::allocate(ctx, &claim),
+        Some(a) => ops::adopt(ctx, &claim, a),
+        None => ops::allocate(ctx, &claim),
     };
     let record = match allocated {
         Ok(a) => a.record,
@@ -709,7 +711,7 @@ fn finalize_claim<K: KvStore, H: HttpClient + ?Sized>(
             "the claim is being deleted and holds no metal-ipam finalizer",
         ));
     }
-    let released = steps::release(ctx, ns, name, Some(&claim.id.uid))?;
+    let released = ops::release(ctx, ns, name, Some(&claim.id.uid))?;
     if let Some(ip) = kube.get(&kube::IP_ADDRESSES, Some(ns), name)? {
         if owned_by(&ip, &claim.id.uid)
             || obj::finalizers(&ip).iter().any(|f| f == ADDRESS_FINALIZER)
@@ -777,7 +779,7 @@ fn sync_pool_once<K: KvStore, H: HttpClient + ?Sized>(
     let ns = id.namespace.as_deref();
     let now = ctx.env.now();
     let Some(o) = kube.get(r, ns, &id.name)? else {
-        return match steps::delete_pool(ctx, id) {
+        return match ops::delete_pool(ctx, id) {
             Ok(true) => Ok(Outcome::new("deleted", format!("pool {} no longer exists", id.display()))),
             Ok(false) => Ok(Outcome::new("absent", format!("pool {} does not exist", id.display()))),
             Err(e) if e.reason() == "PoolInUse" => Ok(Outcome::new("kept", format!("pool {} was removed from Kubernetes while addresses are allocated; kept in the store: {}", id.display(), e.message()))),
@@ -785,7 +787,7 @@ fn sync_pool_once<K: KvStore, H: HttpClient + ?Sized>(
         };
     };
     if obj::deleting(&o) {
-        return match steps::delete_pool(ctx, id) {
+        return match ops::delete_pool(ctx, id) {
             Ok(_) => {
                 remove_finalizer(kube, r, ns, &o, POOL_FINALIZER)?;
                 Ok(Outcome::new(
@@ -824,12 +826,12 @@ fn sync_pool_once<K: KvStore, H: HttpClient + ?Sized>(
             return Ok(Outcome::new("failed", e.to_string()));
         }
     };
-    let adoptions = if steps::get_pool(ctx.kv, id)?.is_none() {
+    let adoptions = if ops::get_pool(ctx.kv, id)?.is_none() {
         adoptions_for(kube, id)?
     } else {
         Vec::new()
     };
-    match steps::put_pool_with(ctx, object, &adoptions) {
+    match ops::put_pool_with(ctx, object, &adoptions) {
         Ok((_, view)) => {
             let status = view.to_json()["status"]["ipAddresses"].clone();
             write_pool_status(kube, r, ns, &o, Some(status), true, "PoolReady", "", now)?;
@@ -965,8 +967,8 @@ fn write_pool_status<H: HttpClient + ?Sized>(
 
 /// Which pool a pool object's API path names.
 pub fn pool_id_of(kind: PoolKind, ns: Option<&str>, name: &str) -> PoolId {
-    match (kind, ns) {
-        (PoolKind::Namespaced, Some(ns)) => PoolId::namespaced(ns, name),
-        _ => PoolId::global(name),
+    match ns {
+        Some(ns) => PoolId::of(kind, ns, name),
+        None => PoolId::global(name),
     }
 }

@@ -1,0 +1,20 @@
+//! IPAM: what a pool is and how addresses are handed out, independent of
+//! where the state is kept.
+//!
+//! - [`pool`]: pool objects (`MetalIPPool`, `GlobalMetalIPPool`), their
+//!   identity ([`pool::PoolId`]) and validation into a
+//!   [`pool::ValidatedPool`].
+//! - [`claim`]: the CAPI `IPAddressClaim` input and `IPAddress` output.
+//! - [`alloc`]: the allocator as pure state transitions of one pool
+//!   ([`alloc::PoolState`]: used ranges, cooling, intents).
+//! - [`ops`]: the operations (allocate, adopt, release, register and delete
+//!   a pool) over the key-value port, on the protocol of [`crate::kv`].
+//!
+//! May import [`crate::ip`], [`crate::kube::names`] (name rules),
+//! [`crate::kv`] and the [`crate::ports`]; never HTTP, Kubernetes calls or
+//! Spin.
+
+pub mod alloc;
+pub mod claim;
+pub mod ops;
+pub mod pool;

@@ -1,0 +1,80 @@
+//! Every key family: its builder and its parser, in one place.
+//!
+//! | Family | Key | Value |
+//! |---|---|---|
+//! | pool record | `pool/ns/<namespace>/<name>`, `pool/global/<name>` | [`crate::kv::PoolRecord`] |
+//! | creation guard | `pool-init/ns/<namespace>/<name>`, `pool-init/global/<name>` | counter |
+//! | claim binding | `claim/<namespace>/<name>` | [`crate::kv::ClaimRecord`] |
+//!
+//! Names are validated ([`crate::kube::names`]) before they become part
+//! of a key, so a `/` cannot alias another object's key.
+
+use crate::ipam::pool::{PoolId, PoolKind};
+
+/// Prefix of every pool record key.
+pub const POOL_PREFIX: &str = "pool/";
+/// Prefix of every claim binding key.
+pub const CLAIM_PREFIX: &str = "claim/";
+/// Prefix of every pool creation guard key.
+pub const POOL_INIT_PREFIX: &str = "pool-init/";
+
+fn pool_suffix(id: &PoolId) -> String {
+    match &id.namespace {
+        Some(ns) => format!("ns/{ns}/{}", id.name),
+        None => format!("global/{}", id.name),
+    }
+}
+
+/// `pool/ns/<namespace>/<name>` or `pool/global/<name>`.
+///
+/// # Examples
+/// ```
+/// use metal_ipam_core::{ipam::pool::PoolId, kv::keys};
+/// assert_eq!(keys::pool(&PoolId::namespaced("a", "b")), "pool/ns/a/b");
+/// assert_eq!(keys::pool(&PoolId::global("g")), "pool/global/g");
+/// assert_eq!(keys::parse_pool("pool/ns/a/b"), Some(PoolId::namespaced("a", "b")));
+/// ```
+pub fn pool(id: &PoolId) -> String {
+    format!("{POOL_PREFIX}{}", pool_suffix(id))
+}
+
+/// The creation guard counter of a pool.
+pub fn pool_init(id: &PoolId) -> String {
+    format!("{POOL_INIT_PREFIX}{}", pool_suffix(id))
+}
+
+/// `claim/<namespace>/<name>`.
+pub fn claim(namespace: &str, name: &str) -> String {
+    format!("{CLAIM_PREFIX}{namespace}/{name}")
+}
+
+/// The claim (namespace, name) a claim key belongs to.
+///
+/// ```
+/// use metal_ipam_core::kv::keys;
+/// assert_eq!(keys::parse_claim("claim/a/web-0"), Some(("a", "web-0")));
+/// assert_eq!(keys::parse_claim(&keys::claim("a", "b")), Some(("a", "b")));
+/// assert_eq!(keys::parse_claim("pool/ns/a/b"), None);
+/// ```
+pub fn parse_claim(key: &str) -> Option<(&str, &str)> {
+    key.strip_prefix(CLAIM_PREFIX)?.split_once('/')
+}
+
+/// The pool a pool record key belongs to.
+pub fn parse_pool(key: &str) -> Option<PoolId> {
+    let rest = key.strip_prefix(POOL_PREFIX)?;
+    let parts: Vec<&str> = rest.split('/').collect();
+    match parts.as_slice() {
+        ["ns", ns, name] => Some(PoolId {
+            kind: PoolKind::Namespaced,
+            namespace: Some(ns.to_string()),
+            name: name.to_string(),
+        }),
+        ["global", name] => Some(PoolId {
+            kind: PoolKind::Global,
+            namespace: None,
+            name: name.to_string(),
+        }),
+        _ => None,
+    }
+}

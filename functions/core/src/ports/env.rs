@@ -1,0 +1,11 @@
+//! Time, randomness and waiting: the environment port.
+
+/// Time, randomness and waiting, supplied by the shell.
+pub trait Env {
+    /// Unix time in seconds.
+    fn now(&self) -> u64;
+    /// A random 64-bit value (writer tokens, jitter).
+    fn random_u64(&self) -> u64;
+    /// Waits a little before retry `attempt` (≥ 1) of a contended update.
+    fn pause(&self, attempt: u32);
+}
