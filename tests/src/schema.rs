@@ -1,62 +1,93 @@
-//! A small validator for Kubernetes structural schemas and simple JSON Schemas.
+//! Validation of objects against Kubernetes structural schemas (CRDs) and
+//! JSON Schemas, on top of the [`jsonschema`] crate.
 //!
 //! Tests use it to check objects against CustomResourceDefinitions (ours in
 //! `deploy/crds/` and the Cluster API ones vendored in `tests/fixtures/crds/`)
 //! and against the JSON Schemas of the key-value records in `kv-schema/`,
-//! without a Kubernetes API server.
+//! without a Kubernetes API server. This module owns:
 //!
-//! * [`load_crd`] reads a CRD YAML file into a [`Crd`], whose
-//!   [`schema_for`](Crd::schema_for) gives a version's [`Schema`].
-//! * [`validate`] checks a value against a schema and returns every
-//!   [`SchemaError`], each with the path of the offending field
-//!   (`spec.addresses[2]`, `spec.preAllocations[web-cp-0]`).
-//! * [`Schema::structural_errors`] lints a CRD schema for what an API server
-//!   would refuse in a structural schema (a missing `type`, `$ref`,
-//!   `additionalProperties: false`, …).
+//! * reading CRDs: [`load_crd`] reads a CRD YAML file into a [`Crd`], whose
+//!   [`schema_for`](Crd::schema_for) gives a version's [`Schema`];
+//! * the Kubernetes-to-JSON-Schema mapping, [`to_json_schema`];
+//! * [`validate`]: it checks a value with `jsonschema` and returns every
+//!   [`SchemaError`], each with the path of the offending field in the form
+//!   the API server uses (`spec.addresses[2]`, `spec.preAllocations[web-cp-0]`);
+//! * [`Schema::structural_errors`], a lint for what an API server would
+//!   refuse in a structural schema (a missing `type`, `$ref`,
+//!   `additionalProperties: false`, …). It is not a validation engine.
 //!
 //! # Two dialects
 //!
-//! The rules differ in one important way, so a schema is read in one of two
-//! [`Dialect`]s:
+//! A schema is read in one of two [`Dialect`]s. [`validate`] picks it with
+//! [`Dialect::detect`]: a schema whose root has `$schema`, `$id` or `$defs`
+//! (all forbidden in a CRD) is a JSON Schema, anything else is Kubernetes.
+//! [`validate_as`] takes it explicitly.
 //!
-//! * [`Dialect::Kubernetes`] (OpenAPI v3 as used in CRDs): a field that is not
-//!   in `properties` is an error unless the object schema has
-//!   `additionalProperties` or `x-kubernetes-preserve-unknown-fields: true`.
-//!   That is what pruning followed by strict field validation amounts to. At
-//!   the root (and in `x-kubernetes-embedded-resource` objects) `apiVersion`
-//!   and `kind` must be strings and `metadata` need only be an object.
-//!   `integer` accepts only integer literals (`1`, not `1.0`).
-//! * [`Dialect::JsonSchema`] (a draft 2020-12 subset): unknown fields are
-//!   allowed unless `additionalProperties` says otherwise, `type` may be a list
-//!   and may be `"null"`, `$ref` may point into `$defs`, and `1.0` is an
-//!   integer.
+//! * [`Dialect::JsonSchema`] (the `kv-schema/*.json` files): the schema goes
+//!   to `jsonschema` as is (draft 2020-12 unless `$schema` names another).
+//!   Unknown fields are allowed unless `additionalProperties` says otherwise,
+//!   `1.0` is an integer, and every format `jsonschema` knows is asserted
+//!   (plus our `cidr`), not just annotated.
+//! * [`Dialect::Kubernetes`] (OpenAPI v3 as used in CRDs): the schema is first
+//!   rewritten by [`to_json_schema`], then checked as draft 2020-12. A
+//!   [`Schema`] compiles its validator once, on first use.
 //!
-//! [`validate`] picks the dialect with [`Dialect::detect`]: a schema whose
-//! root has `$schema`, `$id` or `$defs` (all forbidden in a CRD) is a JSON
-//! Schema, anything else is Kubernetes. [`validate_as`] takes it explicitly.
+//! Any keyword of draft 2020-12 works in either dialect. A schema that
+//! `jsonschema` refuses (it breaks the meta-schema, a pattern does not
+//! compile, a `$ref` does not resolve) gives one error whose path is `#`
+//! followed by a JSON pointer into the schema (for the Kubernetes dialect,
+//! into the rewritten schema, which keeps the original's shape).
 //!
-//! # Supported keywords
+//! # From a structural schema to JSON Schema
 //!
-//! `type`, `nullable`, `properties`, `required`, `additionalProperties` (bool
-//! or schema), `patternProperties`, `propertyNames`, `items`, `enum`, `const`,
-//! `pattern`, `minLength`, `maxLength`, `minimum`, `maximum`,
-//! `exclusiveMinimum`/`exclusiveMaximum` (OpenAPI booleans or JSON Schema
-//! numbers), `multipleOf`, `minItems`, `maxItems`, `uniqueItems`,
-//! `minProperties`, `maxProperties`, `format` (`int32`, `int64`, `date-time`,
-//! `date`, `ipv4`, `ipv6`, `cidr`, `uuid` are checked; other formats are
-//! annotations), `allOf`, `anyOf`, `oneOf`, `not`, `$ref` to a local JSON
-//! pointer (`#/$defs/...`), and the extensions
-//! `x-kubernetes-preserve-unknown-fields`, `x-kubernetes-int-or-string`,
-//! `x-kubernetes-embedded-resource`, `x-kubernetes-list-type`
-//! (`set`/`map`/`atomic`) with `x-kubernetes-list-map-keys`. Annotations
-//! (`description`, `default`, `title`, `examples`, …), `x-kubernetes-map-type`,
-//! `x-kubernetes-validations` (CEL) and other `x-` extensions are ignored.
+//! [`to_json_schema`] applies these rules, node by node:
 //!
-//! Any other keyword (`if`, `prefixItems`, `unevaluatedProperties`,
-//! `dependentRequired`, …) makes validation fail with an "unsupported schema
-//! keyword" error, so that a schema is never silently checked only in part.
-//! Errors about the schema itself have a path starting with `#` (a JSON
-//! pointer into the schema); all other paths point into the value.
+//! * **Unknown fields are errors**, which is what pruning followed by strict
+//!   field validation amounts to: an object schema (`type: object`, or no
+//!   `type` at all) without `additionalProperties` and without
+//!   `x-kubernetes-preserve-unknown-fields: true` gets
+//!   `additionalProperties: false` (and `properties: {}` if it had none, so
+//!   that `jsonschema` names each unknown field). Not inside `allOf`/`anyOf`/`oneOf`/`not`:
+//!   in a CRD those only add value checks and declare no fields.
+//! * **Type meta**: at the root and in `x-kubernetes-embedded-resource`
+//!   objects, `apiVersion` and `kind` are strings and `metadata` need only be
+//!   an object, whether or not the schema lists them; what a listed
+//!   `metadata` schema says is checked, but not as closed (ObjectMeta's other
+//!   fields are let be).
+//! * `nullable: true` adds `"null"` to `type` (and to `enum`, if any).
+//! * `x-kubernetes-int-or-string: true` becomes `type: [integer, string]`. (A
+//!   type list rather than an `anyOf`: such nodes usually carry their own
+//!   `anyOf`, which stays as it is.)
+//! * OpenAPI's boolean `exclusiveMinimum`/`exclusiveMaximum` become the
+//!   numeric JSON Schema form (`minimum: 0, exclusiveMinimum: true` →
+//!   `exclusiveMinimum: 0`).
+//! * `format`: `date-time`, `date`, `ipv4`, `ipv6`, `uuid` are checked by
+//!   `jsonschema`, `cidr` by a format we register; `int32`/`int64` by our
+//!   keyword (below); any other format is an annotation and is dropped.
+//! * `x-kubernetes-list-type: set` becomes `uniqueItems: true`; `map` with
+//!   `x-kubernetes-list-map-keys` becomes our keyword (below).
+//! * `x-kubernetes-validations` (CEL) and every other `x-` extension are
+//!   dropped; annotations (`description`, `default`, …) stay and are ignored.
+//!
+//! # Our checks on top of jsonschema
+//!
+//! Three custom keywords, registered only for the Kubernetes dialect, cover
+//! what JSON Schema cannot say:
+//!
+//! * `x-metal-ipam-integer-literal` (added wherever `type` has `integer`):
+//!   JSON Schema counts `1.0` as an integer, the API server does not.
+//! * `x-metal-ipam-int-format` (`int32`/`int64`): JSON Schema formats apply
+//!   to strings only, so the range check of an integer format is a keyword.
+//! * `x-metal-ipam-list-map-keys`: no two items of a list-type `map` may have
+//!   the same key tuple; JSON Schema has no uniqueness by key.
+//!
+//! And a few touches on the errors, so that they read like the API server's
+//! (the fake Kubernetes API turns them into `details.causes`): an instance
+//! path (a JSON pointer) becomes a field path, with declared properties
+//! joined by `.` and map keys and list indexes in brackets; a missing field
+//! (`Required value`) and an unknown one (`unknown field`) are reported at
+//! the field itself, duplicates (`Duplicate value: …`) at the later item, and
+//! a value of the wrong `type` gets only that error.
 //!
 //! Deliberate differences from an API server: no defaulting; a `null` is
 //! accepted only where `nullable: true` (an API server would prune it, but our
@@ -92,17 +123,19 @@
 
 #![warn(missing_docs)]
 
-use std::cmp::Ordering;
-use std::collections::{BTreeMap, HashMap};
-use std::fmt;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::collections::BTreeMap;
+use std::fmt::{self, Write as _};
+use std::net::IpAddr;
 use std::ops::Deref;
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 use anyhow::{bail, ensure, Context, Result};
-use regex::Regex;
+use jsonschema::error::ValidationErrorKind;
+use jsonschema::paths::{Location, LocationSegment};
+use jsonschema::{Draft, Keyword, ValidationError, Validator};
 use serde::Deserialize;
-use serde_json::{Map, Number, Value};
+use serde_json::{json, Map, Value};
 
 // ---------------------------------------------------------------------------
 // Errors and dialects
@@ -114,17 +147,23 @@ pub struct SchemaError {
     /// The path of the offending value, like `spec.addresses[2]` or
     /// `spec.preAllocations[web-cp-0]`; empty for the root. A path starting
     /// with `#` is a JSON pointer into the schema and marks a problem with the
-    /// schema itself (an unsupported keyword, a bad pattern, a dangling `$ref`).
+    /// schema itself (a bad pattern, an unknown type, a dangling `$ref`).
     pub path: String,
+    /// The schema keyword that failed: `required`, `maximum`,
+    /// `additionalProperties`, `type`, `format`, `x-kubernetes-list-type`, …
+    /// (for a problem with the schema itself, the meta-schema's keyword;
+    /// `apiVersion` or `kind` when a [`Crd`] does not serve the object's type).
+    pub keyword: String,
     /// What is wrong, e.g. `Required value` or
-    /// `must be less than or equal to 128, got 200`.
+    /// `200 is greater than the maximum of 128`.
     pub message: String,
 }
 
 impl SchemaError {
-    fn new(path: impl Into<String>, message: impl Into<String>) -> Self {
+    fn new(path: impl Into<String>, keyword: &str, message: impl Into<String>) -> Self {
         SchemaError {
             path: path.into(),
+            keyword: keyword.to_owned(),
             message: message.into(),
         }
     }
@@ -148,7 +187,7 @@ pub enum Dialect {
     /// Kubernetes structural OpenAPI v3 schemas (CRDs): unknown fields are
     /// errors unless the schema preserves them.
     Kubernetes,
-    /// JSON Schema (draft 2020-12 subset): unknown fields are allowed unless
+    /// JSON Schema (draft 2020-12): unknown fields are allowed unless
     /// `additionalProperties` forbids them.
     JsonSchema,
 }
@@ -185,832 +224,298 @@ pub fn validate(schema: &Value, value: &Value) -> Result<(), Vec<SchemaError>> {
 
 /// Validates `value` against `schema` read in the given dialect.
 ///
-/// Problems with the schema itself (unsupported keywords, patterns that do
-/// not compile, `$ref`s that do not resolve) are reported as errors too,
-/// whether or not the value reaches them.
+/// A schema that does not compile (it breaks the meta-schema, has a pattern
+/// that is no regular expression, a `$ref` that does not resolve) gives one
+/// error whose path starts with `#`, whatever the value.
 pub fn validate_as(
     dialect: Dialect,
     schema: &Value,
     value: &Value,
 ) -> Result<(), Vec<SchemaError>> {
-    let mut validator = Validator {
-        root: schema,
-        dialect,
-        regexes: HashMap::new(),
-    };
-    let mut errors = Vec::new();
-    validator.lint(schema, "#", &mut errors);
-    if errors.is_empty() {
-        let ctx = Ctx {
-            structural: true,
-            depth: 0,
-        };
-        validator.check(schema, value, "", ctx, &mut errors);
-    }
-    if errors.is_empty() {
-        Ok(())
-    } else {
-        errors.sort_by(|a, b| a.path.cmp(&b.path));
-        errors.dedup();
-        Err(errors)
-    }
+    check(&compile(dialect, schema)?, value)
 }
 
 // ---------------------------------------------------------------------------
-// The validator
+// Kubernetes structural schema → JSON Schema
 // ---------------------------------------------------------------------------
 
-/// Keywords that carry no assertion and are skipped.
-const ANNOTATIONS: &[&str] = &[
-    "$anchor",
-    "$comment",
-    "$defs",
-    "$id",
-    "$schema",
-    "contentEncoding",
-    "contentMediaType",
-    "default",
-    "definitions",
-    "deprecated",
-    "description",
-    "example",
-    "examples",
-    "externalDocs",
-    "readOnly",
-    "title",
-    "writeOnly",
-];
+/// Our keyword for "`integer` means an integer literal".
+const INTEGER_LITERAL: &str = "x-metal-ipam-integer-literal";
+/// Our keyword for the range of `format: int32`/`int64`.
+const INT_FORMAT: &str = "x-metal-ipam-int-format";
+/// Our keyword for the key uniqueness of `x-kubernetes-list-type: map`.
+const LIST_MAP_KEYS: &str = "x-metal-ipam-list-map-keys";
 
-/// Keywords the validator checks.
-const ASSERTIONS: &[&str] = &[
-    "$ref",
-    "additionalProperties",
-    "allOf",
-    "anyOf",
-    "const",
-    "enum",
-    "exclusiveMaximum",
-    "exclusiveMinimum",
-    "format",
-    "items",
-    "maxItems",
-    "maxLength",
-    "maxProperties",
-    "maximum",
-    "minItems",
-    "minLength",
-    "minProperties",
-    "minimum",
-    "multipleOf",
-    "not",
-    "nullable",
-    "oneOf",
-    "pattern",
-    "patternProperties",
-    "properties",
-    "propertyNames",
-    "required",
-    "type",
-    "uniqueItems",
-];
+/// The string formats checked in the Kubernetes dialect (`cidr` is ours, the
+/// others `jsonschema`'s).
+const STRING_FORMATS: &[&str] = &["date-time", "date", "ipv4", "ipv6", "cidr", "uuid"];
 
-const TYPES: &[&str] = &[
-    "object", "array", "string", "integer", "number", "boolean", "null",
-];
-
-/// Deeper than this, a `$ref` cycle is assumed.
-const MAX_DEPTH: usize = 256;
-
-#[derive(Clone, Copy)]
-struct Ctx {
-    /// False inside `allOf`/`anyOf`/`oneOf`/`not`: in a Kubernetes schema
-    /// those only add value checks, so fields they do not list are not
-    /// unknown.
-    structural: bool,
-    depth: usize,
+/// Rewrites a Kubernetes structural schema (a CRD's `openAPIV3Schema`) into
+/// the draft 2020-12 JSON Schema that accepts the same objects, following the
+/// rules in the [module docs](self#from-a-structural-schema-to-json-schema).
+///
+/// ```
+/// use metal_ipam_tests::schema::to_json_schema;
+/// use serde_json::json;
+///
+/// let crd = json!({"type": "object", "properties": {"spec": {"type": "object",
+///     "properties": {"port": {"x-kubernetes-int-or-string": true, "nullable": true}}}}});
+/// let spec = &to_json_schema(&crd)["properties"]["spec"];
+/// assert_eq!(spec["additionalProperties"], false);
+/// assert_eq!(spec["properties"]["port"]["type"], json!(["integer", "string", "null"]));
+/// ```
+pub fn to_json_schema(schema: &Value) -> Value {
+    convert(schema, true, true)
 }
 
-impl Ctx {
-    fn deeper(self) -> Ctx {
-        Ctx {
-            depth: self.depth + 1,
-            ..self
-        }
-    }
-
-    fn logical(self) -> Ctx {
-        Ctx {
-            structural: false,
-            depth: self.depth + 1,
-        }
-    }
-}
-
-struct Validator<'s> {
-    root: &'s Value,
-    dialect: Dialect,
-    regexes: HashMap<String, Result<Regex, String>>,
-}
-
-impl<'s> Validator<'s> {
-    // -- schema lint --------------------------------------------------------
-
-    /// Checks the shape of a schema node and its subschemas, compiling every
-    /// pattern on the way.
-    fn lint(&mut self, node: &'s Value, ptr: &str, out: &mut Vec<SchemaError>) {
-        let map = match node {
-            Value::Bool(_) => return,
-            Value::Object(map) => map,
-            other => {
-                out.push(SchemaError::new(
-                    ptr,
-                    format!(
-                        "a schema must be an object or a boolean, got {}",
-                        type_name(other)
-                    ),
-                ));
-                return;
-            }
-        };
-        for (key, kw) in map {
-            let here = format!("{ptr}/{}", escape_pointer(key));
-            match key.as_str() {
-                "properties" | "patternProperties" | "$defs" | "definitions" => {
-                    let Some(children) = kw.as_object() else {
-                        out.push(SchemaError::new(here, "must be an object of schemas"));
-                        continue;
-                    };
-                    for (name, child) in children {
-                        if key == "patternProperties" {
-                            self.compile(name, &here, out);
-                        }
-                        self.lint(child, &format!("{here}/{}", escape_pointer(name)), out);
-                    }
-                }
-                "additionalProperties" | "not" | "propertyNames" => self.lint(kw, &here, out),
-                "items" => {
-                    if kw.is_array() {
-                        out.push(SchemaError::new(
-                            here,
-                            "unsupported schema keyword: tuple `items` (an array of schemas)",
-                        ));
-                    } else {
-                        self.lint(kw, &here, out);
-                    }
-                }
-                "allOf" | "anyOf" | "oneOf" => match kw.as_array() {
-                    Some(branches) if !branches.is_empty() => {
-                        for (i, branch) in branches.iter().enumerate() {
-                            self.lint(branch, &format!("{here}/{i}"), out);
-                        }
-                    }
-                    _ => out.push(SchemaError::new(
-                        here,
-                        "must be a non-empty array of schemas",
-                    )),
-                },
-                "pattern" => match kw.as_str() {
-                    Some(pattern) => self.compile(pattern, &here, out),
-                    None => out.push(SchemaError::new(here, "must be a string")),
-                },
-                "required" | "x-kubernetes-list-map-keys" => {
-                    let ok = kw
-                        .as_array()
-                        .is_some_and(|names| names.iter().all(Value::is_string));
-                    if !ok {
-                        out.push(SchemaError::new(here, "must be an array of strings"));
-                    }
-                }
-                "type" => {
-                    let names: Vec<&Value> = match kw {
-                        Value::Array(names) => names.iter().collect(),
-                        one => vec![one],
-                    };
-                    for name in names {
-                        if !name.as_str().is_some_and(|n| TYPES.contains(&n)) {
-                            out.push(SchemaError::new(&here, format!("unknown type {name}")));
-                        }
-                    }
-                }
-                "enum" if !kw.is_array() => {
-                    out.push(SchemaError::new(here, "must be an array"));
-                }
-                "$ref" => {
-                    if let Err(message) = self.resolve(kw) {
-                        out.push(SchemaError::new(here, message));
-                    }
-                }
-                "minimum" | "maximum" | "multipleOf" if !kw.is_number() => {
-                    out.push(SchemaError::new(here, "must be a number"));
-                }
-                "exclusiveMinimum" | "exclusiveMaximum" if !(kw.is_number() || kw.is_boolean()) => {
-                    out.push(SchemaError::new(here, "must be a number or a boolean"));
-                }
-                "minLength" | "maxLength" | "minItems" | "maxItems" | "minProperties"
-                | "maxProperties"
-                    if !kw.is_u64() =>
-                {
-                    out.push(SchemaError::new(here, "must be a non-negative integer"));
-                }
-                k if ASSERTIONS.contains(&k) || ANNOTATIONS.contains(&k) || k.starts_with("x-") => {
-                }
-                k => out.push(SchemaError::new(
-                    here,
-                    format!("unsupported schema keyword `{k}`"),
-                )),
-            }
-        }
-    }
-
-    fn compile(&mut self, pattern: &str, ptr: &str, out: &mut Vec<SchemaError>) {
-        let compiled = self
-            .regexes
-            .entry(pattern.to_owned())
-            .or_insert_with(|| Regex::new(pattern).map_err(|e| e.to_string()));
-        if let Err(e) = compiled {
-            out.push(SchemaError::new(
-                ptr,
-                format!("pattern {pattern:?} does not compile: {e}"),
-            ));
-        }
-    }
-
-    fn regex(&self, pattern: &str) -> &Regex {
-        match self.regexes.get(pattern) {
-            Some(Ok(re)) => re,
-            // lint() compiled every pattern and stopped validation on failure.
-            _ => unreachable!("pattern {pattern:?} was not compiled by lint()"),
-        }
-    }
-
-    /// Resolves a local `$ref` (`#`, `#/$defs/name`, any JSON pointer).
-    fn resolve(&self, reference: &Value) -> Result<&'s Value, String> {
-        let Some(reference) = reference.as_str() else {
-            return Err("$ref must be a string".into());
-        };
-        let Some(pointer) = reference.strip_prefix('#') else {
-            return Err(format!(
-                "unsupported $ref {reference:?}: only local references (#/...) are supported"
-            ));
-        };
-        self.root
-            .pointer(pointer)
-            .ok_or_else(|| format!("$ref {reference:?} does not resolve"))
-    }
-
-    // -- value checks -------------------------------------------------------
-
-    fn check(
-        &mut self,
-        schema: &'s Value,
-        value: &Value,
-        path: &str,
-        ctx: Ctx,
-        out: &mut Vec<SchemaError>,
-    ) {
-        if ctx.depth > MAX_DEPTH {
-            out.push(SchemaError::new(
-                path,
-                "schema nesting too deep (a $ref cycle?)",
-            ));
-            return;
-        }
-        let s = match schema {
-            Value::Bool(true) => return,
-            Value::Bool(false) => {
-                out.push(SchemaError::new(path, "no value is allowed here"));
-                return;
-            }
-            Value::Object(s) => s,
-            _ => return, // reported by lint()
-        };
-
-        if let Some(reference) = s.get("$ref") {
-            if let Ok(target) = self.resolve(reference) {
-                self.check(target, value, path, ctx.deeper(), out);
-            }
-        }
-
-        if value.is_null() && flag(s, "nullable") {
-            return;
-        }
-
-        if flag(s, "x-kubernetes-int-or-string")
-            && !(is_integer_literal(value) || value.is_string())
-        {
-            out.push(SchemaError::new(
-                path,
-                format!("must be an integer or a string, got {}", type_name(value)),
-            ));
-            return;
-        }
-
-        if let Some(types) = s.get("type") {
-            let allowed: Vec<&str> = match types {
-                Value::Array(names) => names.iter().filter_map(Value::as_str).collect(),
-                one => one.as_str().into_iter().collect(),
-            };
-            if !allowed.iter().any(|t| self.type_matches(t, value)) {
-                out.push(SchemaError::new(
-                    path,
-                    format!(
-                        "must be of type {}, got {}",
-                        allowed.join(" or "),
-                        type_name(value)
-                    ),
-                ));
-                return;
-            }
-        }
-
-        if let Some(Value::Array(options)) = s.get("enum") {
-            if !options.iter().any(|o| json_eq(o, value)) {
-                let supported: Vec<String> = options.iter().map(Value::to_string).collect();
-                out.push(SchemaError::new(
-                    path,
-                    format!(
-                        "Unsupported value: {value}: supported values: {}",
-                        supported.join(", ")
-                    ),
-                ));
-            }
-        }
-        if let Some(expected) = s.get("const") {
-            if !json_eq(expected, value) {
-                out.push(SchemaError::new(
-                    path,
-                    format!("must be equal to {expected}, got {value}"),
-                ));
-            }
-        }
-
-        match value {
-            Value::String(text) => self.check_string(s, text, path, out),
-            Value::Number(n) => check_number(s, n, path, out),
-            Value::Array(items) => self.check_array(s, items, path, ctx, out),
-            Value::Object(map) => self.check_object(s, map, path, ctx, out),
-            Value::Bool(_) | Value::Null => {}
-        }
-
-        self.check_logical(s, value, path, ctx, out);
-    }
-
-    fn type_matches(&self, name: &str, value: &Value) -> bool {
-        match name {
-            "object" => value.is_object(),
-            "array" => value.is_array(),
-            "string" => value.is_string(),
-            "boolean" => value.is_boolean(),
-            "number" => value.is_number(),
-            "null" => value.is_null(),
-            "integer" => {
-                is_integer_literal(value)
-                    || (self.dialect == Dialect::JsonSchema
-                        && value
-                            .as_f64()
-                            .is_some_and(|f| f.is_finite() && f.fract() == 0.0))
-            }
-            _ => false,
-        }
-    }
-
-    fn check_string(
-        &mut self,
-        s: &Map<String, Value>,
-        text: &str,
-        path: &str,
-        out: &mut Vec<SchemaError>,
-    ) {
-        let len = text.chars().count() as u64;
-        if let Some(min) = s.get("minLength").and_then(Value::as_u64) {
-            if len < min {
-                out.push(SchemaError::new(
-                    path,
-                    format!("must be at least {min} characters long, got {len}"),
-                ));
-            }
-        }
-        if let Some(max) = s.get("maxLength").and_then(Value::as_u64) {
-            if len > max {
-                out.push(SchemaError::new(
-                    path,
-                    format!("must be at most {max} characters long, got {len}"),
-                ));
-            }
-        }
-        if let Some(pattern) = s.get("pattern").and_then(Value::as_str) {
-            if !self.regex(pattern).is_match(text) {
-                out.push(SchemaError::new(
-                    path,
-                    format!("must match the pattern {pattern:?}, got {text:?}"),
-                ));
-            }
-        }
-        if let Some(format) = s.get("format").and_then(Value::as_str) {
-            if let Some(problem) = check_string_format(format, text) {
-                out.push(SchemaError::new(path, problem));
-            }
-        }
-    }
-
-    fn check_array(
-        &mut self,
-        s: &'s Map<String, Value>,
-        items: &[Value],
-        path: &str,
-        ctx: Ctx,
-        out: &mut Vec<SchemaError>,
-    ) {
-        let len = items.len() as u64;
-        if let Some(min) = s.get("minItems").and_then(Value::as_u64) {
-            if len < min {
-                out.push(SchemaError::new(
-                    path,
-                    format!("must have at least {min} items, got {len}"),
-                ));
-            }
-        }
-        if let Some(max) = s.get("maxItems").and_then(Value::as_u64) {
-            if len > max {
-                out.push(SchemaError::new(
-                    path,
-                    format!("must have at most {max} items, got {len}"),
-                ));
-            }
-        }
-        if let Some(item_schema) = s.get("items") {
-            for (i, item) in items.iter().enumerate() {
-                self.check(item_schema, item, &index(path, i), ctx.deeper(), out);
-            }
-        }
-
-        let list_type = s.get("x-kubernetes-list-type").and_then(Value::as_str);
-        if flag(s, "uniqueItems") || list_type == Some("set") {
-            for (i, item) in items.iter().enumerate() {
-                if items[..i].iter().any(|earlier| json_eq(earlier, item)) {
-                    out.push(SchemaError::new(
-                        index(path, i),
-                        format!("Duplicate value: {item}"),
-                    ));
-                }
-            }
-        }
-        if list_type == Some("map") {
-            let keys: Vec<&str> = s
-                .get("x-kubernetes-list-map-keys")
-                .and_then(Value::as_array)
-                .map(|keys| keys.iter().filter_map(Value::as_str).collect())
-                .unwrap_or_default();
-            let key_of = |item: &Value| -> Value {
-                let mut key = Map::new();
-                for k in &keys {
-                    key.insert(
-                        (*k).to_owned(),
-                        item.get(*k).cloned().unwrap_or(Value::Null),
-                    );
-                }
-                Value::Object(key)
-            };
-            let mut seen: Vec<Value> = Vec::new();
-            for (i, item) in items.iter().enumerate() {
-                let key = key_of(item);
-                if seen.iter().any(|k| json_eq(k, &key)) {
-                    out.push(SchemaError::new(
-                        index(path, i),
-                        format!("Duplicate value: {key}"),
-                    ));
-                }
-                seen.push(key);
-            }
-        }
-    }
-
-    fn check_object(
-        &mut self,
-        s: &'s Map<String, Value>,
-        map: &Map<String, Value>,
-        path: &str,
-        ctx: Ctx,
-        out: &mut Vec<SchemaError>,
-    ) {
-        if let Some(Value::Array(required)) = s.get("required") {
-            for name in required.iter().filter_map(Value::as_str) {
-                if !map.contains_key(name) {
-                    out.push(SchemaError::new(child(path, name), "Required value"));
-                }
-            }
-        }
-        let count = map.len() as u64;
-        if let Some(min) = s.get("minProperties").and_then(Value::as_u64) {
-            if count < min {
-                out.push(SchemaError::new(
-                    path,
-                    format!("must have at least {min} properties, got {count}"),
-                ));
-            }
-        }
-        if let Some(max) = s.get("maxProperties").and_then(Value::as_u64) {
-            if count > max {
-                out.push(SchemaError::new(
-                    path,
-                    format!("must have at most {max} properties, got {count}"),
-                ));
-            }
-        }
-
-        let kubernetes = self.dialect == Dialect::Kubernetes;
-        // The root of a Kubernetes object, or an embedded object: apiVersion,
-        // kind and metadata are implied.
-        let object_root = kubernetes
-            && ctx.structural
-            && (path.is_empty() || flag(s, "x-kubernetes-embedded-resource"));
-        let properties = s.get("properties").and_then(Value::as_object);
-        let pattern_properties = s.get("patternProperties").and_then(Value::as_object);
-        let additional = s.get("additionalProperties");
-        let preserve = flag(s, "x-kubernetes-preserve-unknown-fields");
-
-        for (name, field) in map {
-            if let Some(names_schema) = s.get("propertyNames") {
-                let key = Value::String(name.clone());
-                self.check(names_schema, &key, &key_path(path, name), ctx.deeper(), out);
-            }
-            let declared = properties.and_then(|p| p.get(name));
-            if object_root && name == "metadata" {
-                if !field.is_object() {
-                    out.push(SchemaError::new(
-                        child(path, name),
-                        format!("must be of type object, got {}", type_name(field)),
-                    ));
-                } else if let Some(meta_schema) = declared {
-                    // Validate what the schema says about metadata (CRDs may
-                    // restrict name), but let every other ObjectMeta field be.
-                    self.check(meta_schema, field, &child(path, name), ctx.logical(), out);
-                }
-                continue;
-            }
-            if object_root && declared.is_none() && (name == "apiVersion" || name == "kind") {
-                if !field.is_string() {
-                    out.push(SchemaError::new(
-                        child(path, name),
-                        format!("must be of type string, got {}", type_name(field)),
-                    ));
-                }
-                continue;
-            }
-
-            let mut matched = false;
-            if let Some(field_schema) = declared {
-                self.check(field_schema, field, &child(path, name), ctx.deeper(), out);
-                matched = true;
-            }
-            for (pattern, field_schema) in pattern_properties.into_iter().flatten() {
-                if self.regex(pattern).is_match(name) {
-                    self.check(
-                        field_schema,
-                        field,
-                        &key_path(path, name),
-                        ctx.deeper(),
-                        out,
-                    );
-                    matched = true;
-                }
-            }
-            if matched {
-                continue;
-            }
-            match additional {
-                Some(Value::Bool(true)) => {}
-                Some(Value::Bool(false)) => {
-                    out.push(SchemaError::new(child(path, name), "unknown field"));
-                }
-                Some(field_schema) => {
-                    self.check(
-                        field_schema,
-                        field,
-                        &key_path(path, name),
-                        ctx.deeper(),
-                        out,
-                    );
-                }
-                None => {
-                    if kubernetes && ctx.structural && !preserve {
-                        out.push(SchemaError::new(child(path, name), "unknown field"));
-                    }
-                }
-            }
-        }
-    }
-
-    fn check_logical(
-        &mut self,
-        s: &'s Map<String, Value>,
-        value: &Value,
-        path: &str,
-        ctx: Ctx,
-        out: &mut Vec<SchemaError>,
-    ) {
-        if let Some(Value::Array(branches)) = s.get("allOf") {
-            for branch in branches {
-                self.check(branch, value, path, ctx.logical(), out);
-            }
-        }
-        if let Some(Value::Array(branches)) = s.get("anyOf") {
-            let results = self.branch_errors(branches, value, path, ctx);
-            if results.iter().all(|errors| !errors.is_empty()) {
-                out.push(SchemaError::new(
-                    path,
-                    format!(
-                        "must match at least one schema in anyOf ({})",
-                        summarize(&results)
-                    ),
-                ));
-            }
-        }
-        if let Some(Value::Array(branches)) = s.get("oneOf") {
-            let results = self.branch_errors(branches, value, path, ctx);
-            let matching: Vec<usize> = (0..results.len())
-                .filter(|&i| results[i].is_empty())
-                .collect();
-            match matching.len() {
-                1 => {}
-                0 => out.push(SchemaError::new(
-                    path,
-                    format!(
-                        "must match exactly one schema in oneOf, matched none ({})",
-                        summarize(&results)
-                    ),
-                )),
-                _ => out.push(SchemaError::new(
-                    path,
-                    format!("must match exactly one schema in oneOf, matched {matching:?}"),
-                )),
-            }
-        }
-        if let Some(negated) = s.get("not") {
-            let mut errors = Vec::new();
-            self.check(negated, value, path, ctx.logical(), &mut errors);
-            if errors.is_empty() {
-                out.push(SchemaError::new(path, "must not match the schema in `not`"));
-            }
-        }
-    }
-
-    fn branch_errors(
-        &mut self,
-        branches: &'s [Value],
-        value: &Value,
-        path: &str,
-        ctx: Ctx,
-    ) -> Vec<Vec<SchemaError>> {
-        branches
-            .iter()
-            .map(|branch| {
-                let mut errors = Vec::new();
-                self.check(branch, value, path, ctx.logical(), &mut errors);
-                errors
-            })
-            .collect()
-    }
-}
-
-fn check_number(s: &Map<String, Value>, n: &Number, path: &str, out: &mut Vec<SchemaError>) {
-    let mut fail = |message: String| out.push(SchemaError::new(path, message));
-
-    if let Some(Value::Number(min)) = s.get("minimum") {
-        let exclusive = s.get("exclusiveMinimum") == Some(&Value::Bool(true));
-        match num_cmp(n, min) {
-            Ordering::Less => fail(format!("must be greater than or equal to {min}, got {n}")),
-            Ordering::Equal if exclusive => fail(format!("must be greater than {min}, got {n}")),
-            _ => {}
-        }
-    }
-    if let Some(Value::Number(min)) = s.get("exclusiveMinimum") {
-        if num_cmp(n, min) != Ordering::Greater {
-            fail(format!("must be greater than {min}, got {n}"));
-        }
-    }
-    if let Some(Value::Number(max)) = s.get("maximum") {
-        let exclusive = s.get("exclusiveMaximum") == Some(&Value::Bool(true));
-        match num_cmp(n, max) {
-            Ordering::Greater => fail(format!("must be less than or equal to {max}, got {n}")),
-            Ordering::Equal if exclusive => fail(format!("must be less than {max}, got {n}")),
-            _ => {}
-        }
-    }
-    if let Some(Value::Number(max)) = s.get("exclusiveMaximum") {
-        if num_cmp(n, max) != Ordering::Less {
-            fail(format!("must be less than {max}, got {n}"));
-        }
-    }
-    if let Some(Value::Number(divisor)) = s.get("multipleOf") {
-        let is_multiple = match (as_i128(n), as_i128(divisor)) {
-            (Some(a), Some(d)) if d != 0 => a % d == 0,
-            _ => {
-                let (a, d) = (
-                    n.as_f64().unwrap_or(f64::NAN),
-                    divisor.as_f64().unwrap_or(0.0),
-                );
-                let q = a / d;
-                q.is_finite() && (q - q.round()).abs() < 1e-9
-            }
-        };
-        if !is_multiple {
-            fail(format!("must be a multiple of {divisor}, got {n}"));
-        }
-    }
-    if let Some(format) = s.get("format").and_then(Value::as_str) {
-        let range = match format {
-            "int32" => Some((i128::from(i32::MIN), i128::from(i32::MAX))),
-            "int64" => Some((i128::from(i64::MIN), i128::from(i64::MAX))),
-            _ => None,
-        };
-        if let (Some((lo, hi)), Some(v)) = (range, as_i128(n)) {
-            if v < lo || v > hi {
-                fail(format!("{n} is out of range for format {format}"));
-            }
-        }
-    }
-}
-
-/// Checks the string formats we know; `None` when fine or not checked.
-fn check_string_format(format: &str, text: &str) -> Option<String> {
-    let ok = match format {
-        "date-time" => is_date_time(text),
-        "date" => text.len() == 10 && is_date(text),
-        "ipv4" => text.parse::<Ipv4Addr>().is_ok(),
-        "ipv6" => text.parse::<Ipv6Addr>().is_ok(),
-        "cidr" => is_cidr(text),
-        "uuid" => is_uuid(text),
-        _ => return None,
+/// [`to_json_schema`] of one node. `structural` is false inside logical
+/// combinators; `root` is true for the root only.
+fn convert(node: &Value, structural: bool, root: bool) -> Value {
+    let Some(s) = node.as_object() else {
+        return node.clone(); // `true`/`false` schemas, or garbage for the meta-schema to report
     };
-    (!ok).then(|| format!("must be a valid {format}, got {text:?}"))
-}
+    let mut out = Map::new();
+    for (key, kw) in s {
+        let converted = match (key.as_str(), kw) {
+            ("properties" | "patternProperties", Value::Object(children)) => Value::Object(
+                children
+                    .iter()
+                    .map(|(name, child)| (name.clone(), convert(child, structural, false)))
+                    .collect(),
+            ),
+            ("items" | "additionalProperties", _) => convert(kw, structural, false),
+            ("allOf" | "anyOf" | "oneOf", Value::Array(branches)) => {
+                Value::Array(branches.iter().map(|b| convert(b, false, false)).collect())
+            }
+            ("not", _) => convert(kw, false, false),
+            // Rewritten below.
+            ("type" | "nullable" | "format", _) => continue,
+            ("minimum" | "maximum" | "exclusiveMinimum" | "exclusiveMaximum", _) => continue,
+            (k, _) if k.starts_with("x-") => continue,
+            _ => kw.clone(),
+        };
+        out.insert(key.clone(), converted);
+    }
 
-/// RFC 3339 date-time, leniently: date, `T` (or `t`/space), time with
-/// optional fraction, and `Z` or a `±hh:mm` offset.
-fn is_date_time(text: &str) -> bool {
-    if !text.is_ascii() || text.len() < 20 || !is_date(&text[..10]) {
-        return false;
-    }
-    let rest = &text[10..];
-    let Some(rest) = rest
-        .strip_prefix('T')
-        .or_else(|| rest.strip_prefix('t'))
-        .or_else(|| rest.strip_prefix(' '))
-    else {
-        return false;
-    };
-    let b = rest.as_bytes();
-    if b.len() < 9 || b[2] != b':' || b[5] != b':' {
-        return false;
-    }
-    let (hh, mm, ss) = (
-        digits(&rest[0..2]),
-        digits(&rest[3..5]),
-        digits(&rest[6..8]),
-    );
-    if !matches!((hh, mm, ss), (Some(h), Some(m), Some(s)) if h < 24 && m < 60 && s <= 60) {
-        return false;
-    }
-    let mut zone = &rest[8..];
-    if let Some(fraction) = zone.strip_prefix('.') {
-        let n = fraction.bytes().take_while(u8::is_ascii_digit).count();
-        if n == 0 {
-            return false;
+    // OpenAPI's boolean exclusive bounds → JSON Schema's numeric ones.
+    for (bound, exclusive) in [
+        ("minimum", "exclusiveMinimum"),
+        ("maximum", "exclusiveMaximum"),
+    ] {
+        match (s.get(bound), s.get(exclusive)) {
+            (Some(limit), Some(Value::Bool(true))) => {
+                out.insert(exclusive.into(), limit.clone());
+            }
+            (limit, flag) => {
+                if let Some(limit) = limit {
+                    out.insert(bound.into(), limit.clone());
+                }
+                if let Some(numeric) = flag.filter(|f| !f.is_boolean()) {
+                    out.insert(exclusive.into(), numeric.clone());
+                }
+            }
         }
-        zone = &fraction[n..];
     }
-    match zone {
-        "Z" | "z" => true,
+
+    match s.get("format") {
+        Some(Value::String(f)) if f == "int32" || f == "int64" => {
+            out.insert(INT_FORMAT.into(), json!(f));
+        }
+        Some(Value::String(f)) if STRING_FORMATS.contains(&f.as_str()) => {
+            out.insert("format".into(), json!(f));
+        }
+        Some(Value::String(_)) | None => {} // an annotation
+        Some(other) => {
+            out.insert("format".into(), other.clone()); // for the meta-schema to refuse
+        }
+    }
+
+    let int_or_string = flag(s, "x-kubernetes-int-or-string");
+    let mut types: Vec<Value> = match (int_or_string, s.get("type")) {
+        (true, _) => vec![json!("integer"), json!("string")],
+        (false, Some(Value::Array(names))) => names.clone(),
+        (false, Some(name)) => vec![name.clone()],
+        (false, None) => Vec::new(),
+    };
+    let object_like = types.iter().any(|t| t == "object") || (types.is_empty() && !int_or_string);
+    if flag(s, "nullable") {
+        if !types.is_empty() {
+            types.push(json!("null"));
+        }
+        if let Some(Value::Array(options)) = out.get_mut("enum") {
+            if !options.contains(&Value::Null) {
+                options.push(Value::Null);
+            }
+        }
+    }
+    if types.iter().any(|t| t == "integer") {
+        out.insert(INTEGER_LITERAL.into(), json!(true));
+    }
+    match types.len() {
+        0 => {}
+        1 => {
+            out.insert("type".into(), types.remove(0));
+        }
         _ => {
-            let z = zone.as_bytes();
-            z.len() == 6
-                && (z[0] == b'+' || z[0] == b'-')
-                && z[3] == b':'
-                && digits(&zone[1..3]).is_some_and(|h| h < 24)
-                && digits(&zone[4..6]).is_some_and(|m| m < 60)
+            out.insert("type".into(), Value::Array(types));
         }
     }
-}
 
-fn is_date(text: &str) -> bool {
-    let b = text.as_bytes();
-    text.is_ascii()
-        && b.len() == 10
-        && b[4] == b'-'
-        && b[7] == b'-'
-        && digits(&text[0..4]).is_some()
-        && digits(&text[5..7]).is_some_and(|m| (1..=12).contains(&m))
-        && digits(&text[8..10]).is_some_and(|d| (1..=31).contains(&d))
-}
-
-fn digits(text: &str) -> Option<u32> {
-    if text.is_empty() || !text.bytes().all(|c| c.is_ascii_digit()) {
-        return None;
+    match s.get("x-kubernetes-list-type").and_then(Value::as_str) {
+        Some("set") => {
+            out.insert("uniqueItems".into(), json!(true));
+        }
+        Some("map") => {
+            if let Some(keys) = s.get("x-kubernetes-list-map-keys") {
+                out.insert(LIST_MAP_KEYS.into(), keys.clone());
+            }
+        }
+        _ => {}
     }
-    text.parse().ok()
+
+    if structural && object_like {
+        if root || flag(s, "x-kubernetes-embedded-resource") {
+            let declared_metadata = s.get("properties").and_then(|p| p.get("metadata"));
+            let mut metadata =
+                declared_metadata.map_or_else(|| json!({}), |m| convert(m, false, false));
+            if let Some(m) = metadata.as_object_mut() {
+                m.insert("type".into(), json!("object"));
+            }
+            if let Some(properties) = out
+                .entry("properties")
+                .or_insert_with(|| json!({}))
+                .as_object_mut()
+            {
+                for name in ["apiVersion", "kind"] {
+                    properties
+                        .entry(name)
+                        .or_insert_with(|| json!({"type": "string"}));
+                }
+                properties.insert("metadata".into(), metadata);
+            }
+        }
+        if !s.contains_key("additionalProperties")
+            && !flag(s, "x-kubernetes-preserve-unknown-fields")
+        {
+            // With `properties` beside it (even empty), jsonschema names every
+            // unknown field in one error; without, it reports only a false schema.
+            out.entry("properties").or_insert_with(|| json!({}));
+            out.insert("additionalProperties".into(), json!(false));
+        }
+    }
+    Value::Object(out)
 }
 
+// ---------------------------------------------------------------------------
+// Our keywords
+// ---------------------------------------------------------------------------
+
+type KeywordResult<'a> = Result<Box<dyn for<'i> Keyword<'i>>, ValidationError<'a>>;
+
+/// One of our keywords: a function that lists what is wrong with a value.
+struct Check(Box<Problems>);
+
+/// What is wrong with a value, one message each.
+type Problems = dyn Fn(&Value) -> Vec<String> + Send + Sync;
+
+impl<'i> Keyword<'i> for Check {
+    fn validate(&self, instance: &'i Value) -> Result<(), ValidationError<'i>> {
+        match (self.0)(instance).into_iter().next() {
+            Some(message) => Err(ValidationError::custom(message)),
+            None => Ok(()),
+        }
+    }
+
+    fn is_valid(&self, instance: &'i Value) -> bool {
+        (self.0)(instance).is_empty()
+    }
+
+    fn iter_errors(
+        &self,
+        instance: &'i Value,
+    ) -> Box<dyn Iterator<Item = ValidationError<'i>> + 'i> {
+        let problems = (self.0)(instance).into_iter();
+        Box::new(
+            problems.map(|message| -> ValidationError<'i> { ValidationError::custom(message) }),
+        )
+    }
+}
+
+fn check_with(f: impl Fn(&Value) -> Vec<String> + Send + Sync + 'static) -> Box<Check> {
+    Box::new(Check(Box::new(f)))
+}
+
+/// `x-metal-ipam-integer-literal`: `1` is an integer, `1.0` is not. (A float
+/// with a fraction already fails `type: integer`; one without gets past it.)
+fn integer_literal<'a>(_: &'a Map<String, Value>, _: &'a Value, _: Location) -> KeywordResult<'a> {
+    Ok(check_with(|value| match value {
+        Value::Number(n) if n.as_f64().is_some_and(|f| n.is_f64() && f.fract() == 0.0) => {
+            vec![format!(
+                "{value} is not of type \"integer\" (Kubernetes takes integer literals only)"
+            )]
+        }
+        _ => Vec::new(),
+    }))
+}
+
+/// `x-metal-ipam-int-format`: the range of `int32` or `int64`.
+fn int_format<'a>(_: &'a Map<String, Value>, format: &'a Value, _: Location) -> KeywordResult<'a> {
+    let (name, range): (&str, std::ops::RangeInclusive<i128>) = match format.as_str() {
+        Some("int32") => ("int32", i32::MIN.into()..=i32::MAX.into()),
+        Some("int64") => ("int64", i64::MIN.into()..=i64::MAX.into()),
+        _ => {
+            return Err(ValidationError::schema(format!(
+                "unknown integer format {format}"
+            )))
+        }
+    };
+    Ok(check_with(move |value| {
+        let n = value
+            .as_i64()
+            .map(i128::from)
+            .or_else(|| value.as_u64().map(i128::from));
+        match n {
+            Some(n) if !range.contains(&n) => {
+                vec![format!("{n} is out of range for format {name}")]
+            }
+            _ => Vec::new(),
+        }
+    }))
+}
+
+/// `x-metal-ipam-list-map-keys`: no two items of a list with the same key
+/// tuple. `jsonschema` reports a keyword's errors at the list's path, so each
+/// message starts with the item's index (`[1] Duplicate value: …`), which
+/// [`to_schema_errors`] moves into the path.
+fn list_map_keys<'a>(_: &'a Map<String, Value>, keys: &'a Value, _: Location) -> KeywordResult<'a> {
+    let Some(keys) = keys.as_array().and_then(|k| {
+        k.iter()
+            .map(|k| k.as_str().map(str::to_owned))
+            .collect::<Option<Vec<_>>>()
+    }) else {
+        return Err(ValidationError::schema(
+            "x-kubernetes-list-map-keys must be an array of strings",
+        ));
+    };
+    Ok(check_with(move |value| {
+        let mut seen = Vec::new();
+        let mut duplicates = Vec::new();
+        for (i, item) in value.as_array().into_iter().flatten().enumerate() {
+            let key: Map<String, Value> = keys
+                .iter()
+                .map(|k| (k.clone(), item.get(k).cloned().unwrap_or(Value::Null)))
+                .collect();
+            let key = Value::Object(key);
+            if seen.contains(&key) {
+                duplicates.push(format!("[{i}] Duplicate value: {key}"));
+            }
+            seen.push(key);
+        }
+        duplicates
+    }))
+}
+
+/// The `cidr` format: an IP address, `/`, a prefix length that fits it.
 fn is_cidr(text: &str) -> bool {
     let Some((addr, len)) = text.split_once('/') else {
         return false;
@@ -1019,91 +524,175 @@ fn is_cidr(text: &str) -> bool {
         return false;
     };
     let max = if addr.is_ipv4() { 32 } else { 128 };
-    digits(len).is_some_and(|l| l <= max)
-}
-
-fn is_uuid(text: &str) -> bool {
-    let b = text.as_bytes();
-    b.len() == 36
-        && b.iter().enumerate().all(|(i, c)| match i {
-            8 | 13 | 18 | 23 => *c == b'-',
-            _ => c.is_ascii_hexdigit(),
-        })
+    !len.is_empty()
+        && len.bytes().all(|c| c.is_ascii_digit())
+        && len.parse::<u8>().is_ok_and(|l| l <= max)
 }
 
 // ---------------------------------------------------------------------------
-// Small helpers
+// Compiling and checking
 // ---------------------------------------------------------------------------
 
-fn flag(s: &Map<String, Value>, key: &str) -> bool {
-    s.get(key) == Some(&Value::Bool(true))
+/// Builds the `jsonschema` validator of a schema read in `dialect`.
+fn compile(dialect: Dialect, schema: &Value) -> Result<Validator, Vec<SchemaError>> {
+    let options = jsonschema::options()
+        .should_validate_formats(true)
+        .with_format("cidr", is_cidr);
+    let built = match dialect {
+        Dialect::JsonSchema => options.build(schema),
+        Dialect::Kubernetes => options
+            .with_draft(Draft::Draft202012)
+            .with_keyword(INTEGER_LITERAL, integer_literal)
+            .with_keyword(INT_FORMAT, int_format)
+            .with_keyword(LIST_MAP_KEYS, list_map_keys)
+            .build(&to_json_schema(schema)),
+    };
+    built.map_err(|e| {
+        vec![SchemaError::new(
+            format!("#{}", e.instance_path().as_str()),
+            e.kind().keyword(),
+            format!("invalid schema: {e}"),
+        )]
+    })
 }
 
-fn is_integer_literal(value: &Value) -> bool {
-    matches!(value, Value::Number(n) if n.is_i64() || n.is_u64())
-}
-
-fn type_name(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "boolean",
-        Value::Number(n) if n.is_f64() => "number",
-        Value::Number(_) => "integer",
-        Value::String(_) => "string",
-        Value::Array(_) => "array",
-        Value::Object(_) => "object",
+/// Every error of `value`, sorted by path; a `type` error hides the others
+/// at its path.
+fn check(validator: &Validator, value: &Value) -> Result<(), Vec<SchemaError>> {
+    let mut errors: Vec<SchemaError> = validator
+        .iter_errors(value)
+        .flat_map(|e| to_schema_errors(&e))
+        .collect();
+    if errors.is_empty() {
+        return Ok(());
     }
-}
-
-fn as_i128(n: &Number) -> Option<i128> {
-    n.as_i64()
-        .map(i128::from)
-        .or_else(|| n.as_u64().map(i128::from))
-}
-
-/// Numeric comparison that is exact for integers and falls back to `f64`.
-fn num_cmp(a: &Number, b: &Number) -> Ordering {
-    match (as_i128(a), as_i128(b)) {
-        (Some(x), Some(y)) => x.cmp(&y),
-        _ => {
-            let (x, y) = (
-                a.as_f64().unwrap_or(f64::NAN),
-                b.as_f64().unwrap_or(f64::NAN),
-            );
-            x.partial_cmp(&y).unwrap_or(Ordering::Equal)
-        }
-    }
-}
-
-/// JSON equality in which `1` equals `1.0`.
-fn json_eq(a: &Value, b: &Value) -> bool {
-    match (a, b) {
-        (Value::Number(x), Value::Number(y)) => num_cmp(x, y) == Ordering::Equal,
-        (Value::Array(x), Value::Array(y)) => {
-            x.len() == y.len() && x.iter().zip(y).all(|(x, y)| json_eq(x, y))
-        }
-        (Value::Object(x), Value::Object(y)) => {
-            x.len() == y.len()
-                && x.iter()
-                    .all(|(k, v)| y.get(k).is_some_and(|w| json_eq(v, w)))
-        }
-        _ => a == b,
-    }
-}
-
-fn summarize(results: &[Vec<SchemaError>]) -> String {
-    results
+    let mistyped: Vec<String> = errors
         .iter()
-        .enumerate()
-        .map(|(i, errors)| match errors.first() {
-            Some(first) if errors.len() > 1 => {
-                format!("branch {i}: {first} and {} more", errors.len() - 1)
+        .filter(|e| e.keyword == "type")
+        .map(|e| e.path.clone())
+        .collect();
+    errors.retain(|e| e.keyword == "type" || !mistyped.contains(&e.path));
+    errors.sort_by(|a, b| a.path.cmp(&b.path));
+    errors.dedup();
+    Err(errors)
+}
+
+/// One `jsonschema` error as ours: a field path, and the API server's words
+/// where the fake Kubernetes API maps them to a cause (`Required value`,
+/// `Unsupported value`, `Duplicate value`, `unknown field`).
+fn to_schema_errors(e: &ValidationError<'_>) -> Vec<SchemaError> {
+    let path = field_path(e.instance_path(), e.evaluation_path());
+    let instance: &Value = e.instance();
+    let one = |path: String, keyword: &str, message: String| {
+        vec![SchemaError::new(path, keyword, message)]
+    };
+    match e.kind() {
+        ValidationErrorKind::Required { property } => {
+            let name = property
+                .as_str()
+                .map_or_else(|| property.to_string(), str::to_owned);
+            one(child(&path, &name), "required", "Required value".into())
+        }
+        ValidationErrorKind::AdditionalProperties { unexpected } => unexpected
+            .iter()
+            .map(|name| {
+                SchemaError::new(child(&path, name), "additionalProperties", "unknown field")
+            })
+            .collect(),
+        ValidationErrorKind::Enum { options } => {
+            let supported: Vec<String> = match &**options {
+                Value::Array(options) => options.iter().map(Value::to_string).collect(),
+                other => vec![other.to_string()],
+            };
+            let message = format!(
+                "Unsupported value: {instance}: supported values: {}",
+                supported.join(", ")
+            );
+            one(path, "enum", message)
+        }
+        ValidationErrorKind::UniqueItems => {
+            // Blame each later copy, as the API server does.
+            let items = instance.as_array().map_or(&[][..], Vec::as_slice);
+            let duplicates: Vec<SchemaError> = (0..items.len())
+                .filter(|&i| items[..i].iter().any(|earlier| same(earlier, &items[i])))
+                .map(|i| {
+                    let message = format!("Duplicate value: {}", items[i]);
+                    SchemaError::new(format!("{path}[{i}]"), "uniqueItems", message)
+                })
+                .collect();
+            if duplicates.is_empty() {
+                one(path, "uniqueItems", e.to_string())
+            } else {
+                duplicates
             }
-            Some(first) => format!("branch {i}: {first}"),
-            None => format!("branch {i}: ok"),
-        })
-        .collect::<Vec<_>>()
-        .join("; ")
+        }
+        ValidationErrorKind::Custom { keyword, message } => match keyword.as_str() {
+            LIST_MAP_KEYS => {
+                let (index, rest) = message
+                    .strip_prefix('[')
+                    .and_then(|m| m.split_once("] "))
+                    .unwrap_or(("?", message));
+                one(
+                    format!("{path}[{index}]"),
+                    "x-kubernetes-list-type",
+                    rest.to_owned(),
+                )
+            }
+            INTEGER_LITERAL => one(path, "type", message.clone()),
+            INT_FORMAT => one(path, "format", message.clone()),
+            other => one(path, other, message.clone()),
+        },
+        kind => one(path, kind.keyword(), e.to_string()),
+    }
+}
+
+/// Turns an instance path (a JSON pointer) into a field path, using the
+/// evaluation path to tell declared properties (`.name`) from map entries
+/// (`[key]`): each `properties/<name>` step of the evaluation path matches
+/// one field; each `additionalProperties`, `patternProperties/<regex>`,
+/// `items` or `prefixItems/<n>` step matches a key or an index. Other steps
+/// (`allOf/0`, `$ref`, …) match nothing in the instance.
+fn field_path(instance: &Location, evaluation: &Location) -> String {
+    let mut tokens = instance.iter();
+    let mut steps = evaluation.iter();
+    let mut path = String::new();
+    while let Some(step) = steps.next() {
+        let LocationSegment::Property(keyword) = step else {
+            continue;
+        };
+        let bracket = match keyword.as_ref() {
+            "properties" => {
+                steps.next();
+                false
+            }
+            "patternProperties" | "prefixItems" => {
+                steps.next();
+                true
+            }
+            "additionalProperties" | "items" | "additionalItems" => true,
+            _ => continue,
+        };
+        let Some(token) = tokens.next() else {
+            break;
+        };
+        push_token(&mut path, &token, bracket);
+    }
+    for token in tokens {
+        push_token(&mut path, &token, false);
+    }
+    path
+}
+
+fn push_token(path: &mut String, token: &LocationSegment<'_>, bracket: bool) {
+    match token {
+        LocationSegment::Index(i) => {
+            let _ = write!(path, "[{i}]");
+        }
+        LocationSegment::Property(key) if bracket => {
+            let _ = write!(path, "[{key}]");
+        }
+        LocationSegment::Property(name) => *path = child(path, name),
+    }
 }
 
 /// The path of a declared property: `spec` + `prefix` → `spec.prefix`.
@@ -1115,15 +704,14 @@ fn child(path: &str, name: &str) -> String {
     }
 }
 
-/// The path of a map entry: `spec.preAllocations` + `web-cp-0` →
-/// `spec.preAllocations[web-cp-0]`.
-fn key_path(path: &str, key: &str) -> String {
-    format!("{path}[{key}]")
+/// Equal as `uniqueItems` sees it, near enough to point at the duplicate: a
+/// float equals the number of the same value (`1.0` and `1`).
+fn same(a: &Value, b: &Value) -> bool {
+    a == b || ((a.is_f64() || b.is_f64()) && a.as_f64().is_some() && a.as_f64() == b.as_f64())
 }
 
-/// The path of a list item: `spec.addresses` + 2 → `spec.addresses[2]`.
-fn index(path: &str, i: usize) -> String {
-    format!("{path}[{i}]")
+fn flag(s: &Map<String, Value>, key: &str) -> bool {
+    s.get(key) == Some(&Value::Bool(true))
 }
 
 fn escape_pointer(token: &str) -> String {
@@ -1135,28 +723,40 @@ fn escape_pointer(token: &str) -> String {
 // ---------------------------------------------------------------------------
 
 /// The `openAPIV3Schema` of one CRD version: a [`serde_json::Value`] read in
-/// the [`Dialect::Kubernetes`] dialect.
+/// the [`Dialect::Kubernetes`] dialect. Its validator is compiled once, on
+/// first use.
 ///
 /// It dereferences to the `Value`, so it can be passed to [`validate`] as
 /// well.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Schema(Value);
+pub struct Schema {
+    value: Value,
+    compiled: OnceLock<Result<Validator, Vec<SchemaError>>>,
+}
 
 impl Schema {
     /// Wraps a Kubernetes structural schema.
     pub fn new(schema: Value) -> Schema {
-        Schema(schema)
+        Schema {
+            value: schema,
+            compiled: OnceLock::new(),
+        }
     }
 
     /// The schema as JSON.
     pub fn as_value(&self) -> &Value {
-        &self.0
+        &self.value
     }
 
     /// Validates an object against this schema with Kubernetes rules (see
     /// [`validate_as`]).
     pub fn validate(&self, object: &Value) -> Result<(), Vec<SchemaError>> {
-        validate_as(Dialect::Kubernetes, &self.0, object)
+        let compiled = self
+            .compiled
+            .get_or_init(|| compile(Dialect::Kubernetes, &self.value));
+        match compiled {
+            Ok(validator) => check(validator, object),
+            Err(problems) => Err(problems.clone()),
+        }
     }
 
     /// The subschema at a dotted field path: `spec.addresses` is
@@ -1174,7 +774,7 @@ impl Schema {
     /// assert!(schema.at("spec.nope").is_none());
     /// ```
     pub fn at(&self, field_path: &str) -> Option<&Value> {
-        let mut node = &self.0;
+        let mut node = &self.value;
         if field_path.is_empty() {
             return Some(node);
         }
@@ -1190,7 +790,8 @@ impl Schema {
     }
 
     /// What an API server would refuse (or silently drop) in this schema, as
-    /// a structural schema: empty if none.
+    /// a structural schema: empty if none. Each error's path is a JSON
+    /// pointer into the schema (`#/properties/spec/type`).
     ///
     /// Checked: every node outside `allOf`/`anyOf`/`oneOf`/`not` has a
     /// `type` (unless `x-kubernetes-int-or-string` or
@@ -1210,12 +811,34 @@ impl Schema {
     /// and defaults.
     pub fn structural_errors(&self) -> Vec<SchemaError> {
         let mut out = Vec::new();
-        if self.0.get("type").and_then(Value::as_str) != Some("object") {
-            out.push(SchemaError::new("#", "the root must have type: object"));
+        if self.value.get("type").and_then(Value::as_str) != Some("object") {
+            out.push(SchemaError::new(
+                "#",
+                "type",
+                "the root must have type: object",
+            ));
         }
-        structural(&self.0, "#", false, &mut out);
+        structural(&self.value, "#", false, &mut out);
         out.sort_by(|a, b| a.path.cmp(&b.path));
         out
+    }
+}
+
+impl Clone for Schema {
+    fn clone(&self) -> Schema {
+        Schema::new(self.value.clone())
+    }
+}
+
+impl PartialEq for Schema {
+    fn eq(&self, other: &Schema) -> bool {
+        self.value == other.value
+    }
+}
+
+impl fmt::Debug for Schema {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("Schema").field(&self.value).finish()
     }
 }
 
@@ -1223,7 +846,7 @@ impl Deref for Schema {
     type Target = Value;
 
     fn deref(&self) -> &Value {
-        &self.0
+        &self.value
     }
 }
 
@@ -1238,7 +861,8 @@ const FORBIDDEN_IN_CRDS: &[&str] = &[
     "additionalItems",
 ];
 
-/// Keywords an API server refuses inside allOf/anyOf/oneOf/not.
+/// Keywords an API server refuses inside allOf/anyOf/oneOf/not (besides
+/// `x-kubernetes-*`).
 const FORBIDDEN_IN_LOGICAL: &[&str] = &[
     "type",
     "description",
@@ -1247,110 +871,115 @@ const FORBIDDEN_IN_LOGICAL: &[&str] = &[
     "additionalProperties",
 ];
 
+/// [`Schema::structural_errors`] of one node and its subschemas.
 fn structural(node: &Value, ptr: &str, in_logical: bool, out: &mut Vec<SchemaError>) {
     let Some(s) = node.as_object() else {
-        out.push(SchemaError::new(ptr, "a schema must be an object"));
-        return;
+        return out.push(SchemaError::new(ptr, "type", "a schema must be an object"));
     };
-    let mut fail = |at: String, message: String| out.push(SchemaError::new(at, message));
     let at = |key: &str| format!("{ptr}/{}", escape_pointer(key));
+    let mut fail = |path: String, keyword: &str, message: String| {
+        out.push(SchemaError::new(path, keyword, message))
+    };
 
     for key in s.keys() {
         if FORBIDDEN_IN_CRDS.contains(&key.as_str()) {
-            fail(at(key), format!("`{key}` is not allowed in a CRD schema"));
-        }
-        if in_logical
-            && (FORBIDDEN_IN_LOGICAL.contains(&key.as_str()) || key.starts_with("x-kubernetes-"))
-        {
             fail(
                 at(key),
+                key,
+                format!("`{key}` is not allowed in a CRD schema"),
+            );
+        }
+        let refused =
+            FORBIDDEN_IN_LOGICAL.contains(&key.as_str()) || key.starts_with("x-kubernetes-");
+        if in_logical && refused {
+            fail(
+                at(key),
+                key,
                 format!("`{key}` is not allowed inside allOf/anyOf/oneOf/not"),
             );
         }
     }
-    if flag(s, "uniqueItems") {
-        fail(at("uniqueItems"), "uniqueItems cannot be true".into());
-    }
-    if flag(s, "readOnly") {
-        fail(at("readOnly"), "readOnly cannot be true".into());
-    }
-    if s.get("additionalProperties") == Some(&Value::Bool(false)) {
-        fail(
-            at("additionalProperties"),
-            "additionalProperties cannot be false".into(),
-        );
+    for (key, refused) in [
+        ("uniqueItems", true),
+        ("readOnly", true),
+        ("additionalProperties", false),
+    ] {
+        if s.get(key) == Some(&Value::Bool(refused)) {
+            fail(at(key), key, format!("{key} cannot be {refused}"));
+        }
     }
     if s.contains_key("properties") && s.contains_key("additionalProperties") {
+        let message = "properties and additionalProperties are mutually exclusive";
         fail(
             at("additionalProperties"),
-            "properties and additionalProperties are mutually exclusive".into(),
+            "additionalProperties",
+            message.into(),
         );
     }
 
     let ty = s.get("type").and_then(Value::as_str);
     let int_or_string = flag(s, "x-kubernetes-int-or-string");
-    let preserve = flag(s, "x-kubernetes-preserve-unknown-fields");
     if int_or_string && s.contains_key("type") {
         fail(
             at("type"),
+            "type",
             "type must be empty with x-kubernetes-int-or-string".into(),
         );
     }
-    if !in_logical {
-        match ty {
-            Some("object" | "array" | "string" | "integer" | "number" | "boolean") => {}
-            Some(other) => fail(at("type"), format!("type {other:?} is not allowed")),
-            None if int_or_string || preserve => {}
-            None => fail(ptr.to_owned(), "type: Required value".into()),
-        }
+    match ty {
+        _ if in_logical => {}
+        Some("object" | "array" | "string" | "integer" | "number" | "boolean") => {}
+        Some(other) => fail(at("type"), "type", format!("type {other:?} is not allowed")),
+        None if int_or_string || flag(s, "x-kubernetes-preserve-unknown-fields") => {}
+        None => fail(ptr.to_owned(), "type", "type: Required value".into()),
     }
     if ty == Some("array") && !s.contains_key("items") {
         fail(
             ptr.to_owned(),
+            "items",
             "items: Required value for type array".into(),
         );
     }
 
     if s.get("x-kubernetes-list-type").and_then(Value::as_str) == Some("map") {
-        let items = s.get("items");
         let keys = s
             .get("x-kubernetes-list-map-keys")
             .and_then(Value::as_array);
-        match (items, keys) {
+        match (s.get("items"), keys) {
             (Some(items), Some(keys)) if !keys.is_empty() => {
                 if items.get("type").and_then(Value::as_str) != Some("object") {
                     fail(
                         at("items"),
+                        "items",
                         "items of a list-type map must be objects".into(),
                     );
                 }
-                let required: Vec<&str> = items
-                    .get("required")
-                    .and_then(Value::as_array)
-                    .map(|r| r.iter().filter_map(Value::as_str).collect())
-                    .unwrap_or_default();
+                let required = items.get("required").and_then(Value::as_array);
                 for key in keys.iter().filter_map(Value::as_str) {
                     let prop = items.get("properties").and_then(|p| p.get(key));
                     let scalar = prop
                         .and_then(|p| p.get("type"))
                         .and_then(Value::as_str)
                         .is_some_and(|t| matches!(t, "string" | "integer" | "number" | "boolean"));
-                    let has_default = prop.is_some_and(|p| p.get("default").is_some());
-                    if !scalar {
-                        fail(
-                            at("x-kubernetes-list-map-keys"),
-                            format!("list-map key {key:?} must be a scalar property of the items"),
-                        );
-                    } else if !required.contains(&key) && !has_default {
-                        fail(
-                            at("x-kubernetes-list-map-keys"),
-                            format!("list-map key {key:?} must be required or have a default"),
-                        );
-                    }
+                    let is_required = required.is_some_and(|r| r.contains(&json!(key)));
+                    let problem = if !scalar {
+                        "must be a scalar property of the items"
+                    } else if !is_required && prop.is_some_and(|p| p.get("default").is_none()) {
+                        "must be required or have a default"
+                    } else {
+                        continue;
+                    };
+                    let keyword = "x-kubernetes-list-map-keys";
+                    fail(
+                        at(keyword),
+                        keyword,
+                        format!("list-map key {key:?} {problem}"),
+                    );
                 }
             }
             _ => fail(
                 ptr.to_owned(),
+                "x-kubernetes-list-type",
                 "x-kubernetes-list-type: map needs items and non-empty x-kubernetes-list-map-keys"
                     .into(),
             ),
@@ -1359,9 +988,9 @@ fn structural(node: &Value, ptr: &str, in_logical: bool, out: &mut Vec<SchemaErr
 
     for (key, sub) in s {
         let here = at(key);
-        match key.as_str() {
-            "properties" => {
-                for (name, child) in sub.as_object().into_iter().flatten() {
+        match (key.as_str(), sub) {
+            ("properties", Value::Object(children)) => {
+                for (name, child) in children {
                     structural(
                         child,
                         &format!("{here}/{}", escape_pointer(name)),
@@ -1370,12 +999,12 @@ fn structural(node: &Value, ptr: &str, in_logical: bool, out: &mut Vec<SchemaErr
                     );
                 }
             }
-            "items" | "additionalProperties" if sub.is_object() => {
-                structural(sub, &here, in_logical, out);
+            ("items" | "additionalProperties", Value::Object(_)) => {
+                structural(sub, &here, in_logical, out)
             }
-            "not" => structural(sub, &here, true, out),
-            "allOf" | "anyOf" | "oneOf" => {
-                for (i, branch) in sub.as_array().into_iter().flatten().enumerate() {
+            ("not", _) => structural(sub, &here, true, out),
+            ("allOf" | "anyOf" | "oneOf", Value::Array(branches)) => {
+                for (i, branch) in branches.iter().enumerate() {
                     structural(branch, &format!("{here}/{i}"), true, out);
                 }
             }
@@ -1688,6 +1317,7 @@ impl Crd {
                 _ => {
                     errors.push(SchemaError::new(
                         "apiVersion",
+                        "apiVersion",
                         format!(
                             "version {version:?} is not served by {}; served: {}",
                             self.name,
@@ -1699,6 +1329,7 @@ impl Crd {
             },
             _ => {
                 errors.push(SchemaError::new(
+                    "apiVersion",
                     "apiVersion",
                     format!(
                         "must be {}/<version>, got {}",
@@ -1712,6 +1343,7 @@ impl Crd {
         let kind = object.get("kind").and_then(Value::as_str);
         if kind != Some(self.kind.as_str()) {
             errors.push(SchemaError::new(
+                "kind",
                 "kind",
                 format!("must be {:?}, got {kind:?}", self.kind),
             ));
@@ -1783,17 +1415,24 @@ pub fn capi_crds_dir() -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
 
-    fn errs(schema: &Value, value: &Value) -> Vec<(String, String)> {
-        match validate(schema, value) {
-            Ok(()) => Vec::new(),
-            Err(errors) => errors.into_iter().map(|e| (e.path, e.message)).collect(),
-        }
+    const DRAFT: &str = "https://json-schema.org/draft/2020-12/schema";
+
+    fn errors(schema: &Value, value: Value) -> Vec<SchemaError> {
+        validate(schema, &value).err().unwrap_or_default()
     }
 
-    fn paths(schema: &Value, value: &Value) -> Vec<String> {
-        errs(schema, value).into_iter().map(|(p, _)| p).collect()
+    /// The error paths, in order.
+    fn paths(schema: &Value, value: Value) -> Vec<String> {
+        errors(schema, value).into_iter().map(|e| e.path).collect()
+    }
+
+    /// The errors as `path keyword`.
+    fn kinds(schema: &Value, value: Value) -> Vec<String> {
+        let errors = errors(schema, value).into_iter();
+        errors
+            .map(|e| format!("{} {}", e.path, e.keyword))
+            .collect()
     }
 
     fn pool_schema() -> Value {
@@ -1826,6 +1465,74 @@ mod tests {
     }
 
     #[test]
+    fn the_mapping_to_json_schema() {
+        let converted = to_json_schema(&pool_schema());
+        let spec = &converted["properties"]["spec"];
+        // Closed objects, but not where unknown fields are preserved.
+        assert_eq!(converted["additionalProperties"], false);
+        assert_eq!(spec["additionalProperties"], false);
+        assert_eq!(
+            converted["properties"]["status"].get("additionalProperties"),
+            None
+        );
+        let pre = &spec["properties"]["pre"];
+        assert_eq!(pre["additionalProperties"], json!({"type": "string"}));
+        assert_eq!(
+            spec["properties"]["prefix"],
+            json!({"type": "integer", "minimum": 0, "maximum": 128,
+                   INTEGER_LITERAL: true, INT_FORMAT: "int32"})
+        );
+        let ratio = json!({"type": "number", "exclusiveMaximum": 1});
+        assert_eq!(spec["properties"]["ratio"], ratio);
+
+        let k8s = json!({"type": "object", "properties": {
+            "port": {"x-kubernetes-int-or-string": true,
+                     "anyOf": [{"type": "integer"}, {"type": "string"}]},
+            "mode": {"type": "string", "nullable": true, "enum": ["a", "b"],
+                     "format": "hostname", "description": "d"},
+            "tags": {"type": "array", "x-kubernetes-list-type": "set",
+                     "items": {"type": "string"}},
+            "conds": {"type": "array", "x-kubernetes-list-type": "map",
+                      "x-kubernetes-list-map-keys": ["type"],
+                      "items": {"type": "object", "properties": {"type": {"type": "string"}}}},
+            "rules": {"type": "object", "x-kubernetes-validations": [{"rule": "true"}]}
+        }});
+        let converted = to_json_schema(&k8s);
+        let p = &converted["properties"];
+        assert_eq!(
+            p["port"],
+            json!({"type": ["integer", "string"], INTEGER_LITERAL: true,
+                   "anyOf": [{"type": "integer", INTEGER_LITERAL: true}, {"type": "string"}]})
+        );
+        assert_eq!(
+            p["mode"],
+            json!({"type": ["string", "null"], "enum": ["a", "b", null], "description": "d"})
+        );
+        assert_eq!(p["tags"]["uniqueItems"], true);
+        assert_eq!(p["conds"][LIST_MAP_KEYS], json!(["type"]));
+        assert_eq!(p["conds"]["items"]["additionalProperties"], false);
+        let closed = json!({"type": "object", "properties": {}, "additionalProperties": false});
+        assert_eq!(p["rules"], closed);
+        // The root implies apiVersion, kind and an open metadata.
+        assert_eq!(p["apiVersion"], json!({"type": "string"}));
+        assert_eq!(p["metadata"], json!({"type": "object"}));
+    }
+
+    #[test]
+    fn the_dialects_differ_on_unknown_fields_and_1_0() {
+        let schema = json!({"type": "object", "properties": {"n": {"type": "integer"}}});
+        let value = json!({"n": 1.0, "extra": true});
+        assert_eq!(validate_as(Dialect::JsonSchema, &schema, &value), Ok(()));
+        let errors = validate_as(Dialect::Kubernetes, &schema, &value).unwrap_err();
+        let found: Vec<(&str, &str)> = errors
+            .iter()
+            .map(|e| (e.path.as_str(), e.keyword.as_str()))
+            .collect();
+        assert_eq!(found, [("extra", "additionalProperties"), ("n", "type")]);
+        assert_eq!(errors[0].message, "unknown field");
+    }
+
+    #[test]
     fn accepts_a_valid_object_with_arbitrary_metadata() {
         let obj = json!({
             "apiVersion": "x/v1", "kind": "P",
@@ -1834,7 +1541,7 @@ mod tests {
                      "free": 9223372036854775807_i64, "ratio": 0.5},
             "status": {"n": 3, "extra": {"deep": true}}
         });
-        assert_eq!(errs(&pool_schema(), &obj), vec![]);
+        assert_eq!(errors(&pool_schema(), obj), vec![]);
     }
 
     #[test]
@@ -1847,7 +1554,7 @@ mod tests {
             "extra": true
         });
         assert_eq!(
-            paths(&pool_schema(), &obj),
+            paths(&pool_schema(), obj),
             [
                 "extra",
                 "metadata",
@@ -1865,111 +1572,99 @@ mod tests {
 
     #[test]
     fn required_fields_are_reported_at_the_missing_path() {
-        let e = errs(&pool_schema(), &json!({"spec": {}}));
+        let e = errors(&pool_schema(), json!({"spec": {}}));
+        let found: Vec<(&str, &str)> = e
+            .iter()
+            .map(|e| (e.path.as_str(), e.message.as_str()))
+            .collect();
         assert_eq!(
-            e,
+            found,
             [
-                ("spec.addresses".to_owned(), "Required value".to_owned()),
-                ("spec.prefix".to_owned(), "Required value".to_owned()),
+                ("spec.addresses", "Required value"),
+                ("spec.prefix", "Required value")
             ]
         );
     }
 
     #[test]
-    fn messages_name_the_bound() {
-        let e = errs(
-            &pool_schema(),
-            &json!({"spec": {"addresses": [], "prefix": 129}}),
+    fn errors_name_the_keyword_and_the_bound() {
+        let value = json!({"spec": {"addresses": [], "prefix": 129}});
+        let e = errors(&pool_schema(), value.clone());
+        assert_eq!(
+            kinds(&pool_schema(), value),
+            ["spec.addresses minItems", "spec.prefix maximum"]
         );
-        assert_eq!(e[0].1, "must have at least 1 items, got 0");
-        assert_eq!(e[1].1, "must be less than or equal to 128, got 129");
+        assert!(e[1].message.contains("128"), "{e:?}");
     }
 
     #[test]
     fn int_formats_check_their_range() {
         let s = json!({"type": "integer", "format": "int32"});
         assert!(validate(&s, &json!(2147483647)).is_ok());
-        assert_eq!(paths(&s, &json!(2147483648_i64)), [""]);
-        assert_eq!(paths(&s, &json!(-2147483649_i64)), [""]);
+        assert_eq!(kinds(&s, json!(2147483648_i64)), [" format"]);
+        assert_eq!(kinds(&s, json!(-2147483649_i64)), [" format"]);
         let s = json!({"type": "integer", "format": "int64"});
         assert!(validate(&s, &json!(i64::MIN)).is_ok());
-        assert_eq!(paths(&s, &json!(u64::MAX)), [""]);
+        assert_eq!(kinds(&s, json!(u64::MAX)), [" format"]);
     }
 
     #[test]
     fn kubernetes_integers_are_integer_literals_but_json_schema_allows_1_0() {
         let k8s = json!({"type": "integer"});
-        assert_eq!(paths(&k8s, &json!(1.0)), [""]);
+        assert_eq!(kinds(&k8s, json!(1.0)), [" type"]);
+        assert_eq!(kinds(&k8s, json!(1.5)), [" type"]);
         assert!(validate(&k8s, &json!(1)).is_ok());
-        let js =
-            json!({"$schema": "https://json-schema.org/draft/2020-12/schema", "type": "integer"});
+        let js = json!({"$schema": DRAFT, "type": "integer"});
         assert!(validate(&js, &json!(1.0)).is_ok());
-        assert_eq!(paths(&js, &json!(1.5)), [""]);
+        assert_eq!(paths(&js, json!(1.5)), [""]);
     }
 
     #[test]
     fn nullable_allows_null_and_nothing_else_does() {
         let s = json!({"type": "object", "properties": {
             "a": {"type": "string", "nullable": true},
-            "b": {"type": "string"}}});
-        assert!(validate(&s, &json!({"a": null})).is_ok());
-        assert_eq!(paths(&s, &json!({"b": null})), ["b"]);
+            "b": {"type": "string"},
+            "c": {"type": "string", "nullable": true, "enum": ["x"]}}});
+        assert!(validate(&s, &json!({"a": null, "c": null})).is_ok());
+        assert_eq!(paths(&s, json!({"b": null})), ["b"]);
+        assert_eq!(paths(&s, json!({"c": "y"})), ["c"]);
     }
 
     #[test]
     fn enum_and_const() {
         let s = json!({"type": "string", "enum": ["True", "False", "Unknown"]});
         assert!(validate(&s, &json!("Unknown")).is_ok());
-        let e = errs(&s, &json!("Maybe"));
-        assert!(e[0].1.starts_with("Unsupported value: \"Maybe\""), "{e:?}");
+        let e = errors(&s, json!("Maybe"));
+        assert!(
+            e[0].message.starts_with("Unsupported value: \"Maybe\""),
+            "{e:?}"
+        );
+        // A value of the wrong type gets only the type error.
+        assert_eq!(kinds(&s, json!(true)), [" type"]);
         let s = json!({"const": 3});
         assert!(validate(&s, &json!(3.0)).is_ok());
-        assert_eq!(paths(&s, &json!(4)), [""]);
-    }
-
-    #[test]
-    fn string_lengths_count_characters() {
-        let s = json!({"type": "string", "minLength": 2, "maxLength": 3});
-        assert!(validate(&s, &json!("äöü")).is_ok());
-        assert_eq!(paths(&s, &json!("ä")), [""]);
-        assert_eq!(paths(&s, &json!("abcd")), [""]);
-    }
-
-    #[test]
-    fn patterns_search_unless_anchored() {
-        let s = json!({"type": "string", "pattern": "b+"});
-        assert!(validate(&s, &json!("abbc")).is_ok());
-        let s = json!({"type": "string", "pattern": "^[a-zA-Z]([-a-zA-Z0-9]*[a-zA-Z0-9])?$"});
-        assert!(validate(&s, &json!("MetalIPPool")).is_ok());
-        assert_eq!(paths(&s, &json!("Metal_Pool")), [""]);
-        assert_eq!(paths(&s, &json!("-x")), [""]);
+        assert_eq!(kinds(&s, json!(4)), [" const"]);
     }
 
     #[test]
     fn numeric_bounds_old_and_new_style() {
         let openapi = json!({"type": "number", "minimum": 0, "exclusiveMinimum": true});
-        assert_eq!(paths(&openapi, &json!(0)), [""]);
+        assert_eq!(kinds(&openapi, json!(0)), [" exclusiveMinimum"]);
         assert!(validate(&openapi, &json!(0.001)).is_ok());
-        let draft = json!({"$schema": "x", "exclusiveMinimum": 0, "exclusiveMaximum": 10});
-        assert_eq!(paths(&draft, &json!(0)), [""]);
-        assert_eq!(paths(&draft, &json!(10)), [""]);
+        let inclusive = json!({"type": "number", "minimum": 0, "exclusiveMinimum": false});
+        assert!(validate(&inclusive, &json!(0)).is_ok());
+        let draft = json!({"$schema": DRAFT, "exclusiveMinimum": 0, "exclusiveMaximum": 10});
+        assert_eq!(paths(&draft, json!(0)), [""]);
+        assert_eq!(paths(&draft, json!(10)), [""]);
         assert!(validate(&draft, &json!(5)).is_ok());
-        let m = json!({"type": "number", "multipleOf": 0.5});
-        assert!(validate(&m, &json!(2.5)).is_ok());
-        assert_eq!(paths(&m, &json!(2.2)), [""]);
-        let m = json!({"type": "integer", "multipleOf": 4});
-        assert_eq!(paths(&m, &json!(6)), [""]);
     }
 
     #[test]
-    fn object_and_array_counts() {
-        let s = json!({"type": "object", "minProperties": 1, "maxProperties": 2,
-                       "additionalProperties": {"type": "integer"}});
-        assert_eq!(paths(&s, &json!({})), [""]);
-        assert_eq!(paths(&s, &json!({"a": 1, "b": 2, "c": 3})), [""]);
-        assert_eq!(paths(&s, &json!({"a": "x"})), ["[a]"]);
-        let s = json!({"type": "array", "maxItems": 1, "items": {"type": "string"}});
-        assert_eq!(paths(&s, &json!(["a", "b"])), [""]);
+    fn map_keys_go_in_brackets_and_fields_after_dots() {
+        let s = json!({"type": "object", "properties": {"pre": {"type": "object",
+            "additionalProperties": {"type": "object", "properties": {"ip": {"type": "string"}}}}}});
+        let value = json!({"pre": {"web/cp~0": {"ip": 1, "x": 2}}});
+        assert_eq!(paths(&s, value), ["pre[web/cp~0].ip", "pre[web/cp~0].x"]);
     }
 
     #[test]
@@ -1983,19 +1678,22 @@ mod tests {
         assert!(validate(&s, &ok).is_ok());
         let dup =
             json!([{"type": "Ready", "status": "True"}, {"type": "Ready", "status": "False"}]);
-        let e = errs(&s, &dup);
-        assert_eq!(e.len(), 1);
-        assert_eq!(e[0].0, "[1]");
-        assert_eq!(e[0].1, "Duplicate value: {\"type\":\"Ready\"}");
+        let e = errors(&s, dup);
+        assert_eq!(
+            kinds(&s, json!([{"type": "A"}, {"type": "A"}])),
+            ["[1] x-kubernetes-list-type"]
+        );
+        assert_eq!((e.len(), e[0].path.as_str()), (1, "[1]"));
+        assert_eq!(e[0].message, "Duplicate value: {\"type\":\"Ready\"}");
     }
 
     #[test]
     fn list_sets_and_unique_items() {
         let s = json!({"type": "array", "x-kubernetes-list-type": "set",
                        "items": {"type": "string"}});
-        assert_eq!(paths(&s, &json!(["a", "b", "a"])), ["[2]"]);
+        assert_eq!(paths(&s, json!(["a", "b", "a", "b"])), ["[2]", "[3]"]);
         let s = json!({"$defs": {}, "uniqueItems": true});
-        assert_eq!(paths(&s, &json!([1, 1.0])), ["[1]"]);
+        assert_eq!(paths(&s, json!([1, 1.0])), ["[1]"]);
     }
 
     #[test]
@@ -2005,7 +1703,8 @@ mod tests {
             "anyOf": [{"type": "integer"}, {"type": "string"}]}}});
         assert!(validate(&s, &json!({"port": 80})).is_ok());
         assert!(validate(&s, &json!({"port": "http"})).is_ok());
-        assert_eq!(paths(&s, &json!({"port": true})), ["port"]);
+        assert_eq!(kinds(&s, json!({"port": true})), ["port type"]);
+        assert_eq!(kinds(&s, json!({"port": 80.0})), ["port type"]);
     }
 
     #[test]
@@ -2025,9 +1724,23 @@ mod tests {
                                       "metadata": {"name": "a"}, "spec": {}}});
         assert!(validate(&s, &obj).is_ok());
         assert_eq!(
-            paths(&s, &json!({"template": {"kind": 3}})),
+            paths(&s, json!({"template": {"kind": 3}})),
             ["template.kind"]
         );
+        let unknown = json!({"template": {"spec": {"x": 1}}});
+        assert_eq!(paths(&s, unknown), ["template.spec.x"]);
+    }
+
+    #[test]
+    fn a_declared_metadata_schema_is_checked_but_open() {
+        let s = json!({"type": "object", "properties": {"metadata": {"type": "object",
+            "properties": {"name": {"type": "string", "maxLength": 5}}}}});
+        assert!(validate(&s, &json!({"metadata": {"name": "a", "labels": {}}})).is_ok());
+        assert_eq!(
+            paths(&s, json!({"metadata": {"name": "abcdef"}})),
+            ["metadata.name"]
+        );
+        assert_eq!(paths(&s, json!({"metadata": []})), ["metadata"]);
     }
 
     #[test]
@@ -2037,36 +1750,23 @@ mod tests {
                        "properties": {"a": {"type": "string"}, "b": {"type": "string"}},
                        "anyOf": [{"required": ["a"]}, {"required": ["b"]}]});
         assert!(validate(&s, &json!({"a": "x"})).is_ok());
-        let e = errs(&s, &json!({}));
-        assert_eq!(e.len(), 1);
-        assert!(
-            e[0].1
-                .starts_with("must match at least one schema in anyOf"),
-            "{e:?}"
-        );
+        assert_eq!(kinds(&s, json!({})), [" anyOf"]);
         let s = json!({"oneOf": [{"type": "integer"}, {"type": "number"}]});
         assert!(validate(&s, &json!(1.5)).is_ok());
-        let e = errs(&s, &json!(1));
-        assert!(e[0].1.contains("matched [0, 1]"), "{e:?}");
+        let e = errors(&s, json!(1));
+        assert_eq!(e[0].keyword, "oneOf");
+        assert!(e[0].message.contains("more than one"), "{e:?}");
         let s = json!({"allOf": [{"minimum": 1}, {"maximum": 3}]});
-        assert_eq!(paths(&s, &json!(4)), [""]);
+        assert_eq!(kinds(&s, json!(4)), [" maximum"]);
         let s = json!({"type": "string", "not": {"enum": ["forbidden"]}});
-        assert_eq!(paths(&s, &json!("forbidden")), [""]);
+        assert_eq!(kinds(&s, json!("forbidden")), [" not"]);
         assert!(validate(&s, &json!("fine")).is_ok());
-    }
-
-    #[test]
-    fn x_kubernetes_validations_are_ignored() {
-        let s = json!({"type": "object", "x-kubernetes-validations": [
-            {"rule": "self.a == 'never'", "message": "not evaluated"}],
-            "properties": {"a": {"type": "string"}}});
-        assert!(validate(&s, &json!({"a": "x"})).is_ok());
     }
 
     #[test]
     fn json_schema_refs_and_additional_properties() {
         let s = json!({
-            "$schema": "https://json-schema.org/draft/2020-12/schema",
+            "$schema": DRAFT,
             "type": "object",
             "required": ["pool"],
             "properties": {
@@ -2085,7 +1785,7 @@ mod tests {
         assert!(validate(&s, &ok).is_ok());
         let bad = json!({"pool": "", "addrs": [{"ip": "192.0.2.300", "x": 1}, {}]});
         assert_eq!(
-            paths(&s, &bad),
+            paths(&s, bad),
             ["addrs[0].ip", "addrs[0].x", "addrs[1].ip", "pool"]
         );
     }
@@ -2096,31 +1796,32 @@ mod tests {
             "properties": {"next": {"$ref": "#/$defs/node"}, "v": {"type": "integer"}}}},
             "$ref": "#/$defs/node"});
         assert!(validate(&s, &json!({"next": {"next": {"v": 1}}})).is_ok());
-        assert_eq!(
-            paths(&s, &json!({"next": {"next": {"v": "x"}}})),
-            ["next.next.v"]
-        );
+        let deep = json!({"next": {"next": {"v": "x"}}});
+        assert_eq!(paths(&s, deep), ["next.next.v"]);
+        // A reference to itself constrains nothing (jsonschema detects the cycle).
         let cycle = json!({"$defs": {"a": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"});
-        let e = errs(&cycle, &json!(1));
-        assert!(e[0].1.contains("too deep"), "{e:?}");
+        assert_eq!(validate(&cycle, &json!(1)), Ok(()));
     }
 
     #[test]
     fn schema_problems_are_errors_with_pointer_paths() {
-        let s = json!({"type": "object", "properties": {
-            "a": {"type": "string", "if": {"const": 1}},
-            "b": {"type": "string", "pattern": "("},
-            "c": {"$ref": "#/$defs/missing"},
-            "d": {"type": "strnig"}}});
-        assert_eq!(
-            paths(&s, &json!({})),
-            [
-                "#/properties/a/if",
-                "#/properties/b/pattern",
-                "#/properties/c/$ref",
-                "#/properties/d/type"
-            ]
+        let bad_type = json!({"type": "object", "properties": {"d": {"type": "strnig"}}});
+        assert_eq!(paths(&bad_type, json!({})), ["#/properties/d/type"]);
+        let bad_pattern = json!({"properties": {"b": {"type": "string", "pattern": "("}}});
+        assert_eq!(paths(&bad_pattern, json!({})), ["#/properties/b/pattern"]);
+        let dangling = json!({"$defs": {}, "properties": {"c": {"$ref": "#/$defs/missing"}}});
+        let e = errors(&dangling, json!({}));
+        assert_eq!((e.len(), e[0].keyword.as_str()), (1, "$ref"));
+        assert!(
+            e[0].path.starts_with('#') && e[0].message.contains("/$defs/missing"),
+            "{e:?}"
         );
+        let unknown_draft = json!({"$schema": "https://example.com/my-draft"});
+        assert!(errors(&unknown_draft, json!(1))[0].path.starts_with('#'));
+        // A CRD schema's problems do not go away with a valid value.
+        let schema = Schema::new(bad_type);
+        let e = schema.validate(&json!({})).unwrap_err();
+        assert_eq!(e[0].path, "#/properties/d/type");
     }
 
     #[test]
@@ -2136,11 +1837,12 @@ mod tests {
             ("ipv4", "192.0.2.1", "192.0.2"),
             ("ipv6", "2001:db8::1", "2001:db8::g"),
             ("cidr", "2001:db8::/64", "192.0.2.0/33"),
+            ("cidr", "192.0.2.0/24", "192.0.2.0"),
             ("uuid", "123e4567-e89b-12d3-a456-426614174000", "123e4567"),
         ] {
             let s = json!({"type": "string", "format": format});
             assert!(validate(&s, &json!(good)).is_ok(), "{format} {good}");
-            assert_eq!(paths(&s, &json!(bad)), [""], "{format} {bad}");
+            assert_eq!(kinds(&s, json!(bad)), [" format"], "{format} {bad}");
         }
         let s = json!({"type": "string", "format": "hostname"});
         assert!(validate(&s, &json!("not checked!")).is_ok());
@@ -2231,13 +1933,20 @@ mod tests {
         assert!(!parsed.version("v0").unwrap().status_subresource);
         assert!(parsed.schema_for("v2").is_none());
         // Objects of an unserved version or another kind are refused.
-        let obj = json!({"apiVersion": "example.com/v0", "kind": "Thing"});
-        assert_eq!(parsed.validate(&obj).unwrap_err()[0].path, "apiVersion");
-        let obj = json!({"apiVersion": "example.com/v1", "kind": "Other"});
-        assert_eq!(parsed.validate(&obj).unwrap_err()[0].path, "kind");
-        assert!(parsed
-            .validate(&json!({"apiVersion": "example.com/v1", "kind": "Thing"}))
-            .is_ok());
+        let path_of = |obj: Value| parsed.validate(&obj).unwrap_err()[0].path.clone();
+        assert_eq!(
+            path_of(json!({"apiVersion": "example.com/v0", "kind": "Thing"})),
+            "apiVersion"
+        );
+        assert_eq!(
+            path_of(json!({"apiVersion": "example.com/v1", "kind": "Other"})),
+            "kind"
+        );
+        let thing = json!({"apiVersion": "example.com/v1", "kind": "Thing"});
+        assert!(parsed.validate(&thing).is_ok());
+        // A root without properties is closed too: spec is unknown here.
+        let with_spec = json!({"apiVersion": "example.com/v1", "kind": "Thing", "spec": {}});
+        assert_eq!(path_of(with_spec), "spec");
 
         let mut two_storage = crd.clone();
         two_storage["spec"]["versions"][1]["storage"] = json!(true);
