@@ -710,7 +710,7 @@ fn direct_events(_: &World, i: &Input) {
     let _ = events::presented_token(ct, &header, &i.body);
     if let Ok(p) = events::parse(ct, &header, &i.body) {
         if let events::Outcome::Object(ev) = p.outcome {
-            let _ = components::route_event(&ev);
+            let _ = metal_ipam_core::events::route::route_event(&ev);
         }
     }
 }

@@ -68,12 +68,63 @@ pub const REASON_ALLOCATED: &str = "AddressAllocated";
 /// How often a step re-reads and retries after a 409.
 pub const CONFLICT_RETRIES: u32 = 5;
 
+/// What a contract step concluded: `result` in its answer, and the key
+/// of the counts in a full reconcile's report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum StepResult {
+    /// The claim has its address (`IPAddress` and status written).
+    Bound,
+    /// The claim's address was released.
+    Released,
+    /// The object does not exist (or holds nothing of ours): nothing to do.
+    Absent,
+    /// The object is not ours (another pool kind or group).
+    Ignored,
+    /// The claim or its cluster is paused.
+    Paused,
+    /// Not possible yet (pool not ready or exhausted, cluster missing, pool
+    /// still in use); the status says why, and a later event or reconcile
+    /// retries.
+    Waiting,
+    /// The request cannot succeed as it is (status says why).
+    Failed,
+    /// The pool's spec was stored and its status written.
+    Synced,
+    /// The pool was removed from the store.
+    Deleted,
+    /// The pool left Kubernetes with addresses allocated: kept in the store.
+    Kept,
+}
+
+impl StepResult {
+    /// The lower-case name used in answers, reports and logs.
+    ///
+    /// ```
+    /// use metal_ipam_core::capi::StepResult;
+    /// assert_eq!(StepResult::Bound.as_str(), "bound");
+    /// assert_eq!(StepResult::Kept.as_str(), "kept");
+    /// ```
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StepResult::Bound => "bound",
+            StepResult::Released => "released",
+            StepResult::Absent => "absent",
+            StepResult::Ignored => "ignored",
+            StepResult::Paused => "paused",
+            StepResult::Waiting => "waiting",
+            StepResult::Failed => "failed",
+            StepResult::Synced => "synced",
+            StepResult::Deleted => "deleted",
+            StepResult::Kept => "kept",
+        }
+    }
+}
+
 /// What a reconciliation did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Outcome {
-    /// `bound`, `released`, `absent`, `ignored`, `paused`, `waiting`,
-    /// `failed`, `synced`, `deleted`, `kept`.
-    pub result: &'static str,
+    /// What the step concluded.
+    pub result: StepResult,
     /// The address involved, if any.
     pub address: Option<String>,
     /// Human explanation.
@@ -83,7 +134,7 @@ pub struct Outcome {
 }
 
 impl Outcome {
-    fn new(result: &'static str, message: impl Into<String>) -> Outcome {
+    fn new(result: StepResult, message: impl Into<String>) -> Outcome {
         Outcome {
             result,
             address: None,
@@ -99,8 +150,7 @@ impl Outcome {
 
     /// As JSON (for responses and reports).
     pub fn to_json(&self) -> Value {
-        let mut v =
-            json!({"result": self.result, "message": self.message, "kubeCalls": self.kube_calls});
+        let mut v = json!({"result": self.result.as_str(), "message": self.message, "kubeCalls": self.kube_calls});
         if let Some(a) = &self.address {
             v["address"] = a.clone().into();
         }
@@ -305,16 +355,52 @@ fn paused(o: &Value) -> bool {
     obj::annotation(o, PAUSED_ANNOTATION).is_some()
 }
 
+/// The `Ready` condition a step writes on a claim or a pool.
+#[derive(Debug, Clone, Copy)]
+struct Ready<'a> {
+    /// `True` or `False`.
+    status: bool,
+    /// CamelCase reason.
+    reason: &'a str,
+    /// Human message (empty when ready).
+    message: &'a str,
+    /// Unix time, for `lastTransitionTime`.
+    now: u64,
+}
+
+impl<'a> Ready<'a> {
+    fn yes(reason: &'a str, now: u64) -> Self {
+        Ready {
+            status: true,
+            reason,
+            message: "",
+            now,
+        }
+    }
+
+    fn no(reason: &'a str, message: &'a str, now: u64) -> Self {
+        Ready {
+            status: false,
+            reason,
+            message,
+            now,
+        }
+    }
+}
+
 /// A `metav1.Condition` list with `Ready` set, keeping others and keeping
 /// `lastTransitionTime` when the status does not change.
 fn with_ready(
     existing: Option<&Value>,
-    status: bool,
-    reason: &str,
-    message: &str,
-    now: u64,
+    ready: Ready<'_>,
     generation: Option<&Value>,
 ) -> (Vec<Value>, bool) {
+    let Ready {
+        status,
+        reason,
+        message,
+        now,
+    } = ready;
     let mut out = Vec::new();
     let mut changed = true;
     let want_status = if status { "True" } else { "False" };
@@ -359,22 +445,22 @@ fn write_claim_status<H: HttpClient + ?Sized>(
     kube: &Kube<'_, H>,
     claim_obj: &Value,
     address_ref: Option<&str>,
-    ready: bool,
-    reason: &str,
-    message: &str,
-    now: u64,
+    cond: Ready<'_>,
 ) -> Result<bool> {
     let ns = obj::meta_str(claim_obj, "namespace");
     let name = obj::meta_str(claim_obj, "name").unwrap_or_default();
     let status = claim_obj.get("status");
     let (conditions, cond_changed) = with_ready(
         status.and_then(|s| s.get("conditions")),
-        ready,
+        cond,
+        claim_obj.pointer("/metadata/generation"),
+    );
+    let Ready {
+        status: ready,
         reason,
         message,
         now,
-        claim_obj.pointer("/metadata/generation"),
-    );
+    } = cond;
     let current_ref = status
         .and_then(|s| s.pointer("/addressRef/name"))
         .and_then(Value::as_str);
@@ -465,8 +551,7 @@ fn reconcile_claim_once<K: KvStore, H: HttpClient + ?Sized>(
         let released = match ops::get_claim(ctx.kv, ns, name)? {
             Some(b) if b.pool_uid.is_some() => ops::release(ctx, ns, name, Some(&b.uid))?,
             Some(_) => {
-                return Ok(Outcome::new(
-                    "absent",
+                return Ok(Outcome::new(StepResult::Absent,
                     "the claim does not exist; its binding was made through the HTTP API and is left alone",
                 ))
             }
@@ -474,44 +559,37 @@ fn reconcile_claim_once<K: KvStore, H: HttpClient + ?Sized>(
         };
         cleanup_orphan_address(kube, ns, name)?;
         return Ok(match released {
-            Some(r) => {
-                Outcome::new("released", "the claim no longer exists").with_address(r.address)
-            }
-            None => Outcome::new("absent", "the claim does not exist"),
+            Some(r) => Outcome::new(StepResult::Released, "the claim no longer exists")
+                .with_address(r.address),
+            None => Outcome::new(StepResult::Absent, "the claim does not exist"),
         });
     };
     let claim = match Claim::parse(&claim_obj) {
         Ok(c) => c,
         Err(e) if e.reason() == "UnsupportedPoolRef" => {
             return Ok(Outcome::new(
-                "ignored",
+                StepResult::Ignored,
                 "spec.poolRef is not served by metal-ipam",
             ))
         }
         Err(e) => {
             if !obj::deleting(&claim_obj) {
-                write_claim_status(
-                    kube,
-                    &claim_obj,
-                    None,
-                    false,
-                    "AllocationFailed",
-                    &e.to_string(),
-                    ctx.env.now(),
-                )?;
+                let message = e.to_string();
+                let cond = Ready::no("AllocationFailed", &message, ctx.env.now());
+                write_claim_status(kube, &claim_obj, None, cond)?;
             }
-            return Ok(Outcome::new("failed", e.to_string()));
+            return Ok(Outcome::new(StepResult::Failed, e.to_string()));
         }
     };
     let deleting = obj::deleting(&claim_obj);
     if paused(&claim_obj) {
-        return Ok(Outcome::new("paused", "the claim is paused"));
+        return Ok(Outcome::new(StepResult::Paused, "the claim is paused"));
     }
     if let Some(cluster) = &claim.cluster_name {
         match reader.cluster(ns, cluster)? {
             None if !deleting => {
                 return Ok(Outcome::new(
-                    "waiting",
+                    StepResult::Waiting,
                     format!("Cluster {ns}/{cluster} does not exist"),
                 ));
             }
@@ -520,7 +598,7 @@ fn reconcile_claim_once<K: KvStore, H: HttpClient + ?Sized>(
                     || paused(&c) =>
             {
                 return Ok(Outcome::new(
-                    "paused",
+                    StepResult::Paused,
                     format!("Cluster {ns}/{cluster} is paused"),
                 ));
             }
@@ -533,7 +611,7 @@ fn reconcile_claim_once<K: KvStore, H: HttpClient + ?Sized>(
     let pool_obj = reader.pool(&claim.pool)?;
     if pool_obj.as_ref().is_some_and(paused) {
         return Ok(Outcome::new(
-            "paused",
+            StepResult::Paused,
             format!("pool {} is paused", claim.pool.display()),
         ));
     }
@@ -576,11 +654,11 @@ fn reconcile_claim_once<K: KvStore, H: HttpClient + ?Sized>(
                 (ErrorKind::Exhausted, _) => "PoolExhausted",
                 _ => "AllocationFailed",
             };
-            write_claim_status(kube, &claim_obj, None, false, reason, e.message(), now)?;
+            write_claim_status(kube, &claim_obj, None, Ready::no(reason, e.message(), now))?;
             let result = if reason == "AllocationFailed" {
-                "failed"
+                StepResult::Failed
             } else {
-                "waiting"
+                StepResult::Waiting
             };
             return Ok(Outcome::new(result, format!("{reason}: {}", e.message())));
         }
@@ -600,8 +678,9 @@ fn reconcile_claim_once<K: KvStore, H: HttpClient + ?Sized>(
                     o.pointer("/spec/address").and_then(Value::as_str).unwrap_or("?"),
                     record.address
                 );
-                write_claim_status(kube, &claim_obj, None, false, "AllocationFailed", &msg, now)?;
-                return Ok(Outcome::new("failed", msg));
+                let cond = Ready::no("AllocationFailed", &msg, now);
+                write_claim_status(kube, &claim_obj, None, cond)?;
+                return Ok(Outcome::new(StepResult::Failed, msg));
             }
             complete_address_metadata(kube, ns, &o, &desired)?;
         }
@@ -610,15 +689,13 @@ fn reconcile_claim_once<K: KvStore, H: HttpClient + ?Sized>(
         kube,
         &claim_obj,
         Some(name),
-        true,
-        REASON_ALLOCATED,
-        "",
-        now,
+        Ready::yes(REASON_ALLOCATED, now),
     )?;
-    Ok(
-        Outcome::new("bound", format!("{ns}/{name} has {}", record.address))
-            .with_address(record.address),
+    Ok(Outcome::new(
+        StepResult::Bound,
+        format!("{ns}/{name} has {}", record.address),
     )
+    .with_address(record.address))
 }
 
 fn owned_by(o: &Value, uid: &str) -> bool {
@@ -707,7 +784,7 @@ fn finalize_claim<K: KvStore, H: HttpClient + ?Sized>(
         .any(|f| f == CLAIM_FINALIZER)
     {
         return Ok(Outcome::new(
-            "absent",
+            StepResult::Absent,
             "the claim is being deleted and holds no metal-ipam finalizer",
         ));
     }
@@ -724,7 +801,7 @@ fn finalize_claim<K: KvStore, H: HttpClient + ?Sized>(
         }
     }
     remove_finalizer(kube, &kube::CLAIMS, Some(ns), claim_obj, CLAIM_FINALIZER)?;
-    let mut out = Outcome::new("released", format!("{ns}/{name} released"));
+    let mut out = Outcome::new(StepResult::Released, format!("{ns}/{name} released"));
     if let Some(r) = released {
         out = out.with_address(r.address);
     }
@@ -780,9 +857,9 @@ fn sync_pool_once<K: KvStore, H: HttpClient + ?Sized>(
     let now = ctx.env.now();
     let Some(o) = kube.get(r, ns, &id.name)? else {
         return match ops::delete_pool(ctx, id) {
-            Ok(true) => Ok(Outcome::new("deleted", format!("pool {} no longer exists", id.display()))),
-            Ok(false) => Ok(Outcome::new("absent", format!("pool {} does not exist", id.display()))),
-            Err(e) if e.reason() == "PoolInUse" => Ok(Outcome::new("kept", format!("pool {} was removed from Kubernetes while addresses are allocated; kept in the store: {}", id.display(), e.message()))),
+            Ok(true) => Ok(Outcome::new(StepResult::Deleted, format!("pool {} no longer exists", id.display()))),
+            Ok(false) => Ok(Outcome::new(StepResult::Absent, format!("pool {} does not exist", id.display()))),
+            Err(e) if e.reason() == "PoolInUse" => Ok(Outcome::new(StepResult::Kept, format!("pool {} was removed from Kubernetes while addresses are allocated; kept in the store: {}", id.display(), e.message()))),
             Err(e) => Err(e),
         };
     };
@@ -791,20 +868,27 @@ fn sync_pool_once<K: KvStore, H: HttpClient + ?Sized>(
             Ok(_) => {
                 remove_finalizer(kube, r, ns, &o, POOL_FINALIZER)?;
                 Ok(Outcome::new(
-                    "deleted",
+                    StepResult::Deleted,
                     format!("pool {} deleted", id.display()),
                 ))
             }
             Err(e) if e.reason() == "PoolInUse" => {
-                write_pool_status(kube, r, ns, &o, None, false, "PoolInUse", e.message(), now)?;
-                Ok(Outcome::new("waiting", e.message().to_string()))
+                write_pool_status(
+                    kube,
+                    r,
+                    ns,
+                    &o,
+                    None,
+                    Ready::no("PoolInUse", e.message(), now),
+                )?;
+                Ok(Outcome::new(StepResult::Waiting, e.message().to_string()))
             }
             Err(e) => Err(e),
         };
     }
     if paused(&o) {
         return Ok(Outcome::new(
-            "paused",
+            StepResult::Paused,
             format!("pool {} is paused", id.display()),
         ));
     }
@@ -812,18 +896,16 @@ fn sync_pool_once<K: KvStore, H: HttpClient + ?Sized>(
     let object = match PoolObject::parse(id, &o) {
         Ok(p) => p,
         Err(e) => {
+            let message = e.to_string();
             write_pool_status(
                 kube,
                 r,
                 ns,
                 &o,
                 None,
-                false,
-                "InvalidSpec",
-                &e.to_string(),
-                now,
+                Ready::no("InvalidSpec", &message, now),
             )?;
-            return Ok(Outcome::new("failed", e.to_string()));
+            return Ok(Outcome::new(StepResult::Failed, e.to_string()));
         }
     };
     let adoptions = if ops::get_pool(ctx.kv, id)?.is_none() {
@@ -834,9 +916,9 @@ fn sync_pool_once<K: KvStore, H: HttpClient + ?Sized>(
     match ops::put_pool_with(ctx, object, &adoptions) {
         Ok((_, view)) => {
             let status = view.to_json()["status"]["ipAddresses"].clone();
-            write_pool_status(kube, r, ns, &o, Some(status), true, "PoolReady", "", now)?;
+            write_pool_status(kube, r, ns, &o, Some(status), Ready::yes("PoolReady", now))?;
             Ok(Outcome::new(
-                "synced",
+                StepResult::Synced,
                 format!(
                     "pool {} registered ({} adopted)",
                     id.display(),
@@ -845,8 +927,15 @@ fn sync_pool_once<K: KvStore, H: HttpClient + ?Sized>(
             ))
         }
         Err(e) if e.kind() == ErrorKind::Conflict || e.kind() == ErrorKind::Invalid => {
-            write_pool_status(kube, r, ns, &o, None, false, e.reason(), e.message(), now)?;
-            Ok(Outcome::new("failed", e.to_string()))
+            write_pool_status(
+                kube,
+                r,
+                ns,
+                &o,
+                None,
+                Ready::no(e.reason(), e.message(), now),
+            )?;
+            Ok(Outcome::new(StepResult::Failed, e.to_string()))
         }
         Err(e) => Err(e),
     }
@@ -923,25 +1012,18 @@ pub(crate) fn adoption_of<H: HttpClient + ?Sized>(
         .map(|claim| Adoption { claim, address }))
 }
 
-#[allow(clippy::too_many_arguments)]
 fn write_pool_status<H: HttpClient + ?Sized>(
     kube: &Kube<'_, H>,
     r: &Resource,
     ns: Option<&str>,
     o: &Value,
     ip_addresses: Option<Value>,
-    ready: bool,
-    reason: &str,
-    message: &str,
-    now: u64,
+    cond: Ready<'_>,
 ) -> Result<bool> {
     let status = o.get("status");
     let (conditions, cond_changed) = with_ready(
         status.and_then(|s| s.get("conditions")),
-        ready,
-        reason,
-        message,
-        now,
+        cond,
         o.pointer("/metadata/generation"),
     );
     let counts_changed = ip_addresses

@@ -65,7 +65,7 @@ impl Report {
     }
 
     fn count(map: &mut BTreeMap<String, u32>, o: &Outcome) {
-        *map.entry(o.result.to_string()).or_default() += 1;
+        *map.entry(o.result.as_str().to_string()).or_default() += 1;
     }
 }
 

@@ -110,6 +110,8 @@
 //! at fault in [`Error::field`] where there is one. Bodies over
 //! [`crate::http::api::MAX_BODY`] are refused too.
 
+pub mod route;
+
 use std::fmt;
 
 use serde_json::{Map, Value};

@@ -1,0 +1,83 @@
+//! Routing: which step components an event is forwarded to, by service
+//! chaining, and on which paths. The `events` component
+//! ([`crate::http::components::events`]) sends the requests; this decides
+//! them from the parsed event alone.
+
+use serde_json::Value;
+
+use super::{Action, ObjectEvent, ObjectKind};
+use crate::ipam::pool::{self, PoolKind};
+use crate::kube::names;
+
+/// Which components and paths an event is forwarded to, by service
+/// chaining, in order.
+///
+/// Claims go to `allocate` (created/updated and not deleting) or `release`
+/// (deleted, or carrying a `deletionTimestamp`); an `IPAddress` event is a
+/// hint about its claim (same name: re-create it if it was deleted) and,
+/// when the object names one of our pools, about that pool's status
+/// counts; pools go to `pools`.
+///
+/// # Examples
+/// ```
+/// use metal_ipam_core::events::route::route_event;
+/// use metal_ipam_core::events::{ObjectEvent, ObjectKind, Action, Format};
+/// let ev = ObjectEvent { kind: ObjectKind::Claim, action: Action::Delete, namespace: Some("ns".into()),
+///     name: "m-0".into(), api_version: "ipam.cluster.x-k8s.io/v1beta2".into(), object: None,
+///     format: Format::Watch, id: None };
+/// assert_eq!(route_event(&ev), vec![("release", "/v1/capi/claims/ns/m-0".to_string())]);
+/// ```
+pub fn route_event(ev: &ObjectEvent) -> Vec<(&'static str, String)> {
+    let ns = ev.namespace.as_deref().unwrap_or("");
+    match ev.kind {
+        ObjectKind::Claim => {
+            let deleting = ev.action == Action::Delete
+                || ev
+                    .object
+                    .as_ref()
+                    .and_then(|o| o.pointer("/metadata/deletionTimestamp"))
+                    .is_some_and(|v| !v.is_null());
+            vec![(
+                if deleting { "release" } else { "allocate" },
+                format!("/v1/capi/claims/{ns}/{}", ev.name),
+            )]
+        }
+        ObjectKind::IpAddress => {
+            let obj = ev.object.as_ref();
+            let claim = obj
+                .and_then(|o| o.pointer("/spec/claimRef/name"))
+                .and_then(Value::as_str)
+                .filter(|c| names::check_subdomain(c).is_ok())
+                .unwrap_or(&ev.name);
+            let mut out = vec![("allocate", format!("/v1/capi/claims/{ns}/{claim}"))];
+            let pool_ref = obj.and_then(|o| o.pointer("/spec/poolRef"));
+            let group = pool_ref
+                .and_then(|p| p.get("apiGroup"))
+                .and_then(Value::as_str);
+            let kind = pool_ref
+                .and_then(|p| p.get("kind"))
+                .and_then(Value::as_str)
+                .and_then(PoolKind::from_kind_name);
+            let name = pool_ref
+                .and_then(|p| p.get("name"))
+                .and_then(Value::as_str)
+                .filter(|n| names::check_subdomain(n).is_ok());
+            match (group, kind, name) {
+                (Some(pool::GROUP), Some(PoolKind::Namespaced), Some(n)) => {
+                    out.push(("pools", format!("/v1/capi/pools/{ns}/{n}")))
+                }
+                (Some(pool::GROUP), Some(PoolKind::Global), Some(n)) => {
+                    out.push(("pools", format!("/v1/capi/global-pools/{n}")))
+                }
+                _ => {}
+            }
+            out
+        }
+        ObjectKind::Pool(PoolKind::Namespaced) => {
+            vec![("pools", format!("/v1/capi/pools/{ns}/{}", ev.name))]
+        }
+        ObjectKind::Pool(PoolKind::Global) => {
+            vec![("pools", format!("/v1/capi/global-pools/{}", ev.name))]
+        }
+    }
+}
