@@ -759,64 +759,36 @@ fn identity(
 }
 
 /// Decodes `%XX` escapes (CloudEvents HTTP binding, header values).
+///
+/// `percent-encoding` passes a malformed escape through as it is; the
+/// binding calls it an error, so every `%` is checked to start one first.
 fn percent_decode(s: &str, header: &str) -> Result<String> {
-    if !s.contains('%') {
-        return Ok(s.to_string());
-    }
     let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%' {
-            let hex = b
+    let malformed = b.iter().enumerate().any(|(i, &c)| {
+        c == b'%'
+            && !b
                 .get(i + 1..i + 3)
-                .filter(|h| h.iter().all(u8::is_ascii_hexdigit))
-                .and_then(|h| std::str::from_utf8(h).ok())
-                .and_then(|h| u8::from_str_radix(h, 16).ok());
-            let v = hex.ok_or_else(|| {
-                bad(format!("header {header} has an invalid %-escape")).with_field(header)
-            })?;
-            out.push(v);
-            i += 3;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
+                .is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit))
+    });
+    if malformed {
+        return Err(bad(format!("header {header} has an invalid %-escape")).with_field(header));
     }
-    String::from_utf8(out)
+    percent_encoding::percent_decode_str(s)
+        .decode_utf8()
+        .map(std::borrow::Cow::into_owned)
         .map_err(|_| bad(format!("header {header} does not decode to UTF-8")).with_field(header))
 }
 
-/// Standard base64 (RFC 4648 §4), padding optional.
+/// Standard base64 (RFC 4648 §4), padding optional but canonical when
+/// present, surrounding whitespace ignored.
 fn base64_decode(s: &str) -> Option<Vec<u8>> {
-    let s = s.trim();
-    let unpadded = s
-        .strip_suffix("==")
-        .or_else(|| s.strip_suffix('='))
-        .unwrap_or(s);
-    if unpadded.len() % 4 == 1 || (unpadded.len() != s.len() && !s.len().is_multiple_of(4)) {
-        return None;
-    }
-    let mut out = Vec::with_capacity(unpadded.len() / 4 * 3 + 2);
-    let (mut acc, mut bits) = (0u32, 0u32);
-    for c in unpadded.bytes() {
-        let v = match c {
-            b'A'..=b'Z' => c - b'A',
-            b'a'..=b'z' => c - b'a' + 26,
-            b'0'..=b'9' => c - b'0' + 52,
-            b'+' => 62,
-            b'/' => 63,
-            _ => return None,
-        };
-        acc = (acc << 6) | u32::from(v);
-        bits += 6;
-        if bits >= 8 {
-            bits -= 8;
-            out.push((acc >> bits) as u8);
-            acc &= (1 << bits) - 1;
-        }
-    }
-    Some(out)
+    use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
+    use base64::Engine;
+    const STANDARD_PADDING_OPTIONAL: GeneralPurpose = GeneralPurpose::new(
+        &base64::alphabet::STANDARD,
+        GeneralPurposeConfig::new().with_decode_padding_mode(DecodePaddingMode::Indifferent),
+    );
+    STANDARD_PADDING_OPTIONAL.decode(s.trim()).ok()
 }
 
 #[cfg(test)]
@@ -853,10 +825,13 @@ mod tests {
             ("Zm9vYmE=", "fooba"),
             ("Zm9vYmFy", "foobar"),
             ("Zm9vYg", "foob"),
+            // Padding is optional, so an incomplete one is accepted too.
+            ("Zg=", "f"),
+            (" Zm9v\n", "foo"),
         ] {
             assert_eq!(base64_decode(enc).as_deref(), Some(dec.as_bytes()), "{enc}");
         }
-        for bad in ["Z", "Zm9v!", "Zg=", "Zm9vY==="] {
+        for bad in ["Z", "Zm9v!", "Zm9vY===", "Zm9v Zm9v", "Zm9v-_", "Zh=="] {
             assert_eq!(base64_decode(bad), None, "{bad}");
         }
     }

@@ -389,16 +389,16 @@ pub fn path(r: &Resource, ns: Option<&str>, name: Option<&str>) -> String {
     p
 }
 
+/// A path segment as the API server reads it: everything but
+/// `A-Z a-z 0-9 - _ . ~` escaped.
 fn percent_encode(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
+    use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
+    const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
+        .remove(b'-')
+        .remove(b'_')
+        .remove(b'.')
+        .remove(b'~');
+    utf8_percent_encode(s, SEGMENT).to_string()
 }
 
 /// Helpers over object JSON.
