@@ -49,6 +49,8 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::ipam::claim::{Claim, CLUSTER_NAME_LABEL};
 use crate::ipam::ops::{self, Adoption};
 use crate::ipam::pool::{self, PoolId, PoolKind, PoolObject};
+use crate::kube::conditions::{with_ready, Ready};
+use crate::kube::meta::{add_finalizer, remove_finalizer, retrying, rfc3339, rv};
 use crate::kube::{self, obj, Kube, Resource};
 use crate::kv::Ctx;
 use crate::ports::http::HttpClient;
@@ -64,9 +66,6 @@ pub const POOL_FINALIZER: &str = "ipam.metal-ipam.dev/protect-pool";
 pub const PAUSED_ANNOTATION: &str = "cluster.x-k8s.io/paused";
 /// Reason of `Ready=True` on a bound claim (the contract defines none).
 pub const REASON_ALLOCATED: &str = "AddressAllocated";
-
-/// How often a step re-reads and retries after a 409.
-pub const CONFLICT_RETRIES: u32 = 5;
 
 /// What a contract step concluded: `result` in its answer, and the key
 /// of the counts in a full reconcile's report.
@@ -247,47 +246,6 @@ impl<H: HttpClient + ?Sized> Reader<'_, '_, '_, H> {
     }
 }
 
-fn retrying<T>(mut f: impl FnMut() -> Result<T>) -> Result<T> {
-    let mut last = None;
-    for _ in 0..CONFLICT_RETRIES {
-        match f() {
-            Err(e) if matches!(e.reason(), "KubeConflict" | "KubeNotFound") => last = Some(e),
-            other => return other,
-        }
-    }
-    Err(last.unwrap_or_else(|| Error::transient("KubeConflict", "retry")))
-}
-
-/// Formats Unix seconds as an RFC 3339 UTC timestamp.
-///
-/// # Examples
-/// ```
-/// use metal_ipam_core::capi::rfc3339;
-/// assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
-/// assert_eq!(rfc3339(1_764_441_600), "2025-11-29T18:40:00Z");
-/// ```
-pub fn rfc3339(secs: u64) -> String {
-    let days = (secs / 86_400) as i64;
-    let rem = secs % 86_400;
-    // Civil from days (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = if m <= 2 { y + 1 } else { y };
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
-}
-
 fn resource_of(kind: PoolKind) -> &'static Resource {
     match kind {
         PoolKind::Namespaced => &kube::METAL_IP_POOLS,
@@ -295,148 +253,8 @@ fn resource_of(kind: PoolKind) -> &'static Resource {
     }
 }
 
-fn rv(o: &Value) -> Value {
-    o.pointer("/metadata/resourceVersion")
-        .cloned()
-        .unwrap_or(Value::Null)
-}
-
-/// Patches `metadata.finalizers` to `finalizers`, guarded by the object's
-/// resourceVersion. Returns the updated object.
-fn set_finalizers<H: HttpClient + ?Sized>(
-    kube: &Kube<'_, H>,
-    r: &Resource,
-    ns: Option<&str>,
-    o: &Value,
-    finalizers: Vec<String>,
-) -> Result<Value> {
-    let name = obj::meta_str(o, "name").unwrap_or_default();
-    let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": rv(o)}});
-    Ok(kube.merge_patch(r, ns, name, false, &patch)?)
-}
-
-fn add_finalizer<H: HttpClient + ?Sized>(
-    kube: &Kube<'_, H>,
-    r: &Resource,
-    ns: Option<&str>,
-    o: &Value,
-    f: &str,
-) -> Result<Value> {
-    let mut fs = obj::finalizers(o);
-    if fs.iter().any(|x| x == f) {
-        return Ok(o.clone());
-    }
-    fs.push(f.to_string());
-    set_finalizers(kube, r, ns, o, fs)
-}
-
-fn remove_finalizer<H: HttpClient + ?Sized>(
-    kube: &Kube<'_, H>,
-    r: &Resource,
-    ns: Option<&str>,
-    o: &Value,
-    f: &str,
-) -> Result<Option<Value>> {
-    let fs = obj::finalizers(o);
-    if !fs.iter().any(|x| x == f) {
-        return Ok(Some(o.clone()));
-    }
-    let rest: Vec<String> = fs.into_iter().filter(|x| x != f).collect();
-    match set_finalizers(kube, r, ns, o, rest) {
-        Ok(v) => Ok(Some(v)),
-        // Removing the last finalizer of a deleting object removes it; a
-        // server may then answer 404 or 200 with the final state.
-        Err(e) if e.reason() == "KubeNotFound" => Ok(None),
-        Err(e) => Err(e),
-    }
-}
-
 fn paused(o: &Value) -> bool {
     obj::annotation(o, PAUSED_ANNOTATION).is_some()
-}
-
-/// The `Ready` condition a step writes on a claim or a pool.
-#[derive(Debug, Clone, Copy)]
-struct Ready<'a> {
-    /// `True` or `False`.
-    status: bool,
-    /// CamelCase reason.
-    reason: &'a str,
-    /// Human message (empty when ready).
-    message: &'a str,
-    /// Unix time, for `lastTransitionTime`.
-    now: u64,
-}
-
-impl<'a> Ready<'a> {
-    fn yes(reason: &'a str, now: u64) -> Self {
-        Ready {
-            status: true,
-            reason,
-            message: "",
-            now,
-        }
-    }
-
-    fn no(reason: &'a str, message: &'a str, now: u64) -> Self {
-        Ready {
-            status: false,
-            reason,
-            message,
-            now,
-        }
-    }
-}
-
-/// A `metav1.Condition` list with `Ready` set, keeping others and keeping
-/// `lastTransitionTime` when the status does not change.
-fn with_ready(
-    existing: Option<&Value>,
-    ready: Ready<'_>,
-    generation: Option<&Value>,
-) -> (Vec<Value>, bool) {
-    let Ready {
-        status,
-        reason,
-        message,
-        now,
-    } = ready;
-    let mut out = Vec::new();
-    let mut changed = true;
-    let want_status = if status { "True" } else { "False" };
-    let mut found = false;
-    for c in existing.and_then(Value::as_array).into_iter().flatten() {
-        if c.get("type").and_then(Value::as_str) == Some("Ready") {
-            found = true;
-            let same_status = c.get("status").and_then(Value::as_str) == Some(want_status);
-            let same = same_status
-                && c.get("reason").and_then(Value::as_str) == Some(reason)
-                && c.get("message").and_then(Value::as_str).unwrap_or("") == message;
-            changed = !same;
-            let ltt = if same_status {
-                c.get("lastTransitionTime")
-                    .cloned()
-                    .unwrap_or_else(|| rfc3339(now).into())
-            } else {
-                rfc3339(now).into()
-            };
-            let mut cond = json!({"type": "Ready", "status": want_status, "reason": reason, "message": message, "lastTransitionTime": ltt});
-            if let Some(g) = generation.filter(|g| !g.is_null()) {
-                cond["observedGeneration"] = g.clone();
-            }
-            out.push(cond);
-        } else {
-            out.push(c.clone());
-        }
-    }
-    if !found {
-        let mut cond = json!({"type": "Ready", "status": want_status, "reason": reason, "message": message, "lastTransitionTime": rfc3339(now)});
-        if let Some(g) = generation.filter(|g| !g.is_null()) {
-            cond["observedGeneration"] = g.clone();
-        }
-        out.push(cond);
-    }
-    (out, changed)
 }
 
 /// Writes the claim's status (`addressRef` when bound, `Ready`, and the

@@ -9,6 +9,8 @@
 //! Every permission the code uses is listed in [`USED_PERMISSIONS`]; the
 //! RBAC manifest in `deploy/` grants exactly that (a test compares them).
 
+pub mod conditions;
+pub mod meta;
 pub mod names;
 
 use serde_json::Value;

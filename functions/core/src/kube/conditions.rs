@@ -1,0 +1,95 @@
+//! `metav1.Condition` lists: the `Ready` condition our steps write on
+//! claims and pools.
+
+use serde_json::{json, Value};
+
+use super::meta::rfc3339;
+
+/// The `Ready` condition a step writes on a claim or a pool.
+#[derive(Debug, Clone, Copy)]
+pub struct Ready<'a> {
+    /// `True` or `False`.
+    pub status: bool,
+    /// CamelCase reason.
+    pub reason: &'a str,
+    /// Human message (empty when ready).
+    pub message: &'a str,
+    /// Unix time, for `lastTransitionTime`.
+    pub now: u64,
+}
+
+impl<'a> Ready<'a> {
+    /// `Ready=True` with `reason`.
+    pub fn yes(reason: &'a str, now: u64) -> Self {
+        Ready {
+            status: true,
+            reason,
+            message: "",
+            now,
+        }
+    }
+
+    /// `Ready=False` with `reason` and `message`.
+    pub fn no(reason: &'a str, message: &'a str, now: u64) -> Self {
+        Ready {
+            status: false,
+            reason,
+            message,
+            now,
+        }
+    }
+}
+
+/// A `metav1.Condition` list with `Ready` set, keeping others and keeping
+/// `lastTransitionTime` when the status does not change.
+///
+/// Returns the list and whether the `Ready` condition changed (so the
+/// caller can skip a write that would change nothing).
+pub fn with_ready(
+    existing: Option<&Value>,
+    ready: Ready<'_>,
+    generation: Option<&Value>,
+) -> (Vec<Value>, bool) {
+    let Ready {
+        status,
+        reason,
+        message,
+        now,
+    } = ready;
+    let mut out = Vec::new();
+    let mut changed = true;
+    let want_status = if status { "True" } else { "False" };
+    let mut found = false;
+    for c in existing.and_then(Value::as_array).into_iter().flatten() {
+        if c.get("type").and_then(Value::as_str) == Some("Ready") {
+            found = true;
+            let same_status = c.get("status").and_then(Value::as_str) == Some(want_status);
+            let same = same_status
+                && c.get("reason").and_then(Value::as_str) == Some(reason)
+                && c.get("message").and_then(Value::as_str).unwrap_or("") == message;
+            changed = !same;
+            let ltt = if same_status {
+                c.get("lastTransitionTime")
+                    .cloned()
+                    .unwrap_or_else(|| rfc3339(now).into())
+            } else {
+                rfc3339(now).into()
+            };
+            let mut cond = json!({"type": "Ready", "status": want_status, "reason": reason, "message": message, "lastTransitionTime": ltt});
+            if let Some(g) = generation.filter(|g| !g.is_null()) {
+                cond["observedGeneration"] = g.clone();
+            }
+            out.push(cond);
+        } else {
+            out.push(c.clone());
+        }
+    }
+    if !found {
+        let mut cond = json!({"type": "Ready", "status": want_status, "reason": reason, "message": message, "lastTransitionTime": rfc3339(now)});
+        if let Some(g) = generation.filter(|g| !g.is_null()) {
+            cond["observedGeneration"] = g.clone();
+        }
+        out.push(cond);
+    }
+    (out, changed)
+}
