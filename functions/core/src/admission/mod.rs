@@ -7,6 +7,10 @@
 //! (through [`PoolLookup`]), so a bad pool is refused by `kubectl apply`
 //! instead of failing later in the events route.
 //!
+//! The `AdmissionReview` envelope (reading, request fields, the response)
+//! is [`review`], shared with the webhooks to come; this module holds the
+//! pool rules.
+//!
 //! # Rules
 //! Requests whose `request.kind` is not `MetalIPPool` or `GlobalMetalIPPool`
 //! of group `ipam.metal-ipam.dev` are allowed without checks, as are
@@ -59,16 +63,18 @@
 //! "message": …, "details": {"causes": [{"field", "message"}]}}` (causes only
 //! when a field is known), and `"warnings": […]` when there are any.
 
-use serde_json::{json, Map, Value};
+pub mod review;
 
-use crate::error::{Error, ErrorKind, Result};
+pub use review::{Denial, REVIEW_API_VERSION};
+
+use serde_json::{Map, Value};
+
+use crate::error::{Error, Result};
 use crate::ipam::pool::{self, PoolId, PoolKind, PoolObject};
 use crate::kube::names;
 use crate::kv::{self, addr_in_family, keys, Loaded};
 use crate::ports::kv::KvStore;
 
-/// The `apiVersion` of the reviews we accept and answer.
-pub const REVIEW_API_VERSION: &str = "admission.k8s.io/v1";
 /// Annotation that lets a pool with bound addresses be deleted (for
 /// `clusterctl move`).
 pub const SKIP_DELETE_VALIDATION_ANNOTATION: &str =
@@ -127,48 +133,6 @@ impl<K: KvStore> PoolLookup for KvPools<'_, K> {
     }
 }
 
-/// Why a request is denied.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Denial {
-    /// `status.code`: 422 for an invalid or overlapping spec, 403 for a
-    /// delete while addresses are bound.
-    pub code: u16,
-    /// `status.reason`: `Invalid`, `AllocatedAddressesDropped`,
-    /// `PoolOverlap`, `PoolInUse`.
-    pub reason: &'static str,
-    /// `status.message`: `field: message` when a field is known.
-    pub message: String,
-    /// The offending field, e.g. `spec.addresses[1]`.
-    pub field: Option<String>,
-}
-
-impl Denial {
-    fn from_error(code: u16, e: &Error) -> Denial {
-        Denial {
-            code,
-            reason: e.reason(),
-            message: match e.field() {
-                Some(f) => format!("{f}: {}", e.message()),
-                None => e.message().to_string(),
-            },
-            field: e.field().map(str::to_string),
-        }
-    }
-
-    fn status(&self) -> Value {
-        let mut s = json!({
-            "status": "Failure",
-            "code": self.code,
-            "reason": self.reason,
-            "message": self.message,
-        });
-        if let Some(f) = &self.field {
-            s["details"] = json!({"causes": [{"field": f, "message": self.message}]});
-        }
-        s
-    }
-}
-
 /// The decision on one review, with what a log line needs.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Reviewed {
@@ -197,20 +161,7 @@ impl Reviewed {
 
     /// The `AdmissionReview` response.
     pub fn to_json(&self) -> Value {
-        let mut response = Map::new();
-        response.insert("uid".into(), self.uid.clone().into());
-        response.insert("allowed".into(), self.allowed().into());
-        if let Some(d) = &self.denial {
-            response.insert("status".into(), d.status());
-        }
-        if !self.warnings.is_empty() {
-            response.insert("warnings".into(), self.warnings.clone().into());
-        }
-        json!({
-            "apiVersion": REVIEW_API_VERSION,
-            "kind": "AdmissionReview",
-            "response": Value::Object(response),
-        })
+        review::response(&self.uid, self.denial.as_ref(), &self.warnings)
     }
 
     fn deny(&mut self, d: Denial) {
@@ -257,63 +208,20 @@ pub fn review(body: &[u8], pools: &dyn PoolLookup) -> Result<Value> {
 /// # Errors
 /// As [`review`].
 pub fn evaluate(body: &[u8], pools: &dyn PoolLookup) -> Result<Reviewed> {
-    if body.len() > crate::http::api::MAX_BODY {
-        return Err(Error::malformed(format!(
-            "the body is larger than {} bytes",
-            crate::http::api::MAX_BODY
-        )));
-    }
-    let v: Value = serde_json::from_slice(body).map_err(|e| {
-        Error::new(
-            ErrorKind::Malformed,
-            "MalformedJSON",
-            format!("the body is not valid JSON: {e}"),
-        )
-    })?;
-    let obj = v
-        .as_object()
-        .ok_or_else(|| Error::malformed("the body must be an AdmissionReview object"))?;
-    match obj.get("apiVersion").and_then(Value::as_str) {
-        Some(REVIEW_API_VERSION) => {}
-        other => {
-            return Err(Error::malformed(format!(
-                "apiVersion {:?} is not accepted; configure the webhook with admissionReviewVersions: [\"v1\"]",
-                other.unwrap_or("")
-            ))
-            .with_field("apiVersion"))
-        }
-    }
-    if obj.get("kind").and_then(Value::as_str) != Some("AdmissionReview") {
-        return Err(Error::malformed("kind must be \"AdmissionReview\"").with_field("kind"));
-    }
-    let req = obj
-        .get("request")
-        .and_then(Value::as_object)
-        .ok_or_else(|| Error::malformed("the review has no request").with_field("request"))?;
-    let uid = nonempty(req, "uid")
-        .ok_or_else(|| Error::malformed("request.uid is required").with_field("request.uid"))?;
-    let operation = nonempty(req, "operation").ok_or_else(|| {
-        Error::malformed("request.operation is required").with_field("request.operation")
-    })?;
-    let kind = req
-        .get("kind")
-        .and_then(Value::as_object)
-        .ok_or_else(|| Error::malformed("request.kind is required").with_field("request.kind"))?;
+    let v = review::read(body)?;
+    let request = review::Request::parse(&v)?;
+    let (req, uid, operation, kind) =
+        (request.fields, request.uid, request.operation, request.kind);
     let mut out = Reviewed {
         uid: uid.to_string(),
         operation: operation.to_string(),
         pool: None,
-        dry_run: req.get("dryRun").and_then(Value::as_bool).unwrap_or(false),
+        dry_run: request.dry_run,
         denial: None,
         warnings: Vec::new(),
         outcome: "ignored",
     };
-    let group = kind.get("group").and_then(Value::as_str).unwrap_or("");
-    let pool_kind = kind
-        .get("kind")
-        .and_then(Value::as_str)
-        .and_then(PoolKind::from_kind_name)
-        .filter(|_| group == pool::GROUP);
+    let pool_kind = PoolKind::from_kind_name(kind.kind).filter(|_| kind.group == pool::GROUP);
     let Some(pool_kind) = pool_kind else {
         return Ok(out);
     };
@@ -578,6 +486,7 @@ fn check_delete(
 mod tests {
     use super::*;
     use crate::ipam::alloc::{AllocRequest, PoolState};
+    use serde_json::json;
 
     fn loaded(id: PoolId, addresses: &[&str], prefix: u8, bound: usize) -> Loaded {
         let mut obj = json!({"apiVersion": pool::API_VERSION, "kind": id.kind.kind_name(),
