@@ -3,12 +3,12 @@
 //!
 //! Kubernetes sends an `AdmissionReview` (`admission.k8s.io/v1`) for every
 //! create, update and delete of a `MetalIPPool` or `GlobalMetalIPPool`;
-//! [`review`] answers it from the pools registered in the key-value store
+//! [`review()`] answers it from the pools registered in the key-value store
 //! (through [`PoolLookup`]), so a bad pool is refused by `kubectl apply`
 //! instead of failing later in the events route.
 //!
 //! The `AdmissionReview` envelope (reading, request fields, the response)
-//! is [`review`], shared with the webhooks to come; this module holds the
+//! is [`mod@review`], shared with the webhooks to come; this module holds the
 //! pool rules.
 //!
 //! # Rules
@@ -203,10 +203,10 @@ pub fn review(body: &[u8], pools: &dyn PoolLookup) -> Result<Value> {
     evaluate(body, pools).map(|r| r.to_json())
 }
 
-/// Like [`review`], but returns the decision itself (for logging).
+/// Like [`review()`], but returns the decision itself (for logging).
 ///
 /// # Errors
-/// As [`review`].
+/// As [`review()`].
 pub fn evaluate(body: &[u8], pools: &dyn PoolLookup) -> Result<Reviewed> {
     let v = review::read(body)?;
     let request = review::Request::parse(&v)?;
