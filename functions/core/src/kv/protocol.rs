@@ -38,7 +38,7 @@
 use crate::error::{Error, Result};
 use crate::ipam::pool::PoolId;
 use crate::kv::keys;
-use crate::kv::records::{Loaded, Next, PoolRecord, SwapCheck};
+use crate::kv::records::{writers_after, written_by, Loaded, Next, PoolRecord, SwapCheck};
 use crate::ports::kv::{self, KvStore, Swap};
 use crate::ports::Env;
 
@@ -71,13 +71,104 @@ impl SwapPolicy {
     }
 }
 
-/// What a read-modify-write callback decided.
+/// What a read-modify-write callback decided (`N`: what the record type
+/// builds from, [`CasRecord::Next`]; a pool's [`Next`] by default).
 #[derive(Debug)]
-pub enum Step<T> {
+pub enum Step<T, N = Next> {
     /// Nothing to write; return `T`.
     Done(T),
-    /// Write `Next`, then return `T`.
-    Write(Box<Next>, T),
+    /// Write `N`, then return `T`.
+    Write(Box<N>, T),
+}
+
+/// The envelope every compare-and-swap record carries besides its content:
+/// what the protocol reads and writes, whatever the record holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Envelope {
+    /// Incremented by every write (1 for the first).
+    pub rev: u64,
+    /// Random token of this write.
+    pub writer: String,
+    /// Tokens of the writers before it, newest last, at most
+    /// [`crate::kv::RECENT_WRITERS`].
+    pub recent_writers: Vec<String>,
+    /// Whether swaps on this record are read back.
+    pub swap_check: SwapCheck,
+}
+
+/// A record kept under the compare-and-swap protocol of this module:
+/// created once through a creation guard (never a swap on an absent key),
+/// never deleted (a tombstone instead), every swap tagged with a writer
+/// token and read back where the backend's answer cannot be trusted. The
+/// pool record is one; Metal and port state records will be others.
+pub trait CasRecord: Sized {
+    /// What identifies one record of this type (e.g. a [`PoolId`]).
+    type Id: ?Sized;
+    /// What a decision sees: the content, loaded and checked.
+    type View;
+    /// What a decision asks to write.
+    type Next;
+
+    /// The record's key.
+    fn key(id: &Self::Id) -> String;
+    /// Its creation guard counter's key.
+    fn guard_key(id: &Self::Id) -> String;
+    /// `what` in a 503 `Contention` message, e.g. `pool team-a/nodes`.
+    fn describe(id: &Self::Id) -> String;
+    /// Decodes stored bytes.
+    ///
+    /// # Errors
+    /// 500 for bytes that are not a record this build reads.
+    fn decode(bytes: &[u8]) -> Result<Self>;
+    /// Encodes for storage.
+    fn encode(&self) -> Vec<u8>;
+    /// The envelope of a stored record.
+    fn envelope(&self) -> Envelope;
+    /// The content, or `None` for a tombstone.
+    ///
+    /// # Errors
+    /// 500 when the stored content does not load.
+    fn view(&self, id: &Self::Id) -> Result<Option<Self::View>>;
+    /// The record that replaces the current one.
+    fn build(next: &Self::Next, envelope: Envelope) -> Self;
+}
+
+impl CasRecord for PoolRecord {
+    type Id = PoolId;
+    type View = Loaded;
+    type Next = Next;
+
+    fn key(id: &PoolId) -> String {
+        keys::pool(id)
+    }
+    fn guard_key(id: &PoolId) -> String {
+        keys::pool_init(id)
+    }
+    fn describe(id: &PoolId) -> String {
+        format!("pool {}", id.display())
+    }
+    fn decode(bytes: &[u8]) -> Result<Self> {
+        PoolRecord::decode(bytes)
+    }
+    fn encode(&self) -> Vec<u8> {
+        PoolRecord::encode(self)
+    }
+    fn envelope(&self) -> Envelope {
+        Envelope {
+            rev: self.rev,
+            writer: self.writer.clone(),
+            recent_writers: self.recent_writers.clone(),
+            swap_check: self.swap_check,
+        }
+    }
+    fn view(&self, id: &PoolId) -> Result<Option<Loaded>> {
+        self.load(id)
+    }
+    fn build(next: &Next, e: Envelope) -> Self {
+        let mut record = PoolRecord::build(next, e.rev, e.writer, e.swap_check);
+        record.recent_writers = e.recent_writers;
+        record
+    }
 }
 
 /// Everything a step needs: the store, the environment and the swap policy.
@@ -112,33 +203,49 @@ pub fn read_pool<K: KvStore>(kv: &K, id: &PoolId) -> Result<Option<Loaded>> {
     }
 }
 
-/// One read-modify-write of a pool record, retried on conflict.
+/// One read-modify-write of a pool record, retried on conflict: the pool
+/// instance of [`update_record`].
 ///
-/// `decide` sees the current pool (`None` if absent or deleted) and returns
-/// [`Step::Done`] (nothing to write) or [`Step::Write`]. It runs after the
-/// pool has been read for this attempt and before the swap, so anything it
-/// reads from the store is at least as recent as the pool it sees. It may be
-/// called several times (once per attempt); it may read but must not write.
+/// # Errors
+/// As [`update_record`].
+pub fn update_pool<K: KvStore, T>(
+    ctx: &Ctx<'_, K>,
+    id: &PoolId,
+    decide: impl FnMut(Option<&Loaded>) -> Result<Step<T>>,
+) -> Result<T> {
+    update_record::<K, PoolRecord, T>(ctx, id, decide)
+}
+
+/// One read-modify-write of a record, retried on conflict.
+///
+/// `decide` sees the current content (`None` if absent or a tombstone) and
+/// returns [`Step::Done`] (nothing to write) or [`Step::Write`]. It runs
+/// after the record has been read for this attempt and before the swap, so
+/// anything it reads from the store is at least as recent as the record it
+/// sees. It may be called several times (once per attempt); it may read but
+/// must not write.
 ///
 /// # Guarantees
-/// When this returns `Ok` after a `Write`, the written record is the pool's
+/// When this returns `Ok` after a `Write`, the written record is the
 /// current record as of the swap: no concurrent writer's change was lost.
+/// An absent key is brought into existence only by the creation guard's
+/// winner (rule 1 of the module docs), so no swap ever runs on an absent key.
 ///
 /// # Errors
 /// Whatever `decide` returns; 503 `Contention` after
 /// [`MAX_CAS_ATTEMPTS`]; store failures.
-pub fn update_pool<K: KvStore, T>(
+pub fn update_record<K: KvStore, R: CasRecord, T>(
     ctx: &Ctx<'_, K>,
-    id: &PoolId,
-    mut decide: impl FnMut(Option<&Loaded>) -> Result<Step<T>>,
+    id: &R::Id,
+    mut decide: impl FnMut(Option<&R::View>) -> Result<Step<T, R::Next>>,
 ) -> Result<T> {
-    let key = keys::pool(id);
+    let key = R::key(id);
     for attempt in 0..MAX_CAS_ATTEMPTS {
         if attempt > 0 {
             ctx.env.pause(attempt);
         }
         let (cas, current) = ctx.kv.cas_read(&key)?;
-        let (base, loaded) = match current.as_deref() {
+        let (base, view) = match current.as_deref() {
             None => (Base::Absent, None),
             Some(b) if kv::is_zero_counter(b) => {
                 let check = if b.len() == 8 {
@@ -149,25 +256,26 @@ pub fn update_pool<K: KvStore, T>(
                 (Base::Placeholder(check), None)
             }
             Some(b) => {
-                let rec = PoolRecord::decode(b)?;
-                let loaded = rec.load(id)?;
+                let rec = R::decode(b)?;
+                let view = rec.view(id)?;
+                let e = rec.envelope();
                 (
                     Base::Record {
-                        rev: rec.rev,
-                        swap_check: rec.swap_check,
-                        writers: rec.writers_after(),
+                        rev: e.rev,
+                        swap_check: e.swap_check,
+                        writers: writers_after(&e.writer, &e.recent_writers),
                     },
-                    loaded,
+                    view,
                 )
             }
         };
-        let (next, out) = match decide(loaded.as_ref())? {
+        let (next, out) = match decide(view.as_ref())? {
             Step::Done(out) => return Ok(out),
             Step::Write(next, out) => (next, out),
         };
         let (rev, check, writers) = match base {
             Base::Absent => {
-                ensure_pool_key(ctx, id, &key)?;
+                ensure_key(ctx, &R::guard_key(id), &key)?;
                 continue;
             }
             Base::Placeholder(check) => (1, check, Vec::new()),
@@ -182,10 +290,16 @@ pub fn update_pool<K: KvStore, T>(
             SwapPolicy::Auto => check,
         };
         let writer = format!("{:016x}", ctx.env.random_u64());
-        let mut record = PoolRecord::build(&next, rev, writer.clone(), check);
-        record.recent_writers = writers;
-        let bytes = record.encode();
-        let reported = ctx.kv.cas_swap(cas, &bytes)?;
+        let record = R::build(
+            &next,
+            Envelope {
+                rev,
+                writer: writer.clone(),
+                recent_writers: writers,
+                swap_check: check,
+            },
+        );
+        let reported = ctx.kv.cas_swap(cas, &record.encode())?;
         let written = match (check, reported) {
             (SwapCheck::Exact, Swap::Reported) => true,
             (SwapCheck::Exact, Swap::Failed) => false,
@@ -193,7 +307,7 @@ pub fn update_pool<K: KvStore, T>(
             // report an aborted swap as success, and Spin 3.6's Redis
             // backend reports every swap as failed (its `UNWATCH <key>` is
             // refused after the EXEC). The read-back decides.
-            (SwapCheck::Verify, _) => landed(ctx.kv.get(&key)?.as_deref(), &writer)?,
+            (SwapCheck::Verify, _) => landed::<R>(ctx.kv.get(&key)?.as_deref(), &writer)?,
         };
         if written {
             return Ok(out);
@@ -202,8 +316,8 @@ pub fn update_pool<K: KvStore, T>(
     Err(Error::transient(
         "Contention",
         format!(
-            "pool {} is being changed by too many requests at once; retry",
-            id.display()
+            "{} is being changed by too many requests at once; retry",
+            R::describe(id)
         ),
     ))
 }
@@ -211,26 +325,134 @@ pub fn update_pool<K: KvStore, T>(
 /// Whether a read-back shows the write of `writer`: the record it wrote, or
 /// a newer one that still lists it among its recent writers. Anything else
 /// means the swap was silently aborted (Redis) and nothing was written.
-fn landed(read: Option<&[u8]>, writer: &str) -> Result<bool> {
+fn landed<R: CasRecord>(read: Option<&[u8]>, writer: &str) -> Result<bool> {
     match read {
-        Some(b) if !kv::is_zero_counter(b) => Ok(PoolRecord::decode(b)?.written_by(writer)),
+        Some(b) if !kv::is_zero_counter(b) => {
+            let e = R::decode(b)?.envelope();
+            Ok(written_by(&e.writer, &e.recent_writers, writer))
+        }
         _ => Ok(false),
     }
 }
 
-/// Brings an absent pool key into existence as a zero counter, so the
+/// Brings an absent key into existence as a zero counter, so the
 /// following swap is on an existing key.
 ///
 /// Only the winner of the creation guard (the request whose
-/// `increment(pool-init-key, 1)` returned 1) ever increments the pool key:
-/// a later `increment` could meet a record that the winner has swapped in
+/// `increment(guard, 1)` returned 1) ever increments the key: a later
+/// `increment` could meet a record that the winner has swapped in
 /// meanwhile, which Spin's SQLite host answers with a panic. A loser
 /// returns and its caller re-reads after a pause, until the winner's key
 /// shows up (or answers 503 `Contention` after [`MAX_CAS_ATTEMPTS`]).
-fn ensure_pool_key<K: KvStore>(ctx: &Ctx<'_, K>, id: &PoolId, key: &str) -> Result<()> {
-    if ctx.kv.increment(&keys::pool_init(id), 1)? != 1 {
+fn ensure_key<K: KvStore>(ctx: &Ctx<'_, K>, guard: &str, key: &str) -> Result<()> {
+    if ctx.kv.increment(guard, 1)? != 1 {
         return Ok(());
     }
     ctx.kv.increment(key, 0)?;
     Ok(())
+}
+
+#[cfg(all(test, feature = "testing"))]
+mod tests {
+    //! [`update_record`] on a record type that is not a pool: the protocol
+    //! is generic (Metal and port state will use it), so it is checked on a
+    //! minimal record too, on every backend's semantics. The pool instance
+    //! is checked far more thoroughly by `tests/protocol.rs` and the
+    //! interleaving checker.
+    use super::*;
+    use crate::testing::{Backend, MemKv, TestEnv};
+    use serde::{Deserialize, Serialize};
+
+    /// A counter under the protocol: `n` is the content, `None` a tombstone.
+    #[derive(Debug, Serialize, Deserialize)]
+    struct Counter {
+        rev: u64,
+        writer: String,
+        recent: Vec<String>,
+        check: SwapCheck,
+        n: Option<u64>,
+    }
+
+    impl CasRecord for Counter {
+        type Id = str;
+        type View = u64;
+        type Next = Option<u64>;
+        fn key(id: &str) -> String {
+            format!("counter/{id}")
+        }
+        fn guard_key(id: &str) -> String {
+            format!("counter-init/{id}")
+        }
+        fn describe(id: &str) -> String {
+            format!("counter {id}")
+        }
+        fn decode(bytes: &[u8]) -> Result<Self> {
+            serde_json::from_slice(bytes).map_err(|e| Error::internal(e.to_string()))
+        }
+        fn encode(&self) -> Vec<u8> {
+            serde_json::to_vec(self).unwrap_or_default()
+        }
+        fn envelope(&self) -> Envelope {
+            Envelope {
+                rev: self.rev,
+                writer: self.writer.clone(),
+                recent_writers: self.recent.clone(),
+                swap_check: self.check,
+            }
+        }
+        fn view(&self, _: &str) -> Result<Option<u64>> {
+            Ok(self.n)
+        }
+        fn build(next: &Option<u64>, e: Envelope) -> Self {
+            Counter {
+                rev: e.rev,
+                writer: e.writer,
+                recent: e.recent_writers,
+                check: e.swap_check,
+                n: *next,
+            }
+        }
+    }
+
+    fn add(ctx: &Ctx<'_, MemKv>, id: &str, by: u64) -> u64 {
+        update_record::<_, Counter, _>(ctx, id, |seen| {
+            let n = seen.copied().unwrap_or(0) + by;
+            Ok(Step::Write(Box::new(Some(n)), n))
+        })
+        .expect("update")
+    }
+
+    #[test]
+    fn a_record_of_another_type_is_created_once_and_updated_exactly_once_per_call() {
+        for backend in [Backend::SpinSqlite, Backend::Redis, Backend::RedisSpin36] {
+            let kv = MemKv::new(backend);
+            let env = TestEnv::at(1_000);
+            let ctx = Ctx {
+                kv: &kv,
+                env: &env,
+                swap_policy: SwapPolicy::Auto,
+            };
+            assert_eq!(add(&ctx, "a", 1), 1, "{backend:?}");
+            assert_eq!(add(&ctx, "a", 2), 3, "{backend:?}");
+            assert_eq!(add(&ctx, "b", 5), 5, "{backend:?}");
+            let stored = Counter::decode(&kv.get("counter/a").unwrap().unwrap()).unwrap();
+            assert_eq!((stored.n, stored.rev), (Some(3), 2), "{backend:?}");
+            assert_eq!(stored.recent.len(), 1, "the first writer is remembered");
+            let expected = if backend == Backend::SpinSqlite {
+                SwapCheck::Exact
+            } else {
+                SwapCheck::Verify
+            };
+            assert_eq!(stored.check, expected, "{backend:?}");
+            // The guard was won once per key.
+            assert_eq!(kv.increment("counter-init/a", 0).unwrap(), 1, "{backend:?}");
+            // A decision that writes nothing leaves the record as it is.
+            let seen =
+                update_record::<_, Counter, _>(&ctx, "a", |seen| Ok(Step::Done(seen.copied())))
+                    .unwrap();
+            assert_eq!(seen, Some(3));
+            let again = Counter::decode(&kv.get("counter/a").unwrap().unwrap()).unwrap();
+            assert_eq!(again.rev, 2, "{backend:?}");
+        }
+    }
 }

@@ -227,16 +227,12 @@ impl PoolRecord {
     /// Whether the write carrying `token` is this record or one of the
     /// [`RECENT_WRITERS`] before it.
     pub fn written_by(&self, token: &str) -> bool {
-        self.writer == token || self.recent_writers.iter().any(|w| w == token)
+        written_by(&self.writer, &self.recent_writers, token)
     }
 
     /// The `recentWriters` of the record that replaces this one.
     pub fn writers_after(&self) -> Vec<String> {
-        let mut w = self.recent_writers.clone();
-        w.push(self.writer.clone());
-        let excess = w.len().saturating_sub(RECENT_WRITERS);
-        w.drain(..excess);
-        w
+        writers_after(&self.writer, &self.recent_writers)
     }
 
     /// Builds a record for `next` (see [`Next`]).
@@ -483,4 +479,20 @@ fn stored_entry(s: &str) -> Result<(u128, u128)> {
 /// Converts `ip` for `pool`, or `None` when the family differs.
 pub fn addr_in_family(pool: &ValidatedPool, ip: IpAddr) -> Option<u128> {
     (crate::ip::Family::of(ip) == pool.family).then(|| to_u128(ip))
+}
+
+/// Whether `token` is `writer` or among `recent` (a record's envelope).
+pub(crate) fn written_by(writer: &str, recent: &[String], token: &str) -> bool {
+    writer == token || recent.iter().any(|w| w == token)
+}
+
+/// The `recentWriters` of the record that replaces one written by
+/// `writer` after `recent`: `writer` appended, the oldest dropped beyond
+/// [`RECENT_WRITERS`].
+pub(crate) fn writers_after(writer: &str, recent: &[String]) -> Vec<String> {
+    let mut w = recent.to_vec();
+    w.push(writer.to_string());
+    let excess = w.len().saturating_sub(RECENT_WRITERS);
+    w.drain(..excess);
+    w
 }
