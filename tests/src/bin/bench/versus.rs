@@ -40,12 +40,8 @@ use metal_ipam_tests::harness::{claim_json, pool_json, HostProcess, TempDir};
 use metal_ipam_tests::schema::repo_root;
 use serde_json::{json, Value};
 
-use crate::{f1, f2, percentile, r3, Table, NS};
+use crate::{f1, f2, percentile, r3, Table, MAX_503_PER_CLAIM as MAX_503, NS, RETRY_503_AFTER};
 
-/// Pause before a client re-posts a claim answered `503`.
-const RETRY_503_AFTER: Duration = Duration::from_millis(10);
-/// A claim answered `503` this often is given up and counted as failed.
-const MAX_503: u32 = 50;
 /// How often the sampler reads the pool record.
 const SAMPLE_EVERY: Duration = Duration::from_millis(2);
 /// Concurrency levels of the comparison.
