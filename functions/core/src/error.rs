@@ -25,7 +25,7 @@ pub enum ErrorKind {
     /// The pool has no address left for this claim. 409.
     Exhausted,
     /// The request body is larger than the service accepts
-    /// ([`crate::http::api::MAX_BODY`]). 413.
+    /// ([`crate::MAX_BODY`]). 413.
     PayloadTooLarge,
     /// A temporary condition (store error, contention); retrying may succeed. 503.
     Transient,

@@ -45,3 +45,11 @@ pub mod ports;
 pub mod testing;
 
 pub use error::{Error, ErrorKind, Result};
+
+/// Largest request body accepted (1 MiB), by every parser of request bytes
+/// (HTTP API, events, admission reviews). A larger body is answered 413
+/// `PayloadTooLarge` ([`Error::payload_too_large`]): by the Spin shell
+/// before it reads the body when `Content-Length` says so, or as soon as a
+/// body without one has passed the limit; and by the parsers, for bodies
+/// that reach them some other way.
+pub const MAX_BODY: usize = 1 << 20;

@@ -38,15 +38,15 @@ pub struct Request<'a> {
 }
 
 /// Parses a review body as JSON, refusing one over
-/// [`crate::http::api::MAX_BODY`].
+/// [`crate::MAX_BODY`].
 ///
 /// # Errors
 /// 400 `Malformed` (too large) or `MalformedJSON`.
 pub fn read(body: &[u8]) -> Result<Value> {
-    if body.len() > crate::http::api::MAX_BODY {
+    if body.len() > crate::MAX_BODY {
         return Err(Error::malformed(format!(
             "the body is larger than {} bytes",
-            crate::http::api::MAX_BODY
+            crate::MAX_BODY
         )));
     }
     serde_json::from_slice(body).map_err(|e| {

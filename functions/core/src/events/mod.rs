@@ -108,7 +108,7 @@
 //! Every refusal is a 400: `MalformedJSON` when the body (or decoded
 //! `data_base64`) is not JSON, `MalformedEvent` otherwise, naming the member
 //! at fault in [`Error::field`] where there is one. Bodies over
-//! [`crate::http::api::MAX_BODY`] are refused too.
+//! [`crate::MAX_BODY`] are refused too.
 
 pub mod route;
 
@@ -343,10 +343,10 @@ pub fn parse(
     header: &dyn Fn(&str) -> Option<String>,
     body: &[u8],
 ) -> Result<Parsed> {
-    if body.len() > crate::http::api::MAX_BODY {
+    if body.len() > crate::MAX_BODY {
         return Err(bad(format!(
             "the body is larger than {} bytes",
-            crate::http::api::MAX_BODY
+            crate::MAX_BODY
         )));
     }
     match content_type.map(media_type).as_deref() {
@@ -387,7 +387,7 @@ pub fn presented_token(
     if !structured_type && header("ce-specversion").is_some() {
         return header(TOKEN_HEADER).and_then(|v| percent_decode(v.trim(), TOKEN_HEADER).ok());
     }
-    if body.len() > crate::http::api::MAX_BODY {
+    if body.len() > crate::MAX_BODY {
         return None;
     }
     let v: Value = serde_json::from_slice(body).ok()?;
@@ -950,7 +950,7 @@ mod tests {
 
     #[test]
     fn oversized_bodies_are_refused() {
-        let big = vec![b' '; crate::http::api::MAX_BODY + 1];
+        let big = vec![b' '; crate::MAX_BODY + 1];
         assert_eq!(parse(None, &no_headers, &big).unwrap_err().status(), 400);
         assert_eq!(presented_token(None, &no_headers, &big), None);
     }

@@ -18,12 +18,7 @@ use crate::kube::names;
 use crate::kv::Ctx;
 use crate::ports::kv::{KvStore, OpCounts};
 
-/// Largest request body accepted (1 MiB). A larger body is answered 413
-/// `PayloadTooLarge` ([`Error::payload_too_large`]): by the Spin glue
-/// before it reads the body when `Content-Length` says so, or as soon as
-/// a body without one has passed the limit; and here, for bodies that
-/// reach a handler some other way.
-pub const MAX_BODY: usize = 1 << 20;
+pub use crate::MAX_BODY;
 
 /// A request as the handlers see it.
 #[derive(Debug, Clone, Copy)]
