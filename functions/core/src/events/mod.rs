@@ -423,6 +423,24 @@ struct Attrs {
     token: Option<String>,
 }
 
+impl Attrs {
+    /// The attributes we use, each read with `get` (from `ce-*` headers in
+    /// binary mode, from the JSON object in structured mode).
+    fn read(get: impl Fn(&str) -> Result<Option<String>>) -> Result<Attrs> {
+        Ok(Attrs {
+            specversion: get("specversion")?,
+            type_: get("type")?,
+            id: get("id")?,
+            source: get("source")?,
+            kind: get("kind")?,
+            apiversion: get("apiversion")?,
+            name: get("name")?,
+            namespace: get("namespace")?,
+            token: get(TOKEN_ATTRIBUTE)?,
+        })
+    }
+}
+
 fn binary(header: &dyn Fn(&str) -> Option<String>, body: &[u8]) -> Result<Parsed> {
     let get = |attr: &str| -> Result<Option<String>> {
         let name = format!("ce-{attr}");
@@ -430,17 +448,7 @@ fn binary(header: &dyn Fn(&str) -> Option<String>, body: &[u8]) -> Result<Parsed
             .map(|v| percent_decode(v.trim(), &name))
             .transpose()
     };
-    let attrs = Attrs {
-        specversion: get("specversion")?,
-        type_: get("type")?,
-        id: get("id")?,
-        source: get("source")?,
-        kind: get("kind")?,
-        apiversion: get("apiversion")?,
-        name: get("name")?,
-        namespace: get("namespace")?,
-        token: get(TOKEN_ATTRIBUTE)?,
-    };
+    let attrs = Attrs::read(get)?;
     let data = if body.iter().all(u8::is_ascii_whitespace) {
         None
     } else {
@@ -457,17 +465,7 @@ fn structured(obj: &Map<String, Value>) -> Result<Parsed> {
             Some(_) => Err(bad(format!("attribute {attr} must be a string")).with_field(attr)),
         }
     };
-    let attrs = Attrs {
-        specversion: get("specversion")?,
-        type_: get("type")?,
-        id: get("id")?,
-        source: get("source")?,
-        kind: get("kind")?,
-        apiversion: get("apiversion")?,
-        name: get("name")?,
-        namespace: get("namespace")?,
-        token: get(TOKEN_ATTRIBUTE)?,
-    };
+    let attrs = Attrs::read(get)?;
     let data = match (obj.get("data"), obj.get("data_base64")) {
         (Some(_), Some(_)) => {
             return Err(bad("a CloudEvent carries data or data_base64, not both"));
