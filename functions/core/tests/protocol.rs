@@ -41,6 +41,13 @@ fn claim(ns: &str, name: &str, uid: &str, pool: &str) -> Claim {
     .unwrap()
 }
 
+/// Registers pool `ns/p` with `spec`.
+fn register(kv: &MemKv, env: &TestEnv, spec: Value) -> PutOutcome {
+    ops::put_pool(&ctx(kv, env), pool_obj("ns", "p", spec))
+        .unwrap()
+        .0
+}
+
 fn ctx<'a>(kv: &'a MemKv, env: &'a TestEnv) -> Ctx<'a, MemKv> {
     Ctx {
         kv,
@@ -54,15 +61,11 @@ fn concurrent_claims_never_share_an_address_on_any_backend() {
     for backend in BACKENDS {
         let kv = Arc::new(MemKv::new(backend));
         let env = Arc::new(TestEnv::at(100));
-        ops::put_pool(
-            &ctx(&kv, &env),
-            pool_obj(
-                "ns",
-                "p",
-                json!({"addresses": ["10.1.0.0/22"], "prefix": 22}),
-            ),
-        )
-        .unwrap();
+        register(
+            &kv,
+            &env,
+            json!({"addresses": ["10.1.0.0/22"], "prefix": 22}),
+        );
         let threads = 8;
         let per_thread = 40;
         let barrier = Arc::new(Barrier::new(threads));
@@ -144,15 +147,11 @@ fn a_silently_aborted_swap_is_read_back_and_retried() {
     for backend in BACKENDS {
         let kv = MemKv::new(backend);
         let env = TestEnv::at(1_000);
-        ops::put_pool(
-            &ctx(&kv, &env),
-            pool_obj(
-                "ns",
-                "p",
-                json!({"addresses": ["10.7.0.0/29"], "prefix": 29}),
-            ),
-        )
-        .unwrap();
+        register(
+            &kv,
+            &env,
+            json!({"addresses": ["10.7.0.0/29"], "prefix": 29}),
+        );
         let aborts_before = kv.silent_aborts();
         let mut first = true;
         let racing = Hooked::new(&kv, |op| {
@@ -261,11 +260,7 @@ fn backend_is_detected_at_creation() {
     ] {
         let kv = MemKv::new(backend);
         let env = TestEnv::at(0);
-        ops::put_pool(
-            &ctx(&kv, &env),
-            pool_obj("ns", "p", json!({"addresses": ["10.0.0.1"], "prefix": 24})),
-        )
-        .unwrap();
+        register(&kv, &env, json!({"addresses": ["10.0.0.1"], "prefix": 24}));
         let rec = PoolRecord::decode(
             &kv.get(&keys::pool(&PoolId::namespaced("ns", "p")))
                 .unwrap()
@@ -390,15 +385,11 @@ fn a_crash_at_any_point_of_an_allocation_neither_loses_nor_duplicates() {
             let kv = MemKv::new(backend);
             let env = TestEnv::at(0);
             let c = ctx(&kv, &env);
-            ops::put_pool(
-                &c,
-                pool_obj(
-                    "ns",
-                    "p",
-                    json!({"addresses": ["10.3.0.10-10.3.0.20"], "prefix": 24}),
-                ),
-            )
-            .unwrap();
+            register(
+                &kv,
+                &env,
+                json!({"addresses": ["10.3.0.10-10.3.0.20"], "prefix": 24}),
+            );
             ops::allocate(&c, &claim("ns", "before", "u0", "p")).unwrap();
             kv.fail_after(Some(k));
             let crashed = ops::allocate(&c, &claim("ns", "m", "u1", "p")).is_err();
@@ -434,15 +425,11 @@ fn a_crash_during_release_never_frees_a_bound_address_nor_leaks() {
             let kv = MemKv::new(backend);
             let env = TestEnv::at(0);
             let c = ctx(&kv, &env);
-            ops::put_pool(
-                &c,
-                pool_obj(
-                    "ns",
-                    "p",
-                    json!({"addresses": ["10.4.0.1-10.4.0.3"], "prefix": 24}),
-                ),
-            )
-            .unwrap();
+            register(
+                &kv,
+                &env,
+                json!({"addresses": ["10.4.0.1-10.4.0.3"], "prefix": 24}),
+            );
             ops::allocate(&c, &claim("ns", "m", "u1", "p")).unwrap();
             kv.fail_after(Some(k));
             let crashed = ops::release(&c, "ns", "m", None).is_err();
@@ -570,11 +557,7 @@ fn only_the_creation_guard_winner_creates_the_pool_key() {
         // The slow winner goes on: its increment meets no record.
         kv.increment(&keys::pool(&id), 0).unwrap();
         assert_eq!(kv.increment_panics(), 0);
-        let (outcome, _) = ops::put_pool(
-            &ctx(&kv, &env),
-            pool_obj("ns", "p", json!({"addresses": ["10.6.0.1"], "prefix": 24})),
-        )
-        .unwrap();
+        let outcome = register(&kv, &env, json!({"addresses": ["10.6.0.1"], "prefix": 24}));
         assert_eq!(outcome, PutOutcome::Created, "{backend:?}");
         // Recovery from a winner that died: an operator deletes the guard.
         let other = PoolId::namespaced("ns", "q");
@@ -615,7 +598,11 @@ fn grace_period_delays_reuse() {
     let kv = MemKv::new(Backend::SpinSqlite);
     let env = TestEnv::at(1_000);
     let c = ctx(&kv, &env);
-    ops::put_pool(&c, pool_obj("ns", "p", json!({"addresses": ["10.9.0.1-10.9.0.2"], "prefix": 24, "addressReuseGracePeriodSeconds": 30}))).unwrap();
+    register(
+        &kv,
+        &env,
+        json!({"addresses": ["10.9.0.1-10.9.0.2"], "prefix": 24, "addressReuseGracePeriodSeconds": 30}),
+    );
     ops::allocate(&c, &claim("ns", "a", "u1", "p")).unwrap();
     ops::allocate(&c, &claim("ns", "b", "u2", "p")).unwrap();
     ops::release(&c, "ns", "a", None).unwrap();
@@ -750,15 +737,11 @@ fn a_request_past_its_deadline_writes_nothing_and_its_intent_is_taken_over() {
     for backend in BACKENDS {
         let kv = MemKv::new(backend);
         let env = TestEnv::at(1_000);
-        ops::put_pool(
-            &ctx(&kv, &env),
-            pool_obj(
-                "ns",
-                "p",
-                json!({"addresses": ["10.5.0.1-10.5.0.9"], "prefix": 24}),
-            ),
-        )
-        .unwrap();
+        register(
+            &kv,
+            &env,
+            json!({"addresses": ["10.5.0.1-10.5.0.9"], "prefix": 24}),
+        );
         // The request stalls right after each of its swaps.
         let slow = Hooked::new(&kv, |op| {
             if op == "cas_swap" {
@@ -819,15 +802,11 @@ fn a_release_between_a_duplicate_allocations_reads_resurrects_nothing() {
         let kv = MemKv::new(backend);
         let env = TestEnv::at(0);
         let c = ctx(&kv, &env);
-        ops::put_pool(
-            &c,
-            pool_obj(
-                "ns",
-                "p",
-                json!({"addresses": ["10.6.0.1-10.6.0.3"], "prefix": 24}),
-            ),
-        )
-        .unwrap();
+        register(
+            &kv,
+            &env,
+            json!({"addresses": ["10.6.0.1-10.6.0.3"], "prefix": 24}),
+        );
         let x = ops::allocate(&c, &claim("ns", "x", "u1", "p")).unwrap();
         assert_eq!(x.record.address, "10.6.0.1");
         // The duplicate reads the pool record; X's release runs whole.
@@ -874,15 +853,11 @@ fn a_retry_after_a_crash_gets_its_address_after_any_burst_and_any_delay() {
         let kv = MemKv::new(backend);
         let env = TestEnv::at(0);
         let c = ctx(&kv, &env);
-        ops::put_pool(
-            &c,
-            pool_obj(
-                "ns",
-                "p",
-                json!({"addresses": ["10.9.0.0/22"], "prefix": 22}),
-            ),
-        )
-        .unwrap();
+        register(
+            &kv,
+            &env,
+            json!({"addresses": ["10.9.0.0/22"], "prefix": 22}),
+        );
         // X dies right after its pool write (before the claim write).
         let ops_to_swap = if backend == Backend::SpinSqlite { 3 } else { 4 };
         kv.fail_after(Some(ops_to_swap));
