@@ -452,6 +452,14 @@ pub fn tweak_string(rng: &mut Rng, s: &str) -> String {
 }
 
 /// A copy of a random node of a random donor document.
+/// One of `m`'s member names, picked at random (`m` is not empty).
+fn random_key(rng: &mut Rng, m: &serde_json::Map<String, Value>) -> String {
+    m.keys()
+        .nth(rng.below(m.len()))
+        .cloned()
+        .unwrap_or_default()
+}
+
 fn donor_subtree(rng: &mut Rng, donors: &[Value]) -> Value {
     if donors.is_empty() {
         return Value::Null;
@@ -510,11 +518,7 @@ fn mutate_once(rng: &mut Rng, doc: &mut Value, donors: &[Value]) {
         6 => match node {
             // Drop a member / an element.
             Value::Object(m) if !m.is_empty() => {
-                let k = m
-                    .keys()
-                    .nth(rng.below(m.len()))
-                    .cloned()
-                    .unwrap_or_default();
+                let k = random_key(rng, m);
                 m.remove(&k);
             }
             Value::Array(a) if !a.is_empty() => {
@@ -552,11 +556,7 @@ fn mutate_once(rng: &mut Rng, doc: &mut Value, donors: &[Value]) {
         9 => match node {
             // Rename a member: case, whitespace, a neighbour's name.
             Value::Object(m) if !m.is_empty() => {
-                let k = m
-                    .keys()
-                    .nth(rng.below(m.len()))
-                    .cloned()
-                    .unwrap_or_default();
+                let k = random_key(rng, m);
                 let v = m.remove(&k).unwrap_or_default();
                 let nk = match rng.below(4) {
                     0 => k.to_lowercase(),

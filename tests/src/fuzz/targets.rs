@@ -194,23 +194,16 @@ fn normalize_field(f: &str) -> String {
             _ => {}
         }
     }
-    const SPEC: &[&str] = &[
-        "addresses",
-        "prefix",
-        "gateway",
-        "excludedAddresses",
-        "allocateReservedIPAddresses",
-        "addressReuseGracePeriodSeconds",
-        "preAllocations",
-        "poolRef",
-        "clusterName",
-    ];
+    // The pool spec's fields, and the claim spec's that share the prefix.
+    const CLAIM_SPEC: &[&str] = &["poolRef", "clusterName"];
     if let Some(rest) = out.strip_prefix("spec.") {
         let member = rest.split(['.', '[']).next().unwrap_or("");
         if member == "preAllocations" && rest.len() > member.len() {
             return "spec.preAllocations.*".to_string();
         }
-        if !SPEC.contains(&member) {
+        if !metal_ipam_core::ipam::pool::SPEC_FIELDS.contains(&member)
+            && !CLAIM_SPEC.contains(&member)
+        {
             return "spec.<unknown>".to_string();
         }
     }

@@ -233,6 +233,17 @@ fn family_name(f: Family) -> &'static str {
     }
 }
 
+/// The fields of a pool's `spec`; any other is refused as unknown.
+pub const SPEC_FIELDS: &[&str] = &[
+    "addresses",
+    "prefix",
+    "gateway",
+    "excludedAddresses",
+    "allocateReservedIPAddresses",
+    "addressReuseGracePeriodSeconds",
+    "preAllocations",
+];
+
 impl PoolSpec {
     /// Parses `spec` from JSON, reporting the exact field of any type error.
     ///
@@ -244,17 +255,7 @@ impl PoolSpec {
             .as_object()
             .ok_or_else(|| Error::invalid("spec", "must be an object"))?;
         for k in obj.keys() {
-            if ![
-                "addresses",
-                "prefix",
-                "gateway",
-                "excludedAddresses",
-                "allocateReservedIPAddresses",
-                "addressReuseGracePeriodSeconds",
-                "preAllocations",
-            ]
-            .contains(&k.as_str())
-            {
+            if !SPEC_FIELDS.contains(&k.as_str()) {
                 return Err(Error::invalid(format!("spec.{k}"), "unknown field"));
             }
         }
