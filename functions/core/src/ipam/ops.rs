@@ -53,11 +53,6 @@ enum BindTarget {
     Adopt(std::net::IpAddr),
 }
 
-/// A fresh random token (owner or binding token).
-fn token<K: KvStore>(ctx: &Ctx<'_, K>) -> String {
-    format!("{:016x}", ctx.env.random_u64())
-}
-
 /// Splits `namespace/name`.
 fn claim_key_of(claim: &str) -> Option<String> {
     let (ns, name) = claim.split_once('/')?;
@@ -195,7 +190,7 @@ fn address_mismatch(claim: &Claim, bound: &str, address: std::net::IpAddr) -> Er
 fn bind<K: KvStore>(ctx: &Ctx<'_, K>, claim: &Claim, target: BindTarget) -> Result<Allocated> {
     let ckey = keys::claim(&claim.id.namespace, &claim.id.name);
     let cname = claim.id.display();
-    let me = token(ctx);
+    let me = ctx.env.token();
     let (follow, answer, taken_at) = kv::update_pool(ctx, &claim.pool, |current| {
         let Some(l) = current else {
             // No pool: a binding left from it still answers (two reads).
@@ -376,7 +371,7 @@ fn bind_decide<K: KvStore>(
             (v, ip)
         }
     };
-    let tok = token(ctx);
+    let tok = ctx.env.token();
     let record = ClaimRecord::new(claim, ip, &l.pool, l.object.uid(), &tok);
     state.intents.push(Intent {
         kind: IntentKind::Bind,
@@ -496,7 +491,7 @@ pub fn release<K: KvStore>(
         return Ok(None);
     }
     let pool_id = first.pool_id(namespace)?;
-    let me = token(ctx);
+    let me = ctx.env.token();
     let (follow, released, taken_at) =
         kv::update_pool(ctx, &pool_id, |current| {
             let now = ctx.env.now();
@@ -647,7 +642,7 @@ pub fn put_pool_with<K: KvStore>(
 ) -> Result<(PutOutcome, PoolView)> {
     let pool = object.spec.validate()?;
     let id = object.id.clone();
-    let me = token(ctx);
+    let me = ctx.env.token();
     let (result, bindings, taken_at) = kv::update_pool(ctx, &id, |current| {
         let now = ctx.env.now();
         let Some(l) = current else {
@@ -662,7 +657,7 @@ pub fn put_pool_with<K: KvStore>(
                     continue; // one address per claim: the first IPAddress wins
                 }
                 state.adopt(v);
-                let tok = token(ctx);
+                let tok = ctx.env.token();
                 bindings.push((
                     keys::claim(&a.claim.id.namespace, &a.claim.id.name),
                     ClaimRecord::new(&a.claim, a.address, &pool, object.uid(), &tok),

@@ -289,7 +289,7 @@ pub fn update_record<K: KvStore, R: CasRecord, T>(
             SwapPolicy::Always => SwapCheck::Verify,
             SwapPolicy::Auto => check,
         };
-        let writer = format!("{:016x}", ctx.env.random_u64());
+        let writer = ctx.env.token();
         let record = R::build(
             &next,
             Envelope {

@@ -8,4 +8,11 @@ pub trait Env {
     fn random_u64(&self) -> u64;
     /// Waits a little before retry `attempt` (≥ 1) of a contended update.
     fn pause(&self, attempt: u32);
+
+    /// A fresh random token, 16 hex digits: a record's writer, an intent's
+    /// owner, a binding's token. Tokens need only differ between concurrent
+    /// writers.
+    fn token(&self) -> String {
+        format!("{:016x}", self.random_u64())
+    }
 }

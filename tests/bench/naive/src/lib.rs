@@ -76,7 +76,7 @@ fn allocate<K: KvStore, H: HttpClient + ?Sized>(
     let address = state
         .allocate(&pool, &ask, ctx.env.now())
         .map_err(|e| e.into_error(&pool, &claim.pool.display()))?;
-    let token = format!("{:016x}", ctx.env.random_u64());
+    let token = ctx.env.token();
     let binding = ClaimRecord::new(&claim, from_u128(pool.family, address), &pool, None, &token);
     let next = Next {
         pool: Some((object, pool)),
