@@ -829,6 +829,41 @@ async fn an_event_cannot_release_a_claim_made_through_the_http_api() {
     assert_eq!(r.status, 204, "{}", r.body);
 }
 
+/// The leak reclaim frees an address the pool holds but nothing explains
+/// (no binding, no intent, no `IPAddress`), and only that one: the healthy
+/// claim, whose `IPAddress` is listed, keeps its address.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reconcile_reclaims_a_leaked_address_and_nothing_else() {
+    let w = World::new().await;
+    setup(&w, &["10.9.0.100-10.9.0.120"]).await;
+    // leak-0 first: ok-0's allocation then sees leak-0's binding written
+    // and drops its intent, so nothing in the record explains the address
+    // once the binding is gone.
+    for name in ["leak-0", "ok-0"] {
+        let c = w.kube.create(claim("team-a", name, "nodes"));
+        let r = w.event(json!({"type": "ADDED", "object": c})).await;
+        assert_eq!(r.status, 200, "{}", r.body);
+    }
+    let kept = w.address("team-a", "ok-0").expect("bound")["spec"]["address"].clone();
+    // The leak: the binding is lost from the store and neither the claim
+    // nor its IPAddress is listed.
+    w.app
+        .store()
+        .await
+        .delete("claim/team-a/leak-0")
+        .await
+        .unwrap();
+    w.kube.hide_from_lists("team-a", "leak-0");
+    let r = w.reconcile().await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.body["leaksReclaimed"], 1, "{}", r.body);
+    let got = w.app.call("GET", "/v1/claims/team-a/ok-0", None).await;
+    assert_eq!(got.body["spec"]["address"], kept, "{}", got.body);
+    // A second reconcile finds nothing more.
+    let r = w.reconcile().await;
+    assert_eq!(r.body["leaksReclaimed"], 0, "{}", r.body);
+}
+
 /// Finding 1 of issue 6: reconcile built its set of live claims from one
 /// list and released every binding not in it, so a claim created and bound
 /// after the list was taken (an event on another replica) lost its binding

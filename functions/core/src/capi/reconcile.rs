@@ -226,7 +226,26 @@ fn reclaim_leaks<K: KvStore>(
         let Some(l) = current else {
             return Ok(Step::Done(0));
         };
-        let mut holding = in_use.clone();
+        // Addresses nothing outside the store explains: not cooling, not an
+        // intent's, not held by an `IPAddress`. Leaks are rare and few; a
+        // pool with a huge bound range and no bindings would be a corrupt
+        // store, not a leak to walk.
+        let cooling: BTreeSet<u128> = l.state.cooling.iter().map(|c| c.address).collect();
+        let intents: BTreeSet<u128> = l.state.intents.iter().map(|i| i.address).collect();
+        let candidates: Vec<u128> = l
+            .state
+            .used
+            .ranges()
+            .iter()
+            .filter(|&&(a, b)| b - a <= 1 << 20)
+            .flat_map(|&(a, b)| a..=b)
+            .filter(|v| !cooling.contains(v) && !intents.contains(v) && !in_use.contains(v))
+            .collect();
+        // The usual case under CAPI (every binding has its `IPAddress`):
+        // nothing to check, so no key is listed or read.
+        if candidates.is_empty() {
+            return Ok(Step::Done(0));
+        }
         let claim_keys: Vec<String> = ctx
             .kv
             .list_keys()?
@@ -241,6 +260,7 @@ fn reclaim_leaks<K: KvStore>(
                 .map(|k| ctx.kv.get(k))
                 .collect::<std::result::Result<Vec<_>, _>>()?
         };
+        let mut bound = BTreeSet::new();
         for (key, value) in claim_keys.iter().zip(values) {
             let Some(bytes) = value else { continue };
             let Ok(rec) = kv::ClaimRecord::decode(&bytes) else {
@@ -249,26 +269,15 @@ fn reclaim_leaks<K: KvStore>(
             let ns = keys::parse_claim(key).map(|(ns, _)| ns).unwrap_or_default();
             if rec.pool_id(ns).ok().as_ref() == Some(id) {
                 if let Ok(ip) = rec.ip() {
-                    holding.insert(to_u128(ip));
+                    bound.insert(to_u128(ip));
                 }
             }
         }
-        holding.extend(l.state.intents.iter().map(|i| i.address));
-        let cooling: BTreeSet<u128> = l.state.cooling.iter().map(|c| c.address).collect();
         let mut state = l.state.clone();
         let mut n = 0;
-        for &(a, b) in l.state.used.ranges() {
-            // Leaks are rare and few; a pool with a huge bound range and no
-            // bindings would be a corrupt store, not a leak to walk.
-            if b - a > 1 << 20 {
-                continue;
-            }
-            for v in a..=b {
-                if !cooling.contains(&v) && !holding.contains(&v) {
-                    state.used.remove(v);
-                    n += 1;
-                }
-            }
+        for v in candidates.into_iter().filter(|v| !bound.contains(v)) {
+            state.used.remove(v);
+            n += 1;
         }
         if n == 0 {
             return Ok(Step::Done(0));
