@@ -18,8 +18,9 @@
 //! - [`ipam`]: pools, claims, the allocator and the operations over the
 //!   store.
 //! - [`kv`]: the key layout, records and the compare-and-swap protocol.
-//! - [`kube`]: a typed Kubernetes API client, the resource table with
-//!   `USED_PERMISSIONS`, Kubernetes name rules.
+//! - [`kube`]: a Kubernetes API client returning typed object views
+//!   ([`kube::object`]), the resource table with `USED_PERMISSIONS`,
+//!   Kubernetes name rules.
 //! - [`capi`]: the CAPI IPAM contract: claim and pool reconciliation, full
 //!   reconcile.
 //! - [`events`]: the payloads event forwarders post to `/v1/events`.

@@ -36,6 +36,7 @@
 //! finalizer on it while addresses are allocated, and writes
 //! `status.ipAddresses` and a `Ready` condition.
 
+pub mod objects;
 pub mod reconcile;
 
 use std::net::IpAddr;
@@ -46,12 +47,13 @@ use std::collections::BTreeMap;
 use serde_json::{json, Map, Value};
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::ipam::claim::{Claim, CLUSTER_NAME_LABEL};
+use crate::ipam::claim::{Claim, ClaimObject, IpAddressObject, CLUSTER_NAME_LABEL};
 use crate::ipam::ops::{self, Adoption};
-use crate::ipam::pool::{self, PoolId, PoolKind, PoolObject};
+use crate::ipam::pool::{PoolId, PoolKind, PoolObject};
 use crate::kube::conditions::{with_ready, Ready};
-use crate::kube::meta::{add_finalizer, remove_finalizer, retrying, rfc3339, rv};
-use crate::kube::{self, obj, Kube, Resource};
+use crate::kube::meta::{add_finalizer, remove_finalizer, retrying, rfc3339};
+use crate::kube::object::{Meta, Object, ObjectMeta, OwnerReference, WithJson};
+use crate::kube::{self, Kube, Resource};
 use crate::kv::Ctx;
 use crate::ports::http::HttpClient;
 use crate::ports::kv::KvStore;
@@ -62,8 +64,8 @@ pub const CLAIM_FINALIZER: &str = "ipam.metal-ipam.dev/release-address";
 pub const ADDRESS_FINALIZER: &str = "ipam.metal-ipam.dev/protect-address";
 /// Finalizer on pools: kept while addresses are allocated from them.
 pub const POOL_FINALIZER: &str = "ipam.metal-ipam.dev/protect-pool";
-/// CAPI's pause annotation.
-pub const PAUSED_ANNOTATION: &str = "cluster.x-k8s.io/paused";
+pub use objects::PAUSED_ANNOTATION;
+use objects::{paused, ClusterObject, PoolResource};
 /// Reason of `Ready=True` on a bound claim (the contract defines none).
 pub const REASON_ALLOCATED: &str = "AddressAllocated";
 
@@ -163,33 +165,28 @@ impl Outcome {
 #[derive(Debug, Default)]
 pub struct Snapshot {
     /// Claims by (namespace, name).
-    pub claims: BTreeMap<(String, String), Value>,
+    pub claims: BTreeMap<(String, String), WithJson<ClaimObject>>,
     /// IPAddresses by (namespace, name).
-    pub addresses: BTreeMap<(String, String), Value>,
+    pub addresses: BTreeMap<(String, String), IpAddressObject>,
     /// Pools by id.
-    pub pools: BTreeMap<PoolId, Value>,
+    pub pools: BTreeMap<PoolId, Meta>,
     /// Clusters looked up so far by (namespace, name), `None` = absent.
-    clusters: RefCell<BTreeMap<(String, String), Option<Value>>>,
+    clusters: RefCell<BTreeMap<(String, String), Option<ClusterObject>>>,
 }
 
 impl Snapshot {
     /// A snapshot from listed claims, IPAddresses and pools.
     pub fn new(
-        claims: Vec<Value>,
-        addresses: Vec<Value>,
-        pools: BTreeMap<PoolId, Value>,
+        claims: Vec<WithJson<ClaimObject>>,
+        addresses: Vec<IpAddressObject>,
+        pools: BTreeMap<PoolId, Meta>,
     ) -> Snapshot {
-        let key = |o: &Value| {
-            (
-                obj::meta_str(o, "namespace")
-                    .unwrap_or_default()
-                    .to_string(),
-                obj::meta_str(o, "name").unwrap_or_default().to_string(),
-            )
-        };
+        fn key(m: &ObjectMeta) -> (String, String) {
+            (m.namespace.clone().unwrap_or_default(), m.name.clone())
+        }
         Snapshot {
-            claims: claims.into_iter().map(|o| (key(&o), o)).collect(),
-            addresses: addresses.into_iter().map(|o| (key(&o), o)).collect(),
+            claims: claims.into_iter().map(|o| (key(o.meta()), o)).collect(),
+            addresses: addresses.into_iter().map(|o| (key(o.meta()), o)).collect(),
             pools,
             clusters: RefCell::default(),
         }
@@ -208,37 +205,39 @@ impl<H: HttpClient + ?Sized> Reader<'_, '_, '_, H> {
         (ns.to_string(), name.to_string())
     }
 
-    fn claim(&self, ns: &str, name: &str) -> Result<Option<Value>> {
+    fn claim(&self, ns: &str, name: &str) -> Result<Option<WithJson<ClaimObject>>> {
         match self.snap {
             Some(s) => Ok(s.claims.get(&Self::key(ns, name)).cloned()),
-            None => Ok(self.kube.get(&kube::CLAIMS, Some(ns), name)?),
+            None => Ok(self.kube.get_as(&kube::CLAIMS, Some(ns), name)?),
         }
     }
 
-    fn address(&self, ns: &str, name: &str) -> Result<Option<Value>> {
+    fn address(&self, ns: &str, name: &str) -> Result<Option<IpAddressObject>> {
         match self.snap {
             Some(s) => Ok(s.addresses.get(&Self::key(ns, name)).cloned()),
-            None => Ok(self.kube.get(&kube::IP_ADDRESSES, Some(ns), name)?),
+            None => Ok(self.kube.get_as(&kube::IP_ADDRESSES, Some(ns), name)?),
         }
     }
 
-    fn pool(&self, id: &PoolId) -> Result<Option<Value>> {
+    fn pool(&self, id: &PoolId) -> Result<Option<Meta>> {
         match self.snap {
             Some(s) => Ok(s.pools.get(id).cloned()),
-            None => Ok(self
-                .kube
-                .get(resource_of(id.kind), id.namespace.as_deref(), &id.name)?),
+            None => {
+                Ok(self
+                    .kube
+                    .get_as(resource_of(id.kind), id.namespace.as_deref(), &id.name)?)
+            }
         }
     }
 
-    fn cluster(&self, ns: &str, name: &str) -> Result<Option<Value>> {
+    fn cluster(&self, ns: &str, name: &str) -> Result<Option<ClusterObject>> {
         let Some(s) = self.snap else {
-            return Ok(self.kube.get(&kube::CLUSTERS, Some(ns), name)?);
+            return Ok(self.kube.get_as(&kube::CLUSTERS, Some(ns), name)?);
         };
         if let Some(c) = s.clusters.borrow().get(&Self::key(ns, name)) {
             return Ok(c.clone());
         }
-        let c = self.kube.get(&kube::CLUSTERS, Some(ns), name)?;
+        let c: Option<ClusterObject> = self.kube.get_as(&kube::CLUSTERS, Some(ns), name)?;
         s.clusters
             .borrow_mut()
             .insert(Self::key(ns, name), c.clone());
@@ -253,35 +252,23 @@ fn resource_of(kind: PoolKind) -> &'static Resource {
     }
 }
 
-fn paused(o: &Value) -> bool {
-    obj::annotation(o, PAUSED_ANNOTATION).is_some()
-}
-
 /// Writes the claim's status (`addressRef` when bound, `Ready`, and the
 /// deprecated v1beta1 condition list) if it differs; returns whether it wrote.
 fn write_claim_status<H: HttpClient + ?Sized>(
     kube: &Kube<'_, H>,
-    claim_obj: &Value,
+    claim: &ClaimObject,
     address_ref: Option<&str>,
     cond: Ready<'_>,
 ) -> Result<bool> {
-    let ns = obj::meta_str(claim_obj, "namespace");
-    let name = obj::meta_str(claim_obj, "name").unwrap_or_default();
-    let status = claim_obj.get("status");
-    let (conditions, cond_changed) = with_ready(
-        status.and_then(|s| s.get("conditions")),
-        cond,
-        claim_obj.pointer("/metadata/generation"),
-    );
+    let m = &claim.metadata;
+    let (conditions, cond_changed) = with_ready(&claim.status.conditions, cond, m.generation);
     let Ready {
         status: ready,
         reason,
         message,
         now,
     } = cond;
-    let current_ref = status
-        .and_then(|s| s.pointer("/addressRef/name"))
-        .and_then(Value::as_str);
+    let current_ref = claim.status.address_ref.as_ref().map(|r| r.name.as_str());
     let ref_changed = address_ref.is_some() && current_ref != address_ref;
     if !cond_changed && !ref_changed {
         return Ok(false);
@@ -303,9 +290,8 @@ fn write_claim_status<H: HttpClient + ?Sized>(
     if let Some(a) = address_ref {
         st.insert("addressRef".into(), json!({"name": a}));
     }
-    let patch =
-        json!({"metadata": {"resourceVersion": rv(claim_obj)}, "status": Value::Object(st)});
-    kube.merge_patch(&kube::CLAIMS, ns, name, true, &patch)?;
+    let patch = json!({"metadata": {"resourceVersion": m.resource_version_json()}, "status": Value::Object(st)});
+    kube.merge_patch(&kube::CLAIMS, m.namespace.as_deref(), &m.name, true, &patch)?;
     Ok(true)
 }
 
@@ -361,7 +347,7 @@ fn reconcile_claim_once<K: KvStore, H: HttpClient + ?Sized>(
     name: &str,
 ) -> Result<Outcome> {
     let kube = reader.kube;
-    let Some(claim_obj) = reader.claim(ns, name)? else {
+    let Some(read) = reader.claim(ns, name)? else {
         // Only bindings in pools that came from Kubernetes are judged
         // against the API server: a claim made through the plain HTTP API
         // is released only through the HTTP API (the events token must not
@@ -382,7 +368,11 @@ fn reconcile_claim_once<K: KvStore, H: HttpClient + ?Sized>(
             None => Outcome::new(StepResult::Absent, "the claim does not exist"),
         });
     };
-    let claim = match Claim::parse(&claim_obj) {
+    let WithJson {
+        typed: claim_obj,
+        json,
+    } = read;
+    let claim = match Claim::parse(&json) {
         Ok(c) => c,
         Err(e) if e.reason() == "UnsupportedPoolRef" => {
             return Ok(Outcome::new(
@@ -391,7 +381,7 @@ fn reconcile_claim_once<K: KvStore, H: HttpClient + ?Sized>(
             ))
         }
         Err(e) => {
-            if !obj::deleting(&claim_obj) {
+            if !claim_obj.metadata.deleting() {
                 let message = e.to_string();
                 let cond = Ready::no("AllocationFailed", &message, ctx.env.now());
                 write_claim_status(kube, &claim_obj, None, cond)?;
@@ -399,7 +389,7 @@ fn reconcile_claim_once<K: KvStore, H: HttpClient + ?Sized>(
             return Ok(Outcome::new(StepResult::Failed, e.to_string()));
         }
     };
-    let deleting = obj::deleting(&claim_obj);
+    let deleting = claim_obj.metadata.deleting();
     if paused(&claim_obj) {
         return Ok(Outcome::new(StepResult::Paused, "the claim is paused"));
     }
@@ -411,10 +401,7 @@ fn reconcile_claim_once<K: KvStore, H: HttpClient + ?Sized>(
                     format!("Cluster {ns}/{cluster} does not exist"),
                 ));
             }
-            Some(c)
-                if c.pointer("/spec/paused").and_then(Value::as_bool) == Some(true)
-                    || paused(&c) =>
-            {
+            Some(c) if c.is_paused() => {
                 return Ok(Outcome::new(
                     StepResult::Paused,
                     format!("Cluster {ns}/{cluster} is paused"),
@@ -436,16 +423,16 @@ fn reconcile_claim_once<K: KvStore, H: HttpClient + ?Sized>(
     if deleting {
         return finalize_claim(ctx, kube, &claim, &claim_obj);
     }
-    let claim_obj = add_finalizer(kube, &kube::CLAIMS, Some(ns), &claim_obj, CLAIM_FINALIZER)?;
+    let claim_obj = add_finalizer(kube, &kube::CLAIMS, &claim_obj, CLAIM_FINALIZER)?;
     let now = ctx.env.now();
     // An IPAddress being deleted while its claim lives: let it go, then
     // re-create it identically below.
     let mut ip = reader.address(ns, name)?;
     if let Some(o) = &ip {
-        if obj::deleting(o) && owned_by(o, &claim.id.uid) {
-            remove_finalizer(kube, &kube::IP_ADDRESSES, Some(ns), o, ADDRESS_FINALIZER)?;
-            ip = kube.get(&kube::IP_ADDRESSES, Some(ns), name)?;
-            if ip.as_ref().is_some_and(obj::deleting) {
+        if o.metadata.deleting() && o.metadata.owned_by(&claim.id.uid) {
+            remove_finalizer(kube, &kube::IP_ADDRESSES, o, ADDRESS_FINALIZER)?;
+            ip = kube.get_as(&kube::IP_ADDRESSES, Some(ns), name)?;
+            if ip.as_ref().is_some_and(|o| o.metadata.deleting()) {
                 return Err(Error::transient(
                     "KubeConflict",
                     "the IPAddress is still being deleted",
@@ -455,8 +442,8 @@ fn reconcile_claim_once<K: KvStore, H: HttpClient + ?Sized>(
     }
     let existing: Option<IpAddr> = ip
         .as_ref()
-        .filter(|o| o.pointer("/spec/poolRef") == Some(&claim.pool_ref.to_json()))
-        .and_then(|o| o.pointer("/spec/address")?.as_str()?.parse().ok());
+        .filter(|o| o.spec.pool_ref.as_ref() == Some(&claim.pool_ref))
+        .and_then(|o| o.spec.ip());
     let allocated = match existing {
         Some(a) => ops::adopt(ctx, &claim, a),
         None => ops::allocate(ctx, &claim),
@@ -488,19 +475,18 @@ fn reconcile_claim_once<K: KvStore, H: HttpClient + ?Sized>(
             kube.create(&kube::IP_ADDRESSES, Some(ns), &desired)?;
         }
         Some(o) => {
-            if o.pointer("/spec/address").and_then(Value::as_str) != Some(record.address.as_str())
-                || o.pointer("/spec/poolRef") != desired.pointer("/spec/poolRef")
-            {
+            let want = IpAddressObject::from_json(&desired);
+            if o.spec.address != record.address || o.spec.pool_ref != want.spec.pool_ref {
                 let msg = format!(
                     "IPAddress {ns}/{name} exists with {} in another pool or with another address than the claim's {}",
-                    o.pointer("/spec/address").and_then(Value::as_str).unwrap_or("?"),
+                    if o.spec.address.is_empty() { "?" } else { &o.spec.address },
                     record.address
                 );
                 let cond = Ready::no("AllocationFailed", &msg, now);
                 write_claim_status(kube, &claim_obj, None, cond)?;
                 return Ok(Outcome::new(StepResult::Failed, msg));
             }
-            complete_address_metadata(kube, ns, &o, &desired)?;
+            complete_address_metadata(kube, &o, &want)?;
         }
     }
     write_claim_status(
@@ -516,43 +502,24 @@ fn reconcile_claim_once<K: KvStore, H: HttpClient + ?Sized>(
     .with_address(record.address))
 }
 
-fn owned_by(o: &Value, uid: &str) -> bool {
-    o.pointer("/metadata/ownerReferences")
-        .and_then(Value::as_array)
-        .is_some_and(|refs| {
-            refs.iter()
-                .any(|r| r.get("uid").and_then(Value::as_str) == Some(uid))
-        })
-}
-
 /// Adds what an existing IPAddress lacks: our finalizer, the owner
 /// references, the cluster-name label (one guarded patch, or none).
 fn complete_address_metadata<H: HttpClient + ?Sized>(
     kube: &Kube<'_, H>,
-    ns: &str,
-    o: &Value,
-    desired: &Value,
+    o: &IpAddressObject,
+    desired: &IpAddressObject,
 ) -> Result<()> {
+    let m = &o.metadata;
     let mut patch = Map::new();
-    let mut fs = obj::finalizers(o);
-    if !fs.iter().any(|f| f == ADDRESS_FINALIZER) {
+    if !m.has_finalizer(ADDRESS_FINALIZER) {
+        let mut fs = m.finalizers.clone();
         fs.push(ADDRESS_FINALIZER.to_string());
         patch.insert("finalizers".into(), json!(fs));
     }
-    let mut refs: Vec<Value> = o
-        .pointer("/metadata/ownerReferences")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
+    let mut refs = m.owner_references.clone();
     let mut refs_changed = false;
-    for want in desired
-        .pointer("/metadata/ownerReferences")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
-        let uid = want.get("uid");
-        match refs.iter_mut().find(|r| r.get("uid") == uid) {
+    for want in &desired.metadata.owner_references {
+        match refs.iter_mut().find(|r| r.uid == want.uid) {
             Some(r) if r == want => {}
             Some(r) => {
                 *r = want.clone();
@@ -565,24 +532,24 @@ fn complete_address_metadata<H: HttpClient + ?Sized>(
         }
     }
     if refs_changed {
-        patch.insert("ownerReferences".into(), json!(refs));
+        patch.insert(
+            "ownerReferences".into(),
+            refs.iter().map(OwnerReference::to_json).collect(),
+        );
     }
-    if let Some(c) = desired
-        .pointer("/metadata/labels")
-        .and_then(|l| l.get(CLUSTER_NAME_LABEL))
-    {
-        if obj::label(o, CLUSTER_NAME_LABEL) != c.as_str() {
+    if let Some(c) = desired.metadata.label(CLUSTER_NAME_LABEL) {
+        if m.label(CLUSTER_NAME_LABEL) != Some(c) {
             patch.insert("labels".into(), json!({ CLUSTER_NAME_LABEL: c }));
         }
     }
     if patch.is_empty() {
         return Ok(());
     }
-    patch.insert("resourceVersion".into(), rv(o));
+    patch.insert("resourceVersion".into(), m.resource_version_json());
     kube.merge_patch(
         &kube::IP_ADDRESSES,
-        Some(ns),
-        obj::meta_str(o, "name").unwrap_or_default(),
+        m.namespace.as_deref(),
+        &m.name,
         false,
         &json!({"metadata": patch}),
     )?;
@@ -593,32 +560,24 @@ fn finalize_claim<K: KvStore, H: HttpClient + ?Sized>(
     ctx: &Ctx<'_, K>,
     kube: &Kube<'_, H>,
     claim: &Claim,
-    claim_obj: &Value,
+    claim_obj: &ClaimObject,
 ) -> Result<Outcome> {
     let ns = claim.id.namespace.as_str();
     let name = claim.id.name.as_str();
-    if !obj::finalizers(claim_obj)
-        .iter()
-        .any(|f| f == CLAIM_FINALIZER)
-    {
+    if !claim_obj.metadata.has_finalizer(CLAIM_FINALIZER) {
         return Ok(Outcome::new(
             StepResult::Absent,
             "the claim is being deleted and holds no metal-ipam finalizer",
         ));
     }
     let released = ops::release(ctx, ns, name, Some(&claim.id.uid))?;
-    if let Some(ip) = kube.get(&kube::IP_ADDRESSES, Some(ns), name)? {
-        if owned_by(&ip, &claim.id.uid)
-            || obj::finalizers(&ip).iter().any(|f| f == ADDRESS_FINALIZER)
-        {
-            let remaining =
-                remove_finalizer(kube, &kube::IP_ADDRESSES, Some(ns), &ip, ADDRESS_FINALIZER)?;
-            if remaining.as_ref().is_some_and(|o| !obj::deleting(o)) {
-                kube.delete(&kube::IP_ADDRESSES, Some(ns), name)?;
-            }
+    let ip: Option<IpAddressObject> = kube.get_as(&kube::IP_ADDRESSES, Some(ns), name)?;
+    if let Some(ip) = ip {
+        if ip.metadata.owned_by(&claim.id.uid) || ip.metadata.has_finalizer(ADDRESS_FINALIZER) {
+            release_address_object(kube, &ip)?;
         }
     }
-    remove_finalizer(kube, &kube::CLAIMS, Some(ns), claim_obj, CLAIM_FINALIZER)?;
+    remove_finalizer(kube, &kube::CLAIMS, claim_obj, CLAIM_FINALIZER)?;
     let mut out = Outcome::new(StepResult::Released, format!("{ns}/{name} released"));
     if let Some(r) = released {
         out = out.with_address(r.address);
@@ -631,15 +590,25 @@ fn cleanup_orphan_address<H: HttpClient + ?Sized>(
     ns: &str,
     name: &str,
 ) -> Result<()> {
-    let Some(ip) = kube.get(&kube::IP_ADDRESSES, Some(ns), name)? else {
-        return Ok(());
-    };
-    if !obj::finalizers(&ip).iter().any(|f| f == ADDRESS_FINALIZER) {
-        return Ok(());
+    let ip: Option<IpAddressObject> = kube.get_as(&kube::IP_ADDRESSES, Some(ns), name)?;
+    match ip {
+        Some(ip) if ip.metadata.has_finalizer(ADDRESS_FINALIZER) => {
+            release_address_object(kube, &ip)
+        }
+        _ => Ok(()),
     }
-    let remaining = remove_finalizer(kube, &kube::IP_ADDRESSES, Some(ns), &ip, ADDRESS_FINALIZER)?;
-    if remaining.as_ref().is_some_and(|o| !obj::deleting(o)) {
-        kube.delete(&kube::IP_ADDRESSES, Some(ns), name)?;
+}
+
+/// Removes our finalizer from an `IPAddress` and deletes it unless it is
+/// already going.
+fn release_address_object<H: HttpClient + ?Sized>(
+    kube: &Kube<'_, H>,
+    ip: &IpAddressObject,
+) -> Result<()> {
+    let remaining = remove_finalizer(kube, &kube::IP_ADDRESSES, ip, ADDRESS_FINALIZER)?;
+    if remaining.is_some_and(|o| !o.metadata.deleting()) {
+        let m = &ip.metadata;
+        kube.delete(&kube::IP_ADDRESSES, m.namespace.as_deref(), &m.name)?;
     }
     Ok(())
 }
@@ -673,7 +642,8 @@ fn sync_pool_once<K: KvStore, H: HttpClient + ?Sized>(
     let r = resource_of(id.kind);
     let ns = id.namespace.as_deref();
     let now = ctx.env.now();
-    let Some(o) = kube.get(r, ns, &id.name)? else {
+    let read: Option<WithJson<PoolResource>> = kube.get_as(r, ns, &id.name)?;
+    let Some(o) = read else {
         return match ops::delete_pool(ctx, id) {
             Ok(true) => Ok(Outcome::new(StepResult::Deleted, format!("pool {} no longer exists", id.display()))),
             Ok(false) => Ok(Outcome::new(StepResult::Absent, format!("pool {} does not exist", id.display()))),
@@ -681,10 +651,10 @@ fn sync_pool_once<K: KvStore, H: HttpClient + ?Sized>(
             Err(e) => Err(e),
         };
     };
-    if obj::deleting(&o) {
+    if o.meta().deleting() {
         return match ops::delete_pool(ctx, id) {
             Ok(_) => {
-                remove_finalizer(kube, r, ns, &o, POOL_FINALIZER)?;
+                remove_finalizer(kube, r, &o, POOL_FINALIZER)?;
                 Ok(Outcome::new(
                     StepResult::Deleted,
                     format!("pool {} deleted", id.display()),
@@ -694,8 +664,7 @@ fn sync_pool_once<K: KvStore, H: HttpClient + ?Sized>(
                 write_pool_status(
                     kube,
                     r,
-                    ns,
-                    &o,
+                    &o.typed,
                     None,
                     Ready::no("PoolInUse", e.message(), now),
                 )?;
@@ -710,16 +679,15 @@ fn sync_pool_once<K: KvStore, H: HttpClient + ?Sized>(
             format!("pool {} is paused", id.display()),
         ));
     }
-    let o = add_finalizer(kube, r, ns, &o, POOL_FINALIZER)?;
-    let object = match PoolObject::parse(id, &o) {
+    let o = add_finalizer(kube, r, &o, POOL_FINALIZER)?;
+    let object = match PoolObject::parse(id, &o.json) {
         Ok(p) => p,
         Err(e) => {
             let message = e.to_string();
             write_pool_status(
                 kube,
                 r,
-                ns,
-                &o,
+                &o.typed,
                 None,
                 Ready::no("InvalidSpec", &message, now),
             )?;
@@ -734,7 +702,13 @@ fn sync_pool_once<K: KvStore, H: HttpClient + ?Sized>(
     match ops::put_pool_with(ctx, object, &adoptions) {
         Ok((_, view)) => {
             let status = view.to_json()["status"]["ipAddresses"].clone();
-            write_pool_status(kube, r, ns, &o, Some(status), Ready::yes("PoolReady", now))?;
+            write_pool_status(
+                kube,
+                r,
+                &o.typed,
+                Some(status),
+                Ready::yes("PoolReady", now),
+            )?;
             Ok(Outcome::new(
                 StepResult::Synced,
                 format!(
@@ -748,8 +722,7 @@ fn sync_pool_once<K: KvStore, H: HttpClient + ?Sized>(
             write_pool_status(
                 kube,
                 r,
-                ns,
-                &o,
+                &o.typed,
                 None,
                 Ready::no(e.reason(), e.message(), now),
             )?;
@@ -761,15 +734,11 @@ fn sync_pool_once<K: KvStore, H: HttpClient + ?Sized>(
 
 /// The IPAddress objects of `id` (as adoptions), read from the API server.
 fn adoptions_for<H: HttpClient + ?Sized>(kube: &Kube<'_, H>, id: &PoolId) -> Result<Vec<Adoption>> {
-    let items = kube.list(&kube::IP_ADDRESSES, id.namespace.as_deref())?;
+    let items: Vec<IpAddressObject> = kube.list_as(&kube::IP_ADDRESSES, id.namespace.as_deref())?;
     let mut out = Vec::new();
     for ip in items {
-        let pr = ip.pointer("/spec/poolRef");
-        let matches = pr.and_then(|p| p.get("apiGroup")).and_then(Value::as_str)
-            == Some(pool::GROUP)
-            && pr.and_then(|p| p.get("kind")).and_then(Value::as_str) == Some(id.kind.kind_name())
-            && pr.and_then(|p| p.get("name")).and_then(Value::as_str) == Some(id.name.as_str());
-        if !matches {
+        let ns = ip.metadata.namespace.as_deref().unwrap_or_default();
+        if ip.spec.our_pool(ns).as_ref() != Some(id) {
             continue;
         }
         if let Some(a) = adoption_of(kube, &ip)? {
@@ -783,47 +752,40 @@ fn adoptions_for<H: HttpClient + ?Sized>(kube: &Kube<'_, H>, id: &PoolId) -> Res
 /// from the controller owner reference, else from the claim itself).
 pub(crate) fn adoption_of<H: HttpClient + ?Sized>(
     kube: &Kube<'_, H>,
-    ip: &Value,
+    ip: &IpAddressObject,
 ) -> Result<Option<Adoption>> {
-    let Some(ns) = obj::meta_str(ip, "namespace") else {
+    let Some(ns) = ip.metadata.namespace.as_deref() else {
         return Ok(None);
     };
-    let Some(claim_name) = ip.pointer("/spec/claimRef/name").and_then(Value::as_str) else {
+    let Some(claim_name) = ip.spec.claim_ref.as_ref().map(|r| r.name.as_str()) else {
         return Ok(None);
     };
-    let Some(address) = ip
-        .pointer("/spec/address")
-        .and_then(Value::as_str)
-        .and_then(|a| a.parse().ok())
-    else {
+    let Some(address) = ip.spec.ip() else {
         return Ok(None);
     };
     let owner_uid = ip
-        .pointer("/metadata/ownerReferences")
-        .and_then(Value::as_array)
-        .and_then(|refs| {
-            refs.iter()
-                .find(|r| r.get("kind").and_then(Value::as_str) == Some("IPAddressClaim"))
-        })
-        .and_then(|r| r.get("uid"))
-        .and_then(Value::as_str)
-        .map(str::to_string);
+        .metadata
+        .owner_references
+        .iter()
+        .find(|r| r.kind == "IPAddressClaim")
+        .map(|r| r.uid.clone());
     let uid = match owner_uid {
         Some(u) => u,
-        None => match kube.get(&kube::CLAIMS, Some(ns), claim_name)? {
-            Some(c) => match obj::meta_str(&c, "uid") {
-                Some(u) => u.to_string(),
+        None => {
+            let claim: Option<Meta> = kube.get_as(&kube::CLAIMS, Some(ns), claim_name)?;
+            match claim.and_then(|c| c.metadata.uid) {
+                Some(u) => u,
                 None => return Ok(None),
-            },
-            None => return Ok(None),
-        },
+            }
+        }
     };
+    // The claim as the IPAddress describes it, checked by the same parser
+    // as every claim.
     let claim_json = json!({
         "apiVersion": kube::CLAIMS.api_version(),
         "kind": "IPAddressClaim",
-        "metadata": {"name": claim_name, "namespace": ns, "uid": uid,
-                     "labels": ip.pointer("/metadata/labels").cloned().unwrap_or(json!({}))},
-        "spec": {"poolRef": ip.pointer("/spec/poolRef").cloned().unwrap_or(Value::Null)}
+        "metadata": {"name": claim_name, "namespace": ns, "uid": uid, "labels": ip.metadata.labels},
+        "spec": {"poolRef": ip.spec.pool_ref.as_ref().map(|p| p.to_json())}
     });
     Ok(Claim::parse(&claim_json)
         .ok()
@@ -833,20 +795,15 @@ pub(crate) fn adoption_of<H: HttpClient + ?Sized>(
 fn write_pool_status<H: HttpClient + ?Sized>(
     kube: &Kube<'_, H>,
     r: &Resource,
-    ns: Option<&str>,
-    o: &Value,
+    o: &PoolResource,
     ip_addresses: Option<Value>,
     cond: Ready<'_>,
 ) -> Result<bool> {
-    let status = o.get("status");
-    let (conditions, cond_changed) = with_ready(
-        status.and_then(|s| s.get("conditions")),
-        cond,
-        o.pointer("/metadata/generation"),
-    );
+    let m = &o.metadata;
+    let (conditions, cond_changed) = with_ready(&o.status.conditions, cond, m.generation);
     let counts_changed = ip_addresses
         .as_ref()
-        .is_some_and(|c| status.and_then(|s| s.get("ipAddresses")) != Some(c));
+        .is_some_and(|c| o.status.ip_addresses.as_ref() != Some(c));
     if !cond_changed && !counts_changed {
         return Ok(false);
     }
@@ -854,14 +811,8 @@ fn write_pool_status<H: HttpClient + ?Sized>(
     if let Some(c) = ip_addresses {
         st["ipAddresses"] = c;
     }
-    let patch = json!({"metadata": {"resourceVersion": rv(o)}, "status": st});
-    kube.merge_patch(
-        r,
-        ns,
-        obj::meta_str(o, "name").unwrap_or_default(),
-        true,
-        &patch,
-    )?;
+    let patch = json!({"metadata": {"resourceVersion": m.resource_version_json()}, "status": st});
+    kube.merge_patch(r, m.namespace.as_deref(), &m.name, true, &patch)?;
     Ok(true)
 }
 

@@ -27,9 +27,11 @@ use serde_json::{json, Value};
 use crate::capi::{self, Outcome};
 use crate::error::Result;
 use crate::ip::to_u128;
+use crate::ipam::claim::{ClaimObject, IpAddressObject};
 use crate::ipam::ops;
 use crate::ipam::pool::{PoolId, PoolKind};
-use crate::kube::{self, obj, Kube};
+use crate::kube::object::{Meta, Object, WithJson};
+use crate::kube::{self, Kube};
 use crate::kv::{self, keys, Ctx, Next, Step};
 use crate::ports::http::HttpClient;
 use crate::ports::kv::KvStore;
@@ -85,16 +87,17 @@ pub fn reconcile_all<K: KvStore, H: HttpClient + ?Sized>(
     let before = kube.calls();
     let mut report = Report::default();
 
-    let mut pool_objects: BTreeMap<PoolId, Value> = BTreeMap::new();
+    let mut pool_objects: BTreeMap<PoolId, Meta> = BTreeMap::new();
     for (kind, r) in [
         (PoolKind::Namespaced, &kube::METAL_IP_POOLS),
         (PoolKind::Global, &kube::GLOBAL_METAL_IP_POOLS),
     ] {
-        for p in kube.list(r, None)? {
-            let Some(name) = obj::meta_str(&p, "name") else {
+        for p in kube.list_as::<Meta>(r, None)? {
+            let m = &p.metadata;
+            if m.name.is_empty() {
                 continue;
-            };
-            let id = capi::pool_id_of(kind, obj::meta_str(&p, "namespace"), name);
+            }
+            let id = capi::pool_id_of(kind, m.namespace.as_deref(), &m.name);
             match capi::sync_pool(ctx, kube, &id) {
                 Ok(o) => Report::count(&mut report.pools, &o),
                 Err(e) => report
@@ -107,20 +110,20 @@ pub fn reconcile_all<K: KvStore, H: HttpClient + ?Sized>(
 
     // One list of claims and one of IPAddresses serve every claim's first
     // reconciliation attempt; a conflict makes that claim's retry read fresh.
-    let claims = kube.list(&kube::CLAIMS, None)?;
-    let addresses = kube.list(&kube::IP_ADDRESSES, None)?;
+    let claims: Vec<WithJson<ClaimObject>> = kube.list_as(&kube::CLAIMS, None)?;
+    let addresses: Vec<IpAddressObject> = kube.list_as(&kube::IP_ADDRESSES, None)?;
     let mut live: BTreeSet<(String, String, String)> = BTreeSet::new();
     let mut names = Vec::new();
     for c in &claims {
-        let (Some(ns), Some(name), Some(uid)) = (
-            obj::meta_str(c, "namespace"),
-            obj::meta_str(c, "name"),
-            obj::meta_str(c, "uid"),
-        ) else {
+        let m = c.meta();
+        let (Some(ns), Some(uid)) = (m.namespace.clone(), m.uid.clone()) else {
             continue;
         };
-        live.insert((ns.to_string(), name.to_string(), uid.to_string()));
-        names.push((ns.to_string(), name.to_string()));
+        if m.name.is_empty() {
+            continue;
+        }
+        live.insert((ns.clone(), m.name.clone(), uid));
+        names.push((ns, m.name.clone()));
     }
     // Addresses that IPAddress objects hold, by pool: reconcile never frees
     // one of them (neither as a stale binding nor as a leak).
@@ -168,8 +171,8 @@ pub fn reconcile_all<K: KvStore, H: HttpClient + ?Sized>(
             // The claim list is a snapshot: a claim created (and bound by an
             // event on another replica) since then is not in it. Re-read
             // this claim before judging its binding.
-            match kube.get(&kube::CLAIMS, Some(ns), name) {
-                Ok(Some(c)) if obj::meta_str(&c, "uid") == Some(rec.uid.as_str()) => continue,
+            match kube.get_as::<Meta>(&kube::CLAIMS, Some(ns), name) {
+                Ok(Some(c)) if c.metadata.uid.as_deref() == Some(rec.uid.as_str()) => continue,
                 Ok(_) => {}
                 Err(e) => {
                     let e = crate::error::Error::from(e);
@@ -198,14 +201,9 @@ pub fn reconcile_all<K: KvStore, H: HttpClient + ?Sized>(
 }
 
 /// The pool and address an `IPAddress` object holds, when it is one of ours.
-fn ip_address_of(a: &Value) -> Option<(PoolId, u128)> {
-    let spec = a.get("spec")?;
-    let ip: std::net::IpAddr = spec.get("address")?.as_str()?.parse().ok()?;
-    let pool_ref = spec.get("poolRef")?;
-    let kind = PoolKind::from_kind_name(pool_ref.get("kind")?.as_str()?)?;
-    let name = pool_ref.get("name")?.as_str()?;
-    let id = capi::pool_id_of(kind, obj::meta_str(a, "namespace"), name);
-    Some((id, to_u128(ip)))
+fn ip_address_of(a: &IpAddressObject) -> Option<(PoolId, u128)> {
+    let ns = a.metadata.namespace.as_deref().unwrap_or_default();
+    Some((a.spec.our_pool(ns)?, to_u128(a.spec.ip()?)))
 }
 
 /// Frees addresses bound in `id`'s record that neither a binding nor an

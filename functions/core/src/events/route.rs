@@ -3,10 +3,9 @@
 //! ([`crate::http::components::events`]) sends the requests; this decides
 //! them from the parsed event alone.
 
-use serde_json::Value;
-
 use super::{Action, ObjectEvent, ObjectKind};
-use crate::ipam::pool::{self, PoolKind};
+use crate::ipam::claim::IpAddressSpec;
+use crate::ipam::pool::{PoolId, PoolKind};
 use crate::kube::names;
 
 /// Which components and paths an event is forwarded to, by service
@@ -29,6 +28,10 @@ use crate::kube::names;
 /// ```
 pub fn route_event(ev: &ObjectEvent) -> Vec<(&'static str, String)> {
     let ns = ev.namespace.as_deref().unwrap_or("");
+    // The object is a hint (it may be stale or forged; the steps re-read
+    // it): only the fields routing needs are read. (Reading its whole
+    // metadata as `kube::object::ObjectMeta` would cost this component
+    // 6.4 KB of wasm for one timestamp.)
     match ev.kind {
         ObjectKind::Claim => {
             let deleting = ev.action == Action::Delete
@@ -43,33 +46,29 @@ pub fn route_event(ev: &ObjectEvent) -> Vec<(&'static str, String)> {
             )]
         }
         ObjectKind::IpAddress => {
-            let obj = ev.object.as_ref();
-            let claim = obj
-                .and_then(|o| o.pointer("/spec/claimRef/name"))
-                .and_then(Value::as_str)
+            let spec = ev
+                .object
+                .as_ref()
+                .and_then(|o| o.get("spec"))
+                .map(IpAddressSpec::from_json)
+                .unwrap_or_default();
+            let claim = spec
+                .claim_ref
+                .as_ref()
+                .map(|r| r.name.as_str())
                 .filter(|c| names::check_subdomain(c).is_ok())
                 .unwrap_or(&ev.name);
             let mut out = vec![("allocate", format!("/v1/capi/claims/{ns}/{claim}"))];
-            let pool_ref = obj.and_then(|o| o.pointer("/spec/poolRef"));
-            let group = pool_ref
-                .and_then(|p| p.get("apiGroup"))
-                .and_then(Value::as_str);
-            let kind = pool_ref
-                .and_then(|p| p.get("kind"))
-                .and_then(Value::as_str)
-                .and_then(PoolKind::from_kind_name);
-            let name = pool_ref
-                .and_then(|p| p.get("name"))
-                .and_then(Value::as_str)
-                .filter(|n| names::check_subdomain(n).is_ok());
-            match (group, kind, name) {
-                (Some(pool::GROUP), Some(PoolKind::Namespaced), Some(n)) => {
-                    out.push(("pools", format!("/v1/capi/pools/{ns}/{n}")))
+            match spec.our_pool(ns) {
+                Some(PoolId {
+                    namespace: Some(pns),
+                    name,
+                    ..
+                }) => out.push(("pools", format!("/v1/capi/pools/{pns}/{name}"))),
+                Some(PoolId { name, .. }) => {
+                    out.push(("pools", format!("/v1/capi/global-pools/{name}")))
                 }
-                (Some(pool::GROUP), Some(PoolKind::Global), Some(n)) => {
-                    out.push(("pools", format!("/v1/capi/global-pools/{n}")))
-                }
-                _ => {}
+                None => {}
             }
             out
         }

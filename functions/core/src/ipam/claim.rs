@@ -1,5 +1,7 @@
 //! CAPI `IPAddressClaim` input and `IPAddress` output (group
-//! `ipam.cluster.x-k8s.io`, versions v1beta2 and v1beta1).
+//! `ipam.cluster.x-k8s.io`, versions v1beta2 and v1beta1), and the typed
+//! views of both objects as the API server returns them
+//! ([`ClaimObject`], [`IpAddressObject`]).
 
 use std::net::IpAddr;
 
@@ -8,6 +10,7 @@ use serde_json::{json, Map, Value};
 use crate::error::{Error, ErrorKind, Result};
 use crate::ipam::pool::{self, PoolId, PoolKind};
 use crate::kube::names;
+use crate::kube::object::{self, metadata, Object, ObjectMeta};
 
 /// API group of the CAPI IPAM types.
 pub const CAPI_IPAM_GROUP: &str = "ipam.cluster.x-k8s.io";
@@ -57,6 +60,18 @@ pub struct PoolRef {
 }
 
 impl PoolRef {
+    /// Reads a `poolRef` leniently (an object's; absent fields are empty):
+    /// for references the API server already checked. A claim's is
+    /// checked field by field by [`Claim::parse`].
+    pub fn from_json(v: &Value) -> Option<PoolRef> {
+        v.as_object()?;
+        Some(PoolRef {
+            api_group: object::opt_string(v, "apiGroup"),
+            kind: object::string(v, "kind"),
+            name: object::string(v, "name"),
+        })
+    }
+
     /// As JSON, field names as in the CRD.
     pub fn to_json(&self) -> Value {
         let mut m = Map::new();
@@ -330,6 +345,131 @@ impl AddressView<'_> {
     }
 }
 
+/// A reference by name in the same namespace (`claimRef`, `addressRef`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LocalRef {
+    /// `name`.
+    pub name: String,
+}
+
+impl LocalRef {
+    /// Reads `v[key]` when it is an object.
+    pub fn at(v: &Value, key: &str) -> Option<LocalRef> {
+        let r = v.get(key).filter(|r| r.is_object())?;
+        Some(LocalRef {
+            name: object::string(r, "name"),
+        })
+    }
+}
+
+/// An `IPAddressClaim` as read from the API server: what the contract
+/// steps decide on besides the spec, which [`Claim::parse`] checks.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ClaimObject {
+    /// `metadata`.
+    pub metadata: ObjectMeta,
+    /// `status`.
+    pub status: ClaimStatus,
+}
+
+/// `IPAddressClaim.status`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ClaimStatus {
+    /// `conditions` (`metav1.Condition`; other controllers' entries are
+    /// passed through untouched).
+    pub conditions: Vec<Value>,
+    /// `addressRef`: the bound `IPAddress`.
+    pub address_ref: Option<LocalRef>,
+}
+
+impl Object for ClaimObject {
+    fn from_json(v: &Value) -> Self {
+        let status = v.get("status").unwrap_or(&Value::Null);
+        ClaimObject {
+            metadata: metadata(v),
+            status: ClaimStatus {
+                conditions: object::array(status, "conditions"),
+                address_ref: LocalRef::at(status, "addressRef"),
+            },
+        }
+    }
+
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+}
+
+/// An `IPAddress` as read from the API server (v1beta2 or v1beta1: the
+/// fields read here are the same in both).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct IpAddressObject {
+    /// `metadata`.
+    pub metadata: ObjectMeta,
+    /// `spec`.
+    pub spec: IpAddressSpec,
+}
+
+/// `IPAddress.spec`, as far as metal-ipam reads it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct IpAddressSpec {
+    /// `address`, as written (parse with [`IpAddressSpec::ip`]).
+    pub address: String,
+    /// `poolRef`.
+    pub pool_ref: Option<PoolRef>,
+    /// `claimRef`.
+    pub claim_ref: Option<LocalRef>,
+}
+
+impl IpAddressSpec {
+    /// Reads `spec` (an `IPAddress`'s), leniently.
+    pub fn from_json(spec: &Value) -> IpAddressSpec {
+        IpAddressSpec {
+            address: object::string(spec, "address"),
+            pool_ref: spec.get("poolRef").and_then(PoolRef::from_json),
+            claim_ref: LocalRef::at(spec, "claimRef"),
+        }
+    }
+
+    /// `address` as an IP address, when it is one.
+    pub fn ip(&self) -> Option<IpAddr> {
+        self.address.parse().ok()
+    }
+
+    /// The pool of ours `poolRef` names, for an `IPAddress` in
+    /// `namespace`: our group, one of our kinds, a valid name; `None`
+    /// otherwise.
+    ///
+    /// ```
+    /// use metal_ipam_core::ipam::claim::{IpAddressSpec, PoolRef};
+    /// let mut s = IpAddressSpec::default();
+    /// s.pool_ref = Some(PoolRef { api_group: Some("ipam.metal-ipam.dev".into()), kind: "MetalIPPool".into(), name: "p".into() });
+    /// assert_eq!(s.our_pool("ns").unwrap().display(), "ns/p");
+    /// s.pool_ref.as_mut().unwrap().api_group = Some("other.example".into());
+    /// assert!(s.our_pool("ns").is_none());
+    /// ```
+    pub fn our_pool(&self, namespace: &str) -> Option<PoolId> {
+        let r = self.pool_ref.as_ref()?;
+        if r.api_group.as_deref() != Some(pool::GROUP) || names::check_subdomain(&r.name).is_err() {
+            return None;
+        }
+        let kind = PoolKind::from_kind_name(&r.kind)?;
+        Some(PoolId::of(kind, namespace, &r.name))
+    }
+}
+
+impl Object for IpAddressObject {
+    fn from_json(v: &Value) -> Self {
+        IpAddressObject {
+            metadata: metadata(v),
+            spec: IpAddressSpec::from_json(v.get("spec").unwrap_or(&Value::Null)),
+        }
+    }
+
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -427,5 +567,89 @@ mod tests {
             assert_eq!(e.field(), Some(field), "{e}");
         }
         assert_eq!(Claim::parse(&json!("x")).unwrap_err().status(), 400);
+    }
+
+    #[test]
+    fn the_rendered_ip_address_reads_back_as_its_typed_view() {
+        let c = Claim::parse(&claim_json()).unwrap();
+        let view = AddressView {
+            version: c.version,
+            claim: &c.id,
+            pool_ref: &c.pool_ref,
+            pool_uid: Some("pool-uid"),
+            cluster_name: c.cluster_name.as_deref(),
+            address: "10.0.0.7".parse().unwrap(),
+            prefix: 24,
+            gateway: None,
+        };
+        let o = IpAddressObject::from_json(&view.to_json());
+        assert_eq!(o.metadata.name, "m-0");
+        assert_eq!(o.metadata.namespace.as_deref(), Some("ns"));
+        assert_eq!(o.metadata.label(CLUSTER_NAME_LABEL), Some("c1"));
+        assert!(o.metadata.owned_by("u-1") && o.metadata.owned_by("pool-uid"));
+        assert_eq!(o.spec.ip(), Some("10.0.0.7".parse().unwrap()));
+        assert_eq!(o.spec.pool_ref.as_ref(), Some(&c.pool_ref));
+        assert_eq!(
+            o.spec.claim_ref.as_ref().map(|r| r.name.as_str()),
+            Some("m-0")
+        );
+        assert_eq!(o.spec.our_pool("ns"), Some(c.pool.clone()));
+        // The owner references render back to exactly what was written.
+        let refs: Vec<Value> = o
+            .metadata
+            .owner_references
+            .iter()
+            .map(|r| r.to_json())
+            .collect();
+        assert_eq!(
+            Value::Array(refs),
+            view.to_json()["metadata"]["ownerReferences"]
+        );
+    }
+
+    #[test]
+    fn only_our_group_kinds_and_valid_names_are_our_pools() {
+        let spec = |g: Option<&str>, k: &str, n: &str| IpAddressSpec {
+            pool_ref: Some(PoolRef {
+                api_group: g.map(str::to_string),
+                kind: k.into(),
+                name: n.into(),
+            }),
+            ..IpAddressSpec::default()
+        };
+        let ours = Some(pool::GROUP);
+        assert_eq!(
+            spec(ours, "GlobalMetalIPPool", "g").our_pool("ns"),
+            Some(PoolId::global("g"))
+        );
+        assert_eq!(
+            spec(ours, "MetalIPPool", "p").our_pool("ns"),
+            Some(PoolId::namespaced("ns", "p"))
+        );
+        assert_eq!(spec(None, "MetalIPPool", "p").our_pool("ns"), None);
+        assert_eq!(
+            spec(Some("other.example"), "MetalIPPool", "p").our_pool("ns"),
+            None
+        );
+        assert_eq!(spec(ours, "InClusterIPPool", "p").our_pool("ns"), None);
+        assert_eq!(spec(ours, "MetalIPPool", "Not_A_Name").our_pool("ns"), None);
+        assert_eq!(IpAddressSpec::default().our_pool("ns"), None);
+    }
+
+    #[test]
+    fn a_claim_object_reads_its_status() {
+        let mut j = claim_json();
+        j["status"] = json!({"addressRef": {"name": "m-0"}, "conditions": [{"type": "Other", "status": "True"}]});
+        let o = ClaimObject::from_json(&j);
+        assert_eq!(o.status.address_ref, Some(LocalRef { name: "m-0".into() }));
+        assert_eq!(
+            o.status.conditions,
+            vec![json!({"type": "Other", "status": "True"})]
+        );
+        assert_eq!(o.metadata.uid.as_deref(), Some("u-1"));
+        assert_eq!(
+            ClaimObject::from_json(&claim_json()).status,
+            ClaimStatus::default()
+        );
     }
 }

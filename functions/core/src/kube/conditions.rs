@@ -1,5 +1,6 @@
 //! `metav1.Condition` lists: the `Ready` condition our steps write on
-//! claims and pools.
+//! claims and pools. Other controllers' conditions are passed through as
+//! JSON, untouched.
 
 use serde_json::{json, Value};
 
@@ -46,9 +47,9 @@ impl<'a> Ready<'a> {
 /// Returns the list and whether the `Ready` condition changed (so the
 /// caller can skip a write that would change nothing).
 pub fn with_ready(
-    existing: Option<&Value>,
+    existing: &[Value],
     ready: Ready<'_>,
-    generation: Option<&Value>,
+    generation: Option<i64>,
 ) -> (Vec<Value>, bool) {
     let Ready {
         status,
@@ -60,7 +61,7 @@ pub fn with_ready(
     let mut changed = true;
     let want_status = if status { "True" } else { "False" };
     let mut found = false;
-    for c in existing.and_then(Value::as_array).into_iter().flatten() {
+    for c in existing {
         if c.get("type").and_then(Value::as_str) == Some("Ready") {
             found = true;
             let same_status = c.get("status").and_then(Value::as_str) == Some(want_status);
@@ -76,8 +77,8 @@ pub fn with_ready(
                 rfc3339(now).into()
             };
             let mut cond = json!({"type": "Ready", "status": want_status, "reason": reason, "message": message, "lastTransitionTime": ltt});
-            if let Some(g) = generation.filter(|g| !g.is_null()) {
-                cond["observedGeneration"] = g.clone();
+            if let Some(g) = generation {
+                cond["observedGeneration"] = g.into();
             }
             out.push(cond);
         } else {
@@ -86,8 +87,8 @@ pub fn with_ready(
     }
     if !found {
         let mut cond = json!({"type": "Ready", "status": want_status, "reason": reason, "message": message, "lastTransitionTime": rfc3339(now)});
-        if let Some(g) = generation.filter(|g| !g.is_null()) {
-            cond["observedGeneration"] = g.clone();
+        if let Some(g) = generation {
+            cond["observedGeneration"] = g.into();
         }
         out.push(cond);
     }

@@ -2,9 +2,10 @@
 //! concurrency (`resourceVersion` preconditions and the conflict retry
 //! loop), finalizers, and timestamps.
 
-use serde_json::{json, Value};
+use serde_json::json;
 
-use super::{obj, Kube, Resource};
+use super::object::Object;
+use super::{Kube, Resource};
 use crate::error::{Error, Result};
 use crate::ports::http::HttpClient;
 
@@ -58,48 +59,39 @@ pub fn rfc3339(secs: u64) -> String {
     )
 }
 
-/// `metadata.resourceVersion` (or `null`), the precondition of every
-/// write that must not clobber a concurrent change.
-pub fn rv(o: &Value) -> Value {
-    o.pointer("/metadata/resourceVersion")
-        .cloned()
-        .unwrap_or(Value::Null)
-}
-
-/// Patches `metadata.finalizers` to `finalizers`, guarded by the object's
+/// Patches `metadata.finalizers` of `o` to `finalizers`, guarded by its
 /// resourceVersion. Returns the updated object.
 ///
 /// # Errors
 /// The API server's answer (409 when the object changed since `o`).
-pub fn set_finalizers<H: HttpClient + ?Sized>(
-    kube: &Kube<'_, H>,
+pub fn set_finalizers<T: Object>(
+    kube: &Kube<'_, impl HttpClient + ?Sized>,
     r: &Resource,
-    ns: Option<&str>,
-    o: &Value,
+    o: &T,
     finalizers: Vec<String>,
-) -> Result<Value> {
-    let name = obj::meta_str(o, "name").unwrap_or_default();
-    let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": rv(o)}});
-    Ok(kube.merge_patch(r, ns, name, false, &patch)?)
+) -> Result<T> {
+    let m = o.meta();
+    let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": m.resource_version_json()}});
+    let v = kube.merge_patch(r, m.namespace.as_deref(), &m.name, false, &patch)?;
+    Ok(T::from_json(&v))
 }
 
 /// Adds finalizer `f` unless `o` has it. Returns the object as it now is.
 ///
 /// # Errors
 /// As [`set_finalizers`].
-pub fn add_finalizer<H: HttpClient + ?Sized>(
-    kube: &Kube<'_, H>,
+pub fn add_finalizer<T: Object + Clone>(
+    kube: &Kube<'_, impl HttpClient + ?Sized>,
     r: &Resource,
-    ns: Option<&str>,
-    o: &Value,
+    o: &T,
     f: &str,
-) -> Result<Value> {
-    let mut fs = obj::finalizers(o);
-    if fs.iter().any(|x| x == f) {
+) -> Result<T> {
+    if o.meta().has_finalizer(f) {
         return Ok(o.clone());
     }
+    let mut fs = o.meta().finalizers.clone();
     fs.push(f.to_string());
-    set_finalizers(kube, r, ns, o, fs)
+    set_finalizers(kube, r, o, fs)
 }
 
 /// Removes finalizer `f` if `o` has it. Returns the object as it now is,
@@ -108,19 +100,23 @@ pub fn add_finalizer<H: HttpClient + ?Sized>(
 ///
 /// # Errors
 /// As [`set_finalizers`].
-pub fn remove_finalizer<H: HttpClient + ?Sized>(
-    kube: &Kube<'_, H>,
+pub fn remove_finalizer<T: Object + Clone>(
+    kube: &Kube<'_, impl HttpClient + ?Sized>,
     r: &Resource,
-    ns: Option<&str>,
-    o: &Value,
+    o: &T,
     f: &str,
-) -> Result<Option<Value>> {
-    let fs = obj::finalizers(o);
-    if !fs.iter().any(|x| x == f) {
+) -> Result<Option<T>> {
+    if !o.meta().has_finalizer(f) {
         return Ok(Some(o.clone()));
     }
-    let rest: Vec<String> = fs.into_iter().filter(|x| x != f).collect();
-    match set_finalizers(kube, r, ns, o, rest) {
+    let rest: Vec<String> = o
+        .meta()
+        .finalizers
+        .iter()
+        .filter(|x| *x != f)
+        .cloned()
+        .collect();
+    match set_finalizers(kube, r, o, rest) {
         Ok(v) => Ok(Some(v)),
         // Removing the last finalizer of a deleting object removes it; a
         // server may then answer 404 or 200 with the final state.

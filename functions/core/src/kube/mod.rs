@@ -12,11 +12,13 @@
 pub mod conditions;
 pub mod meta;
 pub mod names;
+pub mod object;
 
 use serde_json::Value;
 
 use crate::error::{Error, ErrorKind};
 use crate::ports::http::HttpClient;
+use object::Object;
 
 /// A Kubernetes resource type metal-ipam reads or writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -277,6 +279,19 @@ impl<'a, H: HttpClient + ?Sized> Kube<'a, H> {
         }
     }
 
+    /// GETs one object as a typed view; `None` if it does not exist.
+    ///
+    /// # Errors
+    /// As [`Kube::get`].
+    pub fn get_as<T: Object>(
+        &self,
+        r: &Resource,
+        ns: Option<&str>,
+        name: &str,
+    ) -> Result<Option<T>, KubeError> {
+        Ok(self.get(r, ns, name)?.map(|v| T::from_json(&v)))
+    }
+
     /// Lists every object (all namespaces when `ns` is `None` for a
     /// namespaced kind), following `continue` tokens. An expired token
     /// restarts the listing once.
@@ -316,6 +331,14 @@ impl<'a, H: HttpClient + ?Sized> Kube<'a, H> {
                 }
             }
         }
+    }
+
+    /// Lists every object as typed views (see [`Kube::list`]).
+    ///
+    /// # Errors
+    /// As [`Kube::list`].
+    pub fn list_as<T: Object>(&self, r: &Resource, ns: Option<&str>) -> Result<Vec<T>, KubeError> {
+        Ok(self.list(r, ns)?.iter().map(T::from_json).collect())
     }
 
     /// Creates an object.
@@ -401,42 +424,4 @@ fn percent_encode(s: &str) -> String {
         .remove(b'.')
         .remove(b'~');
     utf8_percent_encode(s, SEGMENT).to_string()
-}
-
-/// Helpers over object JSON.
-pub mod obj {
-    use serde_json::Value;
-
-    /// `metadata.<field>` as a string.
-    pub fn meta_str<'a>(o: &'a Value, field: &str) -> Option<&'a str> {
-        o.get("metadata")?.get(field)?.as_str()
-    }
-
-    /// `metadata.finalizers`.
-    pub fn finalizers(o: &Value) -> Vec<String> {
-        o.pointer("/metadata/finalizers")
-            .and_then(Value::as_array)
-            .map(|a| {
-                a.iter()
-                    .filter_map(|v| v.as_str().map(str::to_string))
-                    .collect()
-            })
-            .unwrap_or_default()
-    }
-
-    /// Whether `metadata.deletionTimestamp` is set.
-    pub fn deleting(o: &Value) -> bool {
-        o.pointer("/metadata/deletionTimestamp")
-            .is_some_and(|v| !v.is_null())
-    }
-
-    /// An annotation's value.
-    pub fn annotation<'a>(o: &'a Value, key: &str) -> Option<&'a str> {
-        o.pointer("/metadata/annotations")?.get(key)?.as_str()
-    }
-
-    /// A label's value.
-    pub fn label<'a>(o: &'a Value, key: &str) -> Option<&'a str> {
-        o.pointer("/metadata/labels")?.get(key)?.as_str()
-    }
 }

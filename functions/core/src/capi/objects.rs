@@ -1,0 +1,107 @@
+//! Typed views of the other objects the contract steps decide on: the CAPI
+//! `Cluster` (pause) and our pool objects (metadata and status; the spec
+//! is [`crate::ipam::pool::PoolObject`]'s). Claims and `IPAddress`es are
+//! [`crate::ipam::claim`]'s.
+
+use serde_json::Value;
+
+use crate::kube::object::{self, metadata, Object, ObjectMeta};
+
+/// CAPI's pause annotation (on claims, Clusters and pools).
+pub const PAUSED_ANNOTATION: &str = "cluster.x-k8s.io/paused";
+
+/// Whether `o` carries [`PAUSED_ANNOTATION`].
+pub fn paused(o: &impl Object) -> bool {
+    o.meta().annotation(PAUSED_ANNOTATION).is_some()
+}
+
+/// A CAPI `Cluster`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ClusterObject {
+    /// `metadata`.
+    pub metadata: ObjectMeta,
+    /// `spec`.
+    pub spec: ClusterSpec,
+}
+
+/// `Cluster.spec`, as far as metal-ipam reads it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ClusterSpec {
+    /// `paused`.
+    pub paused: Option<bool>,
+}
+
+impl ClusterObject {
+    /// Paused by `spec.paused` or by the annotation.
+    pub fn is_paused(&self) -> bool {
+        self.spec.paused == Some(true) || paused(self)
+    }
+}
+
+impl Object for ClusterObject {
+    fn from_json(v: &Value) -> Self {
+        ClusterObject {
+            metadata: metadata(v),
+            spec: ClusterSpec {
+                paused: v.pointer("/spec/paused").and_then(Value::as_bool),
+            },
+        }
+    }
+
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+}
+
+/// A `MetalIPPool` or `GlobalMetalIPPool` as read from the API server.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PoolResource {
+    /// `metadata`.
+    pub metadata: ObjectMeta,
+    /// `status`.
+    pub status: PoolStatus,
+}
+
+/// A pool's `status`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PoolStatus {
+    /// `conditions`.
+    pub conditions: Vec<Value>,
+    /// `ipAddresses` (the counts), compared whole before a write.
+    pub ip_addresses: Option<Value>,
+}
+
+impl Object for PoolResource {
+    fn from_json(v: &Value) -> Self {
+        let status = v.get("status").unwrap_or(&Value::Null);
+        PoolResource {
+            metadata: metadata(v),
+            status: PoolStatus {
+                conditions: object::array(status, "conditions"),
+                ip_addresses: status.get("ipAddresses").cloned(),
+            },
+        }
+    }
+
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_cluster_is_paused_by_spec_or_annotation() {
+        let c = |v| ClusterObject::from_json(&v);
+        assert!(!c(json!({"metadata": {"name": "c"}, "spec": {"paused": false}})).is_paused());
+        assert!(c(json!({"metadata": {"name": "c"}, "spec": {"paused": true}})).is_paused());
+        assert!(
+            c(json!({"metadata": {"name": "c", "annotations": {PAUSED_ANNOTATION: ""}}}))
+                .is_paused()
+        );
+        assert!(!c(json!({"metadata": {"name": "c"}})).is_paused());
+    }
+}
