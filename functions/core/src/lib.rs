@@ -21,6 +21,8 @@
 //! - [`kube`]: a Kubernetes API client returning typed object views
 //!   ([`kube::object`]), the resource table with `USED_PERMISSIONS`,
 //!   Kubernetes name rules.
+//! - [`metal`]: the Equinix Metal API client (typed models, retries,
+//!   pagination).
 //! - [`capi`]: the CAPI IPAM contract: claim and pool reconciliation, full
 //!   reconcile.
 //! - [`events`]: the payloads event forwarders post to `/v1/events`.
@@ -41,6 +43,7 @@ pub mod ip;
 pub mod ipam;
 pub mod kube;
 pub mod kv;
+pub mod metal;
 pub mod ports;
 #[cfg(feature = "testing")]
 pub mod testing;

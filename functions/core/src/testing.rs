@@ -1,11 +1,13 @@
 //! In-memory test doubles (feature `testing`): a key-value store that
 //! reproduces each real Spin backend's quirks, with operation counting and
-//! fault injection, and a deterministic [`Env`].
+//! fault injection, a deterministic [`Env`], and a scripted
+//! [`HttpClient`] that checks the order of requests.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
+use crate::ports::http::{HttpClient, TransportError};
 use crate::ports::kv::{KvError, KvStore, OpCounts, Swap};
 use crate::ports::Env;
 
@@ -240,31 +242,46 @@ impl KvStore for MemKv {
 }
 
 /// A deterministic [`Env`]: settable clock, counter-based randomness, no
-/// waiting.
+/// real waiting (a sleep advances the clock and is recorded).
 #[derive(Debug, Default)]
 pub struct TestEnv {
-    now: AtomicU64,
+    now_ms: AtomicU64,
     seq: AtomicU64,
+    slept: Mutex<Vec<u64>>,
 }
 
 impl TestEnv {
     /// Clock at `now` seconds.
     pub fn at(now: u64) -> Self {
         TestEnv {
-            now: AtomicU64::new(now),
-            seq: AtomicU64::new(0),
+            now_ms: AtomicU64::new(now * 1000),
+            ..TestEnv::default()
         }
     }
 
     /// Moves the clock.
     pub fn set_now(&self, now: u64) {
-        self.now.store(now, Ordering::SeqCst);
+        self.now_ms.store(now * 1000, Ordering::SeqCst);
+    }
+
+    /// Every [`Env::sleep_ms`] so far, in milliseconds.
+    pub fn slept_ms(&self) -> Vec<u64> {
+        self.slept.lock().unwrap().clone()
     }
 }
 
 impl Env for TestEnv {
     fn now(&self) -> u64 {
-        self.now.load(Ordering::SeqCst)
+        self.now_ms.load(Ordering::SeqCst) / 1000
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.now_ms.load(Ordering::SeqCst)
+    }
+
+    fn sleep_ms(&self, ms: u64) {
+        self.slept.lock().unwrap().push(ms);
+        self.now_ms.fetch_add(ms, Ordering::SeqCst);
     }
 
     fn random_u64(&self) -> u64 {
@@ -277,5 +294,165 @@ impl Env for TestEnv {
 
     fn pause(&self, _attempt: u32) {
         std::thread::yield_now();
+    }
+}
+
+/// One scripted answer of [`ScriptedHttp`].
+#[derive(Debug, Clone)]
+pub struct Reply {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+    dropped: bool,
+}
+
+impl Reply {
+    /// A status with an empty body.
+    pub fn status(status: u16) -> Reply {
+        Reply {
+            status,
+            headers: Vec::new(),
+            body: Vec::new(),
+            dropped: false,
+        }
+    }
+
+    /// A JSON answer.
+    pub fn json(status: u16, body: serde_json::Value) -> Reply {
+        Reply::raw(status, body.to_string().as_bytes()).header("content-type", "application/json")
+    }
+
+    /// An answer with `body` as it is.
+    pub fn raw(status: u16, body: &[u8]) -> Reply {
+        Reply {
+            body: body.to_vec(),
+            ..Reply::status(status)
+        }
+    }
+
+    /// No answer: the connection drops.
+    pub fn dropped() -> Reply {
+        Reply {
+            dropped: true,
+            ..Reply::status(0)
+        }
+    }
+
+    /// Adds a header.
+    pub fn header(mut self, name: &str, value: &str) -> Reply {
+        self.headers.push((name.to_string(), value.to_string()));
+        self
+    }
+}
+
+/// A request [`ScriptedHttp`] received.
+#[derive(Debug, Clone)]
+pub struct Sent {
+    /// Method.
+    pub method: String,
+    /// Full URI.
+    pub uri: String,
+    /// Headers, names lower case.
+    pub headers: Vec<(String, String)>,
+    /// Body.
+    pub body: Vec<u8>,
+}
+
+impl Sent {
+    /// A header's value.
+    pub fn header(&self, name: &str) -> Option<String> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.clone())
+    }
+
+    /// The body as JSON (`null` when empty or not JSON).
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body).unwrap_or(serde_json::Value::Null)
+    }
+}
+
+/// An [`HttpClient`] that expects requests in a fixed order and answers
+/// each from a script: `("METHOD /path?query", reply)`, the path relative
+/// to the URI's authority with any base path before the expected one
+/// ignored. A request out of order or past the script's end panics, so a
+/// test fails at the first unexpected call.
+#[derive(Debug)]
+pub struct ScriptedHttp {
+    script: Mutex<std::collections::VecDeque<(String, Reply)>>,
+    sent: Mutex<Vec<Sent>>,
+}
+
+impl ScriptedHttp {
+    /// A transport that will answer `script`, in order.
+    pub fn new(script: Vec<(&str, Reply)>) -> Self {
+        ScriptedHttp {
+            script: Mutex::new(
+                script
+                    .into_iter()
+                    .map(|(r, reply)| (r.to_string(), reply))
+                    .collect(),
+            ),
+            sent: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Every request received, in order.
+    pub fn sent(&self) -> Vec<Sent> {
+        self.sent.lock().unwrap().clone()
+    }
+
+    /// Panics unless every scripted request was made.
+    pub fn assert_done(&self) {
+        let left = self.script.lock().unwrap();
+        assert!(
+            left.is_empty(),
+            "requests never made: {:?}",
+            left.iter().map(|(r, _)| r).collect::<Vec<_>>()
+        );
+    }
+}
+
+impl HttpClient for ScriptedHttp {
+    fn send(&self, req: http::Request<Vec<u8>>) -> Result<http::Response<Vec<u8>>, TransportError> {
+        let uri = req.uri().to_string();
+        let path_and_query = req
+            .uri()
+            .path_and_query()
+            .map(|p| p.as_str())
+            .unwrap_or("/");
+        let got = format!("{} {path_and_query}", req.method());
+        self.sent.lock().unwrap().push(Sent {
+            method: req.method().to_string(),
+            uri,
+            headers: req
+                .headers()
+                .iter()
+                .map(|(n, v)| (n.as_str().to_string(), v.to_str().unwrap_or("").to_string()))
+                .collect(),
+            body: req.body().clone(),
+        });
+        let (want, reply) = self
+            .script
+            .lock()
+            .unwrap()
+            .pop_front()
+            .unwrap_or_else(|| panic!("unexpected request past the script: {got}"));
+        let (want_method, want_path) = want
+            .split_once(' ')
+            .expect("script entries are \"METHOD /path\"");
+        assert!(
+            got.starts_with(want_method) && path_and_query.ends_with(want_path),
+            "expected {want}, got {got}"
+        );
+        if reply.dropped {
+            return Err(TransportError("connection reset (scripted)".into()));
+        }
+        let mut b = http::Response::builder().status(reply.status);
+        for (n, v) in &reply.headers {
+            b = b.header(n.as_str(), v.as_str());
+        }
+        Ok(b.body(reply.body).expect("a valid scripted response"))
     }
 }

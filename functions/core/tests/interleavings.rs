@@ -88,6 +88,9 @@ impl Env for SchedEnv {
             sched::pause_here();
         }
     }
+    fn sleep_ms(&self, ms: u64) {
+        self.0.sleep_ms(ms);
+    }
 }
 
 fn ctx<'a, K: KvStore>(kv: &'a K, env: &'a SchedEnv) -> Ctx<'a, K> {

@@ -100,6 +100,15 @@ impl Env for SpinEnv {
     fn pause(&self, attempt: u32) {
         std::thread::sleep(backoff(attempt, self.random_u64()));
     }
+
+    fn now_ms(&self) -> u64 {
+        unix_millis()
+    }
+
+    /// Sleeps through `std::thread::sleep`, as [`SpinEnv::pause`] does.
+    fn sleep_ms(&self, ms: u64) {
+        std::thread::sleep(Duration::from_millis(ms));
+    }
 }
 
 #[cfg(test)]

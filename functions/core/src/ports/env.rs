@@ -9,6 +9,15 @@ pub trait Env {
     /// Waits a little before retry `attempt` (≥ 1) of a contended update.
     fn pause(&self, attempt: u32);
 
+    /// Unix time in milliseconds (request budgets).
+    fn now_ms(&self) -> u64 {
+        self.now().saturating_mul(1000)
+    }
+
+    /// Waits `ms` milliseconds before retrying an outbound request (a test
+    /// environment advances its clock instead).
+    fn sleep_ms(&self, ms: u64);
+
     /// A fresh random token, 16 hex digits: a record's writer, an intent's
     /// owner, a binding's token. Tokens need only differ between concurrent
     /// writers.
