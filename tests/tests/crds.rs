@@ -592,13 +592,20 @@ fn our_spec_mirrors_in_cluster_v1alpha2_plus_pre_allocations() {
             .collect()
     };
     let mut expected = field_names(theirs.at("spec").unwrap());
-    expected.push("preAllocations".into());
+    expected.extend(["preAllocations".into(), "metal".into()]);
     expected.sort();
     let mut actual = field_names(ours.at("spec").unwrap());
     actual.sort();
     assert_eq!(actual, expected);
+    // addresses and prefix are required as in-cluster's, unless the pool is
+    // VRF-backed (its block provides them).
+    assert_eq!(ours.at("spec").unwrap().get("required"), None);
     assert_eq!(
-        ours.at("spec").unwrap()["required"],
+        ours.at("spec").unwrap()["anyOf"],
+        json!([{"required": ["addresses", "prefix"]}, {"required": ["metal"]}])
+    );
+    assert_eq!(
+        theirs.at("spec").unwrap()["required"],
         json!(["addresses", "prefix"])
     );
     for field in [
@@ -723,6 +730,23 @@ fn examples_validate_against_their_crds() {
         &example("globalmetalippool.yaml"),
     );
     assert_valid(&capi_crd(CLAIMS), &example("ipaddressclaim.yaml"));
+    assert_valid(&our_crd("metalippools"), &example("vrf-metalippool.yaml"));
+}
+
+#[test]
+fn the_vrf_example_is_a_pool_metal_ipam_accepts() {
+    use metal_ipam_core::ipam::pool::{PoolId, PoolObject};
+    let v = example("vrf-metalippool.yaml");
+    let object = PoolObject::parse(&PoolId::namespaced("default", "web-vrf"), &v).unwrap();
+    let pool = object.spec.validate().unwrap();
+    // The block's .0 and .255 are reserved and .1 is the gateway.
+    assert_eq!(pool.total(), 253);
+    assert_eq!(pool.gateway, Some("10.10.1.1".parse().unwrap()));
+    // What the CRD's CEL rule says: without metal, addresses are required.
+    let mut plain = v.clone();
+    plain["spec"].as_object_mut().unwrap().remove("metal");
+    let e = PoolObject::parse(&PoolId::namespaced("default", "web-vrf"), &plain).unwrap_err();
+    assert_eq!(e.field(), Some("spec.addresses"));
 }
 
 #[test]
@@ -775,12 +799,13 @@ fn broken_pools_are_rejected_with_the_right_paths() {
         let check = |edit: Box<dyn FnOnce(&mut Value)>, paths: &[&str]| {
             assert_rejected(&crd, &pool, edit, paths)
         };
-        check(Box::new(remove("/spec/addresses")), &["spec.addresses"]);
+        // Required unless metal is set: an anyOf, reported on spec.
+        check(Box::new(remove("/spec/addresses")), &["spec"]);
         check(
             Box::new(set("/spec/addresses", json!([]))),
             &["spec.addresses"],
         );
-        check(Box::new(remove("/spec/prefix")), &["spec.prefix"]);
+        check(Box::new(remove("/spec/prefix")), &["spec"]);
         check(Box::new(set("/spec/prefix", json!(129))), &["spec.prefix"]);
         check(Box::new(set("/spec/prefix", json!(-1))), &["spec.prefix"]);
         check(

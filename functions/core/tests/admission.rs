@@ -591,3 +591,42 @@ fn kv_pools_reads_what_the_pools_route_registered() {
     let r = evaluate(&create(&edge, spec(&["192.0.2.0/24"], 24)), &pools).unwrap();
     assert!(r.allowed());
 }
+
+// ---------------------------------------------------------------- VRF pools
+
+#[test]
+fn a_vrf_pool_is_checked_as_the_block_it_will_hand_out() {
+    const UUID: &str = "8f3d3c4e-0b1a-4f7e-9c52-2d6f1f0a9b11";
+    let id = ns("team-a", "vrf");
+    let created = json!({"metal": {"metro": "da", "vrf": {"ipRanges": ["10.10.0.0/16"]},
+        "reservation": {"network": "10.10.1.0", "cidr": 24}}});
+    let r = run(&create(&id, created.clone()), &Vec::new());
+    assert!(r.allowed(), "{:?}", r.denial);
+    assert!(r.warnings.is_empty());
+
+    // The block overlaps a pool of the same namespace: the addresses it
+    // will hand out are checked like any pool's.
+    let other = stored(&ns("team-a", "nodes"), spec(&["10.10.1.0/25"], 24), 0);
+    let r = run(&create(&id, created), &vec![other]);
+    let (code, reason, message) = denied(&r);
+    assert_eq!((code, reason), (422, "PoolOverlap"), "{message}");
+
+    // A Metal rule, named by field.
+    let bad = json!({"metal": {"metro": "da", "vrf": {"ipRanges": ["10.10.0.0/16"]},
+        "reservation": {"network": "10.20.1.0", "cidr": 24}}});
+    let r = run(&create(&id, bad), &Vec::new());
+    let (code, _, message) = denied(&r);
+    assert_eq!(code, 422);
+    assert!(
+        message.starts_with("spec.metal.reservation.network:"),
+        "{message}"
+    );
+
+    // An adopted block is known only once read from Metal: allowed, with
+    // a warning that its overlap is checked then.
+    let adopted =
+        json!({"metal": {"metro": "da", "vrf": {"id": UUID}, "reservation": {"id": UUID}}});
+    let r = run(&create(&id, adopted), &Vec::new());
+    assert!(r.allowed(), "{:?}", r.denial);
+    assert_eq!(r.warnings.len(), 1, "{:?}", r.warnings);
+}

@@ -256,6 +256,32 @@ fn bad_pool_input_gets_a_clear_4xx_and_changes_nothing() {
 }
 
 #[test]
+fn a_vrf_pool_is_not_registered_before_its_metal_resources_exist() {
+    let w = World::new();
+    let before = w.kv.dump();
+    let mut body = pool("p", &[]);
+    body["spec"] = json!({"metal": {"metro": "da", "vrf": {"ipRanges": ["10.10.0.0/16"]},
+        "reservation": {"network": "10.10.1.0", "cidr": 29}}});
+    let r = w.call(pools, "PUT", "/v1/pools/team-a/p", Some(body.clone()));
+    assert_eq!(
+        (r.status, reason(&r)),
+        (409, "MetalNotProvisioned"),
+        "{:?}",
+        r.body
+    );
+    assert_eq!(r.body.as_ref().unwrap()["field"], "spec.metal");
+    // A broken Metal section is a 422 naming the field, before that.
+    body["spec"]["metal"]["reservation"]["cidr"] = json!(30);
+    let r = w.call(pools, "PUT", "/v1/pools/team-a/p", Some(body));
+    assert_eq!((r.status, reason(&r)), (422, "Invalid"));
+    assert_eq!(
+        r.body.as_ref().unwrap()["field"],
+        "spec.metal.reservation.cidr"
+    );
+    assert_eq!(w.kv.dump(), before, "no key was written");
+}
+
+#[test]
 fn claims_allocate_read_release() {
     let w = World::new();
     w.call(

@@ -25,8 +25,12 @@
 //! 2. The object must be a valid pool, by the same rules as
 //!    `PUT /v1/pools/…` ([`PoolObject::parse`] with the id from
 //!    `request.name` / `request.namespace`, or the object's metadata when
-//!    those are empty, then [`crate::ipam::pool::PoolSpec::validate`]). Denied with
-//!    code 422, the reason of the error (`Invalid`) and `field: message`.
+//!    those are empty, then [`crate::ipam::pool::PoolSpec::validate`], which
+//!    for a VRF-backed pool checks `spec.metal` and takes the addresses of a
+//!    block to be created). Denied with code 422, the reason of the error
+//!    (`Invalid`) and `field: message`. A VRF-backed pool whose addresses
+//!    are those of an adopted reservation is allowed with a warning after
+//!    this rule: its block is known only once it is read from Metal.
 //! 3. If the store already holds this pool, the new spec must keep every
 //!    bound address, as [`crate::ipam::ops::put_pool`] requires
 //!    ([`crate::ipam::alloc::PoolState::dropped_by`]). Denied with 422
@@ -70,7 +74,7 @@ pub use review::{Denial, REVIEW_API_VERSION};
 use serde_json::{Map, Value};
 
 use crate::error::{Error, Result};
-use crate::ipam::pool::{self, PoolId, PoolKind, PoolObject};
+use crate::ipam::pool::{self, PoolId, PoolKind, PoolObject, BLOCK_UNKNOWN};
 use crate::kube::names;
 use crate::kv::{self, addr_in_family, keys, Loaded};
 use crate::ports::kv::KvStore;
@@ -318,6 +322,16 @@ fn check_write(
     let parsed = PoolObject::parse(&id, object).and_then(|o| o.spec.validate());
     let pool = match parsed {
         Ok(p) => p,
+        Err(e) if e.reason() == BLOCK_UNKNOWN => {
+            // The Metal section is valid; the addresses are those of an
+            // adopted reservation, checked when it is read from Metal.
+            out.warnings = vec![format!(
+                "{}: its addresses are checked against the other pools once its Metal reservation is read",
+                describe(&id)
+            )];
+            out.outcome = "allowed";
+            return Ok(());
+        }
         Err(e) => {
             out.deny(Denial::from_error(422, &e));
             return Ok(());

@@ -4,6 +4,8 @@
 //! - [`pool`]: pool objects (`MetalIPPool`, `GlobalMetalIPPool`), their
 //!   identity ([`pool::PoolId`]) and validation into a
 //!   [`pool::ValidatedPool`].
+//! - [`vrf`]: the `spec.metal` section of a VRF-backed pool (which Metal
+//!   resources, adopted or created, and their deletion policies).
 //! - [`claim`]: the CAPI `IPAddressClaim` input and `IPAddress` output.
 //! - [`alloc`]: the allocator as pure state transitions of one pool
 //!   ([`alloc::PoolState`]: used ranges, cooling, intents).
@@ -18,3 +20,4 @@ pub mod alloc;
 pub mod claim;
 pub mod ops;
 pub mod pool;
+pub mod vrf;

@@ -625,6 +625,10 @@ pub struct Adoption {
     pub address: std::net::IpAddr,
 }
 
+/// Reason of the refusal to register a VRF-backed pool before its Metal
+/// resources are provisioned.
+pub const METAL_NOT_PROVISIONED: &str = "MetalNotProvisioned";
+
 /// [`put_pool`], and when the pool is new to the store, records
 /// `adoptions` in the same write, so no allocation can hand out an adopted
 /// address in between. Then writes each adopted claim's binding (unless
@@ -634,12 +638,23 @@ pub struct Adoption {
 /// As [`put_pool`]; adoptions only apply when the pool is created.
 ///
 /// # Errors
-/// As [`put_pool`].
+/// As [`put_pool`]; 409 [`METAL_NOT_PROVISIONED`] for a VRF-backed pool.
 pub fn put_pool_with<K: KvStore>(
     ctx: &Ctx<'_, K>,
     object: PoolObject,
     adoptions: &[Adoption],
 ) -> Result<(PutOutcome, PoolView)> {
+    if let Some(metal) = &object.spec.metal {
+        // Its addresses must not be handed out before its Metal resources
+        // exist: the provisioning step registers it. (A broken section is
+        // still a 422 first.)
+        metal.validate()?;
+        return Err(Error::conflict(
+            METAL_NOT_PROVISIONED,
+            "a VRF-backed pool (spec.metal) is registered once its Metal resources are provisioned, which this version does not do yet",
+        )
+        .with_field("spec.metal"));
+    }
     let pool = object.spec.validate()?;
     let id = object.id.clone();
     let me = ctx.env.token();

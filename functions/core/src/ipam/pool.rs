@@ -11,8 +11,9 @@ use std::net::IpAddr;
 
 use serde_json::{Map, Value};
 
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::ip::{from_u128, subnet_bounds, to_u128, Family, RangeSet};
+use crate::ipam::vrf::MetalSpec;
 use crate::kube::names;
 
 /// API group of our pool kinds.
@@ -143,6 +144,9 @@ pub struct PoolSpec {
     pub address_reuse_grace_period_seconds: u32,
     /// Claim name → the address that claim always gets.
     pub pre_allocations: BTreeMap<String, String>,
+    /// The Metal resources behind a VRF-backed pool. Such a pool may leave
+    /// `addresses` empty and `prefix` 0: they are then its block's.
+    pub metal: Option<MetalSpec>,
 }
 
 /// A validated pool: everything the allocator needs, precomputed.
@@ -233,6 +237,11 @@ fn family_name(f: Family) -> &'static str {
     }
 }
 
+/// Reason of the error [`PoolSpec::validate`] gives for a VRF-backed pool
+/// whose addresses are those of an adopted reservation, not known until
+/// the reservation is read from Metal.
+pub const BLOCK_UNKNOWN: &str = "MetalBlockUnknown";
+
 /// The fields of a pool's `spec`; any other is refused as unknown.
 pub const SPEC_FIELDS: &[&str] = &[
     "addresses",
@@ -242,6 +251,7 @@ pub const SPEC_FIELDS: &[&str] = &[
     "allocateReservedIPAddresses",
     "addressReuseGracePeriodSeconds",
     "preAllocations",
+    "metal",
 ];
 
 impl PoolSpec {
@@ -259,10 +269,18 @@ impl PoolSpec {
                 return Err(Error::invalid(format!("spec.{k}"), "unknown field"));
             }
         }
-        let addresses = string_list(obj, "addresses")?
-            .ok_or_else(|| Error::invalid("spec.addresses", "is required"))?;
+        let metal = match obj.get("metal") {
+            None | Some(Value::Null) => None,
+            Some(m) => Some(MetalSpec::from_json(m)?),
+        };
+        let addresses = match string_list(obj, "addresses")? {
+            Some(a) => a,
+            None if metal.is_some() => Vec::new(),
+            None => return Err(Error::invalid("spec.addresses", "is required")),
+        };
         let prefix =
             match obj.get("prefix") {
+                None | Some(Value::Null) if metal.is_some() => 0,
                 None | Some(Value::Null) => {
                     return Err(Error::invalid("spec.prefix", "is required"));
                 }
@@ -326,14 +344,22 @@ impl PoolSpec {
             allocate_reserved_ip_addresses,
             address_reuse_grace_period_seconds,
             pre_allocations,
+            metal,
         })
     }
 
-    /// The spec as JSON (CRD field names; empty optional fields omitted).
+    /// The spec as JSON (CRD field names; empty optional fields omitted,
+    /// and a VRF-backed pool's `addresses` and `prefix` when left to its
+    /// block).
     pub fn to_json(&self) -> Value {
         let mut m = Map::new();
-        m.insert("addresses".into(), self.addresses.clone().into());
-        m.insert("prefix".into(), self.prefix.into());
+        let vrf = self.metal.is_some();
+        if !vrf || !self.addresses.is_empty() {
+            m.insert("addresses".into(), self.addresses.clone().into());
+        }
+        if !vrf || self.prefix != 0 {
+            m.insert("prefix".into(), self.prefix.into());
+        }
         if let Some(g) = &self.gateway {
             m.insert("gateway".into(), g.clone().into());
         }
@@ -360,7 +386,74 @@ impl PoolSpec {
                 .collect();
             m.insert("preAllocations".into(), Value::Object(pa));
         }
+        if let Some(metal) = &self.metal {
+            m.insert("metal".into(), metal.to_json());
+        }
         Value::Object(m)
+    }
+
+    /// The spec with a VRF-backed pool's left-out fields taken from its
+    /// block `net/cidr`: `addresses` the block, `prefix` its length,
+    /// `gateway` its first address (where Metal puts the gateway). Given
+    /// fields must agree: addresses inside the block, the same prefix, the
+    /// gateway's address. A pool without `metal` is returned as it is.
+    ///
+    /// # Errors
+    /// 422 naming the field that disagrees with the block.
+    ///
+    /// # Examples
+    /// ```
+    /// use metal_ipam_core::ipam::pool::PoolSpec;
+    /// let spec = PoolSpec::from_json(&serde_json::json!({"metal": {"metro": "da",
+    ///     "vrf": {"ipRanges": ["10.10.0.0/16"]}, "reservation": {"network": "10.10.1.0", "cidr": 29}}})).unwrap();
+    /// let full = spec.with_block("10.10.1.0".parse().unwrap(), 29).unwrap();
+    /// assert_eq!((full.addresses[0].as_str(), full.prefix, full.gateway.as_deref()), ("10.10.1.0/29", 29, Some("10.10.1.1")));
+    /// // .0 (network), .1 (gateway) and .7 (broadcast) are not handed out.
+    /// assert_eq!(full.validate().unwrap().total(), 5);
+    /// ```
+    pub fn with_block(&self, net: IpAddr, cidr: u8) -> Result<PoolSpec> {
+        if self.metal.is_none() {
+            return Ok(self.clone());
+        }
+        let family = Family::of(net);
+        let (lo, hi) = subnet_bounds(family, to_u128(net), cidr);
+        let block = format!("{}/{cidr}", from_u128(family, lo));
+        let mut out = self.clone();
+        if out.addresses.is_empty() {
+            out.addresses = vec![block.clone()];
+        }
+        for (i, entry) in out.addresses.iter().enumerate() {
+            let inside =
+                parse_entry(entry).is_ok_and(|(f, a, b)| f == family && a >= lo && b <= hi);
+            if !inside {
+                return Err(Error::invalid(
+                    format!("spec.addresses[{i}]"),
+                    format!("{entry:?} is outside the pool's Metal block {block}"),
+                ));
+            }
+        }
+        match out.prefix {
+            0 => out.prefix = cidr,
+            p if p == cidr => {}
+            p => {
+                return Err(Error::invalid(
+                    "spec.prefix",
+                    format!("{p} differs from the length of the pool's Metal block {block}"),
+                ))
+            }
+        }
+        let gw = from_u128(family, lo + 1).to_string();
+        match out.gateway.as_deref() {
+            None => out.gateway = Some(gw),
+            Some(g) if g.trim().parse::<IpAddr>().ok() == gw.parse().ok() => {}
+            Some(g) => {
+                return Err(Error::invalid(
+                    "spec.gateway",
+                    format!("{g:?}: the Metal Gateway of block {block} is {gw}"),
+                ))
+            }
+        }
+        Ok(out)
     }
 
     /// Validates the spec and precomputes the allocatable set.
@@ -390,6 +483,25 @@ impl PoolSpec {
     /// assert_eq!(pool.total(), 5);
     /// ```
     pub fn validate(&self) -> Result<ValidatedPool> {
+        if let Some(metal) = &self.metal {
+            metal.validate()?;
+            if let Some((net, cidr)) = metal.block() {
+                return self.with_block(net, cidr)?.validate_addresses();
+            }
+            if self.addresses.is_empty() || self.prefix == 0 {
+                return Err(Error::new(
+                    ErrorKind::Invalid,
+                    BLOCK_UNKNOWN,
+                    "the pool's addresses come from its adopted Metal reservation, which is read when the pool is provisioned",
+                )
+                .with_field("spec.metal.reservation.id"));
+            }
+        }
+        self.validate_addresses()
+    }
+
+    /// [`PoolSpec::validate`] without the Metal section.
+    fn validate_addresses(&self) -> Result<ValidatedPool> {
         if self.addresses.is_empty() {
             return Err(Error::invalid(
                 "spec.addresses",

@@ -1,0 +1,720 @@
+//! VRF-backed pools: the optional `spec.metal` section of a pool, which
+//! names the Equinix Metal resources behind it.
+//!
+//! A VRF-backed pool hands out the addresses of a Metal VRF IP reservation
+//! (its block), routed through a Metal Gateway on a VLAN. Each of the four
+//! resources is **adopted** (named by `id`; a VLAN also by `vxlan` in the
+//! metro) or **created** (the default), and has a `deletionPolicy`:
+//! `Delete` (the default for what metal-ipam creates) or `Retain` (the
+//! default for what it adopts). The pool's `addresses`, `prefix` and
+//! `gateway` may be left out: they are then the block, its length and the
+//! block's first address, where Metal puts the gateway.
+//!
+//! This module checks the section and derives the block; it knows nothing
+//! of the Metal API (see `crate::metal`), the store or Kubernetes.
+//!
+//! ```yaml
+//! spec:
+//!   metal:
+//!     metro: da
+//!     vrf: {name: cluster-a, ipRanges: [10.10.0.0/16], localASN: 65000}
+//!     reservation: {network: 10.10.1.0, cidr: 24}
+//!     vlan: {vxlan: 1010}        # adopt VLAN 1010 of metro da
+//!     gateway: {}                # create (the default)
+//! ```
+
+use std::net::IpAddr;
+
+use serde_json::{Map, Value};
+
+use crate::error::{Error, Result};
+use crate::ip::{to_u128, Family};
+
+/// What happens to a Metal resource when its pool is deleted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeletionPolicy {
+    /// Delete it (the default for resources metal-ipam created).
+    Delete,
+    /// Leave it (the default for adopted resources).
+    Retain,
+}
+
+impl DeletionPolicy {
+    fn parse(v: &Value, field: &str) -> Result<Option<DeletionPolicy>> {
+        match v {
+            Value::Null => Ok(None),
+            Value::String(s) if s == "Delete" => Ok(Some(DeletionPolicy::Delete)),
+            Value::String(s) if s == "Retain" => Ok(Some(DeletionPolicy::Retain)),
+            _ => Err(Error::invalid(field, "must be \"Delete\" or \"Retain\"")),
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            DeletionPolicy::Delete => "Delete",
+            DeletionPolicy::Retain => "Retain",
+        }
+    }
+}
+
+/// `spec.metal.vrf`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct VrfSpec {
+    /// Adopt this VRF.
+    pub id: Option<String>,
+    /// Name of a created VRF (default: the pool's name).
+    pub name: Option<String>,
+    /// `ip_ranges` of a created VRF.
+    pub ip_ranges: Vec<String>,
+    /// `local_asn` of a created VRF.
+    pub local_asn: Option<u32>,
+    /// Explicit deletion policy.
+    pub deletion_policy: Option<DeletionPolicy>,
+}
+
+/// `spec.metal.reservation`: the VRF IP reservation that is the block.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReservationSpec {
+    /// Adopt this reservation.
+    pub id: Option<String>,
+    /// First address of a created block.
+    pub network: Option<String>,
+    /// Prefix length of a created block (IPv4 22–29, IPv6 64).
+    pub cidr: Option<u8>,
+    /// Explicit deletion policy.
+    pub deletion_policy: Option<DeletionPolicy>,
+}
+
+/// `spec.metal.vlan`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct VlanSpec {
+    /// Adopt this VLAN.
+    pub id: Option<String>,
+    /// Adopt the VLAN with this number in the metro.
+    pub vxlan: Option<u16>,
+    /// Explicit deletion policy.
+    pub deletion_policy: Option<DeletionPolicy>,
+}
+
+/// `spec.metal.gateway`: the Metal Gateway of the block on the VLAN.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GatewaySpec {
+    /// Adopt this gateway.
+    pub id: Option<String>,
+    /// Explicit deletion policy.
+    pub deletion_policy: Option<DeletionPolicy>,
+}
+
+/// `spec.metal`: the Metal resources behind a VRF-backed pool.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MetalSpec {
+    /// Metro code (VRF, VLAN, gateway and devices share it).
+    pub metro: String,
+    /// The VRF.
+    pub vrf: VrfSpec,
+    /// The block.
+    pub reservation: ReservationSpec,
+    /// The VLAN.
+    pub vlan: VlanSpec,
+    /// The gateway.
+    pub gateway: GatewaySpec,
+}
+
+/// The four resources, in dependency (creation) order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Resource {
+    /// The VRF.
+    Vrf,
+    /// The VRF IP reservation (the block).
+    Reservation,
+    /// The VLAN.
+    Vlan,
+    /// The Metal Gateway.
+    Gateway,
+}
+
+impl Resource {
+    /// Creation order; teardown runs it backwards (gateway first).
+    pub const ALL: [Resource; 4] = [
+        Resource::Vrf,
+        Resource::Reservation,
+        Resource::Vlan,
+        Resource::Gateway,
+    ];
+
+    /// The field under `spec.metal`.
+    pub fn field(self) -> &'static str {
+        match self {
+            Resource::Vrf => "vrf",
+            Resource::Reservation => "reservation",
+            Resource::Vlan => "vlan",
+            Resource::Gateway => "gateway",
+        }
+    }
+}
+
+impl MetalSpec {
+    /// Whether `r` is adopted (named by id, or a VLAN by number).
+    pub fn adopted(&self, r: Resource) -> bool {
+        match r {
+            Resource::Vrf => self.vrf.id.is_some(),
+            Resource::Reservation => self.reservation.id.is_some(),
+            Resource::Vlan => self.vlan.id.is_some() || self.vlan.vxlan.is_some(),
+            Resource::Gateway => self.gateway.id.is_some(),
+        }
+    }
+
+    /// What happens to `r` when the pool goes: the explicit policy, else
+    /// `Retain` when adopted and `Delete` when created.
+    ///
+    /// ```
+    /// use metal_ipam_core::ipam::vrf::{DeletionPolicy, MetalSpec, Resource};
+    /// let mut m = MetalSpec::default();
+    /// m.vrf.id = Some("8f3d3c4e-0b1a-4f7e-9c52-2d6f1f0a9b11".into());
+    /// assert_eq!(m.deletion(Resource::Vrf), DeletionPolicy::Retain);
+    /// assert_eq!(m.deletion(Resource::Gateway), DeletionPolicy::Delete);
+    /// ```
+    pub fn deletion(&self, r: Resource) -> DeletionPolicy {
+        let explicit = match r {
+            Resource::Vrf => self.vrf.deletion_policy,
+            Resource::Reservation => self.reservation.deletion_policy,
+            Resource::Vlan => self.vlan.deletion_policy,
+            Resource::Gateway => self.gateway.deletion_policy,
+        };
+        explicit.unwrap_or(if self.adopted(r) {
+            DeletionPolicy::Retain
+        } else {
+            DeletionPolicy::Delete
+        })
+    }
+
+    /// The block of a reservation to be created: its network address and
+    /// prefix length (`None` for an adopted one, known only from Metal).
+    pub fn block(&self) -> Option<(IpAddr, u8)> {
+        let net = self.reservation.network.as_deref()?.trim().parse().ok()?;
+        Some((net, self.reservation.cidr?))
+    }
+
+    /// Parses `spec.metal`.
+    ///
+    /// # Errors
+    /// 422 naming the field: a wrong type or an unknown field.
+    pub fn from_json(v: &Value) -> Result<MetalSpec> {
+        let m = object(
+            v,
+            "spec.metal",
+            &["metro", "vrf", "reservation", "vlan", "gateway"],
+        )?;
+        let metro = match m.get("metro") {
+            Some(Value::String(s)) => s.clone(),
+            None | Some(Value::Null) => {
+                return Err(Error::invalid("spec.metal.metro", "is required"))
+            }
+            Some(_) => return Err(Error::invalid("spec.metal.metro", "must be a string")),
+        };
+        let part = |k: &str, fields: &[&str]| -> Result<Map<String, Value>> {
+            match m.get(k) {
+                None | Some(Value::Null) => Ok(Map::new()),
+                Some(v) => object(v, &format!("spec.metal.{k}"), fields).cloned(),
+            }
+        };
+        let policy = |o: &Map<String, Value>, k: &str| {
+            DeletionPolicy::parse(
+                o.get("deletionPolicy").unwrap_or(&Value::Null),
+                &format!("spec.metal.{k}.deletionPolicy"),
+            )
+        };
+        let v = part(
+            "vrf",
+            &["id", "name", "ipRanges", "localASN", "deletionPolicy"],
+        )?;
+        let vrf = VrfSpec {
+            id: string(&v, "vrf", "id")?,
+            name: string(&v, "vrf", "name")?,
+            ip_ranges: strings(&v, "vrf", "ipRanges")?,
+            local_asn: integer(&v, "vrf", "localASN", u64::from(u32::MAX))?.map(|n| n as u32),
+            deletion_policy: policy(&v, "vrf")?,
+        };
+        let r = part("reservation", &["id", "network", "cidr", "deletionPolicy"])?;
+        let reservation = ReservationSpec {
+            id: string(&r, "reservation", "id")?,
+            network: string(&r, "reservation", "network")?,
+            cidr: integer(&r, "reservation", "cidr", 128)?.map(|n| n as u8),
+            deletion_policy: policy(&r, "reservation")?,
+        };
+        let l = part("vlan", &["id", "vxlan", "deletionPolicy"])?;
+        let vlan = VlanSpec {
+            id: string(&l, "vlan", "id")?,
+            vxlan: integer(&l, "vlan", "vxlan", 4095)?.map(|n| n as u16),
+            deletion_policy: policy(&l, "vlan")?,
+        };
+        let g = part("gateway", &["id", "deletionPolicy"])?;
+        let gateway = GatewaySpec {
+            id: string(&g, "gateway", "id")?,
+            deletion_policy: policy(&g, "gateway")?,
+        };
+        Ok(MetalSpec {
+            metro,
+            vrf,
+            reservation,
+            vlan,
+            gateway,
+        })
+    }
+
+    /// The section as JSON (CRD field names, absent fields omitted; empty
+    /// resource sections kept, so a round trip is exact).
+    pub fn to_json(&self) -> Value {
+        fn put<T: Into<Value> + Clone>(m: &mut Map<String, Value>, k: &str, v: &Option<T>) {
+            if let Some(v) = v {
+                m.insert(k.into(), v.clone().into());
+            }
+        }
+        let policy = |m: &mut Map<String, Value>, p: Option<DeletionPolicy>| {
+            put(m, "deletionPolicy", &p.map(|p| p.name()));
+        };
+        let mut vrf = Map::new();
+        put(&mut vrf, "id", &self.vrf.id);
+        put(&mut vrf, "name", &self.vrf.name);
+        if !self.vrf.ip_ranges.is_empty() {
+            vrf.insert("ipRanges".into(), self.vrf.ip_ranges.clone().into());
+        }
+        put(&mut vrf, "localASN", &self.vrf.local_asn);
+        policy(&mut vrf, self.vrf.deletion_policy);
+        let mut res = Map::new();
+        put(&mut res, "id", &self.reservation.id);
+        put(&mut res, "network", &self.reservation.network);
+        put(&mut res, "cidr", &self.reservation.cidr);
+        policy(&mut res, self.reservation.deletion_policy);
+        let mut vlan = Map::new();
+        put(&mut vlan, "id", &self.vlan.id);
+        put(&mut vlan, "vxlan", &self.vlan.vxlan);
+        policy(&mut vlan, self.vlan.deletion_policy);
+        let mut gw = Map::new();
+        put(&mut gw, "id", &self.gateway.id);
+        policy(&mut gw, self.gateway.deletion_policy);
+        let mut m = Map::new();
+        m.insert("metro".into(), self.metro.clone().into());
+        m.insert("vrf".into(), Value::Object(vrf));
+        m.insert("reservation".into(), Value::Object(res));
+        m.insert("vlan".into(), Value::Object(vlan));
+        m.insert("gateway".into(), Value::Object(gw));
+        Value::Object(m)
+    }
+
+    /// Checks the section's rules:
+    /// - `metro` is a two-letter metro code;
+    /// - each resource is either adopted (`id`, a UUID; a VLAN also by
+    ///   `vxlan`, 2–3999) or described for creation, not both;
+    /// - a created VRF has `ipRanges` (IPv4 /8–/29, IPv6 /59–/64, network
+    ///   addresses); a created block has `network` and `cidr` (IPv4 22–29,
+    ///   IPv6 64), is aligned, and lies in one of a created VRF's ranges;
+    /// - an adopted reservation belongs to an existing VRF, so the VRF is
+    ///   adopted too; an adopted gateway serves an existing reservation on
+    ///   an existing VLAN, so both are adopted too.
+    ///
+    /// # Errors
+    /// 422 naming the first offending field.
+    pub fn validate(&self) -> Result<()> {
+        let m = self.metro.trim();
+        if m.len() != 2 || !m.chars().all(|c| c.is_ascii_alphabetic()) {
+            return Err(Error::invalid(
+                "spec.metal.metro",
+                format!(
+                    "{:?} is not a metro code (two letters, e.g. \"da\")",
+                    self.metro
+                ),
+            ));
+        }
+        for (r, id) in [
+            (Resource::Vrf, &self.vrf.id),
+            (Resource::Reservation, &self.reservation.id),
+            (Resource::Vlan, &self.vlan.id),
+            (Resource::Gateway, &self.gateway.id),
+        ] {
+            if let Some(id) = id {
+                if !is_uuid(id) {
+                    return Err(Error::invalid(
+                        format!("spec.metal.{}.id", r.field()),
+                        format!("{id:?} is not a UUID"),
+                    ));
+                }
+            }
+        }
+        // VRF.
+        if self.vrf.id.is_some() {
+            for (set, f) in [
+                (self.vrf.name.is_some(), "name"),
+                (!self.vrf.ip_ranges.is_empty(), "ipRanges"),
+                (self.vrf.local_asn.is_some(), "localASN"),
+            ] {
+                if set {
+                    return Err(adopt_or_create("vrf", f));
+                }
+            }
+        } else {
+            if self.vrf.ip_ranges.is_empty() {
+                return Err(Error::invalid(
+                    "spec.metal.vrf.ipRanges",
+                    "is required to create a VRF (or set spec.metal.vrf.id to adopt one)",
+                ));
+            }
+            for (i, r) in self.vrf.ip_ranges.iter().enumerate() {
+                let field = format!("spec.metal.vrf.ipRanges[{i}]");
+                let (net, len) = parse_cidr(r, &field)?;
+                let ok = match Family::of(net) {
+                    Family::V4 => (8..=29).contains(&len),
+                    Family::V6 => (59..=64).contains(&len),
+                };
+                if !ok {
+                    return Err(Error::invalid(
+                        field,
+                        format!("{r:?}: a VRF range is IPv4 /8–/29 or IPv6 /59–/64"),
+                    ));
+                }
+            }
+        }
+        // Reservation.
+        if self.reservation.id.is_some() {
+            for (set, f) in [
+                (self.reservation.network.is_some(), "network"),
+                (self.reservation.cidr.is_some(), "cidr"),
+            ] {
+                if set {
+                    return Err(adopt_or_create("reservation", f));
+                }
+            }
+            if self.vrf.id.is_none() {
+                return Err(Error::invalid(
+                    "spec.metal.reservation.id",
+                    "an adopted reservation belongs to an existing VRF: adopt that VRF too (spec.metal.vrf.id)",
+                ));
+            }
+        } else {
+            let Some(network) = self.reservation.network.as_deref() else {
+                return Err(Error::invalid(
+                    "spec.metal.reservation.network",
+                    "is required to create the block (or set spec.metal.reservation.id to adopt one)",
+                ));
+            };
+            let Some(cidr) = self.reservation.cidr else {
+                return Err(Error::invalid(
+                    "spec.metal.reservation.cidr",
+                    "is required to create the block",
+                ));
+            };
+            let field = "spec.metal.reservation.network";
+            let net: IpAddr = network
+                .trim()
+                .parse()
+                .map_err(|_| Error::invalid(field, format!("{network:?} is not an IP address")))?;
+            let ok = match Family::of(net) {
+                Family::V4 => (22..=29).contains(&cidr),
+                Family::V6 => cidr == 64,
+            };
+            if !ok {
+                return Err(Error::invalid(
+                    "spec.metal.reservation.cidr",
+                    format!("{cidr}: a VRF block is IPv4 /22–/29 or IPv6 /64"),
+                ));
+            }
+            if !aligned(net, cidr) {
+                return Err(Error::invalid(
+                    field,
+                    format!("{net} is not the first address of a /{cidr}"),
+                ));
+            }
+            if self.vrf.id.is_none() {
+                let inside = self.vrf.ip_ranges.iter().any(|r| {
+                    parse_cidr(r, "").is_ok_and(|(rn, rl)| contains((rn, rl), (net, cidr)))
+                });
+                if !inside {
+                    return Err(Error::invalid(
+                        field,
+                        format!("{net}/{cidr} is not inside any of spec.metal.vrf.ipRanges"),
+                    ));
+                }
+            }
+        }
+        // VLAN.
+        if self.vlan.id.is_some() && self.vlan.vxlan.is_some() {
+            return Err(Error::invalid(
+                "spec.metal.vlan.vxlan",
+                "set either id or vxlan to adopt a VLAN, not both",
+            ));
+        }
+        if let Some(v) = self.vlan.vxlan {
+            if !(2..=3999).contains(&v) {
+                return Err(Error::invalid(
+                    "spec.metal.vlan.vxlan",
+                    format!("{v}: a VLAN number is 2–3999"),
+                ));
+            }
+        }
+        // Gateway.
+        if self.gateway.id.is_some()
+            && !(self.adopted(Resource::Reservation) && self.adopted(Resource::Vlan))
+        {
+            return Err(Error::invalid(
+                "spec.metal.gateway.id",
+                "an adopted gateway serves an existing reservation on an existing VLAN: adopt both too",
+            ));
+        }
+        Ok(())
+    }
+}
+
+fn adopt_or_create(resource: &str, field: &str) -> Error {
+    Error::invalid(
+        format!("spec.metal.{resource}.{field}"),
+        format!(
+            "describes a {resource} to create, but spec.metal.{resource}.id adopts one: set either"
+        ),
+    )
+}
+
+fn object<'a>(v: &'a Value, field: &str, fields: &[&str]) -> Result<&'a Map<String, Value>> {
+    let m = v
+        .as_object()
+        .ok_or_else(|| Error::invalid(field, "must be an object"))?;
+    if let Some(k) = m.keys().find(|k| !fields.contains(&k.as_str())) {
+        return Err(Error::invalid(format!("{field}.{k}"), "unknown field"));
+    }
+    Ok(m)
+}
+
+fn string(m: &Map<String, Value>, part: &str, k: &str) -> Result<Option<String>> {
+    match m.get(k) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.clone())),
+        Some(_) => Err(Error::invalid(
+            format!("spec.metal.{part}.{k}"),
+            "must be a string",
+        )),
+    }
+}
+
+fn strings(m: &Map<String, Value>, part: &str, k: &str) -> Result<Vec<String>> {
+    let field = || format!("spec.metal.{part}.{k}");
+    match m.get(k) {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::Array(a)) => a
+            .iter()
+            .enumerate()
+            .map(|(i, v)| {
+                v.as_str()
+                    .map(str::to_string)
+                    .ok_or_else(|| Error::invalid(format!("{}[{i}]", field()), "must be a string"))
+            })
+            .collect(),
+        Some(_) => Err(Error::invalid(field(), "must be a list of strings")),
+    }
+}
+
+fn integer(m: &Map<String, Value>, part: &str, k: &str, max: u64) -> Result<Option<u64>> {
+    match m.get(k) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => v.as_u64().filter(|n| *n <= max).map(Some).ok_or_else(|| {
+            Error::invalid(
+                format!("spec.metal.{part}.{k}"),
+                format!("must be an integer from 0 to {max}"),
+            )
+        }),
+    }
+}
+
+/// `a.b.c.d/len` with the host bits zero.
+fn parse_cidr(s: &str, field: &str) -> Result<(IpAddr, u8)> {
+    let bad = || Error::invalid(field, format!("{s:?} is not a CIDR (network/length)"));
+    let (a, l) = s.trim().split_once('/').ok_or_else(bad)?;
+    let net: IpAddr = a.parse().map_err(|_| bad())?;
+    let len: u8 = l.parse().map_err(|_| bad())?;
+    if len > Family::of(net).bits() {
+        return Err(bad());
+    }
+    if !aligned(net, len) {
+        return Err(Error::invalid(
+            field,
+            format!("{s:?}: {net} is not the first address of a /{len}"),
+        ));
+    }
+    Ok((net, len))
+}
+
+fn host_mask(f: Family, len: u8) -> u128 {
+    let host_bits = u32::from(f.bits() - len);
+    if host_bits >= 128 {
+        u128::MAX
+    } else {
+        (1u128 << host_bits) - 1
+    }
+}
+
+fn aligned(net: IpAddr, len: u8) -> bool {
+    let f = Family::of(net);
+    len <= f.bits() && to_u128(net) & host_mask(f, len) == 0
+}
+
+/// Whether block `inner` lies inside range `outer` (same family).
+fn contains(outer: (IpAddr, u8), inner: (IpAddr, u8)) -> bool {
+    let f = Family::of(outer.0);
+    f == Family::of(inner.0)
+        && inner.1 >= outer.1
+        && to_u128(inner.0) & !host_mask(f, outer.1) == to_u128(outer.0)
+}
+
+/// `8-4-4-4-12` hexadecimal digits.
+fn is_uuid(s: &str) -> bool {
+    let parts: Vec<&str> = s.split('-').collect();
+    parts.len() == 5
+        && parts
+            .iter()
+            .zip([8, 4, 4, 4, 12])
+            .all(|(p, n)| p.len() == n && p.chars().all(|c| c.is_ascii_hexdigit()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const UUID: &str = "8f3d3c4e-0b1a-4f7e-9c52-2d6f1f0a9b11";
+
+    fn created() -> Value {
+        json!({
+            "metro": "da",
+            "vrf": {"name": "a", "ipRanges": ["10.10.0.0/16", "fd00:1::/64"], "localASN": 65000},
+            "reservation": {"network": "10.10.1.0", "cidr": 24},
+            "vlan": {},
+            "gateway": {}
+        })
+    }
+
+    #[test]
+    fn a_section_round_trips_exactly() {
+        for v in [
+            created(),
+            json!({"metro": "sv", "vrf": {"id": UUID, "deletionPolicy": "Delete"},
+                   "reservation": {"id": UUID}, "vlan": {"vxlan": 1010}, "gateway": {"id": UUID}}),
+        ] {
+            let m = MetalSpec::from_json(&v).unwrap();
+            m.validate().unwrap();
+            assert_eq!(m.to_json(), v);
+        }
+    }
+
+    #[test]
+    fn deletion_defaults_follow_ownership() {
+        let m = MetalSpec::from_json(
+            &json!({"metro": "sv", "vrf": {"id": UUID, "deletionPolicy": "Delete"},
+            "reservation": {"id": UUID}, "vlan": {"vxlan": 1010}}),
+        )
+        .unwrap();
+        assert_eq!(
+            m.deletion(Resource::Vrf),
+            DeletionPolicy::Delete,
+            "explicit"
+        );
+        assert_eq!(m.deletion(Resource::Reservation), DeletionPolicy::Retain);
+        assert_eq!(m.deletion(Resource::Vlan), DeletionPolicy::Retain);
+        assert_eq!(m.deletion(Resource::Gateway), DeletionPolicy::Delete);
+        let c = MetalSpec::from_json(&created()).unwrap();
+        assert!(Resource::ALL
+            .iter()
+            .all(|r| c.deletion(*r) == DeletionPolicy::Delete));
+        assert_eq!(c.block(), Some(("10.10.1.0".parse().unwrap(), 24)));
+    }
+
+    #[test]
+    fn each_rule_names_its_field() {
+        let cases: Vec<(Value, &str)> = vec![
+            (json!({"metro": "dallas"}), "spec.metal.metro"),
+            (json!({"vrf": {"id": "nope"}}), "spec.metal.vrf.id"),
+            (
+                json!({"vrf": {"id": UUID, "name": "x"}}),
+                "spec.metal.vrf.name",
+            ),
+            (json!({"vrf": {"ipRanges": []}}), "spec.metal.vrf.ipRanges"),
+            (
+                json!({"vrf": {"ipRanges": ["10.0.0.0/30"]}}),
+                "spec.metal.vrf.ipRanges[0]",
+            ),
+            (
+                json!({"vrf": {"ipRanges": ["10.0.0.1/16"]}}),
+                "spec.metal.vrf.ipRanges[0]",
+            ),
+            (
+                json!({"reservation": {"cidr": 30}}),
+                "spec.metal.reservation.cidr",
+            ),
+            (
+                json!({"reservation": {"network": "10.10.1.1"}}),
+                "spec.metal.reservation.network",
+            ),
+            (
+                json!({"reservation": {"network": "10.11.0.0"}}),
+                "spec.metal.reservation.network",
+            ),
+            (
+                json!({"reservation": {"network": "fd00:1::", "cidr": 60}}),
+                "spec.metal.reservation.cidr",
+            ),
+            (
+                json!({"reservation": {"id": UUID, "network": null, "cidr": null}}),
+                "spec.metal.reservation.id",
+            ),
+            (
+                json!({"vlan": {"id": UUID, "vxlan": 5}}),
+                "spec.metal.vlan.vxlan",
+            ),
+            (json!({"vlan": {"vxlan": 4000}}), "spec.metal.vlan.vxlan"),
+            (json!({"gateway": {"id": UUID}}), "spec.metal.gateway.id"),
+        ];
+        for (patch, field) in cases {
+            let mut v = created();
+            for (k, p) in patch.as_object().unwrap() {
+                match (v.get_mut(k), p) {
+                    (Some(Value::Object(o)), Value::Object(p)) => {
+                        for (pk, pv) in p {
+                            o.insert(pk.clone(), pv.clone());
+                        }
+                    }
+                    _ => v[k] = p.clone(),
+                }
+            }
+            let e = MetalSpec::from_json(&v)
+                .and_then(|m| m.validate())
+                .expect_err(field);
+            assert_eq!(e.field(), Some(field), "{patch}: {e}");
+            assert_eq!(e.status(), 422);
+        }
+    }
+
+    #[test]
+    fn types_and_unknown_fields_are_refused_with_their_path() {
+        for (v, field) in [
+            (json!({"metro": 1}), "spec.metal.metro"),
+            (json!({"vrf": []}), "spec.metal.vrf"),
+            (json!({"vrf": {"colour": "red"}}), "spec.metal.vrf.colour"),
+            (json!({"vrf": {"localASN": -1}}), "spec.metal.vrf.localASN"),
+            (
+                json!({"vrf": {"ipRanges": [1]}}),
+                "spec.metal.vrf.ipRanges[0]",
+            ),
+            (
+                json!({"vlan": {"deletionPolicy": "Orphan"}}),
+                "spec.metal.vlan.deletionPolicy",
+            ),
+            (json!({"extra": true}), "spec.metal.extra"),
+        ] {
+            let mut base = created();
+            for (k, p) in v.as_object().unwrap() {
+                base[k] = p.clone();
+            }
+            let e = MetalSpec::from_json(&base).expect_err(field);
+            assert_eq!(e.field(), Some(field), "{v}: {e}");
+        }
+        let e = MetalSpec::from_json(&json!({})).unwrap_err();
+        assert_eq!(e.field(), Some("spec.metal.metro"));
+    }
+}
