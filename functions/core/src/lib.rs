@@ -23,6 +23,8 @@
 //!   Kubernetes name rules.
 //! - [`metal`]: the Equinix Metal API client (typed models, retries,
 //!   pagination).
+//! - [`provision`]: VRF-backed pools' Metal resources, provisioned in
+//!   order and exactly once, torn down by policy.
 //! - [`capi`]: the CAPI IPAM contract: claim and pool reconciliation, full
 //!   reconcile.
 //! - [`events`]: the payloads event forwarders post to `/v1/events`.
@@ -45,6 +47,7 @@ pub mod kube;
 pub mod kv;
 pub mod metal;
 pub mod ports;
+pub mod provision;
 #[cfg(feature = "testing")]
 pub mod testing;
 

@@ -1,0 +1,13 @@
+//! Provisioning of VRF-backed pools: bringing a pool's Metal resources
+//! (VRF, IP reservation, VLAN, Metal Gateway) into existence in dependency
+//! order, exactly once across instances and crashes, and tearing them down
+//! in reverse order by their deletion policies.
+//!
+//! - [`plan`]: the next action as a pure decision from the spec, the
+//!   recorded progress and the clock.
+//!
+//! May import `ipam` (the pool's `spec.metal`), `kv` (the progress record),
+//! `metal` (the client) and the ports; never `http`, `kube` or `capi`,
+//! which call it.
+
+pub mod plan;
