@@ -5,6 +5,8 @@
 //! | pool record | `pool/ns/<namespace>/<name>`, `pool/global/<name>` | [`crate::kv::PoolRecord`] |
 //! | creation guard | `pool-init/ns/<namespace>/<name>`, `pool-init/global/<name>` | counter |
 //! | claim binding | `claim/<namespace>/<name>` | [`crate::kv::ClaimRecord`] |
+//! | Metal progress | `metal/pool/ns/<namespace>/<name>`, `metal/pool/global/<name>` | [`crate::provision::record::ProgressRecord`] |
+//! | its creation guard | `metal-init/pool/ns/<namespace>/<name>`, `metal-init/pool/global/<name>` | counter |
 //!
 //! Names are validated ([`crate::kube::names`]) before they become part
 //! of a key, so a `/` cannot alias another object's key.
@@ -41,6 +43,26 @@ pub fn pool(id: &PoolId) -> String {
 /// The creation guard counter of a pool.
 pub fn pool_init(id: &PoolId) -> String {
     format!("{POOL_INIT_PREFIX}{}", pool_suffix(id))
+}
+
+/// Prefix of every Metal progress record key.
+pub const METAL_POOL_PREFIX: &str = "metal/pool/";
+
+/// `metal/pool/ns/<namespace>/<name>` or `metal/pool/global/<name>`: the
+/// Metal resources of a VRF-backed pool.
+///
+/// ```
+/// use metal_ipam_core::{ipam::pool::PoolId, kv::keys};
+/// assert_eq!(keys::metal_pool(&PoolId::namespaced("a", "b")), "metal/pool/ns/a/b");
+/// assert_eq!(keys::parse_pool(&keys::metal_pool(&PoolId::global("g"))), None);
+/// ```
+pub fn metal_pool(id: &PoolId) -> String {
+    format!("{METAL_POOL_PREFIX}{}", pool_suffix(id))
+}
+
+/// The creation guard counter of a Metal progress record.
+pub fn metal_pool_init(id: &PoolId) -> String {
+    format!("metal-init/pool/{}", pool_suffix(id))
 }
 
 /// `claim/<namespace>/<name>`.

@@ -5,9 +5,12 @@
 //!
 //! - [`plan`]: the next action as a pure decision from the spec, the
 //!   recorded progress and the clock.
+//! - [`record`]: the progress record in the store (a
+//!   [`crate::kv::protocol::CasRecord`]).
 //!
 //! May import `ipam` (the pool's `spec.metal`), `kv` (the progress record),
 //! `metal` (the client) and the ports; never `http`, `kube` or `capi`,
 //! which call it.
 
 pub mod plan;
+pub mod record;
