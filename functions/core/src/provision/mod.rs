@@ -7,6 +7,8 @@
 //!   recorded progress and the clock.
 //! - [`record`]: the progress record in the store (a
 //!   [`crate::kv::protocol::CasRecord`]).
+//! - [`step`]: [`step::provision`] and [`step::deprovision`], which run the
+//!   plan against Metal and the store, one recorded action at a time.
 //!
 //! May import `ipam` (the pool's `spec.metal`), `kv` (the progress record),
 //! `metal` (the client) and the ports; never `http`, `kube` or `capi`,
@@ -14,3 +16,4 @@
 
 pub mod plan;
 pub mod record;
+pub mod step;

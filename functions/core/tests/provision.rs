@@ -1,0 +1,409 @@
+//! Provisioning of a VRF-backed pool against a scripted Metal API: the
+//! requests in order, resumption after a lost answer, exclusion of a second
+//! instance, adoption errors, and teardown by policy. Every scenario runs on
+//! Spin's SQLite semantics and on Spin 3.6's Redis semantics.
+
+use metal_ipam_core::error::ErrorKind;
+use metal_ipam_core::ipam::pool::PoolId;
+use metal_ipam_core::ipam::vrf::{MetalSpec, Resource};
+use metal_ipam_core::kv::{Ctx, SwapPolicy};
+use metal_ipam_core::metal::client::{Metal, MetalConfig};
+use metal_ipam_core::metal::retry::RetryPolicy;
+use metal_ipam_core::provision::plan::{Intent, INTENT_LEASE_S};
+use metal_ipam_core::provision::step::{deprovision, provision, tag_for, Phase, Target};
+use metal_ipam_core::testing::{Backend, MemKv, Reply, ScriptedHttp, TestEnv};
+use serde_json::{json, Value};
+
+const TAG: &str = "metal-ipam.dev/pool-uid=u-1";
+const UUID: &str = "8f3d3c4e-0b1a-4f7e-9c52-2d6f1f0a9b11";
+const BACKENDS: [Backend; 2] = [Backend::SpinSqlite, Backend::RedisSpin36];
+
+fn cfg() -> MetalConfig {
+    MetalConfig {
+        base_url: "http://metal.test/metal/v1".into(),
+        token: "t".into(),
+        project_id: "p1".into(),
+        retry: RetryPolicy::default(),
+    }
+}
+
+fn spec(v: Value) -> MetalSpec {
+    let s = MetalSpec::from_json(&v).unwrap();
+    s.validate().unwrap();
+    s
+}
+
+fn created_spec() -> MetalSpec {
+    spec(json!({"metro": "da", "vrf": {"ipRanges": ["10.10.0.0/16"]},
+        "reservation": {"network": "10.10.1.0", "cidr": 29}}))
+}
+
+fn id() -> PoolId {
+    PoolId::namespaced("team-a", "vrf")
+}
+
+struct World {
+    kv: MemKv,
+    env: TestEnv,
+}
+
+impl World {
+    fn new(b: Backend) -> Self {
+        World {
+            kv: MemKv::new(b),
+            env: TestEnv::at(10_000),
+        }
+    }
+    fn ctx(&self) -> Ctx<'_, MemKv> {
+        Ctx {
+            kv: &self.kv,
+            env: &self.env,
+            swap_policy: SwapPolicy::Auto,
+        }
+    }
+}
+
+fn created(kind: &str, id: &str) -> Reply {
+    let body = match kind {
+        "vrf" => json!({"id": id, "name": "vrf", "tags": [TAG]}),
+        "ips" => {
+            json!({"id": id, "type": "vrf", "vrf": {"id": "v1"}, "network": "10.10.1.0", "cidr": 29, "tags": [TAG]})
+        }
+        "vlan" => json!({"id": id, "vxlan": 1000, "metro_code": "da", "tags": [TAG]}),
+        _ => {
+            json!({"id": id, "state": "ready", "ip_reservation": {"id": "r1"}, "virtual_network": {"id": "n1"}})
+        }
+    };
+    Reply::json(201, body)
+}
+
+fn gateway(state: &str) -> Reply {
+    Reply::json(
+        200,
+        json!({"id": "g1", "state": state, "ip_reservation": {"id": "r1"}, "virtual_network": {"id": "n1"}}),
+    )
+}
+
+fn block() -> Reply {
+    Reply::json(
+        200,
+        json!({"id": "r1", "type": "vrf", "vrf": {"id": "v1"}, "network": "10.10.1.0", "cidr": 29}),
+    )
+}
+
+#[test]
+fn everything_is_created_in_order_and_a_converged_run_writes_nothing() {
+    for b in BACKENDS {
+        let w = World::new(b);
+        let spec = created_spec();
+        let t = Target {
+            id: &id(),
+            spec: &spec,
+            tag: TAG.into(),
+        };
+        let http = ScriptedHttp::new(vec![
+            ("POST /projects/p1/vrfs", created("vrf", "v1")),
+            ("POST /projects/p1/ips", created("ips", "r1")),
+            ("POST /projects/p1/virtual-networks", created("vlan", "n1")),
+            ("POST /projects/p1/metal-gateways", created("gw", "g1")),
+            (
+                "GET /metal-gateways/g1?include=ip_reservation%2Cvirtual_network%2Cvrf",
+                gateway("ready"),
+            ),
+        ]);
+        let (cfg, menv) = (cfg(), TestEnv::at(0));
+        let metal = Metal::new(&http, &cfg, &menv);
+        let r = provision(&w.ctx(), &metal, &t).unwrap();
+        assert_eq!(
+            r.phase,
+            Phase::InProgress {
+                waiting: "the Metal Gateway is ready".into(),
+                retry_after_s: 5
+            },
+            "{b:?}"
+        );
+        assert_eq!(r.done.len(), 4, "{:?}", r.done);
+        http.assert_done();
+        // The VRF went out with the pool's tag, the block as specified.
+        let sent = http.sent();
+        assert_eq!(sent[0].json()["tags"], json!([TAG]));
+        assert_eq!(sent[1].json()["vrf_id"], "v1");
+        assert_eq!(
+            (
+                sent[1].json()["network"].clone(),
+                sent[1].json()["cidr"].clone()
+            ),
+            (json!("10.10.1.0"), json!(29))
+        );
+        assert_eq!(
+            sent[3].json(),
+            json!({"virtual_network_id": "n1", "ip_reservation_id": "r1"})
+        );
+
+        // Next invocation: the gateway is active; the block is read.
+        let http = ScriptedHttp::new(vec![
+            (
+                "GET /metal-gateways/g1?include=ip_reservation%2Cvirtual_network%2Cvrf",
+                gateway("active"),
+            ),
+            ("GET /ips/r1", block()),
+        ]);
+        let metal = Metal::new(&http, &cfg, &menv);
+        let r = provision(&w.ctx(), &metal, &t).unwrap();
+        assert_eq!(
+            r.phase,
+            Phase::Ready {
+                block: ("10.10.1.0".parse().unwrap(), 29)
+            }
+        );
+        http.assert_done();
+
+        // Converged: one read, no Metal write, no store write.
+        let before = w.kv.dump();
+        let http = ScriptedHttp::new(vec![("GET /ips/r1", block())]);
+        let metal = Metal::new(&http, &cfg, &menv);
+        let r = provision(&w.ctx(), &metal, &t).unwrap();
+        assert!(matches!(r.phase, Phase::Ready { .. }));
+        assert!(r.done.is_empty());
+        assert_eq!(w.kv.dump(), before);
+        http.assert_done();
+    }
+}
+
+#[test]
+fn a_lost_answer_is_found_by_tag_not_created_again() {
+    for b in BACKENDS {
+        let w = World::new(b);
+        let spec = created_spec();
+        let t = Target {
+            id: &id(),
+            spec: &spec,
+            tag: TAG.into(),
+        };
+        let (cfg, menv) = (cfg(), TestEnv::at(0));
+        // The POST took effect but its answer was lost, and the VRF is not
+        // listed yet: 503, and the intent stays.
+        let http = ScriptedHttp::new(vec![
+            ("POST /projects/p1/vrfs", Reply::dropped()),
+            (
+                "GET /projects/p1/vrfs?metro=da",
+                Reply::json(200, json!({"vrfs": []})),
+            ),
+        ]);
+        let metal = Metal::new(&http, &cfg, &menv);
+        let e = provision(&w.ctx(), &metal, &t).unwrap_err();
+        assert_eq!(
+            (e.kind(), e.reason()),
+            (ErrorKind::Transient, "MetalOutcomeUnknown")
+        );
+        http.assert_done();
+
+        // Within the lease, another invocation waits and calls nothing.
+        let http = ScriptedHttp::new(vec![]);
+        let metal = Metal::new(&http, &cfg, &menv);
+        w.env.set_now(10_000 + INTENT_LEASE_S - 1);
+        let r = provision(&w.ctx(), &metal, &t).unwrap();
+        assert!(
+            matches!(
+                r.phase,
+                Phase::InProgress {
+                    retry_after_s: 1,
+                    ..
+                }
+            ),
+            "{:?}",
+            r.phase
+        );
+        assert!(http.sent().is_empty());
+
+        // After it, the VRF is looked for by tag (it landed meanwhile) and
+        // recorded; provisioning goes on with the reservation.
+        w.env.set_now(10_000 + INTENT_LEASE_S);
+        let http = ScriptedHttp::new(vec![
+            (
+                "GET /projects/p1/vrfs?metro=da",
+                Reply::json(
+                    200,
+                    json!({"vrfs": [{"id": "other", "tags": ["x"]}, {"id": "v1", "tags": [TAG]}]}),
+                ),
+            ),
+            (
+                "POST /projects/p1/ips",
+                Reply::status(422).header("content-type", "application/json"),
+            ),
+        ]);
+        let metal = Metal::new(&http, &cfg, &menv);
+        let e = provision(&w.ctx(), &metal, &t).unwrap_err();
+        assert_eq!(
+            e.kind(),
+            ErrorKind::Conflict,
+            "Metal refused the block: {e}"
+        );
+        http.assert_done();
+        let posts = http.sent().iter().filter(|r| r.method == "POST").count();
+        assert_eq!(posts, 1, "no second VRF");
+    }
+}
+
+#[test]
+fn a_second_instance_waits_while_the_first_creates() {
+    for b in BACKENDS {
+        let w = World::new(b);
+        let spec = created_spec();
+        let t = Target {
+            id: &id(),
+            spec: &spec,
+            tag: TAG.into(),
+        };
+        // Instance A recorded its intent for the VRF (and is creating it).
+        metal_ipam_core::kv::protocol::update_record::<
+            _,
+            metal_ipam_core::provision::record::ProgressRecord,
+            (),
+        >(&w.ctx(), &id(), |_| {
+            let p = metal_ipam_core::provision::plan::Progress {
+                intent: Some(Intent {
+                    resource: Resource::Vrf,
+                    token: "a".into(),
+                    at: 10_000,
+                }),
+                ..Default::default()
+            };
+            Ok(metal_ipam_core::kv::protocol::Step::Write(
+                Box::new(Some(p)),
+                (),
+            ))
+        })
+        .unwrap();
+        let http = ScriptedHttp::new(vec![]);
+        let (cfg, menv) = (cfg(), TestEnv::at(0));
+        let metal = Metal::new(&http, &cfg, &menv);
+        let r = provision(&w.ctx(), &metal, &t).unwrap();
+        assert_eq!(
+            r.phase,
+            Phase::InProgress {
+                waiting: "another instance is creating the vrf".into(),
+                retry_after_s: INTENT_LEASE_S
+            }
+        );
+        assert!(http.sent().is_empty(), "{b:?}: no Metal call");
+    }
+}
+
+#[test]
+fn an_adopted_resource_that_does_not_exist_names_its_field() {
+    let w = World::new(Backend::SpinSqlite);
+    let spec = spec(
+        json!({"metro": "da", "vrf": {"id": UUID}, "reservation": {"id": UUID},
+        "vlan": {"vxlan": 1010}}),
+    );
+    let t = Target {
+        id: &id(),
+        spec: &spec,
+        tag: tag_for(&id(), Some("u-1")),
+    };
+    let (cfg, menv) = (cfg(), TestEnv::at(0));
+    let http = ScriptedHttp::new(vec![
+        (
+            "GET /vrfs/8f3d3c4e-0b1a-4f7e-9c52-2d6f1f0a9b11",
+            Reply::json(200, json!({"id": UUID, "metro": {"code": "da"}})),
+        ),
+        (
+            "GET /ips/8f3d3c4e-0b1a-4f7e-9c52-2d6f1f0a9b11",
+            Reply::json(200, json!({"id": UUID, "type": "vrf", "vrf": {"id": UUID}})),
+        ),
+        (
+            "GET /projects/p1/virtual-networks?metro=da",
+            Reply::json(
+                200,
+                json!({"virtual_networks": [{"id": "n9", "vxlan": 1010, "metro_code": "sv"}]}),
+            ),
+        ),
+    ]);
+    let metal = Metal::new(&http, &cfg, &menv);
+    let e = provision(&w.ctx(), &metal, &t).unwrap_err();
+    assert_eq!(
+        (e.status(), e.field()),
+        (422, Some("spec.metal.vlan.vxlan")),
+        "{e}"
+    );
+    assert!(e.message().contains("no VLAN 1010 in metro da"), "{e}");
+    http.assert_done();
+}
+
+#[test]
+fn teardown_deletes_what_was_created_keeps_what_was_adopted_in_order() {
+    for b in BACKENDS {
+        let w = World::new(b);
+        let spec = spec(json!({"metro": "da", "vrf": {"ipRanges": ["10.10.0.0/16"]},
+            "reservation": {"network": "10.10.1.0", "cidr": 29}, "vlan": {"vxlan": 1000}}));
+        let t = Target {
+            id: &id(),
+            spec: &spec,
+            tag: TAG.into(),
+        };
+        let (cfg, menv) = (cfg(), TestEnv::at(0));
+        let http = ScriptedHttp::new(vec![
+            ("POST /projects/p1/vrfs", created("vrf", "v1")),
+            ("POST /projects/p1/ips", created("ips", "r1")),
+            (
+                "GET /projects/p1/virtual-networks?metro=da",
+                Reply::json(
+                    200,
+                    json!({"virtual_networks": [{"id": "n1", "vxlan": 1000, "metro_code": "da"}]}),
+                ),
+            ),
+            ("POST /projects/p1/metal-gateways", created("gw", "g1")),
+            (
+                "GET /metal-gateways/g1?include=ip_reservation%2Cvirtual_network%2Cvrf",
+                gateway("active"),
+            ),
+            ("GET /ips/r1", block()),
+        ]);
+        let metal = Metal::new(&http, &cfg, &menv);
+        assert!(matches!(
+            provision(&w.ctx(), &metal, &t).unwrap().phase,
+            Phase::Ready { .. }
+        ));
+        http.assert_done();
+
+        let http = ScriptedHttp::new(vec![
+            (
+                "DELETE /metal-gateways/g1?include=ip_reservation%2Cvirtual_network%2Cvrf",
+                Reply::json(202, json!({"id": "g1", "state": "deleting"})),
+            ),
+            (
+                "GET /metal-gateways/g1?include=ip_reservation%2Cvirtual_network%2Cvrf",
+                gateway("deleting"),
+            ),
+        ]);
+        let metal = Metal::new(&http, &cfg, &menv);
+        let r = deprovision(&w.ctx(), &metal, &t).unwrap();
+        assert!(matches!(r.phase, Phase::InProgress { .. }), "{:?}", r.phase);
+        http.assert_done();
+
+        let http = ScriptedHttp::new(vec![
+            (
+                "GET /metal-gateways/g1?include=ip_reservation%2Cvirtual_network%2Cvrf",
+                Reply::json(404, json!({"error": "Not found"})),
+            ),
+            ("DELETE /ips/r1", Reply::status(204)),
+            ("DELETE /vrfs/v1", Reply::status(204)),
+        ]);
+        let metal = Metal::new(&http, &cfg, &menv);
+        let r = deprovision(&w.ctx(), &metal, &t).unwrap();
+        assert_eq!(r.phase, Phase::Gone);
+        assert!(r.done.iter().any(|d| d == "kept vlan n1"), "{:?}", r.done);
+        http.assert_done();
+
+        // Gone: nothing is called or written again.
+        let before = w.kv.dump();
+        let http = ScriptedHttp::new(vec![]);
+        let metal = Metal::new(&http, &cfg, &menv);
+        assert_eq!(
+            deprovision(&w.ctx(), &metal, &t).unwrap().phase,
+            Phase::Gone
+        );
+        assert_eq!(w.kv.dump(), before);
+    }
+}
