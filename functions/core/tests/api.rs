@@ -475,3 +475,38 @@ fn log_lines_are_json_with_objects_and_no_secrets() {
     assert_eq!(v["duration_ms"], 2.5);
     assert!(v["kv_ops"].as_u64().unwrap() > 0);
 }
+
+#[test]
+fn a_provisioned_vrf_pool_hands_out_its_block() {
+    use metal_ipam_core::ipam::ops;
+    use metal_ipam_core::ipam::pool::{PoolId, PoolObject};
+    let w = World::new();
+    let ctx = Ctx {
+        kv: &w.kv,
+        env: &w.env,
+        swap_policy: SwapPolicy::Auto,
+    };
+    let id = PoolId::namespaced("team-a", "p");
+    let mut body = pool("p", &[]);
+    // An adopted block: its addresses are known only from Metal.
+    body["spec"] = json!({"metal": {"metro": "da",
+        "vrf": {"id": "8f3d3c4e-0b1a-4f7e-9c52-2d6f1f0a9b11"},
+        "reservation": {"id": "8f3d3c4e-0b1a-4f7e-9c52-2d6f1f0a9b12"}}});
+    let object = PoolObject::parse(&id, &body).unwrap();
+    let block = ("10.10.1.0".parse().unwrap(), 29);
+    let (_, view) = ops::put_provisioned_pool(&ctx, object.clone(), block, &[]).unwrap();
+    // .0, .7 and the gateway .1 are not handed out.
+    assert_eq!(view.counts.total, 5);
+    let stored = w.call(pools, "GET", "/v1/pools/team-a/p", None);
+    let spec = &stored.body.as_ref().unwrap()["spec"];
+    assert_eq!(spec["addresses"], json!(["10.10.1.0/29"]));
+    assert_eq!(spec["gateway"], "10.10.1.1");
+    // Registering again is a no-op; a block that disagrees with a given
+    // prefix is refused.
+    let (again, _) = ops::put_provisioned_pool(&ctx, object.clone(), block, &[]).unwrap();
+    assert_eq!(again, ops::PutOutcome::Unchanged);
+    let mut fixed = object;
+    fixed.spec.prefix = 24;
+    let e = ops::put_provisioned_pool(&ctx, fixed, block, &[]).unwrap_err();
+    assert_eq!(e.field(), Some("spec.prefix"));
+}

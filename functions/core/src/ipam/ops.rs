@@ -651,10 +651,40 @@ pub fn put_pool_with<K: KvStore>(
         metal.validate()?;
         return Err(Error::conflict(
             METAL_NOT_PROVISIONED,
-            "a VRF-backed pool (spec.metal) is registered once its Metal resources are provisioned, which this version does not do yet",
+            "a VRF-backed pool (spec.metal) is registered by the provision step once its Metal resources exist",
         )
         .with_field("spec.metal"));
     }
+    register(ctx, object, adoptions)
+}
+
+/// Registers a VRF-backed pool whose Metal resources exist, with the
+/// addresses of its block `net/cidr` (see
+/// [`crate::ipam::pool::PoolSpec::with_block`]): what the provision step
+/// calls once the gateway is active. A pool without `spec.metal` is
+/// registered as [`put_pool_with`] would.
+///
+/// # Idempotency
+/// As [`put_pool`].
+///
+/// # Errors
+/// As [`put_pool`], and 422 when the spec's addresses, prefix or gateway
+/// disagree with the block.
+pub fn put_provisioned_pool<K: KvStore>(
+    ctx: &Ctx<'_, K>,
+    mut object: PoolObject,
+    block: (std::net::IpAddr, u8),
+    adoptions: &[Adoption],
+) -> Result<(PutOutcome, PoolView)> {
+    object.spec = object.spec.with_block(block.0, block.1)?;
+    register(ctx, object, adoptions)
+}
+
+fn register<K: KvStore>(
+    ctx: &Ctx<'_, K>,
+    object: PoolObject,
+    adoptions: &[Adoption],
+) -> Result<(PutOutcome, PoolView)> {
     let pool = object.spec.validate()?;
     let id = object.id.clone();
     let me = ctx.env.token();
