@@ -4,4 +4,5 @@ pub mod client;
 pub mod fake_kube;
 pub mod fuzz;
 pub mod harness;
+pub mod metal_sim;
 pub mod schema;
