@@ -38,6 +38,7 @@
 
 pub mod objects;
 pub mod reconcile;
+pub mod vrf;
 
 use std::net::IpAddr;
 
@@ -132,6 +133,9 @@ pub struct Outcome {
     pub message: String,
     /// Requests sent to the API server.
     pub kube_calls: u32,
+    /// Seconds after which running the step again is worthwhile, when it
+    /// is waiting on something that takes time (Metal provisioning).
+    pub retry_after: Option<u64>,
 }
 
 impl Outcome {
@@ -141,7 +145,13 @@ impl Outcome {
             address: None,
             message: message.into(),
             kube_calls: 0,
+            retry_after: None,
         }
+    }
+
+    fn retry_after(mut self, seconds: u64) -> Outcome {
+        self.retry_after = Some(seconds);
+        self
     }
 
     fn with_address(mut self, a: impl Into<String>) -> Outcome {
@@ -651,6 +661,17 @@ fn sync_pool_once<K: KvStore, H: HttpClient + ?Sized>(
             Err(e) => Err(e),
         };
     };
+    if o.typed.vrf_backed {
+        // Registered, synced and deleted by the provision step, after its
+        // Metal resources (capi::vrf).
+        return Ok(Outcome::new(
+            StepResult::Ignored,
+            format!(
+                "pool {} is VRF-backed: the provision step syncs it",
+                id.display()
+            ),
+        ));
+    }
     if o.meta().deleting() {
         return match ops::delete_pool(ctx, id) {
             Ok(_) => {
@@ -733,7 +754,10 @@ fn sync_pool_once<K: KvStore, H: HttpClient + ?Sized>(
 }
 
 /// The IPAddress objects of `id` (as adoptions), read from the API server.
-fn adoptions_for<H: HttpClient + ?Sized>(kube: &Kube<'_, H>, id: &PoolId) -> Result<Vec<Adoption>> {
+pub(crate) fn adoptions_for<H: HttpClient + ?Sized>(
+    kube: &Kube<'_, H>,
+    id: &PoolId,
+) -> Result<Vec<Adoption>> {
     let items: Vec<IpAddressObject> = kube.list_as(&kube::IP_ADDRESSES, id.namespace.as_deref())?;
     let mut out = Vec::new();
     for ip in items {

@@ -58,6 +58,9 @@ impl Object for ClusterObject {
 pub struct PoolResource {
     /// `metadata`.
     pub metadata: ObjectMeta,
+    /// Whether `spec.metal` is set: a VRF-backed pool, which the provision
+    /// step syncs (see [`crate::capi::vrf`]).
+    pub vrf_backed: bool,
     /// `status`.
     pub status: PoolStatus,
 }
@@ -69,6 +72,9 @@ pub struct PoolStatus {
     pub conditions: Vec<Value>,
     /// `ipAddresses` (the counts), compared whole before a write.
     pub ip_addresses: Option<Value>,
+    /// `metal` (a VRF-backed pool's resources), compared whole before a
+    /// write.
+    pub metal: Option<Value>,
 }
 
 impl Object for PoolResource {
@@ -76,9 +82,11 @@ impl Object for PoolResource {
         let status = v.get("status").unwrap_or(&Value::Null);
         PoolResource {
             metadata: metadata(v),
+            vrf_backed: v.pointer("/spec/metal").is_some_and(Value::is_object),
             status: PoolStatus {
                 conditions: object::array(status, "conditions"),
                 ip_addresses: status.get("ipAddresses").cloned(),
+                metal: status.get("metal").cloned(),
             },
         }
     }

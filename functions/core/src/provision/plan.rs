@@ -17,10 +17,11 @@
 //!
 //! # Order
 //! Provisioning follows [`Resource::ALL`] (VRF, reservation, VLAN,
-//! gateway): each needs the ones before. Teardown runs backwards and only
-//! touches what the pool's deletion policies allow, waiting for the
-//! gateway to be gone before deleting its reservation (Metal refuses that
-//! with 422 otherwise).
+//! gateway): each needs the ones before. Teardown follows
+//! [`TEARDOWN_ORDER`] (gateway, reservation, VLAN, VRF) and only touches
+//! what the pool's deletion policies allow, waiting for the gateway to be
+//! gone before deleting its reservation (Metal refuses that with 422
+//! otherwise).
 
 use crate::ipam::vrf::{DeletionPolicy, MetalSpec, Resource};
 
@@ -149,6 +150,16 @@ pub fn next(spec: &MetalSpec, progress: &Progress, now: u64) -> Action {
     }
 }
 
+/// Teardown order, Metal's documented one: the gateway (gone before its
+/// reservation can be deleted), the reservation, the VLAN (once no port
+/// uses it), the VRF.
+pub const TEARDOWN_ORDER: [Resource; 4] = [
+    Resource::Gateway,
+    Resource::Reservation,
+    Resource::Vlan,
+    Resource::Vrf,
+];
+
 /// The next teardown action.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Teardown {
@@ -165,10 +176,9 @@ pub enum Teardown {
     Done,
 }
 
-/// The next teardown action for `spec` given `progress`. Runs
-/// [`Resource::ALL`] backwards; the gateway must be gone (recorded as
-/// such, `gateway_state == Some("deleted")` or no gateway) before the
-/// reservation is touched.
+/// The next teardown action for `spec` given `progress`, in
+/// [`TEARDOWN_ORDER`]; the gateway must be gone (no longer recorded)
+/// before the reservation is touched.
 ///
 /// ```
 /// use metal_ipam_core::ipam::vrf::{MetalSpec, Resource};
@@ -184,7 +194,7 @@ pub fn teardown(spec: &MetalSpec, progress: &Progress) -> Teardown {
             return Teardown::FindCreated(i.resource);
         }
     }
-    for r in Resource::ALL.into_iter().rev() {
+    for r in TEARDOWN_ORDER {
         if progress.held(r).is_none() {
             continue;
         }
@@ -314,7 +324,7 @@ mod tests {
     }
 
     #[test]
-    fn teardown_runs_backwards_by_policy_and_waits_for_the_gateway() {
+    fn teardown_runs_in_metals_order_by_policy_and_waits_for_the_gateway() {
         use Resource::*;
         let mut spec = MetalSpec::default();
         spec.vlan.vxlan = Some(1010); // adopted: Retain by default
@@ -347,8 +357,8 @@ mod tests {
             [
                 Teardown::Delete(Gateway),
                 Teardown::AwaitGatewayGone,
-                Teardown::Release(Vlan),
                 Teardown::Delete(Reservation),
+                Teardown::Release(Vlan),
                 Teardown::Delete(Vrf),
                 Teardown::Done
             ]

@@ -576,7 +576,7 @@ fn block_of<H: HttpClient + ?Sized, E: Env + ?Sized>(
 }
 
 /// Tears the pool's Metal resources down, up to [`MAX_ROUNDS`] actions:
-/// backwards, by deletion policy, the gateway gone before its reservation.
+/// gateway, reservation, VLAN, VRF, by deletion policy, the gateway gone before its reservation.
 ///
 /// # Idempotency
 /// Safe to repeat and to run concurrently: deleting what is already gone

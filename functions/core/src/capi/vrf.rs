@@ -1,0 +1,283 @@
+//! The pool contract for VRF-backed pools (`spec.metal`): their Metal
+//! resources are provisioned before the pool is registered, and torn down
+//! after it is deleted from the store.
+//!
+//! [`sync_vrf_pool`] is the step the `provision` component runs for a pool
+//! object:
+//! 1. Gone from Kubernetes: nothing to do (its finalizer kept it until its
+//!    resources were torn down).
+//! 2. Deleting: remove it from the store (refused while addresses are
+//!    allocated: `Ready=False PoolInUse`), tear its Metal resources down
+//!    (by their deletion policies, over as many invocations as Metal's
+//!    asynchrony needs), then remove our finalizer.
+//! 3. Otherwise: add our finalizer, provision (adopt or create, in order,
+//!    exactly once), and once every resource exists and the gateway is
+//!    active, register the pool with its block's addresses and write
+//!    `Ready=True`. Until then `Ready=False MetalProvisioning` says what it
+//!    waits for. `status.metal` lists the resources' ids and the gateway's
+//!    state either way.
+//!
+//! A pool without `spec.metal` is not this step's (`ignored`).
+
+use serde_json::{json, Map, Value};
+
+use super::objects::{paused, PoolResource};
+use super::{resource_of, Outcome, StepResult, POOL_FINALIZER};
+use crate::error::{ErrorKind, Result};
+use crate::ipam::ops;
+use crate::ipam::pool::{PoolId, PoolObject};
+use crate::ipam::vrf::Resource;
+use crate::kube::conditions::{with_ready, Ready};
+use crate::kube::meta::{add_finalizer, remove_finalizer, retrying};
+use crate::kube::object::{Object, WithJson};
+use crate::kube::Kube;
+use crate::kv::Ctx;
+use crate::metal::client::Metal;
+use crate::ports::http::HttpClient;
+use crate::ports::kv::KvStore;
+use crate::ports::Env;
+use crate::provision::plan::Progress;
+use crate::provision::step::{self, tag_for, Phase, Target};
+
+/// Reason of `Ready=False` while Metal resources are being provisioned.
+pub const REASON_PROVISIONING: &str = "MetalProvisioning";
+
+/// Reconciles one VRF-backed pool object (see the module docs).
+///
+/// # Idempotency
+/// Safe to run any number of times and concurrently on several instances:
+/// Metal resources are created at most once (see [`crate::provision`]) and
+/// every Kubernetes write is guarded by `resourceVersion`. Once ready, a run
+/// makes no Metal or Kubernetes write.
+///
+/// # Errors
+/// 503 while Metal, the API server or the store is unavailable, or a
+/// creation's outcome is unknown (the next run looks for it first); 500 for
+/// credentials problems. An invalid `spec.metal`, an adopted resource that
+/// does not fit, and Metal's refusals go to the pool's `Ready=False`
+/// condition instead (`failed`).
+pub fn sync_vrf_pool<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
+    ctx: &Ctx<'_, K>,
+    kube: &Kube<'_, H>,
+    metal: &Metal<'_, H, E>,
+    id: &PoolId,
+) -> Result<Outcome> {
+    let before = kube.calls();
+    let mut out = retrying(|| sync_once(ctx, kube, metal, id))?;
+    out.kube_calls = kube.calls() - before;
+    Ok(out)
+}
+
+fn sync_once<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
+    ctx: &Ctx<'_, K>,
+    kube: &Kube<'_, H>,
+    metal: &Metal<'_, H, E>,
+    id: &PoolId,
+) -> Result<Outcome> {
+    let r = resource_of(id.kind);
+    let ns = id.namespace.as_deref();
+    let now = ctx.env.now();
+    let Some(o) = kube.get_as::<WithJson<PoolResource>>(r, ns, &id.name)? else {
+        return Ok(Outcome::new(
+            StepResult::Absent,
+            format!("pool {} does not exist", id.display()),
+        ));
+    };
+    let object = match PoolObject::parse(id, &o.json) {
+        Ok(p) => p,
+        Err(e) => {
+            if !o.meta().deleting() {
+                write_status(
+                    kube,
+                    r,
+                    &o.typed,
+                    None,
+                    Ready::no("InvalidSpec", &e.to_string(), now),
+                )?;
+            }
+            return Ok(Outcome::new(StepResult::Failed, e.to_string()));
+        }
+    };
+    let Some(spec) = object.spec.metal.clone() else {
+        return Ok(Outcome::new(
+            StepResult::Ignored,
+            format!("pool {} is not VRF-backed (no spec.metal)", id.display()),
+        ));
+    };
+    let target = Target {
+        id,
+        spec: &spec,
+        tag: tag_for(id, o.meta().uid.as_deref()),
+    };
+    if o.meta().deleting() {
+        if !o.meta().has_finalizer(POOL_FINALIZER) {
+            return Ok(Outcome::new(
+                StepResult::Absent,
+                "the pool is being deleted and holds no metal-ipam finalizer",
+            ));
+        }
+        if let Err(e) = ops::delete_pool(ctx, id) {
+            if e.reason() == "PoolInUse" {
+                write_status(
+                    kube,
+                    r,
+                    &o.typed,
+                    None,
+                    Ready::no("PoolInUse", e.message(), now),
+                )?;
+                return Ok(Outcome::new(StepResult::Waiting, e.message().to_string()));
+            }
+            return Err(e);
+        }
+        let report = step::deprovision(ctx, metal, &target)?;
+        return match report.phase {
+            Phase::Gone => {
+                remove_finalizer(kube, r, &o, POOL_FINALIZER)?;
+                Ok(Outcome::new(
+                    StepResult::Deleted,
+                    format!(
+                        "pool {} and its Metal resources deleted ({})",
+                        id.display(),
+                        report.done.join(", ")
+                    ),
+                ))
+            }
+            Phase::InProgress {
+                waiting,
+                retry_after_s,
+            } => {
+                write_status(
+                    kube,
+                    r,
+                    &o.typed,
+                    Some(metal_status(&report.progress, None)),
+                    Ready::no("MetalTearingDown", &waiting, now),
+                )?;
+                Ok(Outcome::new(StepResult::Waiting, waiting).retry_after(retry_after_s))
+            }
+            Phase::Ready { .. } => unreachable!("teardown never reports ready"),
+        };
+    }
+    if paused(&o) {
+        return Ok(Outcome::new(
+            StepResult::Paused,
+            format!("pool {} is paused", id.display()),
+        ));
+    }
+    let o = add_finalizer(kube, r, &o, POOL_FINALIZER)?;
+    let report = match step::provision(ctx, metal, &target) {
+        Ok(r) => r,
+        Err(e)
+            if matches!(
+                e.kind(),
+                ErrorKind::Invalid | ErrorKind::Conflict | ErrorKind::NotFound
+            ) =>
+        {
+            write_status(
+                kube,
+                r,
+                &o.typed,
+                None,
+                Ready::no(e.reason(), &e.to_string(), now),
+            )?;
+            return Ok(Outcome::new(StepResult::Failed, e.to_string()));
+        }
+        Err(e) => return Err(e),
+    };
+    match report.phase {
+        Phase::Ready { block } => {
+            let adoptions = if ops::get_pool(ctx.kv, id)?.is_none() {
+                super::adoptions_for(kube, id)?
+            } else {
+                Vec::new()
+            };
+            let cidr = format!("{}/{}", block.0, block.1);
+            match ops::put_provisioned_pool(ctx, object, block, &adoptions) {
+                Ok((_, view)) => {
+                    let counts = view.to_json()["status"]["ipAddresses"].clone();
+                    let mut st = metal_status(&report.progress, Some(&cidr));
+                    st.insert("ipAddresses".into(), counts);
+                    write_status(kube, r, &o.typed, Some(st), Ready::yes("PoolReady", now))?;
+                    Ok(Outcome::new(
+                        StepResult::Synced,
+                        format!("pool {} is ready on {cidr}", id.display()),
+                    ))
+                }
+                Err(e) if matches!(e.kind(), ErrorKind::Invalid | ErrorKind::Conflict) => {
+                    write_status(
+                        kube,
+                        r,
+                        &o.typed,
+                        None,
+                        Ready::no(e.reason(), e.message(), now),
+                    )?;
+                    Ok(Outcome::new(StepResult::Failed, e.to_string()))
+                }
+                Err(e) => Err(e),
+            }
+        }
+        Phase::InProgress {
+            waiting,
+            retry_after_s,
+        } => {
+            write_status(
+                kube,
+                r,
+                &o.typed,
+                Some(metal_status(&report.progress, None)),
+                Ready::no(REASON_PROVISIONING, &waiting, now),
+            )?;
+            Ok(Outcome::new(StepResult::Waiting, waiting).retry_after(retry_after_s))
+        }
+        Phase::Gone => unreachable!("provisioning never reports gone"),
+    }
+}
+
+/// `status.metal` from the recorded progress (and the block, once read).
+fn metal_status(p: &Progress, block: Option<&str>) -> Map<String, Value> {
+    let mut m = Map::new();
+    for r in Resource::ALL {
+        if let Some(h) = p.held(r) {
+            let mut e = json!({"id": h.id, "created": h.created});
+            if r == Resource::Gateway {
+                if let Some(s) = &p.gateway_state {
+                    e["state"] = s.clone().into();
+                }
+            }
+            if let (Resource::Reservation, Some(b)) = (r, block) {
+                e["block"] = b.into();
+            }
+            m.insert(r.field().into(), e);
+        }
+    }
+    let mut st = Map::new();
+    st.insert("metal".into(), Value::Object(m));
+    st
+}
+
+/// Writes `status`: the `Ready` condition and, when given, other fields
+/// (`metal`, `ipAddresses`), if anything differs.
+fn write_status<H: HttpClient + ?Sized>(
+    kube: &Kube<'_, H>,
+    r: &crate::kube::Resource,
+    o: &PoolResource,
+    fields: Option<Map<String, Value>>,
+    cond: Ready<'_>,
+) -> Result<bool> {
+    let m = &o.metadata;
+    let (conditions, cond_changed) = with_ready(&o.status.conditions, cond, m.generation);
+    let mut st = fields.unwrap_or_default();
+    let current = |k: &str| match k {
+        "metal" => o.status.metal.as_ref(),
+        "ipAddresses" => o.status.ip_addresses.as_ref(),
+        _ => None,
+    };
+    let fields_changed = st.iter().any(|(k, v)| current(k) != Some(v));
+    if !cond_changed && !fields_changed {
+        return Ok(false);
+    }
+    st.insert("conditions".into(), Value::Array(conditions));
+    let patch = json!({"metadata": {"resourceVersion": m.resource_version_json()}, "status": st});
+    kube.merge_patch(r, m.namespace.as_deref(), &m.name, true, &patch)?;
+    Ok(true)
+}
