@@ -470,13 +470,30 @@ fn manifest_grants_each_component_only_what_it_needs() {
                 ),
                 "events" => (
                     vec![],
-                    ["allocate", "release", "pools"]
+                    ["allocate", "release", "pools", "provision"]
                         .iter()
                         .map(|c| format!("http://{c}.spin.internal"))
                         .collect(),
                     vec!["api_token", "events_token"],
                 ),
                 "admission" => (vec!["default"], vec![], vec!["api_token"]),
+                // The only component with the Metal token and Metal host.
+                "provision" => (
+                    vec!["default"],
+                    vec![
+                        "{{ k8s_api_url }}".to_string(),
+                        "{{ metal_api_url }}".to_string(),
+                    ],
+                    vec![
+                        "api_token",
+                        "k8s_api_url",
+                        "k8s_token",
+                        "kv_swap_check",
+                        "metal_api_url",
+                        "metal_project_id",
+                        "metal_token",
+                    ],
+                ),
                 other => panic!("unexpected component {other}"),
             };
         assert_eq!(stores, want_stores, "{id}: key_value_stores");
@@ -492,11 +509,12 @@ fn manifest_grants_each_component_only_what_it_needs() {
             "events",
             "healthz",
             "pools",
+            "provision",
             "reconcile",
             "release"
         ]
     );
-    for secret in ["api_token", "events_token", "k8s_token"] {
+    for secret in ["api_token", "events_token", "k8s_token", "metal_token"] {
         assert!(
             manifest["variables"][secret]["secret"].as_bool().unwrap(),
             "{secret} is secret"

@@ -25,7 +25,7 @@ use metal_ipam_core::kube::USED_PERMISSIONS;
 
 /// The components that call the Kubernetes API, and so need the cluster CA
 /// in the runtime config's `[[client_tls]]`.
-const KUBE_CLIENT_COMPONENTS: &[&str] = &["pools", "allocate", "release", "reconcile"];
+const KUBE_CLIENT_COMPONENTS: &[&str] = &["pools", "allocate", "release", "reconcile", "provision"];
 
 /// What each route the manifests call must reach, by component.
 const CALLED_ROUTES: &[(&str, &str)] = &[
@@ -765,8 +765,17 @@ fn spin_app_sets_every_variable_spin_toml_declares() {
             "events_token",
             "k8s_api_url",
             "k8s_token",
-            "kv_swap_check"
+            "kv_swap_check",
+            "metal_api_url",
+            "metal_project_id",
+            "metal_token"
         ])
+    );
+    // The Metal token is optional: a cluster without VRF-backed pools has
+    // no such Secret.
+    assert_eq!(
+        set_vars["metal_token"]["valueFrom"]["secretKeyRef"],
+        json!({"name": "metal-ipam-metal", "key": "token", "optional": true})
     );
     assert_eq!(
         set_vars["k8s_api_url"]["value"],

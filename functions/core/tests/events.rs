@@ -692,3 +692,42 @@ fn plain_malformed_events_are_400() {
     let e = plain(&json!({"type": "MODIFIED", "object": c})).unwrap_err();
     assert_eq!((e.status(), e.field()), (400, Some("object.metadata.name")));
 }
+
+#[test]
+fn a_vrf_backed_pool_event_also_goes_to_the_provision_step() {
+    use metal_ipam_core::events::route::route_event;
+    use metal_ipam_core::events::{Action, Format, ObjectEvent, ObjectKind};
+    let ev = |object: Option<serde_json::Value>, kind| ObjectEvent {
+        kind: ObjectKind::Pool(kind),
+        action: Action::Upsert,
+        namespace: Some("ns".into()),
+        name: "p".into(),
+        api_version: "ipam.metal-ipam.dev/v1alpha1".into(),
+        object,
+        format: Format::Watch,
+        id: None,
+    };
+    let metal = serde_json::json!({"spec": {"metal": {"metro": "da"}}});
+    assert_eq!(
+        route_event(&ev(Some(metal.clone()), PoolKind::Namespaced)),
+        vec![
+            ("pools", "/v1/capi/pools/ns/p".to_string()),
+            ("provision", "/v1/capi/metal/pools/ns/p".to_string())
+        ]
+    );
+    assert_eq!(
+        route_event(&ev(Some(metal), PoolKind::Global)),
+        vec![
+            ("pools", "/v1/capi/global-pools/p".to_string()),
+            ("provision", "/v1/capi/metal/global-pools/p".to_string())
+        ]
+    );
+    // Without spec.metal (or without an object), only the pools step.
+    let plain = serde_json::json!({"spec": {"addresses": ["10.0.0.0/24"], "prefix": 24}});
+    for object in [Some(plain), None] {
+        assert_eq!(
+            route_event(&ev(object, PoolKind::Namespaced)),
+            vec![("pools", "/v1/capi/pools/ns/p".to_string())]
+        );
+    }
+}

@@ -4,7 +4,8 @@
 //!    the body is not read yet;
 //! 2. [`admit`], from the head alone: [`AppConfig::load`] (`api_token`
 //!    required; the optional `kv_swap_check`, `events_token`,
-//!    `k8s_api_url`, `k8s_token`; unreadable or invalid → 500), the
+//!    `k8s_api_url`, `k8s_token`, and `metal_api_url`, `metal_token`,
+//!    `metal_project_id`; unreadable or invalid → 500), the
 //!    credential (no valid bearer token → 401) and the declared size
 //!    (`Content-Length` over [`MAX_BODY`] → 413);
 //! 3. [`read_body`]: the body, chunk by chunk, given up with 413 as soon as
@@ -13,7 +14,8 @@
 //! 4. [`dispatch_component`]: the `default` store when the component has
 //!    one ([`SpinKv`]; failure → 500 if not granted/configured, 503 if the
 //!    backend failed), wrapped in [`CountingKv`]; the Kubernetes client
-//!    when configured; outbound HTTP ([`SpinHttp`]); then the core's
+//!    when configured; the Metal client when configured (only `provision`
+//!    declares its variables); outbound HTTP ([`SpinHttp`]); then the core's
 //!    component entry ([`metal_ipam_core::http::components`]);
 //! 5. [`render`] to a Spin response written to the response outparam, and
 //!    one JSON log line on stdout.
@@ -32,6 +34,8 @@ use metal_ipam_core::http::auth;
 use metal_ipam_core::http::components::Services;
 use metal_ipam_core::kube::{Kube, KubeConfig};
 use metal_ipam_core::kv::{Ctx, SwapPolicy};
+use metal_ipam_core::metal::client::{Metal, MetalConfig, BASE_PATH};
+use metal_ipam_core::metal::retry::RetryPolicy;
 use metal_ipam_core::ports::http::{HttpClient, TransportError};
 use metal_ipam_core::ports::kv::{CountingKv, KvError, KvStore, OpCounts};
 use metal_ipam_core::ports::Env;
@@ -52,6 +56,14 @@ pub const VAR_EVENTS_TOKEN: &str = "events_token";
 pub const VAR_K8S_API_URL: &str = "k8s_api_url";
 /// Variable: the Kubernetes bearer token (a ServiceAccount token).
 pub const VAR_K8S_TOKEN: &str = "k8s_token";
+/// Variable: the Equinix Metal API server, `scheme://host[:port]` (the
+/// client adds [`BASE_PATH`]); only the `provision` component declares the
+/// Metal variables.
+pub const VAR_METAL_API_URL: &str = "metal_api_url";
+/// Variable: the Equinix Metal API token (a secret).
+pub const VAR_METAL_TOKEN: &str = "metal_token";
+/// Variable: the Equinix Metal project of the VRF-backed pools.
+pub const VAR_METAL_PROJECT_ID: &str = "metal_project_id";
 
 /// Outbound HTTP through spin-sdk (`wasi:http/outgoing-handler`), blocking
 /// on Spin's executor. Subject to the component's `allowed_outbound_hosts`.
@@ -77,6 +89,9 @@ pub struct AppConfig {
     pub swap_policy: SwapPolicy,
     /// Kubernetes access, when both `k8s_api_url` and `k8s_token` are set.
     pub kube: Option<KubeConfig>,
+    /// Equinix Metal access, when `metal_api_url`, `metal_token` and
+    /// `metal_project_id` are all set.
+    pub metal: Option<MetalConfig>,
 }
 
 impl std::fmt::Debug for AppConfig {
@@ -84,6 +99,7 @@ impl std::fmt::Debug for AppConfig {
         f.debug_struct("AppConfig")
             .field("swap_policy", &self.swap_policy)
             .field("kube", &self.kube)
+            .field("metal", &self.metal)
             .finish_non_exhaustive()
     }
 }
@@ -127,11 +143,26 @@ impl AppConfig {
             base_url: url.trim().trim_end_matches('/').to_string(),
             token: token.trim().to_string(),
         });
+        let (url, token, project) = (
+            optional(VAR_METAL_API_URL)?,
+            optional(VAR_METAL_TOKEN)?,
+            optional(VAR_METAL_PROJECT_ID)?,
+        );
+        let metal = [&url, &token, &project]
+            .iter()
+            .all(|v| !v.trim().is_empty())
+            .then(|| MetalConfig {
+                base_url: format!("{}{BASE_PATH}", url.trim().trim_end_matches('/')),
+                token: token.trim().to_string(),
+                project_id: project.trim().to_string(),
+                retry: RetryPolicy::default(),
+            });
         Ok(AppConfig {
             api_token: api_token.to_string(),
             events_token: optional(VAR_EVENTS_TOKEN)?.trim().to_string(),
             swap_policy,
             kube,
+            metal,
         })
     }
 }
@@ -230,12 +261,14 @@ pub fn dispatch_component<K: KvStore, H: HttpClient>(
         swap_policy: config.swap_policy,
     });
     let kube = config.kube.as_ref().map(|cfg| Kube::new(http, cfg));
+    let metal = config.metal.as_ref().map(|cfg| Metal::new(http, cfg, env));
     let services = Services {
         ctx: ctx.as_ref(),
         kube: kube.as_ref(),
         http,
         api_token: &config.api_token,
         events_token: &config.events_token,
+        metal: metal.as_ref(),
     };
     let header = |name: &str| parts.header(name).map(str::to_string);
     let resp = handler(
@@ -590,6 +623,33 @@ mod tests {
         assert_eq!(c.swap_policy, SwapPolicy::Auto);
         let c = AppConfig::load(vars(None, true)).unwrap();
         assert_eq!(c.kube.unwrap().base_url, "http://127.0.0.1:1");
+    }
+
+    #[test]
+    fn metal_is_configured_only_with_url_token_and_project() {
+        let metal = |url: &str, token: &str, project: &str| {
+            let (url, token, project) = (url.to_string(), token.to_string(), project.to_string());
+            AppConfig::load(move |n: &str| match n {
+                VAR_API_TOKEN => Ok(TOKEN.into()),
+                VAR_METAL_API_URL => Ok(url.clone()),
+                VAR_METAL_TOKEN => Ok(token.clone()),
+                VAR_METAL_PROJECT_ID => Ok(project.clone()),
+                other => Err(variables::Error::Undefined(other.into())),
+            })
+            .unwrap()
+            .metal
+        };
+        let m = metal("http://127.0.0.1:9/", " mt\n", "p1").unwrap();
+        assert_eq!(m.base_url, "http://127.0.0.1:9/metal/v1");
+        assert_eq!((m.token.as_str(), m.project_id.as_str()), ("mt", "p1"));
+        assert!(!format!("{m:?}").contains("mt\""), "the token is redacted");
+        assert_eq!(metal("http://127.0.0.1:9", "", "p1"), None);
+        assert_eq!(metal("http://127.0.0.1:9", "mt", " "), None);
+        // A component that declares none of them (every one but provision).
+        assert!(AppConfig::load(vars(Some("auto"), true))
+            .unwrap()
+            .metal
+            .is_none());
     }
 
     #[test]

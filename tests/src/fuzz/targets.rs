@@ -363,6 +363,7 @@ impl World {
             http: &http,
             api_token: API_TOKEN,
             events_token: EVENTS_TOKEN,
+            metal: None,
         };
         let req = ApiRequest {
             method: &input.method,

@@ -165,6 +165,9 @@ impl Outcome {
         if let Some(a) = &self.address {
             v["address"] = a.clone().into();
         }
+        if let Some(s) = self.retry_after {
+            v["retryAfter"] = s.into();
+        }
         v
     }
 }

@@ -3,6 +3,8 @@
 //! ([`crate::http::components::events`]) sends the requests; this decides
 //! them from the parsed event alone.
 
+use serde_json::Value;
+
 use super::{Action, ObjectEvent, ObjectKind};
 use crate::ipam::claim::IpAddressSpec;
 use crate::ipam::pool::{PoolId, PoolKind};
@@ -15,7 +17,8 @@ use crate::kube::names;
 /// (deleted, or carrying a `deletionTimestamp`); an `IPAddress` event is a
 /// hint about its claim (same name: re-create it if it was deleted) and,
 /// when the object names one of our pools, about that pool's status
-/// counts; pools go to `pools`.
+/// counts; pools go to `pools`, and a VRF-backed one (the object has
+/// `spec.metal`) to `provision` as well.
 ///
 /// # Examples
 /// ```
@@ -72,11 +75,23 @@ pub fn route_event(ev: &ObjectEvent) -> Vec<(&'static str, String)> {
             }
             out
         }
-        ObjectKind::Pool(PoolKind::Namespaced) => {
-            vec![("pools", format!("/v1/capi/pools/{ns}/{}", ev.name))]
-        }
-        ObjectKind::Pool(PoolKind::Global) => {
-            vec![("pools", format!("/v1/capi/global-pools/{}", ev.name))]
+        ObjectKind::Pool(kind) => {
+            let tail = match kind {
+                PoolKind::Namespaced => format!("pools/{ns}/{}", ev.name),
+                PoolKind::Global => format!("global-pools/{}", ev.name),
+            };
+            let mut out = vec![("pools", format!("/v1/capi/{tail}"))];
+            // A VRF-backed pool is synced by the provision step (the pools
+            // step leaves it alone).
+            let vrf_backed = ev
+                .object
+                .as_ref()
+                .and_then(|o| o.pointer("/spec/metal"))
+                .is_some_and(Value::is_object);
+            if vrf_backed {
+                out.push(("provision", format!("/v1/capi/metal/{tail}")));
+            }
+            out
         }
     }
 }

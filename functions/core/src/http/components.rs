@@ -7,9 +7,10 @@
 //! | `pools` | `/v1/pools…`, `/v1/global-pools…`; `POST /v1/capi/pools/{ns}/{name}`, `POST /v1/capi/global-pools/{name}` (pool sync) | yes | yes | — |
 //! | `allocate` | `POST /v1/claims`; `POST /v1/capi/claims/{ns}/{name}` (claim reconcile) | yes | yes | — |
 //! | `release` | `/v1/claims/{ns}/{name}`; `POST /v1/capi/claims/{ns}/{name}` (claim reconcile) | yes | yes | — |
-//! | `events` | `POST /v1/events` | no | no | `allocate`, `release`, `pools` |
+//! | `events` | `POST /v1/events` | no | no | `allocate`, `release`, `pools`, `provision` |
 //! | `admission` | `POST /v1/admission/pools` | read | no | — |
 //! | `reconcile` | `POST /v1/reconcile` | yes | yes | — |
+//! | `provision` | `POST /v1/capi/metal/pools/{ns}/{name}`, `POST /v1/capi/metal/global-pools/{name}` (VRF-backed pool sync; 202 with `Retry-After` while Metal works) | yes | yes | — (calls Metal: the only component with the Metal token) |
 //!
 //! The `/v1/capi/…` routes have no public trigger in spin.toml: they are
 //! reached by Spin service chaining from `events` (with the API token).
@@ -31,8 +32,10 @@ use crate::ipam::pool::PoolKind;
 use crate::kube::names;
 use crate::kube::Kube;
 use crate::kv::Ctx;
+use crate::metal::client::Metal;
 use crate::ports::http::HttpClient;
 use crate::ports::kv::KvStore;
+use crate::ports::Env;
 
 /// What a component has at hand for one request.
 pub struct Services<'a, K: KvStore, H: HttpClient + ?Sized> {
@@ -46,6 +49,8 @@ pub struct Services<'a, K: KvStore, H: HttpClient + ?Sized> {
     pub api_token: &'a str,
     /// The events token (accepted on `/v1/events` only; empty = none).
     pub events_token: &'a str,
+    /// The Metal client (`None` when the component has no Metal token).
+    pub metal: Option<&'a Metal<'a, H, dyn Env + 'a>>,
 }
 
 fn store<'a, K: KvStore, H: HttpClient + ?Sized>(s: &Services<'a, K, H>) -> Result<&'a Ctx<'a, K>> {
@@ -163,6 +168,72 @@ fn capi_pool<K: KvStore, H: HttpClient + ?Sized>(
         .map_err(Error::malformed);
     let result = checked.and_then(|_| capi::sync_pool(store(s)?, kube(s)?, &id));
     outcome_response(route, result, "pool", id.display())
+}
+
+/// `POST /v1/capi/metal/pools/{ns}/{name}` or
+/// `/v1/capi/metal/global-pools/{name}`: sync a VRF-backed pool. Answers
+/// 202 with `Retry-After` while Metal is still working (the caller, or the
+/// next event, runs it again), 200 otherwise.
+fn metal_pool<K: KvStore, H: HttpClient + ?Sized>(
+    s: &Services<'_, K, H>,
+    req: &ApiRequest<'_>,
+    kind: PoolKind,
+    ns: Option<&str>,
+    name: &str,
+) -> ApiResponse {
+    let route = match kind {
+        PoolKind::Namespaced => "/v1/capi/metal/pools/{namespace}/{name}",
+        PoolKind::Global => "/v1/capi/metal/global-pools/{name}",
+    };
+    if let Some(r) = guard(
+        auth::check_bearer(s.api_token, req.authorization),
+        req,
+        route,
+        None,
+    ) {
+        return r;
+    }
+    let id = capi::pool_id_of(kind, ns, name);
+    let checked = ns
+        .map_or(Ok(()), names::check_label)
+        .and_then(|_| names::check_subdomain(name))
+        .map_err(Error::malformed);
+    let metal = || {
+        s.metal.ok_or_else(|| {
+            Error::new(
+                ErrorKind::Internal,
+                "MetalNotConfigured",
+                "Equinix Metal is not configured (variables metal_token and metal_project_id)",
+            )
+        })
+    };
+    let result = checked.and_then(|_| capi::vrf::sync_vrf_pool(store(s)?, kube(s)?, metal()?, &id));
+    let retry_after = result.as_ref().ok().and_then(|o| o.retry_after);
+    let mut r = outcome_response(route, result, "pool", id.display());
+    if let Some(secs) = retry_after {
+        r.status = 202;
+        r.headers.push(("retry-after", secs.to_string()));
+    }
+    r
+}
+
+/// The `provision` component: the VRF-backed pool step, the one component
+/// that calls Metal.
+pub fn provision<K: KvStore, H: HttpClient + ?Sized>(
+    s: &Services<'_, K, H>,
+    req: &ApiRequest<'_>,
+    _content_type: Option<&str>,
+    _header: &dyn Fn(&str) -> Option<String>,
+) -> ApiResponse {
+    match segments(req.path).as_slice() {
+        ["v1", "capi", "metal", "pools", ns, name] => {
+            metal_pool(s, req, PoolKind::Namespaced, Some(ns), name)
+        }
+        ["v1", "capi", "metal", "global-pools", name] => {
+            metal_pool(s, req, PoolKind::Global, None, name)
+        }
+        _ => no_route(req.path),
+    }
 }
 
 fn with_store<K: KvStore, H: HttpClient + ?Sized>(
@@ -299,8 +370,10 @@ pub fn reconcile<K: KvStore, H: HttpClient + ?Sized>(
 /// the `metalipamtoken` CloudEvents extension), parses the event, forwards
 /// it by service chaining to the step component (with the API token) and
 /// answers 200 with what the step reported, 200 `ignored` for events we do
-/// not act on, 400 for malformed payloads, and the step's status when it
-/// failed with a 5xx (so the forwarder retries). The response never carries
+/// not act on, 400 for malformed payloads, the step's status when it
+/// failed with a 5xx (so the forwarder retries), and 503 with the step's
+/// `Retry-After` when a step answered 202 (still working on Metal: the
+/// forwarder delivers the event again after the wait). The response never carries
 /// CloudEvents headers (a Knative broker would take it for a reply event).
 pub fn events<K: KvStore, H: HttpClient + ?Sized>(
     s: &Services<'_, K, H>,
@@ -350,6 +423,8 @@ pub fn events<K: KvStore, H: HttpClient + ?Sized>(
     let object = format!("{} {}", ev.kind.kind_name(), ev.display());
     let mut steps_done = Vec::new();
     let mut worst: u16 = 200;
+    // A step still working (202): the longest wait it asked for.
+    let mut in_progress: Option<u64> = None;
     let mut first_component = "";
     for (component, path) in events::route::route_event(&ev) {
         if first_component.is_empty() {
@@ -364,6 +439,10 @@ pub fn events<K: KvStore, H: HttpClient + ?Sized>(
             }
         };
         worst = worst.max(status);
+        if status == 202 {
+            let wait = body.get("retryAfter").and_then(Value::as_u64).unwrap_or(1);
+            in_progress = Some(in_progress.unwrap_or(0).max(wait));
+        }
         steps_done.push(json!({"step": component, "path": path, "status": status, "result": body}));
     }
     let first = steps_done.first().cloned().unwrap_or(Value::Null);
@@ -383,6 +462,13 @@ pub fn events<K: KvStore, H: HttpClient + ?Sized>(
     } else if worst >= 400 {
         r.outcome = "step-refused";
         r.detail = Some(format!("a step answered {worst}"));
+    } else if let Some(wait) = in_progress {
+        // A step is waiting on Metal: have the forwarder deliver the event
+        // again after the wait (forwarders retry 503s, not 2xx).
+        r.status = 503;
+        r.outcome = "step-in-progress";
+        r.headers.push(("retry-after", wait.to_string()));
+        r.detail = Some(format!("a step is in progress; deliver again in {wait} s"));
     }
     r.objects.push(("object", object));
     r.objects.push(("step", first_component.to_string()));

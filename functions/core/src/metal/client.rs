@@ -53,6 +53,9 @@ impl std::fmt::Debug for MetalConfig {
     }
 }
 
+/// The API's base path on its server (`https://api.equinix.com/metal/v1`).
+pub const BASE_PATH: &str = "/metal/v1";
+
 /// Page size asked for on paginated lists.
 pub const PER_PAGE: u32 = 250;
 

@@ -1,0 +1,126 @@
+//! The `provision` component on the test host, from the real `.wasm` files:
+//! a VRF-backed pool's events go through `events` to `provision` by service
+//! chaining; the step answers 202 while Metal works (and `events` 503 with
+//! `Retry-After`, so the forwarder delivers again), then the pool is ready
+//! and hands out addresses; only `provision` reaches Metal.
+
+use metal_ipam_tests::fake_kube::{FakeKube, METAL_GROUP};
+use metal_ipam_tests::harness::App;
+use metal_ipam_tests::metal_sim::{MetalSim, SimConfig};
+use serde_json::{json, Value};
+
+fn pool() -> Value {
+    json!({
+        "apiVersion": "ipam.metal-ipam.dev/v1alpha1", "kind": "MetalIPPool",
+        "metadata": {"name": "vrf", "namespace": "team-a"},
+        "spec": {"metal": {"metro": "da", "vrf": {"ipRanges": ["10.10.0.0/16"]},
+            "reservation": {"network": "10.10.1.0", "cidr": 29}}}
+    })
+}
+
+fn app(kube: &FakeKube, sim: &MetalSim) -> App {
+    let addr = sim.addr();
+    App::with_variables(&[
+        ("k8s_api_url", &kube.base_url()),
+        ("k8s_token", kube.token()),
+        ("metal_api_url", &format!("http://{addr}")),
+        ("metal_token", sim.token()),
+        ("metal_project_id", sim.project_id()),
+    ])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_vrf_pool_event_is_provisioned_through_the_components() {
+    let kube = FakeKube::start().await;
+    let sim = MetalSim::start_with(SimConfig {
+        gateway_reads: Some(1),
+        ..SimConfig::default()
+    })
+    .await
+    .unwrap();
+    let app = app(&kube, &sim);
+    kube.create(pool());
+
+    let mut last = None;
+    for _ in 0..6 {
+        let obj = kube
+            .get(METAL_GROUP, "metalippools", Some("team-a"), "vrf")
+            .unwrap();
+        let r = app
+            .call(
+                "POST",
+                "/v1/events",
+                Some(&json!({"type": "MODIFIED", "object": obj})),
+            )
+            .await;
+        let steps: Vec<&str> = r.body["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["step"].as_str().unwrap())
+            .collect();
+        assert_eq!(steps, ["pools", "provision"], "{:#}", r.body);
+        if r.status == 200 {
+            last = Some(r);
+            break;
+        }
+        // Still working on Metal: 503 with the step's Retry-After.
+        assert_eq!(r.status, 503, "{:#}", r.body);
+        assert!(r.headers.get("retry-after").is_some());
+        assert_eq!(r.body["steps"][1]["status"], 202);
+    }
+    let r = last.expect("ready within six deliveries");
+    assert_eq!(
+        r.body["steps"][1]["result"]["result"], "synced",
+        "{:#}",
+        r.body
+    );
+    // The pools step leaves a VRF-backed pool to provision.
+    assert_eq!(r.body["steps"][0]["result"]["result"], "ignored");
+    assert_eq!((sim.vrfs().len(), sim.gateways().len()), (1, 1));
+    assert_eq!(sim.violations(), Vec::<String>::new());
+    assert_eq!(kube.schema_violations(), Vec::<String>::new());
+
+    // The pool hands out the block's addresses through the plain API too.
+    let got = app
+        .call(
+            "POST",
+            "/v1/claims",
+            Some(&json!({"apiVersion": "ipam.cluster.x-k8s.io/v1beta2", "kind": "IPAddressClaim",
+                "metadata": {"name": "m-0", "namespace": "team-a", "uid": "u-0"},
+                "spec": {"poolRef": {"apiGroup": "ipam.metal-ipam.dev", "kind": "MetalIPPool", "name": "vrf"}}})),
+        )
+        .await;
+    assert_eq!(got.status, 201, "{:#}", got.body);
+    assert_eq!(got.body["spec"]["gateway"], "10.10.1.1");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_metal_configured_a_vrf_pool_fails_loudly_and_nothing_else_does() {
+    let kube = FakeKube::start().await;
+    kube.create(pool());
+    // No Metal variables: a VRF-backed pool cannot be provisioned; the
+    // forwarder is told to retry (502), the reason is in the step result.
+    let app = App::with_variables(&[
+        ("k8s_api_url", &kube.base_url()),
+        ("k8s_token", kube.token()),
+    ]);
+    let obj = kube
+        .get(METAL_GROUP, "metalippools", Some("team-a"), "vrf")
+        .unwrap();
+    let r = app
+        .call(
+            "POST",
+            "/v1/events",
+            Some(&json!({"type": "MODIFIED", "object": obj})),
+        )
+        .await;
+    assert_eq!(r.status, 502, "{:#}", r.body);
+    assert_eq!(r.body["steps"][1]["status"], 500);
+    assert_eq!(r.body["steps"][1]["result"]["reason"], "MetalNotConfigured");
+    // The chained route is not public.
+    let r = app
+        .call("POST", "/v1/capi/metal/pools/team-a/vrf", None)
+        .await;
+    assert_eq!(r.status, 404);
+}
