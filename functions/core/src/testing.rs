@@ -259,6 +259,18 @@ impl TestEnv {
         }
     }
 
+    /// Clock at `now` seconds, with a random stream of its own: every
+    /// [`TestEnv`] otherwise yields the same tokens, so two "instances"
+    /// sharing a store need different seeds (real ones are seeded by the
+    /// host; the protocol relies on concurrent writers' tokens differing).
+    pub fn seeded(now: u64, seed: u64) -> Self {
+        TestEnv {
+            now_ms: AtomicU64::new(now * 1000),
+            seq: AtomicU64::new(seed << 32),
+            ..TestEnv::default()
+        }
+    }
+
     /// Moves the clock.
     pub fn set_now(&self, now: u64) {
         self.now_ms.store(now * 1000, Ordering::SeqCst);

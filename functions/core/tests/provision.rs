@@ -10,7 +10,7 @@ use metal_ipam_core::kv::{Ctx, SwapPolicy};
 use metal_ipam_core::metal::client::{Metal, MetalConfig};
 use metal_ipam_core::metal::retry::RetryPolicy;
 use metal_ipam_core::provision::plan::{Intent, INTENT_LEASE_S};
-use metal_ipam_core::provision::step::{deprovision, provision, tag_for, Phase, Target};
+use metal_ipam_core::provision::step::{deprovision, provision, Phase, Target};
 use metal_ipam_core::testing::{Backend, MemKv, Reply, ScriptedHttp, TestEnv};
 use serde_json::{json, Value};
 
@@ -96,11 +96,8 @@ fn everything_is_created_in_order_and_a_converged_run_writes_nothing() {
     for b in BACKENDS {
         let w = World::new(b);
         let spec = created_spec();
-        let t = Target {
-            id: &id(),
-            spec: &spec,
-            tag: TAG.into(),
-        };
+        let pool = id();
+        let t = Target::new(&pool, &spec, Some("u-1"), None);
         let http = ScriptedHttp::new(vec![
             ("POST /projects/p1/vrfs", created("vrf", "v1")),
             ("POST /projects/p1/ips", created("ips", "r1")),
@@ -126,7 +123,15 @@ fn everything_is_created_in_order_and_a_converged_run_writes_nothing() {
         http.assert_done();
         // The VRF went out with the pool's tag, the block as specified.
         let sent = http.sent();
-        assert_eq!(sent[0].json()["tags"], json!([TAG]));
+        assert_eq!(
+            sent[0].json()["tags"],
+            json!([TAG, "metal-ipam.dev/pool-name=MetalIPPool/team-a/vrf"])
+        );
+        // The block names its pool in customdata.
+        assert_eq!(
+            sent[1].json()["customdata"],
+            json!({"metal-ipam.dev": {"pool": {"kind": "MetalIPPool", "namespace": "team-a", "name": "vrf", "uid": "u-1"}}})
+        );
         assert_eq!(sent[1].json()["vrf_id"], "v1");
         assert_eq!(
             (
@@ -175,11 +180,8 @@ fn a_lost_answer_is_found_by_tag_not_created_again() {
     for b in BACKENDS {
         let w = World::new(b);
         let spec = created_spec();
-        let t = Target {
-            id: &id(),
-            spec: &spec,
-            tag: TAG.into(),
-        };
+        let pool = id();
+        let t = Target::new(&pool, &spec, Some("u-1"), None);
         let (cfg, menv) = (cfg(), TestEnv::at(0));
         // The POST took effect but its answer was lost, and the VRF is not
         // listed yet: 503, and the intent stays.
@@ -250,11 +252,8 @@ fn a_second_instance_waits_while_the_first_creates() {
     for b in BACKENDS {
         let w = World::new(b);
         let spec = created_spec();
-        let t = Target {
-            id: &id(),
-            spec: &spec,
-            tag: TAG.into(),
-        };
+        let pool = id();
+        let t = Target::new(&pool, &spec, Some("u-1"), None);
         // Instance A recorded its intent for the VRF (and is creating it).
         metal_ipam_core::kv::protocol::update_record::<
             _,
@@ -297,11 +296,8 @@ fn an_adopted_resource_that_does_not_exist_names_its_field() {
         json!({"metro": "da", "vrf": {"id": UUID}, "reservation": {"id": UUID},
         "vlan": {"vxlan": 1010}}),
     );
-    let t = Target {
-        id: &id(),
-        spec: &spec,
-        tag: tag_for(&id(), Some("u-1")),
-    };
+    let pool = id();
+    let t = Target::new(&pool, &spec, Some("u-1"), None);
     let (cfg, menv) = (cfg(), TestEnv::at(0));
     let http = ScriptedHttp::new(vec![
         (
@@ -337,11 +333,8 @@ fn teardown_deletes_what_was_created_keeps_what_was_adopted_in_order() {
         let w = World::new(b);
         let spec = spec(json!({"metro": "da", "vrf": {"ipRanges": ["10.10.0.0/16"]},
             "reservation": {"network": "10.10.1.0", "cidr": 29}, "vlan": {"vxlan": 1000}}));
-        let t = Target {
-            id: &id(),
-            spec: &spec,
-            tag: TAG.into(),
-        };
+        let pool = id();
+        let t = Target::new(&pool, &spec, Some("u-1"), None);
         let (cfg, menv) = (cfg(), TestEnv::at(0));
         let http = ScriptedHttp::new(vec![
             ("POST /projects/p1/vrfs", created("vrf", "v1")),
@@ -406,4 +399,33 @@ fn teardown_deletes_what_was_created_keeps_what_was_adopted_in_order() {
         );
         assert_eq!(w.kv.dump(), before);
     }
+}
+
+#[test]
+fn a_resource_created_for_another_pool_is_never_adopted() {
+    let w = World::new(Backend::SpinSqlite);
+    let spec = spec(json!({"metro": "da", "vrf": {"id": UUID}, "reservation": {"id": UUID}}));
+    let pool = id();
+    let t = Target::new(&pool, &spec, Some("u-1"), Some("web"));
+    let (cfg, menv) = (cfg(), TestEnv::at(0));
+    let http = ScriptedHttp::new(vec![(
+        "GET /vrfs/8f3d3c4e-0b1a-4f7e-9c52-2d6f1f0a9b11",
+        Reply::json(
+            200,
+            json!({"id": UUID, "metro": {"code": "da"}, "tags": ["metal-ipam.dev/pool-uid=someone-else"]}),
+        ),
+    )]);
+    let metal = Metal::new(&http, &cfg, &menv);
+    let e = provision(&w.ctx(), &metal, &t).unwrap_err();
+    assert_eq!(
+        (e.status(), e.field()),
+        (422, Some("spec.metal.vrf.id")),
+        "{e}"
+    );
+    assert!(e.message().contains("another metal-ipam pool"), "{e}");
+    http.assert_done();
+    // Our own tags name the cluster too.
+    assert!(t
+        .tags()
+        .contains(&"cluster.x-k8s.io/cluster-name=web".to_string()));
 }

@@ -37,7 +37,7 @@ use crate::ports::http::HttpClient;
 use crate::ports::kv::KvStore;
 use crate::ports::Env;
 use crate::provision::plan::Progress;
-use crate::provision::step::{self, tag_for, Phase, Target};
+use crate::provision::step::{self, Phase, Target};
 
 /// Reason of `Ready=False` while Metal resources are being provisioned.
 pub const REASON_PROVISIONING: &str = "MetalProvisioning";
@@ -104,11 +104,12 @@ fn sync_once<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
             format!("pool {} is not VRF-backed (no spec.metal)", id.display()),
         ));
     };
-    let target = Target {
+    let target = Target::new(
         id,
-        spec: &spec,
-        tag: tag_for(id, o.meta().uid.as_deref()),
-    };
+        &spec,
+        o.meta().uid.as_deref(),
+        o.meta().label(crate::ipam::claim::CLUSTER_NAME_LABEL),
+    );
     if o.meta().deleting() {
         if !o.meta().has_finalizer(POOL_FINALIZER) {
             return Ok(Outcome::new(

@@ -11,6 +11,8 @@
 
 use std::net::IpAddr;
 
+use serde_json::{Map, Value};
+
 use super::plan::{self, Action, Held, Intent, Progress, Teardown};
 use super::record::ProgressRecord;
 use crate::error::{Error, Result};
@@ -41,8 +43,88 @@ pub struct Target<'a> {
     /// Its `spec.metal`.
     pub spec: &'a MetalSpec,
     /// The tag every created resource carries, unique to the pool object
-    /// (e.g. built from its uid): see [`tag_for`].
+    /// (built from its uid): see [`tag_for`].
     pub tag: String,
+    /// The pool's uid, when it came from Kubernetes.
+    pub uid: Option<String>,
+    /// The pool's cluster (its `cluster.x-k8s.io/cluster-name` label).
+    pub cluster: Option<String>,
+}
+
+impl<'a> Target<'a> {
+    /// The target for pool `id` (uid and cluster when known).
+    pub fn new(
+        id: &'a PoolId,
+        spec: &'a MetalSpec,
+        uid: Option<&str>,
+        cluster: Option<&str>,
+    ) -> Target<'a> {
+        Target {
+            id,
+            spec,
+            tag: tag_for(id, uid),
+            uid: uid.map(str::to_string),
+            cluster: cluster.map(str::to_string),
+        }
+    }
+
+    /// Every tag a created resource carries: the identifying one, the
+    /// pool's kind, namespace and name for people, and its cluster.
+    pub fn tags(&self) -> Vec<String> {
+        let mut tags = vec![
+            self.tag.clone(),
+            format!(
+                "metal-ipam.dev/pool-name={}/{}",
+                self.id.kind.kind_name(),
+                self.id.display()
+            ),
+        ];
+        if let Some(c) = &self.cluster {
+            tags.push(format!("cluster.x-k8s.io/cluster-name={c}"));
+        }
+        tags
+    }
+
+    /// The customdata of a created reservation: the pool (kind, namespace,
+    /// name, uid) and its cluster, under `metal-ipam.dev`.
+    pub fn customdata(&self) -> Map<String, Value> {
+        let mut pool = Map::new();
+        pool.insert("kind".into(), self.id.kind.kind_name().into());
+        if let Some(ns) = &self.id.namespace {
+            pool.insert("namespace".into(), ns.clone().into());
+        }
+        pool.insert("name".into(), self.id.name.clone().into());
+        if let Some(u) = &self.uid {
+            pool.insert("uid".into(), u.clone().into());
+        }
+        let mut m = Map::new();
+        m.insert("pool".into(), pool.into());
+        if let Some(c) = &self.cluster {
+            m.insert("cluster".into(), c.clone().into());
+        }
+        let mut out = Map::new();
+        out.insert("metal-ipam.dev".into(), m.into());
+        out
+    }
+
+    /// Whether `tags` say the resource was created for another pool (an
+    /// identifying tag that is not ours): such a resource is never adopted.
+    ///
+    /// ```
+    /// use metal_ipam_core::ipam::{pool::PoolId, vrf::MetalSpec};
+    /// use metal_ipam_core::provision::step::Target;
+    /// let (id, spec) = (PoolId::namespaced("a", "b"), MetalSpec::default());
+    /// let t = Target::new(&id, &spec, Some("u-1"), None);
+    /// assert!(!t.belongs_elsewhere(&["metal-ipam.dev/pool-uid=u-1".into(), "x".into()]));
+    /// assert!(!t.belongs_elsewhere(&["team=blue".into()]));
+    /// assert!(t.belongs_elsewhere(&["metal-ipam.dev/pool-uid=u-2".into()]));
+    /// ```
+    pub fn belongs_elsewhere(&self, tags: &[String]) -> bool {
+        tags.iter().any(|t| {
+            (t.starts_with("metal-ipam.dev/pool-uid=") || t.starts_with("metal-ipam.dev/pool="))
+                && *t != self.tag
+        })
+    }
 }
 
 /// The tag of the resources created for a pool: its uid when it came from
@@ -372,12 +454,22 @@ fn adopt<H: HttpClient + ?Sized, E: Env + ?Sized>(
                     ),
                 ));
             }
+            if t.belongs_elsewhere(&vrf.tags) {
+                return Err(missing(
+                    "id",
+                    format!("VRF {id} was created for another metal-ipam pool"),
+                ));
+            }
             Ok(vrf.id)
         }
         Resource::Reservation => {
             let id = s.reservation.id.clone().unwrap_or_default();
             let vrf = held_id(progress, Resource::Vrf)?;
             match metal.get_ip(&id)? {
+                Some(IpAddress::Vrf(res)) if t.belongs_elsewhere(&res.tags) => Err(missing(
+                    "id",
+                    format!("reservation {id} was created for another metal-ipam pool"),
+                )),
                 Some(IpAddress::Vrf(res)) if res.vrf.id() == Some(vrf.as_str()) => Ok(res.id),
                 Some(IpAddress::Vrf(_)) => Err(missing(
                     "id",
@@ -401,6 +493,12 @@ fn adopt<H: HttpClient + ?Sized, E: Env + ?Sized>(
                 };
                 missing(f, what)
             })?;
+            if t.belongs_elsewhere(&vlan.tags) {
+                return Err(missing(
+                    "id",
+                    format!("VLAN {} was created for another metal-ipam pool", vlan.id),
+                ));
+            }
             if vlan.metro().is_some_and(|m| m != metro) {
                 return Err(missing(
                     "id",
@@ -455,7 +553,7 @@ fn create<H: HttpClient + ?Sized, E: Env + ?Sized>(
                 description: Some(about),
                 ip_ranges: s.vrf.ip_ranges.clone(),
                 local_asn: s.vrf.local_asn.map(u64::from),
-                tags: vec![t.tag.clone()],
+                tags: t.tags(),
             })
             .map(|v| v.id),
         Resource::Reservation => metal
@@ -465,8 +563,8 @@ fn create<H: HttpClient + ?Sized, E: Env + ?Sized>(
                 network: s.reservation.network.clone().unwrap_or_default(),
                 cidr: s.reservation.cidr.unwrap_or_default(),
                 details: Some(about),
-                customdata: None,
-                tags: vec![t.tag.clone()],
+                customdata: Some(t.customdata()),
+                tags: t.tags(),
             })
             .map(|r| r.id),
         Resource::Vlan => metal
@@ -474,7 +572,7 @@ fn create<H: HttpClient + ?Sized, E: Env + ?Sized>(
                 metro: s.metro.clone(),
                 vxlan: None,
                 description: Some(about),
-                tags: vec![t.tag.clone()],
+                tags: t.tags(),
             })
             .map(|v| v.id),
         Resource::Gateway => metal
