@@ -28,7 +28,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::events::{self, Outcome};
 use crate::http::api::{self, ApiRequest, ApiResponse};
 use crate::http::{auth, method_not_allowed, no_route, segments};
-use crate::ipam::pool::PoolKind;
+use crate::ipam::pool::{PoolId, PoolKind};
 use crate::kube::names;
 use crate::kube::Kube;
 use crate::kv::Ctx;
@@ -141,18 +141,16 @@ fn capi_claim<K: KvStore, H: HttpClient + ?Sized>(
     outcome_response(route, result, "claim", format!("{ns}/{name}"))
 }
 
-/// `POST /v1/capi/pools/{ns}/{name}` or `/v1/capi/global-pools/{name}`.
-fn capi_pool<K: KvStore, H: HttpClient + ?Sized>(
+/// A pool step route: authentication and method, the pool's names
+/// checked, then `step`; 202 with `Retry-After` when the step is waiting
+/// on something that takes time (Metal), 200 otherwise.
+fn pool_step<K: KvStore, H: HttpClient + ?Sized>(
     s: &Services<'_, K, H>,
     req: &ApiRequest<'_>,
-    kind: PoolKind,
-    ns: Option<&str>,
-    name: &str,
+    route: &'static str,
+    (kind, ns, name): (PoolKind, Option<&str>, &str),
+    step: impl FnOnce(&PoolId) -> Result<capi::Outcome>,
 ) -> ApiResponse {
-    let route = match kind {
-        PoolKind::Namespaced => "/v1/capi/pools/{namespace}/{name}",
-        PoolKind::Global => "/v1/capi/global-pools/{name}",
-    };
     if let Some(r) = guard(
         auth::check_bearer(s.api_token, req.authorization),
         req,
@@ -166,8 +164,31 @@ fn capi_pool<K: KvStore, H: HttpClient + ?Sized>(
         .map_or(Ok(()), names::check_label)
         .and_then(|_| names::check_subdomain(name))
         .map_err(Error::malformed);
-    let result = checked.and_then(|_| capi::sync_pool(store(s)?, kube(s)?, &id));
-    outcome_response(route, result, "pool", id.display())
+    let result = checked.and_then(|_| step(&id));
+    let retry_after = result.as_ref().ok().and_then(|o| o.retry_after);
+    let mut r = outcome_response(route, result, "pool", id.display());
+    if let Some(secs) = retry_after {
+        r.status = 202;
+        r.headers.push(("retry-after", secs.to_string()));
+    }
+    r
+}
+
+/// `POST /v1/capi/pools/{ns}/{name}` or `/v1/capi/global-pools/{name}`.
+fn capi_pool<K: KvStore, H: HttpClient + ?Sized>(
+    s: &Services<'_, K, H>,
+    req: &ApiRequest<'_>,
+    kind: PoolKind,
+    ns: Option<&str>,
+    name: &str,
+) -> ApiResponse {
+    let route = match kind {
+        PoolKind::Namespaced => "/v1/capi/pools/{namespace}/{name}",
+        PoolKind::Global => "/v1/capi/global-pools/{name}",
+    };
+    pool_step(s, req, route, (kind, ns, name), |id| {
+        capi::sync_pool(store(s)?, kube(s)?, id)
+    })
 }
 
 /// `POST /v1/capi/metal/pools/{ns}/{name}` or
@@ -185,19 +206,6 @@ fn metal_pool<K: KvStore, H: HttpClient + ?Sized>(
         PoolKind::Namespaced => "/v1/capi/metal/pools/{namespace}/{name}",
         PoolKind::Global => "/v1/capi/metal/global-pools/{name}",
     };
-    if let Some(r) = guard(
-        auth::check_bearer(s.api_token, req.authorization),
-        req,
-        route,
-        None,
-    ) {
-        return r;
-    }
-    let id = capi::pool_id_of(kind, ns, name);
-    let checked = ns
-        .map_or(Ok(()), names::check_label)
-        .and_then(|_| names::check_subdomain(name))
-        .map_err(Error::malformed);
     let metal = || {
         s.metal.ok_or_else(|| {
             Error::new(
@@ -207,14 +215,9 @@ fn metal_pool<K: KvStore, H: HttpClient + ?Sized>(
             )
         })
     };
-    let result = checked.and_then(|_| capi::vrf::sync_vrf_pool(store(s)?, kube(s)?, metal()?, &id));
-    let retry_after = result.as_ref().ok().and_then(|o| o.retry_after);
-    let mut r = outcome_response(route, result, "pool", id.display());
-    if let Some(secs) = retry_after {
-        r.status = 202;
-        r.headers.push(("retry-after", secs.to_string()));
-    }
-    r
+    pool_step(s, req, route, (kind, ns, name), |id| {
+        capi::vrf::sync_vrf_pool(store(s)?, kube(s)?, metal()?, id)
+    })
 }
 
 /// The `provision` component: the VRF-backed pool step, the one component

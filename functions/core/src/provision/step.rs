@@ -381,12 +381,17 @@ pub fn provision<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
             }
         }
     }
+    used_all_rounds(ctx, t.id, done)
+}
+
+/// The report of an invocation that used its [`MAX_ROUNDS`]: call again.
+fn used_all_rounds<K: KvStore>(ctx: &Ctx<'_, K>, id: &PoolId, done: Vec<String>) -> Result<Report> {
     Ok(Report {
         phase: Phase::InProgress {
             waiting: "more steps".into(),
             retry_after_s: 1,
         },
-        progress: read(ctx, t.id)?,
+        progress: read(ctx, id)?,
         done,
     })
 }
@@ -797,12 +802,5 @@ pub fn deprovision<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
             }
         }
     }
-    Ok(Report {
-        phase: Phase::InProgress {
-            waiting: "more steps".into(),
-            retry_after_s: 1,
-        },
-        progress: read(ctx, t.id)?,
-        done,
-    })
+    used_all_rounds(ctx, t.id, done)
 }
