@@ -463,9 +463,15 @@ fn manifest_grants_each_component_only_what_it_needs() {
         let (want_stores, want_hosts, want_vars): (Vec<&str>, Vec<String>, Vec<&str>) =
             match id.as_str() {
                 "healthz" => (vec![], vec![], vec![]),
-                "pools" | "allocate" | "release" | "reconcile" => (
+                "pools" | "allocate" | "release" => (
                     vec!["default"],
                     k8s,
+                    vec!["api_token", "k8s_api_url", "k8s_token", "kv_swap_check"],
+                ),
+                // Also drives the provision step of VRF-backed pools.
+                "reconcile" => (
+                    vec!["default"],
+                    vec![k8s[0].clone(), "http://provision.spin.internal".to_string()],
                     vec!["api_token", "k8s_api_url", "k8s_token", "kv_swap_check"],
                 ),
                 "events" => (

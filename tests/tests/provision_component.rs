@@ -124,3 +124,35 @@ async fn without_metal_configured_a_vrf_pool_fails_loudly_and_nothing_else_does(
         .await;
     assert_eq!(r.status, 404);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_reconcile_run_drives_a_vrf_pool_to_ready_without_events() {
+    let kube = FakeKube::start().await;
+    let sim = MetalSim::start_with(SimConfig {
+        gateway_reads: Some(2),
+        ..SimConfig::default()
+    })
+    .await
+    .unwrap();
+    let app = app(&kube, &sim);
+    kube.create(pool());
+    let mut statuses = Vec::new();
+    for _ in 0..6 {
+        let r = app.call("POST", "/v1/reconcile", None).await;
+        assert_eq!(r.status, 200, "{:#}", r.body);
+        let p = &r.body["provision"][0];
+        assert_eq!(p["pool"], "team-a/vrf");
+        statuses.push(p["status"].as_u64().unwrap());
+        if p["result"] == "synced" {
+            break;
+        }
+    }
+    assert_eq!(statuses.first(), Some(&202), "{statuses:?}");
+    assert_eq!(statuses.last(), Some(&200), "{statuses:?}");
+    let obj = kube
+        .get(METAL_GROUP, "metalippools", Some("team-a"), "vrf")
+        .unwrap();
+    assert_eq!(obj["status"]["metal"]["gateway"]["state"], "active");
+    assert_eq!(sim.vrfs().len(), 1);
+    assert_eq!(sim.violations(), Vec::<String>::new());
+}

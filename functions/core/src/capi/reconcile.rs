@@ -24,6 +24,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{json, Value};
 
+use crate::capi::objects::PoolResource;
 use crate::capi::{self, Outcome};
 use crate::error::Result;
 use crate::ip::to_u128;
@@ -51,6 +52,9 @@ pub struct Report {
     pub errors: Vec<String>,
     /// Requests sent to the API server.
     pub kube_calls: u32,
+    /// VRF-backed pools (`spec.metal`) found: the `provision` step syncs
+    /// them (the `reconcile` component forwards each to it).
+    pub vrf_pools: Vec<PoolId>,
 }
 
 impl Report {
@@ -92,19 +96,27 @@ pub fn reconcile_all<K: KvStore, H: HttpClient + ?Sized>(
         (PoolKind::Namespaced, &kube::METAL_IP_POOLS),
         (PoolKind::Global, &kube::GLOBAL_METAL_IP_POOLS),
     ] {
-        for p in kube.list_as::<Meta>(r, None)? {
+        for p in kube.list_as::<PoolResource>(r, None)? {
             let m = &p.metadata;
             if m.name.is_empty() {
                 continue;
             }
             let id = capi::pool_id_of(kind, m.namespace.as_deref(), &m.name);
+            if p.vrf_backed {
+                report.vrf_pools.push(id.clone());
+            }
             match capi::sync_pool(ctx, kube, &id) {
                 Ok(o) => Report::count(&mut report.pools, &o),
                 Err(e) => report
                     .errors
                     .push(format!("{} {}: {e}", kind.kind_name(), id.display())),
             }
-            pool_objects.insert(id, p);
+            pool_objects.insert(
+                id,
+                Meta {
+                    metadata: p.metadata,
+                },
+            );
         }
     }
 

@@ -9,7 +9,7 @@
 //! | `release` | `/v1/claims/{ns}/{name}`; `POST /v1/capi/claims/{ns}/{name}` (claim reconcile) | yes | yes | — |
 //! | `events` | `POST /v1/events` | no | no | `allocate`, `release`, `pools`, `provision` |
 //! | `admission` | `POST /v1/admission/pools` | read | no | — |
-//! | `reconcile` | `POST /v1/reconcile` | yes | yes | — |
+//! | `reconcile` | `POST /v1/reconcile` | yes | yes | `provision` (each VRF-backed pool) |
 //! | `provision` | `POST /v1/capi/metal/pools/{ns}/{name}`, `POST /v1/capi/metal/global-pools/{name}` (VRF-backed pool sync; 202 with `Retry-After` while Metal works) | yes | yes | — (calls Metal: the only component with the Metal token) |
 //!
 //! The `/v1/capi/…` routes have no public trigger in spin.toml: they are
@@ -352,19 +352,49 @@ pub fn reconcile<K: KvStore, H: HttpClient + ?Sized>(
     ) {
         return r;
     }
-    match store(s).and_then(|ctx| reconcile::reconcile_all(ctx, kube(s)?)) {
-        // Errors on single objects make the run a 500 (with the report), so
-        // a CronJob shows the failure; the rest of the run still happened.
-        Ok(report) if !report.errors.is_empty() => {
-            let mut r =
-                ApiResponse::success(500, Some(report.to_json()), route, "reconciled-with-errors");
-            r.reason = Some("ReconcileIncomplete");
-            r.detail = Some(report.errors.join("; "));
-            r
+    let mut report = match store(s).and_then(|ctx| reconcile::reconcile_all(ctx, kube(s)?)) {
+        Ok(report) => report,
+        Err(e) => return ApiResponse::from_error(&e, route),
+    };
+    // VRF-backed pools are the provision step's: drive each one (Metal's
+    // asynchrony means an event alone may not finish them).
+    let mut provisioned = Vec::new();
+    for id in std::mem::take(&mut report.vrf_pools) {
+        let path = match &id.namespace {
+            Some(ns) => format!("/v1/capi/metal/pools/{ns}/{}", id.name),
+            None => format!("/v1/capi/metal/global-pools/{}", id.name),
+        };
+        match forward(s, "provision", &path) {
+            Ok((status, body)) => {
+                if status >= 500 {
+                    report.errors.push(format!(
+                        "pool {} (provision): {status} {}",
+                        id.display(),
+                        body["message"].as_str().unwrap_or("")
+                    ));
+                }
+                provisioned.push(
+                    json!({"pool": id.display(), "status": status, "result": body["result"]}),
+                );
+            }
+            Err(e) => report
+                .errors
+                .push(format!("pool {} (provision): {e}", id.display())),
         }
-        Ok(report) => ApiResponse::success(200, Some(report.to_json()), route, "reconciled"),
-        Err(e) => ApiResponse::from_error(&e, route),
     }
+    let mut body = report.to_json();
+    if !provisioned.is_empty() {
+        body["provision"] = Value::Array(provisioned);
+    }
+    // Errors on single objects make the run a 500 (with the report), so
+    // a CronJob shows the failure; the rest of the run still happened.
+    if report.errors.is_empty() {
+        return ApiResponse::success(200, Some(body), route, "reconciled");
+    }
+    let mut r = ApiResponse::success(500, Some(body), route, "reconciled-with-errors");
+    r.reason = Some("ReconcileIncomplete");
+    r.detail = Some(report.errors.join("; "));
+    r
 }
 
 /// The `events` component: `POST /v1/events`.
