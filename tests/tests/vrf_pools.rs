@@ -110,6 +110,18 @@ impl World {
         assert_eq!(self.kube.schema_violations(), Vec::<String>::new(), "CRDs");
     }
 
+    /// The stored progress record validates against its JSON Schema.
+    fn assert_progress_record_valid(&self) {
+        use metal_ipam_core::ports::kv::KvStore;
+        let key = metal_ipam_core::kv::keys::metal_pool(&PoolId::namespaced(NS, POOL));
+        let bytes = self.kv.get(&key).unwrap().expect("a progress record");
+        let v: Value = serde_json::from_slice(&bytes).unwrap();
+        let path = metal_ipam_tests::schema::repo_root()
+            .join("kv-schema/metal-progress-record.schema.json");
+        let schema: Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+        metal_ipam_tests::schema::validate(&schema, &v).unwrap_or_else(|e| panic!("{e:?}\n{v:#}"));
+    }
+
     fn assert_one_of_each(&self) {
         assert_eq!(self.sim.vrfs().len(), 1, "VRFs");
         assert_eq!(self.sim.reservations().len(), 1, "reservations");
@@ -144,6 +156,7 @@ async fn a_vrf_pool_is_provisioned_in_order_hands_out_its_block_and_is_torn_down
     assert_eq!(o.result, StepResult::Synced, "{o:?}");
     assert!(runs >= 2, "the gateway is ready before it is active");
     w.assert_one_of_each();
+    w.assert_progress_record_valid();
     // Created in dependency order, each with the pool's tag.
     let creates: Vec<String> = w
         .sim
@@ -251,6 +264,7 @@ async fn a_vrf_pool_is_provisioned_in_order_hands_out_its_block_and_is_torn_down
     let (o, _) = w.sync_until_settled(8).await;
     assert_eq!(o.result, StepResult::Deleted, "{o:?}");
     assert!(w.pool().is_none(), "the finalizer was removed");
+    w.assert_progress_record_valid(); // the tombstone
     assert!(w.sim.vrfs().is_empty() && w.sim.reservations().is_empty());
     assert!(w.sim.vlans().is_empty() && w.sim.gateways().is_empty());
     let deletes: Vec<String> = w
