@@ -176,7 +176,11 @@ pub struct Report {
     pub done: Vec<String>,
 }
 
-fn read<K: KvStore>(ctx: &Ctx<'_, K>, id: &PoolId) -> Result<Progress> {
+/// The recorded progress of pool `id` (empty when none, or a tombstone).
+///
+/// # Errors
+/// Store errors; 500 for an unreadable record.
+pub fn read_progress<K: KvStore>(ctx: &Ctx<'_, K>, id: &PoolId) -> Result<Progress> {
     match ctx.kv.get(&keys::metal_pool(id))? {
         None => Ok(Progress::default()),
         Some(b) if kv::is_zero_counter(&b) => Ok(Progress::default()),
@@ -230,7 +234,7 @@ pub fn provision<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
 ) -> Result<Report> {
     let mut done = Vec::new();
     for _ in 0..MAX_ROUNDS {
-        let progress = read(ctx, t.id)?;
+        let progress = read_progress(ctx, t.id)?;
         if progress.deleting {
             return Err(Error::conflict(
                 "MetalTearingDown",
@@ -258,36 +262,13 @@ pub fn provision<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
             }
             Action::Create(r) => {
                 let me = ctx.env.token();
-                let won = record(ctx, t.id, |p| {
-                    if p.held(r).is_some() || p.intent.is_some() {
-                        return false;
-                    }
-                    p.intent = Some(Intent {
-                        resource: r,
-                        token: me.clone(),
-                        at: now,
-                    });
-                    true
-                })?;
+                let won = claim_intent(ctx, t.id, r, &me, now)?;
                 if !won {
                     continue; // someone else moved first: plan again
                 }
                 match create(metal, t, &progress, r) {
                     Ok(id) => {
-                        let ours = id.clone();
-                        let kept = record(ctx, t.id, |p| match p.held(r) {
-                            Some(_) => false,
-                            None => {
-                                p.set(
-                                    r,
-                                    Some(Held {
-                                        id: ours.clone(),
-                                        created: true,
-                                    }),
-                                );
-                                true
-                            }
-                        })?;
+                        let kept = record_created(ctx, t.id, r, &id)?;
                         if kept {
                             done.push(format!("created {} {id}", r.field()));
                         } else {
@@ -301,7 +282,7 @@ pub fn provision<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
                         // It may exist: look now, and otherwise leave the
                         // intent to its lease (the request may land late).
                         if let Some(id) = find_created(metal, t, &progress, r)? {
-                            record_found(ctx, t.id, r, &id)?;
+                            record_created(ctx, t.id, r, &id)?;
                             done.push(format!("found {} {id}", r.field()));
                             continue;
                         }
@@ -309,7 +290,7 @@ pub fn provision<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
                     }
                     Err(e) => {
                         // Refused or rate limited: nothing was created.
-                        record(ctx, t.id, |p| clear_intent(p, r, &me))?;
+                        withdraw_intent(ctx, t.id, r, &me)?;
                         return Err(e.into());
                     }
                 }
@@ -318,12 +299,12 @@ pub fn provision<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
                 let stale = progress.intent.clone();
                 match find_created(metal, t, &progress, r)? {
                     Some(id) => {
-                        record_found(ctx, t.id, r, &id)?;
+                        record_created(ctx, t.id, r, &id)?;
                         done.push(format!("found {} {id}", r.field()));
                     }
                     None => {
                         let token = stale.map(|i| i.token).unwrap_or_default();
-                        record(ctx, t.id, |p| clear_intent(p, r, &token))?;
+                        withdraw_intent(ctx, t.id, r, &token)?;
                         done.push(format!("no {} was created; creating", r.field()));
                     }
                 }
@@ -366,7 +347,7 @@ pub fn provision<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
                             waiting: format!("the Metal Gateway is {}", state.unwrap_or_default()),
                             retry_after_s: GATEWAY_POLL_S,
                         },
-                        progress: read(ctx, t.id)?,
+                        progress: read_progress(ctx, t.id)?,
                         done,
                     });
                 }
@@ -391,22 +372,50 @@ fn used_all_rounds<K: KvStore>(ctx: &Ctx<'_, K>, id: &PoolId, done: Vec<String>)
             waiting: "more steps".into(),
             retry_after_s: 1,
         },
-        progress: read(ctx, id)?,
+        progress: read_progress(ctx, id)?,
         done,
     })
 }
 
-fn clear_intent(p: &mut Progress, r: Resource, token: &str) -> bool {
-    match &p.intent {
-        Some(i) if i.resource == r && i.token == token => {
-            p.intent = None;
-            true
+/// Records a creation intent for `r` by `token` at `now`, unless `r` is
+/// held or an intent stands: the one compare-and-swap that makes a
+/// creation exclusive. Returns whether it was recorded (this instance may
+/// create `r`).
+///
+/// # Errors
+/// Store errors; 503 `Contention`.
+pub fn claim_intent<K: KvStore>(
+    ctx: &Ctx<'_, K>,
+    id: &PoolId,
+    r: Resource,
+    token: &str,
+    now: u64,
+) -> Result<bool> {
+    record(ctx, id, |p| {
+        if p.held(r).is_some() || p.intent.is_some() {
+            return false;
         }
-        _ => false,
-    }
+        p.intent = Some(Intent {
+            resource: r,
+            token: token.to_string(),
+            at: now,
+        });
+        true
+    })
 }
 
-fn record_found<K: KvStore>(ctx: &Ctx<'_, K>, id: &PoolId, r: Resource, found: &str) -> Result<()> {
+/// Records `found` as the pool's `r` (created by metal-ipam), clearing an
+/// intent for `r`, unless `r` is already recorded. Returns whether it
+/// recorded it: `false` means another is held and `found` is a duplicate.
+///
+/// # Errors
+/// Store errors; 503 `Contention`.
+pub fn record_created<K: KvStore>(
+    ctx: &Ctx<'_, K>,
+    id: &PoolId,
+    r: Resource,
+    found: &str,
+) -> Result<bool> {
     record(ctx, id, |p| {
         if p.held(r).is_some() {
             return false;
@@ -419,8 +428,27 @@ fn record_found<K: KvStore>(ctx: &Ctx<'_, K>, id: &PoolId, r: Resource, found: &
             }),
         );
         true
-    })?;
-    Ok(())
+    })
+}
+
+/// Clears `token`'s intent for `r`, if it still stands (nothing was
+/// created, or nothing was found). Returns whether it did.
+///
+/// # Errors
+/// Store errors; 503 `Contention`.
+pub fn withdraw_intent<K: KvStore>(
+    ctx: &Ctx<'_, K>,
+    id: &PoolId,
+    r: Resource,
+    token: &str,
+) -> Result<bool> {
+    record(ctx, id, |p| match &p.intent {
+        Some(i) if i.resource == r && i.token == token => {
+            p.intent = None;
+            true
+        }
+        _ => false,
+    })
 }
 
 fn held_id(progress: &Progress, r: Resource) -> Result<String> {
@@ -715,7 +743,7 @@ pub fn deprovision<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
         });
     }
     for _ in 0..MAX_ROUNDS {
-        let progress = read(ctx, t.id)?;
+        let progress = read_progress(ctx, t.id)?;
         match plan::teardown(t.spec, &progress) {
             Teardown::FindCreated(r) => {
                 let token = progress
@@ -724,9 +752,11 @@ pub fn deprovision<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
                     .map(|i| i.token.clone())
                     .unwrap_or_default();
                 match find_created(metal, t, &progress, r)? {
-                    Some(id) => record_found(ctx, t.id, r, &id)?,
+                    Some(id) => {
+                        record_created(ctx, t.id, r, &id)?;
+                    }
                     None => {
-                        record(ctx, t.id, |p| clear_intent(p, r, &token))?;
+                        withdraw_intent(ctx, t.id, r, &token)?;
                     }
                 }
             }
