@@ -155,6 +155,14 @@ async fn a_vrf_pool_is_provisioned_in_order_hands_out_its_block_and_is_torn_down
     let (o, runs) = w.sync_until_settled(6).await;
     assert_eq!(o.result, StepResult::Synced, "{o:?}");
     assert!(runs >= 2, "the gateway is ready before it is active");
+    // Metal calls to provision from nothing: the four creations, the
+    // gateway's reads until it is active (2 `ready` reads, then `active`),
+    // and one read of the block.
+    let count = |m: &str| w.sim.requests().iter().filter(|r| r.method == m).count();
+    assert_eq!(
+        (count("POST"), count("GET"), count("DELETE")),
+        (4, 2 + 1 + 1, 0)
+    );
     w.assert_one_of_each();
     w.assert_progress_record_valid();
     // Created in dependency order, each with the pool's tag.
@@ -235,6 +243,11 @@ async fn a_vrf_pool_is_provisioned_in_order_hands_out_its_block_and_is_torn_down
     assert!(
         w.sim.requests().iter().all(|r| r.method == "GET"),
         "no Metal write"
+    );
+    assert_eq!(
+        w.sim.requests().len(),
+        1,
+        "a converged run reads the block, nothing else"
     );
     assert_eq!(w.kube.resource_version(), before, "no Kubernetes write");
 

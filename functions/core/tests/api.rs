@@ -474,6 +474,18 @@ fn log_lines_are_json_with_objects_and_no_secrets() {
     );
     assert_eq!(v["duration_ms"], 2.5);
     assert!(v["kv_ops"].as_u64().unwrap() > 0);
+    assert_eq!(v["level"], "info");
+    // Levels: 5xx error, 4xx warn; a step still working on Metal (503 so
+    // that the forwarder delivers again) is expected, so info.
+    let level = |status: u16, outcome: &'static str| {
+        let mut r = api::ApiResponse::success(status, None, "/v1/events", outcome);
+        r.status = status;
+        let line = r.log_line("events", &req, 1, 1.0, Default::default());
+        serde_json::from_str::<Value>(&line).unwrap()["level"].clone()
+    };
+    assert_eq!(level(503, "step-failed"), "error");
+    assert_eq!(level(404, "not-found"), "warn");
+    assert_eq!(level(503, "step-in-progress"), "info");
 }
 
 #[test]

@@ -141,7 +141,14 @@ impl ApiResponse {
             .collect();
         let mut line = json!({
             "ts": ts_millis,
-            "level": if self.status >= 500 { "error" } else if self.status >= 400 { "warn" } else { "info" },
+            // A step still working on Metal is answered 503 so the forwarder
+            // delivers again: expected, not an error.
+            "level": match (self.status, self.outcome) {
+                (_, "step-in-progress") => "info",
+                (500.., _) => "error",
+                (400.., _) => "warn",
+                _ => "info",
+            },
             "component": component,
             "method": req.method,
             "path": req.path,
