@@ -32,11 +32,10 @@ use metal_ipam_core::ipam::ops;
 use metal_ipam_core::ipam::pool::{PoolId, PoolObject};
 use metal_ipam_core::kv::{self, keys, ClaimRecord, Ctx, SwapPolicy};
 use metal_ipam_core::ports::kv::KvStore;
-use metal_ipam_core::ports::Env;
 use metal_ipam_core::testing::{Backend, MemKv, TestEnv};
 use serde_json::{json, Value};
 
-use sched::{Chooser, Dfs, Pct};
+use sched::{Chooser, Dfs, Pct, SchedEnv};
 
 const NS: &str = "ns";
 const POOL: &str = "p";
@@ -67,30 +66,6 @@ fn claim(name: &str, uid: &str) -> Claim {
         "spec": {"poolRef": {"apiGroup": "ipam.metal-ipam.dev", "kind": "MetalIPPool", "name": POOL}}
     }))
     .unwrap()
-}
-
-/// The checker's environment: a fixed clock, counter-based randomness, and
-/// a pause that tells the scheduler the thread is backing off.
-#[derive(Default)]
-struct SchedEnv(TestEnv);
-
-impl Env for SchedEnv {
-    fn now(&self) -> u64 {
-        self.0.now()
-    }
-    fn random_u64(&self) -> u64 {
-        self.0.random_u64()
-    }
-    fn pause(&self, attempt: u32) {
-        // The first retries are explored in every order; from the third on
-        // the thread is spinning against a stalled peer.
-        if attempt >= 3 {
-            sched::pause_here();
-        }
-    }
-    fn sleep_ms(&self, ms: u64) {
-        self.0.sleep_ms(ms);
-    }
 }
 
 fn ctx<'a, K: KvStore>(kv: &'a K, env: &'a SchedEnv) -> Ctx<'a, K> {

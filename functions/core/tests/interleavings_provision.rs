@@ -36,7 +36,7 @@ use metal_ipam_core::provision::step::{
 };
 use metal_ipam_core::testing::{Backend, MemKv, TestEnv};
 
-use sched::{Chooser, Dfs, Pct};
+use sched::{Chooser, Dfs, Pct, SchedEnv};
 
 const NOW: u64 = 1_000;
 
@@ -54,28 +54,6 @@ impl Ledger {
     }
     fn all(&self) -> Vec<String> {
         self.0.lock().unwrap().clone()
-    }
-}
-
-/// The environment every instance shares (distinct tokens per call) with a
-/// pause that tells the scheduler the thread is backing off.
-#[derive(Default)]
-struct SchedEnv(TestEnv);
-
-impl Env for SchedEnv {
-    fn now(&self) -> u64 {
-        self.0.now()
-    }
-    fn random_u64(&self) -> u64 {
-        self.0.random_u64()
-    }
-    fn pause(&self, attempt: u32) {
-        if attempt >= 3 {
-            sched::pause_here();
-        }
-    }
-    fn sleep_ms(&self, ms: u64) {
-        self.0.sleep_ms(ms);
     }
 }
 

@@ -366,3 +366,28 @@ impl Chooser for Pct {
         pick
     }
 }
+
+/// The checkers' environment, shared by every operation of a schedule: a
+/// fixed clock, counter-based randomness (distinct tokens per call), and a
+/// pause that tells the scheduler the thread is backing off.
+#[derive(Default)]
+pub struct SchedEnv(pub metal_ipam_core::testing::TestEnv);
+
+impl metal_ipam_core::ports::Env for SchedEnv {
+    fn now(&self) -> u64 {
+        self.0.now()
+    }
+    fn random_u64(&self) -> u64 {
+        self.0.random_u64()
+    }
+    fn pause(&self, attempt: u32) {
+        // The first retries are explored in every order; from the third on
+        // the thread is spinning against a stalled peer.
+        if attempt >= 3 {
+            pause_here();
+        }
+    }
+    fn sleep_ms(&self, ms: u64) {
+        self.0.sleep_ms(ms);
+    }
+}
