@@ -156,3 +156,39 @@ async fn the_reconcile_run_drives_a_vrf_pool_to_ready_without_events() {
     assert_eq!(sim.vrfs().len(), 1);
     assert_eq!(sim.violations(), Vec::<String>::new());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_public_route_advances_a_vrf_pool_and_names_where_to_poll() {
+    let kube = FakeKube::start().await;
+    let sim = MetalSim::start_with(SimConfig {
+        gateway_reads: Some(1),
+        ..SimConfig::default()
+    })
+    .await
+    .unwrap();
+    let app = app(&kube, &sim);
+    kube.create(pool());
+    let path = "/v1/metal/pools/team-a/vrf";
+    assert_eq!(app.call_with("POST", path, None, None).await.status, 401);
+    assert_eq!(app.call("GET", path, None).await.status, 405);
+    let first = app.call("POST", path, None).await;
+    assert_eq!(first.status, 202, "{:#}", first.body);
+    assert_eq!(first.headers["location"], path);
+    assert!(first.headers.get("retry-after").is_some());
+    assert_eq!(first.body["result"], "waiting");
+    let mut last = first;
+    for _ in 0..4 {
+        last = app.call("POST", path, None).await;
+        if last.status == 200 {
+            break;
+        }
+    }
+    assert_eq!(
+        (last.status, last.body["result"].as_str()),
+        (200, Some("synced")),
+        "{:#}",
+        last.body
+    );
+    assert!(last.headers.get("location").is_none());
+    assert_eq!(sim.violations(), Vec::<String>::new());
+}

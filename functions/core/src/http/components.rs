@@ -10,7 +10,7 @@
 //! | `events` | `POST /v1/events` | no | no | `allocate`, `release`, `pools`, `provision` |
 //! | `admission` | `POST /v1/admission/pools` | read | no | — |
 //! | `reconcile` | `POST /v1/reconcile` | yes | yes | `provision` (each VRF-backed pool) |
-//! | `provision` | `POST /v1/capi/metal/pools/{ns}/{name}`, `POST /v1/capi/metal/global-pools/{name}` (VRF-backed pool sync; 202 with `Retry-After` while Metal works) | yes | yes | — (calls Metal: the only component with the Metal token) |
+//! | `provision` | `POST /v1/capi/metal/pools/{ns}/{name}`, `POST /v1/capi/metal/global-pools/{name}` (VRF-backed pool sync, chained), and the same step at `POST /v1/metal/pools/{ns}/{name}`, `/v1/metal/global-pools/{name}` (public; 202 with `Retry-After` and `Location` while Metal works) | yes | yes | — (calls Metal: the only component with the Metal token) |
 //!
 //! The `/v1/capi/…` routes have no public trigger in spin.toml: they are
 //! reached by Spin service chaining from `events` (with the API token).
@@ -215,9 +215,18 @@ fn metal_pool<K: KvStore, H: HttpClient + ?Sized>(
             )
         })
     };
-    pool_step(s, req, route, (kind, ns, name), |id| {
+    let mut r = pool_step(s, req, route, (kind, ns, name), |id| {
         capi::vrf::sync_vrf_pool(store(s)?, kube(s)?, metal()?, id)
-    })
+    });
+    if r.status == 202 {
+        // Where to POST again for the next step and the status.
+        let location = match ns {
+            Some(ns) => format!("/v1/metal/pools/{ns}/{name}"),
+            None => format!("/v1/metal/global-pools/{name}"),
+        };
+        r.headers.push(("location", location));
+    }
+    r
 }
 
 /// The `provision` component: the VRF-backed pool step, the one component
@@ -228,11 +237,13 @@ pub fn provision<K: KvStore, H: HttpClient + ?Sized>(
     _content_type: Option<&str>,
     _header: &dyn Fn(&str) -> Option<String>,
 ) -> ApiResponse {
+    // The chained step route and its public twin (the status URL a 202
+    // names): the same step, the same API token.
     match segments(req.path).as_slice() {
-        ["v1", "capi", "metal", "pools", ns, name] => {
+        ["v1", "capi", "metal", "pools", ns, name] | ["v1", "metal", "pools", ns, name] => {
             metal_pool(s, req, PoolKind::Namespaced, Some(ns), name)
         }
-        ["v1", "capi", "metal", "global-pools", name] => {
+        ["v1", "capi", "metal", "global-pools", name] | ["v1", "metal", "global-pools", name] => {
             metal_pool(s, req, PoolKind::Global, None, name)
         }
         _ => no_route(req.path),
