@@ -18,6 +18,16 @@ fn pool() -> Value {
     })
 }
 
+/// A simulator whose new gateways turn active after `reads` reads.
+async fn sim(reads: u32) -> MetalSim {
+    MetalSim::start_with(SimConfig {
+        gateway_reads: Some(reads),
+        ..SimConfig::default()
+    })
+    .await
+    .unwrap()
+}
+
 fn app(kube: &FakeKube, sim: &MetalSim) -> App {
     let addr = sim.addr();
     App::with_variables(&[
@@ -32,12 +42,7 @@ fn app(kube: &FakeKube, sim: &MetalSim) -> App {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_vrf_pool_event_is_provisioned_through_the_components() {
     let kube = FakeKube::start().await;
-    let sim = MetalSim::start_with(SimConfig {
-        gateway_reads: Some(1),
-        ..SimConfig::default()
-    })
-    .await
-    .unwrap();
+    let sim = sim(1).await;
     let app = app(&kube, &sim);
     kube.create(pool());
 
@@ -128,12 +133,7 @@ async fn without_metal_configured_a_vrf_pool_fails_loudly_and_nothing_else_does(
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_reconcile_run_drives_a_vrf_pool_to_ready_without_events() {
     let kube = FakeKube::start().await;
-    let sim = MetalSim::start_with(SimConfig {
-        gateway_reads: Some(2),
-        ..SimConfig::default()
-    })
-    .await
-    .unwrap();
+    let sim = sim(2).await;
     let app = app(&kube, &sim);
     kube.create(pool());
     let mut statuses = Vec::new();
@@ -160,12 +160,7 @@ async fn the_reconcile_run_drives_a_vrf_pool_to_ready_without_events() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_public_route_advances_a_vrf_pool_and_names_where_to_poll() {
     let kube = FakeKube::start().await;
-    let sim = MetalSim::start_with(SimConfig {
-        gateway_reads: Some(1),
-        ..SimConfig::default()
-    })
-    .await
-    .unwrap();
+    let sim = sim(1).await;
     let app = app(&kube, &sim);
     kube.create(pool());
     let path = "/v1/metal/pools/team-a/vrf";

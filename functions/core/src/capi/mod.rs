@@ -725,12 +725,12 @@ fn sync_pool_once<K: KvStore, H: HttpClient + ?Sized>(
     };
     match ops::put_pool_with(ctx, object, &adoptions) {
         Ok((_, view)) => {
-            let status = view.to_json()["status"]["ipAddresses"].clone();
+            let counts = view.to_json()["status"]["ipAddresses"].clone();
             write_pool_status(
                 kube,
                 r,
                 &o.typed,
-                Some(status),
+                Some(Map::from_iter([("ipAddresses".to_string(), counts)])),
                 Ready::yes("PoolReady", now),
             )?;
             Ok(Outcome::new(
@@ -819,25 +819,29 @@ pub(crate) fn adoption_of<H: HttpClient + ?Sized>(
         .map(|claim| Adoption { claim, address }))
 }
 
+/// Writes a pool's `status`: the `Ready` condition and, when given, other
+/// fields (`ipAddresses`, a VRF-backed pool's `metal`), if anything
+/// differs from what the object shows; returns whether it wrote.
 fn write_pool_status<H: HttpClient + ?Sized>(
     kube: &Kube<'_, H>,
     r: &Resource,
     o: &PoolResource,
-    ip_addresses: Option<Value>,
+    fields: Option<Map<String, Value>>,
     cond: Ready<'_>,
 ) -> Result<bool> {
     let m = &o.metadata;
     let (conditions, cond_changed) = with_ready(&o.status.conditions, cond, m.generation);
-    let counts_changed = ip_addresses
-        .as_ref()
-        .is_some_and(|c| o.status.ip_addresses.as_ref() != Some(c));
-    if !cond_changed && !counts_changed {
+    let mut st = fields.unwrap_or_default();
+    let current = |k: &str| match k {
+        "ipAddresses" => o.status.ip_addresses.as_ref(),
+        "metal" => o.status.metal.as_ref(),
+        _ => None,
+    };
+    let fields_changed = st.iter().any(|(k, v)| current(k) != Some(v));
+    if !cond_changed && !fields_changed {
         return Ok(false);
     }
-    let mut st = json!({"conditions": conditions});
-    if let Some(c) = ip_addresses {
-        st["ipAddresses"] = c;
-    }
+    st.insert("conditions".into(), Value::Array(conditions));
     let patch = json!({"metadata": {"resourceVersion": m.resource_version_json()}, "status": st});
     kube.merge_patch(r, m.namespace.as_deref(), &m.name, true, &patch)?;
     Ok(true)

@@ -22,12 +22,12 @@
 use serde_json::{json, Map, Value};
 
 use super::objects::{paused, PoolResource};
-use super::{resource_of, Outcome, StepResult, POOL_FINALIZER};
+use super::{resource_of, write_pool_status, Outcome, StepResult, POOL_FINALIZER};
 use crate::error::{ErrorKind, Result};
 use crate::ipam::ops;
 use crate::ipam::pool::{PoolId, PoolObject};
 use crate::ipam::vrf::Resource;
-use crate::kube::conditions::{with_ready, Ready};
+use crate::kube::conditions::Ready;
 use crate::kube::meta::{add_finalizer, remove_finalizer, retrying};
 use crate::kube::object::{Object, WithJson};
 use crate::kube::Kube;
@@ -87,7 +87,7 @@ fn sync_once<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
         Ok(p) => p,
         Err(e) => {
             if !o.meta().deleting() {
-                write_status(
+                write_pool_status(
                     kube,
                     r,
                     &o.typed,
@@ -119,7 +119,7 @@ fn sync_once<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
         }
         if let Err(e) = ops::delete_pool(ctx, id) {
             if e.reason() == "PoolInUse" {
-                write_status(
+                write_pool_status(
                     kube,
                     r,
                     &o.typed,
@@ -147,7 +147,7 @@ fn sync_once<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
                 waiting,
                 retry_after_s,
             } => {
-                write_status(
+                write_pool_status(
                     kube,
                     r,
                     &o.typed,
@@ -174,7 +174,7 @@ fn sync_once<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
                 ErrorKind::Invalid | ErrorKind::Conflict | ErrorKind::NotFound
             ) =>
         {
-            write_status(
+            write_pool_status(
                 kube,
                 r,
                 &o.typed,
@@ -198,14 +198,14 @@ fn sync_once<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
                     let counts = view.to_json()["status"]["ipAddresses"].clone();
                     let mut st = metal_status(&report.progress, Some(&cidr));
                     st.insert("ipAddresses".into(), counts);
-                    write_status(kube, r, &o.typed, Some(st), Ready::yes("PoolReady", now))?;
+                    write_pool_status(kube, r, &o.typed, Some(st), Ready::yes("PoolReady", now))?;
                     Ok(Outcome::new(
                         StepResult::Synced,
                         format!("pool {} is ready on {cidr}", id.display()),
                     ))
                 }
                 Err(e) if matches!(e.kind(), ErrorKind::Invalid | ErrorKind::Conflict) => {
-                    write_status(
+                    write_pool_status(
                         kube,
                         r,
                         &o.typed,
@@ -221,7 +221,7 @@ fn sync_once<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
             waiting,
             retry_after_s,
         } => {
-            write_status(
+            write_pool_status(
                 kube,
                 r,
                 &o.typed,
@@ -254,31 +254,4 @@ fn metal_status(p: &Progress, block: Option<&str>) -> Map<String, Value> {
     let mut st = Map::new();
     st.insert("metal".into(), Value::Object(m));
     st
-}
-
-/// Writes `status`: the `Ready` condition and, when given, other fields
-/// (`metal`, `ipAddresses`), if anything differs.
-fn write_status<H: HttpClient + ?Sized>(
-    kube: &Kube<'_, H>,
-    r: &crate::kube::Resource,
-    o: &PoolResource,
-    fields: Option<Map<String, Value>>,
-    cond: Ready<'_>,
-) -> Result<bool> {
-    let m = &o.metadata;
-    let (conditions, cond_changed) = with_ready(&o.status.conditions, cond, m.generation);
-    let mut st = fields.unwrap_or_default();
-    let current = |k: &str| match k {
-        "metal" => o.status.metal.as_ref(),
-        "ipAddresses" => o.status.ip_addresses.as_ref(),
-        _ => None,
-    };
-    let fields_changed = st.iter().any(|(k, v)| current(k) != Some(v));
-    if !cond_changed && !fields_changed {
-        return Ok(false);
-    }
-    st.insert("conditions".into(), Value::Array(conditions));
-    let patch = json!({"metadata": {"resourceVersion": m.resource_version_json()}, "status": st});
-    kube.merge_patch(r, m.namespace.as_deref(), &m.name, true, &patch)?;
-    Ok(true)
 }

@@ -25,10 +25,11 @@
 
 use std::net::IpAddr;
 
+use ipnet::IpNet;
 use serde_json::{Map, Value};
 
 use crate::error::{Error, Result};
-use crate::ip::{to_u128, Family};
+use crate::ip::Family;
 
 /// What happens to a Metal resource when its pool is deleted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -361,10 +362,11 @@ impl MetalSpec {
             }
             for (i, r) in self.vrf.ip_ranges.iter().enumerate() {
                 let field = format!("spec.metal.vrf.ipRanges[{i}]");
-                let (net, len) = parse_cidr(r, &field)?;
-                let ok = match Family::of(net) {
-                    Family::V4 => (8..=29).contains(&len),
-                    Family::V6 => (59..=64).contains(&len),
+                let range = parse_cidr(r, &field)?;
+                let len = range.prefix_len();
+                let ok = match range {
+                    IpNet::V4(_) => (8..=29).contains(&len),
+                    IpNet::V6(_) => (59..=64).contains(&len),
                 };
                 if !ok {
                     return Err(Error::invalid(
@@ -418,16 +420,21 @@ impl MetalSpec {
                     format!("{cidr}: a VRF block is IPv4 /22–/29 or IPv6 /64"),
                 ));
             }
-            if !aligned(net, cidr) {
-                return Err(Error::invalid(
-                    field,
-                    format!("{net} is not the first address of a /{cidr}"),
-                ));
-            }
+            let block = IpNet::new(net, cidr)
+                .ok()
+                .filter(|b| b.network() == net)
+                .ok_or_else(|| {
+                    Error::invalid(
+                        field,
+                        format!("{net} is not the first address of a /{cidr}"),
+                    )
+                })?;
             if self.vrf.id.is_none() {
-                let inside = self.vrf.ip_ranges.iter().any(|r| {
-                    parse_cidr(r, "").is_ok_and(|(rn, rl)| contains((rn, rl), (net, cidr)))
-                });
+                let inside = self
+                    .vrf
+                    .ip_ranges
+                    .iter()
+                    .any(|r| parse_cidr(r, "").is_ok_and(|range| range.contains(&block)));
                 if !inside {
                     return Err(Error::invalid(
                         field,
@@ -523,44 +530,23 @@ fn integer(m: &Map<String, Value>, part: &str, k: &str, max: u64) -> Result<Opti
     }
 }
 
-/// `a.b.c.d/len` with the host bits zero.
-fn parse_cidr(s: &str, field: &str) -> Result<(IpAddr, u8)> {
-    let bad = || Error::invalid(field, format!("{s:?} is not a CIDR (network/length)"));
-    let (a, l) = s.trim().split_once('/').ok_or_else(bad)?;
-    let net: IpAddr = a.parse().map_err(|_| bad())?;
-    let len: u8 = l.parse().map_err(|_| bad())?;
-    if len > Family::of(net).bits() {
-        return Err(bad());
-    }
-    if !aligned(net, len) {
+/// `network/length` with the host bits zero.
+fn parse_cidr(s: &str, field: &str) -> Result<IpNet> {
+    let net: IpNet = s
+        .trim()
+        .parse()
+        .map_err(|_| Error::invalid(field, format!("{s:?} is not a CIDR (network/length)")))?;
+    if net.addr() != net.network() {
         return Err(Error::invalid(
             field,
-            format!("{s:?}: {net} is not the first address of a /{len}"),
+            format!(
+                "{s:?}: {} is not the first address of a /{}",
+                net.addr(),
+                net.prefix_len()
+            ),
         ));
     }
-    Ok((net, len))
-}
-
-fn host_mask(f: Family, len: u8) -> u128 {
-    let host_bits = u32::from(f.bits() - len);
-    if host_bits >= 128 {
-        u128::MAX
-    } else {
-        (1u128 << host_bits) - 1
-    }
-}
-
-fn aligned(net: IpAddr, len: u8) -> bool {
-    let f = Family::of(net);
-    len <= f.bits() && to_u128(net) & host_mask(f, len) == 0
-}
-
-/// Whether block `inner` lies inside range `outer` (same family).
-fn contains(outer: (IpAddr, u8), inner: (IpAddr, u8)) -> bool {
-    let f = Family::of(outer.0);
-    f == Family::of(inner.0)
-        && inner.1 >= outer.1
-        && to_u128(inner.0) & !host_mask(f, outer.1) == to_u128(outer.0)
+    Ok(net)
 }
 
 /// `8-4-4-4-12` hexadecimal digits.

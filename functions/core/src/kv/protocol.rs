@@ -196,10 +196,19 @@ enum Base {
 /// # Errors
 /// Store failures (503) and unreadable records (500).
 pub fn read_pool<K: KvStore>(kv: &K, id: &PoolId) -> Result<Option<Loaded>> {
-    match kv.get(&keys::pool(id))? {
+    read_record::<K, PoolRecord>(kv, id)
+}
+
+/// Reads a record's content without starting a swap (one `get`): `None`
+/// when absent, still the creation placeholder, or a tombstone.
+///
+/// # Errors
+/// Store failures (503) and unreadable records (500).
+pub fn read_record<K: KvStore, R: CasRecord>(kv: &K, id: &R::Id) -> Result<Option<R::View>> {
+    match kv.get(&R::key(id))? {
         None => Ok(None),
         Some(b) if kv::is_zero_counter(&b) => Ok(None),
-        Some(b) => PoolRecord::decode(&b)?.load(id),
+        Some(b) => R::decode(&b)?.view(id),
     }
 }
 

@@ -18,15 +18,15 @@ use super::record::ProgressRecord;
 use crate::error::{Error, Result};
 use crate::ipam::pool::PoolId;
 use crate::ipam::vrf::{MetalSpec, Resource};
-use crate::kv::protocol::{update_record, Step};
-use crate::kv::{keys, Ctx};
+use crate::kv::protocol::{read_record, update_record, Step};
+use crate::kv::Ctx;
 use crate::metal::client::{Metal, MetalError};
 use crate::metal::model::{
     IpAddress, VirtualNetworkCreateInput, VrfCreateInput, VrfIpReservationCreateInput,
     VrfMetalGatewayCreateInput,
 };
 use crate::ports::http::HttpClient;
-use crate::ports::kv::{self, KvStore};
+use crate::ports::kv::KvStore;
 use crate::ports::Env;
 
 /// Rounds one invocation runs at most before answering "in progress".
@@ -42,9 +42,6 @@ pub struct Target<'a> {
     pub id: &'a PoolId,
     /// Its `spec.metal`.
     pub spec: &'a MetalSpec,
-    /// The tag every created resource carries, unique to the pool object
-    /// (built from its uid): see [`tag_for`].
-    pub tag: String,
     /// The pool's uid, when it came from Kubernetes.
     pub uid: Option<String>,
     /// The pool's cluster (its `cluster.x-k8s.io/cluster-name` label).
@@ -62,17 +59,21 @@ impl<'a> Target<'a> {
         Target {
             id,
             spec,
-            tag: tag_for(id, uid),
             uid: uid.map(str::to_string),
             cluster: cluster.map(str::to_string),
         }
+    }
+
+    /// The tag that identifies the pool's resources ([`tag_for`]).
+    pub fn tag(&self) -> String {
+        tag_for(self.id, self.uid.as_deref())
     }
 
     /// Every tag a created resource carries: the identifying one, the
     /// pool's kind, namespace and name for people, and its cluster.
     pub fn tags(&self) -> Vec<String> {
         let mut tags = vec![
-            self.tag.clone(),
+            self.tag(),
             format!(
                 "metal-ipam.dev/pool-name={}/{}",
                 self.id.kind.kind_name(),
@@ -120,9 +121,10 @@ impl<'a> Target<'a> {
     /// assert!(t.belongs_elsewhere(&["metal-ipam.dev/pool-uid=u-2".into()]));
     /// ```
     pub fn belongs_elsewhere(&self, tags: &[String]) -> bool {
+        let ours = self.tag();
         tags.iter().any(|t| {
             (t.starts_with("metal-ipam.dev/pool-uid=") || t.starts_with("metal-ipam.dev/pool="))
-                && *t != self.tag
+                && *t != ours
         })
     }
 }
@@ -181,15 +183,7 @@ pub struct Report {
 /// # Errors
 /// Store errors; 500 for an unreadable record.
 pub fn read_progress<K: KvStore>(ctx: &Ctx<'_, K>, id: &PoolId) -> Result<Progress> {
-    match ctx.kv.get(&keys::metal_pool(id))? {
-        None => Ok(Progress::default()),
-        Some(b) if kv::is_zero_counter(&b) => Ok(Progress::default()),
-        Some(b) => {
-            use crate::kv::protocol::CasRecord;
-            let rec = ProgressRecord::decode(&b)?;
-            Ok(rec.view(id)?.unwrap_or_default())
-        }
-    }
+    Ok(read_record::<K, ProgressRecord>(ctx.kv, id)?.unwrap_or_default())
 }
 
 /// Applies `change` to the recorded progress (one compare-and-swap,
@@ -628,7 +622,8 @@ fn find_created<H: HttpClient + ?Sized, E: Env + ?Sized>(
     r: Resource,
 ) -> Result<Option<String>> {
     let metro = t.spec.metro.to_ascii_lowercase();
-    let tagged = |tags: &[String]| tags.contains(&t.tag);
+    let tag = t.tag();
+    let tagged = |tags: &[String]| tags.contains(&tag);
     let mut ids: Vec<String> = match r {
         Resource::Vrf => metal
             .list_vrfs(Some(&metro))?
