@@ -699,6 +699,157 @@ async fn assignments_stay_in_the_devices_metro_and_public_blocks_are_minimal() {
 }
 
 // ---------------------------------------------------------------------------
+// Device lifecycle
+// ---------------------------------------------------------------------------
+
+/// `GET /devices/{id}`: the answer's JSON, or the error status.
+fn get_device(m: &Client<'_>, id: &str) -> Result<Value, u16> {
+    match m.send(Method::GET, &format!("/devices/{id}"), &[], None) {
+        Ok((_, body)) => Ok(serde_json::from_slice(&body).unwrap()),
+        Err(e) => Err(api_error::<()>(Err(e)).0),
+    }
+}
+
+fn assign(m: &Client<'_>, device: &str, address: &str) -> Result<String, MetalError> {
+    m.assign_ip(
+        device,
+        &IpAssignmentInput {
+            address: address.into(),
+            customdata: None,
+        },
+    )
+    .map(|a| a.id)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn devices_move_through_states_and_their_deletion_unassigns_their_addresses() {
+    const OTHER: &str = "3a4b5c6d-7e8f-4a0b-9c1d-2e3f4a5b6c7d";
+    let sim = MetalSim::start().await;
+    let device = sim.add_device_in_state(DEVICE, "da", 2, "provisioning");
+    assert_eq!(device.state, "provisioning");
+    assert_eq!(sim.add_device(OTHER, "da", 2).state, "active");
+    let device_href = format!("/metal/v1/devices/{DEVICE}");
+
+    // A provisioning device answers so; addresses of a VRF block go to it
+    // and to the other device.
+    let (mine, theirs) = with_metal(&sim, |m, _| {
+        let d = get_device(m, DEVICE).unwrap();
+        assert_eq!(d["state"], "provisioning");
+        assert_eq!(get_device(m, OTHER).unwrap()["state"], "active");
+        let vrf = m
+            .create_vrf(&vrf_input("life", "da", &["10.90.0.0/24"]))
+            .unwrap();
+        m.create_vrf_reservation(&block(&vrf.id, "10.90.0.0", 29))
+            .unwrap();
+        let mine = assign(m, DEVICE, "10.90.0.2").unwrap();
+        let theirs = assign(m, OTHER, "10.90.0.3").unwrap();
+        assert_eq!(
+            get_device(m, DEVICE).unwrap()["ip_addresses"][0]["id"],
+            mine
+        );
+        (mine, theirs)
+    })
+    .await;
+    let seeded = sim.events().len();
+
+    // provisioning → active: the GET and the newest event say so.
+    assert_eq!(sim.set_device_state(DEVICE, "active").state, "active");
+    assert_eq!(sim.events().len(), seeded + 1);
+    let href = device_href.clone();
+    with_metal(&sim, move |m, _| {
+        assert_eq!(get_device(m, DEVICE).unwrap()["state"], "active");
+        let events = m.project_events(1).unwrap();
+        let newest = &events[0];
+        assert_eq!(newest.kind.as_deref(), Some("instance.state_changed"));
+        assert_eq!(
+            newest.body.as_deref(),
+            Some(format!("Device {DEVICE} is now active").as_str())
+        );
+        assert!(
+            newest.relationships.iter().any(|r| r.href == href),
+            "{newest:?}"
+        );
+        assert_eq!(events[1].kind.as_deref(), Some("ip_assignment.created"));
+    })
+    .await;
+
+    // Changes within the same second are listed newest first all the same.
+    for state in ["powering_off", "inactive", "powering_on", "active"] {
+        sim.set_device_state(DEVICE, state);
+    }
+    let events = with_metal(&sim, |m, _| m.project_events(1).unwrap()).await;
+    let bodies: Vec<&str> = events[..5]
+        .iter()
+        .filter_map(|e| e.body.as_deref())
+        .map(|b| b.rsplit(' ').next().unwrap())
+        .collect();
+    assert_eq!(
+        bodies,
+        [
+            "active",
+            "powering_on",
+            "inactive",
+            "powering_off",
+            "active"
+        ]
+    );
+    assert!(events
+        .windows(2)
+        .all(|w| w[0].created_at >= w[1].created_at));
+
+    // Deletion: the device, its ports and its address are gone; the other
+    // device's address and the reservation stay.
+    let removed = sim.delete_device(DEVICE);
+    assert_eq!(
+        removed.iter().map(|a| a.id.as_str()).collect::<Vec<_>>(),
+        [mine.as_str()]
+    );
+    assert_eq!(removed[0].address, "10.90.0.2");
+    let left: Vec<String> = sim.assignments().into_iter().map(|a| a.id).collect();
+    assert_eq!(left, std::slice::from_ref(&theirs));
+    assert_eq!(sim.devices().len(), 1);
+    assert_eq!(sim.reservations().len(), 1);
+    let port = device.ports[1].id.clone();
+    let href = device_href.clone();
+    with_metal(&sim, move |m, _| {
+        assert_eq!(get_device(m, DEVICE), Err(404));
+        assert_eq!(api_error(assign(m, DEVICE, "10.90.0.4")).0, 404);
+        assert_eq!(api_error(m.device_ips(DEVICE)).0, 404);
+        assert_eq!(
+            api_error(m.send(Method::GET, &format!("/ports/{port}"), &[], None)).0,
+            404
+        );
+        assert!(m.get_ip(&mine).unwrap().is_none());
+        assert_eq!(m.device_ips(OTHER).unwrap()[0].id, theirs);
+        // The address is free again.
+        assign(m, OTHER, "10.90.0.2").unwrap();
+        let events = m.project_events(1).unwrap();
+        assert_eq!(events[1].kind.as_deref(), Some("instance.deleted"));
+        assert!(events[1].relationships.iter().any(|r| r.href == href));
+        assert_eq!(events[0].kind.as_deref(), Some("ip_assignment.created"));
+    })
+    .await;
+    // One event for the deletion, none per unassigned address.
+    let kinds: Vec<String> = sim.events().into_iter().map(|e| e.kind).collect();
+    assert_eq!(
+        kinds
+            .iter()
+            .filter(|k| *k == "ip_assignment.deleted")
+            .count(),
+        0
+    );
+    assert_clean(&sim);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[should_panic(expected = "not a device state")]
+async fn device_states_outside_the_spec_are_refused() {
+    let sim = MetalSim::start().await;
+    sim.add_device(DEVICE, "da", 2);
+    sim.set_device_state(DEVICE, "running");
+}
+
+// ---------------------------------------------------------------------------
 // The spec check and authentication
 // ---------------------------------------------------------------------------
 

@@ -85,10 +85,10 @@
 //! | Reservation lists | `GET /projects/{id}/ips?types=…&page=&per_page=` | paginated (`per_page` default 250), `meta {current_page, last_page, total, first, last, self, next, previous}` |
 //! | Addresses | `GET/PATCH/DELETE /ips/{id}` | reservations (`type: vrf`/`public_ipv4`) and assignments (`type: IPAssignment`); DELETE of a reservation with a gateway (in any state): `… Cannot delete with associated metal gateway`; with assignments: refused; of an assignment: unassigns (204) |
 //! | Assignments | `GET/POST /devices/{id}/ips` | `address` (`a.b.c.d`, or with the reservation's prefix or a host prefix) inside one of the project's reservations in the device's metro, not assigned already. Answer `type: IPAssignment`, `assigned_to {href}`, `parent_block` |
-//! | Devices, ports | `GET /devices/{id}`, `GET /ports/{id}`, `POST /ports/{id}/assign`, `POST /ports/{id}/unassign` | devices are seeded ([`MetalSim::add_device`]); `vnid` is a VLAN UUID or number in the device's metro; `Virtual network N already assigned` / `… not assigned` |
+//! | Devices, ports | `GET /devices/{id}`, `GET /ports/{id}`, `POST /ports/{id}/assign`, `POST /ports/{id}/unassign` | devices are seeded ([`MetalSim::add_device`]: `active`; [`MetalSim::add_device_in_state`]: any of [`DEVICE_STATES`]) and answer their `state`; the test moves them on ([`MetalSim::set_device_state`]) and deletes them ([`MetalSim::delete_device`]: the device, its ports and its assignments are gone, 404 afterwards); `vnid` is a VLAN UUID or number in the device's metro; `Virtual network N already assigned` / `… not assigned` |
 //! | VLANs | `GET/POST /projects/{id}/virtual-networks` (`?metro=`), `GET/PUT/DELETE /virtual-networks/{id}` | `metro` required; `vxlan` 2–3999, unique per project **and metro**, omitted: next free in 1000–1999; list without `meta`; DELETE (204) refused with `Cannot delete Virtual Network when port is assigned` while on a port, and while a gateway uses it |
 //! | Metal Gateways | `GET/POST /projects/{project_id}/metal-gateways`, `GET/DELETE /metal-gateways/{id}` | VLAN and reservation exist, same metro; one gateway per reservation; one IPv6 reservation per VLAN. 201 `state: ready`; DELETE 202 `state: deleting`. List paginated under `metal_gateways` (`per_page` default 10) |
-//! | Events | `GET /projects/{id}/events` | newest first, paginated; `vrf.created`, `vrf.updated`, `vrf.deleted`, `ip_reservation.created/deleted`, `ip_assignment.created/deleted`, `virtual_network.created/deleted`, `metal_gateway.created/deleted`, with `relationships` (the resource, the project) |
+//! | Events | `GET /projects/{id}/events` | newest first (in the order of the changes; `created_at` has whole seconds, so events may share it), paginated; `vrf.created`, `vrf.updated`, `vrf.deleted`, `ip_reservation.created/deleted`, `ip_assignment.created/deleted`, `virtual_network.created/deleted`, `metal_gateway.created/deleted`, `instance.state_changed` ([`MetalSim::set_device_state`], body `Device <id> is now <state>`), `instance.deleted` ([`MetalSim::delete_device`]; no `ip_assignment.deleted` for the addresses it unassigns), with `relationships` (the resource's href, e.g. `/metal/v1/devices/<id>`, then the project's). Seeding with `add_device*` records none |
 //!
 //! **Eventual states, without a clock.** A gateway answers `ready` to its
 //! first [`SimConfig::gateway_reads`] reads (GET or list; default 1), then
@@ -114,11 +114,12 @@
 //!
 //! Organizations, several projects, facilities (a VLAN with `facility` is
 //! refused, a `facility` filter matches nothing), device creation and
-//! deletion, port modes (bond, disbond, convert; `network_type` only
-//! reflects where VLANs are: `layer3`, `hybrid-bonded`, `hybrid`), native
-//! VLANs, VLAN assignment batches, virtual circuits, BGP, VRF routes, elastic
-//! IPs, `private_ipv4`/`global_ipv4`/`public_ipv6` reservations and
-//! approvals (`state: pending`), private gateways
+//! deletion over HTTP (the test seeds, moves and deletes devices; their
+//! states do not change by themselves), port modes (bond, disbond, convert;
+//! `network_type` only reflects where VLANs are: `layer3`, `hybrid-bonded`,
+//! `hybrid`), native VLANs, VLAN assignment batches, virtual circuits, BGP,
+//! VRF routes, elastic IPs, `private_ipv4`/`global_ipv4`/`public_ipv6`
+//! reservations and approvals (`state: pending`), private gateways
 //! (`private_ipv4_subnet_size`), the project VLAN limit, sorting and
 //! filtering by field, `403` answers for deleted gateways (this answers
 //! 404), rate limits other than injected ones. Where the real API's
@@ -148,7 +149,7 @@ pub use blocking::BlockingHttp;
 pub use spec::BASE_PATH;
 pub use state::{
     metro, Assignment, Device, Event, Gateway, GatewayState, Metro, Port, Reservation, Vlan, Vrf,
-    EMULATED, MAX_VRFS, METROS,
+    DEVICE_STATES, EMULATED, MAX_VRFS, METROS,
 };
 
 use server::{FaultRule, Inner, Shared};
@@ -324,15 +325,71 @@ impl MetalSim {
 
     // -- seeding --------------------------------------------------------------
 
-    /// Adds a device in `metro` (code) with `bond0` and `eth_ports`
-    /// ethernet ports (`eth0`, `eth1`, …; 2 for the usual server), all
-    /// bonded and without VLANs. `id` should be a UUID (path ids are
-    /// checked against the spec's `format: uuid`).
+    /// Adds an `active` device in `metro` (code) with `bond0` and
+    /// `eth_ports` ethernet ports (`eth0`, `eth1`, …; 2 for the usual
+    /// server), all bonded and without VLANs. `id` should be a UUID (path
+    /// ids are checked against the spec's `format: uuid`). Records no
+    /// event.
     ///
     /// # Panics
     /// If the metro is unknown or the id is taken.
     pub fn add_device(&self, id: &str, metro: &str, eth_ports: usize) -> Device {
-        self.shared.lock().state.add_device(id, metro, eth_ports)
+        self.add_device_in_state(id, metro, eth_ports, "active")
+    }
+
+    /// Like [`MetalSim::add_device`], the device in `state` (one of
+    /// [`DEVICE_STATES`], e.g. `queued` or `provisioning`). Records no
+    /// event.
+    ///
+    /// # Panics
+    /// If the metro or the state is unknown, or the id is taken.
+    pub fn add_device_in_state(
+        &self,
+        id: &str,
+        metro: &str,
+        eth_ports: usize,
+        state: &str,
+    ) -> Device {
+        self.shared
+            .lock()
+            .state
+            .add_device(id, metro, eth_ports, state)
+    }
+
+    /// Moves device `id` to `state` (one of [`DEVICE_STATES`]) and records
+    /// an event `instance.state_changed`, body `Device <id> is now
+    /// <state>`, `relationships` the device's href
+    /// (`/metal/v1/devices/<id>`) and the project's. Every call records
+    /// one, even when the state does not change. Returns the device as
+    /// it now is.
+    ///
+    /// # Panics
+    /// If there is no such device or the state is unknown.
+    pub fn set_device_state(&self, id: &str, state: &str) -> Device {
+        self.shared
+            .lock()
+            .state
+            .set_device_state(id, state)
+            .unwrap_or_else(|e| panic!("MetalSim::set_device_state: {e}"))
+    }
+
+    /// Deletes device `id` as its deprovisioning would end: the device
+    /// and its ports are gone (`GET /devices/{id}`, `/devices/{id}/ips`,
+    /// `POST /devices/{id}/ips` and its ports answer 404), and its IP
+    /// assignments are removed (Metal unassigns a deleted device's
+    /// addresses; their reservations stay). VLANs that were on its ports
+    /// are free again. Records one event `instance.deleted` (device href
+    /// and project href in `relationships`), none for the assignments.
+    /// Returns the assignments removed, oldest first.
+    ///
+    /// # Panics
+    /// If there is no such device.
+    pub fn delete_device(&self, id: &str) -> Vec<Assignment> {
+        self.shared
+            .lock()
+            .state
+            .delete_device(id)
+            .unwrap_or_else(|e| panic!("MetalSim::delete_device: {e}"))
     }
 
     /// Puts VLAN `vlan_id` on port `port_id`, as a `POST /ports/{id}/assign`

@@ -425,7 +425,22 @@ pub struct Gateway {
     pub reads_left: u32,
 }
 
-/// A device (seeded, never created over HTTP).
+/// The states a device may be in (the spec's `Device.state` enum).
+pub const DEVICE_STATES: &[&str] = &[
+    "queued",
+    "provisioning",
+    "deprovisioning",
+    "reinstalling",
+    "active",
+    "inactive",
+    "failed",
+    "powering_on",
+    "powering_off",
+    "deleted",
+];
+
+/// A device (seeded, never created over HTTP; its state changes and its
+/// deletion are driven by the test, see `MetalSim::set_device_state`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Device {
     /// UUID.
@@ -434,6 +449,8 @@ pub struct Device {
     pub hostname: String,
     /// Metro code.
     pub metro: String,
+    /// One of [`DEVICE_STATES`], e.g. `active`.
+    pub state: String,
     /// `bond0` first, then `eth0`, `eth1`, ….
     pub ports: Vec<Port>,
 }
@@ -612,22 +629,42 @@ impl State {
         }
     }
 
+    /// Records an event. The list's order is the order of the changes
+    /// (`events` is a `Vec`, answered newest first); `created_at` has
+    /// whole seconds, so events of the same second share it, and it never
+    /// goes below the previous event's (a clock stepping back does not
+    /// reorder them). Ids are random-looking UUIDs, not ordered.
     fn event(&mut self, kind: &str, body: String, resource: String) {
         let id = self.ids.uuid();
+        let mut created_at = now_rfc3339();
+        if let Some(last) = self.events.last() {
+            // Same fixed-width format: the strings compare as the times do.
+            if last.created_at > created_at {
+                created_at.clone_from(&last.created_at);
+            }
+        }
         self.events.push(Event {
             id,
             kind: kind.to_owned(),
             body,
             relationships: vec![resource, href("projects", &self.project_id)],
-            created_at: now_rfc3339(),
+            created_at,
         });
     }
 
     // -- seeding --------------------------------------------------------------
 
-    /// Adds a device with `bond0` and `eth_ports` ethernet ports.
-    pub fn add_device(&mut self, id: &str, metro_code: &str, eth_ports: usize) -> Device {
+    /// Adds a device in `state` with `bond0` and `eth_ports` ethernet
+    /// ports.
+    pub fn add_device(
+        &mut self,
+        id: &str,
+        metro_code: &str,
+        eth_ports: usize,
+        state: &str,
+    ) -> Device {
         let m = metro(metro_code).unwrap_or_else(|| panic!("unknown metro {metro_code:?}"));
+        check_device_state(state);
         assert!(
             !self.devices.iter().any(|d| d.id == id),
             "device {id} exists already"
@@ -652,10 +689,49 @@ impl State {
             id: id.to_owned(),
             hostname: format!("sim-{}", &id[..id.len().min(8)]),
             metro: m.code.to_owned(),
+            state: state.to_owned(),
             ports,
         };
         self.devices.push(device.clone());
         device
+    }
+
+    /// Moves a device to `state` and records an `instance.state_changed`
+    /// event (one per call, even when the state is unchanged).
+    pub fn set_device_state(&mut self, id: &str, state: &str) -> Result<Device, String> {
+        check_device_state(state);
+        let d = self
+            .devices
+            .iter_mut()
+            .find(|d| d.id == id)
+            .ok_or_else(|| format!("no device {id}"))?;
+        d.state = state.to_owned();
+        let d = d.clone();
+        self.event(
+            "instance.state_changed",
+            format!("Device {id} is now {state}"),
+            href("devices", id),
+        );
+        Ok(d)
+    }
+
+    /// Removes a device with its ports and its IP assignments (which are
+    /// returned, oldest first) and records an `instance.deleted` event.
+    pub fn delete_device(&mut self, id: &str) -> Result<Vec<Assignment>, String> {
+        if !self.devices.iter().any(|d| d.id == id) {
+            return Err(format!("no device {id}"));
+        }
+        self.devices.retain(|d| d.id != id);
+        let (gone, kept) = std::mem::take(&mut self.assignments)
+            .into_iter()
+            .partition(|a| a.device_id == id);
+        self.assignments = kept;
+        self.event(
+            "instance.deleted",
+            format!("Device {id} was deleted"),
+            href("devices", id),
+        );
+        Ok(gone)
     }
 
     fn port_mut(&mut self, port_id: &str) -> Option<(&mut Port, String)> {
@@ -1919,12 +1995,20 @@ impl State {
             .map(|a| self.assignment_json(a))
             .collect();
         json!({
-            "id": d.id, "hostname": d.hostname, "state": "active", "metro": metro_json(&d.metro),
+            "id": d.id, "hostname": d.hostname, "state": d.state, "metro": metro_json(&d.metro),
             "network_ports": ports, "ip_addresses": ips, "network_frozen": false,
             "project": self.project_json(inc, "project"), "tags": [],
             "href": href("devices", &d.id),
         })
     }
+}
+
+/// Panics unless `state` is one of [`DEVICE_STATES`].
+fn check_device_state(state: &str) {
+    assert!(
+        DEVICE_STATES.contains(&state),
+        "{state:?} is not a device state (one of {DEVICE_STATES:?})"
+    );
 }
 
 fn event_json(e: &Event) -> Value {
