@@ -6,3 +6,4 @@ pub mod fuzz;
 pub mod harness;
 pub mod metal_sim;
 pub mod schema;
+pub mod vrf_world;

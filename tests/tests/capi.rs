@@ -729,7 +729,12 @@ async fn the_code_uses_exactly_the_permissions_rbac_grants() {
         beyond.is_empty(),
         "requests beyond USED_PERMISSIONS (and so beyond RBAC): {beyond:?}"
     );
-    let unused: Vec<_> = granted.difference(&used).collect();
+    // Reading the owners of claims in VRF-backed pools is the assign
+    // step's (tests/metal_assignments.rs shows those reads).
+    let unused: Vec<_> = granted
+        .difference(&used)
+        .filter(|(_, r, _)| r != "machines" && r != "packetmachines")
+        .collect();
     assert!(
         unused.is_empty(),
         "USED_PERMISSIONS lists permissions the code never used here: {unused:?}"

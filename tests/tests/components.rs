@@ -471,20 +471,24 @@ fn manifest_grants_each_component_only_what_it_needs() {
                 // Also drives the provision step of VRF-backed pools.
                 "reconcile" => (
                     vec!["default"],
-                    vec![k8s[0].clone(), "http://provision.spin.internal".to_string()],
+                    vec![
+                        k8s[0].clone(),
+                        "http://provision.spin.internal".to_string(),
+                        "http://assign.spin.internal".to_string(),
+                    ],
                     vec!["api_token", "k8s_api_url", "k8s_token", "kv_swap_check"],
                 ),
                 "events" => (
                     vec![],
-                    ["allocate", "release", "pools", "provision"]
+                    ["allocate", "release", "pools", "provision", "assign"]
                         .iter()
                         .map(|c| format!("http://{c}.spin.internal"))
                         .collect(),
                     vec!["api_token", "events_token"],
                 ),
                 "admission" => (vec!["default"], vec![], vec!["api_token"]),
-                // The only component with the Metal token and Metal host.
-                "provision" => (
+                // The only components with the Metal token and Metal host.
+                "provision" | "assign" | "poll" => (
                     vec!["default"],
                     vec![
                         "{{ k8s_api_url }}".to_string(),
@@ -512,8 +516,10 @@ fn manifest_grants_each_component_only_what_it_needs() {
         [
             "admission",
             "allocate",
+            "assign",
             "events",
             "healthz",
+            "poll",
             "pools",
             "provision",
             "reconcile",

@@ -187,3 +187,78 @@ async fn the_public_route_advances_a_vrf_pool_and_names_where_to_poll() {
     assert!(last.headers.get("location").is_none());
     assert_eq!(sim.violations(), Vec::<String>::new());
 }
+
+/// A claim in a VRF-backed pool through the real components: `events`
+/// forwards it to `allocate`, which binds it and names the assign step;
+/// `assign` assigns the address to the claim's device in Metal. On
+/// deletion, `release` waits, `assign` removes the assignment, `release`
+/// runs again and frees the address. The poll and the public claim route
+/// answer with the API token only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_claims_metal_assignment_follows_it_through_the_components() {
+    let kube = FakeKube::start().await;
+    let sim = sim(1).await;
+    let app = app(&kube, &sim);
+    kube.create(pool());
+    let path = "/v1/metal/pools/team-a/vrf";
+    for _ in 0..4 {
+        if app.call("POST", path, None).await.status == 200 {
+            break;
+        }
+    }
+    let device = "6f1d2c3b-4a59-4e68-8f70-9a8b7c6d5e4f";
+    sim.add_device(device, "da", 2);
+    let claim = kube.create(json!({
+        "apiVersion": "ipam.cluster.x-k8s.io/v1beta2", "kind": "IPAddressClaim",
+        "metadata": {"name": "m-0", "namespace": "team-a",
+            "annotations": {"ipam.metal-ipam.dev/device": format!("equinixmetal://{device}")}},
+        "spec": {"poolRef": {"apiGroup": "ipam.metal-ipam.dev", "kind": "MetalIPPool", "name": "vrf"}}
+    }));
+    let steps = |r: &metal_ipam_tests::harness::Resp| -> Vec<String> {
+        r.body["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| format!("{} {}", s["step"].as_str().unwrap(), s["result"]["result"].as_str().unwrap_or("?")))
+            .collect()
+    };
+    let r = app
+        .call("POST", "/v1/events", Some(&json!({"type": "ADDED", "object": claim})))
+        .await;
+    assert_eq!(r.status, 200, "{:#}", r.body);
+    assert_eq!(steps(&r), ["allocate bound", "assign bound"]);
+    let a = sim.assignments();
+    assert_eq!(a.len(), 1);
+    assert_eq!(a[0].address, "10.10.1.2");
+
+    // The public claim route is the same step: converged, no Metal call.
+    sim.clear_requests();
+    let claim_path = "/v1/metal/claims/team-a/m-0";
+    assert_eq!(app.call_with("POST", claim_path, None, None).await.status, 401);
+    let r = app.call("POST", claim_path, None).await;
+    assert_eq!((r.status, r.body["result"].as_str()), (200, Some("bound")), "{:#}", r.body);
+    assert!(sim.requests().is_empty());
+
+    // Deleted: release waits for the assignment to go, then frees.
+    kube.delete(metal_ipam_tests::fake_kube::IPAM_GROUP, "ipaddressclaims", Some("team-a"), "m-0");
+    let r = app
+        .call("POST", "/v1/events", Some(&json!({"type": "DELETED", "object": claim})))
+        .await;
+    assert_eq!(r.status, 200, "{:#}", r.body);
+    assert_eq!(
+        steps(&r),
+        ["release waiting", "assign released", "release released"]
+    );
+    assert!(sim.assignments().is_empty());
+
+    // The poll: its cursor moves over the events so far; the API token only.
+    assert_eq!(app.call_with("POST", "/v1/metal/poll", None, None).await.status, 401);
+    assert_eq!(app.call("GET", "/v1/metal/poll", None).await.status, 405);
+    let r = app.call("POST", "/v1/metal/poll", None).await;
+    assert_eq!(r.status, 200, "{:#}", r.body);
+    assert!(r.body["events"].as_u64().unwrap() > 0);
+    let r = app.call("POST", "/v1/metal/poll", None).await;
+    assert_eq!((r.status, &r.body["events"]), (200, &json!(0)), "{:#}", r.body);
+    assert_eq!(sim.violations(), Vec::<String>::new());
+    assert_eq!(kube.schema_violations(), Vec::<String>::new());
+}

@@ -6,146 +6,13 @@
 //! creation), addresses from the block with the gateway's address, teardown
 //! by policy; no request breaks the Metal spec or a CRD.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
-
-use metal_ipam_core::capi::vrf::sync_vrf_pool;
 use metal_ipam_core::capi::{self, StepResult};
-use metal_ipam_core::ipam::pool::PoolId;
-use metal_ipam_core::kube::{Kube, KubeConfig};
+use metal_ipam_core::kube::Kube;
 use metal_ipam_core::kv::{Ctx, SwapPolicy};
-use metal_ipam_core::metal::client::{Metal, MetalConfig};
-use metal_ipam_core::metal::retry::RetryPolicy;
-use metal_ipam_core::testing::{Backend, MemKv, TestEnv};
-use metal_ipam_tests::fake_kube::{FakeKube, IPAM_GROUP, METAL_GROUP};
-use metal_ipam_tests::metal_sim::{BlockingHttp, Fault, MetalSim, SimConfig};
-use serde_json::{json, Value};
-
-const NS: &str = "team-a";
-
-/// Seeds of the instances' random streams (each run its own).
-static NEXT_SEED: AtomicU64 = AtomicU64::new(1);
-const POOL: &str = "vrf";
-
-struct World {
-    kube: FakeKube,
-    sim: MetalSim,
-    kv: Arc<MemKv>,
-}
-
-impl World {
-    async fn new(backend: Backend) -> World {
-        let sim = MetalSim::start_with(SimConfig {
-            gateway_reads: Some(2),
-            ..SimConfig::default()
-        })
-        .await
-        .unwrap();
-        World {
-            kube: FakeKube::start().await,
-            sim,
-            kv: Arc::new(MemKv::new(backend)),
-        }
-    }
-
-    fn configs(&self) -> (KubeConfig, MetalConfig) {
-        (
-            KubeConfig {
-                base_url: self.kube.base_url(),
-                token: self.kube.token().to_string(),
-            },
-            self.sim.metal_config(RetryPolicy {
-                budget_ms: 2_000,
-                base_ms: 10,
-                cap_ms: 100,
-            }),
-        )
-    }
-
-    /// One run of the step, as one instance would (its own clock and
-    /// tokens, the shared store), off the runtime's workers.
-    fn spawn_sync(
-        &self,
-        now: u64,
-    ) -> tokio::task::JoinHandle<metal_ipam_core::error::Result<capi::Outcome>> {
-        let (kcfg, mcfg) = self.configs();
-        let kv = self.kv.clone();
-        tokio::task::spawn_blocking(move || {
-            let http = BlockingHttp::new();
-            // Each run is an instance of its own: its own tokens.
-            let env = TestEnv::seeded(now, NEXT_SEED.fetch_add(1, Ordering::SeqCst));
-            let ctx = Ctx {
-                kv: kv.as_ref(),
-                env: &env,
-                swap_policy: SwapPolicy::Auto,
-            };
-            let kube = Kube::new(&http, &kcfg);
-            let metal = Metal::new(&http, &mcfg, &env);
-            sync_vrf_pool(&ctx, &kube, &metal, &PoolId::namespaced(NS, POOL))
-        })
-    }
-
-    async fn sync(&self, now: u64) -> capi::Outcome {
-        self.spawn_sync(now).await.unwrap().unwrap()
-    }
-
-    /// Runs the step until it is no longer waiting (at most `n` times).
-    async fn sync_until_settled(&self, n: usize) -> (capi::Outcome, usize) {
-        for i in 1..=n {
-            let o = self.sync(10_000 + i as u64).await;
-            if o.result != StepResult::Waiting {
-                return (o, i);
-            }
-        }
-        panic!("still waiting after {n} runs");
-    }
-
-    fn pool(&self) -> Option<Value> {
-        self.kube.get(METAL_GROUP, "metalippools", Some(NS), POOL)
-    }
-
-    fn assert_clean(&self) {
-        assert_eq!(self.sim.violations(), Vec::<String>::new(), "Metal spec");
-        assert_eq!(self.sim.answer_violations(), Vec::<String>::new());
-        assert_eq!(self.kube.schema_violations(), Vec::<String>::new(), "CRDs");
-    }
-
-    /// The stored progress record validates against its JSON Schema.
-    fn assert_progress_record_valid(&self) {
-        use metal_ipam_core::ports::kv::KvStore;
-        let key = metal_ipam_core::kv::keys::metal_pool(&PoolId::namespaced(NS, POOL));
-        let bytes = self.kv.get(&key).unwrap().expect("a progress record");
-        let v: Value = serde_json::from_slice(&bytes).unwrap();
-        let path = metal_ipam_tests::schema::repo_root()
-            .join("kv-schema/metal-progress-record.schema.json");
-        let schema: Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
-        metal_ipam_tests::schema::validate(&schema, &v).unwrap_or_else(|e| panic!("{e:?}\n{v:#}"));
-    }
-
-    fn assert_one_of_each(&self) {
-        assert_eq!(self.sim.vrfs().len(), 1, "VRFs");
-        assert_eq!(self.sim.reservations().len(), 1, "reservations");
-        assert_eq!(self.sim.vlans().len(), 1, "VLANs");
-        assert_eq!(self.sim.gateways().len(), 1, "gateways");
-    }
-}
-
-fn pool_object() -> Value {
-    json!({
-        "apiVersion": "ipam.metal-ipam.dev/v1alpha1", "kind": "MetalIPPool",
-        "metadata": {"name": POOL, "namespace": NS},
-        "spec": {"metal": {"metro": "da", "vrf": {"ipRanges": ["10.10.0.0/16"], "localASN": 65000},
-            "reservation": {"network": "10.10.1.0", "cidr": 29}}}
-    })
-}
-
-fn claim(name: &str) -> Value {
-    json!({
-        "apiVersion": "ipam.cluster.x-k8s.io/v1beta2", "kind": "IPAddressClaim",
-        "metadata": {"name": name, "namespace": NS},
-        "spec": {"poolRef": {"apiGroup": "ipam.metal-ipam.dev", "kind": "MetalIPPool", "name": POOL}}
-    })
-}
+use metal_ipam_core::testing::{Backend, TestEnv};
+use metal_ipam_tests::fake_kube::{IPAM_GROUP, METAL_GROUP};
+use metal_ipam_tests::metal_sim::{BlockingHttp, Fault};
+use metal_ipam_tests::vrf_world::{claim, pool_object, World, NS, POOL};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_vrf_pool_is_provisioned_in_order_hands_out_its_block_and_is_torn_down() {
@@ -164,7 +31,12 @@ async fn a_vrf_pool_is_provisioned_in_order_hands_out_its_block_and_is_torn_down
         (4, 2 + 1 + 1, 0)
     );
     w.assert_one_of_each();
-    w.assert_progress_record_valid();
+    w.assert_record_valid(
+        &metal_ipam_core::kv::keys::metal_pool(&metal_ipam_core::ipam::pool::PoolId::namespaced(
+            NS, POOL,
+        )),
+        "metal-progress-record.schema.json",
+    );
     // Created in dependency order, each with the pool's tag.
     let creates: Vec<String> = w
         .sim
@@ -277,7 +149,12 @@ async fn a_vrf_pool_is_provisioned_in_order_hands_out_its_block_and_is_torn_down
     let (o, _) = w.sync_until_settled(8).await;
     assert_eq!(o.result, StepResult::Deleted, "{o:?}");
     assert!(w.pool().is_none(), "the finalizer was removed");
-    w.assert_progress_record_valid(); // the tombstone
+    w.assert_record_valid(
+        &metal_ipam_core::kv::keys::metal_pool(&metal_ipam_core::ipam::pool::PoolId::namespaced(
+            NS, POOL,
+        )),
+        "metal-progress-record.schema.json",
+    ); // the tombstone
     assert!(w.sim.vrfs().is_empty() && w.sim.reservations().is_empty());
     assert!(w.sim.vlans().is_empty() && w.sim.gateways().is_empty());
     let deletes: Vec<String> = w

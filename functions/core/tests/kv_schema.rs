@@ -115,6 +115,10 @@ fn readme_key_table_lists_every_key_the_code_writes() {
         keys::claim("<namespace>", "<name>"),
         keys::metal_pool(&PoolId::namespaced("<namespace>", "<name>")),
         keys::metal_pool(&PoolId::global("<name>")),
+        keys::metal_claim("<namespace>", "<name>"),
+        keys::metal_claim_init("<namespace>", "<name>"),
+        keys::METAL_POLL.to_string(),
+        keys::METAL_POLL_INIT.to_string(),
     ];
     for k in written {
         assert!(
@@ -166,5 +170,31 @@ fn metal_progress_examples_round_trip_through_the_record() {
             v,
             "{file}: rebuild differs"
         );
+    }
+}
+
+#[test]
+fn metal_assignment_and_cursor_examples_round_trip_through_their_records() {
+    use metal_ipam_core::kv::protocol::CasRecord;
+    use metal_ipam_core::provision::assign::AssignmentRecord;
+    use metal_ipam_core::provision::poll::CursorRecord;
+    let id = ("ns".to_string(), "m".to_string());
+    for (file, v) in examples("metal-assignment") {
+        let rec = AssignmentRecord::decode(&serde_json::to_vec(&v).unwrap())
+            .unwrap_or_else(|e| panic!("{file}: {e}"));
+        assert_eq!(serde_json::to_value(&rec).unwrap(), v, "{file}");
+        let state = rec.view(&id).unwrap().unwrap();
+        let rebuilt = AssignmentRecord::build(&state, rec.envelope());
+        assert_eq!(
+            serde_json::to_value(&rebuilt).unwrap(),
+            v,
+            "{file}: rebuild differs"
+        );
+    }
+    for (file, v) in examples("metal-poll") {
+        let rec = CursorRecord::decode(&serde_json::to_vec(&v).unwrap())
+            .unwrap_or_else(|e| panic!("{file}: {e}"));
+        let rebuilt = CursorRecord::build(&rec.view(&()).unwrap().unwrap(), rec.envelope());
+        assert_eq!(serde_json::to_value(&rebuilt).unwrap(), v, "{file}");
     }
 }

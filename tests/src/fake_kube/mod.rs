@@ -146,6 +146,8 @@ pub const IPAM_GROUP: &str = "ipam.cluster.x-k8s.io";
 pub const METAL_GROUP: &str = "ipam.metal-ipam.dev";
 /// `cluster.x-k8s.io`: `clusters` (v1beta2).
 pub const CLUSTER_GROUP: &str = "cluster.x-k8s.io";
+/// API group of infrastructure machines (CAPP's `PacketMachine`).
+pub const INFRA_GROUP: &str = "infrastructure.cluster.x-k8s.io";
 
 /// One request FakeKube answered (after authentication).
 #[derive(Debug, Clone, PartialEq)]

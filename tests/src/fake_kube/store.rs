@@ -106,6 +106,28 @@ pub(crate) fn resource_types() -> &'static [ResourceType] {
                 status: true,
                 crd: None,
             },
+            // Owners of claims whose spec.providerID names a Metal device
+            // (no schema: only metadata and spec.providerID are read).
+            ResourceType {
+                group: super::CLUSTER_GROUP.to_owned(),
+                version: "v1beta2".to_owned(),
+                plural: "machines".to_owned(),
+                kind: "Machine".to_owned(),
+                list_kind: "MachineList".to_owned(),
+                namespaced: true,
+                status: true,
+                crd: None,
+            },
+            ResourceType {
+                group: super::INFRA_GROUP.to_owned(),
+                version: "v1beta1".to_owned(),
+                plural: "packetmachines".to_owned(),
+                kind: "PacketMachine".to_owned(),
+                list_kind: "PacketMachineList".to_owned(),
+                namespaced: true,
+                status: true,
+                crd: None,
+            },
         ]
     })
 }

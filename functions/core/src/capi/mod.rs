@@ -36,6 +36,7 @@
 //! finalizer on it while addresses are allocated, and writes
 //! `status.ipAddresses` and a `Ready` condition.
 
+pub mod assign;
 pub mod objects;
 pub mod reconcile;
 pub mod vrf;
@@ -136,6 +137,10 @@ pub struct Outcome {
     /// Seconds after which running the step again is worthwhile, when it
     /// is waiting on something that takes time (Metal provisioning).
     pub retry_after: Option<u64>,
+    /// The claim is in a VRF-backed pool: its Metal assignment is the
+    /// `assign` step's (run it after this one; a `waiting` release runs
+    /// again after it).
+    pub metal_assignment: bool,
 }
 
 impl Outcome {
@@ -146,7 +151,13 @@ impl Outcome {
             message: message.into(),
             kube_calls: 0,
             retry_after: None,
+            metal_assignment: false,
         }
+    }
+
+    fn metal(mut self, yes: bool) -> Outcome {
+        self.metal_assignment = yes;
+        self
     }
 
     fn retry_after(mut self, seconds: u64) -> Outcome {
@@ -168,6 +179,9 @@ impl Outcome {
         if let Some(s) = self.retry_after {
             v["retryAfter"] = s.into();
         }
+        if self.metal_assignment {
+            v["metalAssignment"] = true.into();
+        }
         v
     }
 }
@@ -182,7 +196,7 @@ pub struct Snapshot {
     /// IPAddresses by (namespace, name).
     pub addresses: BTreeMap<(String, String), IpAddressObject>,
     /// Pools by id.
-    pub pools: BTreeMap<PoolId, Meta>,
+    pub pools: BTreeMap<PoolId, PoolResource>,
     /// Clusters looked up so far by (namespace, name), `None` = absent.
     clusters: RefCell<BTreeMap<(String, String), Option<ClusterObject>>>,
 }
@@ -192,7 +206,7 @@ impl Snapshot {
     pub fn new(
         claims: Vec<WithJson<ClaimObject>>,
         addresses: Vec<IpAddressObject>,
-        pools: BTreeMap<PoolId, Meta>,
+        pools: BTreeMap<PoolId, PoolResource>,
     ) -> Snapshot {
         fn key(m: &ObjectMeta) -> (String, String) {
             (m.namespace.clone().unwrap_or_default(), m.name.clone())
@@ -232,7 +246,7 @@ impl<H: HttpClient + ?Sized> Reader<'_, '_, '_, H> {
         }
     }
 
-    fn pool(&self, id: &PoolId) -> Result<Option<Meta>> {
+    fn pool(&self, id: &PoolId) -> Result<Option<PoolResource>> {
         match self.snap {
             Some(s) => Ok(s.pools.get(id).cloned()),
             None => {
@@ -366,6 +380,13 @@ fn reconcile_claim_once<K: KvStore, H: HttpClient + ?Sized>(
         // is released only through the HTTP API (the events token must not
         // reach it).
         let released = match ops::get_claim(ctx.kv, ns, name)? {
+            Some(b) if b.pool_uid.is_some() && metal_holds(ctx, ns, name, &b.uid)? => {
+                return Ok(Outcome::new(
+                    StepResult::Waiting,
+                    "the claim does not exist; its Metal assignment is removed first (assign step)",
+                )
+                .metal(true))
+            }
             Some(b) if b.pool_uid.is_some() => ops::release(ctx, ns, name, Some(&b.uid))?,
             Some(_) => {
                 return Ok(Outcome::new(StepResult::Absent,
@@ -512,7 +533,16 @@ fn reconcile_claim_once<K: KvStore, H: HttpClient + ?Sized>(
         StepResult::Bound,
         format!("{ns}/{name} has {}", record.address),
     )
-    .with_address(record.address))
+    .with_address(record.address)
+    .metal(pool_obj.is_some_and(|p| p.vrf_backed)))
+}
+
+/// Whether the Metal assignment record of claim `ns/name` (incarnation
+/// `uid`) may still hold an assignment: the address is not released
+/// before the `assign` step removed it.
+fn metal_holds<K: KvStore>(ctx: &Ctx<'_, K>, ns: &str, name: &str, uid: &str) -> Result<bool> {
+    Ok(crate::provision::assign::read(ctx.kv, ns, name)?
+        .is_some_and(|r| r.uid == uid && !r.closed && r.holds()))
 }
 
 /// Adds what an existing IPAddress lacks: our finalizer, the owner
@@ -582,6 +612,16 @@ fn finalize_claim<K: KvStore, H: HttpClient + ?Sized>(
             StepResult::Absent,
             "the claim is being deleted and holds no metal-ipam finalizer",
         ));
+    }
+    if claim_obj
+        .metadata
+        .has_finalizer(assign::ASSIGNMENT_FINALIZER)
+    {
+        return Ok(Outcome::new(
+            StepResult::Waiting,
+            "the claim's Metal assignment is removed first (assign step)",
+        )
+        .metal(true));
     }
     let released = ops::release(ctx, ns, name, Some(&claim.id.uid))?;
     let ip: Option<IpAddressObject> = kube.get_as(&kube::IP_ADDRESSES, Some(ns), name)?;

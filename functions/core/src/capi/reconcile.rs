@@ -55,6 +55,9 @@ pub struct Report {
     /// VRF-backed pools (`spec.metal`) found: the `provision` step syncs
     /// them (the `reconcile` component forwards each to it).
     pub vrf_pools: Vec<PoolId>,
+    /// Claims in VRF-backed pools: the `assign` step keeps their Metal
+    /// assignments (the `reconcile` component forwards each to it).
+    pub metal_claims: Vec<(String, String)>,
 }
 
 impl Report {
@@ -91,7 +94,7 @@ pub fn reconcile_all<K: KvStore, H: HttpClient + ?Sized>(
     let before = kube.calls();
     let mut report = Report::default();
 
-    let mut pool_objects: BTreeMap<PoolId, Meta> = BTreeMap::new();
+    let mut pool_objects: BTreeMap<PoolId, PoolResource> = BTreeMap::new();
     for (kind, r) in [
         (PoolKind::Namespaced, &kube::METAL_IP_POOLS),
         (PoolKind::Global, &kube::GLOBAL_METAL_IP_POOLS),
@@ -111,12 +114,7 @@ pub fn reconcile_all<K: KvStore, H: HttpClient + ?Sized>(
                     .errors
                     .push(format!("{} {}: {e}", kind.kind_name(), id.display())),
             }
-            pool_objects.insert(
-                id,
-                Meta {
-                    metadata: p.metadata,
-                },
-            );
+            pool_objects.insert(id, p);
         }
     }
 
@@ -148,7 +146,12 @@ pub fn reconcile_all<K: KvStore, H: HttpClient + ?Sized>(
     let snapshot = capi::Snapshot::new(claims, addresses, pool_objects);
     for (ns, name) in names {
         match capi::reconcile_claim_in(ctx, kube, &ns, &name, Some(&snapshot)) {
-            Ok(o) => Report::count(&mut report.claims, &o),
+            Ok(o) => {
+                Report::count(&mut report.claims, &o);
+                if o.metal_assignment {
+                    report.metal_claims.push((ns.clone(), name.clone()));
+                }
+            }
             Err(e) => report
                 .errors
                 .push(format!("IPAddressClaim {ns}/{name}: {e}")),

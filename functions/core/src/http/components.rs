@@ -7,10 +7,12 @@
 //! | `pools` | `/v1/pools…`, `/v1/global-pools…`; `POST /v1/capi/pools/{ns}/{name}`, `POST /v1/capi/global-pools/{name}` (pool sync) | yes | yes | — |
 //! | `allocate` | `POST /v1/claims`; `POST /v1/capi/claims/{ns}/{name}` (claim reconcile) | yes | yes | — |
 //! | `release` | `/v1/claims/{ns}/{name}`; `POST /v1/capi/claims/{ns}/{name}` (claim reconcile) | yes | yes | — |
-//! | `events` | `POST /v1/events` | no | no | `allocate`, `release`, `pools`, `provision` |
+//! | `events` | `POST /v1/events` | no | no | `allocate`, `release`, `pools`, `provision`, `assign` |
 //! | `admission` | `POST /v1/admission/pools` | read | no | — |
-//! | `reconcile` | `POST /v1/reconcile` | yes | yes | `provision` (each VRF-backed pool) |
-//! | `provision` | `POST /v1/capi/metal/pools/{ns}/{name}`, `POST /v1/capi/metal/global-pools/{name}` (VRF-backed pool sync, chained), and the same step at `POST /v1/metal/pools/{ns}/{name}`, `/v1/metal/global-pools/{name}` (public; 202 with `Retry-After` and `Location` while Metal works) | yes | yes | — (calls Metal: the only component with the Metal token) |
+//! | `reconcile` | `POST /v1/reconcile` | yes | yes | `provision` (each VRF-backed pool), `assign` (each claim in one) |
+//! | `assign` | `POST /v1/capi/metal/claims/{ns}/{name}` (chained after a claim step that answers `metalAssignment`) and `POST /v1/metal/claims/{ns}/{name}` (public; 202 with `Retry-After` and `Location` while another instance assigns) | yes | yes | — (calls Metal) |
+//! | `poll` | `POST /v1/metal/poll` (CronJob: Metal events after the stored cursor) | yes | yes | — (calls Metal) |
+//! | `provision` | `POST /v1/capi/metal/pools/{ns}/{name}`, `POST /v1/capi/metal/global-pools/{name}` (VRF-backed pool sync, chained), and the same step at `POST /v1/metal/pools/{ns}/{name}`, `/v1/metal/global-pools/{name}` (public; 202 with `Retry-After` and `Location` while Metal works) | yes | yes | — (calls Metal; with `assign` and `poll`, the only components with the Metal token) |
 //!
 //! The `/v1/capi/…` routes have no public trigger in spin.toml: they are
 //! reached by Spin service chaining from `events` (with the API token).
@@ -206,17 +208,8 @@ fn metal_pool<K: KvStore, H: HttpClient + ?Sized>(
         PoolKind::Namespaced => "/v1/capi/metal/pools/{namespace}/{name}",
         PoolKind::Global => "/v1/capi/metal/global-pools/{name}",
     };
-    let metal = || {
-        s.metal.ok_or_else(|| {
-            Error::new(
-                ErrorKind::Internal,
-                "MetalNotConfigured",
-                "Equinix Metal is not configured (variables metal_token and metal_project_id)",
-            )
-        })
-    };
     let mut r = pool_step(s, req, route, (kind, ns, name), |id| {
-        capi::vrf::sync_vrf_pool(store(s)?, kube(s)?, metal()?, id)
+        capi::vrf::sync_vrf_pool(store(s)?, kube(s)?, metal_of(s)?, id)
     });
     if r.status == 202 {
         // Where to POST again for the next step and the status.
@@ -248,6 +241,107 @@ pub fn provision<K: KvStore, H: HttpClient + ?Sized>(
         }
         _ => no_route(req.path),
     }
+}
+
+fn metal_of<'a, K: KvStore, H: HttpClient + ?Sized>(
+    s: &Services<'a, K, H>,
+) -> Result<&'a Metal<'a, H, dyn Env + 'a>> {
+    s.metal.ok_or_else(|| {
+        Error::new(
+            ErrorKind::Internal,
+            "MetalNotConfigured",
+            "Equinix Metal is not configured (variables metal_token and metal_project_id)",
+        )
+    })
+}
+
+/// `POST /v1/capi/metal/claims/{ns}/{name}` (chained) or
+/// `/v1/metal/claims/{ns}/{name}` (public): assign a claim's address to its
+/// device in Metal, or remove the assignment of a claim that is going.
+/// 202 with `Retry-After` and `Location` while another instance is at it.
+fn metal_claim<K: KvStore, H: HttpClient + ?Sized>(
+    s: &Services<'_, K, H>,
+    req: &ApiRequest<'_>,
+    ns: &str,
+    name: &str,
+) -> ApiResponse {
+    let route = "/v1/metal/claims/{namespace}/{name}";
+    if let Some(r) = guard(
+        auth::check_bearer(s.api_token, req.authorization),
+        req,
+        route,
+        None,
+    ) {
+        return r;
+    }
+    let checked = names::check_label(ns)
+        .and_then(|_| names::check_subdomain(name))
+        .map_err(Error::malformed);
+    let result = checked.and_then(|_| {
+        capi::assign::sync_claim_assignment(store(s)?, kube(s)?, metal_of(s)?, ns, name)
+    });
+    let retry_after = result.as_ref().ok().and_then(|o| o.retry_after);
+    let mut r = outcome_response(route, result, "claim", format!("{ns}/{name}"));
+    if let Some(secs) = retry_after {
+        r.status = 202;
+        r.headers.push(("retry-after", secs.to_string()));
+        r.headers
+            .push(("location", format!("/v1/metal/claims/{ns}/{name}")));
+    }
+    r
+}
+
+/// The `assign` component: per-claim Metal IP assignments (calls Metal).
+pub fn assign<K: KvStore, H: HttpClient + ?Sized>(
+    s: &Services<'_, K, H>,
+    req: &ApiRequest<'_>,
+    _content_type: Option<&str>,
+    _header: &dyn Fn(&str) -> Option<String>,
+) -> ApiResponse {
+    match segments(req.path).as_slice() {
+        ["v1", "capi", "metal", "claims", ns, name] | ["v1", "metal", "claims", ns, name] => {
+            metal_claim(s, req, ns, name)
+        }
+        _ => no_route(req.path),
+    }
+}
+
+/// The `poll` component: `POST /v1/metal/poll` handles the Metal events
+/// after the stored cursor (run by a CronJob; Metal has no webhooks).
+/// 200 with the report; 500 with it when single claims failed (the cursor
+/// stayed, the next run handles them again).
+pub fn poll<K: KvStore, H: HttpClient + ?Sized>(
+    s: &Services<'_, K, H>,
+    req: &ApiRequest<'_>,
+    _content_type: Option<&str>,
+    _header: &dyn Fn(&str) -> Option<String>,
+) -> ApiResponse {
+    let route = "/v1/metal/poll";
+    if let Some(r) = guard(
+        auth::check_bearer(s.api_token, req.authorization),
+        req,
+        route,
+        Some(&["v1", "metal", "poll"]),
+    ) {
+        return r;
+    }
+    let report = match (|| capi::assign::poll(store(s)?, kube(s)?, metal_of(s)?))() {
+        Ok(r) => r,
+        Err(e) => return ApiResponse::from_error(&e, route),
+    };
+    let body = report.to_json();
+    if report.errors.is_empty() {
+        let outcome = if report.more { "polled-more" } else { "polled" };
+        let mut r = ApiResponse::success(200, Some(body), route, outcome);
+        if let Some(c) = &report.cursor {
+            r.objects.push(("cursor", c.clone()));
+        }
+        return r;
+    }
+    let mut r = ApiResponse::success(500, Some(body), route, "polled-with-errors");
+    r.reason = Some("PollIncomplete");
+    r.detail = Some(report.errors.join("; "));
+    r
 }
 
 fn with_store<K: KvStore, H: HttpClient + ?Sized>(
@@ -393,9 +487,32 @@ pub fn reconcile<K: KvStore, H: HttpClient + ?Sized>(
                 .push(format!("pool {} (provision): {e}", id.display())),
         }
     }
+    // Claims in VRF-backed pools: their Metal assignments are the assign
+    // step's.
+    let mut assigned = Vec::new();
+    for (ns, name) in std::mem::take(&mut report.metal_claims) {
+        let path = format!("/v1/capi/metal/claims/{ns}/{name}");
+        match forward(s, "assign", &path) {
+            Ok((status, body)) => {
+                if status >= 500 {
+                    report.errors.push(format!(
+                        "IPAddressClaim {ns}/{name} (assign): {status} {}",
+                        body["message"].as_str().unwrap_or("")
+                    ));
+                }
+                assigned.push(json!({"claim": format!("{ns}/{name}"), "status": status, "result": body["result"]}));
+            }
+            Err(e) => report
+                .errors
+                .push(format!("IPAddressClaim {ns}/{name} (assign): {e}")),
+        }
+    }
     let mut body = report.to_json();
     if !provisioned.is_empty() {
         body["provision"] = Value::Array(provisioned);
+    }
+    if !assigned.is_empty() {
+        body["assign"] = Value::Array(assigned);
     }
     // Errors on single objects make the run a 500 (with the report), so
     // a CronJob shows the failure; the rest of the run still happened.
@@ -470,7 +587,10 @@ pub fn events<K: KvStore, H: HttpClient + ?Sized>(
     // A step still working (202): the longest wait it asked for.
     let mut in_progress: Option<u64> = None;
     let mut first_component = "";
-    for (component, path) in events::route::route_event(&ev) {
+    let mut queue: std::collections::VecDeque<(&'static str, String)> =
+        events::route::route_event(&ev).into();
+    let mut assigned = false;
+    while let Some((component, path)) = queue.pop_front() {
         if first_component.is_empty() {
             first_component = component;
         }
@@ -482,6 +602,17 @@ pub fn events<K: KvStore, H: HttpClient + ?Sized>(
                 return r;
             }
         };
+        // A claim in a VRF-backed pool: its Metal assignment is the assign
+        // step's, once per event; a release that waited for it runs again.
+        if let Some(tail) = path.strip_prefix("/v1/capi/claims/") {
+            if body.get("metalAssignment") == Some(&Value::Bool(true)) && !assigned {
+                assigned = true;
+                queue.push_back(("assign", format!("/v1/capi/metal/claims/{tail}")));
+                if component == "release" && body["result"] == "waiting" {
+                    queue.push_back(("release", path.clone()));
+                }
+            }
+        }
         worst = worst.max(status);
         if status == 202 {
             let wait = body.get("retryAfter").and_then(Value::as_u64).unwrap_or(1);

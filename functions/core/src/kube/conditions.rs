@@ -51,6 +51,17 @@ pub fn with_ready(
     ready: Ready<'_>,
     generation: Option<i64>,
 ) -> (Vec<Value>, bool) {
+    with_condition(existing, "Ready", ready, generation)
+}
+
+/// [`with_ready`] for a condition of type `ctype` (e.g. the claim's
+/// `MetalAssigned`): the same status, reason and message rules.
+pub fn with_condition(
+    existing: &[Value],
+    ctype: &str,
+    ready: Ready<'_>,
+    generation: Option<i64>,
+) -> (Vec<Value>, bool) {
     let Ready {
         status,
         reason,
@@ -62,7 +73,7 @@ pub fn with_ready(
     let want_status = if status { "True" } else { "False" };
     let mut found = false;
     for c in existing {
-        if c.get("type").and_then(Value::as_str) == Some("Ready") {
+        if c.get("type").and_then(Value::as_str) == Some(ctype) {
             found = true;
             let same_status = c.get("status").and_then(Value::as_str) == Some(want_status);
             let same = same_status
@@ -76,7 +87,7 @@ pub fn with_ready(
             } else {
                 rfc3339(now).into()
             };
-            let mut cond = json!({"type": "Ready", "status": want_status, "reason": reason, "message": message, "lastTransitionTime": ltt});
+            let mut cond = json!({"type": ctype, "status": want_status, "reason": reason, "message": message, "lastTransitionTime": ltt});
             if let Some(g) = generation {
                 cond["observedGeneration"] = g.into();
             }
@@ -86,7 +97,7 @@ pub fn with_ready(
         }
     }
     if !found {
-        let mut cond = json!({"type": "Ready", "status": want_status, "reason": reason, "message": message, "lastTransitionTime": rfc3339(now)});
+        let mut cond = json!({"type": ctype, "status": want_status, "reason": reason, "message": message, "lastTransitionTime": rfc3339(now)});
         if let Some(g) = generation {
             cond["observedGeneration"] = g.into();
         }

@@ -87,6 +87,26 @@ pub const GLOBAL_METAL_IP_POOLS: Resource = Resource {
     namespaced: false,
 };
 
+/// CAPI `Machine`: its `spec.providerID` names the Metal device
+/// (`equinixmetal://<uuid>`) of a claim it owns.
+pub const MACHINES: Resource = Resource {
+    group: "cluster.x-k8s.io",
+    version: "v1beta2",
+    plural: "machines",
+    kind: "Machine",
+    namespaced: true,
+};
+
+/// CAPP's `PacketMachine` (the Equinix Metal infrastructure machine): its
+/// `spec.providerID` names the device of a claim it owns.
+pub const PACKET_MACHINES: Resource = Resource {
+    group: "infrastructure.cluster.x-k8s.io",
+    version: "v1beta1",
+    plural: "packetmachines",
+    kind: "PacketMachine",
+    namespaced: true,
+};
+
 /// Every (API group, resource, verb) the code uses: what the ClusterRole in
 /// `deploy/rbac.yaml` must grant, no more.
 pub const USED_PERMISSIONS: &[(&str, &str, &str)] = &[
@@ -100,6 +120,8 @@ pub const USED_PERMISSIONS: &[(&str, &str, &str)] = &[
     ("ipam.cluster.x-k8s.io", "ipaddresses", "patch"),
     ("ipam.cluster.x-k8s.io", "ipaddresses", "delete"),
     ("cluster.x-k8s.io", "clusters", "get"),
+    ("cluster.x-k8s.io", "machines", "get"),
+    ("infrastructure.cluster.x-k8s.io", "packetmachines", "get"),
     ("ipam.metal-ipam.dev", "metalippools", "get"),
     ("ipam.metal-ipam.dev", "metalippools", "list"),
     ("ipam.metal-ipam.dev", "metalippools", "patch"),

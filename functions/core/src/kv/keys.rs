@@ -65,6 +65,38 @@ pub fn metal_pool_init(id: &PoolId) -> String {
     format!("metal-init/pool/{}", pool_suffix(id))
 }
 
+/// Prefix of every claim assignment record key.
+pub const METAL_CLAIM_PREFIX: &str = "metal/claim/";
+
+/// `metal/claim/<namespace>/<name>`: the Metal IP assignment of a claim's
+/// address to its device (beside the binding `claim/<namespace>/<name>`).
+///
+/// ```
+/// use metal_ipam_core::kv::keys;
+/// assert_eq!(keys::metal_claim("a", "m-0"), "metal/claim/a/m-0");
+/// assert_eq!(keys::parse_metal_claim(&keys::metal_claim("a", "m-0")), Some(("a", "m-0")));
+/// assert_eq!(keys::parse_metal_claim("claim/a/m-0"), None);
+/// ```
+pub fn metal_claim(namespace: &str, name: &str) -> String {
+    format!("{METAL_CLAIM_PREFIX}{namespace}/{name}")
+}
+
+/// The creation guard counter of a claim assignment record.
+pub fn metal_claim_init(namespace: &str, name: &str) -> String {
+    format!("metal-init/claim/{namespace}/{name}")
+}
+
+/// The claim (namespace, name) an assignment record key belongs to.
+pub fn parse_metal_claim(key: &str) -> Option<(&str, &str)> {
+    key.strip_prefix(METAL_CLAIM_PREFIX)?.split_once('/')
+}
+
+/// `metal/poll`: the Metal event poller's cursor.
+pub const METAL_POLL: &str = "metal/poll";
+
+/// The creation guard counter of the poller's cursor.
+pub const METAL_POLL_INIT: &str = "metal-init/poll";
+
 /// `claim/<namespace>/<name>`.
 pub fn claim(namespace: &str, name: &str) -> String {
     format!("{CLAIM_PREFIX}{namespace}/{name}")

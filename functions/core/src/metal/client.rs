@@ -19,7 +19,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::model::{
-    ErrorBody, Event, IpAddress, IpAssignment, IpAssignmentInput, Meta, MetalGateway,
+    Device, ErrorBody, Event, IpAddress, IpAssignment, IpAssignmentInput, Meta, MetalGateway,
     VirtualNetwork, VirtualNetworkCreateInput, Vrf, VrfCreateInput, VrfIpReservation,
     VrfIpReservationCreateInput, VrfMetalGatewayCreateInput,
 };
@@ -556,6 +556,14 @@ impl<'a, H: HttpClient + ?Sized, E: Env + ?Sized> Metal<'a, H, E> {
         )
     }
 
+    /// One device; `None` if it does not exist (deleted).
+    ///
+    /// # Errors
+    /// See [`MetalError`].
+    pub fn get_device(&self, id: &str) -> Result<Option<Device>, MetalError> {
+        self.get(&format!("/devices/{id}"), &[])
+    }
+
     /// The project's VLANs in `metro` (not paginated).
     ///
     /// # Errors
@@ -661,6 +669,21 @@ impl<'a, H: HttpClient + ?Sized, E: Env + ?Sized> Metal<'a, H, E> {
     /// # Errors
     /// See [`MetalError`].
     pub fn project_events(&self, pages: u32) -> Result<Vec<Event>, MetalError> {
+        Ok(self.project_events_after(None, pages)?.0)
+    }
+
+    /// The project's events newer than the event `after` (all when
+    /// `None`), newest first, reading pages until that event or `pages`
+    /// pages; also whether `after` was found (when it was not, older events
+    /// may have been missed).
+    ///
+    /// # Errors
+    /// See [`MetalError`].
+    pub fn project_events_after(
+        &self,
+        after: Option<&str>,
+        pages: u32,
+    ) -> Result<(Vec<Event>, bool), MetalError> {
         let mut out = Vec::new();
         let path = self.project("/events");
         for page in 1..=pages.min(MAX_PAGES) {
@@ -670,12 +693,17 @@ impl<'a, H: HttpClient + ?Sized, E: Env + ?Sized> Metal<'a, H, E> {
             ];
             let (_, body) = self.send(Method::GET, &path, &q, None)?;
             let list: EventPage = self.json(&path, &body)?;
-            out.extend(list.events);
+            for e in list.events {
+                if after == Some(e.id.as_str()) {
+                    return Ok((out, true));
+                }
+                out.push(e);
+            }
             if !list.meta.has_next() {
                 break;
             }
         }
-        Ok(out)
+        Ok((out, after.is_none()))
     }
 }
 

@@ -378,6 +378,32 @@ pub struct VrfMetalGatewayCreateInput {
     pub ip_reservation_id: String,
 }
 
+/// A device (server), as far as metal-ipam reads it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default)]
+pub struct Device {
+    /// UUID.
+    pub id: String,
+    /// `queued`, `provisioning`, `active`, `deprovisioning`, `deleted`, ….
+    pub state: Option<String>,
+    /// Hostname.
+    pub hostname: Option<String>,
+    /// Metro.
+    pub metro: Option<Metro>,
+}
+
+impl Device {
+    /// Whether the device is `active` (addresses can be assigned to it).
+    pub fn active(&self) -> bool {
+        self.state.as_deref() == Some("active")
+    }
+
+    /// Whether the device is gone or going (`deprovisioning`, `deleted`).
+    pub fn gone(&self) -> bool {
+        matches!(self.state.as_deref(), Some("deprovisioning" | "deleted"))
+    }
+}
+
 /// An event (devices, projects): polled, since Metal has no webhooks.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(default)]
@@ -393,6 +419,30 @@ pub struct Event {
     pub created_at: Option<String>,
     /// The resources it concerns.
     pub relationships: Vec<Href>,
+}
+
+impl Event {
+    /// The ids of the devices it concerns (its `relationships` that are
+    /// `…/devices/<id>`). Event types are not part of the spec, so a poller
+    /// reads the device rather than trusting the type.
+    ///
+    /// ```
+    /// use metal_ipam_core::metal::model::{Event, Href};
+    /// let e = Event { relationships: vec![
+    ///     Href { href: "/metal/v1/devices/d-1".into() },
+    ///     Href { href: "/metal/v1/projects/p-1".into() }], ..Default::default() };
+    /// assert_eq!(e.devices(), vec!["d-1"]);
+    /// ```
+    pub fn devices(&self) -> Vec<&str> {
+        self.relationships
+            .iter()
+            .filter_map(|h| {
+                let mut it = h.href.rsplit('/');
+                let id = it.next()?;
+                (it.next() == Some("devices") && !id.is_empty()).then_some(id)
+            })
+            .collect()
+    }
 }
 
 #[cfg(test)]

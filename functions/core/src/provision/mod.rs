@@ -9,11 +9,17 @@
 //!   [`crate::kv::protocol::CasRecord`]).
 //! - [`step`]: [`step::provision`] and [`step::deprovision`], which run the
 //!   plan against Metal and the store, one recorded action at a time.
+//! - [`assign`]: per-claim IP assignments of a VRF-backed pool's addresses
+//!   to the claims' devices, exactly once, removed before release.
+//! - [`poll`]: the Metal event poller's cursor and the devices the new
+//!   events concern (Metal has no webhooks).
 //!
 //! May import `ipam` (the pool's `spec.metal`), `kv` (the progress record),
 //! `metal` (the client) and the ports; never `http`, `kube` or `capi`,
 //! which call it.
 
+pub mod assign;
 pub mod plan;
+pub mod poll;
 pub mod record;
 pub mod step;

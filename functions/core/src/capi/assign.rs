@@ -1,0 +1,500 @@
+//! Per-claim Metal IP assignments, the Kubernetes side: which device a
+//! claim's address goes to, the claim's finalizer and `MetalAssigned`
+//! condition, and the Metal event poll that drives waiting claims.
+//!
+//! # The device
+//! The annotation [`DEVICE_ANNOTATION`] on the claim (`equinixmetal://<uuid>`
+//! or a bare uuid) wins; otherwise the claim's owners are followed: a CAPI
+//! `Machine` or a CAPP `PacketMachine` whose `spec.providerID` is
+//! `equinixmetal://<uuid>` (the owner's uid must match the reference, so a
+//! re-created machine of the same name is not mistaken for it). No device
+//! yet: the claim stays bound, `MetalAssigned=False DeviceUnknown`, and the
+//! poll retries it when a device becomes active.
+//!
+//! # Ordering with release
+//! [`ASSIGNMENT_FINALIZER`] is added to the claim before any assignment is
+//! made (the API server refuses new finalizers on an object being deleted,
+//! so none is added once deletion began). The IPAM release step waits
+//! while the claim holds it ([`crate::capi::reconcile_claim`] answers
+//! `waiting` with `metalAssignment`); this step removes the assignment,
+//! closes the claim's record ([`crate::provision::assign::close`]: no
+//! assignment is made for that uid after) and only then removes the
+//! finalizer. For a claim deleted without its finalizers, release waits
+//! on the record instead.
+
+use serde_json::{json, Value};
+
+use super::objects::{paused, ClusterObject};
+use super::{Outcome, StepResult};
+use crate::error::Result;
+use crate::ipam::claim::ClaimObject;
+use crate::ipam::ops;
+use crate::kube::conditions::{with_condition, Ready};
+use crate::kube::meta::{add_finalizer, remove_finalizer, retrying};
+use crate::kube::object::{metadata, Object, ObjectMeta};
+use crate::kube::{self, Kube, Resource};
+use crate::kv::Ctx;
+use crate::metal::client::Metal;
+use crate::ports::http::HttpClient;
+use crate::ports::kv::KvStore;
+use crate::ports::Env;
+use crate::provision::assign::{self, AssignState, Labels, UnassignState, Want};
+use crate::provision::poll;
+
+/// Finalizer on claims in VRF-backed pools: held while the claim's address
+/// may be assigned to a device in Metal.
+pub const ASSIGNMENT_FINALIZER: &str = "ipam.metal-ipam.dev/metal-assignment";
+
+/// Annotation on a claim naming its device (`equinixmetal://<uuid>` or
+/// the uuid), for claims whose owners do not lead to one.
+pub const DEVICE_ANNOTATION: &str = "ipam.metal-ipam.dev/device";
+
+/// The condition type on claims saying whether the address is assigned to
+/// the device in Metal.
+pub const CONDITION: &str = "MetalAssigned";
+
+/// Claims re-run at most by one poll (the rest wait for the next call;
+/// the cursor does not move past events whose claims were not all run).
+pub const MAX_POLL_CLAIMS: usize = 50;
+
+/// The device id a provider ID names: `equinixmetal://<uuid>` or a bare
+/// uuid (what CAPP and the cloud controller write).
+///
+/// ```
+/// use metal_ipam_core::capi::assign::device_of;
+/// assert_eq!(device_of("equinixmetal://9f1c2a4e-7b3d-4c55-9e0a-1b2c3d4e5f60"),
+///     Some("9f1c2a4e-7b3d-4c55-9e0a-1b2c3d4e5f60"));
+/// assert_eq!(device_of("9f1c2a4e-7b3d-4c55-9e0a-1b2c3d4e5f60"), Some("9f1c2a4e-7b3d-4c55-9e0a-1b2c3d4e5f60"));
+/// assert_eq!(device_of("aws:///us-east-1a/i-0abc"), None);
+/// assert_eq!(device_of("equinixmetal://"), None);
+/// assert_eq!(device_of("equinixmetal://../x"), None);
+/// ```
+pub fn device_of(provider_id: &str) -> Option<&str> {
+    let id = provider_id
+        .strip_prefix("equinixmetal://")
+        .unwrap_or(provider_id);
+    let ok =
+        !id.is_empty() && id.len() <= 64 && id.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-');
+    ok.then_some(id)
+}
+
+/// A CAPI `Machine` or an infrastructure machine, as far as its
+/// `spec.providerID` goes.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct MachineObject {
+    metadata: ObjectMeta,
+    provider_id: Option<String>,
+}
+
+impl Object for MachineObject {
+    fn from_json(v: &Value) -> Self {
+        MachineObject {
+            metadata: metadata(v),
+            provider_id: v
+                .pointer("/spec/providerID")
+                .and_then(Value::as_str)
+                .map(str::to_string),
+        }
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+}
+
+/// Where a claim's device comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum DeviceRef {
+    Known(String),
+    Unknown,
+    Invalid(String),
+}
+
+fn machine_resource(api_version: &str, kind: &str) -> Option<&'static Resource> {
+    let group = api_version.split('/').next().unwrap_or_default();
+    match (group, kind) {
+        ("cluster.x-k8s.io", "Machine") => Some(&kube::MACHINES),
+        ("infrastructure.cluster.x-k8s.io", "PacketMachine") => Some(&kube::PACKET_MACHINES),
+        _ => None,
+    }
+}
+
+fn resolve_device<H: HttpClient + ?Sized>(
+    kube: &Kube<'_, H>,
+    claim: &ClaimObject,
+) -> Result<DeviceRef> {
+    let m = &claim.metadata;
+    if let Some(a) = m.annotation(DEVICE_ANNOTATION) {
+        return Ok(match device_of(a) {
+            Some(d) => DeviceRef::Known(d.to_string()),
+            None => DeviceRef::Invalid(format!(
+                "annotation {DEVICE_ANNOTATION} is {a:?}, not equinixmetal://<uuid>"
+            )),
+        });
+    }
+    for owner in &m.owner_references {
+        let Some(r) = machine_resource(&owner.api_version, &owner.kind) else {
+            continue;
+        };
+        let machine: Option<MachineObject> = kube.get_as(r, m.namespace.as_deref(), &owner.name)?;
+        let Some(machine) = machine.filter(|o| o.metadata.uid.as_deref() == Some(&owner.uid))
+        else {
+            continue;
+        };
+        match machine.provider_id.as_deref() {
+            None | Some("") => continue,
+            Some(p) => {
+                return Ok(match device_of(p) {
+                    Some(d) => DeviceRef::Known(d.to_string()),
+                    None => DeviceRef::Invalid(format!(
+                        "{} {} has spec.providerID {p:?}, not equinixmetal://<uuid>",
+                        owner.kind, owner.name
+                    )),
+                })
+            }
+        }
+    }
+    Ok(DeviceRef::Unknown)
+}
+
+/// Writes the claim's `MetalAssigned` condition if it differs.
+fn write_condition<H: HttpClient + ?Sized>(
+    kube: &Kube<'_, H>,
+    claim: &ClaimObject,
+    cond: Ready<'_>,
+) -> Result<bool> {
+    let m = &claim.metadata;
+    let (conditions, changed) =
+        with_condition(&claim.status.conditions, CONDITION, cond, m.generation);
+    if !changed {
+        return Ok(false);
+    }
+    let patch = json!({"metadata": {"resourceVersion": m.resource_version_json()},
+                       "status": {"conditions": conditions}});
+    kube.merge_patch(&kube::CLAIMS, m.namespace.as_deref(), &m.name, true, &patch)?;
+    Ok(true)
+}
+
+/// Assigns the address of claim `ns/name` to its device in Metal, or
+/// removes the assignment when the claim is going (see the module docs).
+///
+/// # Idempotency
+/// Any number of invocations, concurrent or after a crash between any two
+/// operations: one assignment at most per claim ([`assign::assign`]); a
+/// converged claim costs no Metal call and no Kubernetes write.
+///
+/// # Errors
+/// 503 for an unavailable API server, store or Metal (the next invocation
+/// resumes); 500 for credentials or RBAC. Metal refusing the assignment is
+/// not an error: the claim's condition says it (`failed`).
+pub fn sync_claim_assignment<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
+    ctx: &Ctx<'_, K>,
+    kube: &Kube<'_, H>,
+    metal: &Metal<'_, H, E>,
+    ns: &str,
+    name: &str,
+) -> Result<Outcome> {
+    let before = kube.calls();
+    let mut out = retrying(|| sync_once(ctx, kube, metal, ns, name))?;
+    out.kube_calls = kube.calls() - before;
+    Ok(out)
+}
+
+fn unassigned(state: UnassignState, what: &str) -> Outcome {
+    match state {
+        UnassignState::Done { deleted: Some(id) } => Outcome::new(
+            StepResult::Released,
+            format!("{what}: Metal assignment {id} removed"),
+        ),
+        UnassignState::Done { deleted: None } => Outcome::new(
+            StepResult::Released,
+            format!("{what}: nothing assigned in Metal"),
+        ),
+        UnassignState::InProgress(s) => Outcome::new(
+            StepResult::Waiting,
+            format!("{what}: an assignment is in progress; removing it after"),
+        )
+        .retry_after(s),
+    }
+}
+
+fn sync_once<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
+    ctx: &Ctx<'_, K>,
+    kube: &Kube<'_, H>,
+    metal: &Metal<'_, H, E>,
+    ns: &str,
+    name: &str,
+) -> Result<Outcome> {
+    let claim: Option<ClaimObject> = kube.get_as(&kube::CLAIMS, Some(ns), name)?;
+    let Some(claim) = claim else {
+        // Gone without our finalizer's help: remove what the record holds.
+        return Ok(match assign::read(ctx.kv, ns, name)? {
+            Some(rec) if !rec.closed => unassigned(
+                assign::unassign(ctx, metal, ns, name, &rec.uid)?,
+                "the claim no longer exists",
+            ),
+            _ => Outcome::new(StepResult::Absent, "the claim does not exist"),
+        });
+    };
+    let uid = claim.metadata.uid.clone().unwrap_or_default();
+    if claim.metadata.deleting() {
+        if !claim.metadata.has_finalizer(ASSIGNMENT_FINALIZER) {
+            return Ok(Outcome::new(
+                StepResult::Absent,
+                "the claim is being deleted and holds no Metal assignment finalizer",
+            ));
+        }
+        let state = assign::unassign(ctx, metal, ns, name, &uid)?;
+        if matches!(state, UnassignState::Done { .. }) {
+            remove_finalizer(kube, &kube::CLAIMS, &claim, ASSIGNMENT_FINALIZER)?;
+        }
+        return Ok(unassigned(state, "the claim is being deleted"));
+    }
+    if paused(&claim) {
+        return Ok(Outcome::new(StepResult::Paused, "the claim is paused"));
+    }
+    let Some(binding) = ops::get_claim(ctx.kv, ns, name)?.filter(|b| b.uid == uid) else {
+        return Ok(Outcome::new(
+            StepResult::Waiting,
+            "the claim is not bound yet",
+        ));
+    };
+    let pool_id = binding.pool_id(ns)?;
+    let vrf_backed =
+        ops::get_pool(ctx.kv, &pool_id)?.is_some_and(|p| p.object.spec.metal.is_some());
+    if !vrf_backed {
+        return Ok(Outcome::new(
+            StepResult::Ignored,
+            format!("pool {} is not VRF-backed", pool_id.display()),
+        ));
+    }
+    if let Some(cluster) = &binding.cluster_name {
+        let c: Option<ClusterObject> = kube.get_as(&kube::CLUSTERS, Some(ns), cluster)?;
+        if c.is_some_and(|c| c.is_paused()) {
+            return Ok(Outcome::new(
+                StepResult::Paused,
+                format!("Cluster {ns}/{cluster} is paused"),
+            ));
+        }
+    }
+    let now = ctx.env.now();
+    let address = binding.ip()?;
+    let device = match resolve_device(kube, &claim)? {
+        DeviceRef::Known(d) => Some(d),
+        DeviceRef::Unknown => None,
+        DeviceRef::Invalid(msg) => {
+            write_condition(kube, &claim, Ready::no("InvalidDevice", &msg, now))?;
+            return Ok(Outcome::new(StepResult::Failed, msg).with_address(binding.address));
+        }
+    };
+    let want = Want {
+        uid: uid.clone(),
+        address,
+        device: device.clone(),
+    };
+    let labels = Labels {
+        namespace: ns.to_string(),
+        name: name.to_string(),
+        uid,
+        pool: format!("{} {}", pool_id.kind.kind_name(), pool_id.display()),
+        cluster: binding.cluster_name.clone(),
+    };
+    let claim = if device.is_some() {
+        add_finalizer(kube, &kube::CLAIMS, &claim, ASSIGNMENT_FINALIZER)?
+    } else {
+        claim
+    };
+    let state = if device.is_some() {
+        assign::assign(ctx, metal, &want, &labels)?
+    } else {
+        assign::prepare(ctx, ns, name, &want)?;
+        AssignState::DeviceUnknown
+    };
+    let with = |o: Outcome| o.with_address(binding.address.clone());
+    let (cond, out) = match &state {
+        AssignState::Assigned(id) => {
+            let msg = format!(
+                "{} is assigned to device {} (Metal assignment {id})",
+                binding.address,
+                device.as_deref().unwrap_or("?")
+            );
+            let out = Outcome::new(StepResult::Bound, msg.clone());
+            (Some(("Assigned", true, msg)), out)
+        }
+        AssignState::DeviceUnknown => {
+            let msg = format!("no device yet: waiting for the owning machine's spec.providerID or the {DEVICE_ANNOTATION} annotation");
+            (
+                Some(("DeviceUnknown", false, msg.clone())),
+                Outcome::new(StepResult::Waiting, msg),
+            )
+        }
+        AssignState::DeviceGone(d) => {
+            let msg = format!("device {d} does not exist in Metal");
+            (
+                Some(("DeviceNotFound", false, msg.clone())),
+                Outcome::new(StepResult::Waiting, msg),
+            )
+        }
+        AssignState::DeviceNotActive(s) => {
+            let msg = format!(
+                "device {} is {s}; the assignment is made when it is active",
+                device.as_deref().unwrap_or("?")
+            );
+            (
+                Some(("DeviceNotActive", false, msg.clone())),
+                Outcome::new(StepResult::Waiting, msg),
+            )
+        }
+        AssignState::Refused(m) => {
+            let msg = format!("Metal refused the assignment: {m}");
+            (
+                Some(("AssignmentRefused", false, msg.clone())),
+                Outcome::new(StepResult::Failed, msg),
+            )
+        }
+        AssignState::InProgress(s) => (
+            None,
+            Outcome::new(StepResult::Waiting, "an assignment is in progress").retry_after(*s),
+        ),
+        AssignState::Closed => (
+            None,
+            Outcome::new(
+                StepResult::Waiting,
+                "the claim's assignment was closed (the claim is going)",
+            ),
+        ),
+    };
+    if let Some((reason, ok, msg)) = cond {
+        let c = Ready {
+            status: ok,
+            reason,
+            message: &msg,
+            now,
+        };
+        write_condition(kube, &claim, c)?;
+    }
+    Ok(with(out))
+}
+
+/// What one poll did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PollReport {
+    /// Events handled.
+    pub events: usize,
+    /// Devices read.
+    pub devices: usize,
+    /// Claims whose device was deleted.
+    pub device_deleted: Vec<String>,
+    /// Claims re-run, with their result.
+    pub synced: Vec<(String, &'static str)>,
+    /// The cursor moved to this event.
+    pub cursor: Option<String>,
+    /// More events or claims wait: call again.
+    pub more: bool,
+    /// Errors on single claims (the cursor did not move).
+    pub errors: Vec<String>,
+}
+
+impl PollReport {
+    /// As JSON (the answer of `POST /v1/metal/poll`).
+    pub fn to_json(&self) -> Value {
+        let synced: Vec<Value> = self
+            .synced
+            .iter()
+            .map(|(c, r)| json!({"claim": c, "result": r}))
+            .collect();
+        json!({"events": self.events, "devices": self.devices,
+               "deviceDeleted": self.device_deleted, "synced": synced,
+               "cursor": self.cursor, "more": self.more, "errors": self.errors})
+    }
+}
+
+/// Handles the Metal events after the cursor: a deleted device's claims
+/// lose their assignment (Metal removed it with the device) and say so; a
+/// device that became active gets its claims' pending assignments. The
+/// first poll, or one that finds the cursor gone from Metal's list,
+/// re-runs every claim still waiting on a device. The cursor moves only
+/// when every claim of the batch was handled.
+///
+/// # Idempotency
+/// Any number of calls, concurrent or after a crash between any two
+/// operations: handling an event twice changes nothing the first did not.
+///
+/// # Errors
+/// Store errors; Metal or the API server unavailable for the batch as a
+/// whole (errors on single claims are in the report instead).
+pub fn poll<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
+    ctx: &Ctx<'_, K>,
+    kube: &Kube<'_, H>,
+    metal: &Metal<'_, H, E>,
+) -> Result<PollReport> {
+    let batch = poll::next_batch(ctx, metal)?;
+    let mut report = PollReport {
+        events: batch.events,
+        more: batch.more,
+        ..PollReport::default()
+    };
+    let records = if batch.devices.is_empty() && !batch.resync {
+        Vec::new()
+    } else {
+        assign::list(ctx.kv)?
+    };
+    let mut rerun: Vec<(String, String)> = Vec::new();
+    let waiting = |r: &assign::Assignment| {
+        !r.closed && r.assignment.is_none() && r.intent.is_none() && r.refused.is_none()
+    };
+    for d in &batch.devices {
+        let device = metal.get_device(d)?;
+        report.devices += 1;
+        let gone = device.as_ref().is_none_or(|x| x.gone());
+        let active = device.as_ref().is_some_and(|x| x.active());
+        for ((ns, name), r) in &records {
+            if gone && r.device.as_deref() == Some(d.as_str()) && !r.closed {
+                if assign::device_deleted(ctx, ns, name, d)? {
+                    report.device_deleted.push(format!("{ns}/{name}"));
+                    let claim: Option<ClaimObject> = kube.get_as(&kube::CLAIMS, Some(ns), name)?;
+                    if let Some(c) = claim.filter(|c| !c.metadata.deleting()) {
+                        let msg = format!("device {d} was deleted; its assignment went with it");
+                        let cond = Ready::no("DeviceDeleted", &msg, ctx.env.now());
+                        if let Err(e) = write_condition(kube, &c, cond) {
+                            report.errors.push(format!("claim {ns}/{name}: {e}"));
+                        }
+                    }
+                }
+            } else if active
+                && waiting(r)
+                && r.device.as_deref().is_none_or(|x| x == d)
+                && !rerun.contains(&(ns.clone(), name.clone()))
+            {
+                rerun.push((ns.clone(), name.clone()));
+            }
+        }
+    }
+    if batch.resync {
+        for ((ns, name), r) in &records {
+            if waiting(r) && !rerun.contains(&(ns.clone(), name.clone())) {
+                rerun.push((ns.clone(), name.clone()));
+            }
+        }
+    }
+    let truncated = rerun.len() > MAX_POLL_CLAIMS;
+    if truncated {
+        rerun.truncate(MAX_POLL_CLAIMS);
+        report.more = true;
+    }
+    for (ns, name) in &rerun {
+        match sync_claim_assignment(ctx, kube, metal, ns, name) {
+            Ok(o) => report
+                .synced
+                .push((format!("{ns}/{name}"), o.result.as_str())),
+            Err(e) => report.errors.push(format!("claim {ns}/{name}: {e}")),
+        }
+    }
+    if report.errors.is_empty() && !truncated {
+        if let Some(to) = &batch.to {
+            if poll::advance(ctx, batch.from.as_deref(), to)? {
+                report.cursor = Some(to.clone());
+            }
+        }
+    }
+    Ok(report)
+}

@@ -1,0 +1,900 @@
+//! Per-claim Metal IP assignments: the address a claim holds in a
+//! VRF-backed pool, assigned to the claim's device (`POST
+//! /devices/{id}/ips`, a `/32` or `/128`), and unassigned (`DELETE
+//! /ips/{id}`) before the address is released.
+//!
+//! One [`AssignmentRecord`] per claim under `metal/claim/<ns>/<name>`, next
+//! to its binding, kept with the compare-and-swap protocol of
+//! [`crate::kv::protocol`]. The rules that make an assignment exactly-once
+//! (argued in `kv-schema/README.md`, checked by the interleaving checker):
+//!
+//! 1. A `POST` happens only under an intent won by compare-and-swap
+//!    ([`begin`]): no assignment recorded, no intent younger than
+//!    [`INTENT_LEASE_S`], the record not closed.
+//! 2. An intent older than the lease means its owner crashed or lost the
+//!    answer after it may have assigned: the step reads the device's
+//!    assignments and adopts the one with the claim's address before it
+//!    posts again ([`take_over`]).
+//! 3. [`close`] (the claim is going) succeeds only when no assignment is
+//!    recorded and no live intent stands; once closed, no intent is granted
+//!    to that claim uid again, so an assignment can never be made for an
+//!    address after its release began.
+//! 4. [`recorded`] refuses to record into a closed record or over another
+//!    assignment: the step then deletes what it just made (a late
+//!    duplicate).
+//!
+//! May import what [`super`] may.
+
+use std::net::IpAddr;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use super::plan::INTENT_LEASE_S;
+use crate::error::{Error, ErrorKind, Result};
+use crate::ip::Family;
+use crate::kv::keys;
+use crate::kv::protocol::{read_record, update_record, CasRecord, Envelope, Step};
+use crate::kv::records::SwapCheck;
+use crate::kv::Ctx;
+use crate::metal::client::{Metal, MetalError};
+use crate::metal::model::IpAssignmentInput;
+use crate::ports::http::HttpClient;
+use crate::ports::kv::KvStore;
+use crate::ports::Env;
+
+/// Schema version of the assignment record.
+pub const ASSIGNMENT_VERSION: u32 = 1;
+
+/// A claim, as the assignment record is keyed: (namespace, name).
+pub type ClaimKey = (String, String);
+
+/// A creation intent, as stored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AssignIntent {
+    /// The assigning instance's token.
+    pub token: String,
+    /// Unix seconds when it was recorded.
+    pub at: u64,
+}
+
+/// The value of a `metal/claim/…` key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AssignmentRecord {
+    /// Schema version, [`ASSIGNMENT_VERSION`].
+    pub v: u32,
+    /// Incremented by every write.
+    pub rev: u64,
+    /// Random token of the last writer.
+    pub writer: String,
+    /// Tokens of the writers before it, newest last.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub recent_writers: Vec<String>,
+    /// Whether swaps on this record are read back.
+    pub swap_check: SwapCheck,
+    /// The content.
+    pub state: Assignment,
+}
+
+/// What the record holds for one claim incarnation (its uid).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Assignment {
+    /// The claim's uid.
+    pub uid: String,
+    /// The claim's address, in the form Metal takes (`10.0.0.5/32`).
+    pub address: String,
+    /// The claim's device, once known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device: Option<String>,
+    /// The Metal assignment's id, once made.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub assignment: Option<String>,
+    /// The assignment in progress.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub intent: Option<AssignIntent>,
+    /// Metal refused the assignment (its message); not retried until the
+    /// device or the address changes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refused: Option<String>,
+    /// The device was deleted (its assignments went with it).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub device_gone: bool,
+    /// The claim is going: nothing is assigned for this uid any more.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub closed: bool,
+}
+
+impl Assignment {
+    /// Whether an intent stands that is younger than the lease at `now`.
+    pub fn live_intent(&self, now: u64) -> bool {
+        self.intent
+            .as_ref()
+            .is_some_and(|i| now < i.at.saturating_add(INTENT_LEASE_S))
+    }
+
+    /// Whether something may still exist in Metal for this record: an
+    /// assignment recorded, or an intent (live or not) whose outcome is
+    /// unknown.
+    pub fn holds(&self) -> bool {
+        self.assignment.is_some() || self.intent.is_some()
+    }
+}
+
+impl CasRecord for AssignmentRecord {
+    type Id = ClaimKey;
+    type View = Assignment;
+    type Next = Assignment;
+
+    fn key((ns, name): &ClaimKey) -> String {
+        keys::metal_claim(ns, name)
+    }
+    fn guard_key((ns, name): &ClaimKey) -> String {
+        keys::metal_claim_init(ns, name)
+    }
+    fn describe((ns, name): &ClaimKey) -> String {
+        format!("the Metal assignment of claim {ns}/{name}")
+    }
+    fn decode(bytes: &[u8]) -> Result<Self> {
+        let rec: AssignmentRecord = serde_json::from_slice(bytes)
+            .map_err(|e| Error::internal(format!("unreadable Metal assignment record: {e}")))?;
+        if rec.v != ASSIGNMENT_VERSION {
+            return Err(Error::internal(format!(
+                "Metal assignment record has schema version {}, this build reads {ASSIGNMENT_VERSION}",
+                rec.v
+            )));
+        }
+        Ok(rec)
+    }
+    fn encode(&self) -> Vec<u8> {
+        serde_json::to_vec(self).unwrap_or_default()
+    }
+    fn envelope(&self) -> Envelope {
+        Envelope {
+            rev: self.rev,
+            writer: self.writer.clone(),
+            recent_writers: self.recent_writers.clone(),
+            swap_check: self.swap_check,
+        }
+    }
+    fn view(&self, _: &ClaimKey) -> Result<Option<Assignment>> {
+        Ok(Some(self.state.clone()))
+    }
+    fn build(next: &Assignment, e: Envelope) -> Self {
+        AssignmentRecord {
+            v: ASSIGNMENT_VERSION,
+            rev: e.rev,
+            writer: e.writer,
+            recent_writers: e.recent_writers,
+            swap_check: e.swap_check,
+            state: next.clone(),
+        }
+    }
+}
+
+fn key(ns: &str, name: &str) -> ClaimKey {
+    (ns.to_string(), name.to_string())
+}
+
+/// The record of claim `ns/name`, if any (one `get`).
+///
+/// # Errors
+/// Store errors; 500 for an unreadable record.
+pub fn read<K: KvStore>(kv: &K, ns: &str, name: &str) -> Result<Option<Assignment>> {
+    read_record::<K, AssignmentRecord>(kv, &key(ns, name))
+}
+
+/// Applies `change` to the record (one compare-and-swap, retried);
+/// `change` returns `None` to write nothing, else what it concluded.
+fn change<K: KvStore, T>(
+    ctx: &Ctx<'_, K>,
+    ns: &str,
+    name: &str,
+    mut f: impl FnMut(Option<&Assignment>) -> Option<(Assignment, T)>,
+    unchanged: impl Fn(Option<&Assignment>) -> T,
+) -> Result<T> {
+    update_record::<K, AssignmentRecord, T>(ctx, &key(ns, name), |cur| match f(cur) {
+        Some((next, out)) => Ok(Step::Write(Box::new(next), out)),
+        None => Ok(Step::Done(unchanged(cur))),
+    })
+}
+
+/// The address in the form Metal assigns it: a single address (`/32`,
+/// `/128`).
+///
+/// ```
+/// use metal_ipam_core::provision::assign::single;
+/// assert_eq!(single("10.0.0.5".parse().unwrap()), "10.0.0.5/32");
+/// assert_eq!(single("2001:db8::5".parse().unwrap()), "2001:db8::5/128");
+/// ```
+pub fn single(ip: IpAddr) -> String {
+    format!("{ip}/{}", Family::of(ip).bits())
+}
+
+/// What the claim wants assigned: its uid, address and device (when
+/// known).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Want {
+    /// The claim's uid.
+    pub uid: String,
+    /// Its bound address.
+    pub address: IpAddr,
+    /// Its device, once known.
+    pub device: Option<String>,
+}
+
+/// Brings the record in line with `want` and returns it: created for a
+/// new claim, the device noted when it becomes known or changes (which
+/// clears a refusal), left alone when nothing differs. A record of another
+/// claim incarnation (another uid) that still holds an assignment is
+/// returned unchanged: the step removes that first.
+///
+/// # Errors
+/// Store errors; 503 `Contention`.
+pub fn prepare<K: KvStore>(
+    ctx: &Ctx<'_, K>,
+    ns: &str,
+    name: &str,
+    want: &Want,
+) -> Result<Assignment> {
+    let address = single(want.address);
+    change(
+        ctx,
+        ns,
+        name,
+        |cur| {
+            let fresh = Assignment {
+                uid: want.uid.clone(),
+                address: address.clone(),
+                device: want.device.clone(),
+                ..Assignment::default()
+            };
+            match cur {
+                None => Some((fresh.clone(), fresh)),
+                Some(c) if c.uid != want.uid => {
+                    if c.holds() {
+                        None
+                    } else {
+                        Some((fresh.clone(), fresh))
+                    }
+                }
+                Some(c) if c.closed => None,
+                Some(c) if c.address != address && !c.holds() => Some((fresh.clone(), fresh)),
+                Some(c) if want.device.is_some() && c.device != want.device && !c.holds() => {
+                    let mut n = c.clone();
+                    n.device = want.device.clone();
+                    n.refused = None;
+                    n.device_gone = false;
+                    Some((n.clone(), n))
+                }
+                Some(_) => None,
+            }
+        },
+        |cur| cur.cloned().unwrap_or_default(),
+    )
+}
+
+/// Records an assignment intent for `uid` by `token` at `now`: the one
+/// compare-and-swap that makes a `POST` exclusive. Granted only when the
+/// record is this uid's, open, holds no assignment, no intent stands and
+/// Metal has not refused. Returns whether it was granted.
+///
+/// # Errors
+/// Store errors; 503 `Contention`.
+pub fn begin<K: KvStore>(
+    ctx: &Ctx<'_, K>,
+    ns: &str,
+    name: &str,
+    uid: &str,
+    token: &str,
+    now: u64,
+) -> Result<bool> {
+    change(
+        ctx,
+        ns,
+        name,
+        |cur| {
+            let c = cur?;
+            if c.uid != uid
+                || c.closed
+                || c.assignment.is_some()
+                || c.intent.is_some()
+                || c.refused.is_some()
+            {
+                return None;
+            }
+            let mut n = c.clone();
+            n.intent = Some(AssignIntent {
+                token: token.to_string(),
+                at: now,
+            });
+            Some((n, true))
+        },
+        |_| false,
+    )
+}
+
+/// Takes over an intent older than the lease (its owner crashed or lost
+/// the answer): replaces it by `token`'s, so that one instance looks for
+/// what the old owner may have made. Returns whether it did.
+///
+/// # Errors
+/// Store errors; 503 `Contention`.
+pub fn take_over<K: KvStore>(
+    ctx: &Ctx<'_, K>,
+    ns: &str,
+    name: &str,
+    uid: &str,
+    token: &str,
+    now: u64,
+) -> Result<bool> {
+    change(
+        ctx,
+        ns,
+        name,
+        |cur| {
+            let c = cur?;
+            if c.uid != uid || c.intent.is_none() || c.live_intent(now) {
+                return None;
+            }
+            let mut n = c.clone();
+            n.intent = Some(AssignIntent {
+                token: token.to_string(),
+                at: now,
+            });
+            Some((n, true))
+        },
+        |_| false,
+    )
+}
+
+/// Records assignment `id` for `uid`, clearing `token`'s intent. Refused
+/// (returns `false`) when the record is closed, belongs to another uid or
+/// already holds another assignment: `id` is then a duplicate for the
+/// caller to delete.
+///
+/// # Errors
+/// Store errors; 503 `Contention`.
+pub fn recorded<K: KvStore>(
+    ctx: &Ctx<'_, K>,
+    ns: &str,
+    name: &str,
+    uid: &str,
+    token: &str,
+    id: &str,
+) -> Result<bool> {
+    change(
+        ctx,
+        ns,
+        name,
+        |cur| {
+            let c = cur?;
+            if c.uid != uid || c.closed || c.assignment.as_deref().is_some_and(|a| a != id) {
+                return None;
+            }
+            if c.assignment.as_deref() == Some(id) && c.intent.is_none() {
+                return None;
+            }
+            let mut n = c.clone();
+            n.assignment = Some(id.to_string());
+            if n.intent.as_ref().is_some_and(|i| i.token == token) {
+                n.intent = None;
+            }
+            n.refused = None;
+            n.device_gone = false;
+            Some((n, true))
+        },
+        |cur| cur.is_some_and(|c| c.uid == uid && c.assignment.as_deref() == Some(id)),
+    )
+}
+
+/// Ends `token`'s intent: nothing was assigned (`refused` = Metal's
+/// message when it refused). Returns whether the intent was still
+/// `token`'s.
+///
+/// # Errors
+/// Store errors; 503 `Contention`.
+pub fn withdraw<K: KvStore>(
+    ctx: &Ctx<'_, K>,
+    ns: &str,
+    name: &str,
+    token: &str,
+    refused: Option<&str>,
+) -> Result<bool> {
+    change(
+        ctx,
+        ns,
+        name,
+        |cur| {
+            let c = cur?;
+            if c.intent.as_ref().is_none_or(|i| i.token != token) {
+                return None;
+            }
+            let mut n = c.clone();
+            n.intent = None;
+            n.refused = refused.map(str::to_string);
+            Some((n, true))
+        },
+        |_| false,
+    )
+}
+
+/// Forgets assignment `id` of `uid` (it was deleted, or went with its
+/// device: `device_gone`). Returns whether it was recorded.
+///
+/// # Errors
+/// Store errors; 503 `Contention`.
+pub fn cleared<K: KvStore>(
+    ctx: &Ctx<'_, K>,
+    ns: &str,
+    name: &str,
+    uid: &str,
+    id: &str,
+    device_gone: bool,
+) -> Result<bool> {
+    change(
+        ctx,
+        ns,
+        name,
+        |cur| {
+            let c = cur?;
+            if c.uid != uid || c.assignment.as_deref() != Some(id) {
+                return None;
+            }
+            let mut n = c.clone();
+            n.assignment = None;
+            n.device_gone = device_gone;
+            Some((n, true))
+        },
+        |_| false,
+    )
+}
+
+/// Whether [`close`] closed the record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Closing {
+    /// Closed (now or before): nothing is or will be assigned for the uid.
+    Closed,
+    /// Something may still exist in Metal: the record as it stands.
+    Holds(Assignment),
+}
+
+/// Closes the record for `uid` (creating it closed when absent), unless
+/// it holds an assignment or an intent. A record of another uid that
+/// holds nothing is replaced by the closed one; one that holds something
+/// is left alone (it is another incarnation's, released by its own
+/// claim's steps) and reported closed for `uid`.
+///
+/// # Errors
+/// Store errors; 503 `Contention`.
+pub fn close<K: KvStore>(ctx: &Ctx<'_, K>, ns: &str, name: &str, uid: &str) -> Result<Closing> {
+    change(
+        ctx,
+        ns,
+        name,
+        |cur| {
+            let closed = |c: Option<&Assignment>| {
+                let mut n = c.cloned().unwrap_or_default();
+                n.uid = uid.to_string();
+                n.closed = true;
+                n.intent = None;
+                Some((n, Closing::Closed))
+            };
+            match cur {
+                None => closed(None),
+                Some(c) if c.uid != uid => {
+                    if c.holds() {
+                        None
+                    } else {
+                        closed(None)
+                    }
+                }
+                Some(c) if c.closed => None,
+                Some(c) if c.holds() => None,
+                Some(c) => closed(Some(c)),
+            }
+        },
+        |cur| match cur {
+            Some(c) if c.uid == uid && c.holds() && !c.closed => Closing::Holds(c.clone()),
+            _ => Closing::Closed,
+        },
+    )
+}
+
+/// Where a claim's assignment stands after [`assign`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AssignState {
+    /// Assigned: the Metal assignment's id.
+    Assigned(String),
+    /// The device is not known yet (no provider ID): waits for it.
+    DeviceUnknown,
+    /// The device does not exist (never did, or was deleted).
+    DeviceGone(String),
+    /// The device exists but is not active (its state).
+    DeviceNotActive(String),
+    /// Metal refused the assignment (its message).
+    Refused(String),
+    /// Another instance is assigning; try again after the seconds given.
+    InProgress(u64),
+    /// The claim is going: nothing is assigned any more.
+    Closed,
+}
+
+/// Where a claim's unassignment stands after [`unassign`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UnassignState {
+    /// Nothing is assigned and the record is closed: the address may be
+    /// released.
+    Done {
+        /// The assignment deleted by this call, if any.
+        deleted: Option<String>,
+    },
+    /// Another instance is assigning; try again after the seconds given.
+    InProgress(u64),
+}
+
+/// The customdata of a claim's assignment: the claim (namespace, name,
+/// uid), its pool and cluster, under `metal-ipam.dev`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Labels {
+    /// The claim's namespace.
+    pub namespace: String,
+    /// The claim's name.
+    pub name: String,
+    /// The claim's uid.
+    pub uid: String,
+    /// The pool, as `Kind namespace/name`.
+    pub pool: String,
+    /// The cluster, when known.
+    pub cluster: Option<String>,
+}
+
+impl Labels {
+    /// As customdata.
+    pub fn customdata(&self) -> Map<String, Value> {
+        let mut claim = Map::new();
+        claim.insert("kind".into(), "IPAddressClaim".into());
+        claim.insert("namespace".into(), self.namespace.clone().into());
+        claim.insert("name".into(), self.name.clone().into());
+        claim.insert("uid".into(), self.uid.clone().into());
+        let mut m = Map::new();
+        m.insert("claim".into(), claim.into());
+        m.insert("pool".into(), self.pool.clone().into());
+        if let Some(c) = &self.cluster {
+            m.insert("cluster".into(), c.clone().into());
+        }
+        let mut out = Map::new();
+        out.insert("metal-ipam.dev".into(), m.into());
+        out
+    }
+}
+
+/// The id of `device`'s assignment of `address`, if it has one.
+fn find_on_device<H: HttpClient + ?Sized, E: Env + ?Sized>(
+    metal: &Metal<'_, H, E>,
+    device: &str,
+    address: &str,
+) -> Result<Option<String>> {
+    let (ip, _) = address.split_once('/').unwrap_or((address, ""));
+    let ip: Option<IpAddr> = ip.parse().ok();
+    Ok(metal
+        .device_ips(device)?
+        .into_iter()
+        .find(|a| a.address.as_deref().and_then(|s| s.parse().ok()) == ip && ip.is_some())
+        .map(|a| a.id))
+}
+
+/// Assigns the claim's address to its device, exactly once (the module's
+/// rules), and records the assignment's id.
+///
+/// Metal calls: none when the record already holds the assignment;
+/// otherwise a read of the device, then the `POST` (and, after a crashed
+/// or lost attempt, a read of the device's assignments first).
+///
+/// # Idempotency
+/// Any number of invocations, concurrent or after a crash between any two
+/// operations, make at most one assignment; once assigned, an invocation
+/// makes no Metal call.
+///
+/// # Errors
+/// Store errors; Metal unavailable (503, nothing lost: the next invocation
+/// resumes); 503 `MetalOutcomeUnknown` when the `POST`'s answer was lost
+/// (the next invocation after the lease looks for it before posting again).
+pub fn assign<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
+    ctx: &Ctx<'_, K>,
+    metal: &Metal<'_, H, E>,
+    want: &Want,
+    labels: &Labels,
+) -> Result<AssignState> {
+    let (ns, name) = (labels.namespace.as_str(), labels.name.as_str());
+    let mut rec = prepare(ctx, ns, name, want)?;
+    if rec.uid != want.uid {
+        // An earlier incarnation of the claim still holds an assignment:
+        // remove it first.
+        let old = rec.uid.clone();
+        if let UnassignState::InProgress(s) = unassign(ctx, metal, ns, name, &old)? {
+            return Ok(AssignState::InProgress(s));
+        }
+        rec = prepare(ctx, ns, name, want)?;
+    }
+    if rec.closed {
+        return Ok(AssignState::Closed);
+    }
+    if let Some(id) = &rec.assignment {
+        return Ok(AssignState::Assigned(id.clone()));
+    }
+    let Some(device) = rec.device.clone() else {
+        return Ok(AssignState::DeviceUnknown);
+    };
+    if let Some(m) = &rec.refused {
+        return Ok(AssignState::Refused(m.clone()));
+    }
+    let now = ctx.env.now();
+    if rec.live_intent(now) {
+        let at = rec.intent.as_ref().map_or(now, |i| i.at);
+        return Ok(AssignState::InProgress(
+            at.saturating_add(INTENT_LEASE_S).saturating_sub(now).max(1),
+        ));
+    }
+    match metal.get_device(&device)? {
+        None => return Ok(AssignState::DeviceGone(device)),
+        Some(d) if d.gone() => return Ok(AssignState::DeviceGone(device)),
+        Some(d) if !d.active() => {
+            return Ok(AssignState::DeviceNotActive(
+                d.state.unwrap_or_else(|| "unknown".into()),
+            ))
+        }
+        Some(_) => {}
+    }
+    let token = ctx.env.token();
+    if rec.intent.is_some() {
+        // Rule 2: look for what the crashed attempt may have made.
+        if !take_over(ctx, ns, name, &want.uid, &token, now)? {
+            return Ok(AssignState::InProgress(1));
+        }
+        if let Some(id) = find_on_device(metal, &device, &rec.address)? {
+            return record_or_undo(ctx, metal, labels, &want.uid, &token, &id);
+        }
+    } else if !begin(ctx, ns, name, &want.uid, &token, now)? {
+        return Ok(AssignState::InProgress(1));
+    }
+    let input = IpAssignmentInput {
+        address: rec.address.clone(),
+        customdata: Some(labels.customdata()),
+    };
+    match metal.assign_ip(&device, &input) {
+        Ok(a) => record_or_undo(ctx, metal, labels, &want.uid, &token, &a.id),
+        Err(e @ MetalError::Api { status: 422, .. }) => {
+            // "Already assigned" counts only after re-reading the device.
+            if let Some(id) = find_on_device(metal, &device, &rec.address)? {
+                return record_or_undo(ctx, metal, labels, &want.uid, &token, &id);
+            }
+            let message = e.to_string();
+            withdraw(ctx, ns, name, &token, Some(&message))?;
+            Ok(AssignState::Refused(message))
+        }
+        Err(e @ MetalError::OutcomeUnknown { .. }) => Err(e.into()),
+        Err(e) => {
+            withdraw(ctx, ns, name, &token, None)?;
+            Err(e.into())
+        }
+    }
+}
+
+fn record_or_undo<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
+    ctx: &Ctx<'_, K>,
+    metal: &Metal<'_, H, E>,
+    labels: &Labels,
+    uid: &str,
+    token: &str,
+    id: &str,
+) -> Result<AssignState> {
+    let (ns, name) = (labels.namespace.as_str(), labels.name.as_str());
+    if recorded(ctx, ns, name, uid, token, id)? {
+        return Ok(AssignState::Assigned(id.to_string()));
+    }
+    // Rule 4: the claim is going (or another assignment is recorded): this
+    // one must not stay.
+    metal.delete_ip(id)?;
+    withdraw(ctx, ns, name, token, None)?;
+    match read(ctx.kv, ns, name)? {
+        Some(c) if c.uid == uid && !c.closed => match c.assignment {
+            Some(a) => Ok(AssignState::Assigned(a)),
+            None => Ok(AssignState::InProgress(1)),
+        },
+        _ => Ok(AssignState::Closed),
+    }
+}
+
+/// Removes claim `uid`'s assignment (if any) and closes its record, so
+/// that its address may be released; an assignment attempt whose outcome
+/// is unknown is looked for on the device first.
+///
+/// # Idempotency
+/// Any number of invocations; after the first that answers `Done`, the
+/// others make no Metal call.
+///
+/// # Errors
+/// Store errors; Metal unavailable (503; the next invocation resumes).
+pub fn unassign<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
+    ctx: &Ctx<'_, K>,
+    metal: &Metal<'_, H, E>,
+    ns: &str,
+    name: &str,
+    uid: &str,
+) -> Result<UnassignState> {
+    let mut deleted = None;
+    for _ in 0..4 {
+        let rec = match close(ctx, ns, name, uid)? {
+            Closing::Closed => return Ok(UnassignState::Done { deleted }),
+            Closing::Holds(rec) => rec,
+        };
+        let now = ctx.env.now();
+        if let Some(id) = &rec.assignment {
+            metal.delete_ip(id)?;
+            cleared(ctx, ns, name, uid, id, false)?;
+            deleted = Some(id.clone());
+            continue;
+        }
+        if rec.live_intent(now) {
+            let at = rec.intent.as_ref().map_or(now, |i| i.at);
+            return Ok(UnassignState::InProgress(
+                at.saturating_add(INTENT_LEASE_S).saturating_sub(now).max(1),
+            ));
+        }
+        // An intent past its lease: whatever it made is on the device.
+        let token = ctx.env.token();
+        if !take_over(ctx, ns, name, uid, &token, now)? {
+            continue;
+        }
+        if let Some(device) = &rec.device {
+            if let Some(id) = find_on_device(metal, device, &rec.address)? {
+                metal.delete_ip(&id)?;
+                deleted = Some(id);
+            }
+        }
+        withdraw(ctx, ns, name, &token, None)?;
+    }
+    Err(Error::new(
+        ErrorKind::Transient,
+        "Contention",
+        format!("the Metal assignment of claim {ns}/{name} keeps changing"),
+    ))
+}
+
+/// Notes that `device` was deleted for the claim's record: its assignment
+/// went with it (Metal unassigns a deleted device's addresses). Returns
+/// whether the record named that device.
+///
+/// # Errors
+/// Store errors; 503 `Contention`.
+pub fn device_deleted<K: KvStore>(
+    ctx: &Ctx<'_, K>,
+    ns: &str,
+    name: &str,
+    device: &str,
+) -> Result<bool> {
+    change(
+        ctx,
+        ns,
+        name,
+        |cur| {
+            let c = cur?;
+            if c.device.as_deref() != Some(device) || c.device_gone || c.intent.is_some() {
+                return None;
+            }
+            let mut n = c.clone();
+            n.assignment = None;
+            n.device_gone = true;
+            Some((n, true))
+        },
+        |_| false,
+    )
+}
+
+/// Every claim with an assignment record: (namespace, name) and the
+/// record, in key order (one key listing, then one `get` per record:
+/// Spin 3.6's Redis `get_many` is broken).
+///
+/// # Errors
+/// Store errors; 500 for an unreadable record.
+pub fn list<K: KvStore>(kv: &K) -> Result<Vec<(ClaimKey, Assignment)>> {
+    let keys: Vec<String> = kv
+        .list_keys()?
+        .into_iter()
+        .filter(|k| k.starts_with(keys::METAL_CLAIM_PREFIX))
+        .collect();
+    let mut out = Vec::new();
+    for k in &keys {
+        let v = kv.get(k)?;
+        let (Some((ns, name)), Some(bytes)) = (keys::parse_metal_claim(k), v) else {
+            continue;
+        };
+        if crate::ports::kv::is_zero_counter(&bytes) {
+            continue;
+        }
+        let rec = AssignmentRecord::decode(&bytes)?;
+        out.push((key(ns, name), rec.state));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{Backend, MemKv, TestEnv};
+
+    #[test]
+    fn an_intent_is_granted_once_and_a_closed_record_grants_none() {
+        let kv = MemKv::new(Backend::SpinSqlite);
+        let env = TestEnv::seeded(100, 1);
+        let ctx = Ctx {
+            kv: &kv,
+            env: &env,
+            swap_policy: crate::kv::SwapPolicy::Auto,
+        };
+        let want = Want {
+            uid: "u1".into(),
+            address: "10.0.0.5".parse().unwrap(),
+            device: Some("d1".into()),
+        };
+        let rec = prepare(&ctx, "a", "m", &want).unwrap();
+        assert_eq!(rec.address, "10.0.0.5/32");
+        assert!(begin(&ctx, "a", "m", "u1", "t1", 100).unwrap());
+        assert!(!begin(&ctx, "a", "m", "u1", "t2", 100).unwrap());
+        assert!(matches!(
+            close(&ctx, "a", "m", "u1").unwrap(),
+            Closing::Holds(_)
+        ));
+        assert!(recorded(&ctx, "a", "m", "u1", "t1", "ip-1").unwrap());
+        assert!(!recorded(&ctx, "a", "m", "u1", "t2", "ip-2").unwrap());
+        assert!(cleared(&ctx, "a", "m", "u1", "ip-1", false).unwrap());
+        assert_eq!(close(&ctx, "a", "m", "u1").unwrap(), Closing::Closed);
+        assert!(!begin(&ctx, "a", "m", "u1", "t3", 100).unwrap());
+        assert!(!recorded(&ctx, "a", "m", "u1", "t3", "ip-3").unwrap());
+        // A new incarnation of the claim starts afresh.
+        let again = Want {
+            uid: "u2".into(),
+            ..want
+        };
+        assert!(!prepare(&ctx, "a", "m", &again).unwrap().closed);
+        assert!(begin(&ctx, "a", "m", "u2", "t4", 100).unwrap());
+    }
+
+    #[test]
+    fn an_expired_intent_is_taken_over_by_one() {
+        let kv = MemKv::new(Backend::Redis);
+        let env = TestEnv::seeded(100, 2);
+        let ctx = Ctx {
+            kv: &kv,
+            env: &env,
+            swap_policy: crate::kv::SwapPolicy::Auto,
+        };
+        let want = Want {
+            uid: "u1".into(),
+            address: "2001:db8::5".parse().unwrap(),
+            device: Some("d1".into()),
+        };
+        prepare(&ctx, "a", "m", &want).unwrap();
+        assert!(begin(&ctx, "a", "m", "u1", "t1", 100).unwrap());
+        assert!(!take_over(&ctx, "a", "m", "u1", "t2", 100 + INTENT_LEASE_S - 1).unwrap());
+        assert!(take_over(&ctx, "a", "m", "u1", "t2", 100 + INTENT_LEASE_S).unwrap());
+        assert!(!take_over(&ctx, "a", "m", "u1", "t3", 100 + INTENT_LEASE_S).unwrap());
+        assert!(!withdraw(&ctx, "a", "m", "t1", None).unwrap());
+        assert!(withdraw(&ctx, "a", "m", "t2", Some("no")).unwrap());
+        assert_eq!(
+            read(&kv, "a", "m").unwrap().unwrap().refused.as_deref(),
+            Some("no")
+        );
+        // A refusal is not retried until the device changes.
+        assert!(!begin(&ctx, "a", "m", "u1", "t4", 500).unwrap());
+        let moved = Want {
+            device: Some("d2".into()),
+            ..want
+        };
+        assert_eq!(prepare(&ctx, "a", "m", &moved).unwrap().refused, None);
+        assert!(begin(&ctx, "a", "m", "u1", "t4", 500).unwrap());
+    }
+}

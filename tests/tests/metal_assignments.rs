@@ -1,0 +1,469 @@
+//! Per-claim Metal IP assignments end to end, natively: a claim in a
+//! VRF-backed pool is bound by the IPAM step, then the assign step assigns
+//! its address to the device its owner names (`POST /devices/{id}/ips`),
+//! and on deletion removes the assignment before the address is released.
+//! Exactly once under concurrent runs and after a crash or any fault; a
+//! device that is not there yet is waited for and the Metal event poll
+//! completes the assignment; a refused assignment shows on the claim and
+//! keeps the address. Against the fake Kubernetes API and the Metal
+//! simulator, every request checked against the CRDs and the Metal spec.
+
+use metal_ipam_core::capi::assign::{
+    poll, sync_claim_assignment, ASSIGNMENT_FINALIZER, CONDITION, DEVICE_ANNOTATION,
+};
+use metal_ipam_core::capi::{self, Outcome, StepResult};
+use metal_ipam_core::error::Result;
+use metal_ipam_core::kv::keys;
+use metal_ipam_core::provision::plan::INTENT_LEASE_S;
+use metal_ipam_core::testing::Backend;
+use metal_ipam_tests::fake_kube::{CLUSTER_GROUP, INFRA_GROUP, IPAM_GROUP};
+use metal_ipam_tests::metal_sim::Fault;
+use metal_ipam_tests::vrf_world::{claim, pool_object, World, NS};
+use serde_json::{json, Value};
+
+const DEVICE: &str = "6f1d2c3b-4a59-4e68-8f70-9a8b7c6d5e4f";
+
+async fn ready(backend: Backend) -> World {
+    let w = World::new(backend).await;
+    w.kube.create(pool_object());
+    let (o, _) = w.sync_until_settled(6).await;
+    assert_eq!(o.result, StepResult::Synced, "{o:?}");
+    w
+}
+
+/// A `PacketMachine` named `name` (with `providerID` when given); returns
+/// its uid.
+fn packet_machine(w: &World, name: &str, provider_id: Option<&str>) -> String {
+    let mut spec = json!({});
+    if let Some(p) = provider_id {
+        spec["providerID"] = p.into();
+    }
+    let o = w.kube.create(json!({
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "PacketMachine",
+        "metadata": {"name": name, "namespace": NS}, "spec": spec
+    }));
+    o["metadata"]["uid"].as_str().unwrap().to_string()
+}
+
+/// A claim owned by `kind`/`name` (uid `uid`).
+fn owned_claim(w: &World, name: &str, api_version: &str, kind: &str, owner: &str, uid: &str) {
+    let mut c = claim(name);
+    c["metadata"]["ownerReferences"] = json!([{"apiVersion": api_version, "kind": kind,
+        "name": owner, "uid": uid, "controller": true}]);
+    w.kube.create(c);
+}
+
+async fn reconcile(w: &World, name: &str, now: u64) -> Outcome {
+    let name = name.to_string();
+    w.spawn(now, move |r| {
+        capi::reconcile_claim(r.ctx, r.kube, NS, &name)
+    })
+    .await
+    .unwrap()
+    .unwrap()
+}
+
+async fn try_assign(w: &World, name: &str, now: u64) -> Result<Outcome> {
+    let name = name.to_string();
+    w.spawn(now, move |r| {
+        sync_claim_assignment(r.ctx, r.kube, r.metal, NS, &name)
+    })
+    .await
+    .unwrap()
+}
+
+async fn assign(w: &World, name: &str, now: u64) -> Outcome {
+    try_assign(w, name, now).await.unwrap()
+}
+
+fn claim_object(w: &World, name: &str) -> Option<Value> {
+    w.kube.get(IPAM_GROUP, "ipaddressclaims", Some(NS), name)
+}
+
+/// The claim's `MetalAssigned` condition: (status, reason).
+fn condition(w: &World, name: &str) -> (String, String) {
+    let c = claim_object(w, name).expect("the claim");
+    let cond = c["status"]["conditions"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == CONDITION))
+        .unwrap_or_else(|| panic!("no {CONDITION} condition: {c:#}"));
+    (
+        cond["status"].as_str().unwrap().to_string(),
+        cond["reason"].as_str().unwrap().to_string(),
+    )
+}
+
+fn writes(w: &World) -> usize {
+    w.sim
+        .requests()
+        .iter()
+        .filter(|r| r.method != "GET")
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_claims_assignment_appears_and_disappears_with_it() {
+    let w = ready(Backend::SpinSqlite).await;
+    w.sim.add_device(DEVICE, "da", 2);
+    let uid = packet_machine(&w, "pm-0", Some(&format!("equinixmetal://{DEVICE}")));
+    owned_claim(
+        &w,
+        "m-0",
+        "infrastructure.cluster.x-k8s.io/v1beta1",
+        "PacketMachine",
+        "pm-0",
+        &uid,
+    );
+
+    // The IPAM step binds it and says the assign step comes next.
+    let o = reconcile(&w, "m-0", 20_000).await;
+    assert_eq!(o.result, StepResult::Bound, "{o:?}");
+    assert!(o.metal_assignment);
+    w.sim.clear_requests();
+    let o = assign(&w, "m-0", 20_001).await;
+    assert_eq!(o.result, StepResult::Bound, "{o:?}");
+    // Metal calls per claim: the device read, the assignment.
+    let ops: Vec<String> = w
+        .sim
+        .requests()
+        .iter()
+        .filter_map(|r| r.operation.clone())
+        .collect();
+    assert_eq!(ops, ["findDeviceById", "createIPAssignment"]);
+    let a = w.sim.assignments();
+    assert_eq!(a.len(), 1);
+    assert_eq!((a[0].address.as_str(), a[0].cidr), ("10.10.1.2", 32));
+    assert_eq!(a[0].device_id, DEVICE);
+    let meta = &a[0].customdata["metal-ipam.dev"];
+    assert_eq!(meta["claim"]["name"], "m-0");
+    assert_eq!(meta["claim"]["namespace"], NS);
+    assert_eq!(
+        meta["claim"]["uid"],
+        claim_object(&w, "m-0").unwrap()["metadata"]["uid"]
+    );
+    assert_eq!(meta["pool"], "MetalIPPool team-a/vrf");
+    assert_eq!(condition(&w, "m-0"), ("True".into(), "Assigned".into()));
+    let c = claim_object(&w, "m-0").unwrap();
+    assert!(c["metadata"]["finalizers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|f| f == ASSIGNMENT_FINALIZER));
+    w.assert_record_valid(
+        &keys::metal_claim(NS, "m-0"),
+        "metal-assignment-record.schema.json",
+    );
+
+    // Converged: no Metal call at all, no Kubernetes write.
+    w.sim.clear_requests();
+    let rv = w.kube.resource_version();
+    assert_eq!(assign(&w, "m-0", 20_002).await.result, StepResult::Bound);
+    assert_eq!(
+        w.sim.requests().len(),
+        0,
+        "a converged run calls Metal 0 times"
+    );
+    assert_eq!(w.kube.resource_version(), rv);
+
+    // Deletion: the release waits for the assign step, which removes the
+    // assignment first; then the address is released.
+    w.kube
+        .delete(IPAM_GROUP, "ipaddressclaims", Some(NS), "m-0");
+    let o = reconcile(&w, "m-0", 20_003).await;
+    assert_eq!(
+        (o.result, o.metal_assignment),
+        (StepResult::Waiting, true),
+        "{o:?}"
+    );
+    assert_eq!(w.sim.assignments().len(), 1, "nothing released yet");
+    let o = assign(&w, "m-0", 20_004).await;
+    assert_eq!(o.result, StepResult::Released, "{o:?}");
+    assert!(w.sim.assignments().is_empty());
+    let o = reconcile(&w, "m-0", 20_005).await;
+    assert_eq!(o.result, StepResult::Released, "{o:?}");
+    assert!(claim_object(&w, "m-0").is_none());
+    // Once more, for a late event: nothing to do, no Metal call.
+    w.sim.clear_requests();
+    assert_eq!(assign(&w, "m-0", 20_006).await.result, StepResult::Absent);
+    assert_eq!(w.sim.requests().len(), 0);
+    w.assert_clean();
+
+    // The owner was read (a permission RBAC grants for this step only).
+    assert!(w.kube.requests().iter().any(|r| r.method == "GET"
+        && r.path.contains(&format!(
+            "/apis/{INFRA_GROUP}/v1beta1/namespaces/{NS}/packetmachines/pm-0"
+        ))));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn three_runs_at_once_on_two_instances_assign_once() {
+    for backend in [Backend::SpinSqlite, Backend::RedisSpin36] {
+        let w = ready(backend).await;
+        w.sim.add_device(DEVICE, "da", 2);
+        // The device named by an annotation this time.
+        let mut c = claim("m-0");
+        c["metadata"]["annotations"] = json!({DEVICE_ANNOTATION: DEVICE});
+        w.kube.create(c);
+        assert_eq!(reconcile(&w, "m-0", 20_000).await.result, StepResult::Bound);
+        let runs: Vec<_> = (0..3)
+            .map(|i| {
+                w.spawn(20_001 + i % 2, |r| {
+                    sync_claim_assignment(r.ctx, r.kube, r.metal, NS, "m-0")
+                })
+            })
+            .collect();
+        for r in runs {
+            let o = r.await.unwrap().unwrap();
+            assert!(
+                matches!(o.result, StepResult::Bound | StepResult::Waiting),
+                "{o:?}"
+            );
+        }
+        assert_eq!(w.sim.applied("createIPAssignment"), 1, "{backend:?}");
+        assert_eq!(assign(&w, "m-0", 20_010).await.result, StepResult::Bound);
+        assert_eq!(w.sim.assignments().len(), 1);
+        w.assert_clean();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_fault_on_any_metal_call_converges_with_one_assignment() {
+    let faults = [
+        Fault::CrashAfter,
+        Fault::Status(503),
+        Fault::Drop,
+        Fault::RateLimit { retry_after_s: 1 },
+    ];
+    let mut validated = 0;
+    for (method, op) in [("POST", "createIPAssignment"), ("GET", "findDeviceById")] {
+        for fault in &faults {
+            if method == "GET" && *fault == Fault::CrashAfter {
+                continue;
+            }
+            let w = ready(Backend::RedisSpin36).await;
+            w.sim.add_device(DEVICE, "da", 2);
+            let mut c = claim("m-0");
+            c["metadata"]["annotations"] =
+                json!({DEVICE_ANNOTATION: format!("equinixmetal://{DEVICE}")});
+            w.kube.create(c);
+            reconcile(&w, "m-0", 20_000).await;
+            w.sim.inject(method, op, fault.clone(), 1);
+            let mut now = 20_001;
+            let mut bound = false;
+            for _ in 0..6 {
+                match try_assign(&w, "m-0", now).await {
+                    Ok(o) if o.result == StepResult::Bound => {
+                        bound = true;
+                        break;
+                    }
+                    Ok(o) => assert_eq!(o.result, StepResult::Waiting, "{op} {fault:?}: {o:?}"),
+                    Err(e) => assert_eq!(e.status(), 503, "{op} {fault:?}: {e}"),
+                }
+                // The next delivery, past an intent's lease.
+                now += INTENT_LEASE_S + 1;
+            }
+            assert!(bound, "{op} with {fault:?}: not assigned");
+            assert_eq!(w.sim.assignments().len(), 1, "{op} with {fault:?}");
+            assert_eq!(w.sim.pending_faults(), 0, "{op} with {fault:?}: hit");
+            // And it goes away with the claim, fault or not.
+            w.kube
+                .delete(IPAM_GROUP, "ipaddressclaims", Some(NS), "m-0");
+            assert_eq!(
+                assign(&w, "m-0", now + 1).await.result,
+                StepResult::Released
+            );
+            assert!(w.sim.assignments().is_empty());
+            w.assert_clean();
+            validated += w.sim.requests().len();
+        }
+    }
+    println!("{validated} Metal requests validated against the spec, 0 violations");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_claim_waits_for_its_device_and_the_poll_assigns_it() {
+    let w = ready(Backend::SpinSqlite).await;
+    // A Machine without a provider ID yet.
+    let machine = w.kube.create(json!({
+        "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+        "metadata": {"name": "m-a", "namespace": NS}, "spec": {"clusterName": "c"}
+    }));
+    let uid = machine["metadata"]["uid"].as_str().unwrap().to_string();
+    owned_claim(
+        &w,
+        "m-0",
+        "cluster.x-k8s.io/v1beta2",
+        "Machine",
+        "m-a",
+        &uid,
+    );
+    assert_eq!(reconcile(&w, "m-0", 20_000).await.result, StepResult::Bound);
+    let o = assign(&w, "m-0", 20_001).await;
+    assert_eq!(o.result, StepResult::Waiting, "{o:?}");
+    assert_eq!(
+        condition(&w, "m-0"),
+        ("False".into(), "DeviceUnknown".into())
+    );
+    assert!(w
+        .sim
+        .requests()
+        .iter()
+        .all(|r| r.operation.as_deref() != Some("createIPAssignment")));
+
+    // The machine gets its device, still provisioning: the first poll
+    // rechecks every waiting claim.
+    w.sim.add_device_in_state(DEVICE, "da", 2, "provisioning");
+    let mut m = w
+        .kube
+        .get(CLUSTER_GROUP, "machines", Some(NS), "m-a")
+        .unwrap();
+    m["spec"]["providerID"] = format!("equinixmetal://{DEVICE}").into();
+    w.kube.put(m);
+    let p = w
+        .spawn(20_002, |r| poll(r.ctx, r.kube, r.metal))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(p.synced, [("team-a/m-0".to_string(), "waiting")], "{p:?}");
+    assert_eq!(
+        condition(&w, "m-0"),
+        ("False".into(), "DeviceNotActive".into())
+    );
+    assert!(w.kube.requests().iter().any(|r| r.method == "GET"
+        && r.path.ends_with(&format!(
+            "/apis/{CLUSTER_GROUP}/v1beta2/namespaces/{NS}/machines/m-a"
+        ))));
+
+    // Active: the event names the device, the poll assigns.
+    w.sim.set_device_state(DEVICE, "active");
+    let p = w
+        .spawn(20_003, |r| poll(r.ctx, r.kube, r.metal))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(p.synced, [("team-a/m-0".to_string(), "bound")], "{p:?}");
+    assert_eq!(p.events, 1);
+    assert_eq!(w.sim.assignments().len(), 1);
+    assert_eq!(condition(&w, "m-0"), ("True".into(), "Assigned".into()));
+
+    // The assignment's own event names no device; after it, nothing new:
+    // one read of the events, nothing else.
+    let p = w
+        .spawn(20_004, |r| poll(r.ctx, r.kube, r.metal))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((p.events, p.devices, p.synced.len()), (1, 0, 0), "{p:?}");
+    w.sim.clear_requests();
+    let p = w
+        .spawn(20_004, |r| poll(r.ctx, r.kube, r.metal))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((p.events, p.devices, p.synced.len()), (0, 0, 0), "{p:?}");
+    let ops: Vec<String> = w
+        .sim
+        .requests()
+        .iter()
+        .filter_map(|r| r.operation.clone())
+        .collect();
+    assert_eq!(ops, ["findProjectEvents"]);
+    w.assert_record_valid(keys::METAL_POLL, "metal-poll-cursor.schema.json");
+
+    // The device is deleted (its assignment with it): a poll that fails
+    // to read the device leaves the cursor, the next one handles it.
+    w.sim.delete_device(DEVICE);
+    w.sim
+        .inject("GET", "findDeviceById", Fault::Status(500), 1_000);
+    let failed = w
+        .spawn(20_005, |r| poll(r.ctx, r.kube, r.metal))
+        .await
+        .unwrap();
+    assert!(failed.is_err(), "{failed:?}");
+    w.sim.clear_faults();
+    let p = w
+        .spawn(20_006, |r| poll(r.ctx, r.kube, r.metal))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(p.device_deleted, ["team-a/m-0"], "{p:?}");
+    assert_eq!(
+        condition(&w, "m-0"),
+        ("False".into(), "DeviceDeleted".into())
+    );
+    // The claim is still bound; its deletion needs no Metal call.
+    w.sim.clear_requests();
+    w.kube
+        .delete(IPAM_GROUP, "ipaddressclaims", Some(NS), "m-0");
+    assert_eq!(
+        reconcile(&w, "m-0", 20_007).await.result,
+        StepResult::Waiting
+    );
+    assert_eq!(assign(&w, "m-0", 20_008).await.result, StepResult::Released);
+    assert_eq!(
+        reconcile(&w, "m-0", 20_009).await.result,
+        StepResult::Released
+    );
+    assert_eq!(writes(&w), 0, "nothing to delete in Metal");
+    w.assert_clean();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_refused_assignment_shows_on_the_claim_and_keeps_the_address() {
+    let w = ready(Backend::SpinSqlite).await;
+    // A device in another metro than the reservation: Metal refuses.
+    w.sim.add_device(DEVICE, "sv", 2);
+    let uid = packet_machine(&w, "pm-0", Some(DEVICE));
+    owned_claim(
+        &w,
+        "m-0",
+        "infrastructure.cluster.x-k8s.io/v1beta1",
+        "PacketMachine",
+        "pm-0",
+        &uid,
+    );
+    reconcile(&w, "m-0", 20_000).await;
+    let o = assign(&w, "m-0", 20_001).await;
+    assert_eq!(o.result, StepResult::Failed, "{o:?}");
+    assert!(o.message.contains("is in da"), "{o:?}");
+    assert_eq!(
+        condition(&w, "m-0"),
+        ("False".into(), "AssignmentRefused".into())
+    );
+    // Not retried on every event, and the address stays the claim's.
+    w.sim.clear_requests();
+    assert_eq!(assign(&w, "m-0", 20_002).await.result, StepResult::Failed);
+    assert_eq!(writes(&w), 0);
+    let ip = w
+        .kube
+        .get(IPAM_GROUP, "ipaddresses", Some(NS), "m-0")
+        .unwrap();
+    w.kube.create(claim("m-1"));
+    reconcile(&w, "m-1", 20_003).await;
+    let other = w
+        .kube
+        .get(IPAM_GROUP, "ipaddresses", Some(NS), "m-1")
+        .unwrap();
+    assert_ne!(ip["spec"]["address"], other["spec"]["address"]);
+    // A provider ID that is not Metal's is an error on the claim, and
+    // nothing is asked of Metal.
+    let uid = packet_machine(&w, "pm-x", Some("aws:///us-east-1a/i-0abc"));
+    owned_claim(
+        &w,
+        "m-2",
+        "infrastructure.cluster.x-k8s.io/v1beta1",
+        "PacketMachine",
+        "pm-x",
+        &uid,
+    );
+    reconcile(&w, "m-2", 20_004).await;
+    w.sim.clear_requests();
+    let o = assign(&w, "m-2", 20_005).await;
+    assert_eq!(o.result, StepResult::Failed, "{o:?}");
+    assert_eq!(
+        condition(&w, "m-2"),
+        ("False".into(), "InvalidDevice".into())
+    );
+    assert_eq!(w.sim.requests().len(), 0);
+    w.assert_clean();
+}
