@@ -25,7 +25,15 @@ use metal_ipam_core::kube::USED_PERMISSIONS;
 
 /// The components that call the Kubernetes API, and so need the cluster CA
 /// in the runtime config's `[[client_tls]]`.
-const KUBE_CLIENT_COMPONENTS: &[&str] = &["pools", "allocate", "release", "reconcile", "provision"];
+const KUBE_CLIENT_COMPONENTS: &[&str] = &[
+    "pools",
+    "allocate",
+    "release",
+    "reconcile",
+    "provision",
+    "assign",
+    "poll",
+];
 
 /// What each route the manifests call must reach, by component.
 const CALLED_ROUTES: &[(&str, &str)] = &[
@@ -33,6 +41,7 @@ const CALLED_ROUTES: &[(&str, &str)] = &[
     ("/v1/events", "events"),
     ("/v1/admission/pools", "admission"),
     ("/v1/reconcile", "reconcile"),
+    ("/v1/metal/poll", "poll"),
 ];
 
 /// The keys Spin 3.6 accepts in a `[[client_tls]]` entry (it denies unknown
@@ -502,6 +511,7 @@ fn kustomization_lists_every_manifest_in_install_order() {
         "apiserversource.yaml",
         "webhook.yaml",
         "reconcile-cronjob.yaml",
+        "metal-poll-cronjob.yaml",
     ];
     for pair in order.windows(2) {
         assert!(
@@ -1243,14 +1253,37 @@ fn webhook_validates_exactly_our_pools_over_https_with_the_token() {
 
 #[test]
 fn cron_job_posts_to_reconcile_every_five_minutes() {
+    check_cron_job(
+        "metal-ipam-reconcile",
+        "*/5 * * * *",
+        300,
+        "RECONCILE_URL",
+        "/v1/reconcile",
+    );
+}
+
+#[test]
+fn cron_job_polls_metal_events_every_minute() {
+    check_cron_job(
+        "metal-ipam-metal-poll",
+        "* * * * *",
+        60,
+        "POLL_URL",
+        "/v1/metal/poll",
+    );
+}
+
+/// A CronJob that POSTs `path` with the API token on `schedule`, each run
+/// ending within `period_s`.
+fn check_cron_job(name: &str, schedule: &str, period_s: u64, url_var: &str, path: &str) {
     let docs = all_docs();
-    let cron = find(&docs, "CronJob", "metal-ipam-reconcile");
+    let cron = find(&docs, "CronJob", name);
     let spec = &cron.value["spec"];
-    assert_eq!(spec["schedule"], "*/5 * * * *");
+    assert_eq!(spec["schedule"], schedule);
     assert_eq!(spec["concurrencyPolicy"], "Forbid");
     let job = &spec["jobTemplate"]["spec"];
     assert!(
-        job["activeDeadlineSeconds"].as_u64().unwrap() < 300,
+        job["activeDeadlineSeconds"].as_u64().unwrap() < period_s,
         "a run must end before the next is due"
     );
     let pod = &job["template"]["spec"];
@@ -1266,18 +1299,19 @@ fn cron_job_posts_to_reconcile_every_five_minutes() {
         .map(|e| (e["name"].as_str().unwrap().to_string(), e.clone()))
         .collect();
     assert_eq!(
-        env["RECONCILE_URL"]["value"],
-        format!("{}/v1/reconcile", service_url(&docs)).as_str()
+        env[url_var]["value"],
+        format!("{}{path}", service_url(&docs)).as_str()
     );
     // The same Secret and key as the SpinApp's api_token.
     let api_token = &spin_app_variables(&docs)["api_token"]["valueFrom"];
     assert_eq!(&env["API_TOKEN"]["valueFrom"], api_token);
 
     let script = strings(&c["command"]).join(" ");
+    let url = format!("\"${url_var}\"");
     for needle in [
         "--fail-with-body",
         "--data",
-        "\"$RECONCILE_URL\"",
+        url.as_str(),
         "Authorization: Bearer",
         "$API_TOKEN",
     ] {

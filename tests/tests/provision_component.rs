@@ -123,11 +123,21 @@ async fn without_metal_configured_a_vrf_pool_fails_loudly_and_nothing_else_does(
     assert_eq!(r.status, 502, "{:#}", r.body);
     assert_eq!(r.body["steps"][1]["status"], 500);
     assert_eq!(r.body["steps"][1]["result"]["reason"], "MetalNotConfigured");
-    // The chained route is not public.
-    let r = app
-        .call("POST", "/v1/capi/metal/pools/team-a/vrf", None)
-        .await;
-    assert_eq!(r.status, 404);
+    // The chained routes are not public.
+    for path in [
+        "/v1/capi/metal/pools/team-a/vrf",
+        "/v1/capi/metal/claims/team-a/m-0",
+    ] {
+        assert_eq!(app.call("POST", path, None).await.status, 404, "{path}");
+    }
+    // Nothing to poll without Metal: the CronJob's run succeeds, saying so.
+    let r = app.call("POST", "/v1/metal/poll", None).await;
+    assert_eq!(
+        (r.status, &r.body["result"]),
+        (200, &json!("skipped")),
+        "{:#}",
+        r.body
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -219,11 +229,21 @@ async fn a_claims_metal_assignment_follows_it_through_the_components() {
             .as_array()
             .unwrap()
             .iter()
-            .map(|s| format!("{} {}", s["step"].as_str().unwrap(), s["result"]["result"].as_str().unwrap_or("?")))
+            .map(|s| {
+                format!(
+                    "{} {}",
+                    s["step"].as_str().unwrap(),
+                    s["result"]["result"].as_str().unwrap_or("?")
+                )
+            })
             .collect()
     };
     let r = app
-        .call("POST", "/v1/events", Some(&json!({"type": "ADDED", "object": claim})))
+        .call(
+            "POST",
+            "/v1/events",
+            Some(&json!({"type": "ADDED", "object": claim})),
+        )
         .await;
     assert_eq!(r.status, 200, "{:#}", r.body);
     assert_eq!(steps(&r), ["allocate bound", "assign bound"]);
@@ -234,15 +254,32 @@ async fn a_claims_metal_assignment_follows_it_through_the_components() {
     // The public claim route is the same step: converged, no Metal call.
     sim.clear_requests();
     let claim_path = "/v1/metal/claims/team-a/m-0";
-    assert_eq!(app.call_with("POST", claim_path, None, None).await.status, 401);
+    assert_eq!(
+        app.call_with("POST", claim_path, None, None).await.status,
+        401
+    );
     let r = app.call("POST", claim_path, None).await;
-    assert_eq!((r.status, r.body["result"].as_str()), (200, Some("bound")), "{:#}", r.body);
+    assert_eq!(
+        (r.status, r.body["result"].as_str()),
+        (200, Some("bound")),
+        "{:#}",
+        r.body
+    );
     assert!(sim.requests().is_empty());
 
     // Deleted: release waits for the assignment to go, then frees.
-    kube.delete(metal_ipam_tests::fake_kube::IPAM_GROUP, "ipaddressclaims", Some("team-a"), "m-0");
+    kube.delete(
+        metal_ipam_tests::fake_kube::IPAM_GROUP,
+        "ipaddressclaims",
+        Some("team-a"),
+        "m-0",
+    );
     let r = app
-        .call("POST", "/v1/events", Some(&json!({"type": "DELETED", "object": claim})))
+        .call(
+            "POST",
+            "/v1/events",
+            Some(&json!({"type": "DELETED", "object": claim})),
+        )
         .await;
     assert_eq!(r.status, 200, "{:#}", r.body);
     assert_eq!(
@@ -252,13 +289,23 @@ async fn a_claims_metal_assignment_follows_it_through_the_components() {
     assert!(sim.assignments().is_empty());
 
     // The poll: its cursor moves over the events so far; the API token only.
-    assert_eq!(app.call_with("POST", "/v1/metal/poll", None, None).await.status, 401);
+    assert_eq!(
+        app.call_with("POST", "/v1/metal/poll", None, None)
+            .await
+            .status,
+        401
+    );
     assert_eq!(app.call("GET", "/v1/metal/poll", None).await.status, 405);
     let r = app.call("POST", "/v1/metal/poll", None).await;
     assert_eq!(r.status, 200, "{:#}", r.body);
     assert!(r.body["events"].as_u64().unwrap() > 0);
     let r = app.call("POST", "/v1/metal/poll", None).await;
-    assert_eq!((r.status, &r.body["events"]), (200, &json!(0)), "{:#}", r.body);
+    assert_eq!(
+        (r.status, &r.body["events"]),
+        (200, &json!(0)),
+        "{:#}",
+        r.body
+    );
     assert_eq!(sim.violations(), Vec::<String>::new());
     assert_eq!(kube.schema_violations(), Vec::<String>::new());
 }

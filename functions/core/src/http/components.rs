@@ -309,7 +309,9 @@ pub fn assign<K: KvStore, H: HttpClient + ?Sized>(
 /// The `poll` component: `POST /v1/metal/poll` handles the Metal events
 /// after the stored cursor (run by a CronJob; Metal has no webhooks).
 /// 200 with the report; 500 with it when single claims failed (the cursor
-/// stayed, the next run handles them again).
+/// stayed, the next run handles them again); 200 `skipped` when Metal is
+/// not configured (nothing can need polling then: VRF-backed pools say
+/// `MetalNotConfigured` themselves).
 pub fn poll<K: KvStore, H: HttpClient + ?Sized>(
     s: &Services<'_, K, H>,
     req: &ApiRequest<'_>,
@@ -325,7 +327,16 @@ pub fn poll<K: KvStore, H: HttpClient + ?Sized>(
     ) {
         return r;
     }
-    let report = match (|| capi::assign::poll(store(s)?, kube(s)?, metal_of(s)?))() {
+    let Some(metal) = s.metal else {
+        let mut r = ok(
+            route,
+            "skipped",
+            json!({"result": "skipped", "reason": "MetalNotConfigured"}),
+        );
+        r.detail = Some("Equinix Metal is not configured: nothing to poll".into());
+        return r;
+    };
+    let report = match (|| capi::assign::poll(store(s)?, kube(s)?, metal))() {
         Ok(r) => r,
         Err(e) => return ApiResponse::from_error(&e, route),
     };
