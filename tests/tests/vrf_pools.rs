@@ -123,6 +123,14 @@ async fn a_vrf_pool_is_provisioned_in_order_hands_out_its_block_and_is_torn_down
     );
     assert_eq!(w.kube.resource_version(), before, "no Kubernetes write");
 
+    // A device's bond still carries the pool's VLAN (left behind by
+    // whatever attached it): teardown unassigns it before deleting the VLAN.
+    let device = w
+        .sim
+        .add_device("0c7e5d1a-2b3c-4d5e-8f90-a1b2c3d4e5f6", "da", 2);
+    let bond = device.port("bond0").unwrap().id.clone();
+    w.sim.assign_vlan(&bond, &w.sim.vlans()[0].id);
+
     // Deleting the pool waits while an address is allocated …
     w.kube.delete(METAL_GROUP, "metalippools", Some(NS), POOL);
     assert_eq!(w.sync(30_001).await.result, StepResult::Waiting);
@@ -173,6 +181,15 @@ async fn a_vrf_pool_is_provisioned_in_order_hands_out_its_block_and_is_torn_down
             "deleteVrf"
         ]
     );
+    let unassigned: Vec<String> = w
+        .sim
+        .requests()
+        .iter()
+        .filter(|r| r.operation.as_deref() == Some("unassignPort"))
+        .map(|r| r.path.clone())
+        .collect();
+    assert_eq!(unassigned, [format!("/metal/v1/ports/{bond}/unassign")]);
+    assert!(w.sim.devices()[0].port("bond0").unwrap().vlans.is_empty());
     w.assert_clean();
 }
 

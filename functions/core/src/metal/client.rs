@@ -20,8 +20,8 @@ use serde_json::Value;
 
 use super::model::{
     Device, ErrorBody, Event, IpAddress, IpAssignment, IpAssignmentInput, Meta, MetalGateway,
-    VirtualNetwork, VirtualNetworkCreateInput, Vrf, VrfCreateInput, VrfIpReservation,
-    VrfIpReservationCreateInput, VrfMetalGatewayCreateInput,
+    PortAssignInput, VirtualNetwork, VirtualNetworkCreateInput, Vrf, VrfCreateInput,
+    VrfIpReservation, VrfIpReservationCreateInput, VrfMetalGatewayCreateInput,
 };
 use super::retry::{decide, Attempt, Next, RetryPolicy};
 use crate::error::{Error, ErrorKind};
@@ -554,6 +554,50 @@ impl<'a, H: HttpClient + ?Sized, E: Env + ?Sized> Metal<'a, H, E> {
             &[],
             false,
         )
+    }
+
+    /// The ids of the ports VLAN `id` is assigned to (one read, with its
+    /// instances and their ports).
+    ///
+    /// # Errors
+    /// See [`MetalError`]; 404 when the VLAN does not exist.
+    pub fn vlan_ports(&self, id: &str) -> Result<Vec<String>, MetalError> {
+        let q = [("include", "instances".to_string())];
+        let Some(v): Option<VirtualNetwork> = self.get(&format!("/virtual-networks/{id}"), &q)?
+        else {
+            return Ok(Vec::new());
+        };
+        Ok(v.instances
+            .iter()
+            .flat_map(|d| &d.network_ports)
+            .filter(|p| p.virtual_networks.iter().any(|r| r.id() == Some(id)))
+            .map(|p| p.id.clone())
+            .collect())
+    }
+
+    /// Unassigns VLAN `vnid` from port `port_id`; `false` when it was not
+    /// assigned (Metal's 422 "not assigned", which the caller confirms by
+    /// re-reading if it matters).
+    ///
+    /// # Errors
+    /// See [`MetalError`]; not repeated after a 5xx or a lost connection.
+    pub fn unassign_port(&self, port_id: &str, vnid: &str) -> Result<bool, MetalError> {
+        let input = PortAssignInput {
+            vnid: vnid.to_string(),
+        };
+        let body = serde_json::to_value(&input).map_err(|e| MetalError::Malformed {
+            detail: format!("POST /ports/{port_id}/unassign: {e}"),
+        })?;
+        match self.send(
+            Method::POST,
+            &format!("/ports/{port_id}/unassign"),
+            &[],
+            Some(&body),
+        ) {
+            Ok(_) => Ok(true),
+            Err(e) if e.says(422, "not assigned") => Ok(false),
+            Err(e) => Err(e),
+        }
     }
 
     /// One device; `None` if it does not exist (deleted).

@@ -311,6 +311,8 @@ pub struct VirtualNetwork {
     pub tags: Vec<String>,
     /// Gateways on it.
     pub metal_gateways: Vec<MetalGatewayLite>,
+    /// Devices with ports on it (objects with `include=instances`).
+    pub instances: Vec<Device>,
 }
 
 impl VirtualNetwork {
@@ -390,6 +392,27 @@ pub struct Device {
     pub hostname: Option<String>,
     /// Metro.
     pub metro: Option<Metro>,
+    /// Its ports (with `include=network_ports` or nested in an include).
+    pub network_ports: Vec<Port>,
+}
+
+/// A device port, as far as its VLANs go.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default)]
+pub struct Port {
+    /// UUID.
+    pub id: String,
+    /// `bond0`, `eth1`, ….
+    pub name: Option<String>,
+    /// The VLANs assigned to it (links, or objects when included).
+    pub virtual_networks: Vec<Ref>,
+}
+
+/// `POST /ports/{id}/unassign` (and `assign`): the VLAN by UUID or vxlan.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct PortAssignInput {
+    /// The VLAN's UUID (or vxlan).
+    pub vnid: String,
 }
 
 impl Device {

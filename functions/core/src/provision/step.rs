@@ -702,7 +702,9 @@ fn block_of<H: HttpClient + ?Sized, E: Env + ?Sized>(
 }
 
 /// Tears the pool's Metal resources down, up to [`MAX_ROUNDS`] actions:
-/// gateway, reservation, VLAN, VRF, by deletion policy, the gateway gone before its reservation.
+/// gateway, reservation, VLAN, VRF, by deletion policy, the gateway gone
+/// before its reservation, and a VLAN to delete unassigned from the ports
+/// still carrying it (`POST /ports/{id}/unassign`) before it is deleted.
 ///
 /// # Idempotency
 /// Safe to repeat and to run concurrently: deleting what is already gone
@@ -757,6 +759,19 @@ pub fn deprovision<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
             }
             Teardown::Delete(r) => {
                 let id = held_id(&progress, r)?;
+                if r == Resource::Vlan {
+                    // Metal refuses to delete a VLAN still on a port:
+                    // unassign it first (Metal's teardown order), then
+                    // delete in the next round.
+                    let ports = metal.vlan_ports(&id)?;
+                    if !ports.is_empty() {
+                        for p in &ports {
+                            metal.unassign_port(p, &id)?;
+                            done.push(format!("unassigned vlan {id} from port {p}"));
+                        }
+                        continue;
+                    }
+                }
                 delete(metal, r, &id)?;
                 record(ctx, t.id, |p| {
                     if p.held(r).map(|h| h.id.as_str()) != Some(id.as_str()) {
