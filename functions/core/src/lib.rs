@@ -24,9 +24,11 @@
 //! - [`metal`]: the Equinix Metal API client (typed models, retries,
 //!   pagination).
 //! - [`provision`]: VRF-backed pools' Metal resources, provisioned in
-//!   order and exactly once, torn down by policy.
+//!   order and exactly once, torn down by policy; claims' IP assignments to
+//!   their devices, exactly once; the Metal event cursor.
 //! - [`capi`]: the CAPI IPAM contract: claim and pool reconciliation, full
-//!   reconcile.
+//!   reconcile; VRF-backed pools and claims' Metal assignments on the
+//!   Kubernetes side, and the Metal event poll.
 //! - [`events`]: the payloads event forwarders post to `/v1/events`.
 //! - [`admission`]: the validating webhook for the pool kinds.
 //! - [`http`]: requests and responses, auth, the plain HTTP API, one entry
