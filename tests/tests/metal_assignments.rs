@@ -467,3 +467,109 @@ async fn a_refused_assignment_shows_on_the_claim_and_keeps_the_address() {
     assert_eq!(w.sim.requests().len(), 0);
     w.assert_clean();
 }
+
+/// The poll stopped before each of its KV operations in turn (the store
+/// fails from then on, as an instance that crashed there): the next polls
+/// converge to exactly one assignment, whatever Metal calls the stopped one
+/// had made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_poll_stopped_before_any_kv_operation_converges() {
+    let mut stopped_at = 0;
+    for n in 0.. {
+        let w = ready(Backend::RedisSpin36).await;
+        w.sim.add_device_in_state(DEVICE, "da", 2, "provisioning");
+        let mut c = claim("m-0");
+        c["metadata"]["annotations"] = json!({DEVICE_ANNOTATION: DEVICE});
+        w.kube.create(c);
+        reconcile(&w, "m-0", 20_000).await;
+        assert_eq!(assign(&w, "m-0", 20_001).await.result, StepResult::Waiting);
+        w.spawn(20_002, |r| poll(r.ctx, r.kube, r.metal))
+            .await
+            .unwrap()
+            .unwrap();
+        w.sim.set_device_state(DEVICE, "active");
+        w.kv.fail_after(Some(n));
+        let first = w
+            .spawn(20_003, |r| poll(r.ctx, r.kube, r.metal))
+            .await
+            .unwrap();
+        w.kv.fail_after(None);
+        // The next runs of the CronJob, past an intent's lease.
+        let mut now = 20_003 + INTENT_LEASE_S + 1;
+        for _ in 0..2 {
+            w.spawn(now, |r| poll(r.ctx, r.kube, r.metal))
+                .await
+                .unwrap()
+                .unwrap();
+            now += 60;
+        }
+        assert_eq!(w.sim.assignments().len(), 1, "stopped before KV op {n}");
+        assert_eq!(
+            w.sim.applied("createIPAssignment"),
+            1,
+            "stopped before KV op {n}"
+        );
+        assert_eq!(
+            condition(&w, "m-0"),
+            ("True".into(), "Assigned".into()),
+            "{n}"
+        );
+        w.assert_clean();
+        // Failures on single claims are in the report, not an error.
+        if matches!(&first, Ok(p) if p.errors.is_empty()) {
+            stopped_at = n;
+            break;
+        }
+    }
+    // How many stopping points there were: every KV operation of a poll
+    // that assigns one claim.
+    println!("the poll was stopped before each of its first {stopped_at} KV operations");
+    assert!(stopped_at > 5, "{stopped_at}");
+}
+
+/// The removal of a deleted claim's assignment stopped before each of its
+/// KV operations in turn: the next runs remove it, then the address is
+/// released; never released while assigned.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_removal_stopped_before_any_kv_operation_converges() {
+    let mut stopped_at = 0;
+    for n in 0.. {
+        let w = ready(Backend::SpinSqlite).await;
+        w.sim.add_device(DEVICE, "da", 2);
+        let mut c = claim("m-0");
+        c["metadata"]["annotations"] = json!({DEVICE_ANNOTATION: DEVICE});
+        w.kube.create(c);
+        reconcile(&w, "m-0", 20_000).await;
+        assert_eq!(assign(&w, "m-0", 20_001).await.result, StepResult::Bound);
+        w.kube
+            .delete(IPAM_GROUP, "ipaddressclaims", Some(NS), "m-0");
+        w.kv.fail_after(Some(n));
+        let first = try_assign(&w, "m-0", 20_002).await;
+        w.kv.fail_after(None);
+        // The release may run at any time: it waits while anything may be
+        // assigned.
+        let o = reconcile(&w, "m-0", 20_003).await;
+        if !w.sim.assignments().is_empty() {
+            assert_eq!(
+                o.result,
+                StepResult::Waiting,
+                "{n}: released while assigned"
+            );
+        }
+        let mut now = 20_003 + INTENT_LEASE_S + 1;
+        for _ in 0..2 {
+            assign(&w, "m-0", now).await;
+            reconcile(&w, "m-0", now + 1).await;
+            now += 60;
+        }
+        assert!(w.sim.assignments().is_empty(), "{n}");
+        assert!(claim_object(&w, "m-0").is_none(), "{n}: the claim is gone");
+        w.assert_clean();
+        if first.is_ok() {
+            stopped_at = n;
+            break;
+        }
+    }
+    println!("the removal was stopped before each of its first {stopped_at} KV operations");
+    assert!(stopped_at > 2, "{stopped_at}");
+}

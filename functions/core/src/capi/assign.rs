@@ -439,8 +439,12 @@ pub fn poll<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
         assign::list(ctx.kv)?
     };
     let mut rerun: Vec<(String, String)> = Vec::new();
+    // Waiting for an assignment: nothing assigned, no refusal, and no
+    // instance at work (an intent past its lease is a crashed attempt the
+    // assign step looks for).
+    let now = ctx.env.now();
     let waiting = |r: &assign::Assignment| {
-        !r.closed && r.assignment.is_none() && r.intent.is_none() && r.refused.is_none()
+        !r.closed && r.assignment.is_none() && r.refused.is_none() && !r.live_intent(now)
     };
     for d in &batch.devices {
         let device = metal.get_device(d)?;
@@ -461,10 +465,13 @@ pub fn poll<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
                     }
                 }
             } else if active
-                && waiting(r)
-                && r.device.as_deref().is_none_or(|x| x == d)
+                && !r.closed
+                && (r.device.as_deref() == Some(d.as_str()) || (r.device.is_none() && waiting(r)))
                 && !rerun.contains(&(ns.clone(), name.clone()))
             {
+                // Every claim on the device (a converged one costs no Metal
+                // call and repairs a condition an interrupted run left
+                // behind), and those waiting for a device.
                 rerun.push((ns.clone(), name.clone()));
             }
         }
