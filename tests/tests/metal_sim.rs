@@ -285,7 +285,7 @@ async fn the_full_flow_creates_and_tears_down_in_order() {
         );
         assert_refused(m.delete_vlan(&vlan_id), "metal gateway");
         let mut states = Vec::new();
-        while let Some(g) = m.get_gateway(&gw_id).unwrap() {
+        while let Some(g) = live_gateway(m, &gw_id) {
             states.push(g.state.unwrap());
             assert!(states.len() < 5, "{states:?}");
         }
@@ -1058,7 +1058,7 @@ async fn gateways_settle_after_the_configured_number_of_reads() {
         assert_eq!(states, ["ready", "ready", "ready", "active"]);
         m.delete_gateway(&gw1).unwrap();
         let mut seen = Vec::new();
-        while let Some(g) = m.get_gateway(&gw1).unwrap() {
+        while let Some(g) = live_gateway(m, &gw1) {
             seen.push(g.state.unwrap());
             assert!(seen.len() < 10);
         }
@@ -1216,4 +1216,24 @@ async fn a_crash_after_a_post_leaves_the_resource_behind() {
         (None, Some(Fault::CrashAfter))
     );
     assert_clean(&sim);
+}
+
+/// A gateway as a GET answers it; `None` once deleted, which Metal (and the
+/// simulator) answers with 403, not 404.
+fn live_gateway<H, E>(
+    m: &metal_ipam_core::metal::client::Metal<'_, H, E>,
+    id: &str,
+) -> Option<metal_ipam_core::metal::model::MetalGateway>
+where
+    H: metal_ipam_core::ports::http::HttpClient + ?Sized,
+    E: metal_ipam_core::ports::Env + ?Sized,
+{
+    match m.get_gateway(id) {
+        Ok(g) => {
+            assert!(g.is_some(), "a deleted gateway answers 403, not 404");
+            g
+        }
+        Err(e) if e.status() == Some(403) => None,
+        Err(e) => panic!("{e}"),
+    }
 }

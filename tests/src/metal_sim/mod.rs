@@ -87,7 +87,7 @@
 //! | Assignments | `GET/POST /devices/{id}/ips` | `address` (`a.b.c.d`, or with the reservation's prefix or a host prefix) inside one of the project's reservations in the device's metro, not assigned already. Answer `type: IPAssignment`, `assigned_to {href}`, `parent_block` |
 //! | Devices, ports | `GET /devices/{id}`, `GET /ports/{id}`, `POST /ports/{id}/assign`, `POST /ports/{id}/unassign` | devices are seeded ([`MetalSim::add_device`]: `active`; [`MetalSim::add_device_in_state`]: any of [`DEVICE_STATES`]) and answer their `state`; the test moves them on ([`MetalSim::set_device_state`]) and deletes them ([`MetalSim::delete_device`]: the device, its ports and its assignments are gone, 404 afterwards); `vnid` is a VLAN UUID or number in the device's metro; `Virtual network N already assigned` / `… not assigned` |
 //! | VLANs | `GET/POST /projects/{id}/virtual-networks` (`?metro=`), `GET/PUT/DELETE /virtual-networks/{id}` | `metro` required; `vxlan` 2–3999, unique per project **and metro**, omitted: next free in 1000–1999; list without `meta`; DELETE (204) refused with `Cannot delete Virtual Network when port is assigned` while on a port, and while a gateway uses it |
-//! | Metal Gateways | `GET/POST /projects/{project_id}/metal-gateways`, `GET/DELETE /metal-gateways/{id}` | VLAN and reservation exist, same metro; one gateway per reservation; one IPv6 reservation per VLAN. 201 `state: ready`; DELETE 202 `state: deleting`. List paginated under `metal_gateways` (`per_page` default 10) |
+//! | Metal Gateways | `GET/POST /projects/{project_id}/metal-gateways`, `GET/DELETE /metal-gateways/{id}` | VLAN and reservation exist, same metro; one gateway per reservation; one IPv6 reservation per VLAN. 201 `state: ready`; DELETE 202 `state: deleting`; once gone, a GET answers **403** `Access denied for the current authentication token` (as Metal's did), not 404. List paginated under `metal_gateways` (`per_page` default 10) |
 //! | Events | `GET /projects/{id}/events` | newest first (in the order of the changes; `created_at` has whole seconds, so events may share it), paginated; `vrf.created`, `vrf.updated`, `vrf.deleted`, `ip_reservation.created/deleted`, `ip_assignment.created/deleted`, `virtual_network.created/deleted`, `metal_gateway.created/deleted`, `instance.state_changed` ([`MetalSim::set_device_state`], body `Device <id> is now <state>`), `instance.deleted` ([`MetalSim::delete_device`]; no `ip_assignment.deleted` for the addresses it unassigns), with `relationships` (the resource's href, e.g. `/metal/v1/devices/<id>`, then the project's). Seeding with `add_device*` records none |
 //!
 //! **Eventual states, without a clock.** A gateway answers `ready` to its
@@ -121,8 +121,7 @@
 //! VRF routes, elastic IPs, `private_ipv4`/`global_ipv4`/`public_ipv6`
 //! reservations and approvals (`state: pending`), private gateways
 //! (`private_ipv4_subnet_size`), the project VLAN limit, sorting and
-//! filtering by field, `403` answers for deleted gateways (this answers
-//! 404), rate limits other than injected ones. Where the real API's
+//! filtering by field, rate limits other than injected ones. Where the real API's
 //! behaviour is unknown the simulator takes the stricter side: a VRF with
 //! reservations, a reservation with assignments and a VLAN with a gateway
 //! cannot be deleted; overlapping ranges in one VRF are refused; the error

@@ -610,6 +610,8 @@ pub(crate) struct State {
     pub devices: Vec<Device>,
     /// Oldest first.
     pub events: Vec<Event>,
+    /// Gateways deleted so far: a GET of one answers 403, as Metal's did.
+    pub deleted_gateways: Vec<String>,
 }
 
 impl State {
@@ -626,6 +628,7 @@ impl State {
             gateways: Vec::new(),
             devices: Vec::new(),
             events: Vec::new(),
+            deleted_gateways: Vec::new(),
         }
     }
 
@@ -1644,6 +1647,12 @@ impl State {
 
     fn find_gateway(&mut self, call: &Call<'_>) -> Answer {
         let id = call.param("id");
+        if self.deleted_gateways.iter().any(|d| d == id) {
+            return Err(ApiError::new(
+                403,
+                "Access denied for the current authentication token",
+            ));
+        }
         let g = self
             .gateways
             .iter()
@@ -1676,6 +1685,7 @@ impl State {
     fn remove_gateway(&mut self, id: &str) {
         if let Some(g) = self.gateways.iter().find(|g| g.id == id).cloned() {
             self.gateways.retain(|x| x.id != id);
+            self.deleted_gateways.push(id.to_string());
             self.event(
                 "metal_gateway.deleted",
                 "Metal gateway was deleted".into(),
