@@ -18,7 +18,9 @@ use crate::kube::names;
 /// hint about its claim (same name: re-create it if it was deleted) and,
 /// when the object names one of our pools, about that pool's status
 /// counts; pools go to `pools`, and a VRF-backed one (the object has
-/// `spec.metal`) to `provision` as well.
+/// `spec.metal`) to `provision` as well. (Whether a claim's pool is
+/// VRF-backed is not in the event: the claim step says so in its answer,
+/// and the `events` component then forwards to `assign`.)
 ///
 /// # Examples
 /// ```

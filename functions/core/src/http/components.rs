@@ -545,8 +545,11 @@ pub fn reconcile<K: KvStore, H: HttpClient + ?Sized>(
 /// not act on, 400 for malformed payloads, the step's status when it
 /// failed with a 5xx (so the forwarder retries), and 503 with the step's
 /// `Retry-After` when a step answered 202 (still working on Metal: the
-/// forwarder delivers the event again after the wait). The response never carries
-/// CloudEvents headers (a Knative broker would take it for a reply event).
+/// forwarder delivers the event again after the wait). A claim step that
+/// answers `"metalAssignment": true` (the claim is in a VRF-backed pool) is
+/// followed by the `assign` step, and a `release` that was waiting for it
+/// runs once more after it. The response never carries CloudEvents headers
+/// (a Knative broker would take it for a reply event).
 pub fn events<K: KvStore, H: HttpClient + ?Sized>(
     s: &Services<'_, K, H>,
     req: &ApiRequest<'_>,
