@@ -731,6 +731,40 @@ fn examples_validate_against_their_crds() {
     );
     assert_valid(&capi_crd(CLAIMS), &example("ipaddressclaim.yaml"));
     assert_valid(&our_crd("metalippools"), &example("vrf-metalippool.yaml"));
+    assert_valid(
+        &our_crd("metalnetworkprofiles"),
+        &example("network-profile.yaml"),
+    );
+}
+
+#[test]
+fn the_network_profile_example_is_one_metal_ipam_accepts() {
+    use metal_ipam_core::network::profile::{Mode, Profile};
+    let v = example("network-profile.yaml");
+    let p = Profile::from_json(&v["spec"]).unwrap();
+    p.validate().unwrap();
+    assert_eq!(p.modes()["bond0"], Mode::HybridBonded);
+    // Its VLAN pool is the VRF example's, in the same metro.
+    let vrf = example("vrf-metalippool.yaml");
+    assert_eq!(
+        p.ports[0].vlans[0].pool.as_ref().unwrap().name,
+        vrf["metadata"]["name"].as_str().unwrap()
+    );
+    assert_eq!(p.metro.as_deref(), vrf["spec"]["metal"]["metro"].as_str());
+    // The schema and the webhook agree on what the schema can say.
+    let crd = our_crd("metalnetworkprofiles");
+    assert_rejected(
+        &crd,
+        &v,
+        |o: &mut Value| o["spec"]["ports"][0]["name"] = "eth9".into(),
+        &["spec.ports[0].name"],
+    );
+    assert_rejected(
+        &crd,
+        &v,
+        |o: &mut Value| o["spec"]["ports"][0]["vlans"][1]["mtu"] = 9216.into(),
+        &["spec.ports[0].vlans[1].mtu"],
+    );
 }
 
 #[test]

@@ -40,6 +40,7 @@ const CALLED_ROUTES: &[(&str, &str)] = &[
     ("/healthz", "healthz"),
     ("/v1/events", "events"),
     ("/v1/admission/pools", "admission"),
+    ("/v1/admission/network-profiles", "admission"),
     ("/v1/reconcile", "reconcile"),
     ("/v1/metal/poll", "poll"),
 ];
@@ -622,7 +623,10 @@ fn every_example_validates_against_its_crd() {
 fn the_kustomization_applies_both_pool_crds() {
     let crds = our_crds();
     let kinds: BTreeSet<&str> = crds.iter().map(Crd::kind).collect();
-    assert_eq!(kinds, BTreeSet::from(["MetalIPPool", "GlobalMetalIPPool"]));
+    assert_eq!(
+        kinds,
+        BTreeSet::from(["MetalIPPool", "GlobalMetalIPPool", "MetalNetworkProfile"])
+    );
     for crd in &crds {
         assert_eq!(crd.group(), OUR_GROUP);
     }
@@ -1172,7 +1176,7 @@ fn webhook_validates_exactly_our_pools_over_https_with_the_token() {
     let docs = all_docs();
     let config = only(&docs, "ValidatingWebhookConfiguration");
     let hooks = config.value["webhooks"].as_array().unwrap();
-    assert_eq!(hooks.len(), 1);
+    assert_eq!(hooks.len(), 2, "pools and network profiles");
     let hook = &hooks[0];
     assert_eq!(hook["admissionReviewVersions"], json!(["v1"]));
     assert_eq!(hook["sideEffects"], "None");
@@ -1183,7 +1187,10 @@ fn webhook_validates_exactly_our_pools_over_https_with_the_token() {
     let rules = hook["rules"].as_array().unwrap();
     assert_eq!(rules.len(), 1);
     let rule = &rules[0];
-    let crds = our_crds();
+    let crds: Vec<Crd> = our_crds()
+        .into_iter()
+        .filter(|c| c.kind() != "MetalNetworkProfile")
+        .collect();
     assert_eq!(strings(&rule["apiGroups"]), [OUR_GROUP]);
     let plurals: BTreeSet<String> = crds.iter().map(|c| c.plural().to_string()).collect();
     assert_eq!(
@@ -1224,13 +1231,29 @@ fn webhook_validates_exactly_our_pools_over_https_with_the_token() {
     assert_eq!(ingress_rules.len(), 1);
     assert_eq!(ingress_rules[0]["host"], host);
     let paths = ingress_rules[0]["http"]["paths"].as_array().unwrap();
-    assert_eq!(paths.len(), 1);
-    assert_eq!(paths[0]["path"], "/v1/admission/pools");
-    assert_eq!(paths[0]["pathType"], "Exact");
+    let served: Vec<&str> = paths.iter().map(|p| p["path"].as_str().unwrap()).collect();
     assert_eq!(
-        paths[0]["backend"],
-        json!({"service": {"name": APP, "port": {"number": 80}}})
+        served,
+        ["/v1/admission/pools", "/v1/admission/network-profiles"]
     );
+    for p in paths {
+        assert_eq!(p["pathType"], "Exact");
+        assert_eq!(
+            p["backend"],
+            json!({"service": {"name": APP, "port": {"number": 80}}})
+        );
+    }
+
+    // The profile webhook: same host, its own path, profile writes only.
+    let profiles = &hooks[1];
+    assert_eq!(profiles["failurePolicy"], "Fail");
+    assert_eq!(
+        profiles["clientConfig"]["url"],
+        format!("https://{host}/v1/admission/network-profiles")
+    );
+    let rule = &profiles["rules"][0];
+    assert_eq!(strings(&rule["resources"]), ["metalnetworkprofiles"]);
+    assert_eq!(string_set(&rule["operations"]), set(&["CREATE", "UPDATE"]));
 
     // The kube-apiserver files: one kubeconfig user, matched by the same
     // host (never the catch-all "*"), referenced by the admission config.

@@ -23,6 +23,8 @@
 //!   Kubernetes name rules.
 //! - [`metal`]: the Equinix Metal API client (typed models, retries,
 //!   pagination).
+//! - [`network`]: Layer2 / Hybrid networking: network profiles (per-port
+//!   desired state), the port plan, the node's OS configuration.
 //! - [`provision`]: VRF-backed pools' Metal resources, provisioned in
 //!   order and exactly once, torn down by policy; claims' IP assignments to
 //!   their devices, exactly once; the Metal event cursor.
@@ -48,6 +50,7 @@ pub mod ipam;
 pub mod kube;
 pub mod kv;
 pub mod metal;
+pub mod network;
 pub mod ports;
 pub mod provision;
 #[cfg(feature = "testing")]

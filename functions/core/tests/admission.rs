@@ -630,3 +630,87 @@ fn a_vrf_pool_is_checked_as_the_block_it_will_hand_out() {
     assert!(r.allowed(), "{:?}", r.denial);
     assert_eq!(r.warnings.len(), 1, "{:?}", r.warnings);
 }
+
+// -- network profiles ---------------------------------------------------------
+
+/// A review of a `MetalNetworkProfile` in `team-a`.
+fn profile_request(op: &str, spec: Value, old: Option<Value>) -> Vec<u8> {
+    let object = json!({"apiVersion": "ipam.metal-ipam.dev/v1alpha1", "kind": "MetalNetworkProfile",
+        "metadata": {"name": "l2", "namespace": "team-a"}, "spec": spec});
+    json!({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {
+            "uid": "u-1", "operation": op, "name": "l2", "namespace": "team-a",
+            "kind": {"group": "ipam.metal-ipam.dev", "version": "v1alpha1", "kind": "MetalNetworkProfile"},
+            "object": object,
+            "oldObject": old.map(|s| json!({"metadata": {"name": "l2", "namespace": "team-a"}, "spec": s})),
+        }
+    })
+    .to_string()
+    .into_bytes()
+}
+
+fn vrf_pool(ns: &str, name: &str, metro: &str) -> Loaded {
+    stored(
+        &PoolId::namespaced(ns, name),
+        json!({"metal": {"metro": metro, "vrf": {"ipRanges": ["10.10.0.0/16"]},
+            "reservation": {"network": "10.10.1.0", "cidr": 29}}}),
+        0,
+    )
+}
+
+#[test]
+fn network_profiles_are_checked_by_their_rules_and_against_vrf_pools() {
+    let pools = vec![
+        vrf_pool("team-a", "vrf-da", "da"),
+        vrf_pool("team-a", "vrf-sv", "sv"),
+        stored(
+            &PoolId::namespaced("team-a", "plain"),
+            spec(&["192.168.0.0/24"], 24),
+            0,
+        ),
+    ];
+    let on_bond = |pool: &str| {
+        json!({"metro": "da", "ports": [{"name": "bond0", "vlans": [{"pool": {"name": pool},
+            "addresses": [{"pool": {"name": pool}}]}]}]})
+    };
+    let decide = |body: Vec<u8>| evaluate(&body, &pools).unwrap();
+    // A VRF pool's VLAN in the profile's metro: allowed.
+    let r = decide(profile_request("CREATE", on_bond("vrf-da"), None));
+    assert!(r.allowed(), "{r:?}");
+    assert!(r.warnings.is_empty());
+    // In another metro, or a pool without a VLAN: denied, naming the field.
+    for (pool, says) in [("vrf-sv", "metro sv"), ("plain", "not VRF-backed")] {
+        let r = decide(profile_request("CREATE", on_bond(pool), None));
+        let d = r.denial.expect("denied");
+        assert_eq!(d.code, 422);
+        assert!(
+            d.message.starts_with("spec.ports[0].vlans[0].pool: "),
+            "{}",
+            d.message
+        );
+        assert!(d.message.contains(says), "{}", d.message);
+    }
+    // A pool not registered yet: allowed with a warning.
+    let r = decide(profile_request("CREATE", on_bond("later"), None));
+    assert!(r.allowed());
+    assert_eq!(r.warnings.len(), 1, "{:?}", r.warnings);
+    // The port rules: layer2 on an eth port.
+    let r = decide(profile_request(
+        "UPDATE",
+        json!({"ports": [{"name": "eth1", "layer2": true}]}),
+        Some(json!({})),
+    ));
+    let d = r.denial.expect("denied");
+    assert_eq!((d.code, d.reason), (422, "Invalid"));
+    assert!(
+        d.message.starts_with("spec.ports[0].layer2: "),
+        "{}",
+        d.message
+    );
+    // An unchanged spec, and a deletion, pass without checks.
+    let bad = json!({"ports": [{"name": "eth1", "layer2": true}]});
+    let r = decide(profile_request("UPDATE", bad.clone(), Some(bad.clone())));
+    assert_eq!((r.allowed(), r.outcome), (true, "spec-unchanged"));
+    assert!(decide(profile_request("DELETE", bad, None)).allowed());
+}

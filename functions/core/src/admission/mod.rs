@@ -1,5 +1,8 @@
 //! The validating admission webhook for the pool kinds
-//! (`POST /v1/admission/pools`).
+//! (`POST /v1/admission/pools`) and network profiles
+//! (`POST /v1/admission/network-profiles`; rules in `profile.rs`:
+//! the profile's per-port rules, and a VLAN named by pool must be a
+//! VRF-backed pool's in the profile's metro).
 //!
 //! Kubernetes sends an `AdmissionReview` (`admission.k8s.io/v1`) for every
 //! create, update and delete of a `MetalIPPool` or `GlobalMetalIPPool`;
@@ -67,6 +70,7 @@
 //! "message": …, "details": {"causes": [{"field", "message"}]}}` (causes only
 //! when a field is known), and `"warnings": […]` when there are any.
 
+mod profile;
 pub mod review;
 
 pub use review::{Denial, REVIEW_API_VERSION};
@@ -225,6 +229,12 @@ pub fn evaluate(body: &[u8], pools: &dyn PoolLookup) -> Result<Reviewed> {
         warnings: Vec::new(),
         outcome: "ignored",
     };
+    if kind.group == pool::GROUP && kind.kind == crate::network::profile::KIND {
+        if matches!(operation, "CREATE" | "UPDATE") {
+            profile::check_write(req, pools, &mut out)?;
+        }
+        return Ok(out);
+    }
     let pool_kind = PoolKind::from_kind_name(kind.kind).filter(|_| kind.group == pool::GROUP);
     let Some(pool_kind) = pool_kind else {
         return Ok(out);

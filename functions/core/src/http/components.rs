@@ -8,7 +8,7 @@
 //! | `allocate` | `POST /v1/claims`; `POST /v1/capi/claims/{ns}/{name}` (claim reconcile) | yes | yes | — |
 //! | `release` | `/v1/claims/{ns}/{name}`; `POST /v1/capi/claims/{ns}/{name}` (claim reconcile) | yes | yes | — |
 //! | `events` | `POST /v1/events` | no | no | `allocate`, `release`, `pools`, `provision`, `assign` |
-//! | `admission` | `POST /v1/admission/pools` | read | no | — |
+//! | `admission` | `POST /v1/admission/pools`, `POST /v1/admission/network-profiles` | read | no | — |
 //! | `reconcile` | `POST /v1/reconcile` | yes | yes | `provision` (each VRF-backed pool), `assign` (each claim in one) |
 //! | `assign` | `POST /v1/capi/metal/claims/{ns}/{name}` (chained after a claim step that answers `metalAssignment`) and `POST /v1/metal/claims/{ns}/{name}` (public; 202 with `Retry-After` and `Location` while another instance assigns) | yes | yes | — (calls Metal) |
 //! | `poll` | `POST /v1/metal/poll` (CronJob: Metal events after the stored cursor) | yes | yes | — (calls Metal) |
@@ -416,20 +416,27 @@ pub fn release<K: KvStore, H: HttpClient + ?Sized>(
     claim_component(s, req, api::claims)
 }
 
-/// The `admission` component: `POST /v1/admission/pools` with an
-/// `AdmissionReview`; answers the review (200) whether allowed or denied.
+/// The `admission` component: `POST /v1/admission/pools` and
+/// `POST /v1/admission/network-profiles` with an `AdmissionReview`;
+/// answers the review (200) whether allowed or denied.
 pub fn admission<K: KvStore, H: HttpClient + ?Sized>(
     s: &Services<'_, K, H>,
     req: &ApiRequest<'_>,
     _content_type: Option<&str>,
     _header: &dyn Fn(&str) -> Option<String>,
 ) -> ApiResponse {
-    let route = "/v1/admission/pools";
+    // One review function for both kinds (it dispatches on request.kind);
+    // a route per webhook so each is registered for its resources only.
+    let route = match segments(req.path).as_slice() {
+        ["v1", "admission", "network-profiles"] => "/v1/admission/network-profiles",
+        ["v1", "admission", "pools"] => "/v1/admission/pools",
+        _ => return no_route(req.path),
+    };
     if let Some(r) = guard(
         auth::check_bearer(s.api_token, req.authorization),
         req,
         route,
-        Some(&["v1", "admission", "pools"]),
+        None,
     ) {
         return r;
     }

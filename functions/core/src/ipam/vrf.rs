@@ -550,7 +550,7 @@ fn parse_cidr(s: &str, field: &str) -> Result<IpNet> {
 }
 
 /// `8-4-4-4-12` hexadecimal digits.
-fn is_uuid(s: &str) -> bool {
+pub(crate) fn is_uuid(s: &str) -> bool {
     let parts: Vec<&str> = s.split('-').collect();
     parts.len() == 5
         && parts

@@ -394,9 +394,11 @@ pub struct Device {
     pub metro: Option<Metro>,
     /// Its ports (with `include=network_ports` or nested in an include).
     pub network_ports: Vec<Port>,
+    /// Mode changes (bond, disbond, convert) are refused while set.
+    pub network_frozen: Option<bool>,
 }
 
-/// A device port, as far as its VLANs go.
+/// A device port: its bond state, mode and VLANs.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(default)]
 pub struct Port {
@@ -404,8 +406,28 @@ pub struct Port {
     pub id: String,
     /// `bond0`, `eth1`, ….
     pub name: Option<String>,
+    /// `NetworkBondPort` or `NetworkPort`.
+    #[serde(rename = "type")]
+    pub kind: Option<String>,
+    /// `bonded` (and the MAC).
+    pub data: PortData,
+    /// On bond ports: `layer3`, `hybrid-bonded`, `hybrid`, `layer2-bonded`,
+    /// `layer2-individual`.
+    pub network_type: Option<String>,
     /// The VLANs assigned to it (links, or objects when included).
     pub virtual_networks: Vec<Ref>,
+    /// The VLAN carried untagged, if any.
+    pub native_virtual_network: Option<Ref>,
+}
+
+/// `Port.data`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default)]
+pub struct PortData {
+    /// In its bond (for a bond port: bonded at all).
+    pub bonded: Option<bool>,
+    /// MAC address.
+    pub mac: Option<String>,
 }
 
 /// `POST /ports/{id}/unassign` (and `assign`): the VLAN by UUID or vxlan.

@@ -1,0 +1,17 @@
+//! Layer2 / Hybrid server networking on Equinix Metal: a machine's desired
+//! per-port state, the plan that gets its device there through Metal's
+//! port API, and the node's OS configuration.
+//!
+//! - [`profile`]: the network profile (per port: bonded, layer2, VLANs with
+//!   their addresses, native VLAN), its rules, each bond's derived mode.
+//! - [`plan`]: the observed ports and the desired ones → the ordered Metal
+//!   port calls, in Metal's safe order (pure).
+//! - [`render`]: the node's VLAN interfaces as netplan, ifupdown,
+//!   cloud-init or shell (pure).
+//!
+//! May import `ipam` (pool names), `kube::names`, `metal::model` (ports as
+//! Metal reports them) and the ports; never `http`, `capi` or `kv`.
+
+pub mod plan;
+pub mod profile;
+pub mod render;

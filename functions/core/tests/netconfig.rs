@@ -1,0 +1,533 @@
+//! The node's network configuration (`network::render`): golden files per
+//! scenario and format, the netplan and cloud-init YAML parsed back and
+//! checked, every shell script through `shellcheck -s sh`, and hostile
+//! values left out rather than injected.
+//!
+//! Golden files: `tests/golden/netconfig/<scenario>.<netplan.yaml|ifupdown|
+//! cloud-init.yaml|sh>`. `UPDATE_GOLDEN=1 cargo test --test netconfig`
+//! rewrites them (then review the diff).
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use metal_ipam_core::network::render::{
+    render, Format, Link, NodeNetwork, Route, IFUPDOWN_PATH, MODULES_LOAD_PATH, NETPLAN_PATH,
+};
+use serde_norway::Value;
+
+// ---------------------------------------------------------------------------
+// Scenarios
+// ---------------------------------------------------------------------------
+
+fn link(name: &str, vlan: Option<(&str, u16)>, addresses: &[&str]) -> Link {
+    Link {
+        name: name.into(),
+        vlan: vlan.map(|(p, id)| (p.into(), id)),
+        addresses: addresses.iter().map(|a| a.to_string()).collect(),
+        routes: vec![],
+        mtu: None,
+    }
+}
+
+fn route(to: &str, via: &str) -> Route {
+    Route {
+        to: to.into(),
+        via: via.into(),
+    }
+}
+
+/// Hybrid-bonded: two tagged VLANs on Metal's bond0, one routed to a VRF
+/// range via its Metal Gateway, one with jumbo frames.
+fn hybrid_bonded() -> NodeNetwork {
+    let mut storage = link("bond0.1010", Some(("bond0", 1010)), &["192.168.10.5/24"]);
+    storage.routes = vec![route("10.10.0.0/16", "192.168.10.1")];
+    let mut backend = link("bond0.1011", Some(("bond0", 1011)), &["192.168.11.5/24"]);
+    backend.mtu = Some(9000);
+    NodeNetwork {
+        links: vec![storage, backend],
+    }
+}
+
+/// Hybrid (unbonded): eth1 out of the bond, one VLAN, untagged.
+fn hybrid() -> NodeNetwork {
+    let mut eth1 = link("eth1", None, &["192.168.20.5/24"]);
+    eth1.routes = vec![route("10.20.0.0/16", "192.168.20.1")];
+    NodeNetwork { links: vec![eth1] }
+}
+
+/// Layer2-bonded: the native VLAN untagged on bond0, another one tagged.
+fn layer2_bonded_native() -> NodeNetwork {
+    let native = link("bond0", None, &["192.168.30.5/24"]);
+    let mut tagged = link("bond0.1012", Some(("bond0", 1012)), &["192.168.12.5/24"]);
+    tagged.routes = vec![route("10.12.0.0/16", "192.168.12.1")];
+    tagged.mtu = Some(9000);
+    NodeNetwork {
+        links: vec![native, tagged],
+    }
+}
+
+/// Layer2-individual: a tagged VLAN on each port, one of them IPv6.
+fn layer2_individual() -> NodeNetwork {
+    let eth0 = link("eth0.1010", Some(("eth0", 1010)), &["192.168.10.6/24"]);
+    let mut eth1 = link("eth1.1011", Some(("eth1", 1011)), &["fd00:1011::6/64"]);
+    eth1.routes = vec![route("fd00:1000::/48", "fd00:1011::1")];
+    NodeNetwork {
+        links: vec![eth0, eth1],
+    }
+}
+
+fn scenarios() -> Vec<(&'static str, NodeNetwork)> {
+    vec![
+        ("hybrid-bonded", hybrid_bonded()),
+        ("hybrid", hybrid()),
+        ("layer2-bonded-native", layer2_bonded_native()),
+        ("layer2-individual", layer2_individual()),
+        ("empty", NodeNetwork::default()),
+    ]
+}
+
+const FORMATS: [(Format, &str); 4] = [
+    (Format::Netplan, "netplan.yaml"),
+    (Format::Ifupdown, "ifupdown"),
+    (Format::CloudInit, "cloud-init.yaml"),
+    (Format::Shell, "sh"),
+];
+
+// ---------------------------------------------------------------------------
+// Golden files
+// ---------------------------------------------------------------------------
+
+fn golden_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/netconfig")
+}
+
+#[test]
+fn golden_files() {
+    let update = std::env::var_os("UPDATE_GOLDEN").is_some_and(|v| v == "1");
+    let dir = golden_dir();
+    if update {
+        std::fs::create_dir_all(&dir).unwrap();
+    }
+    let mut mismatches = Vec::new();
+    for (scenario, net) in scenarios() {
+        for (format, ext) in FORMATS {
+            let path = dir.join(format!("{scenario}.{ext}"));
+            let got = render(&net, format);
+            assert_eq!(
+                got,
+                render(&net, format),
+                "{scenario}.{ext}: not deterministic"
+            );
+            if update {
+                std::fs::write(&path, &got).unwrap();
+                continue;
+            }
+            match std::fs::read_to_string(&path) {
+                Ok(want) if want == got => {}
+                Ok(want) => mismatches.push(format!(
+                    "{}: differs\n--- want\n{want}--- got\n{got}",
+                    path.display()
+                )),
+                Err(e) => mismatches.push(format!("{}: {e}", path.display())),
+            }
+        }
+    }
+    assert!(
+        mismatches.is_empty(),
+        "golden files differ (UPDATE_GOLDEN=1 rewrites them):\n{}",
+        mismatches.join("\n")
+    );
+}
+
+// ---------------------------------------------------------------------------
+// Netplan, parsed back
+// ---------------------------------------------------------------------------
+
+fn yaml(text: &str) -> Value {
+    serde_norway::from_str(text).unwrap_or_else(|e| panic!("not YAML: {e}\n{text}"))
+}
+
+fn strings(v: &Value) -> Vec<String> {
+    v.as_sequence()
+        .unwrap_or_else(|| panic!("not a sequence: {v:?}"))
+        .iter()
+        .map(|s| s.as_str().unwrap().to_string())
+        .collect()
+}
+
+fn is_empty_mapping(v: &Value) -> bool {
+    v.as_mapping().is_some_and(|m| m.is_empty())
+}
+
+#[test]
+fn netplan_hybrid_bonded() {
+    let doc = yaml(&render(&hybrid_bonded(), Format::Netplan));
+    let network = &doc["network"];
+    assert_eq!(network["version"].as_u64(), Some(2));
+    // The parent: declared as a bond, empty (merged with Metal's own bond0).
+    assert!(is_empty_mapping(&network["bonds"]["bond0"]));
+    assert!(network.get("ethernets").is_none());
+    let vlans = network["vlans"].as_mapping().unwrap();
+    assert_eq!(vlans.len(), 2);
+    let v = &network["vlans"]["bond0.1010"];
+    assert_eq!(v["id"].as_u64(), Some(1010));
+    assert_eq!(v["link"].as_str(), Some("bond0"));
+    assert_eq!(strings(&v["addresses"]), ["192.168.10.5/24"]);
+    assert_eq!(v["routes"][0]["to"].as_str(), Some("10.10.0.0/16"));
+    assert_eq!(v["routes"][0]["via"].as_str(), Some("192.168.10.1"));
+    assert!(v.get("mtu").is_none());
+    let v = &network["vlans"]["bond0.1011"];
+    assert_eq!(v["id"].as_u64(), Some(1011));
+    assert_eq!(v["link"].as_str(), Some("bond0"));
+    assert_eq!(v["mtu"].as_u64(), Some(9000));
+    assert!(v.get("routes").is_none());
+}
+
+#[test]
+fn netplan_hybrid_untagged_port() {
+    let doc = yaml(&render(&hybrid(), Format::Netplan));
+    let network = &doc["network"];
+    assert_eq!(network["version"].as_u64(), Some(2));
+    let eth1 = &network["ethernets"]["eth1"];
+    assert_eq!(strings(&eth1["addresses"]), ["192.168.20.5/24"]);
+    assert_eq!(eth1["routes"][0]["via"].as_str(), Some("192.168.20.1"));
+    assert!(network.get("vlans").is_none());
+    assert!(network.get("bonds").is_none());
+}
+
+#[test]
+fn netplan_layer2_bonded_native() {
+    let doc = yaml(&render(&layer2_bonded_native(), Format::Netplan));
+    let network = &doc["network"];
+    // The native VLAN's address on the bond: the parent entry carries it,
+    // declared once.
+    let bond0 = &network["bonds"]["bond0"];
+    assert_eq!(strings(&bond0["addresses"]), ["192.168.30.5/24"]);
+    assert!(bond0.get("interfaces").is_none() && bond0.get("parameters").is_none());
+    let v = &network["vlans"]["bond0.1012"];
+    assert_eq!(v["id"].as_u64(), Some(1012));
+    assert_eq!(v["link"].as_str(), Some("bond0"));
+    assert_eq!(v["mtu"].as_u64(), Some(9000));
+}
+
+#[test]
+fn netplan_layer2_individual() {
+    let doc = yaml(&render(&layer2_individual(), Format::Netplan));
+    let network = &doc["network"];
+    assert!(is_empty_mapping(&network["ethernets"]["eth0"]));
+    assert!(is_empty_mapping(&network["ethernets"]["eth1"]));
+    assert!(network.get("bonds").is_none());
+    let v = &network["vlans"]["eth1.1011"];
+    assert_eq!(v["id"].as_u64(), Some(1011));
+    assert_eq!(v["link"].as_str(), Some("eth1"));
+    assert_eq!(strings(&v["addresses"]), ["fd00:1011::6/64"]);
+    assert_eq!(v["routes"][0]["to"].as_str(), Some("fd00:1000::/48"));
+    assert_eq!(v["routes"][0]["via"].as_str(), Some("fd00:1011::1"));
+    assert_eq!(network["vlans"]["eth0.1010"]["link"].as_str(), Some("eth0"));
+}
+
+#[test]
+fn netplan_empty_is_a_noop_document() {
+    let doc = yaml(&render(&NodeNetwork::default(), Format::Netplan));
+    let network = doc["network"].as_mapping().unwrap();
+    assert_eq!(network.len(), 1);
+    assert_eq!(doc["network"]["version"].as_u64(), Some(2));
+}
+
+// ---------------------------------------------------------------------------
+// Cloud-init, parsed back
+// ---------------------------------------------------------------------------
+
+fn runcmd(doc: &Value) -> Vec<Vec<String>> {
+    doc["runcmd"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(strings)
+        .collect()
+}
+
+#[test]
+fn cloud_init_documents() {
+    for (scenario, net) in scenarios() {
+        let text = render(&net, Format::CloudInit);
+        assert_eq!(text.lines().next(), Some("#cloud-config"), "{scenario}");
+        let doc = yaml(&text);
+        let tagged = net.links.iter().any(|l| l.vlan.is_some());
+        if net.links.is_empty() {
+            assert!(is_empty_mapping(&doc), "{scenario}: {doc:?}");
+            continue;
+        }
+        let files = doc["write_files"].as_sequence().unwrap();
+        let paths: Vec<&str> = files.iter().map(|f| f["path"].as_str().unwrap()).collect();
+        let mut want = vec![];
+        if tagged {
+            want.push(MODULES_LOAD_PATH);
+        }
+        want.push(NETPLAN_PATH);
+        assert_eq!(paths, want, "{scenario}");
+        let netplan_file = files.last().unwrap();
+        assert_eq!(netplan_file["permissions"].as_str(), Some("0600"));
+        // The file is exactly the netplan rendering.
+        assert_eq!(
+            netplan_file["content"].as_str(),
+            Some(render(&net, Format::Netplan).as_str()),
+            "{scenario}"
+        );
+        if tagged {
+            assert_eq!(files[0]["content"].as_str(), Some("8021q\n"));
+        }
+        let mut want: Vec<Vec<String>> = vec![];
+        if tagged {
+            want.push(vec!["modprobe".into(), "8021q".into()]);
+        }
+        want.push(vec!["netplan".into(), "apply".into()]);
+        assert_eq!(runcmd(&doc), want, "{scenario}");
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Shell
+// ---------------------------------------------------------------------------
+
+/// Runs `shellcheck -s sh` on `script`. `None` when the binary is missing
+/// (and CI is not set: in CI a missing shellcheck fails the test).
+fn shellcheck(script: &str) -> Option<(bool, String)> {
+    let child = Command::new("shellcheck")
+        .args(["-s", "sh", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn();
+    let mut child = match child {
+        Ok(child) => child,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "shellcheck is not installed, and CI is set: install it"
+            );
+            eprintln!("notice: shellcheck not found; skipping the shell script check");
+            return None;
+        }
+        Err(e) => panic!("shellcheck: {e}"),
+    };
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(script.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let report = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some((out.status.success(), report))
+}
+
+fn assert_shellcheck_clean(name: &str, script: &str) {
+    if let Some((ok, report)) = shellcheck(script) {
+        assert!(ok, "{name}: shellcheck:\n{report}\n{script}");
+    }
+}
+
+#[test]
+fn shell_scripts_pass_shellcheck() {
+    for (scenario, net) in scenarios() {
+        let script = render(&net, Format::Shell);
+        assert!(script.starts_with("#!/bin/sh\n"), "{scenario}");
+        assert!(script.contains("\nset -eu\n"), "{scenario}");
+        assert_shellcheck_clean(scenario, &script);
+    }
+}
+
+#[test]
+fn shell_is_idempotent_by_construction() {
+    let script = render(&hybrid_bonded(), Format::Shell);
+    for line in script
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+    {
+        // Every command either checks first, replaces, or is harmless to
+        // repeat; nothing uses `ip addr add` / `ip route add`.
+        assert!(
+            !line.contains("ip addr add") && !line.contains("ip route add"),
+            "{line}"
+        );
+        if line.contains("ip link add") {
+            assert!(line.starts_with("ip link show "), "{line}");
+        }
+    }
+    assert!(script.contains("modprobe 8021q\n"));
+    assert!(script.contains(&format!("echo 8021q > {MODULES_LOAD_PATH}\n")));
+    // Untagged only: no VLAN module.
+    let script = render(&hybrid(), Format::Shell);
+    assert!(!script.contains("8021q"));
+    assert!(!script.contains("ip link add"));
+}
+
+// ---------------------------------------------------------------------------
+// ifupdown
+// ---------------------------------------------------------------------------
+
+#[test]
+fn ifupdown_dual_stack_routes_follow_their_family() {
+    let mut l = link(
+        "bond0.1020",
+        Some(("bond0", 1020)),
+        &["192.168.20.5/24", "fd00:20::5/64"],
+    );
+    l.routes = vec![
+        route("fd00::/48", "fd00:20::1"),
+        route("10.20.0.0/16", "192.168.20.1"),
+    ];
+    l.mtu = Some(1500);
+    let text = render(&NodeNetwork { links: vec![l] }, Format::Ifupdown);
+    let inet = text.find("iface bond0.1020 inet static").unwrap();
+    let inet6 = text.find("iface bond0.1020 inet6 static").unwrap();
+    let v4_route = text.find("post-up ip route replace 10.20.0.0/16").unwrap();
+    let v6_route = text.find("post-up ip route replace fd00::/48").unwrap();
+    assert!(inet < v4_route && v4_route < inet6, "{text}");
+    assert!(inet6 < v6_route, "{text}");
+    assert_eq!(text.matches("auto bond0.1020\n").count(), 1);
+    assert_eq!(text.matches("    mtu 1500\n").count(), 1);
+    assert_eq!(text.matches("    pre-up modprobe 8021q\n").count(), 1);
+}
+
+#[test]
+fn ifupdown_link_without_address_is_manual() {
+    let l = link("eth1.1030", Some(("eth1", 1030)), &[]);
+    let text = render(&NodeNetwork { links: vec![l] }, Format::Ifupdown);
+    assert!(
+        text.contains(
+            "iface eth1.1030 inet manual\n    pre-up modprobe 8021q\n    vlan-raw-device eth1\n"
+        ),
+        "{text}"
+    );
+}
+
+#[test]
+fn paths() {
+    assert_eq!(Format::Netplan.path(), Some(NETPLAN_PATH));
+    assert_eq!(Format::Ifupdown.path(), Some(IFUPDOWN_PATH));
+    assert_eq!(Format::CloudInit.path(), None);
+    assert_eq!(Format::Shell.path(), None);
+}
+
+// ---------------------------------------------------------------------------
+// Hostile values: left out, never injected
+// ---------------------------------------------------------------------------
+
+fn hostile() -> NodeNetwork {
+    let mut ok = link("bond0.1010", Some(("bond0", 1010)), &["192.168.10.5/24"]);
+    ok.addresses.push("192.168.10.6/24\nauto evil".into());
+    ok.addresses.push("192.168.10.7".into()); // no prefix length
+    ok.routes = vec![
+        route("10.10.0.0/16", "192.168.10.1; reboot"),
+        route("10.11.0.0/16'$(reboot)'", "192.168.10.1"),
+        route("10.12.0.0/16", "fd00::1"), // families differ
+        route("10.13.0.0/16", "192.168.10.1"),
+    ];
+    NodeNetwork {
+        links: vec![
+            ok,
+            link("eth1; reboot", None, &["192.168.20.5/24"]),
+            link("bond0.1011", Some(("bond0\n  evil: 1", 1011)), &[]),
+            link("bond0.4095", Some(("bond0", 4095)), &[]),
+            link("bond0.1010", Some(("bond0", 1010)), &["192.168.10.9/24"]),
+            link("waytoolonginterfacename", None, &[]),
+            link("-eth2", None, &[]),
+            link("bond0.1010.5", Some(("bond0.1010", 5)), &[]),
+            link("eth1", Some(("eth1", 7)), &[]),
+        ],
+    }
+}
+
+#[test]
+fn hostile_values_are_left_out() {
+    let net = hostile();
+    for (format, ext) in FORMATS {
+        let text = render(&net, format);
+        for needle in [
+            "reboot",
+            "evil",
+            "192.168.10.6",
+            "192.168.10.7",
+            "192.168.10.9",
+            "10.11.0.0",
+            "10.12.0.0",
+            "waytoolong",
+            "-eth2",
+            "id 4095",
+            "id: 4095",
+            "id 5",
+            "id: 5",
+            "link: bond0.1010",
+            "auto bond0.1010.5",
+            "id 7",
+            "id: 7",
+        ] {
+            assert!(
+                !text.contains(needle),
+                "{ext}: {needle:?} rendered:\n{text}"
+            );
+        }
+        // What is valid is still there; what is not is reported by index.
+        assert!(text.contains("192.168.10.5/24"), "{ext}:\n{text}");
+        assert!(text.contains("10.13.0.0/16"), "{ext}:\n{text}");
+        for note in [
+            "# metal-ipam: skipped links[0] (bond0.1010): addresses[1] is not an IP address with a prefix length",
+            "# metal-ipam: skipped links[0] (bond0.1010): addresses[2] is not an IP address with a prefix length",
+            "# metal-ipam: skipped links[0] (bond0.1010): routes[0] is not a network via an IP address",
+            "# metal-ipam: skipped links[0] (bond0.1010): routes[1] is not a network via an IP address",
+            "# metal-ipam: skipped links[0] (bond0.1010): routes[2] mixes IPv4 and IPv6",
+            "# metal-ipam: skipped links[1]: not a valid interface name",
+            "# metal-ipam: skipped links[2] (bond0.1011): parent is not a valid interface name",
+            "# metal-ipam: skipped links[3] (bond0.4095): VLAN tag not in 1..=4094",
+            "# metal-ipam: skipped links[4] (bond0.1010): a link of that name comes earlier",
+            "# metal-ipam: skipped links[5]: not a valid interface name",
+            "# metal-ipam: skipped links[6]: not a valid interface name",
+            "# metal-ipam: skipped links[8] (eth1): is its own parent",
+            "# metal-ipam: skipped bond0.1010.5: its parent bond0.1010 is itself a VLAN sub-interface",
+        ] {
+            assert!(text.contains(note), "{ext}: missing {note:?}:\n{text}");
+        }
+    }
+    let netplan = yaml(&render(&net, Format::Netplan));
+    assert_eq!(netplan["network"]["vlans"].as_mapping().unwrap().len(), 1);
+    let cloud = render(&net, Format::CloudInit);
+    assert!(cloud.starts_with("#cloud-config\n"));
+    yaml(&cloud);
+    assert_shellcheck_clean("hostile", &render(&net, Format::Shell));
+}
+
+#[test]
+fn yaml_quotes_what_would_not_read_back_as_a_string() {
+    // Names Linux accepts but YAML would read as a number or a boolean.
+    let net = NodeNetwork {
+        links: vec![
+            link("1010", Some(("on", 1010)), &["10.0.0.5/24"]),
+            link("yes", None, &["10.0.1.5/24"]),
+        ],
+    };
+    let text = render(&net, Format::Netplan);
+    let doc = yaml(&text);
+    let network = &doc["network"];
+    assert_eq!(
+        network["vlans"]["1010"]["link"].as_str(),
+        Some("on"),
+        "{text}"
+    );
+    assert!(is_empty_mapping(&network["ethernets"]["on"]), "{text}");
+    assert_eq!(
+        strings(&network["ethernets"]["yes"]["addresses"]),
+        ["10.0.1.5/24"]
+    );
+    let cloud = yaml(&render(&net, Format::CloudInit));
+    assert_eq!(
+        cloud["write_files"][1]["content"].as_str(),
+        Some(text.as_str())
+    );
+}
