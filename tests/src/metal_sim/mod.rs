@@ -85,20 +85,95 @@
 //! | Reservation lists | `GET /projects/{id}/ips?types=…&page=&per_page=` | paginated (`per_page` default 250), `meta {current_page, last_page, total, first, last, self, next, previous}` |
 //! | Addresses | `GET/PATCH/DELETE /ips/{id}` | reservations (`type: vrf`/`public_ipv4`) and assignments (`type: IPAssignment`); DELETE of a reservation with a gateway (in any state): `… Cannot delete with associated metal gateway`; with assignments: refused; of an assignment: unassigns (204) |
 //! | Assignments | `GET/POST /devices/{id}/ips` | `address` (`a.b.c.d`, or with the reservation's prefix or a host prefix) inside one of the project's reservations in the device's metro, not assigned already. Answer `type: IPAssignment`, `assigned_to {href}`, `parent_block` |
-//! | Devices, ports | `GET /devices/{id}`, `GET /ports/{id}`, `POST /ports/{id}/assign`, `POST /ports/{id}/unassign` | devices are seeded ([`MetalSim::add_device`]: `active`; [`MetalSim::add_device_in_state`]: any of [`DEVICE_STATES`]) and answer their `state`; the test moves them on ([`MetalSim::set_device_state`]) and deletes them ([`MetalSim::delete_device`]: the device, its ports and its assignments are gone, 404 afterwards); `vnid` is a VLAN UUID or number in the device's metro; `Virtual network N already assigned` / `… not assigned` |
+//! | Devices | `GET /devices/{id}`, `GET /devices/{id}/events` | devices are seeded ([`MetalSim::add_device`]: `active`, 2 or 4 ethernet ports; [`MetalSim::add_device_in_state`]: any of [`DEVICE_STATES`]) and answer their `state` and `network_frozen` ([`MetalSim::set_network_frozen`]); the test moves them on ([`MetalSim::set_device_state`]) and deletes them ([`MetalSim::delete_device`]: the device, its ports, its assignments, its pending port changes and batches are gone, 404 afterwards). `ip_addresses` lists its assignments, management ones too ([`MetalSim::add_management_ips`]). Its events: the project's events whose `relationships` name it |
+//! | Ports: VLANs | `GET /ports/{id}`, `POST /ports/{id}/assign`, `POST /ports/{id}/unassign`, `GET /ports/{id}/vlan-assignments[/{assignment_id}]` | `vnid` is a VLAN UUID or number in the device's metro; `Virtual network N already assigned` / `… not assigned`; an ethernet port must be out of its bond (`Port eth1 is bonded: disbond it before assigning virtual networks`), a bond port up (`Port bond0 is not bonded: assign virtual networks to its ethernet ports`). Unassigning the native VLAN clears it. Assignments have stable ids, `state: assigned` (`unassigning` while an `in_progress` batch removes them) |
+//! | Ports: modes | `POST /ports/{id}/bond` (`?bulk_enable`), `/disbond` (`?bulk_disable`), `/convert/layer-2` (body `{}`), `/convert/layer-3` (optional `request_ips`) | see [Ports](#ports) below |
+//! | Ports: native VLAN | `POST /ports/{id}/native-vlan?vnid=`, `DELETE /ports/{id}/native-vlan` | immediate. The VLAN is on the port (`Virtual network N must be assigned to the port before it can be its native VLAN`), the port has ≥ 2 VLANs (`A native VLAN needs at least 2 virtual networks on the port`), it is not a Layer 3 bond port (`A native VLAN is not supported on the Layer 3 bond port bond0 (hybrid-bonded mode)`); no-ops refused: `Virtual network N is already the native VLAN of the port`, `Port bond0 has no native VLAN` |
+//! | Ports: batches | `POST /ports/{id}/vlan-assignments/batches` (201), `GET …/batches`, `GET …/batches/{batch_id}` | `vlan_assignments` `[{vlan, state, native}]`, `vlan` a UUID or number (`state` absent: `assigned`). Refused at once: none (`A batch needs at least one VLAN assignment`), an unknown VLAN, one twice, `native` on an `unassigned` one, two natives, an assignment the port cannot carry (as for assign), a native on a Layer 3 bond. Created `queued`, then `in_progress`, then `completed` over reads ([`SimConfig::batch_reads`]); the changes apply at completion, all or nothing: unassigning a VLAN not there, assigning one there already (`Virtual network N not assigned` / `… already assigned`) or a native VLAN breaking the rules above ends it `failed` with those `error_messages` and nothing changed; so does [`MetalSim::fail_next_batch`] |
 //! | VLANs | `GET/POST /projects/{id}/virtual-networks` (`?metro=`), `GET/PUT/DELETE /virtual-networks/{id}` | `metro` required; `vxlan` 2–3999, unique per project **and metro**, omitted: next free in 1000–1999; list without `meta`; DELETE (204) refused with `Cannot delete Virtual Network when port is assigned` while on a port, and while a gateway uses it |
 //! | Metal Gateways | `GET/POST /projects/{project_id}/metal-gateways`, `GET/DELETE /metal-gateways/{id}` | VLAN and reservation exist, same metro; one gateway per reservation; one IPv6 reservation per VLAN. 201 `state: ready`; DELETE 202 `state: deleting`; once gone, a GET answers **403** `Access denied for the current authentication token` (as Metal's did), not 404. List paginated under `metal_gateways` (`per_page` default 10) |
-//! | Events | `GET /projects/{id}/events` | newest first (in the order of the changes; `created_at` has whole seconds, so events may share it), paginated; `vrf.created`, `vrf.updated`, `vrf.deleted`, `ip_reservation.created/deleted`, `ip_assignment.created/deleted`, `virtual_network.created/deleted`, `metal_gateway.created/deleted`, `instance.state_changed` ([`MetalSim::set_device_state`], body `Device <id> is now <state>`), `instance.deleted` ([`MetalSim::delete_device`]; no `ip_assignment.deleted` for the addresses it unassigns), with `relationships` (the resource's href, e.g. `/metal/v1/devices/<id>`, then the project's). Seeding with `add_device*` records none |
+//! | Events | `GET /projects/{id}/events` | newest first (in the order of the changes; `created_at` has whole seconds, so events may share it), paginated; `vrf.created`, `vrf.updated`, `vrf.deleted`, `ip_reservation.created/deleted`, `ip_assignment.created/deleted`, `virtual_network.created/deleted`, `metal_gateway.created/deleted`, `instance.state_changed` ([`MetalSim::set_device_state`], body `Device <id> is now <state>`), `instance.deleted` ([`MetalSim::delete_device`]; no `ip_assignment.deleted` for the addresses it unassigns), with `relationships` (the resource's href, e.g. `/metal/v1/devices/<id>`, then the project's); `port.bonded`, `port.disbonded`, `port.converted_to_layer2`, `port.converted_to_layer3` when a mode change takes effect (body e.g. `Device <id>: disbonded eth1; bond0 is now hybrid`; `relationships`: the port the request named, the device, the project). Seeding with `add_device*`, `add_management_ips`, `set_network_frozen` records none |
 //!
 //! **Eventual states, without a clock.** A gateway answers `ready` to its
 //! first [`SimConfig::gateway_reads`] reads (GET or list; default 1), then
 //! `active`; after DELETE it answers `deleting` to as many reads and is
 //! then gone (404). While it exists, in any state, its reservation and VLAN
-//! cannot be deleted. [`MetalSim::settle`] finishes every transition.
+//! cannot be deleted. A bond, disbond or convert answers 200 with the
+//! port as it was, and so do the next [`SimConfig::port_reads`] reads of
+//! the bond's ports or the device (default 1); then it is in effect. A
+//! batch moves on as it is read ([`SimConfig::batch_reads`], default 2:
+//! `queued` to its creation and first read, `in_progress` to the second,
+//! then `completed`). [`MetalSim::settle`] finishes every transition.
 //!
 //! **Pagination.** [`MetalSim::set_max_per_page`] caps pages below the
 //! client's `per_page`, as a server may, so that lists of a few items span
 //! pages.
+//!
+//! # Ports
+//!
+//! A device has `bond0` = `eth0` + `eth1`, or on 4-port devices `bond0` =
+//! `eth0` + `eth2` and `bond1` = `eth1` + `eth3`; each bond changes mode
+//! on its own. Per port: `data.bonded` (an ethernet port is in its bond; a
+//! bond port is up while one of its members is), Layer 2 or 3 (bond ports),
+//! VLANs and a native VLAN. A bond's `network_type` (bond ports only):
+//!
+//! | Bond | Members | VLANs | `network_type` |
+//! | --- | --- | --- | --- |
+//! | Layer 3 | all bonded | none on the bond | `layer3` |
+//! | Layer 3 | all bonded | on the bond | `hybrid-bonded` |
+//! | Layer 3 | one out of the bond | any (on the member out of it) | `hybrid` |
+//! | Layer 2 | all bonded | any (on the bond) | `layer2-bonded` |
+//! | Layer 2 | one or more out of the bond | any (on the members out of it) | `layer2-individual` |
+//!
+//! Mode operations (checked in this order; 422 unless noted):
+//!
+//! - Any: 404 for an unknown port; a frozen device: `This device's network
+//!   is frozen: bonding, disbonding and converting between Layer 2 and
+//!   Layer 3 are not permitted`; while a mode change of the bond is pending
+//!   or a batch of one of its ports is unfinished (and, for VLAN
+//!   operations on a port, while its bond changes mode or its own batch
+//!   runs): `Another operation is in progress on port <name>; try again
+//!   when it has completed`.
+//! - `bond`: a bond port, or an ethernet port with `bulk_enable=true`,
+//!   bonds every member of the bond; an ethernet port alone itself.
+//!   Nothing to bond: `Port <name> is already bonded`; a member with VLANs:
+//!   `Port eth1 has virtual networks assigned: unassign them before
+//!   bonding it`.
+//! - `disbond`: a bond port, or an ethernet port with `bulk_disable=true`,
+//!   disbonds every member; an ethernet port alone itself. Nothing to
+//!   disbond: `Port <name> is already disbonded`. A Layer 3 bond cannot be
+//!   disbonded as a whole (`bond0 is a Layer 3 bond port and cannot be
+//!   disbonded; convert it to Layer 2 first`) nor lose its last bonded
+//!   member (`Port eth0 is the last bonded port of bond0, which is in
+//!   Layer 3: it cannot be disbonded`): in Layer 3 only a member leaves
+//!   (layer3 → hybrid). A Layer 2 bond with VLANs cannot lose its last
+//!   member (`Port bond0 has virtual networks assigned: unassign them
+//!   before disbonding it`).
+//! - `convert/layer-2`: bond ports only (`Port eth1 is not a bond port:
+//!   only bond ports can be converted to Layer 2`); a Layer 2 bond, and a
+//!   hybrid one (as Metal answered hybrid → layer2-bonded,
+//!   terraform-provider-equinix #143): `bond0 is already configured for
+//!   Layer 2`. VLANs on the bond stay (hybrid-bonded → layer2-bonded); the
+//!   bond's management addresses are removed (other assignments, from VRF
+//!   or public reservations, stay).
+//! - `convert/layer-3`: bond ports only; a Layer 3 bond: one message per
+//!   requested kind it has, `The port already has a public IPv4
+//!   assignment` (`private IPv4`, `public IPv6`), or `bond0 is already
+//!   configured for Layer 3` if it has none of them; VLANs on the bond or a
+//!   member: `VLANs must first be unassigned from bond0 and its ports
+//!   before converting to Layer 3`; a member out of the bond: `bond0 must
+//!   be bonded (all its ports) before converting to Layer 3`.
+//!   `request_ips` (`address_family` 4 or 6, no private IPv6, no kind
+//!   twice; absent or empty: public IPv4, private IPv4, public IPv6) become
+//!   new management addresses of the bond.
+//!
+//! So layer3 ↔ hybrid-bonded (assign / unassign on the bond), layer3 →
+//! hybrid (disbond a member, then assign to it) and back (unassign,
+//! bond), layer3 → layer2-bonded (convert/layer-2, assign) and back
+//! (unassign, convert/layer-3), layer2-bonded → layer2-individual
+//! (unassign from the bond, disbond it) and back (unassign from the
+//! members, bond), layer2-individual → layer3 (unassign, bond,
+//! convert/layer-3); hybrid → layer2 goes through layer3.
 //!
 //! # Faults
 //!
@@ -115,17 +190,24 @@
 //! Organizations, several projects, facilities (a VLAN with `facility` is
 //! refused, a `facility` filter matches nothing), device creation and
 //! deletion over HTTP (the test seeds, moves and deletes devices; their
-//! states do not change by themselves), port modes (bond, disbond, convert;
-//! `network_type` only reflects where VLANs are: `layer3`, `hybrid-bonded`,
-//! `hybrid`), native VLANs, VLAN assignment batches, virtual circuits, BGP,
+//! states do not change by themselves), `PUT /devices/{id}`
+//! (`network_frozen` is set by the test), the device-wide network type,
+//! the native-VLAN limits of the product docs beyond the rules above (4-port
+//! devices take native VLANs here), virtual circuits, BGP,
 //! VRF routes, elastic IPs, `private_ipv4`/`global_ipv4`/`public_ipv6`
 //! reservations and approvals (`state: pending`), private gateways
 //! (`private_ipv4_subnet_size`), the project VLAN limit, sorting and
 //! filtering by field, rate limits other than injected ones. Where the real API's
 //! behaviour is unknown the simulator takes the stricter side: a VRF with
 //! reservations, a reservation with assignments and a VLAN with a gateway
-//! cannot be deleted; overlapping ranges in one VRF are refused; the error
-//! texts other than those quoted above are ours.
+//! cannot be deleted; overlapping ranges in one VRF are refused; port
+//! operations are serialised per bond and refuse every no-op; a failed
+//! batch changes nothing. The error texts quoted above for VRFs,
+//! reservations, VLANs and gateways, and among the port texts `Virtual
+//! network N already assigned` / `not assigned`, `bond0 is already
+//! configured for Layer 2` and `The port already has a public IPv4
+//! assignment`, follow texts Metal was seen answering; the other texts are
+//! ours.
 
 #![warn(missing_docs)]
 
@@ -147,8 +229,8 @@ use tokio::task::JoinHandle;
 pub use blocking::BlockingHttp;
 pub use spec::BASE_PATH;
 pub use state::{
-    metro, Assignment, Device, Event, Gateway, GatewayState, Metro, Port, Reservation, Vlan, Vrf,
-    DEVICE_STATES, EMULATED, MAX_VRFS, METROS,
+    metro, Assignment, BatchEntry, BatchState, Device, Event, Gateway, GatewayState, Metro, Port,
+    Reservation, Vlan, VlanBatch, Vrf, DEVICE_STATES, EMULATED, MAX_VRFS, METROS,
 };
 
 use server::{FaultRule, Inner, Shared};
@@ -203,7 +285,8 @@ impl Recorded {
 }
 
 /// How to start a simulator; [`Default`] is an ephemeral port, a fresh
-/// token and project id, gateways settling after one read, no page cap.
+/// token and project id, gateways settling after one read, port changes
+/// after one read, batches after two, no page cap.
 #[derive(Debug, Clone, Default)]
 pub struct SimConfig {
     /// Port on 127.0.0.1; 0 picks a free one.
@@ -217,6 +300,17 @@ pub struct SimConfig {
     pub gateway_reads: Option<u32>,
     /// Largest page size, whatever `per_page` asks (`None`: the request's).
     pub max_per_page: Option<u32>,
+    /// Reads of a port (`GET /ports/{id}` of a port of the bond, or `GET
+    /// /devices/{id}`) that still answer the state from before an
+    /// accepted bond, disbond or convert; the change shows from the next
+    /// read on. 0: the POST's answer shows it already. `None`: 1.
+    pub port_reads: Option<u32>,
+    /// Reads of a VLAN assignment batch (`GET` of it or of the port's
+    /// batch list) until it is finished: the first moves it from `queued`
+    /// to `in_progress`, the last to `completed` or `failed` (each read
+    /// answers the state before its move). 0: finished at creation.
+    /// `None`: 2.
+    pub batch_reads: Option<u32>,
 }
 
 /// A running simulator; dropping it stops the server.
@@ -274,6 +368,8 @@ impl MetalSim {
                     project_id.clone(),
                     cfg.gateway_reads.unwrap_or(1),
                     cfg.max_per_page,
+                    cfg.port_reads.unwrap_or(1),
+                    cfg.batch_reads.unwrap_or(2),
                 ),
                 requests: Vec::new(),
                 violations: Vec::new(),
@@ -324,14 +420,17 @@ impl MetalSim {
 
     // -- seeding --------------------------------------------------------------
 
-    /// Adds an `active` device in `metro` (code) with `bond0` and
-    /// `eth_ports` ethernet ports (`eth0`, `eth1`, …; 2 for the usual
-    /// server), all bonded and without VLANs. `id` should be a UUID (path
-    /// ids are checked against the spec's `format: uuid`). Records no
-    /// event.
+    /// Adds an `active` device in `metro` (code) with `eth_ports`
+    /// ethernet ports: 2 (`bond0` = `eth0` + `eth1`, the usual server) or
+    /// 4 (`bond0` = `eth0` + `eth2`, `bond1` = `eth1` + `eth3`), all
+    /// bonded, Layer 3 (`network_type: layer3`), without VLANs and
+    /// without management addresses (see
+    /// [`MetalSim::add_management_ips`]). `id` should be a UUID (path ids
+    /// are checked against the spec's `format: uuid`). Records no event.
     ///
     /// # Panics
-    /// If the metro is unknown or the id is taken.
+    /// If the metro is unknown, the id is taken or `eth_ports` is not 2
+    /// or 4.
     pub fn add_device(&self, id: &str, metro: &str, eth_ports: usize) -> Device {
         self.add_device_in_state(id, metro, eth_ports, "active")
     }
@@ -392,7 +491,8 @@ impl MetalSim {
     }
 
     /// Puts VLAN `vlan_id` on port `port_id`, as a `POST /ports/{id}/assign`
-    /// would (no-op if it is there already).
+    /// would (no-op if it is there already), without its mode rules (a
+    /// bonded ethernet port takes it too) and whatever is in progress.
     ///
     /// # Panics
     /// If the port or VLAN does not exist or they are in different metros.
@@ -416,6 +516,65 @@ impl MetalSim {
             .unwrap_or_else(|e| panic!("MetalSim::unassign_vlan: {e}"));
     }
 
+    /// Gives bond0 of device `id` Metal's default management addresses:
+    /// a public IPv4 /31, a private IPv4 /31 and a public IPv6 /127 (fake
+    /// blocks: 100.64.0.0/11, 100.96.0.0/11, 2001:db8:ffff::/48), listed
+    /// in the device's `ip_addresses` and `GET /devices/{id}/ips` with
+    /// `management: true`. Converting bond0 to Layer 2 removes them;
+    /// converting it back to Layer 3 gives new ones. Records no event.
+    /// Returns them.
+    ///
+    /// # Panics
+    /// If there is no such device, its bond0 is in Layer 2 or has
+    /// management addresses already.
+    pub fn add_management_ips(&self, id: &str) -> Vec<Assignment> {
+        self.shared
+            .lock()
+            .state
+            .add_management_ips(id)
+            .unwrap_or_else(|e| panic!("MetalSim::add_management_ips: {e}"))
+    }
+
+    /// Sets device `id`'s `network_frozen`: while it is true, bond,
+    /// disbond and convert on its ports answer 422 (VLAN operations are
+    /// not affected). Records no event. Returns the device.
+    ///
+    /// # Panics
+    /// If there is no such device.
+    pub fn set_network_frozen(&self, id: &str, frozen: bool) -> Device {
+        self.shared
+            .lock()
+            .state
+            .set_network_frozen(id, frozen)
+            .unwrap_or_else(|e| panic!("MetalSim::set_network_frozen: {e}"))
+    }
+
+    /// Makes the next VLAN assignment batch created on port `port_id` end
+    /// `failed` with `error_messages: [message]`, changing nothing (a
+    /// batch the API refuses with a 422 does not use it up).
+    ///
+    /// # Panics
+    /// If there is no such port.
+    pub fn fail_next_batch(&self, port_id: &str, message: &str) {
+        self.shared
+            .lock()
+            .state
+            .fail_next_batch(port_id, message)
+            .unwrap_or_else(|e| panic!("MetalSim::fail_next_batch: {e}"));
+    }
+
+    /// Sets how many reads bonds, disbonds and converts accepted from now
+    /// on take to show (see [`SimConfig::port_reads`]).
+    pub fn set_port_reads(&self, reads: u32) {
+        self.shared.lock().state.port_reads = reads;
+    }
+
+    /// Sets how many reads batches created from now on take to finish
+    /// (see [`SimConfig::batch_reads`]).
+    pub fn set_batch_reads(&self, reads: u32) {
+        self.shared.lock().state.batch_reads = reads;
+    }
+
     /// Sets how many reads gateways created or deleted from now on take to
     /// settle (see [`SimConfig::gateway_reads`]).
     pub fn set_gateway_reads(&self, reads: u32) {
@@ -428,7 +587,8 @@ impl MetalSim {
     }
 
     /// Finishes every pending transition: `ready` gateways turn `active`,
-    /// `deleting` ones are gone.
+    /// `deleting` ones are gone, accepted bonds, disbonds and converts
+    /// take effect, and unfinished VLAN batches complete (or fail).
     pub fn settle(&self) {
         self.shared.lock().state.settle();
     }
@@ -498,9 +658,31 @@ impl MetalSim {
         self.shared.lock().state.gateways.clone()
     }
 
-    /// The devices.
+    /// The devices, as the API shows them (accepted mode changes that
+    /// have not taken effect are not in them).
     pub fn devices(&self) -> Vec<Device> {
         self.shared.lock().state.devices.clone()
+    }
+
+    /// Device `id`, if it exists.
+    pub fn device(&self, id: &str) -> Option<Device> {
+        self.shared
+            .lock()
+            .state
+            .devices
+            .iter()
+            .find(|d| d.id == id)
+            .cloned()
+    }
+
+    /// Bonds, disbonds and converts accepted and not yet in effect.
+    pub fn pending_port_changes(&self) -> usize {
+        self.shared.lock().state.pending_port_changes()
+    }
+
+    /// The VLAN assignment batches, oldest first.
+    pub fn batches(&self) -> Vec<VlanBatch> {
+        self.shared.lock().state.batches.clone()
     }
 
     /// The project's events, oldest first.

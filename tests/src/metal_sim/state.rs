@@ -13,6 +13,12 @@ use serde_json::{json, Value};
 
 use super::spec::BASE_PATH;
 
+#[path = "ports.rs"]
+mod ports;
+
+use ports::PendingChange;
+pub use ports::{BatchEntry, BatchState, VlanBatch};
+
 // ---------------------------------------------------------------------------
 // Errors
 // ---------------------------------------------------------------------------
@@ -220,6 +226,22 @@ fn mix(mut z: u64) -> u64 {
     z ^ (z >> 31)
 }
 
+/// A UUID (version 4 layout) made of these bits.
+fn uuid_of(hi: u64, lo: u64) -> String {
+    let v = (u128::from(hi) << 64 | u128::from(lo)) & !(0xf000u128 << 64) & !(0xc000u128 << 48)
+        | (0x4000u128 << 64)
+        | (0x8000u128 << 48);
+    let h = format!("{v:032x}");
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    )
+}
+
 impl IdGen {
     pub fn new() -> IdGen {
         let mut h = RandomState::new().build_hasher();
@@ -234,18 +256,7 @@ impl IdGen {
         self.next += 1;
         let hi = mix(self.seed ^ self.next);
         let lo = mix(hi ^ self.next.rotate_left(32));
-        let v = (u128::from(hi) << 64 | u128::from(lo)) & !(0xf000u128 << 64) & !(0xc000u128 << 48)
-            | (0x4000u128 << 64)
-            | (0x8000u128 << 48);
-        let h = format!("{v:032x}");
-        format!(
-            "{}-{}-{}-{}-{}",
-            &h[0..8],
-            &h[8..12],
-            &h[12..16],
-            &h[16..20],
-            &h[20..32]
-        )
+        uuid_of(hi, lo)
     }
 
     /// 16 hex digits, for tokens.
@@ -364,8 +375,17 @@ pub struct Assignment {
     pub customdata: Value,
     /// Creation time (RFC 3339).
     pub created_at: String,
+    /// A management address of a Layer 3 bond (Metal's own; see
+    /// `MetalSim::add_management_ips` and `convert/layer-3`): it has no
+    /// reservation in the simulator (`reservation_id` is empty) and goes
+    /// away when its bond is converted to Layer 2.
+    pub management: bool,
+    /// The bond port a management address is on.
+    pub port_id: Option<String>,
     family: Family,
     value: u128,
+    /// Whether a management address is public.
+    public: bool,
 }
 
 /// A VLAN (virtual network).
@@ -451,7 +471,11 @@ pub struct Device {
     pub metro: String,
     /// One of [`DEVICE_STATES`], e.g. `active`.
     pub state: String,
-    /// `bond0` first, then `eth0`, `eth1`, ….
+    /// Whether network mode changes (bond, disbond, convert) are refused
+    /// (`MetalSim::set_network_frozen`).
+    pub network_frozen: bool,
+    /// The bond ports first (`bond0`, then `bond1` on 4-port devices),
+    /// then `eth0`, `eth1`, ….
     pub ports: Vec<Port>,
 }
 
@@ -469,8 +493,16 @@ pub struct Port {
     pub id: String,
     /// `bond0`, `eth0`, ….
     pub name: String,
-    /// Whether it is the bond port.
+    /// Whether it is a bond port.
     pub is_bond: bool,
+    /// `data.bonded`: an ethernet port is in its bond; a bond port is up
+    /// (at least one of its ethernet ports is bonded).
+    pub bonded: bool,
+    /// A bond port in Layer 2 (`false`: Layer 3; always `false` on
+    /// ethernet ports).
+    pub layer2: bool,
+    /// An ethernet port's bond (`bond0`, `bond1`); `None` on bond ports.
+    pub bond: Option<String>,
     /// VLAN ids assigned to it.
     pub vlans: Vec<String>,
     /// The native VLAN, if any.
@@ -612,14 +644,39 @@ pub(crate) struct State {
     pub events: Vec<Event>,
     /// Gateways deleted so far: a GET of one answers 403, as Metal's did.
     pub deleted_gateways: Vec<String>,
+    /// Reads of a port (or its device) that still show the state before
+    /// a bond, disbond or convert.
+    pub port_reads: u32,
+    /// Reads of a VLAN assignment batch before it is finished.
+    pub batch_reads: u32,
+    /// Mode changes accepted but not yet in effect, oldest first.
+    pending: Vec<PendingChange>,
+    /// VLAN assignment batches, oldest first.
+    pub batches: Vec<VlanBatch>,
+    /// Port id → the error message its next batch fails with.
+    fail_batches: BTreeMap<String, String>,
+    /// Management address blocks handed out so far.
+    mgmt_next: u32,
 }
 
 impl State {
-    pub fn new(project_id: String, gateway_reads: u32, max_per_page: Option<u32>) -> State {
+    pub fn new(
+        project_id: String,
+        gateway_reads: u32,
+        max_per_page: Option<u32>,
+        port_reads: u32,
+        batch_reads: u32,
+    ) -> State {
         State {
             project_id,
             gateway_reads,
             max_per_page,
+            port_reads,
+            batch_reads,
+            pending: Vec::new(),
+            batches: Vec::new(),
+            fail_batches: BTreeMap::new(),
+            mgmt_next: 0,
             ids: IdGen::new(),
             vrfs: Vec::new(),
             reservations: Vec::new(),
@@ -638,6 +695,12 @@ impl State {
     /// goes below the previous event's (a clock stepping back does not
     /// reorder them). Ids are random-looking UUIDs, not ordered.
     fn event(&mut self, kind: &str, body: String, resource: String) {
+        let project = href("projects", &self.project_id);
+        self.event_about(kind, body, vec![resource, project]);
+    }
+
+    /// Records an event with these `relationships` (hrefs).
+    fn event_about(&mut self, kind: &str, body: String, relationships: Vec<String>) {
         let id = self.ids.uuid();
         let mut created_at = now_rfc3339();
         if let Some(last) = self.events.last() {
@@ -650,15 +713,16 @@ impl State {
             id,
             kind: kind.to_owned(),
             body,
-            relationships: vec![resource, href("projects", &self.project_id)],
+            relationships,
             created_at,
         });
     }
 
     // -- seeding --------------------------------------------------------------
 
-    /// Adds a device in `state` with `bond0` and `eth_ports` ethernet
-    /// ports.
+    /// Adds a device in `state` with `eth_ports` (2 or 4) ethernet ports:
+    /// `bond0` = `eth0` + `eth1`, or `bond0` = `eth0` + `eth2` and `bond1`
+    /// = `eth1` + `eth3`; all bonded, Layer 3, without VLANs.
     pub fn add_device(
         &mut self,
         id: &str,
@@ -672,18 +736,32 @@ impl State {
             !self.devices.iter().any(|d| d.id == id),
             "device {id} exists already"
         );
-        let mut ports = vec![Port {
-            id: self.ids.uuid(),
-            name: "bond0".into(),
-            is_bond: true,
-            vlans: Vec::new(),
-            native_vlan: None,
-        }];
+        assert!(
+            matches!(eth_ports, 2 | 4),
+            "a device has 2 or 4 ethernet ports, not {eth_ports}"
+        );
+        let bonds = eth_ports / 2;
+        let mut ports = Vec::new();
+        for b in 0..bonds {
+            ports.push(Port {
+                id: self.ids.uuid(),
+                name: format!("bond{b}"),
+                is_bond: true,
+                bonded: true,
+                layer2: false,
+                bond: None,
+                vlans: Vec::new(),
+                native_vlan: None,
+            });
+        }
         for i in 0..eth_ports {
             ports.push(Port {
                 id: self.ids.uuid(),
                 name: format!("eth{i}"),
                 is_bond: false,
+                bonded: true,
+                layer2: false,
+                bond: Some(format!("bond{}", i % bonds)),
                 vlans: Vec::new(),
                 native_vlan: None,
             });
@@ -693,6 +771,7 @@ impl State {
             hostname: format!("sim-{}", &id[..id.len().min(8)]),
             metro: m.code.to_owned(),
             state: state.to_owned(),
+            network_frozen: false,
             ports,
         };
         self.devices.push(device.clone());
@@ -724,6 +803,7 @@ impl State {
         if !self.devices.iter().any(|d| d.id == id) {
             return Err(format!("no device {id}"));
         }
+        self.forget_ports_of(id);
         self.devices.retain(|d| d.id != id);
         let (gone, kept) = std::mem::take(&mut self.assignments)
             .into_iter()
@@ -772,8 +852,10 @@ impl State {
         Ok(())
     }
 
-    /// Moves every gateway on to its final state.
+    /// Moves every gateway on to its final state, and puts every pending
+    /// port change and VLAN batch into effect.
     pub fn settle(&mut self) {
+        self.settle_ports();
         let deleting: Vec<String> = self
             .gateways
             .iter()
@@ -845,7 +927,21 @@ impl State {
             "createIPAssignment" => self.assign(call),
             "findDeviceById" => {
                 let device = self.device(call.param("id"))?;
-                Ok((200, Some(self.device_json(&device, &call.inc))))
+                let body = self.device_json(&device, &call.inc);
+                self.tick_ports(&device.id, None);
+                Ok((200, Some(body)))
+            }
+            "findDeviceEvents" => {
+                let device = self.device(call.param("id"))?;
+                let h = href("devices", &device.id);
+                let items: Vec<Value> = self
+                    .events
+                    .iter()
+                    .rev()
+                    .filter(|e| e.relationships.contains(&h))
+                    .map(event_json)
+                    .collect();
+                self.page(call, "events", items)
             }
             "findVirtualNetworks" => self.find_vlans(call),
             "createVirtualNetwork" => self.create_vlan(call),
@@ -866,10 +962,20 @@ impl State {
             }
             "findPortById" => {
                 let (device, port) = self.port(call.param("id"))?;
-                Ok((200, Some(self.port_json(&device, &port, &call.inc))))
+                let body = self.port_json(&device, &port, &call.inc);
+                self.tick_ports(&device.id, Some(ports::group(&port)));
+                Ok((200, Some(body)))
             }
             "assignPort" => self.port_vlan(call, true),
             "unassignPort" => self.port_vlan(call, false),
+            "bondPort" | "disbondPort" | "convertLayer2" | "convertLayer3" => self.mode_op(call),
+            "assignNativeVlan" => self.assign_native(call),
+            "deleteNativeVlan" => self.delete_native(call),
+            "findPortVlanAssignments" => self.port_vlan_assignments(call),
+            "findPortVlanAssignmentByPortIdAndAssignmentId" => self.port_vlan_assignment(call),
+            "createPortVlanAssignmentBatch" => self.create_batch(call),
+            "findPortVlanAssignmentBatches" => self.find_batches(call),
+            "findPortVlanAssignmentBatchByPortIdAndBatchId" => self.find_batch(call),
             other => Err(ApiError::new(
                 501,
                 format!("{other} is in the spec but not emulated by the Metal simulator"),
@@ -1466,8 +1572,11 @@ impl State {
             cidr,
             customdata: call.field("customdata").cloned().unwrap_or(json!({})),
             created_at: now_rfc3339(),
+            management: false,
+            port_id: None,
             family,
             value: v,
+            public: false,
         };
         self.event(
             "ip_assignment.created",
@@ -1493,23 +1602,30 @@ impl State {
             .ok_or_else(ApiError::not_found)
     }
 
-    fn port_vlan(&mut self, call: &Call<'_>, on: bool) -> Answer {
-        let (device, port) = self.port(call.param("id"))?;
-        let vnid = call.str_field("vnid").unwrap_or_default();
-        let vlan = self
-            .vlans
+    /// The VLAN `vnid` (a UUID, or a VLAN number in the device's metro)
+    /// names.
+    fn resolve_vlan(&self, device: &Device, vnid: &str) -> Result<Vlan, ApiError> {
+        self.vlans
             .iter()
             .find(|v| v.id == vnid || (v.metro == device.metro && v.vxlan.to_string() == vnid))
-            .cloned();
-        let Some(vlan) = vlan else {
-            return refuse(format!("Virtual network {vnid} not found"));
-        };
+            .cloned()
+            .ok_or_else(|| ApiError::unprocessable(format!("Virtual network {vnid} not found")))
+    }
+
+    fn port_vlan(&mut self, call: &Call<'_>, on: bool) -> Answer {
+        let (device, port) = self.port(call.param("id"))?;
+        self.check_vlan_op_free(&device, &port)?;
+        let vnid = call.str_field("vnid").unwrap_or_default();
+        let vlan = self.resolve_vlan(&device, vnid)?;
         let assigned = port.vlans.contains(&vlan.id);
         if on && assigned {
             return refuse(format!("Virtual network {} already assigned", vlan.vxlan));
         }
         if !on && !assigned {
             return refuse(format!("Virtual network {} not assigned", vlan.vxlan));
+        }
+        if on {
+            ports::check_can_carry_vlans(&port)?;
         }
         self.set_port_vlan(&port.id, &vlan.id, on)
             .map_err(ApiError::unprocessable)?;
@@ -1871,14 +1987,30 @@ impl State {
 
     pub fn assignment_json(&self, a: &Assignment) -> Value {
         let r = self.reservations.iter().find(|r| r.id == a.reservation_id);
+        let public = if a.management {
+            a.public
+        } else {
+            r.is_some_and(|r| r.kind == "public_ipv4")
+        };
         let mut out = json!({
             "id": a.id, "type": "IPAssignment", "address": a.address, "cidr": a.cidr,
             "address_family": match a.family { Family::V4 => 4, Family::V6 => 6 },
             "assigned_to": href_obj("devices", &a.device_id),
-            "public": r.is_some_and(|r| r.kind == "public_ipv4"),
-            "management": false, "manageable": true, "enabled": true, "global_ip": false,
-            "href": href("ips", &a.id), "created_at": a.created_at,
+            "public": public,
+            "management": a.management, "manageable": !a.management, "enabled": true,
+            "global_ip": false, "href": href("ips", &a.id), "created_at": a.created_at,
         });
+        if a.management {
+            // A /31 or /127: the other address is the gateway.
+            if let Ok(block) = Block::new(from_u128(a.family, a.value & !1), a.cidr) {
+                out["network"] = json!(block.network().to_string());
+                out["gateway"] = json!(block.network().to_string());
+                out["netmask"] = json!(block.netmask());
+            }
+            if let Some(d) = self.devices.iter().find(|d| d.id == a.device_id) {
+                out["metro"] = metro_json(&d.metro);
+            }
+        }
         if let Some(r) = r {
             out["network"] = json!(r.network);
             out["gateway"] = json!(r.gateway);
@@ -1969,25 +2101,27 @@ impl State {
             "disbond_operation_supported": true, "virtual_networks": vlans,
         });
         if p.is_bond {
-            let on_bond = !p.vlans.is_empty();
-            let on_eth = d.ports.iter().any(|q| !q.is_bond && !q.vlans.is_empty());
-            out["network_type"] = json!(match (on_bond, on_eth) {
-                (true, _) => "hybrid-bonded",
-                (false, true) => "hybrid",
-                (false, false) => "layer3",
-            });
-            out["data"] = json!({ "bonded": true });
+            if let Some(t) = d.network_type(&p.name) {
+                out["network_type"] = json!(t);
+            }
+            out["data"] = json!({ "bonded": p.bonded });
         } else {
-            let bond = d.ports.iter().find(|q| q.is_bond).expect("bond0 exists");
             let n = u128::from_str_radix(&p.id.replace('-', "")[20..], 16).unwrap_or(0);
             let mac: Vec<String> = (0..6)
                 .map(|i| format!("{:02x}", (n >> (8 * (5 - i))) & 0xff))
                 .collect();
-            out["data"] = json!({ "bonded": true, "mac": mac.join(":") });
-            out["bond"] = json!({ "id": bond.id, "name": bond.name });
+            out["data"] = json!({ "bonded": p.bonded, "mac": mac.join(":") });
+            if let Some(bond) = p.bond.as_deref().and_then(|b| d.port(b)) {
+                out["bond"] = json!({ "id": bond.id, "name": bond.name });
+            }
         }
         if let Some(native) = &p.native_vlan {
-            out["native_virtual_network"] = href_obj("virtual-networks", native);
+            out["native_virtual_network"] = match self.vlans.iter().find(|v| &v.id == native) {
+                Some(v) if inc.has("native_virtual_network") => {
+                    self.vlan_json(v, &inc.child("native_virtual_network"))
+                }
+                _ => href_obj("virtual-networks", native),
+            };
         }
         out
     }
@@ -2006,7 +2140,7 @@ impl State {
             .collect();
         json!({
             "id": d.id, "hostname": d.hostname, "state": d.state, "metro": metro_json(&d.metro),
-            "network_ports": ports, "ip_addresses": ips, "network_frozen": false,
+            "network_ports": ports, "ip_addresses": ips, "network_frozen": d.network_frozen,
             "project": self.project_json(inc, "project"), "tags": [],
             "href": href("devices", &d.id),
         })
@@ -2064,6 +2198,18 @@ pub const EMULATED: &[&str] = &[
     "findPortById",
     "assignPort",
     "unassignPort",
+    "bondPort",
+    "disbondPort",
+    "convertLayer2",
+    "convertLayer3",
+    "assignNativeVlan",
+    "deleteNativeVlan",
+    "findPortVlanAssignments",
+    "findPortVlanAssignmentByPortIdAndAssignmentId",
+    "createPortVlanAssignmentBatch",
+    "findPortVlanAssignmentBatches",
+    "findPortVlanAssignmentBatchByPortIdAndBatchId",
+    "findDeviceEvents",
 ];
 
 #[cfg(test)]
