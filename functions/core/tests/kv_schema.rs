@@ -119,6 +119,8 @@ fn readme_key_table_lists_every_key_the_code_writes() {
         keys::metal_claim_init("<namespace>", "<name>"),
         keys::METAL_POLL.to_string(),
         keys::METAL_POLL_INIT.to_string(),
+        "net/device/<uuid>".to_string(),
+        "net-init/device/<uuid>".to_string(),
     ];
     for k in written {
         assert!(
@@ -196,5 +198,19 @@ fn metal_assignment_and_cursor_examples_round_trip_through_their_records() {
             .unwrap_or_else(|e| panic!("{file}: {e}"));
         let rebuilt = CursorRecord::build(&rec.view(&()).unwrap().unwrap(), rec.envelope());
         assert_eq!(serde_json::to_value(&rebuilt).unwrap(), v, "{file}");
+    }
+}
+
+#[test]
+fn net_device_examples_round_trip_through_the_record() {
+    use metal_ipam_core::kv::protocol::CasRecord;
+    use metal_ipam_core::network::apply::ApplyRecord;
+    for (file, v) in examples("net-device") {
+        let rec = ApplyRecord::decode(&serde_json::to_vec(&v).unwrap())
+            .unwrap_or_else(|e| panic!("{file}: {e}"));
+        let state = rec.view("d").unwrap().unwrap();
+        let rebuilt = ApplyRecord::build(&state, rec.envelope());
+        assert_eq!(serde_json::to_value(&rebuilt).unwrap(), v, "{file}");
+        assert_eq!(ApplyRecord::key("d"), "net/device/d");
     }
 }

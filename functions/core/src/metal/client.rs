@@ -20,8 +20,8 @@ use serde_json::Value;
 
 use super::model::{
     Device, ErrorBody, Event, IpAddress, IpAssignment, IpAssignmentInput, Meta, MetalGateway,
-    PortAssignInput, VirtualNetwork, VirtualNetworkCreateInput, Vrf, VrfCreateInput,
-    VrfIpReservation, VrfIpReservationCreateInput, VrfMetalGatewayCreateInput,
+    PortAssignInput, VirtualNetwork, VirtualNetworkCreateInput, VlanBatch, VlanBatchInput, Vrf,
+    VrfCreateInput, VrfIpReservation, VrfIpReservationCreateInput, VrfMetalGatewayCreateInput,
 };
 use super::retry::{decide, Attempt, Next, RetryPolicy};
 use crate::error::{Error, ErrorKind};
@@ -600,6 +600,126 @@ impl<'a, H: HttpClient + ?Sized, E: Env + ?Sized> Metal<'a, H, E> {
         }
     }
 
+    /// One device with its ports (`include=network_ports`, each with its
+    /// VLANs as links); `None` if it does not exist.
+    ///
+    /// # Errors
+    /// See [`MetalError`].
+    pub fn device_ports(&self, id: &str) -> Result<Option<Device>, MetalError> {
+        self.get(
+            &format!("/devices/{id}"),
+            &[("include", "network_ports".to_string())],
+        )
+    }
+
+    /// A port mode change: `bond`, `disbond` (`bulk` = both members of a
+    /// bond port), `convert/layer-2` or `convert/layer-3`. The answer shows
+    /// the port as it was; the change shows on later reads.
+    ///
+    /// # Errors
+    /// See [`MetalError`] (422 for Metal's refusals, including the no-op
+    /// traps the caller confirms by re-reading); not repeated after a 5xx
+    /// or a lost connection.
+    pub fn port_mode(&self, port_id: &str, change: PortChange) -> Result<(), MetalError> {
+        let (path, query, body): (String, Vec<(&str, String)>, Option<Value>) = match change {
+            PortChange::Bond { bulk } => (
+                format!("/ports/{port_id}/bond"),
+                vec![("bulk_enable", bulk.to_string())],
+                None,
+            ),
+            PortChange::Disbond { bulk } => (
+                format!("/ports/{port_id}/disbond"),
+                vec![("bulk_disable", bulk.to_string())],
+                None,
+            ),
+            // The spec requires a body; Metal ignores it (TF sends {}).
+            PortChange::ConvertLayer2 => (
+                format!("/ports/{port_id}/convert/layer-2"),
+                vec![],
+                Some(Value::Object(serde_json::Map::new())),
+            ),
+            // New management addresses, as the Terraform provider asks.
+            PortChange::ConvertLayer3 => (
+                format!("/ports/{port_id}/convert/layer-3"),
+                vec![],
+                Some(serde_json::json!({"request_ips": [
+                    {"address_family": 4, "public": true},
+                    {"address_family": 4, "public": false},
+                    {"address_family": 6, "public": true}]})),
+            ),
+        };
+        self.send(Method::POST, &path, &query, body.as_ref())?;
+        Ok(())
+    }
+
+    /// Starts a VLAN assignment batch on a port (never empty).
+    ///
+    /// # Errors
+    /// See [`MetalError`]; not repeated after a 5xx or a lost connection.
+    pub fn create_vlan_batch(
+        &self,
+        port_id: &str,
+        input: &VlanBatchInput,
+    ) -> Result<VlanBatch, MetalError> {
+        self.create(&format!("/ports/{port_id}/vlan-assignments/batches"), input)
+    }
+
+    /// One batch; `None` if it does not exist.
+    ///
+    /// # Errors
+    /// See [`MetalError`].
+    pub fn get_vlan_batch(
+        &self,
+        port_id: &str,
+        batch_id: &str,
+    ) -> Result<Option<VlanBatch>, MetalError> {
+        self.get(
+            &format!("/ports/{port_id}/vlan-assignments/batches/{batch_id}"),
+            &[],
+        )
+    }
+
+    /// A port's batches (not paginated).
+    ///
+    /// # Errors
+    /// See [`MetalError`].
+    pub fn list_vlan_batches(&self, port_id: &str) -> Result<Vec<VlanBatch>, MetalError> {
+        self.list(
+            &format!("/ports/{port_id}/vlan-assignments/batches"),
+            "batches",
+            &[],
+            false,
+        )
+    }
+
+    /// Sets the port's native VLAN (already assigned).
+    ///
+    /// # Errors
+    /// See [`MetalError`]; not repeated after a 5xx or a lost connection.
+    pub fn set_native_vlan(&self, port_id: &str, vlan: &str) -> Result<(), MetalError> {
+        self.send(
+            Method::POST,
+            &format!("/ports/{port_id}/native-vlan"),
+            &[("vnid", vlan.to_string())],
+            None,
+        )?;
+        Ok(())
+    }
+
+    /// Removes the port's native VLAN.
+    ///
+    /// # Errors
+    /// See [`MetalError`].
+    pub fn remove_native_vlan(&self, port_id: &str) -> Result<(), MetalError> {
+        self.send(
+            Method::DELETE,
+            &format!("/ports/{port_id}/native-vlan"),
+            &[],
+            None,
+        )?;
+        Ok(())
+    }
+
     /// One device; `None` if it does not exist (deleted).
     ///
     /// # Errors
@@ -749,6 +869,25 @@ impl<'a, H: HttpClient + ?Sized, E: Env + ?Sized> Metal<'a, H, E> {
         }
         Ok((out, after.is_none()))
     }
+}
+
+/// A port mode change ([`Metal::port_mode`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PortChange {
+    /// `POST /ports/{id}/bond`.
+    Bond {
+        /// `bulk_enable`: both members of a bond port.
+        bulk: bool,
+    },
+    /// `POST /ports/{id}/disbond`.
+    Disbond {
+        /// `bulk_disable`: both members of a bond port.
+        bulk: bool,
+    },
+    /// `POST /ports/{id}/convert/layer-2`.
+    ConvertLayer2,
+    /// `POST /ports/{id}/convert/layer-3`.
+    ConvertLayer3,
 }
 
 /// `include` for gateway calls: with these the `oneOf` answer matches one

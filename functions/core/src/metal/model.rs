@@ -430,6 +430,42 @@ pub struct PortData {
     pub mac: Option<String>,
 }
 
+/// A VLAN assignment batch (`POST /ports/{id}/vlan-assignments/batches`):
+/// asynchronous, `queued` → `in_progress` → `completed` | `failed`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default)]
+pub struct VlanBatch {
+    /// UUID.
+    pub id: String,
+    /// `queued`, `in_progress`, `completed`, `failed`.
+    pub state: Option<String>,
+    /// Why it failed.
+    pub error_messages: Vec<String>,
+}
+
+impl VlanBatch {
+    /// Whether it reached `completed` or `failed`.
+    pub fn finished(&self) -> bool {
+        matches!(self.state.as_deref(), Some("completed" | "failed"))
+    }
+}
+
+/// One change of a batch.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct VlanBatchItem {
+    /// The VLAN (UUID or vxlan).
+    pub vlan: String,
+    /// `assigned` or `unassigned`.
+    pub state: &'static str,
+}
+
+/// `POST /ports/{id}/vlan-assignments/batches`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct VlanBatchInput {
+    /// The changes (never empty).
+    pub vlan_assignments: Vec<VlanBatchItem>,
+}
+
 /// `POST /ports/{id}/unassign` (and `assign`): the VLAN by UUID or vxlan.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct PortAssignInput {

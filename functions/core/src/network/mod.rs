@@ -6,12 +6,16 @@
 //!   their addresses, native VLAN), its rules, each bond's derived mode.
 //! - [`plan`]: the observed ports and the desired ones → the ordered Metal
 //!   port calls, in Metal's safe order (pure).
+//! - [`apply`]: the plan executed through Metal one step at a time, each
+//!   polled to its end, resumable, one writer per device (a KV lease).
 //! - [`render`]: the node's VLAN interfaces as netplan, ifupdown,
 //!   cloud-init or shell (pure).
 //!
-//! May import `ipam` (pool names), `kube::names`, `metal::model` (ports as
-//! Metal reports them) and the ports; never `http`, `capi` or `kv`.
+//! May import `ipam` (pool names), `kube::names`, `metal` (ports as Metal
+//! reports them, the client for `apply`), `kv` (the apply record) and the
+//! ports; never `http` or `capi`.
 
+pub mod apply;
 pub mod plan;
 pub mod profile;
 pub mod render;
