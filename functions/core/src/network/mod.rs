@@ -8,6 +8,8 @@
 //!   port calls, in Metal's safe order (pure).
 //! - [`apply`]: the plan executed through Metal one step at a time, each
 //!   polled to its end, resumable, one writer per device (a KV lease).
+//! - [`node`]: the node's links from its profile (tagged or untagged as
+//!   Metal delivers each VLAN) and addresses.
 //! - [`render`]: the node's VLAN interfaces as netplan, ifupdown,
 //!   cloud-init or shell (pure).
 //!
@@ -16,6 +18,7 @@
 //! ports; never `http` or `capi`.
 
 pub mod apply;
+pub mod node;
 pub mod plan;
 pub mod profile;
 pub mod render;

@@ -1,0 +1,202 @@
+//! What a node configures, from its profile: the links of
+//! [`super::render::NodeNetwork`], tagged or untagged as Metal delivers
+//! each VLAN, with the node's addresses. Needs no device: the profile, the
+//! VLAN numbers and the addresses (static, or the claims' once allocated)
+//! are enough, so the configuration can go into user data before the
+//! server exists. Pure.
+//!
+//! # Tagged or untagged
+//! From Metal's mode notes (§4.2): on a Layer3 bond (hybrid-bonded) every
+//! VLAN is tagged, `bond0.<vxlan>`. On any other port carrying VLANs (an
+//! unbonded member in hybrid or layer2-individual, a layer2 bond) a single
+//! VLAN arrives untagged, on the port itself; with two or more, the native
+//! VLAN is untagged and the others tagged, `<port>.<vxlan>`.
+
+use super::profile::{PoolName, Profile, VlanRef};
+use super::render::{Link, NodeNetwork, Route};
+use crate::error::{Error, Result};
+
+/// An address the node should have but that is not known yet (its claim
+/// is not bound): the link and the pool.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pending {
+    /// The link it goes on.
+    pub link: String,
+    /// The pool it comes from.
+    pub pool: String,
+}
+
+/// The node's links for `profile`.
+///
+/// `vxlan_of` gives a VLAN's number (looked up by the caller: `vxlan`
+/// itself, the UUID's VLAN, the pool's VLAN); `address_of(port, vlan
+/// index, pool)` gives the address with prefix allocated to this node for
+/// that VLAN, if any. Addresses not allocated yet are left out and listed
+/// as [`Pending`].
+///
+/// # Errors
+/// 422 naming the VLAN whose number is unknown.
+pub fn node_network(
+    profile: &Profile,
+    vxlan_of: &dyn Fn(&VlanRef) -> Option<u16>,
+    address_of: &dyn Fn(&str, usize, &PoolName) -> Option<String>,
+) -> Result<(NodeNetwork, Vec<Pending>)> {
+    let mut links = Vec::new();
+    let mut pending = Vec::new();
+    for (i, port) in profile.ports.iter().enumerate() {
+        if port.vlans.is_empty() {
+            continue;
+        }
+        let flags = profile.flags(&port.name);
+        let layer3_bond = port.name.starts_with("bond") && !flags.layer2;
+        let native = match &port.native_vlan {
+            Some(n) => Some(vxlan_of(n).ok_or_else(|| {
+                Error::invalid(
+                    format!("spec.ports[{i}].nativeVLAN"),
+                    "the VLAN's number is not known",
+                )
+            })?),
+            None => None,
+        };
+        let single = port.vlans.len() == 1;
+        for (j, v) in port.vlans.iter().enumerate() {
+            let vxlan = vxlan_of(&v.vlan()).ok_or_else(|| {
+                Error::invalid(
+                    format!("spec.ports[{i}].vlans[{j}]"),
+                    "the VLAN's number is not known",
+                )
+            })?;
+            let untagged = !layer3_bond && (single || native == Some(vxlan));
+            let name = if untagged {
+                port.name.clone()
+            } else {
+                format!("{}.{vxlan}", port.name)
+            };
+            let mut addresses = Vec::new();
+            for a in &v.addresses {
+                match (&a.fixed, &a.pool) {
+                    (Some(s), _) => addresses.push(s.clone()),
+                    (None, Some(pool)) => match address_of(&port.name, j, pool) {
+                        Some(addr) => addresses.push(addr),
+                        None => pending.push(Pending {
+                            link: name.clone(),
+                            pool: pool.name.clone(),
+                        }),
+                    },
+                    (None, None) => {}
+                }
+            }
+            links.push(Link {
+                vlan: (!untagged).then(|| (port.name.clone(), vxlan)),
+                name,
+                addresses,
+                routes: v
+                    .routes
+                    .iter()
+                    .map(|r| Route {
+                        to: r.to.clone(),
+                        via: r.via.clone(),
+                    })
+                    .collect(),
+                mtu: v.mtu,
+            });
+        }
+    }
+    Ok((NodeNetwork { links }, pending))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// A link as the tests compare it: name, (parent, tag), addresses.
+    type Row = (String, Option<(String, u16)>, Vec<String>);
+
+    fn links(spec: serde_json::Value) -> Vec<Row> {
+        let p = Profile::from_json(&spec).unwrap();
+        p.validate().unwrap();
+        let vx = |r: &VlanRef| r.vxlan.or(r.pool.as_ref().map(|_| 1099));
+        let addr =
+            |port: &str, j: usize, _: &PoolName| Some(format!("192.168.{j}.{}/24", port.len()));
+        let (net, pending) = node_network(&p, &vx, &addr).unwrap();
+        assert!(pending.is_empty());
+        net.links
+            .into_iter()
+            .map(|l| (l.name, l.vlan, l.addresses))
+            .collect()
+    }
+
+    #[test]
+    fn vlans_are_tagged_as_metal_delivers_them() {
+        // hybrid-bonded: always tagged, even a single VLAN.
+        assert_eq!(
+            links(json!({"metro": "da", "ports": [{"name": "bond0", "vlans": [{"vxlan": 1010}]}]})),
+            [("bond0.1010".into(), Some(("bond0".into(), 1010)), vec![])]
+        );
+        // hybrid: one VLAN on eth1, untagged.
+        assert_eq!(
+            links(
+                json!({"metro": "da", "ports": [{"name": "eth1", "bonded": false,
+                "vlans": [{"vxlan": 1010, "addresses": [{"static": "192.168.5.2/24"}]}]}]})
+            ),
+            [("eth1".into(), None, vec!["192.168.5.2/24".into()])]
+        );
+        // layer2-bonded with a native VLAN: it untagged, the other tagged.
+        assert_eq!(
+            links(
+                json!({"metro": "da", "ports": [{"name": "bond0", "layer2": true,
+                "vlans": [{"vxlan": 1010}, {"pool": {"name": "vrf"}, "addresses": [{"pool": {"name": "vrf"}}]}],
+                "nativeVLAN": {"vxlan": 1010}}]})
+            ),
+            [
+                ("bond0".into(), None, vec![]),
+                (
+                    "bond0.1099".into(),
+                    Some(("bond0".into(), 1099)),
+                    vec!["192.168.1.5/24".into()]
+                )
+            ]
+        );
+        // layer2-individual: two VLANs without a native VLAN, both tagged.
+        assert_eq!(
+            links(
+                json!({"metro": "da", "ports": [{"name": "bond0", "layer2": true, "bonded": false},
+                {"name": "eth0", "vlans": [{"vxlan": 1010}, {"vxlan": 1011}]}]})
+            ),
+            [
+                ("eth0.1010".into(), Some(("eth0".into(), 1010)), vec![]),
+                ("eth0.1011".into(), Some(("eth0".into(), 1011)), vec![])
+            ]
+        );
+    }
+
+    #[test]
+    fn addresses_not_allocated_yet_are_pending() {
+        let p = Profile::from_json(&json!({"metro": "da", "ports": [{"name": "bond0",
+            "vlans": [{"vxlan": 1010, "addresses": [{"pool": {"name": "nodes"}}, {"static": "10.9.0.5/24"}]}]}]}))
+        .unwrap();
+        let (net, pending) = node_network(
+            &p,
+            &|r: &VlanRef| r.vxlan,
+            &|_: &str, _: usize, _: &PoolName| None,
+        )
+        .unwrap();
+        assert_eq!(net.links[0].addresses, ["10.9.0.5/24"]);
+        assert_eq!(
+            pending,
+            [Pending {
+                link: "bond0.1010".into(),
+                pool: "nodes".into()
+            }]
+        );
+        // A VLAN whose number is unknown names its field.
+        let e = node_network(
+            &p,
+            &|_: &VlanRef| None,
+            &|_: &str, _: usize, _: &PoolName| None,
+        )
+        .unwrap_err();
+        assert_eq!(e.field(), Some("spec.ports[0].vlans[0]"));
+    }
+}
