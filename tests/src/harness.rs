@@ -84,9 +84,16 @@ pub struct Resp {
     pub headers: http::HeaderMap,
     /// Key-value operations the request made (from the test host).
     pub kv_ops: u64,
+    /// The body's bytes as sent.
+    pub raw: Vec<u8>,
 }
 
 impl Resp {
+    /// The body as text (lossy).
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.raw).into_owned()
+    }
+
     /// `body.reason` of an error body.
     pub fn reason(&self) -> &str {
         self.body["reason"].as_str().unwrap_or("")
@@ -189,6 +196,7 @@ impl App {
             body: serde_json::from_slice(&body).unwrap_or(Value::Null),
             headers: parts.headers,
             kv_ops: out.kv_ops.total(),
+            raw: body.to_vec(),
         }
     }
 

@@ -730,10 +730,16 @@ async fn the_code_uses_exactly_the_permissions_rbac_grants() {
         "requests beyond USED_PERMISSIONS (and so beyond RBAC): {beyond:?}"
     );
     // Reading the owners of claims in VRF-backed pools is the assign
-    // step's (tests/metal_assignments.rs shows those reads).
+    // step's (tests/metal_assignments.rs shows those reads), and reading
+    // machines and network profiles the network step's.
     let unused: Vec<_> = granted
         .difference(&used)
-        .filter(|(_, r, _)| r != "machines" && r != "packetmachines")
+        .filter(|(_, r, _)| {
+            !matches!(
+                r.as_str(),
+                "machines" | "packetmachines" | "metalnetworkprofiles"
+            )
+        })
         .collect();
     assert!(
         unused.is_empty(),

@@ -488,7 +488,7 @@ fn manifest_grants_each_component_only_what_it_needs() {
                 ),
                 "admission" => (vec!["default"], vec![], vec!["api_token"]),
                 // The only components with the Metal token and Metal host.
-                "provision" | "assign" | "poll" => (
+                "provision" | "assign" | "poll" | "network" => (
                     vec!["default"],
                     vec![
                         "{{ k8s_api_url }}".to_string(),
@@ -519,6 +519,7 @@ fn manifest_grants_each_component_only_what_it_needs() {
             "assign",
             "events",
             "healthz",
+            "network",
             "poll",
             "pools",
             "provision",

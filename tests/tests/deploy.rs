@@ -33,6 +33,7 @@ const KUBE_CLIENT_COMPONENTS: &[&str] = &[
     "provision",
     "assign",
     "poll",
+    "network",
 ];
 
 /// What each route the manifests call must reach, by component.

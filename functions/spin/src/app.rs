@@ -736,6 +736,7 @@ mod tests {
             reason: None,
             objects: Vec::new(),
             detail: None,
+            text: None,
         };
         let out = render(&empty);
         assert_eq!(*out.status(), 204);

@@ -203,20 +203,25 @@ impl fmt::Display for SetupError {
 
 impl std::error::Error for SetupError {}
 
-/// Renders an [`ApiResponse`]: its status and headers, and its JSON body
-/// with `content-type: application/json` when it has one.
+/// Renders an [`ApiResponse`]: its status and headers, and its text body
+/// with its content type, or else its JSON body with `content-type:
+/// application/json` when it has one.
 pub fn render(resp: &ApiResponse) -> Response {
     let mut b = Response::builder();
     b.status(resp.status);
     for (name, value) in &resp.headers {
         b.header(*name, value.as_str());
     }
-    match &resp.body {
-        Some(body) => {
+    match (&resp.text, &resp.body) {
+        (Some((content_type, text)), _) => {
+            b.header("content-type", *content_type);
+            b.body(text.clone());
+        }
+        (None, Some(body)) => {
             b.header("content-type", "application/json");
             b.body(body.to_string());
         }
-        None => {
+        (None, None) => {
             b.body(Vec::new());
         }
     }

@@ -96,6 +96,10 @@ pub(crate) fn resource_types() -> &'static [ResourceType] {
                 load(ours.join("ipam.metal-ipam.dev_globalmetalippools.yaml")),
                 "v1alpha1",
             ),
+            ResourceType::from_crd(
+                load(ours.join("ipam.metal-ipam.dev_metalnetworkprofiles.yaml")),
+                "v1alpha1",
+            ),
             ResourceType {
                 group: super::CLUSTER_GROUP.to_owned(),
                 version: "v1beta2".to_owned(),

@@ -37,6 +37,7 @@
 //! `status.ipAddresses` and a `Ready` condition.
 
 pub mod assign;
+pub mod network;
 pub mod objects;
 pub mod reconcile;
 pub mod vrf;

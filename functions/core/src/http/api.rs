@@ -54,6 +54,9 @@ pub struct ApiResponse {
     pub objects: Vec<(&'static str, String)>,
     /// Operator-facing error detail for the log line (never in the body).
     pub detail: Option<String>,
+    /// A text body instead of JSON: its content type and text (the node's
+    /// network configuration).
+    pub text: Option<(&'static str, String)>,
 }
 
 impl ApiResponse {
@@ -73,6 +76,7 @@ impl ApiResponse {
             reason: None,
             objects: Vec::new(),
             detail: None,
+            text: None,
         }
     }
 
@@ -97,6 +101,7 @@ impl ApiResponse {
             reason: Some(e.reason()),
             objects: Vec::new(),
             detail: e.detail().map(str::to_string),
+            text: None,
         }
     }
 

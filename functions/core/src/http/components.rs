@@ -12,6 +12,7 @@
 //! | `reconcile` | `POST /v1/reconcile` | yes | yes | `provision` (each VRF-backed pool), `assign` (each claim in one) |
 //! | `assign` | `POST /v1/capi/metal/claims/{ns}/{name}` (chained after a claim step that answers `metalAssignment`) and `POST /v1/metal/claims/{ns}/{name}` (public; 202 with `Retry-After` and `Location` while another instance assigns) | yes | yes | — (calls Metal) |
 //! | `poll` | `POST /v1/metal/poll` (CronJob: Metal events after the stored cursor) | yes | yes | — (calls Metal) |
+//! | `network` | `POST /v1/machines/{ns}/{name}/network` (`?dryRun=true`), `GET /v1/machines/{ns}/{name}/netconfig?format=` | yes | yes | — (calls Metal) |
 //! | `provision` | `POST /v1/capi/metal/pools/{ns}/{name}`, `POST /v1/capi/metal/global-pools/{name}` (VRF-backed pool sync, chained), and the same step at `POST /v1/metal/pools/{ns}/{name}`, `/v1/metal/global-pools/{name}` (public; 202 with `Retry-After` and `Location` while Metal works) | yes | yes | — (calls Metal; with `assign` and `poll`, the only components with the Metal token) |
 //!
 //! The `/v1/capi/…` routes have no public trigger in spin.toml: they are
@@ -353,6 +354,106 @@ pub fn poll<K: KvStore, H: HttpClient + ?Sized>(
     r.reason = Some("PollIncomplete");
     r.detail = Some(report.errors.join("; "));
     r
+}
+
+/// The `network` component: a machine's Layer2 / Hybrid networking.
+///
+/// - `POST /v1/machines/{ns}/{name}/network`: applies the machine's
+///   profile to its device; 200 when converged, 202 with `Retry-After` and
+///   `Location` (this URL) while a step runs or another instance holds the
+///   device. `?dryRun=true`: 200 with the plan, nothing changed.
+/// - `GET /v1/machines/{ns}/{name}/netconfig?format=netplan|ifupdown|cloud-init|shell`:
+///   the node's OS configuration as text (`X-Metal-IPAM-Pending` counts the
+///   pool addresses not rendered yet).
+pub fn network<K: KvStore, H: HttpClient + ?Sized>(
+    s: &Services<'_, K, H>,
+    req: &ApiRequest<'_>,
+    _content_type: Option<&str>,
+    _header: &dyn Fn(&str) -> Option<String>,
+) -> ApiResponse {
+    let (ns, name, what) = match segments(req.path).as_slice() {
+        ["v1", "machines", ns, name, what @ ("network" | "netconfig")] => {
+            (ns.to_string(), name.to_string(), *what)
+        }
+        _ => return no_route(req.path),
+    };
+    let route = if what == "network" {
+        "/v1/machines/{namespace}/{name}/network"
+    } else {
+        "/v1/machines/{namespace}/{name}/netconfig"
+    };
+    let method = if what == "network" { "POST" } else { "GET" };
+    if let Err(e) = auth::check_bearer(s.api_token, req.authorization) {
+        return ApiResponse::from_error(&e, route);
+    }
+    if req.method != method {
+        return method_not_allowed(route, method);
+    }
+    let checked = names::check_label(&ns)
+        .and_then(|_| names::check_subdomain(&name))
+        .map_err(Error::malformed);
+    let machine = format!("{ns}/{name}");
+    let fail = |e: Error| ApiResponse::from_error(&e, route).touching("machine", machine.clone());
+    if let Err(e) = checked {
+        return fail(e);
+    }
+    let services = || -> Result<_> { Ok((store(s)?, kube(s)?, metal_of(s)?)) };
+    let (ctx, kube, metal) = match services() {
+        Ok(x) => x,
+        Err(e) => return fail(e),
+    };
+    if what == "netconfig" {
+        let format = match capi::network::format_of(req.query) {
+            Ok(f) => f,
+            Err(e) => return fail(e),
+        };
+        return match capi::network::netconfig(ctx, kube, metal, &ns, &name, format) {
+            Ok((text, pending)) => {
+                let content_type = match format {
+                    crate::network::render::Format::Shell => "text/x-shellscript",
+                    crate::network::render::Format::Ifupdown => "text/plain; charset=utf-8",
+                    _ => "application/yaml",
+                };
+                let mut r = ApiResponse::success(200, None, route, "rendered");
+                r.text = Some((content_type, text));
+                r.headers
+                    .push(("x-metal-ipam-pending", pending.len().to_string()));
+                r.touching("machine", machine)
+            }
+            Err(e) => fail(e),
+        };
+    }
+    let dry_run = req.query.split('&').any(|kv| kv == "dryRun=true");
+    if dry_run {
+        return match capi::network::plan_machine(ctx, kube, metal, &ns, &name) {
+            Ok(plan) => {
+                ApiResponse::success(200, Some(plan), route, "planned").touching("machine", machine)
+            }
+            Err(e) => fail(e),
+        };
+    }
+    match capi::network::apply_machine(ctx, kube, metal, &ns, &name) {
+        Ok((report, device)) => {
+            let mut body = report.to_json();
+            body["machine"] = machine.clone().into();
+            body["device"] = device.clone().into();
+            match report.phase {
+                crate::network::apply::Phase::Converged => {
+                    ApiResponse::success(200, Some(body), route, "converged")
+                }
+                crate::network::apply::Phase::InProgress { retry_after, .. } => {
+                    let mut r = ApiResponse::success(202, Some(body), route, "in-progress");
+                    r.headers.push(("retry-after", retry_after.to_string()));
+                    r.headers
+                        .push(("location", format!("/v1/machines/{ns}/{name}/network")));
+                    r
+                }
+            }
+            .touching("machine", machine)
+            .touching("device", device)
+        }
+        Err(e) => fail(e),
+    }
 }
 
 fn with_store<K: KvStore, H: HttpClient + ?Sized>(

@@ -107,6 +107,15 @@ pub const PACKET_MACHINES: Resource = Resource {
     namespaced: true,
 };
 
+/// Our `MetalNetworkProfile` (a machine's per-port networking).
+pub const NETWORK_PROFILES: Resource = Resource {
+    group: crate::ipam::pool::GROUP,
+    version: crate::ipam::pool::VERSION,
+    plural: "metalnetworkprofiles",
+    kind: "MetalNetworkProfile",
+    namespaced: true,
+};
+
 /// Every (API group, resource, verb) the code uses: what the ClusterRole in
 /// `deploy/rbac.yaml` must grant, no more.
 pub const USED_PERMISSIONS: &[(&str, &str, &str)] = &[
@@ -130,6 +139,7 @@ pub const USED_PERMISSIONS: &[(&str, &str, &str)] = &[
     ("ipam.metal-ipam.dev", "globalmetalippools", "list"),
     ("ipam.metal-ipam.dev", "globalmetalippools", "patch"),
     ("ipam.metal-ipam.dev", "globalmetalippools/status", "patch"),
+    ("ipam.metal-ipam.dev", "metalnetworkprofiles", "get"),
 ];
 
 /// Page size asked for when listing.

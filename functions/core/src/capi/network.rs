@@ -1,0 +1,340 @@
+//! A machine's Layer2 / Hybrid networking, the Kubernetes side: which
+//! profile a machine opted into, its device, the profile's VLANs resolved
+//! in Metal, then the plan (`dryRun`), the apply, or the node's OS
+//! configuration ([`crate::network`] does the work).
+//!
+//! # Opting in
+//! The CAPI `Machine` (or its infrastructure machine, a CAPP
+//! `PacketMachine` named by `spec.infrastructureRef`) carries the
+//! annotation [`PROFILE_ANNOTATION`] naming a `MetalNetworkProfile` of its
+//! namespace. The device is the one `spec.providerID` names
+//! (`equinixmetal://<uuid>`), on the Machine or else the infrastructure
+//! machine.
+//!
+//! # VLANs
+//! `id` is used as is; `vxlan` is looked up in the profile's metro (`GET
+//! /projects/{id}/virtual-networks?metro=`, by number **and** metro); `pool`
+//! is the VLAN the VRF-backed pool holds (its provisioning record).
+
+use serde_json::{json, Value};
+
+use super::assign::device_of;
+use crate::error::{Error, ErrorKind, Result};
+use crate::ipam::pool::{PoolId, PoolKind};
+use crate::ipam::vrf::Resource as MetalResource;
+use crate::kube::object::{metadata, Object, ObjectMeta};
+use crate::kube::{self, Kube};
+use crate::kv::Ctx;
+use crate::metal::client::Metal;
+use crate::network::apply::{self, Report};
+use crate::network::node::{node_network, Pending};
+use crate::network::plan::{Desired, Observed, Step};
+use crate::network::profile::{PoolName, Profile, VlanRef};
+use crate::network::render::{render, Format};
+use crate::ports::http::HttpClient;
+use crate::ports::kv::KvStore;
+use crate::ports::Env;
+use crate::provision::step::read_progress;
+
+/// Annotation on a Machine (or its infrastructure machine) naming its
+/// `MetalNetworkProfile`.
+pub const PROFILE_ANNOTATION: &str = "ipam.metal-ipam.dev/network-profile";
+
+/// A Machine or infrastructure machine, as far as networking goes.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct MachineView {
+    metadata: ObjectMeta,
+    provider_id: Option<String>,
+    /// `spec.infrastructureRef` (kind, name) of a CAPI Machine.
+    infrastructure: Option<(String, String)>,
+}
+
+impl Object for MachineView {
+    fn from_json(v: &Value) -> Self {
+        let s = |p: &str| v.pointer(p).and_then(Value::as_str).map(str::to_string);
+        MachineView {
+            metadata: metadata(v),
+            provider_id: s("/spec/providerID").filter(|p| !p.is_empty()),
+            infrastructure: s("/spec/infrastructureRef/kind")
+                .zip(s("/spec/infrastructureRef/name")),
+        }
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+}
+
+/// What a machine's networking needs: its profile and its device.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MachineNetwork {
+    /// The profile's name.
+    pub profile_name: String,
+    /// The profile.
+    pub profile: Profile,
+    /// The device, once the machine has a provider ID.
+    pub device: Option<String>,
+}
+
+fn not_found(reason: &'static str, msg: String) -> Error {
+    Error::new(ErrorKind::NotFound, reason, msg)
+}
+
+/// Reads the machine, its opted-in profile and its device.
+///
+/// # Errors
+/// 404 `MachineNotFound`, `ProfileNotFound`; 409 `NoNetworkProfile` when
+/// neither the Machine nor its infrastructure machine carries the
+/// annotation; 422 for a profile that does not validate or a provider ID
+/// that is not Metal's; API server errors.
+pub fn read_machine<H: HttpClient + ?Sized>(
+    kube: &Kube<'_, H>,
+    ns: &str,
+    name: &str,
+) -> Result<MachineNetwork> {
+    let machine: MachineView = kube
+        .get_as(&kube::MACHINES, Some(ns), name)?
+        .ok_or_else(|| {
+            not_found(
+                "MachineNotFound",
+                format!("Machine {ns}/{name} does not exist"),
+            )
+        })?;
+    let infra: Option<MachineView> = match &machine.infrastructure {
+        Some((kind, iname)) if kind == "PacketMachine" => {
+            kube.get_as(&kube::PACKET_MACHINES, Some(ns), iname)?
+        }
+        _ => None,
+    };
+    let annotation = machine
+        .metadata
+        .annotation(PROFILE_ANNOTATION)
+        .or_else(|| infra.as_ref().and_then(|i| i.metadata.annotation(PROFILE_ANNOTATION)))
+        .map(str::to_string)
+        .ok_or_else(|| {
+            Error::conflict(
+                "NoNetworkProfile",
+                format!("Machine {ns}/{name} has no {PROFILE_ANNOTATION} annotation (nor its infrastructure machine)"),
+            )
+        })?;
+    let provider = machine
+        .provider_id
+        .clone()
+        .or_else(|| infra.as_ref().and_then(|i| i.provider_id.clone()));
+    let device = match provider {
+        None => None,
+        Some(p) => Some(device_of(&p).map(str::to_string).ok_or_else(|| {
+            Error::invalid(
+                "spec.providerID",
+                format!("{p:?} is not equinixmetal://<uuid>"),
+            )
+        })?),
+    };
+    let object = kube
+        .get(&kube::NETWORK_PROFILES, Some(ns), &annotation)?
+        .ok_or_else(|| {
+            not_found(
+                "ProfileNotFound",
+                format!("MetalNetworkProfile {ns}/{annotation} does not exist"),
+            )
+        })?;
+    let profile = Profile::from_json(object.get("spec").unwrap_or(&Value::Null))?;
+    profile.validate()?;
+    Ok(MachineNetwork {
+        profile_name: annotation,
+        profile,
+        device,
+    })
+}
+
+/// The profile's VLANs, resolved: (reference, UUID, number).
+type Resolved = Vec<(VlanRef, String, u16)>;
+
+fn resolve_vlans<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
+    ctx: &Ctx<'_, K>,
+    metal: &Metal<'_, H, E>,
+    ns: &str,
+    profile: &Profile,
+) -> Result<Resolved> {
+    let mut out: Resolved = Vec::new();
+    let refs = profile.ports.iter().flat_map(|p| {
+        p.vlans
+            .iter()
+            .map(|v| v.vlan())
+            .chain(p.native_vlan.clone())
+    });
+    for r in refs {
+        if out.iter().any(|(x, _, _)| *x == r) {
+            continue;
+        }
+        let vlan = match (&r.id, r.vxlan, &r.pool) {
+            (Some(id), _, _) => metal.get_vlan(id)?,
+            (_, Some(n), _) => metal.find_vlan(n, profile.metro.as_deref().unwrap_or_default())?,
+            (_, _, Some(p)) => {
+                let progress = read_progress(ctx, &pool_id(p, ns))?;
+                match progress.held(MetalResource::Vlan) {
+                    Some(h) => metal.get_vlan(&h.id)?,
+                    None => None,
+                }
+            }
+            _ => None,
+        };
+        let Some(v) = vlan else {
+            return Err(not_found(
+                "VlanNotFound",
+                format!("the VLAN {} does not exist in Metal (yet)", describe(&r)),
+            ));
+        };
+        let n = v
+            .vxlan
+            .ok_or_else(|| Error::internal(format!("VLAN {} has no vxlan", v.id)))?;
+        out.push((r, v.id, n));
+    }
+    Ok(out)
+}
+
+fn describe(r: &VlanRef) -> String {
+    match (&r.id, r.vxlan, &r.pool) {
+        (Some(id), _, _) => id.clone(),
+        (_, Some(n), _) => format!("vxlan {n}"),
+        (_, _, Some(p)) => format!("of pool {}", p.name),
+        _ => "?".into(),
+    }
+}
+
+fn pool_id(p: &PoolName, ns: &str) -> PoolId {
+    match p.kind.as_deref() {
+        Some("GlobalMetalIPPool") => PoolId::global(&p.name),
+        _ => PoolId::of(PoolKind::Namespaced, ns, &p.name),
+    }
+}
+
+fn desired<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
+    ctx: &Ctx<'_, K>,
+    metal: &Metal<'_, H, E>,
+    ns: &str,
+    m: &MachineNetwork,
+    device: &str,
+) -> Result<(Desired, Observed)> {
+    let resolved = resolve_vlans(ctx, metal, ns, &m.profile)?;
+    let d = metal.device_ports(device)?.ok_or_else(|| {
+        not_found(
+            "DeviceNotFound",
+            format!("device {device} does not exist in Metal"),
+        )
+    })?;
+    let observed = Observed::from_device(&d)?;
+    let lookup = |r: &VlanRef| {
+        resolved
+            .iter()
+            .find(|(x, _, _)| x == r)
+            .map(|(_, id, _)| id.clone())
+    };
+    let desired = Desired::from_profile(&m.profile, observed.eth_ports(), &lookup)?;
+    Ok((desired, observed))
+}
+
+fn device_or_conflict(m: &MachineNetwork, ns: &str, name: &str) -> Result<String> {
+    m.device.clone().ok_or_else(|| {
+        Error::conflict(
+            "DeviceUnknown",
+            format!("Machine {ns}/{name} has no device yet (spec.providerID)"),
+        )
+    })
+}
+
+/// The plan for the machine's device, changing nothing (`dryRun`).
+///
+/// # Errors
+/// As [`read_machine`]; 409 `DeviceUnknown`, `NetworkFrozen`; 404
+/// `DeviceNotFound`, `VlanNotFound`; Metal errors.
+pub fn plan_machine<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
+    ctx: &Ctx<'_, K>,
+    kube: &Kube<'_, H>,
+    metal: &Metal<'_, H, E>,
+    ns: &str,
+    name: &str,
+) -> Result<Value> {
+    let m = read_machine(kube, ns, name)?;
+    let device = device_or_conflict(&m, ns, name)?;
+    let (desired, observed) = desired(ctx, metal, ns, &m, &device)?;
+    let steps = crate::network::plan::plan(&observed, &desired)?;
+    Ok(
+        json!({"machine": format!("{ns}/{name}"), "profile": m.profile_name, "device": device,
+              "modes": m.profile.modes().iter().map(|(b, md)| (b.to_string(), Value::from(md.as_str()))).collect::<serde_json::Map<_, _>>(),
+              "plan": steps.iter().map(Step::to_json).collect::<Vec<_>>()}),
+    )
+}
+
+/// Applies the machine's profile to its device (see
+/// [`crate::network::apply::apply`]).
+///
+/// # Idempotency
+/// As [`crate::network::apply::apply`]: a converged device makes no
+/// mutating call.
+///
+/// # Errors
+/// As [`plan_machine`]; 409 `VlanBatchFailed`.
+pub fn apply_machine<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
+    ctx: &Ctx<'_, K>,
+    kube: &Kube<'_, H>,
+    metal: &Metal<'_, H, E>,
+    ns: &str,
+    name: &str,
+) -> Result<(Report, String)> {
+    let m = read_machine(kube, ns, name)?;
+    let device = device_or_conflict(&m, ns, name)?;
+    let (desired, _) = desired(ctx, metal, ns, &m, &device)?;
+    Ok((apply::apply(ctx, metal, &device, &desired)?, device))
+}
+
+/// The node's OS network configuration in `format`, from the profile (no
+/// device needed), and the addresses still pending.
+///
+/// Addresses from pools are not assigned yet by this version (no per-VLAN
+/// claims): they are listed as pending; static addresses are rendered.
+///
+/// # Errors
+/// As [`read_machine`]; 404 `VlanNotFound`; Metal errors.
+pub fn netconfig<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
+    ctx: &Ctx<'_, K>,
+    kube: &Kube<'_, H>,
+    metal: &Metal<'_, H, E>,
+    ns: &str,
+    name: &str,
+    format: Format,
+) -> Result<(String, Vec<Pending>)> {
+    let m = read_machine(kube, ns, name)?;
+    let resolved = resolve_vlans(ctx, metal, ns, &m.profile)?;
+    let vxlan_of = |r: &VlanRef| resolved.iter().find(|(x, _, _)| x == r).map(|(_, _, n)| *n);
+    let no_claims = |_: &str, _: usize, _: &PoolName| None;
+    let (net, pending) = node_network(&m.profile, &vxlan_of, &no_claims)?;
+    Ok((render(&net, format), pending))
+}
+
+/// `format=` of the netconfig route.
+///
+/// ```
+/// use metal_ipam_core::capi::network::format_of;
+/// use metal_ipam_core::network::render::Format;
+/// assert_eq!(format_of("format=ifupdown").unwrap(), Format::Ifupdown);
+/// assert_eq!(format_of("").unwrap(), Format::Netplan);
+/// assert_eq!(format_of("format=yaml").unwrap_err().status(), 400);
+/// ```
+///
+/// # Errors
+/// 400 naming the accepted formats.
+pub fn format_of(query: &str) -> Result<Format> {
+    let value = query
+        .split('&')
+        .find_map(|kv| kv.strip_prefix("format="))
+        .unwrap_or("netplan");
+    match value {
+        "netplan" => Ok(Format::Netplan),
+        "ifupdown" => Ok(Format::Ifupdown),
+        "cloud-init" => Ok(Format::CloudInit),
+        "shell" => Ok(Format::Shell),
+        other => Err(Error::malformed(format!(
+            "format {other:?}: use netplan, ifupdown, cloud-init or shell"
+        ))),
+    }
+}

@@ -1,0 +1,210 @@
+//! The `network` component on the test host, from the real `.wasm` files,
+//! against the fake Kubernetes API and the Metal simulator: a Machine opts
+//! into a profile; `?dryRun=true` answers the plan and changes nothing;
+//! POSTs apply it (202 with `Retry-After` and `Location` while a step runs)
+//! until the device is as the profile says, doing exactly the dry-run plan;
+//! a converged POST makes no mutating Metal call; the node's configuration
+//! renders in each format; errors are clear.
+
+use metal_ipam_core::metal::model::VirtualNetworkCreateInput;
+use metal_ipam_core::metal::retry::RetryPolicy;
+use metal_ipam_tests::fake_kube::FakeKube;
+use metal_ipam_tests::harness::App;
+use metal_ipam_tests::metal_sim::{BlockingHttp, MetalSim, SimConfig};
+use serde_json::{json, Value};
+
+const DEV: &str = "3c2b1a09-8f7e-4d6c-9b5a-4f3e2d1c0b0a";
+
+async fn setup() -> (FakeKube, MetalSim, App) {
+    let kube = FakeKube::start().await;
+    let sim = MetalSim::start_with(SimConfig::default()).await.unwrap();
+    sim.add_device(DEV, "da", 2);
+    let cfg = sim.metal_config(RetryPolicy::default());
+    tokio::task::spawn_blocking(move || {
+        let http = BlockingHttp::new();
+        let env = metal_ipam_core::testing::TestEnv::at(1_000);
+        let m = metal_ipam_core::metal::client::Metal::new(&http, &cfg, &env);
+        for n in [1010u16, 1011] {
+            m.create_vlan(&VirtualNetworkCreateInput {
+                metro: "da".into(),
+                vxlan: Some(n),
+                ..Default::default()
+            })
+            .unwrap();
+        }
+    })
+    .await
+    .unwrap();
+    let app = App::with_variables(&[
+        ("k8s_api_url", &kube.base_url()),
+        ("k8s_token", kube.token()),
+        ("metal_api_url", &format!("http://{}", sim.addr())),
+        ("metal_token", sim.token()),
+        ("metal_project_id", sim.project_id()),
+    ]);
+    kube.create(json!({
+        "apiVersion": "ipam.metal-ipam.dev/v1alpha1", "kind": "MetalNetworkProfile",
+        "metadata": {"name": "l2", "namespace": "team-a"},
+        "spec": {"metro": "da", "ports": [{"name": "bond0", "layer2": true,
+            "vlans": [{"vxlan": 1010, "addresses": [{"static": "192.168.10.5/24"}]},
+                      {"vxlan": 1011, "addresses": [{"static": "192.168.11.5/24"}],
+                       "routes": [{"to": "10.20.0.0/16", "via": "192.168.11.1"}]}],
+            "nativeVLAN": {"vxlan": 1010}}]}
+    }));
+    kube.create(json!({
+        "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+        "metadata": {"name": "m-0", "namespace": "team-a",
+            "annotations": {"ipam.metal-ipam.dev/network-profile": "l2"}},
+        "spec": {"clusterName": "c", "providerID": format!("equinixmetal://{DEV}")}
+    }));
+    (kube, sim, app)
+}
+
+fn steps(v: &Value) -> Vec<String> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            format!(
+                "{} {}",
+                s["port"].as_str().unwrap(),
+                s["action"].as_str().unwrap()
+            )
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_machine_profile_is_planned_applied_and_rendered() {
+    let (_kube, sim, app) = setup().await;
+    sim.clear_requests();
+    let path = "/v1/machines/team-a/m-0/network";
+
+    // Dry run: the plan, and no Metal write.
+    let r = app.call("POST", &format!("{path}?dryRun=true"), None).await;
+    assert_eq!(r.status, 200, "{:#}", r.body);
+    let planned = steps(&r.body["plan"]);
+    assert_eq!(
+        planned,
+        [
+            "bond0 convert-layer2",
+            "bond0 assign-vlans",
+            "bond0 set-native-vlan"
+        ]
+    );
+    assert_eq!(r.body["modes"]["bond0"], "layer2-bonded");
+    assert!(sim.requests().iter().all(|q| q.method == "GET"));
+
+    // Apply: 202s while steps run, then 200; what it issued is the plan.
+    let mut issued = Vec::new();
+    let mut last = None;
+    for _ in 0..20 {
+        let r = app.call("POST", path, None).await;
+        issued.extend(steps(&r.body["issued"]));
+        if r.status == 200 {
+            last = Some(r);
+            break;
+        }
+        assert_eq!(r.status, 202, "{:#}", r.body);
+        assert_eq!(r.headers["location"], path);
+        assert!(r.headers.get("retry-after").is_some());
+    }
+    let r = last.expect("converged");
+    assert_eq!(r.body["phase"], "converged");
+    assert_eq!(issued, planned, "apply did the dry-run plan");
+    let d = sim.device(DEV).unwrap();
+    let bond = d.port("bond0").unwrap();
+    assert!(bond.layer2 && bond.bonded && bond.vlans.len() == 2 && bond.native_vlan.is_some());
+
+    // Converged: no mutating call.
+    sim.clear_requests();
+    let r = app.call("POST", path, None).await;
+    assert_eq!((r.status, &r.body["phase"]), (200, &json!("converged")));
+    assert!(sim.requests().iter().all(|q| q.method == "GET"));
+
+    // The node's configuration: the native VLAN untagged on bond0, the
+    // other tagged, with its route.
+    let cfg = "/v1/machines/team-a/m-0/netconfig";
+    let r = app.call("GET", &format!("{cfg}?format=shell"), None).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.headers["content-type"], "text/x-shellscript");
+    let text = r.text();
+    assert!(
+        text.contains("ip addr replace 192.168.10.5/24 dev bond0"),
+        "{text}"
+    );
+    assert!(text.contains("name bond0.1011 type vlan id 1011"), "{text}");
+    assert!(
+        text.contains("ip route replace 10.20.0.0/16 via 192.168.11.1"),
+        "{text}"
+    );
+    for format in ["netplan", "ifupdown", "cloud-init"] {
+        let r = app
+            .call("GET", &format!("{cfg}?format={format}"), None)
+            .await;
+        assert_eq!(r.status, 200, "{format}");
+        assert!(r.text().contains("1011"), "{format}");
+    }
+    let r = app.call("GET", &format!("{cfg}?format=yaml"), None).await;
+    assert_eq!(r.status, 400);
+    assert_eq!(sim.violations(), Vec::<String>::new());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn machines_without_a_profile_or_a_device_get_clear_errors() {
+    let (kube, _sim, app) = setup().await;
+    kube.create(json!({
+        "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+        "metadata": {"name": "plain", "namespace": "team-a"}, "spec": {"clusterName": "c"}
+    }));
+    kube.create(json!({
+        "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+        "metadata": {"name": "new", "namespace": "team-a",
+            "annotations": {"ipam.metal-ipam.dev/network-profile": "l2"}},
+        "spec": {"clusterName": "c"}
+    }));
+    let post = |p: &'static str| app.call("POST", p, None);
+    let r = post("/v1/machines/team-a/plain/network").await;
+    assert_eq!(
+        (r.status, r.body["reason"].as_str()),
+        (409, Some("NoNetworkProfile"))
+    );
+    let r = post("/v1/machines/team-a/new/network").await;
+    assert_eq!(
+        (r.status, r.body["reason"].as_str()),
+        (409, Some("DeviceUnknown"))
+    );
+    // Its configuration renders before the device exists.
+    let r = app
+        .call("GET", "/v1/machines/team-a/new/netconfig", None)
+        .await;
+    assert_eq!(r.status, 200);
+    assert!(
+        r.text().starts_with("# Generated by metal-ipam"),
+        "{}",
+        r.text()
+    );
+    let r = post("/v1/machines/team-a/gone/network").await;
+    assert_eq!(
+        (r.status, r.body["reason"].as_str()),
+        (404, Some("MachineNotFound"))
+    );
+    assert_eq!(
+        app.call_with("POST", "/v1/machines/team-a/m-0/network", None, None)
+            .await
+            .status,
+        401
+    );
+    assert_eq!(
+        app.call("GET", "/v1/machines/team-a/m-0/network", None)
+            .await
+            .status,
+        405
+    );
+    assert_eq!(
+        app.call("POST", "/v1/machines/Team_A/m-0/network", None)
+            .await
+            .status,
+        400
+    );
+}
