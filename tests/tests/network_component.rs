@@ -47,10 +47,26 @@ async fn setup() -> (FakeKube, MetalSim, App) {
         "metadata": {"name": "l2", "namespace": "team-a"},
         "spec": {"metro": "da", "ports": [{"name": "bond0", "layer2": true,
             "vlans": [{"vxlan": 1010, "addresses": [{"static": "192.168.10.5/24"}]},
-                      {"vxlan": 1011, "addresses": [{"static": "192.168.11.5/24"}],
+                      {"vxlan": 1011, "addresses": [{"pool": {"name": "nodes"}}],
                        "routes": [{"to": "10.20.0.0/16", "via": "192.168.11.1"}]}],
             "nativeVLAN": {"vxlan": 1010}}]}
     }));
+    // The machines' Cluster (their claims are labelled with it).
+    kube.create(json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+        "metadata": {"name": "c", "namespace": "team-a"}, "spec": {}}));
+    let pool = kube.create(json!({
+        "apiVersion": "ipam.metal-ipam.dev/v1alpha1", "kind": "MetalIPPool",
+        "metadata": {"name": "nodes", "namespace": "team-a"},
+        "spec": {"addresses": ["192.168.11.10-192.168.11.20"], "prefix": 24, "gateway": "192.168.11.1"}
+    }));
+    let r = app
+        .call(
+            "POST",
+            "/v1/events",
+            Some(&json!({"type": "ADDED", "object": pool})),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{:#}", r.body);
     kube.create(json!({
         "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
         "metadata": {"name": "m-0", "namespace": "team-a",
@@ -76,7 +92,7 @@ fn steps(v: &Value) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_machine_profile_is_planned_applied_and_rendered() {
-    let (_kube, sim, app) = setup().await;
+    let (kube, sim, app) = setup().await;
     sim.clear_requests();
     let path = "/v1/machines/team-a/m-0/network";
 
@@ -122,10 +138,41 @@ async fn a_machine_profile_is_planned_applied_and_rendered() {
     assert_eq!((r.status, &r.body["phase"]), (200, &json!("converged")));
     assert!(sim.requests().iter().all(|q| q.method == "GET"));
 
-    // The node's configuration: the native VLAN untagged on bond0, the
-    // other tagged, with its route.
+    // The apply created the per-VLAN claim, owned by the Machine; until it
+    // is bound its address is pending.
+    let claim = kube
+        .get(
+            metal_ipam_tests::fake_kube::IPAM_GROUP,
+            "ipaddressclaims",
+            Some("team-a"),
+            "m-0-bond0-vlan-1",
+        )
+        .expect("the claim of VLAN 1011's address");
+    assert_eq!(claim["metadata"]["ownerReferences"][0]["kind"], "Machine");
+    assert_eq!(claim["spec"]["poolRef"]["name"], "nodes");
     let cfg = "/v1/machines/team-a/m-0/netconfig";
     let r = app.call("GET", &format!("{cfg}?format=shell"), None).await;
+    assert_eq!(r.headers["x-metal-ipam-pending"], "1");
+    // The claim's event binds it through the allocator.
+    let r = app
+        .call(
+            "POST",
+            "/v1/events",
+            Some(&json!({"type": "ADDED", "object": claim})),
+        )
+        .await;
+    assert_eq!(r.body["stepResult"]["result"], "bound", "{:#}", r.body);
+
+    // The node's configuration: the native VLAN untagged on bond0, the
+    // other tagged, with the allocated address and its route.
+    let r = app.call("GET", &format!("{cfg}?format=shell"), None).await;
+    assert_eq!(r.headers["x-metal-ipam-pending"], "0");
+    assert!(
+        r.text()
+            .contains("ip addr replace 192.168.11.10/24 dev bond0.1011"),
+        "{}",
+        r.text()
+    );
     assert_eq!(r.status, 200);
     assert_eq!(r.headers["content-type"], "text/x-shellscript");
     let text = r.text();

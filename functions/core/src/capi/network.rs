@@ -47,6 +47,8 @@ struct MachineView {
     provider_id: Option<String>,
     /// `spec.infrastructureRef` (kind, name) of a CAPI Machine.
     infrastructure: Option<(String, String)>,
+    /// `spec.clusterName` of a CAPI Machine.
+    cluster: Option<String>,
 }
 
 impl Object for MachineView {
@@ -57,6 +59,7 @@ impl Object for MachineView {
             provider_id: s("/spec/providerID").filter(|p| !p.is_empty()),
             infrastructure: s("/spec/infrastructureRef/kind")
                 .zip(s("/spec/infrastructureRef/name")),
+            cluster: s("/spec/clusterName"),
         }
     }
     fn meta(&self) -> &ObjectMeta {
@@ -73,6 +76,10 @@ pub struct MachineNetwork {
     pub profile: Profile,
     /// The device, once the machine has a provider ID.
     pub device: Option<String>,
+    /// The Machine's uid (owner of its per-VLAN claims).
+    pub uid: String,
+    /// The Machine's cluster.
+    pub cluster: Option<String>,
 }
 
 fn not_found(reason: &'static str, msg: String) -> Error {
@@ -143,6 +150,8 @@ pub fn read_machine<H: HttpClient + ?Sized>(
         profile_name: annotation,
         profile,
         device,
+        uid: machine.metadata.uid.clone().unwrap_or_default(),
+        cluster: machine.cluster.clone(),
     })
 }
 
@@ -242,6 +251,77 @@ fn device_or_conflict(m: &MachineNetwork, ns: &str, name: &str) -> Result<String
     })
 }
 
+/// The name of the claim for the address of machine `machine` on VLAN
+/// `j` of `port` (an `IPAddressClaim`, and so its `IPAddress`).
+///
+/// ```
+/// use metal_ipam_core::capi::network::claim_name;
+/// assert_eq!(claim_name("md-0-x7f", "bond0", 1), "md-0-x7f-bond0-vlan-1");
+/// ```
+pub fn claim_name(machine: &str, port: &str, j: usize) -> String {
+    format!("{machine}-{port}-vlan-{j}")
+}
+
+/// Creates the `IPAddressClaim` of every pool address of the profile that
+/// does not exist yet, owned by the Machine (garbage-collected with it, so
+/// its address is released through the allocator) and labelled with its
+/// cluster. Returns how many it created.
+///
+/// # Errors
+/// 422 for a claim name that is not a valid Kubernetes name (a machine
+/// name near the length limit); API server errors.
+pub fn ensure_claims<H: HttpClient + ?Sized>(
+    kube: &Kube<'_, H>,
+    ns: &str,
+    name: &str,
+    m: &MachineNetwork,
+) -> Result<usize> {
+    let mut created = 0;
+    for port in &m.profile.ports {
+        for (j, v) in port.vlans.iter().enumerate() {
+            let Some(pool) = v.addresses.iter().find_map(|a| a.pool.as_ref()) else {
+                continue;
+            };
+            let claim = claim_name(name, &port.name, j);
+            crate::kube::names::check_subdomain(&claim)
+                .map_err(|e| Error::invalid("metadata.name", format!("claim {claim}: {e}")))?;
+            if kube.get(&kube::CLAIMS, Some(ns), &claim)?.is_some() {
+                continue;
+            }
+            let mut meta = json!({"name": claim, "namespace": ns,
+                "ownerReferences": [{"apiVersion": kube::MACHINES.api_version(), "kind": "Machine",
+                    "name": name, "uid": m.uid, "controller": true, "blockOwnerDeletion": true}]});
+            if let Some(c) = &m.cluster {
+                meta["labels"] = json!({ crate::ipam::claim::CLUSTER_NAME_LABEL: c });
+            }
+            let object = json!({"apiVersion": kube::CLAIMS.api_version(), "kind": "IPAddressClaim",
+                "metadata": meta,
+                "spec": {"poolRef": {"apiGroup": crate::ipam::pool::GROUP,
+                    "kind": pool.kind.as_deref().unwrap_or("MetalIPPool"), "name": pool.name}}});
+            match kube.create(&kube::CLAIMS, Some(ns), &object) {
+                Ok(_) => created += 1,
+                Err(crate::kube::KubeError::Conflict(_)) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+    Ok(created)
+}
+
+/// The address with prefix of claim `claim`'s `IPAddress`, once bound.
+fn bound_address<H: HttpClient + ?Sized>(
+    kube: &Kube<'_, H>,
+    ns: &str,
+    claim: &str,
+) -> Result<Option<String>> {
+    let Some(v) = kube.get(&kube::IP_ADDRESSES, Some(ns), claim)? else {
+        return Ok(None);
+    };
+    let address = v.pointer("/spec/address").and_then(Value::as_str);
+    let prefix = v.pointer("/spec/prefix").and_then(Value::as_u64);
+    Ok(address.zip(prefix).map(|(a, p)| format!("{a}/{p}")))
+}
+
 /// The plan for the machine's device, changing nothing (`dryRun`).
 ///
 /// # Errors
@@ -282,6 +362,9 @@ pub fn apply_machine<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
     name: &str,
 ) -> Result<(Report, String)> {
     let m = read_machine(kube, ns, name)?;
+    // The per-VLAN claims first: their addresses are allocated while the
+    // device is still on its way.
+    ensure_claims(kube, ns, name, &m)?;
     let device = device_or_conflict(&m, ns, name)?;
     let (desired, _) = desired(ctx, metal, ns, &m, &device)?;
     Ok((apply::apply(ctx, metal, &device, &desired)?, device))
@@ -290,8 +373,9 @@ pub fn apply_machine<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
 /// The node's OS network configuration in `format`, from the profile (no
 /// device needed), and the addresses still pending.
 ///
-/// Addresses from pools are not assigned yet by this version (no per-VLAN
-/// claims): they are listed as pending; static addresses are rendered.
+/// Addresses from pools are those of the machine's per-VLAN claims
+/// ([`claim_name`], created by the apply); a claim not bound yet is
+/// listed as pending.
 ///
 /// # Errors
 /// As [`read_machine`]; 404 `VlanNotFound`; Metal errors.
@@ -306,8 +390,24 @@ pub fn netconfig<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
     let m = read_machine(kube, ns, name)?;
     let resolved = resolve_vlans(ctx, metal, ns, &m.profile)?;
     let vxlan_of = |r: &VlanRef| resolved.iter().find(|(x, _, _)| x == r).map(|(_, _, n)| *n);
-    let no_claims = |_: &str, _: usize, _: &PoolName| None;
-    let (net, pending) = node_network(&m.profile, &vxlan_of, &no_claims)?;
+    // The claims' addresses, read once (the callback cannot fail).
+    let mut bound: Vec<(String, usize, String)> = Vec::new();
+    for port in &m.profile.ports {
+        for (j, v) in port.vlans.iter().enumerate() {
+            if v.addresses.iter().any(|a| a.pool.is_some()) {
+                if let Some(a) = bound_address(kube, ns, &claim_name(name, &port.name, j))? {
+                    bound.push((port.name.clone(), j, a));
+                }
+            }
+        }
+    }
+    let address_of = |port: &str, j: usize, _: &PoolName| {
+        bound
+            .iter()
+            .find(|(p, k, _)| p == port && *k == j)
+            .map(|(_, _, a)| a.clone())
+    };
+    let (net, pending) = node_network(&m.profile, &vxlan_of, &address_of)?;
     Ok((render(&net, format), pending))
 }
 
