@@ -52,8 +52,10 @@ async fn setup() -> (FakeKube, MetalSim, App) {
             "nativeVLAN": {"vxlan": 1010}}]}
     }));
     // The machines' Cluster (their claims are labelled with it).
-    kube.create(json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
-        "metadata": {"name": "c", "namespace": "team-a"}, "spec": {}}));
+    kube.create(
+        json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+        "metadata": {"name": "c", "namespace": "team-a"}, "spec": {}}),
+    );
     let pool = kube.create(json!({
         "apiVersion": "ipam.metal-ipam.dev/v1alpha1", "kind": "MetalIPPool",
         "metadata": {"name": "nodes", "namespace": "team-a"},
