@@ -739,7 +739,8 @@ async fn the_code_uses_exactly_the_permissions_rbac_grants() {
             let metal_steps_only = matches!(
                 r.as_str(),
                 "machines" | "packetmachines" | "metalnetworkprofiles"
-            ) || (r == "ipaddressclaims" && v == "create");
+            ) || (r == "ipaddressclaims"
+                && (v == "create" || v == "delete"));
             !metal_steps_only
         })
         .collect();

@@ -196,6 +196,38 @@ async fn a_machine_profile_is_planned_applied_and_rendered() {
     }
     let r = app.call("GET", &format!("{cfg}?format=yaml"), None).await;
     assert_eq!(r.status, 400);
+
+    // Release: the device back to layer3 without VLANs (202s while that
+    // runs), then the per-VLAN claim deleted; once more changes nothing.
+    let mut last = None;
+    for _ in 0..20 {
+        let r = app.call("DELETE", path, None).await;
+        if r.status == 200 {
+            last = Some(r);
+            break;
+        }
+        assert_eq!(r.status, 202, "{:#}", r.body);
+    }
+    let r = last.expect("released");
+    assert_eq!(r.body["claimsDeleted"], 1, "{:#}", r.body);
+    let d = sim.device(DEV).unwrap();
+    let bond = d.port("bond0").unwrap();
+    assert!(!bond.layer2 && bond.bonded && bond.vlans.is_empty() && bond.native_vlan.is_none());
+    assert!(d.ports.iter().all(|p| p.bonded && p.vlans.is_empty()));
+    let claim = kube.get(
+        metal_ipam_tests::fake_kube::IPAM_GROUP,
+        "ipaddressclaims",
+        Some("team-a"),
+        "m-0-bond0-vlan-1",
+    );
+    assert!(
+        claim.is_none_or(|c| c["metadata"]["deletionTimestamp"].is_string()),
+        "the claim is deleted (its finalizer releases the address)"
+    );
+    sim.clear_requests();
+    let r = app.call("DELETE", path, None).await;
+    assert_eq!((r.status, &r.body["claimsDeleted"]), (200, &json!(0)));
+    assert!(sim.requests().iter().all(|q| q.method == "GET"));
     assert_eq!(sim.violations(), Vec::<String>::new());
 }
 

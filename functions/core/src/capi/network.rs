@@ -155,6 +155,83 @@ pub fn read_machine<H: HttpClient + ?Sized>(
     })
 }
 
+/// What a released machine had: its uid and device (the profile may be
+/// gone: releasing does not need it).
+fn read_device<H: HttpClient + ?Sized>(
+    kube: &Kube<'_, H>,
+    ns: &str,
+    name: &str,
+) -> Result<Option<(String, Option<String>)>> {
+    let Some(machine): Option<MachineView> = kube.get_as(&kube::MACHINES, Some(ns), name)? else {
+        return Ok(None);
+    };
+    let infra: Option<MachineView> = match &machine.infrastructure {
+        Some((kind, iname)) if kind == "PacketMachine" => {
+            kube.get_as(&kube::PACKET_MACHINES, Some(ns), iname)?
+        }
+        _ => None,
+    };
+    let provider = machine
+        .provider_id
+        .clone()
+        .or_else(|| infra.and_then(|i| i.provider_id));
+    let device = provider.and_then(|p| device_of(&p).map(str::to_string));
+    Ok(Some((machine.metadata.uid.unwrap_or_default(), device)))
+}
+
+/// Releases a machine's networking (its profile removed, or the machine
+/// leaving): the device goes back to Layer3 without VLANs (the same apply,
+/// towards [`Desired::teardown`]), then the machine's per-VLAN claims are
+/// deleted, so their addresses are released through the allocator. A
+/// machine that is gone has nothing left to release here: its claims go
+/// with it (owner references) and its device with it.
+///
+/// # Idempotency
+/// As the apply: a released device makes no mutating call; deleting
+/// claims already gone changes nothing.
+///
+/// # Errors
+/// As [`apply_machine`].
+pub fn release_machine<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
+    ctx: &Ctx<'_, K>,
+    kube: &Kube<'_, H>,
+    metal: &Metal<'_, H, E>,
+    ns: &str,
+    name: &str,
+) -> Result<(Option<Report>, usize)> {
+    let Some((uid, device)) = read_device(kube, ns, name)? else {
+        return Ok((None, 0));
+    };
+    let report = match &device {
+        Some(d) => match metal.device_ports(d)? {
+            Some(dev) => {
+                let observed = Observed::from_device(&dev)?;
+                let r = apply::apply(ctx, metal, d, &Desired::teardown(&observed))?;
+                if r.phase != apply::Phase::Converged {
+                    return Ok((Some(r), 0));
+                }
+                Some(r)
+            }
+            None => None,
+        },
+        None => None,
+    };
+    // The per-VLAN claims: owned by this Machine, named after it.
+    let claims: Vec<crate::kube::object::Meta> = kube.list_as(&kube::CLAIMS, Some(ns))?;
+    let mut deleted = 0;
+    for c in claims {
+        let m = &c.metadata;
+        let ours = m.owned_by(&uid)
+            && m.name.starts_with(&format!("{name}-"))
+            && m.name.contains("-vlan-");
+        if ours && !m.deleting() {
+            kube.delete(&kube::CLAIMS, Some(ns), &m.name)?;
+            deleted += 1;
+        }
+    }
+    Ok((report, deleted))
+}
+
 /// The profile's VLANs, resolved: (reference, UUID, number).
 type Resolved = Vec<(VlanRef, String, u16)>;
 

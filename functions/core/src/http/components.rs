@@ -362,6 +362,9 @@ pub fn poll<K: KvStore, H: HttpClient + ?Sized>(
 ///   profile to its device; 200 when converged, 202 with `Retry-After` and
 ///   `Location` (this URL) while a step runs or another instance holds the
 ///   device. `?dryRun=true`: 200 with the plan, nothing changed.
+/// - `DELETE` of the same URL releases it: the device back to Layer3
+///   without VLANs (202 while that runs), then the machine's per-VLAN
+///   claims deleted (200).
 /// - `GET /v1/machines/{ns}/{name}/netconfig?format=netplan|ifupdown|cloud-init|shell`:
 ///   the node's OS configuration as text (`X-Metal-IPAM-Pending` counts the
 ///   pool addresses not rendered yet).
@@ -382,12 +385,16 @@ pub fn network<K: KvStore, H: HttpClient + ?Sized>(
     } else {
         "/v1/machines/{namespace}/{name}/netconfig"
     };
-    let method = if what == "network" { "POST" } else { "GET" };
+    let allowed = if what == "network" {
+        "POST, DELETE"
+    } else {
+        "GET"
+    };
     if let Err(e) = auth::check_bearer(s.api_token, req.authorization) {
         return ApiResponse::from_error(&e, route);
     }
-    if req.method != method {
-        return method_not_allowed(route, method);
+    if !allowed.split(", ").any(|m| m == req.method) {
+        return method_not_allowed(route, allowed);
     }
     let checked = names::check_label(&ns)
         .and_then(|_| names::check_subdomain(&name))
@@ -419,6 +426,41 @@ pub fn network<K: KvStore, H: HttpClient + ?Sized>(
                 r.headers
                     .push(("x-metal-ipam-pending", pending.len().to_string()));
                 r.touching("machine", machine)
+            }
+            Err(e) => fail(e),
+        };
+    }
+    if req.method == "DELETE" {
+        return match capi::network::release_machine(ctx, kube, metal, &ns, &name) {
+            Ok((report, deleted)) => {
+                let mut body = report
+                    .as_ref()
+                    .map(crate::network::apply::Report::to_json)
+                    .unwrap_or_else(
+                        || json!({"phase": "converged", "remaining": [], "issued": []}),
+                    );
+                body["machine"] = machine.clone().into();
+                body["claimsDeleted"] = deleted.into();
+                let running = matches!(
+                    report.as_ref().map(|r| &r.phase),
+                    Some(crate::network::apply::Phase::InProgress { .. })
+                );
+                if running {
+                    let retry = match report.map(|r| r.phase) {
+                        Some(crate::network::apply::Phase::InProgress { retry_after, .. }) => {
+                            retry_after
+                        }
+                        _ => 1,
+                    };
+                    let mut r = ApiResponse::success(202, Some(body), route, "releasing");
+                    r.headers.push(("retry-after", retry.to_string()));
+                    r.headers
+                        .push(("location", format!("/v1/machines/{ns}/{name}/network")));
+                    r.touching("machine", machine)
+                } else {
+                    ApiResponse::success(200, Some(body), route, "released")
+                        .touching("machine", machine)
+                }
             }
             Err(e) => fail(e),
         };

@@ -123,6 +123,7 @@ pub const USED_PERMISSIONS: &[(&str, &str, &str)] = &[
     ("ipam.cluster.x-k8s.io", "ipaddressclaims", "list"),
     ("ipam.cluster.x-k8s.io", "ipaddressclaims", "patch"),
     ("ipam.cluster.x-k8s.io", "ipaddressclaims", "create"),
+    ("ipam.cluster.x-k8s.io", "ipaddressclaims", "delete"),
     ("ipam.cluster.x-k8s.io", "ipaddressclaims/status", "patch"),
     ("ipam.cluster.x-k8s.io", "ipaddresses", "get"),
     ("ipam.cluster.x-k8s.io", "ipaddresses", "list"),

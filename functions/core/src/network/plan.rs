@@ -192,6 +192,24 @@ impl Desired {
     fn port(&self, name: &str) -> Option<&DesiredPort> {
         self.ports.iter().find(|p| p.name == name)
     }
+
+    /// What a released device goes back to: every port bonded, Layer3,
+    /// without VLANs (Metal's default).
+    pub fn teardown(observed: &Observed) -> Desired {
+        Desired {
+            ports: observed
+                .ports
+                .iter()
+                .map(|p| DesiredPort {
+                    name: p.name.clone(),
+                    bonded: true,
+                    layer2: false,
+                    vlans: BTreeSet::new(),
+                    native: None,
+                })
+                .collect(),
+        }
+    }
 }
 
 /// One Metal port call.
