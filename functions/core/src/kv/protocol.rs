@@ -133,6 +133,101 @@ pub trait CasRecord: Sized {
     fn build(next: &Self::Next, envelope: Envelope) -> Self;
 }
 
+/// The content of a record kept in an [`Enveloped`]: its key family, its
+/// schema version and how it is named in messages.
+pub trait StateRecord: Clone + serde::Serialize + serde::de::DeserializeOwned {
+    /// What identifies one record (e.g. a claim's namespace and name).
+    type Id: ?Sized;
+    /// Schema version this build reads and writes.
+    const VERSION: u32;
+    /// The record's name in error messages, e.g. `Metal assignment record`.
+    const WHAT: &'static str;
+    /// The record's key.
+    fn key(id: &Self::Id) -> String;
+    /// Its creation guard counter's key.
+    fn guard_key(id: &Self::Id) -> String;
+    /// `what` in a 503 `Contention` message.
+    fn describe(id: &Self::Id) -> String;
+}
+
+/// A compare-and-swap record whose content `S` sits under `state` next to
+/// the envelope: `{"v", "rev", "writer", "recentWriters", "swapCheck",
+/// "state"}`. Never a tombstone: `S` says what is left.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(bound(
+    serialize = "S: serde::Serialize",
+    deserialize = "S: serde::de::DeserializeOwned"
+))]
+pub struct Enveloped<S> {
+    /// Schema version, `S::VERSION`.
+    pub v: u32,
+    /// Incremented by every write.
+    pub rev: u64,
+    /// Random token of the last writer.
+    pub writer: String,
+    /// Tokens of the writers before it, newest last.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub recent_writers: Vec<String>,
+    /// Whether swaps on this record are read back.
+    pub swap_check: SwapCheck,
+    /// The content.
+    pub state: S,
+}
+
+impl<S: StateRecord> CasRecord for Enveloped<S> {
+    type Id = S::Id;
+    type View = S;
+    type Next = S;
+
+    fn key(id: &S::Id) -> String {
+        S::key(id)
+    }
+    fn guard_key(id: &S::Id) -> String {
+        S::guard_key(id)
+    }
+    fn describe(id: &S::Id) -> String {
+        S::describe(id)
+    }
+    fn decode(bytes: &[u8]) -> Result<Self> {
+        let rec: Enveloped<S> = serde_json::from_slice(bytes)
+            .map_err(|e| Error::internal(format!("unreadable {}: {e}", S::WHAT)))?;
+        if rec.v != S::VERSION {
+            return Err(Error::internal(format!(
+                "{} has schema version {}, this build reads {}",
+                S::WHAT,
+                rec.v,
+                S::VERSION
+            )));
+        }
+        Ok(rec)
+    }
+    fn encode(&self) -> Vec<u8> {
+        serde_json::to_vec(self).unwrap_or_default()
+    }
+    fn envelope(&self) -> Envelope {
+        Envelope {
+            rev: self.rev,
+            writer: self.writer.clone(),
+            recent_writers: self.recent_writers.clone(),
+            swap_check: self.swap_check,
+        }
+    }
+    fn view(&self, _: &S::Id) -> Result<Option<S>> {
+        Ok(Some(self.state.clone()))
+    }
+    fn build(next: &S, e: Envelope) -> Self {
+        Enveloped {
+            v: S::VERSION,
+            rev: e.rev,
+            writer: e.writer,
+            recent_writers: e.recent_writers,
+            swap_check: e.swap_check,
+            state: next.clone(),
+        }
+    }
+}
+
 impl CasRecord for PoolRecord {
     type Id = PoolId;
     type View = Loaded;

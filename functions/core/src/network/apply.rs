@@ -29,8 +29,7 @@ use serde_json::{json, Value};
 use super::plan::{plan, Action, Desired, Observed, Step};
 use super::profile::Mode;
 use crate::error::{Error, ErrorKind, Result};
-use crate::kv::protocol::{read_record, update_record, CasRecord, Envelope, Step as KvStep};
-use crate::kv::records::SwapCheck;
+use crate::kv::protocol::{read_record, update_record, Enveloped, StateRecord, Step as KvStep};
 use crate::kv::Ctx;
 use crate::metal::client::{Metal, MetalError, PortChange};
 use crate::metal::model::{VlanBatchInput, VlanBatchItem};
@@ -131,29 +130,14 @@ pub struct ApplyState {
     pub failed: Option<String>,
 }
 
-/// The value of a `net/device/<uuid>` key.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct ApplyRecord {
-    /// Schema version, [`APPLY_VERSION`].
-    pub v: u32,
-    /// Incremented by every write.
-    pub rev: u64,
-    /// Random token of the last writer.
-    pub writer: String,
-    /// Tokens of the writers before it, newest last.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub recent_writers: Vec<String>,
-    /// Whether swaps on this record are read back.
-    pub swap_check: SwapCheck,
-    /// The content.
-    pub state: ApplyState,
-}
+/// The value of a `net/device/<uuid>` key: the envelope and the
+/// [`ApplyState`].
+pub type ApplyRecord = Enveloped<ApplyState>;
 
-impl CasRecord for ApplyRecord {
+impl StateRecord for ApplyState {
     type Id = str;
-    type View = ApplyState;
-    type Next = ApplyState;
+    const VERSION: u32 = APPLY_VERSION;
+    const WHAT: &'static str = "network apply record";
 
     fn key(device: &str) -> String {
         format!("net/device/{device}")
@@ -163,41 +147,6 @@ impl CasRecord for ApplyRecord {
     }
     fn describe(device: &str) -> String {
         format!("the network of device {device}")
-    }
-    fn decode(bytes: &[u8]) -> Result<Self> {
-        let rec: ApplyRecord = serde_json::from_slice(bytes)
-            .map_err(|e| Error::internal(format!("unreadable network apply record: {e}")))?;
-        if rec.v != APPLY_VERSION {
-            return Err(Error::internal(format!(
-                "network apply record has schema version {}, this build reads {APPLY_VERSION}",
-                rec.v
-            )));
-        }
-        Ok(rec)
-    }
-    fn encode(&self) -> Vec<u8> {
-        serde_json::to_vec(self).unwrap_or_default()
-    }
-    fn envelope(&self) -> Envelope {
-        Envelope {
-            rev: self.rev,
-            writer: self.writer.clone(),
-            recent_writers: self.recent_writers.clone(),
-            swap_check: self.swap_check,
-        }
-    }
-    fn view(&self, _: &str) -> Result<Option<ApplyState>> {
-        Ok(Some(self.state.clone()))
-    }
-    fn build(next: &ApplyState, e: Envelope) -> Self {
-        ApplyRecord {
-            v: APPLY_VERSION,
-            rev: e.rev,
-            writer: e.writer,
-            recent_writers: e.recent_writers,
-            swap_check: e.swap_check,
-            state: next.clone(),
-        }
     }
 }
 

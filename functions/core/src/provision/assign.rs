@@ -34,8 +34,7 @@ use super::plan::INTENT_LEASE_S;
 use crate::error::{Error, ErrorKind, Result};
 use crate::ip::Family;
 use crate::kv::keys;
-use crate::kv::protocol::{read_record, update_record, CasRecord, Envelope, Step};
-use crate::kv::records::SwapCheck;
+use crate::kv::protocol::{read_record, update_record, CasRecord, Enveloped, StateRecord, Step};
 use crate::kv::Ctx;
 use crate::metal::client::{Metal, MetalError};
 use crate::metal::model::IpAssignmentInput;
@@ -59,24 +58,8 @@ pub struct AssignIntent {
     pub at: u64,
 }
 
-/// The value of a `metal/claim/…` key.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct AssignmentRecord {
-    /// Schema version, [`ASSIGNMENT_VERSION`].
-    pub v: u32,
-    /// Incremented by every write.
-    pub rev: u64,
-    /// Random token of the last writer.
-    pub writer: String,
-    /// Tokens of the writers before it, newest last.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub recent_writers: Vec<String>,
-    /// Whether swaps on this record are read back.
-    pub swap_check: SwapCheck,
-    /// The content.
-    pub state: Assignment,
-}
+/// The value of a `metal/claim/…` key: the envelope and an [`Assignment`].
+pub type AssignmentRecord = Enveloped<Assignment>;
 
 /// What the record holds for one claim incarnation (its uid).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -123,10 +106,10 @@ impl Assignment {
     }
 }
 
-impl CasRecord for AssignmentRecord {
+impl StateRecord for Assignment {
     type Id = ClaimKey;
-    type View = Assignment;
-    type Next = Assignment;
+    const VERSION: u32 = ASSIGNMENT_VERSION;
+    const WHAT: &'static str = "Metal assignment record";
 
     fn key((ns, name): &ClaimKey) -> String {
         keys::metal_claim(ns, name)
@@ -136,41 +119,6 @@ impl CasRecord for AssignmentRecord {
     }
     fn describe((ns, name): &ClaimKey) -> String {
         format!("the Metal assignment of claim {ns}/{name}")
-    }
-    fn decode(bytes: &[u8]) -> Result<Self> {
-        let rec: AssignmentRecord = serde_json::from_slice(bytes)
-            .map_err(|e| Error::internal(format!("unreadable Metal assignment record: {e}")))?;
-        if rec.v != ASSIGNMENT_VERSION {
-            return Err(Error::internal(format!(
-                "Metal assignment record has schema version {}, this build reads {ASSIGNMENT_VERSION}",
-                rec.v
-            )));
-        }
-        Ok(rec)
-    }
-    fn encode(&self) -> Vec<u8> {
-        serde_json::to_vec(self).unwrap_or_default()
-    }
-    fn envelope(&self) -> Envelope {
-        Envelope {
-            rev: self.rev,
-            writer: self.writer.clone(),
-            recent_writers: self.recent_writers.clone(),
-            swap_check: self.swap_check,
-        }
-    }
-    fn view(&self, _: &ClaimKey) -> Result<Option<Assignment>> {
-        Ok(Some(self.state.clone()))
-    }
-    fn build(next: &Assignment, e: Envelope) -> Self {
-        AssignmentRecord {
-            v: ASSIGNMENT_VERSION,
-            rev: e.rev,
-            writer: e.writer,
-            recent_writers: e.recent_writers,
-            swap_check: e.swap_check,
-            state: next.clone(),
-        }
     }
 }
 

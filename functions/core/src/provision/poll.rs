@@ -15,10 +15,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::kv::keys;
-use crate::kv::protocol::{read_record, update_record, CasRecord, Envelope, Step};
-use crate::kv::records::SwapCheck;
+use crate::kv::protocol::{read_record, update_record, Enveloped, StateRecord, Step};
 use crate::kv::Ctx;
 use crate::metal::client::Metal;
 use crate::ports::http::HttpClient;
@@ -35,29 +34,21 @@ pub const MAX_EVENTS: usize = 200;
 /// Pages of events read per call at most, looking for the cursor.
 pub const MAX_EVENT_PAGES: u32 = 4;
 
-/// The value of the `metal/poll` key.
+/// The cursor: the newest handled event's id.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct CursorRecord {
-    /// Schema version, [`CURSOR_VERSION`].
-    pub v: u32,
-    /// Incremented by every write.
-    pub rev: u64,
-    /// Random token of the last writer.
-    pub writer: String,
-    /// Tokens of the writers before it, newest last.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub recent_writers: Vec<String>,
-    /// Whether swaps on this record are read back.
-    pub swap_check: SwapCheck,
+#[serde(deny_unknown_fields)]
+pub struct Cursor {
     /// The newest handled event's id.
     pub last: String,
 }
 
-impl CasRecord for CursorRecord {
+/// The value of the `metal/poll` key: the envelope and the [`Cursor`].
+pub type CursorRecord = Enveloped<Cursor>;
+
+impl StateRecord for Cursor {
     type Id = ();
-    type View = String;
-    type Next = String;
+    const VERSION: u32 = CURSOR_VERSION;
+    const WHAT: &'static str = "Metal event cursor";
 
     fn key(_: &()) -> String {
         keys::METAL_POLL.to_string()
@@ -68,41 +59,6 @@ impl CasRecord for CursorRecord {
     fn describe(_: &()) -> String {
         "the Metal event cursor".to_string()
     }
-    fn decode(bytes: &[u8]) -> Result<Self> {
-        let rec: CursorRecord = serde_json::from_slice(bytes)
-            .map_err(|e| Error::internal(format!("unreadable Metal event cursor: {e}")))?;
-        if rec.v != CURSOR_VERSION {
-            return Err(Error::internal(format!(
-                "Metal event cursor has schema version {}, this build reads {CURSOR_VERSION}",
-                rec.v
-            )));
-        }
-        Ok(rec)
-    }
-    fn encode(&self) -> Vec<u8> {
-        serde_json::to_vec(self).unwrap_or_default()
-    }
-    fn envelope(&self) -> Envelope {
-        Envelope {
-            rev: self.rev,
-            writer: self.writer.clone(),
-            recent_writers: self.recent_writers.clone(),
-            swap_check: self.swap_check,
-        }
-    }
-    fn view(&self, _: &()) -> Result<Option<String>> {
-        Ok(Some(self.last.clone()))
-    }
-    fn build(next: &String, e: Envelope) -> Self {
-        CursorRecord {
-            v: CURSOR_VERSION,
-            rev: e.rev,
-            writer: e.writer,
-            recent_writers: e.recent_writers,
-            swap_check: e.swap_check,
-            last: next.clone(),
-        }
-    }
 }
 
 /// The cursor: the newest handled event's id, `None` before the first
@@ -111,7 +67,7 @@ impl CasRecord for CursorRecord {
 /// # Errors
 /// Store errors; 500 for an unreadable record.
 pub fn cursor<K: KvStore>(kv: &K) -> Result<Option<String>> {
-    read_record::<K, CursorRecord>(kv, &())
+    Ok(read_record::<K, CursorRecord>(kv, &())?.map(|c| c.last))
 }
 
 /// What one call has to handle.
@@ -174,10 +130,15 @@ pub fn next_batch<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
 /// Store errors; 503 `Contention`.
 pub fn advance<K: KvStore>(ctx: &Ctx<'_, K>, from: Option<&str>, to: &str) -> Result<bool> {
     update_record::<K, CursorRecord, bool>(ctx, &(), |cur| {
-        if cur.map(String::as_str) != from || from == Some(to) {
+        if cur.map(|c| c.last.as_str()) != from || from == Some(to) {
             return Ok(Step::Done(false));
         }
-        Ok(Step::Write(Box::new(to.to_string()), true))
+        Ok(Step::Write(
+            Box::new(Cursor {
+                last: to.to_string(),
+            }),
+            true,
+        ))
     })
 }
 
