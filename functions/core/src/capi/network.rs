@@ -67,6 +67,25 @@ impl Object for MachineView {
     }
 }
 
+/// The Machine `ns/name` and its infrastructure machine (a `PacketMachine`
+/// named by `spec.infrastructureRef`), if they exist.
+fn machine_and_infra<H: HttpClient + ?Sized>(
+    kube: &Kube<'_, H>,
+    ns: &str,
+    name: &str,
+) -> Result<Option<(MachineView, Option<MachineView>)>> {
+    let Some(machine): Option<MachineView> = kube.get_as(&kube::MACHINES, Some(ns), name)? else {
+        return Ok(None);
+    };
+    let infra = match &machine.infrastructure {
+        Some((kind, iname)) if kind == "PacketMachine" => {
+            kube.get_as(&kube::PACKET_MACHINES, Some(ns), iname)?
+        }
+        _ => None,
+    };
+    Ok(Some((machine, infra)))
+}
+
 /// What a machine's networking needs: its profile and its device.
 #[derive(Debug, Clone, PartialEq)]
 pub struct MachineNetwork {
@@ -98,20 +117,12 @@ pub fn read_machine<H: HttpClient + ?Sized>(
     ns: &str,
     name: &str,
 ) -> Result<MachineNetwork> {
-    let machine: MachineView = kube
-        .get_as(&kube::MACHINES, Some(ns), name)?
-        .ok_or_else(|| {
-            not_found(
-                "MachineNotFound",
-                format!("Machine {ns}/{name} does not exist"),
-            )
-        })?;
-    let infra: Option<MachineView> = match &machine.infrastructure {
-        Some((kind, iname)) if kind == "PacketMachine" => {
-            kube.get_as(&kube::PACKET_MACHINES, Some(ns), iname)?
-        }
-        _ => None,
-    };
+    let (machine, infra) = machine_and_infra(kube, ns, name)?.ok_or_else(|| {
+        not_found(
+            "MachineNotFound",
+            format!("Machine {ns}/{name} does not exist"),
+        )
+    })?;
     let annotation = machine
         .metadata
         .annotation(PROFILE_ANNOTATION)
@@ -162,14 +173,8 @@ fn read_device<H: HttpClient + ?Sized>(
     ns: &str,
     name: &str,
 ) -> Result<Option<(String, Option<String>)>> {
-    let Some(machine): Option<MachineView> = kube.get_as(&kube::MACHINES, Some(ns), name)? else {
+    let Some((machine, infra)) = machine_and_infra(kube, ns, name)? else {
         return Ok(None);
-    };
-    let infra: Option<MachineView> = match &machine.infrastructure {
-        Some((kind, iname)) if kind == "PacketMachine" => {
-            kube.get_as(&kube::PACKET_MACHINES, Some(ns), iname)?
-        }
-        _ => None,
     };
     let provider = machine
         .provider_id

@@ -133,7 +133,9 @@ pub struct RouteSpec {
     pub via: String,
 }
 
-/// One VLAN of a port, with its addresses.
+/// One VLAN of a port, with its addresses. (Its first three fields are
+/// [`VlanRef`]'s, repeated rather than `#[serde(flatten)]`ed: serde's
+/// `deny_unknown_fields` does not work through `flatten`.)
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct VlanSpec {
