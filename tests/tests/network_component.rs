@@ -289,3 +289,42 @@ async fn machines_without_a_profile_or_a_device_get_clear_errors() {
         400
     );
 }
+
+/// Metal has no webhooks: when the Metal poll sees the machine's device
+/// become active, it applies the machine's profile (the next POSTs, polls
+/// or port events continue it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_metal_poll_applies_a_profile_when_the_device_becomes_active() {
+    let (_kube, sim, app) = setup().await;
+    sim.set_device_state(DEV, "provisioning");
+    let r = app.call("POST", "/v1/metal/poll", None).await;
+    assert_eq!(r.status, 200, "{:#}", r.body);
+    assert_eq!(r.body["network"], json!([]));
+    sim.set_device_state(DEV, "active");
+    let r = app.call("POST", "/v1/metal/poll", None).await;
+    assert_eq!(r.status, 200, "{:#}", r.body);
+    assert_eq!(
+        r.body["network"][0]["machine"], "team-a/m-0",
+        "{:#}",
+        r.body
+    );
+    assert!(
+        sim.requests()
+            .iter()
+            .any(|q| q.operation.as_deref() == Some("convertLayer2")),
+        "the apply started"
+    );
+    let mut converged = false;
+    for _ in 0..20 {
+        let r = app
+            .call("POST", "/v1/machines/team-a/m-0/network", None)
+            .await;
+        if r.status == 200 {
+            converged = true;
+            break;
+        }
+    }
+    assert!(converged);
+    assert!(sim.device(DEV).unwrap().port("bond0").unwrap().layer2);
+    assert_eq!(sim.violations(), Vec::<String>::new());
+}

@@ -392,6 +392,9 @@ pub struct PollReport {
     pub more: bool,
     /// Errors on single claims (the cursor did not move).
     pub errors: Vec<String>,
+    /// Machines whose device became active and that opted into a network
+    /// profile: the apply run for each, with its phase.
+    pub network: Vec<(String, &'static str)>,
 }
 
 impl PollReport {
@@ -404,13 +407,73 @@ impl PollReport {
             .collect();
         json!({"events": self.events, "devices": self.devices,
                "deviceDeleted": self.device_deleted, "synced": synced,
-               "cursor": self.cursor, "more": self.more, "errors": self.errors})
+               "cursor": self.cursor, "more": self.more, "errors": self.errors,
+               "network": self.network.iter().map(|(m, p)| json!({"machine": m, "phase": p})).collect::<Vec<_>>()})
     }
+}
+
+/// A Machine, as far as finding the one on a device goes.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct OnDevice {
+    metadata: ObjectMeta,
+    provider_id: Option<String>,
+}
+
+impl Object for OnDevice {
+    fn from_json(v: &Value) -> Self {
+        OnDevice {
+            metadata: metadata(v),
+            provider_id: v
+                .pointer("/spec/providerID")
+                .and_then(Value::as_str)
+                .map(str::to_string),
+        }
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+}
+
+/// Applies the network profile of the Machines on `devices` (which just
+/// became active): one apply invocation each (a step that takes time is
+/// continued by the next poll, the device's port events, or a POST to the
+/// machine's network route). Machines without a profile are skipped.
+fn network_on_active<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
+    ctx: &Ctx<'_, K>,
+    kube: &Kube<'_, H>,
+    metal: &Metal<'_, H, E>,
+    devices: &[&str],
+    report: &mut PollReport,
+) -> Result<()> {
+    let machines: Vec<OnDevice> = kube.list_as(&kube::MACHINES, None)?;
+    for m in machines {
+        let on = m.provider_id.as_deref().and_then(device_of);
+        if !on.is_some_and(|d| devices.contains(&d)) || m.metadata.deleting() {
+            continue;
+        }
+        let ns = m.metadata.namespace.clone().unwrap_or_default();
+        let name = m.metadata.name.clone();
+        match super::network::apply_machine(ctx, kube, metal, &ns, &name) {
+            Ok((r, _)) => report.network.push((
+                format!("{ns}/{name}"),
+                match r.phase {
+                    crate::network::apply::Phase::Converged => "converged",
+                    crate::network::apply::Phase::InProgress { .. } => "in-progress",
+                },
+            )),
+            Err(e) if e.reason() == "NoNetworkProfile" => {}
+            Err(e) => report
+                .errors
+                .push(format!("Machine {ns}/{name} (network): {e}")),
+        }
+    }
+    Ok(())
 }
 
 /// Handles the Metal events after the cursor: a deleted device's claims
 /// lose their assignment (Metal removed it with the device) and say so; a
-/// device that became active gets its claims' pending assignments. The
+/// device that became active gets its claims' pending assignments, and the
+/// network profile of the Machine on it is applied. The
 /// first poll, or one that finds the cursor gone from Metal's list,
 /// re-runs every claim still waiting on a device. The cursor moves only
 /// when every claim of the batch was handled.
@@ -446,11 +509,15 @@ pub fn poll<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
     let waiting = |r: &assign::Assignment| {
         !r.closed && r.assignment.is_none() && r.refused.is_none() && !r.live_intent(now)
     };
+    let mut active_devices: Vec<&str> = Vec::new();
     for d in &batch.devices {
         let device = metal.get_device(d)?;
         report.devices += 1;
         let gone = device.as_ref().is_none_or(|x| x.gone());
         let active = device.as_ref().is_some_and(|x| x.active());
+        if active {
+            active_devices.push(d);
+        }
         for ((ns, name), r) in &records {
             if gone && r.device.as_deref() == Some(d.as_str()) && !r.closed {
                 if assign::device_deleted(ctx, ns, name, d)? {
@@ -482,6 +549,9 @@ pub fn poll<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
                 rerun.push((ns.clone(), name.clone()));
             }
         }
+    }
+    if !active_devices.is_empty() {
+        network_on_active(ctx, kube, metal, &active_devices, &mut report)?;
     }
     let truncated = rerun.len() > MAX_POLL_CLAIMS;
     if truncated {

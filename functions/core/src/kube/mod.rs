@@ -132,6 +132,7 @@ pub const USED_PERMISSIONS: &[(&str, &str, &str)] = &[
     ("ipam.cluster.x-k8s.io", "ipaddresses", "delete"),
     ("cluster.x-k8s.io", "clusters", "get"),
     ("cluster.x-k8s.io", "machines", "get"),
+    ("cluster.x-k8s.io", "machines", "list"),
     ("infrastructure.cluster.x-k8s.io", "packetmachines", "get"),
     ("ipam.metal-ipam.dev", "metalippools", "get"),
     ("ipam.metal-ipam.dev", "metalippools", "list"),
