@@ -347,6 +347,46 @@ async fn a_crash_after_any_metal_call_converges() {
             validated += w.sim.requests().len();
         }
     }
+    // And on the way back to layer3: removing a native VLAN, converting to
+    // layer3, bonding.
+    for (start, op) in [
+        (2, "deleteNativeVlan"),
+        (2, "convertLayer3"),
+        (3, "bondPort"),
+    ] {
+        for fault in [Fault::CrashAfter, Fault::Status(503), Fault::Drop] {
+            let w = World::new(2).await;
+            w.converge(&w.desired(profiles()[start].1.clone(), 2)).await;
+            let back = w.desired(json!({}), 2);
+            let method = if op == "deleteNativeVlan" {
+                "DELETE"
+            } else {
+                "POST"
+            };
+            w.sim.inject(method, op, fault.clone(), 1);
+            let mut converged = false;
+            for _ in 0..40 {
+                match w.apply_once(&back).await {
+                    Ok(r) if r.phase == Phase::Converged => {
+                        converged = true;
+                        break;
+                    }
+                    Ok(_) => {}
+                    Err(e) => assert_eq!(e.status(), 503, "{op} {fault:?}: {e}"),
+                }
+                w.now.fetch_add(apply::LEASE_S, Ordering::SeqCst);
+            }
+            assert!(converged, "{op} with {fault:?}");
+            assert_eq!(w.mode("bond0"), "layer3", "{op} {fault:?}");
+            assert_eq!(
+                w.sim.pending_faults(),
+                0,
+                "{op} {fault:?}: the fault was hit"
+            );
+            w.assert_clean();
+            validated += w.sim.requests().len();
+        }
+    }
     println!("{validated} Metal requests validated against the spec, 0 violations");
 }
 
