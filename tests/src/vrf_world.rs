@@ -163,6 +163,18 @@ impl World {
     }
 }
 
+/// The application on the test host, talking to `kube` and to `sim` as
+/// Metal.
+pub fn metal_app(kube: &FakeKube, sim: &MetalSim) -> crate::harness::App {
+    crate::harness::App::with_variables(&[
+        ("k8s_api_url", &kube.base_url()),
+        ("k8s_token", kube.token()),
+        ("metal_api_url", &format!("http://{}", sim.addr())),
+        ("metal_token", sim.token()),
+        ("metal_project_id", sim.project_id()),
+    ])
+}
+
 /// The VRF-backed pool: a /29 of 10.10.0.0/16 in metro `da`.
 pub fn pool_object() -> Value {
     json!({

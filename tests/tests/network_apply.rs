@@ -309,82 +309,64 @@ async fn two_applies_at_once_one_holds_the_device_both_converge() {
     w.assert_clean();
 }
 
+/// From the `start`th profile (`None`: layer3 as created) to the
+/// `target`th, with `fault` on the first `method op`: applies (past a
+/// crashed holder's lease each time) until converged; checks the mode, that
+/// the fault was hit and the spec held; returns the requests validated.
+async fn converges_despite(
+    start: Option<usize>,
+    target: Value,
+    mode: &str,
+    (method, op): (&str, &str),
+    fault: Fault,
+) -> usize {
+    let w = World::new(2).await;
+    if let Some(i) = start {
+        w.converge(&w.desired(profiles()[i].1.clone(), 2)).await;
+    }
+    let d = w.desired(target, 2);
+    w.sim.inject(method, op, fault.clone(), 1);
+    let mut converged = false;
+    for _ in 0..40 {
+        match w.apply_once(&d).await {
+            Ok(r) if r.phase == Phase::Converged => {
+                converged = true;
+                break;
+            }
+            Ok(_) => {}
+            Err(e) => assert_eq!(e.status(), 503, "{op} {fault:?}: {e}"),
+        }
+        w.now.fetch_add(apply::LEASE_S, Ordering::SeqCst);
+    }
+    assert!(converged, "{op} with {fault:?}");
+    assert_eq!(w.mode("bond0"), mode, "{op} {fault:?}");
+    assert_eq!(
+        w.sim.pending_faults(),
+        0,
+        "{op} {fault:?}: the fault was hit"
+    );
+    w.assert_clean();
+    w.sim.requests().len()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_crash_after_any_metal_call_converges() {
-    let ops = [
-        ("POST", "createPortVlanAssignmentBatch"),
-        ("POST", "convertLayer2"),
-        ("POST", "disbondPort"),
-        ("POST", "assignNativeVlan"),
+    // On the way to layer2-individual, and back to layer3 (removing a
+    // native VLAN, converting to layer3, bonding).
+    let cases = [
+        (None, 3, "POST", "createPortVlanAssignmentBatch"),
+        (None, 3, "POST", "convertLayer2"),
+        (None, 3, "POST", "disbondPort"),
+        (None, 3, "POST", "assignNativeVlan"),
+        (Some(2), 4, "DELETE", "deleteNativeVlan"),
+        (Some(2), 4, "POST", "convertLayer3"),
+        (Some(3), 4, "POST", "bondPort"),
     ];
     let mut validated = 0;
-    for (method, op) in ops {
+    for (start, target, method, op) in cases {
+        let (mode, spec) = profiles()[target].clone();
         for fault in [Fault::CrashAfter, Fault::Status(503), Fault::Drop] {
-            let w = World::new(2).await;
-            let d = w.desired(profiles()[3].1.clone(), 2);
-            w.sim.inject(method, op, fault.clone(), 1);
-            let mut converged = false;
-            for _ in 0..40 {
-                match w.apply_once(&d).await {
-                    Ok(r) if r.phase == Phase::Converged => {
-                        converged = true;
-                        break;
-                    }
-                    Ok(_) => {}
-                    Err(e) => assert_eq!(e.status(), 503, "{op} {fault:?}: {e}"),
-                }
-                // Past a crashed holder's lease.
-                w.now.fetch_add(apply::LEASE_S, Ordering::SeqCst);
-            }
-            assert!(converged, "{op} with {fault:?}");
-            assert_eq!(w.mode("bond0"), "layer2-individual", "{op} {fault:?}");
-            assert_eq!(
-                w.sim.pending_faults(),
-                0,
-                "{op} {fault:?}: the fault was hit"
-            );
-            w.assert_clean();
-            validated += w.sim.requests().len();
-        }
-    }
-    // And on the way back to layer3: removing a native VLAN, converting to
-    // layer3, bonding.
-    for (start, op) in [
-        (2, "deleteNativeVlan"),
-        (2, "convertLayer3"),
-        (3, "bondPort"),
-    ] {
-        for fault in [Fault::CrashAfter, Fault::Status(503), Fault::Drop] {
-            let w = World::new(2).await;
-            w.converge(&w.desired(profiles()[start].1.clone(), 2)).await;
-            let back = w.desired(json!({}), 2);
-            let method = if op == "deleteNativeVlan" {
-                "DELETE"
-            } else {
-                "POST"
-            };
-            w.sim.inject(method, op, fault.clone(), 1);
-            let mut converged = false;
-            for _ in 0..40 {
-                match w.apply_once(&back).await {
-                    Ok(r) if r.phase == Phase::Converged => {
-                        converged = true;
-                        break;
-                    }
-                    Ok(_) => {}
-                    Err(e) => assert_eq!(e.status(), 503, "{op} {fault:?}: {e}"),
-                }
-                w.now.fetch_add(apply::LEASE_S, Ordering::SeqCst);
-            }
-            assert!(converged, "{op} with {fault:?}");
-            assert_eq!(w.mode("bond0"), "layer3", "{op} {fault:?}");
-            assert_eq!(
-                w.sim.pending_faults(),
-                0,
-                "{op} {fault:?}: the fault was hit"
-            );
-            w.assert_clean();
-            validated += w.sim.requests().len();
+            validated += converges_despite(start, spec.clone(), mode, (method, op), fault).await;
         }
     }
     println!("{validated} Metal requests validated against the spec, 0 violations");

@@ -11,6 +11,7 @@ use metal_ipam_core::metal::retry::RetryPolicy;
 use metal_ipam_tests::fake_kube::FakeKube;
 use metal_ipam_tests::harness::App;
 use metal_ipam_tests::metal_sim::{BlockingHttp, MetalSim, SimConfig};
+use metal_ipam_tests::vrf_world::metal_app;
 use serde_json::{json, Value};
 
 const DEV: &str = "3c2b1a09-8f7e-4d6c-9b5a-4f3e2d1c0b0a";
@@ -35,13 +36,7 @@ async fn setup() -> (FakeKube, MetalSim, App) {
     })
     .await
     .unwrap();
-    let app = App::with_variables(&[
-        ("k8s_api_url", &kube.base_url()),
-        ("k8s_token", kube.token()),
-        ("metal_api_url", &format!("http://{}", sim.addr())),
-        ("metal_token", sim.token()),
-        ("metal_project_id", sim.project_id()),
-    ]);
+    let app = metal_app(&kube, &sim);
     kube.create(json!({
         "apiVersion": "ipam.metal-ipam.dev/v1alpha1", "kind": "MetalNetworkProfile",
         "metadata": {"name": "l2", "namespace": "team-a"},

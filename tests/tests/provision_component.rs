@@ -7,6 +7,7 @@
 use metal_ipam_tests::fake_kube::{FakeKube, METAL_GROUP};
 use metal_ipam_tests::harness::App;
 use metal_ipam_tests::metal_sim::{MetalSim, SimConfig};
+use metal_ipam_tests::vrf_world::metal_app as app;
 use serde_json::{json, Value};
 
 fn pool() -> Value {
@@ -26,17 +27,6 @@ async fn sim(reads: u32) -> MetalSim {
     })
     .await
     .unwrap()
-}
-
-fn app(kube: &FakeKube, sim: &MetalSim) -> App {
-    let addr = sim.addr();
-    App::with_variables(&[
-        ("k8s_api_url", &kube.base_url()),
-        ("k8s_token", kube.token()),
-        ("metal_api_url", &format!("http://{addr}")),
-        ("metal_token", sim.token()),
-        ("metal_project_id", sim.project_id()),
-    ])
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

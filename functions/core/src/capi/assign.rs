@@ -24,14 +24,13 @@
 
 use serde_json::{json, Value};
 
-use super::objects::{paused, ClusterObject};
+use super::objects::{paused, ClusterObject, MachineObject};
 use super::{Outcome, StepResult};
 use crate::error::Result;
 use crate::ipam::claim::ClaimObject;
 use crate::ipam::ops;
 use crate::kube::conditions::{with_condition, Ready};
 use crate::kube::meta::{add_finalizer, remove_finalizer, retrying};
-use crate::kube::object::{metadata, Object, ObjectMeta};
 use crate::kube::{self, Kube, Resource};
 use crate::kv::Ctx;
 use crate::metal::client::Metal;
@@ -78,29 +77,6 @@ pub fn device_of(provider_id: &str) -> Option<&str> {
     ok.then_some(id)
 }
 
-/// A CAPI `Machine` or an infrastructure machine, as far as its
-/// `spec.providerID` goes.
-#[derive(Debug, Clone, Default, PartialEq)]
-struct MachineObject {
-    metadata: ObjectMeta,
-    provider_id: Option<String>,
-}
-
-impl Object for MachineObject {
-    fn from_json(v: &Value) -> Self {
-        MachineObject {
-            metadata: metadata(v),
-            provider_id: v
-                .pointer("/spec/providerID")
-                .and_then(Value::as_str)
-                .map(str::to_string),
-        }
-    }
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-}
-
 /// Where a claim's device comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum DeviceRef {
@@ -141,7 +117,7 @@ fn resolve_device<H: HttpClient + ?Sized>(
             continue;
         };
         match machine.provider_id.as_deref() {
-            None | Some("") => continue,
+            None => continue,
             Some(p) => {
                 return Ok(match device_of(p) {
                     Some(d) => DeviceRef::Known(d.to_string()),
@@ -412,28 +388,6 @@ impl PollReport {
     }
 }
 
-/// A Machine, as far as finding the one on a device goes.
-#[derive(Debug, Clone, Default, PartialEq)]
-struct OnDevice {
-    metadata: ObjectMeta,
-    provider_id: Option<String>,
-}
-
-impl Object for OnDevice {
-    fn from_json(v: &Value) -> Self {
-        OnDevice {
-            metadata: metadata(v),
-            provider_id: v
-                .pointer("/spec/providerID")
-                .and_then(Value::as_str)
-                .map(str::to_string),
-        }
-    }
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-}
-
 /// Applies the network profile of the Machines on `devices` (which just
 /// became active): one apply invocation each (a step that takes time is
 /// continued by the next poll, the device's port events, or a POST to the
@@ -445,7 +399,7 @@ fn network_on_active<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
     devices: &[&str],
     report: &mut PollReport,
 ) -> Result<()> {
-    let machines: Vec<OnDevice> = kube.list_as(&kube::MACHINES, None)?;
+    let machines: Vec<MachineObject> = kube.list_as(&kube::MACHINES, None)?;
     for m in machines {
         let on = m.provider_id.as_deref().and_then(device_of);
         if !on.is_some_and(|d| devices.contains(&d)) || m.metadata.deleting() {

@@ -19,10 +19,10 @@
 use serde_json::{json, Value};
 
 use super::assign::device_of;
+use super::objects::MachineObject;
 use crate::error::{Error, ErrorKind, Result};
 use crate::ipam::pool::{PoolId, PoolKind};
 use crate::ipam::vrf::Resource as MetalResource;
-use crate::kube::object::{metadata, Object, ObjectMeta};
 use crate::kube::{self, Kube};
 use crate::kv::Ctx;
 use crate::metal::client::Metal;
@@ -40,41 +40,14 @@ use crate::provision::step::read_progress;
 /// `MetalNetworkProfile`.
 pub const PROFILE_ANNOTATION: &str = "ipam.metal-ipam.dev/network-profile";
 
-/// A Machine or infrastructure machine, as far as networking goes.
-#[derive(Debug, Clone, Default, PartialEq)]
-struct MachineView {
-    metadata: ObjectMeta,
-    provider_id: Option<String>,
-    /// `spec.infrastructureRef` (kind, name) of a CAPI Machine.
-    infrastructure: Option<(String, String)>,
-    /// `spec.clusterName` of a CAPI Machine.
-    cluster: Option<String>,
-}
-
-impl Object for MachineView {
-    fn from_json(v: &Value) -> Self {
-        let s = |p: &str| v.pointer(p).and_then(Value::as_str).map(str::to_string);
-        MachineView {
-            metadata: metadata(v),
-            provider_id: s("/spec/providerID").filter(|p| !p.is_empty()),
-            infrastructure: s("/spec/infrastructureRef/kind")
-                .zip(s("/spec/infrastructureRef/name")),
-            cluster: s("/spec/clusterName"),
-        }
-    }
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-}
-
 /// The Machine `ns/name` and its infrastructure machine (a `PacketMachine`
 /// named by `spec.infrastructureRef`), if they exist.
 fn machine_and_infra<H: HttpClient + ?Sized>(
     kube: &Kube<'_, H>,
     ns: &str,
     name: &str,
-) -> Result<Option<(MachineView, Option<MachineView>)>> {
-    let Some(machine): Option<MachineView> = kube.get_as(&kube::MACHINES, Some(ns), name)? else {
+) -> Result<Option<(MachineObject, Option<MachineObject>)>> {
+    let Some(machine): Option<MachineObject> = kube.get_as(&kube::MACHINES, Some(ns), name)? else {
         return Ok(None);
     };
     let infra = match &machine.infrastructure {
@@ -208,9 +181,8 @@ pub fn release_machine<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
         return Ok((None, 0));
     };
     let report = match &device {
-        Some(d) => match metal.device_ports(d)? {
-            Some(dev) => {
-                let observed = Observed::from_device(&dev)?;
+        Some(d) => match apply::observe_device(metal, d)? {
+            Some(observed) => {
                 let r = apply::apply(ctx, metal, d, &Desired::teardown(&observed))?;
                 if r.phase != apply::Phase::Converged {
                     return Ok((Some(r), 0));
@@ -307,13 +279,7 @@ fn desired<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
     device: &str,
 ) -> Result<(Desired, Observed)> {
     let resolved = resolve_vlans(ctx, metal, ns, &m.profile)?;
-    let d = metal.device_ports(device)?.ok_or_else(|| {
-        not_found(
-            "DeviceNotFound",
-            format!("device {device} does not exist in Metal"),
-        )
-    })?;
-    let observed = Observed::from_device(&d)?;
+    let observed = apply::observe(metal, device)?;
     let lookup = |r: &VlanRef| {
         resolved
             .iter()

@@ -53,6 +53,38 @@ impl Object for ClusterObject {
     }
 }
 
+/// A CAPI `Machine` or an infrastructure machine (CAPP's `PacketMachine`),
+/// as far as metal-ipam reads it: the Metal device its `spec.providerID`
+/// names, and for a `Machine` its infrastructure machine and cluster.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct MachineObject {
+    /// `metadata`.
+    pub metadata: ObjectMeta,
+    /// `spec.providerID`, when set and not empty.
+    pub provider_id: Option<String>,
+    /// `spec.infrastructureRef` (kind, name) of a CAPI Machine.
+    pub infrastructure: Option<(String, String)>,
+    /// `spec.clusterName` of a CAPI Machine.
+    pub cluster: Option<String>,
+}
+
+impl Object for MachineObject {
+    fn from_json(v: &Value) -> Self {
+        let s = |p: &str| v.pointer(p).and_then(Value::as_str).map(str::to_string);
+        MachineObject {
+            metadata: metadata(v),
+            provider_id: s("/spec/providerID").filter(|p| !p.is_empty()),
+            infrastructure: s("/spec/infrastructureRef/kind")
+                .zip(s("/spec/infrastructureRef/name")),
+            cluster: s("/spec/clusterName"),
+        }
+    }
+
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+}
+
 /// A `MetalIPPool` or `GlobalMetalIPPool` as read from the API server.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct PoolResource {

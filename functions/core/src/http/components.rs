@@ -145,8 +145,8 @@ fn capi_claim<K: KvStore, H: HttpClient + ?Sized>(
 }
 
 /// A pool step route: authentication and method, the pool's names
-/// checked, then `step`; 202 with `Retry-After` when the step is waiting
-/// on something that takes time (Metal), 200 otherwise.
+/// checked, then `step`; 202 with `Retry-After` and `Location` when the
+/// step is waiting on something that takes time (Metal), 200 otherwise.
 fn pool_step<K: KvStore, H: HttpClient + ?Sized>(
     s: &Services<'_, K, H>,
     req: &ApiRequest<'_>,
@@ -169,12 +169,19 @@ fn pool_step<K: KvStore, H: HttpClient + ?Sized>(
         .map_err(Error::malformed);
     let result = checked.and_then(|_| step(&id));
     let retry_after = result.as_ref().ok().and_then(|o| o.retry_after);
-    let mut r = outcome_response(route, result, "pool", id.display());
-    if let Some(secs) = retry_after {
-        r.status = 202;
-        r.headers.push(("retry-after", secs.to_string()));
+    let r = outcome_response(route, result, "pool", id.display());
+    match retry_after {
+        // Only the VRF-backed pool step waits; its public route is where
+        // to POST again for the next step and the status.
+        Some(secs) => {
+            let location = match ns {
+                Some(ns) => format!("/v1/metal/pools/{ns}/{name}"),
+                None => format!("/v1/metal/global-pools/{name}"),
+            };
+            accepted(r, secs, location)
+        }
+        None => r,
     }
-    r
 }
 
 /// `POST /v1/capi/pools/{ns}/{name}` or `/v1/capi/global-pools/{name}`.
@@ -209,18 +216,9 @@ fn metal_pool<K: KvStore, H: HttpClient + ?Sized>(
         PoolKind::Namespaced => "/v1/capi/metal/pools/{namespace}/{name}",
         PoolKind::Global => "/v1/capi/metal/global-pools/{name}",
     };
-    let mut r = pool_step(s, req, route, (kind, ns, name), |id| {
+    pool_step(s, req, route, (kind, ns, name), |id| {
         capi::vrf::sync_vrf_pool(store(s)?, kube(s)?, metal_of(s)?, id)
-    });
-    if r.status == 202 {
-        // Where to POST again for the next step and the status.
-        let location = match ns {
-            Some(ns) => format!("/v1/metal/pools/{ns}/{name}"),
-            None => format!("/v1/metal/global-pools/{name}"),
-        };
-        r.headers.push(("location", location));
-    }
-    r
+    })
 }
 
 /// The `provision` component: the VRF-backed pool step, the one component
@@ -282,14 +280,11 @@ fn metal_claim<K: KvStore, H: HttpClient + ?Sized>(
         capi::assign::sync_claim_assignment(store(s)?, kube(s)?, metal_of(s)?, ns, name)
     });
     let retry_after = result.as_ref().ok().and_then(|o| o.retry_after);
-    let mut r = outcome_response(route, result, "claim", format!("{ns}/{name}"));
-    if let Some(secs) = retry_after {
-        r.status = 202;
-        r.headers.push(("retry-after", secs.to_string()));
-        r.headers
-            .push(("location", format!("/v1/metal/claims/{ns}/{name}")));
+    let r = outcome_response(route, result, "claim", format!("{ns}/{name}"));
+    match retry_after {
+        Some(secs) => accepted(r, secs, format!("/v1/metal/claims/{ns}/{name}")),
+        None => r,
     }
-    r
 }
 
 /// The `assign` component: per-claim Metal IP assignments (calls Metal).
@@ -341,19 +336,12 @@ pub fn poll<K: KvStore, H: HttpClient + ?Sized>(
         Ok(r) => r,
         Err(e) => return ApiResponse::from_error(&e, route),
     };
-    let body = report.to_json();
-    if report.errors.is_empty() {
-        let outcome = if report.more { "polled-more" } else { "polled" };
-        let mut r = ApiResponse::success(200, Some(body), route, outcome);
-        if let Some(c) = &report.cursor {
-            r.objects.push(("cursor", c.clone()));
-        }
-        return r;
+    let outcome = if report.more { "polled-more" } else { "polled" };
+    let mut r = ApiResponse::success(200, Some(report.to_json()), route, outcome);
+    if let Some(c) = &report.cursor {
+        r.objects.push(("cursor", c.clone()));
     }
-    let mut r = ApiResponse::success(500, Some(body), route, "polled-with-errors");
-    r.reason = Some("PollIncomplete");
-    r.detail = Some(report.errors.join("; "));
-    r
+    with_errors(r, &report.errors, "polled-with-errors", "PollIncomplete")
 }
 
 /// The `network` component: a machine's Layer2 / Hybrid networking.
@@ -430,6 +418,7 @@ pub fn network<K: KvStore, H: HttpClient + ?Sized>(
             Err(e) => fail(e),
         };
     }
+    let location = format!("/v1/machines/{ns}/{name}/network");
     if req.method == "DELETE" {
         return match capi::network::release_machine(ctx, kube, metal, &ns, &name) {
             Ok((report, deleted)) => {
@@ -441,26 +430,15 @@ pub fn network<K: KvStore, H: HttpClient + ?Sized>(
                     );
                 body["machine"] = machine.clone().into();
                 body["claimsDeleted"] = deleted.into();
-                let running = matches!(
-                    report.as_ref().map(|r| &r.phase),
-                    Some(crate::network::apply::Phase::InProgress { .. })
-                );
-                if running {
-                    let retry = match report.map(|r| r.phase) {
-                        Some(crate::network::apply::Phase::InProgress { retry_after, .. }) => {
-                            retry_after
-                        }
-                        _ => 1,
-                    };
-                    let mut r = ApiResponse::success(202, Some(body), route, "releasing");
-                    r.headers.push(("retry-after", retry.to_string()));
-                    r.headers
-                        .push(("location", format!("/v1/machines/{ns}/{name}/network")));
-                    r.touching("machine", machine)
-                } else {
-                    ApiResponse::success(200, Some(body), route, "released")
-                        .touching("machine", machine)
+                match report.and_then(|r| r.phase.retry_after()) {
+                    Some(secs) => accepted(
+                        ApiResponse::success(200, Some(body), route, "releasing"),
+                        secs,
+                        location,
+                    ),
+                    None => ApiResponse::success(200, Some(body), route, "released"),
                 }
+                .touching("machine", machine)
             }
             Err(e) => fail(e),
         };
@@ -479,17 +457,13 @@ pub fn network<K: KvStore, H: HttpClient + ?Sized>(
             let mut body = report.to_json();
             body["machine"] = machine.clone().into();
             body["device"] = device.clone().into();
-            match report.phase {
-                crate::network::apply::Phase::Converged => {
-                    ApiResponse::success(200, Some(body), route, "converged")
-                }
-                crate::network::apply::Phase::InProgress { retry_after, .. } => {
-                    let mut r = ApiResponse::success(202, Some(body), route, "in-progress");
-                    r.headers.push(("retry-after", retry_after.to_string()));
-                    r.headers
-                        .push(("location", format!("/v1/machines/{ns}/{name}/network")));
-                    r
-                }
+            match report.phase.retry_after() {
+                Some(secs) => accepted(
+                    ApiResponse::success(200, Some(body), route, "in-progress"),
+                    secs,
+                    location,
+                ),
+                None => ApiResponse::success(200, Some(body), route, "converged"),
             }
             .touching("machine", machine)
             .touching("device", device)
@@ -624,50 +598,35 @@ pub fn reconcile<K: KvStore, H: HttpClient + ?Sized>(
     };
     // VRF-backed pools are the provision step's: drive each one (Metal's
     // asynchrony means an event alone may not finish them).
-    let mut provisioned = Vec::new();
-    for id in std::mem::take(&mut report.vrf_pools) {
-        let path = match &id.namespace {
-            Some(ns) => format!("/v1/capi/metal/pools/{ns}/{}", id.name),
-            None => format!("/v1/capi/metal/global-pools/{}", id.name),
-        };
-        match forward(s, "provision", &path) {
-            Ok((status, body)) => {
-                if status >= 500 {
-                    report.errors.push(format!(
-                        "pool {} (provision): {status} {}",
-                        id.display(),
-                        body["message"].as_str().unwrap_or("")
-                    ));
-                }
-                provisioned.push(
-                    json!({"pool": id.display(), "status": status, "result": body["result"]}),
-                );
-            }
-            Err(e) => report
-                .errors
-                .push(format!("pool {} (provision): {e}", id.display())),
-        }
-    }
+    let pools: Vec<(String, String)> = std::mem::take(&mut report.vrf_pools)
+        .into_iter()
+        .map(|id| {
+            let path = match &id.namespace {
+                Some(ns) => format!("/v1/capi/metal/pools/{ns}/{}", id.name),
+                None => format!("/v1/capi/metal/global-pools/{}", id.name),
+            };
+            (id.display(), path)
+        })
+        .collect();
+    let provisioned = forward_all(s, "provision", ("pool", "pool"), pools, &mut report.errors);
     // Claims in VRF-backed pools: their Metal assignments are the assign
     // step's.
-    let mut assigned = Vec::new();
-    for (ns, name) in std::mem::take(&mut report.metal_claims) {
-        let path = format!("/v1/capi/metal/claims/{ns}/{name}");
-        match forward(s, "assign", &path) {
-            Ok((status, body)) => {
-                if status >= 500 {
-                    report.errors.push(format!(
-                        "IPAddressClaim {ns}/{name} (assign): {status} {}",
-                        body["message"].as_str().unwrap_or("")
-                    ));
-                }
-                assigned.push(json!({"claim": format!("{ns}/{name}"), "status": status, "result": body["result"]}));
-            }
-            Err(e) => report
-                .errors
-                .push(format!("IPAddressClaim {ns}/{name} (assign): {e}")),
-        }
-    }
+    let claims: Vec<(String, String)> = std::mem::take(&mut report.metal_claims)
+        .into_iter()
+        .map(|(ns, name)| {
+            (
+                format!("{ns}/{name}"),
+                format!("/v1/capi/metal/claims/{ns}/{name}"),
+            )
+        })
+        .collect();
+    let assigned = forward_all(
+        s,
+        "assign",
+        ("claim", "IPAddressClaim"),
+        claims,
+        &mut report.errors,
+    );
     let mut body = report.to_json();
     if !provisioned.is_empty() {
         body["provision"] = Value::Array(provisioned);
@@ -677,12 +636,69 @@ pub fn reconcile<K: KvStore, H: HttpClient + ?Sized>(
     }
     // Errors on single objects make the run a 500 (with the report), so
     // a CronJob shows the failure; the rest of the run still happened.
-    if report.errors.is_empty() {
-        return ApiResponse::success(200, Some(body), route, "reconciled");
+    with_errors(
+        ApiResponse::success(200, Some(body), route, "reconciled"),
+        &report.errors,
+        "reconciled-with-errors",
+        "ReconcileIncomplete",
+    )
+}
+
+/// Forwards each `(object, path)` to `component`; returns one
+/// `{<key>: object, "status", "result"}` per request and adds the failures
+/// (5xx, unreachable) to `errors` as `<kind> <object> (<component>): …`.
+fn forward_all<K: KvStore, H: HttpClient + ?Sized>(
+    s: &Services<'_, K, H>,
+    component: &str,
+    (key, kind): (&str, &str),
+    requests: Vec<(String, String)>,
+    errors: &mut Vec<String>,
+) -> Vec<Value> {
+    let mut out = Vec::new();
+    for (object, path) in requests {
+        match forward(s, component, &path) {
+            Ok((status, body)) => {
+                if status >= 500 {
+                    errors.push(format!(
+                        "{kind} {object} ({component}): {status} {}",
+                        body["message"].as_str().unwrap_or("")
+                    ));
+                }
+                let mut entry = json!({"status": status, "result": body["result"]});
+                entry[key] = object.into();
+                out.push(entry);
+            }
+            Err(e) => errors.push(format!("{kind} {object} ({component}): {e}")),
+        }
     }
-    let mut r = ApiResponse::success(500, Some(body), route, "reconciled-with-errors");
-    r.reason = Some("ReconcileIncomplete");
-    r.detail = Some(report.errors.join("; "));
+    out
+}
+
+/// A run's report: `ok` as it is when `errors` is empty, else a 500 with
+/// the same body, `outcome`, `reason` and the errors in the log line (so a
+/// CronJob shows the failure).
+fn with_errors(
+    mut ok: ApiResponse,
+    errors: &[String],
+    outcome: &'static str,
+    reason: &'static str,
+) -> ApiResponse {
+    if errors.is_empty() {
+        return ok;
+    }
+    ok.status = 500;
+    ok.outcome = outcome;
+    ok.reason = Some(reason);
+    ok.detail = Some(errors.join("; "));
+    ok
+}
+
+/// Marks `r` as 202: a step still working, with `Retry-After` and the
+/// `Location` to POST again.
+fn accepted(mut r: ApiResponse, retry_after: u64, location: String) -> ApiResponse {
+    r.status = 202;
+    r.headers.push(("retry-after", retry_after.to_string()));
+    r.headers.push(("location", location));
     r
 }
 

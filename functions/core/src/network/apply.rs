@@ -237,6 +237,17 @@ pub enum Phase {
     },
 }
 
+impl Phase {
+    /// Seconds after which running again is worthwhile; `None` when
+    /// converged.
+    pub fn retry_after(&self) -> Option<u64> {
+        match self {
+            Phase::Converged => None,
+            Phase::InProgress { retry_after, .. } => Some(*retry_after),
+        }
+    }
+}
+
 /// What an invocation did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Report {
@@ -269,6 +280,38 @@ impl Report {
     }
 }
 
+/// The device's ports as Metal reports them (one `GET /devices/{id}`
+/// with its ports); `None` when the device does not exist.
+///
+/// # Errors
+/// Metal errors; 500 for a port without a name.
+pub fn observe_device<H: HttpClient + ?Sized, E: Env + ?Sized>(
+    metal: &Metal<'_, H, E>,
+    device: &str,
+) -> Result<Option<Observed>> {
+    metal
+        .device_ports(device)?
+        .map(|d| Observed::from_device(&d))
+        .transpose()
+}
+
+/// [`observe_device`], for a device that must exist.
+///
+/// # Errors
+/// 404 `DeviceNotFound`; as [`observe_device`].
+pub fn observe<H: HttpClient + ?Sized, E: Env + ?Sized>(
+    metal: &Metal<'_, H, E>,
+    device: &str,
+) -> Result<Observed> {
+    observe_device(metal, device)?.ok_or_else(|| {
+        Error::new(
+            ErrorKind::NotFound,
+            "DeviceNotFound",
+            format!("device {device} does not exist in Metal"),
+        )
+    })
+}
+
 /// Observes the device and plans (no writes): what `dryRun` answers.
 ///
 /// # Errors
@@ -278,14 +321,7 @@ pub fn observe_and_plan<H: HttpClient + ?Sized, E: Env + ?Sized>(
     device: &str,
     desired: &Desired,
 ) -> Result<Vec<Step>> {
-    let d = metal.device_ports(device)?.ok_or_else(|| {
-        Error::new(
-            ErrorKind::NotFound,
-            "DeviceNotFound",
-            format!("device {device} does not exist in Metal"),
-        )
-    })?;
-    plan(&Observed::from_device(&d)?, desired)
+    plan(&observe(metal, device)?, desired)
 }
 
 /// Whether the effect of `step` shows on `observed` (how a step without a
@@ -357,14 +393,7 @@ fn rounds<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
             break;
         }
         let state = read(ctx.kv, device)?;
-        let d = metal.device_ports(device)?.ok_or_else(|| {
-            Error::new(
-                ErrorKind::NotFound,
-                "DeviceNotFound",
-                format!("device {device} does not exist in Metal"),
-            )
-        })?;
-        let observed = Observed::from_device(&d)?;
+        let observed = observe(metal, device)?;
         if let Some(r) = &state.running {
             let batch_id = match &r.batch {
                 Some(b) => Some(b.clone()),
@@ -426,9 +455,8 @@ fn rounds<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
         issue(ctx, metal, device, &next, now)?;
         issued.push(next);
     }
-    let d = metal.device_ports(device)?;
-    let remaining = match d {
-        Some(d) => plan(&Observed::from_device(&d)?, desired)?,
+    let remaining = match observe_device(metal, device)? {
+        Some(o) => plan(&o, desired)?,
         None => Vec::new(),
     };
     Ok(Report {
@@ -538,10 +566,7 @@ fn issue<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
         // counts only if a re-read shows it.
         Err(MetalError::Api { status: 422, .. }) if is_async => Ok(()),
         Err(e @ MetalError::Api { status: 422, .. }) => {
-            let shows = match metal.device_ports(device)? {
-                Some(d) => effect_shows(&rec, &Observed::from_device(&d)?),
-                None => false,
-            };
+            let shows = observe_device(metal, device)?.is_some_and(|o| effect_shows(&rec, &o));
             if shows {
                 Ok(())
             } else {

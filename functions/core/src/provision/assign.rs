@@ -98,6 +98,16 @@ impl Assignment {
             .is_some_and(|i| now < i.at.saturating_add(INTENT_LEASE_S))
     }
 
+    /// The record with `token`'s intent recorded at `now`.
+    fn with_intent(&self, token: &str, now: u64) -> Assignment {
+        let mut n = self.clone();
+        n.intent = Some(AssignIntent {
+            token: token.to_string(),
+            at: now,
+        });
+        n
+    }
+
     /// Whether something may still exist in Metal for this record: an
     /// assignment recorded, or an intent (live or not) whose outcome is
     /// unknown.
@@ -253,12 +263,7 @@ pub fn begin<K: KvStore>(
             {
                 return None;
             }
-            let mut n = c.clone();
-            n.intent = Some(AssignIntent {
-                token: token.to_string(),
-                at: now,
-            });
-            Some((n, true))
+            Some((c.with_intent(token, now), true))
         },
         |_| false,
     )
@@ -287,12 +292,7 @@ pub fn take_over<K: KvStore>(
             if c.uid != uid || c.intent.is_none() || c.live_intent(now) {
                 return None;
             }
-            let mut n = c.clone();
-            n.intent = Some(AssignIntent {
-                token: token.to_string(),
-                at: now,
-            });
-            Some((n, true))
+            Some((c.with_intent(token, now), true))
         },
         |_| false,
     )
