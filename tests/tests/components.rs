@@ -487,13 +487,37 @@ fn manifest_grants_each_component_only_what_it_needs() {
                     vec!["api_token", "events_token"],
                 ),
                 "admission" => (vec!["default"], vec![], vec!["api_token"]),
-                // The only components with the Metal token and Metal host.
+                // The VLAN batch steps: Metal only (token, host), no store,
+                // no Kubernetes.
+                "attach-vlan" | "detach-vlan" => (
+                    vec![],
+                    vec!["{{ metal_api_url }}".to_string()],
+                    vec![
+                        "api_token",
+                        "metal_api_url",
+                        "metal_project_id",
+                        "metal_token",
+                    ],
+                ),
+                // With the batch steps, the only components with the Metal
+                // token and Metal host; network and poll chain to the batch
+                // steps.
                 "provision" | "assign" | "poll" | "network" => (
                     vec!["default"],
-                    vec![
-                        "{{ k8s_api_url }}".to_string(),
-                        "{{ metal_api_url }}".to_string(),
-                    ],
+                    [
+                        "{{ k8s_api_url }}",
+                        "{{ metal_api_url }}",
+                        "http://attach-vlan.spin.internal",
+                        "http://detach-vlan.spin.internal",
+                    ]
+                    .iter()
+                    .take(if matches!(id.as_str(), "poll" | "network") {
+                        4
+                    } else {
+                        2
+                    })
+                    .map(|h| h.to_string())
+                    .collect(),
                     vec![
                         "api_token",
                         "k8s_api_url",
@@ -517,6 +541,8 @@ fn manifest_grants_each_component_only_what_it_needs() {
             "admission",
             "allocate",
             "assign",
+            "attach-vlan",
+            "detach-vlan",
             "events",
             "healthz",
             "network",

@@ -14,6 +14,7 @@ use metal_ipam_core::capi::assign::{
 use metal_ipam_core::capi::{self, Outcome, StepResult};
 use metal_ipam_core::error::Result;
 use metal_ipam_core::kv::keys;
+use metal_ipam_core::network::batch::Direct;
 use metal_ipam_core::provision::plan::INTENT_LEASE_S;
 use metal_ipam_core::testing::Backend;
 use metal_ipam_tests::fake_kube::{CLUSTER_GROUP, INFRA_GROUP, IPAM_GROUP};
@@ -320,7 +321,7 @@ async fn a_claim_waits_for_its_device_and_the_poll_assigns_it() {
     m["spec"]["providerID"] = format!("equinixmetal://{DEVICE}").into();
     w.kube.put(m);
     let p = w
-        .spawn(20_002, |r| poll(r.ctx, r.kube, r.metal))
+        .spawn(20_002, |r| poll(r.ctx, r.kube, r.metal, &Direct(r.metal)))
         .await
         .unwrap()
         .unwrap();
@@ -337,7 +338,7 @@ async fn a_claim_waits_for_its_device_and_the_poll_assigns_it() {
     // Active: the event names the device, the poll assigns.
     w.sim.set_device_state(DEVICE, "active");
     let p = w
-        .spawn(20_003, |r| poll(r.ctx, r.kube, r.metal))
+        .spawn(20_003, |r| poll(r.ctx, r.kube, r.metal, &Direct(r.metal)))
         .await
         .unwrap()
         .unwrap();
@@ -349,14 +350,14 @@ async fn a_claim_waits_for_its_device_and_the_poll_assigns_it() {
     // The assignment's own event names no device; after it, nothing new:
     // one read of the events, nothing else.
     let p = w
-        .spawn(20_004, |r| poll(r.ctx, r.kube, r.metal))
+        .spawn(20_004, |r| poll(r.ctx, r.kube, r.metal, &Direct(r.metal)))
         .await
         .unwrap()
         .unwrap();
     assert_eq!((p.events, p.devices, p.synced.len()), (1, 0, 0), "{p:?}");
     w.sim.clear_requests();
     let p = w
-        .spawn(20_004, |r| poll(r.ctx, r.kube, r.metal))
+        .spawn(20_004, |r| poll(r.ctx, r.kube, r.metal, &Direct(r.metal)))
         .await
         .unwrap()
         .unwrap();
@@ -376,13 +377,13 @@ async fn a_claim_waits_for_its_device_and_the_poll_assigns_it() {
     w.sim
         .inject("GET", "findDeviceById", Fault::Status(500), 1_000);
     let failed = w
-        .spawn(20_005, |r| poll(r.ctx, r.kube, r.metal))
+        .spawn(20_005, |r| poll(r.ctx, r.kube, r.metal, &Direct(r.metal)))
         .await
         .unwrap();
     assert!(failed.is_err(), "{failed:?}");
     w.sim.clear_faults();
     let p = w
-        .spawn(20_006, |r| poll(r.ctx, r.kube, r.metal))
+        .spawn(20_006, |r| poll(r.ctx, r.kube, r.metal, &Direct(r.metal)))
         .await
         .unwrap()
         .unwrap();
@@ -483,21 +484,21 @@ async fn a_poll_stopped_before_any_kv_operation_converges() {
         w.kube.create(c);
         reconcile(&w, "m-0", 20_000).await;
         assert_eq!(assign(&w, "m-0", 20_001).await.result, StepResult::Waiting);
-        w.spawn(20_002, |r| poll(r.ctx, r.kube, r.metal))
+        w.spawn(20_002, |r| poll(r.ctx, r.kube, r.metal, &Direct(r.metal)))
             .await
             .unwrap()
             .unwrap();
         w.sim.set_device_state(DEVICE, "active");
         w.kv.fail_after(Some(n));
         let first = w
-            .spawn(20_003, |r| poll(r.ctx, r.kube, r.metal))
+            .spawn(20_003, |r| poll(r.ctx, r.kube, r.metal, &Direct(r.metal)))
             .await
             .unwrap();
         w.kv.fail_after(None);
         // The next runs of the CronJob, past an intent's lease.
         let mut now = 20_003 + INTENT_LEASE_S + 1;
         for _ in 0..2 {
-            w.spawn(now, |r| poll(r.ctx, r.kube, r.metal))
+            w.spawn(now, |r| poll(r.ctx, r.kube, r.metal, &Direct(r.metal)))
                 .await
                 .unwrap()
                 .unwrap();
@@ -572,4 +573,93 @@ async fn a_removal_stopped_before_any_kv_operation_converges() {
     }
     println!("the removal was stopped before each of its first {stopped_at} KV operations");
     assert!(stopped_at > 2, "{stopped_at}");
+}
+
+/// An elastic IP in a machine's network profile: the apply creates its
+/// claim on the VRF-backed pool, owned by the Machine; the IPAM step binds
+/// it and the assign step assigns the address to the Machine's device, as
+/// for any claim of the pool; the node's configuration puts it on the
+/// loopback as a `/32`; releasing the machine's network deletes the claim,
+/// and the assignment goes before the address.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_elastic_ip_of_a_profile_is_claimed_assigned_and_rendered() {
+    use metal_ipam_core::capi::network::{apply_machine, netconfig, release_machine};
+    use metal_ipam_core::network::render::Format;
+    let w = ready(Backend::SpinSqlite).await;
+    w.sim.add_device(DEVICE, "da", 2);
+    w.kube.create(json!({
+        "apiVersion": "ipam.metal-ipam.dev/v1alpha1", "kind": "MetalNetworkProfile",
+        "metadata": {"name": "eip", "namespace": NS},
+        "spec": {"ports": [{"name": "bond0", "elasticIPs": [{"pool": {"name": "vrf"}}]}]}
+    }));
+    w.kube.create(
+        json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+        "metadata": {"name": "c", "namespace": NS}, "spec": {}}),
+    );
+    w.kube.create(json!({
+        "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+        "metadata": {"name": "m-0", "namespace": NS,
+            "annotations": {"ipam.metal-ipam.dev/network-profile": "eip"}},
+        "spec": {"clusterName": "c", "providerID": format!("equinixmetal://{DEVICE}")}
+    }));
+    w.sim.clear_requests();
+    let (report, device) = w
+        .spawn(20_000, |r| {
+            apply_machine(r.ctx, r.kube, r.metal, &Direct(r.metal), NS, "m-0")
+        })
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(device, DEVICE);
+    assert!(report.issued.is_empty(), "layer3 already: no port call");
+    assert_eq!(writes(&w), 0);
+    let claim = claim_object(&w, "m-0-bond0-elastic-0").expect("the elastic IP's claim");
+    assert_eq!(claim["metadata"]["ownerReferences"][0]["kind"], "Machine");
+    assert_eq!(claim["spec"]["poolRef"]["name"], "vrf");
+
+    let o = reconcile(&w, "m-0-bond0-elastic-0", 20_001).await;
+    assert_eq!((o.result, o.metal_assignment), (StepResult::Bound, true));
+    let o = assign(&w, "m-0-bond0-elastic-0", 20_002).await;
+    assert_eq!(o.result, StepResult::Bound, "{o:?}");
+    let a = w.sim.assignments();
+    assert_eq!(a.len(), 1);
+    assert_eq!((a[0].device_id.as_str(), a[0].cidr), (DEVICE, 32));
+    let address = a[0].address.clone();
+
+    let (text, pending) = w
+        .spawn(20_003, |r| {
+            netconfig(r.ctx, r.kube, r.metal, NS, "m-0", Format::Shell)
+        })
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(pending.is_empty());
+    assert!(
+        text.contains(&format!("ip addr replace {address}/32 dev lo")),
+        "{text}"
+    );
+
+    let (_, deleted) = w
+        .spawn(20_004, |r| {
+            release_machine(r.ctx, r.kube, r.metal, &Direct(r.metal), NS, "m-0")
+        })
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(deleted, 1);
+    assert_eq!(
+        reconcile(&w, "m-0-bond0-elastic-0", 20_005).await.result,
+        StepResult::Waiting,
+        "the address waits for its assignment to go"
+    );
+    assert_eq!(
+        assign(&w, "m-0-bond0-elastic-0", 20_006).await.result,
+        StepResult::Released
+    );
+    assert!(w.sim.assignments().is_empty());
+    assert_eq!(
+        reconcile(&w, "m-0-bond0-elastic-0", 20_007).await.result,
+        StepResult::Released
+    );
+    w.assert_clean();
 }

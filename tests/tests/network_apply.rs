@@ -14,6 +14,7 @@ use metal_ipam_core::metal::client::Metal;
 use metal_ipam_core::metal::model::VirtualNetworkCreateInput;
 use metal_ipam_core::metal::retry::RetryPolicy;
 use metal_ipam_core::network::apply::{self, Phase, Report, POLL_S};
+use metal_ipam_core::network::batch::Direct;
 use metal_ipam_core::network::plan::{Desired, Step};
 use metal_ipam_core::network::profile::{Mode, Profile, VlanRef};
 use metal_ipam_core::testing::{Backend, MemKv, TestEnv};
@@ -117,7 +118,8 @@ impl World {
 
     async fn apply_once(&self, d: &Desired) -> metal_ipam_core::Result<Report> {
         let d = d.clone();
-        self.run(move |ctx, m| apply::apply(ctx, m, DEV, &d)).await
+        self.run(move |ctx, m| apply::apply(ctx, m, &Direct(m), DEV, &d))
+            .await
     }
 
     /// Applies until converged; returns the steps issued, in order.
@@ -394,6 +396,22 @@ async fn a_failed_batch_is_reported_then_retried_and_a_frozen_device_refuses_mod
     assert!(e.message().contains("not available on this switch"), "{e}");
     w.converge(&d).await;
     assert_eq!(w.mode("bond0"), "hybrid-bonded");
+
+    // A batch Metal refuses (422) whose VLANs a re-read does not show: reported
+    // at once with Metal's message, nothing left running; the next apply
+    // plans it again.
+    let back = w.desired(json!({}), 2);
+    w.sim.inject(
+        "POST",
+        "createPortVlanAssignmentBatch",
+        Fault::Status(422),
+        1,
+    );
+    let e = w.apply_once(&back).await.unwrap_err();
+    assert_eq!((e.status(), e.reason()), (409, "VlanBatchRefused"), "{e}");
+    assert!(e.message().contains("bond0"), "{e}");
+    w.converge(&back).await;
+    assert_eq!(w.mode("bond0"), "layer3");
 
     w.sim.set_network_frozen(DEV, true);
     let l2 = w.desired(profiles()[2].1.clone(), 2);

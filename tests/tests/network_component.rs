@@ -323,3 +323,141 @@ async fn the_metal_poll_applies_a_profile_when_the_device_becomes_active() {
     assert!(sim.device(DEV).unwrap().port("bond0").unwrap().layer2);
     assert_eq!(sim.violations(), Vec::<String>::new());
 }
+
+/// Sends `method path` with the token and returns the status, the body and
+/// the service chaining requests it made.
+async fn traced(
+    app: &App,
+    method: &str,
+    path: &str,
+) -> (u16, Value, Vec<metal_ipam_host::ChainedCall>) {
+    let req = http::Request::builder()
+        .method(method)
+        .uri(path)
+        .header(
+            "authorization",
+            format!("Bearer {}", metal_ipam_tests::harness::TOKEN),
+        )
+        .body(Vec::new())
+        .unwrap();
+    let out = app.host.handle(req).await.unwrap();
+    let body = serde_json::from_slice(out.response.body()).unwrap_or(Value::Null);
+    (out.response.status().as_u16(), body, out.chained)
+}
+
+/// The VLAN batches go through their own components: `attach-vlan` for the
+/// apply's batch, `detach-vlan` for the release's, reached only by service
+/// chaining (no public route); every batch Metal saw came from one of them,
+/// one create each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn vlan_batches_run_in_the_attach_and_detach_components() {
+    let (_kube, sim, app) = setup().await;
+    let path = "/v1/machines/team-a/m-0/network";
+    let batch_posts = |sim: &MetalSim| {
+        sim.requests()
+            .iter()
+            .filter(|q| q.method == "POST" && q.path.ends_with("/vlan-assignments/batches"))
+            .count()
+    };
+    let mut run = |method: &'static str| {
+        let app = &app;
+        async move {
+            let mut chained = Vec::new();
+            for _ in 0..20 {
+                let (status, body, c) = traced(app, method, path).await;
+                chained.extend(c);
+                if status == 200 {
+                    return chained;
+                }
+                assert_eq!(status, 202, "{body:#}");
+            }
+            panic!("{method} did not converge");
+        }
+    };
+    sim.clear_requests();
+    let chained = run("POST").await;
+    let attach: Vec<_> = chained
+        .iter()
+        .filter(|c| c.component == "attach-vlan")
+        .collect();
+    assert!(!attach.is_empty(), "the batch went through attach-vlan");
+    assert!(attach.iter().all(|c| c.caller == "network"
+        && c.status == 200
+        && c.path.ends_with("/vlan-batches")
+        && c.method == http::Method::POST));
+    assert!(chained.iter().all(|c| c.component != "detach-vlan"));
+    assert_eq!(batch_posts(&sim), 1, "one batch for both VLANs");
+
+    sim.clear_requests();
+    let chained = run("DELETE").await;
+    let detach = chained
+        .iter()
+        .filter(|c| c.component == "detach-vlan")
+        .count();
+    assert!(detach >= 1, "the release's batch went through detach-vlan");
+    assert!(chained.iter().all(|c| c.component != "attach-vlan"));
+    assert_eq!(batch_posts(&sim), 1);
+    assert!(sim
+        .device(DEV)
+        .unwrap()
+        .port("bond0")
+        .unwrap()
+        .vlans
+        .is_empty());
+
+    // Private: no public route reaches the batch steps.
+    let port = sim.device(DEV).unwrap().port("bond0").unwrap().id.clone();
+    let r = app
+        .call(
+            "POST",
+            &format!("/v1/metal/ports/{port}/vlan-batches"),
+            Some(&json!({"op": "find"})),
+        )
+        .await;
+    assert_eq!(r.status, 404, "{:#}", r.body);
+    assert_eq!(sim.violations(), Vec::<String>::new());
+}
+
+/// A deleted device (seen by the Metal poll) releases its Machine's
+/// network: the per-VLAN claims are deleted and the device's apply record
+/// is forgotten.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_metal_poll_releases_the_network_of_a_deleted_device() {
+    let (kube, sim, app) = setup().await;
+    let path = "/v1/machines/team-a/m-0/network";
+    for _ in 0..20 {
+        if app.call("POST", path, None).await.status == 200 {
+            break;
+        }
+    }
+    let store = app.store().await;
+    let key = format!("net/device/{DEV}");
+    assert!(store.get(&key).await.unwrap().is_some(), "the apply record");
+    let r = app.call("POST", "/v1/metal/poll", None).await;
+    assert_eq!(r.status, 200, "{:#}", r.body);
+    sim.delete_device(DEV);
+    let r = app.call("POST", "/v1/metal/poll", None).await;
+    assert_eq!(r.status, 200, "{:#}", r.body);
+    assert_eq!(
+        r.body["network"],
+        json!([{"machine": "team-a/m-0", "phase": "released"}]),
+        "{:#}",
+        r.body
+    );
+    assert_eq!(r.body["networkClaimsDeleted"], 1);
+    let claim = kube.get(
+        metal_ipam_tests::fake_kube::IPAM_GROUP,
+        "ipaddressclaims",
+        Some("team-a"),
+        "m-0-bond0-vlan-1",
+    );
+    assert!(claim.is_none_or(|c| c["metadata"]["deletionTimestamp"].is_string()));
+    assert!(
+        store.get(&key).await.unwrap().is_none(),
+        "the record is forgotten"
+    );
+    // The event again (a poll that lost its cursor): nothing more to do.
+    let r = app.call("POST", "/v1/metal/poll", None).await;
+    assert_eq!(r.status, 200, "{:#}", r.body);
+    assert_eq!(sim.violations(), Vec::<String>::new());
+}

@@ -695,6 +695,24 @@ fn network_profiles_are_checked_by_their_rules_and_against_vrf_pools() {
     let r = decide(profile_request("CREATE", on_bond("later"), None));
     assert!(r.allowed());
     assert_eq!(r.warnings.len(), 1, "{:?}", r.warnings);
+    // Elastic IPs come from a VRF-backed pool too.
+    let elastic = |pool: &str| json!({"metro": "da", "ports": [{"name": "bond0", "elasticIPs": [{"pool": {"name": pool}}]}]});
+    assert!(decide(profile_request("CREATE", elastic("vrf-da"), None)).allowed());
+    let r = decide(profile_request("CREATE", elastic("plain"), None));
+    let d = r.denial.expect("denied");
+    assert!(
+        d.message
+            .starts_with("spec.ports[0].elasticIPs[0].pool: pool team-a/plain is not VRF-backed"),
+        "{}",
+        d.message
+    );
+    let r = decide(profile_request("CREATE", elastic("later"), None));
+    assert!(r.allowed());
+    assert!(
+        r.warnings[0].contains("its elastic IPs are checked"),
+        "{:?}",
+        r.warnings
+    );
     // The port rules: layer2 on an eth port.
     let r = decide(profile_request(
         "UPDATE",

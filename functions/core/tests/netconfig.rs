@@ -77,9 +77,19 @@ fn layer2_individual() -> NodeNetwork {
     }
 }
 
+/// Hybrid-bonded with two elastic IPs (one IPv6) on the loopback.
+fn hybrid_bonded_elastic() -> NodeNetwork {
+    let vlan = link("bond0.1010", Some(("bond0", 1010)), &["192.168.10.5/24"]);
+    let lo = link("lo", None, &["10.10.1.5/32", "fd00:10::5/128"]);
+    NodeNetwork {
+        links: vec![vlan, lo],
+    }
+}
+
 fn scenarios() -> Vec<(&'static str, NodeNetwork)> {
     vec![
         ("hybrid-bonded", hybrid_bonded()),
+        ("hybrid-bonded-elastic", hybrid_bonded_elastic()),
         ("hybrid", hybrid()),
         ("layer2-bonded-native", layer2_bonded_native()),
         ("layer2-individual", layer2_individual()),

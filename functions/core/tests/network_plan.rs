@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use metal_ipam_core::network::plan::{
     plan, Action, Desired, DesiredPort, Observed, ObservedPort, Step,
 };
-use metal_ipam_core::network::profile::{bonds, Mode, Profile};
+use metal_ipam_core::network::profile::{bonds, Mode, Profile, VlanRef};
 use serde_json::json;
 
 /// A port in the model.
@@ -693,6 +693,62 @@ fn impossible_profiles_are_refused_naming_the_field() {
         refused(json!({"ports": [{"name": "bond0"}, {"name": "bond0"}]})),
         "spec.ports[1].name"
     );
+    // Elastic IPs: on bond0 or eth0 only, with bond0 in Layer3 or hybrid.
+    let eip = json!([{"pool": {"name": "vrf"}}]);
+    for ok in [
+        json!({"ports": [{"name": "bond0", "elasticIPs": eip}]}),
+        json!({"ports": [{"name": "eth0", "elasticIPs": eip}]}),
+        json!({"metro": "da", "ports": [{"name": "bond0", "elasticIPs": eip, "vlans": [{"vxlan": 1010}]}]}),
+        json!({"metro": "da", "ports": [{"name": "bond0", "elasticIPs": eip},
+            {"name": "eth1", "bonded": false, "vlans": [{"vxlan": 1010}]}]}),
+    ] {
+        profile(ok.clone()).unwrap_or_else(|e| panic!("{ok}: {e}"));
+    }
+    assert_eq!(
+        refused(json!({"ports": [{"name": "eth1", "bonded": false, "elasticIPs": eip}]})),
+        "spec.ports[0].elasticIPs"
+    );
+    assert_eq!(
+        refused(json!({"ports": [{"name": "bond1", "elasticIPs": eip}]})),
+        "spec.ports[0].elasticIPs"
+    );
+    assert_eq!(
+        refused(json!({"ports": [{"name": "bond0", "layer2": true, "elasticIPs": eip}]})),
+        "spec.ports[0].elasticIPs"
+    );
+    assert_eq!(
+        refused(
+            json!({"ports": [{"name": "bond0", "layer2": true, "bonded": false},
+            {"name": "eth0", "elasticIPs": eip}]})
+        ),
+        "spec.ports[1].elasticIPs"
+    );
+    assert_eq!(
+        refused(
+            json!({"ports": [{"name": "bond0", "elasticIPs": [{"pool": {"name": "Bad_Name"}}]}]})
+        ),
+        "spec.ports[0].elasticIPs[0].pool.name"
+    );
+    assert_eq!(
+        refused(json!({"ports": [{"name": "bond0", "elasticIPs": [{"address": "1.2.3.4/32"}]}]})),
+        "spec.ports[0].elasticIPs[0].address"
+    );
+}
+
+#[test]
+fn the_device_decides_the_bonds_members() {
+    // A 2-port profile taking eth1 out of bond0: on a 4-port device eth1
+    // is bond1's first member, which stays bonded.
+    let p = profile(
+        json!({"metro": "da", "ports": [{"name": "eth1", "bonded": false,
+        "vlans": [{"vxlan": 1012}]}]}),
+    )
+    .unwrap();
+    let resolve = |_: &VlanRef| Some("8f3d3c4e-0b1a-4f7e-9c52-2d6f1f0a9b11".to_string());
+    assert!(Desired::from_profile(&p, 2, &resolve).is_ok());
+    let e = Desired::from_profile(&p, 4, &resolve).unwrap_err();
+    assert_eq!(e.field(), Some("spec.ports[0].bonded"), "{e}");
+    assert_eq!(p.on_device(4).eth_ports(), 4);
 }
 
 #[test]

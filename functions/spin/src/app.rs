@@ -823,6 +823,69 @@ mod tests {
         assert_eq!((r.status, r.reason), (500, Some("KubeNotConfigured")));
     }
 
+    #[test]
+    fn the_vlan_batch_steps_refuse_bad_requests_before_calling_metal() {
+        let metal_vars = |name: &str| match name {
+            VAR_API_TOKEN => Ok(TOKEN.to_string()),
+            VAR_METAL_API_URL => Ok("http://127.0.0.1:9".to_string()),
+            VAR_METAL_TOKEN => Ok("mt".to_string()),
+            VAR_METAL_PROJECT_ID => Ok("p1".to_string()),
+            other => Err(variables::Error::Undefined(other.to_string())),
+        };
+        let port = "/v1/metal/ports/3c2b1a09-8f7e-4d6c-9b5a-4f3e2d1c0b0a/vlan-batches";
+        let vlan = "4a3b2c1d-0e9f-4a8b-8c7d-6e5f4a3b2c1d";
+        let bearer = Some("Bearer s3cret-t0ken");
+        let create = format!(r#"{{"op":"create","vlans":["{vlan}"]}}"#);
+        let cases: Vec<(Req, u16, &str)> = vec![
+            (request("POST", port, None, &create), 401, "Unauthorized"),
+            (request("GET", port, bearer, ""), 405, "MethodNotAllowed"),
+            (
+                request("POST", "/v1/metal/ports/x/vlan-batches", bearer, &create),
+                400,
+                "InvalidBatch",
+            ),
+            (
+                request("POST", port, bearer, r#"{"op":"create","vlans":[]}"#),
+                400,
+                "InvalidBatch",
+            ),
+            (
+                request("POST", port, bearer, r#"{"op":"create","vlans":["1001"]}"#),
+                400,
+                "InvalidBatch",
+            ),
+            (
+                request("POST", port, bearer, r#"{"op":"drop"}"#),
+                400,
+                "InvalidBatch",
+            ),
+            (request("POST", port, bearer, "{"), 400, "MalformedJSON"),
+        ];
+        for handler in [components::attach_vlan, components::detach_vlan] {
+            for (req, status, reason) in &cases {
+                let (r, ops, _) = pipe::<MemKv>(req, metal_vars, None, handler);
+                assert_eq!(
+                    (r.status, r.reason.unwrap_or("")),
+                    (*status, *reason),
+                    "{} {:?}",
+                    req.parts.method,
+                    String::from_utf8_lossy(&req.body)
+                );
+                assert_eq!(ops.total(), 0, "no store");
+            }
+            // A good request reaches Metal (refused here: no outbound HTTP)
+            // and answers the Metal error with the error itself under `metal`.
+            let (r, _, _) = pipe::<MemKv>(
+                &request("POST", port, bearer, &create),
+                metal_vars,
+                None,
+                handler,
+            );
+            assert_eq!(r.reason, Some("MetalOutcomeUnknown"), "{:?}", r.body);
+            assert_eq!(r.body.as_ref().unwrap()["metal"]["kind"], "outcomeUnknown");
+        }
+    }
+
     /// Variables with `api_token` and `events_token` as given.
     fn tokens(
         api: &'static str,

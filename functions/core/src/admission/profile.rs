@@ -7,9 +7,10 @@
 //!    (per-port rules: layer2 only on bonds, what may be unbonded, where
 //!    VLANs go, native VLANs, references, addresses, routes, MTU); denied
 //!    with 422 naming the field;
-//! 2. a VLAN named by `pool` must be a VRF-backed pool's, in the profile's
-//!    `metro`: a registered pool without `spec.metal`, or whose metro is
-//!    another, is denied with 422 naming the field. A pool not registered
+//! 2. a VLAN named by `pool`, and the pool of an elastic IP, must be a
+//!    VRF-backed pool's, in the profile's `metro`: a registered pool
+//!    without `spec.metal`, or whose metro is another, is denied with 422
+//!    naming the field. A pool not registered
 //!    yet is allowed with a warning (pools and profiles may be applied in
 //!    any order; the apply step checks again).
 //!
@@ -68,20 +69,26 @@ pub(super) fn check_write(
     };
     out.outcome = "allowed";
     for (i, port) in profile.ports.iter().enumerate() {
-        for (j, v) in port.vlans.iter().enumerate() {
-            let Some(name) = &v.pool else { continue };
+        let vlan_pools = port.vlans.iter().enumerate().filter_map(|(j, v)| {
             let field = format!("spec.ports[{i}].vlans[{j}].pool");
+            v.pool.as_ref().map(|p| (field, p, "its VLAN is"))
+        });
+        let elastic_pools = port.elastic_ips.iter().enumerate().map(|(k, e)| {
+            let field = format!("spec.ports[{i}].elasticIPs[{k}].pool");
+            (field, &e.pool, "its elastic IPs are")
+        });
+        for (field, name, what) in vlan_pools.chain(elastic_pools) {
             let id = pool_id(name, &namespace);
             let Some(pool) = pools.get(&id)? else {
                 out.warnings.push(format!(
-                    "{field}: pool {} is not registered yet; its VLAN is checked when the profile is applied",
+                    "{field}: pool {} is not registered yet; {what} checked when the profile is applied",
                     id.display()
                 ));
                 continue;
             };
             let refuse = match (&pool.object.spec.metal, &profile.metro) {
                 (None, _) => Some(format!(
-                    "pool {} is not VRF-backed (no spec.metal): it has no VLAN",
+                    "pool {} is not VRF-backed (no spec.metal): it has no VLAN and no Metal reservation",
                     id.display()
                 )),
                 (Some(m), Some(metro)) if !m.metro.eq_ignore_ascii_case(metro) => Some(format!(

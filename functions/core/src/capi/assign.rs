@@ -34,6 +34,7 @@ use crate::kube::meta::{add_finalizer, remove_finalizer, retrying};
 use crate::kube::{self, Kube, Resource};
 use crate::kv::Ctx;
 use crate::metal::client::Metal;
+use crate::network::batch::VlanBatches;
 use crate::ports::http::HttpClient;
 use crate::ports::kv::KvStore;
 use crate::ports::Env;
@@ -371,6 +372,8 @@ pub struct PollReport {
     /// Machines whose device became active and that opted into a network
     /// profile: the apply run for each, with its phase.
     pub network: Vec<(String, &'static str)>,
+    /// Per-VLAN claims deleted for Machines whose device was deleted.
+    pub network_claims_deleted: usize,
 }
 
 impl PollReport {
@@ -384,42 +387,63 @@ impl PollReport {
         json!({"events": self.events, "devices": self.devices,
                "deviceDeleted": self.device_deleted, "synced": synced,
                "cursor": self.cursor, "more": self.more, "errors": self.errors,
-               "network": self.network.iter().map(|(m, p)| json!({"machine": m, "phase": p})).collect::<Vec<_>>()})
+               "network": self.network.iter().map(|(m, p)| json!({"machine": m, "phase": p})).collect::<Vec<_>>(),
+               "networkClaimsDeleted": self.network_claims_deleted})
     }
 }
 
-/// Applies the network profile of the Machines on `devices` (which just
-/// became active): one apply invocation each (a step that takes time is
-/// continued by the next poll, the device's port events, or a POST to the
-/// machine's network route). Machines without a profile are skipped.
-fn network_on_active<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
+/// The network of the Machines on devices the events concern: on a device
+/// that just became active, the Machine's profile is applied (one apply
+/// invocation each; a step that takes time is continued by the next poll
+/// or a POST to the machine's network route; Machines without a profile
+/// are skipped). On a deleted device, the Machine's per-VLAN claims are
+/// deleted (their addresses released through the allocator) and the
+/// device's apply record is forgotten.
+fn network_on_devices<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
     ctx: &Ctx<'_, K>,
     kube: &Kube<'_, H>,
     metal: &Metal<'_, H, E>,
-    devices: &[&str],
+    batches: &dyn VlanBatches,
+    active: &[&str],
+    gone: &[&str],
     report: &mut PollReport,
 ) -> Result<()> {
     let machines: Vec<MachineObject> = kube.list_as(&kube::MACHINES, None)?;
     for m in machines {
-        let on = m.provider_id.as_deref().and_then(device_of);
-        if !on.is_some_and(|d| devices.contains(&d)) || m.metadata.deleting() {
+        let Some(on) = m.provider_id.as_deref().and_then(device_of) else {
             continue;
-        }
+        };
         let ns = m.metadata.namespace.clone().unwrap_or_default();
         let name = m.metadata.name.clone();
-        match super::network::apply_machine(ctx, kube, metal, &ns, &name) {
-            Ok((r, _)) => report.network.push((
-                format!("{ns}/{name}"),
-                match r.phase {
-                    crate::network::apply::Phase::Converged => "converged",
-                    crate::network::apply::Phase::InProgress { .. } => "in-progress",
-                },
-            )),
-            Err(e) if e.reason() == "NoNetworkProfile" => {}
-            Err(e) => report
-                .errors
-                .push(format!("Machine {ns}/{name} (network): {e}")),
+        let machine = format!("{ns}/{name}");
+        if gone.contains(&on) {
+            match super::network::release_machine(ctx, kube, metal, batches, &ns, &name) {
+                Ok((_, deleted)) => {
+                    report.network.push((machine, "released"));
+                    report.network_claims_deleted += deleted;
+                }
+                Err(e) => report
+                    .errors
+                    .push(format!("Machine {machine} (network): {e}")),
+            }
+        } else if active.contains(&on) && !m.metadata.deleting() {
+            match super::network::apply_machine(ctx, kube, metal, batches, &ns, &name) {
+                Ok((r, _)) => report.network.push((
+                    machine,
+                    match r.phase {
+                        crate::network::apply::Phase::Converged => "converged",
+                        crate::network::apply::Phase::InProgress { .. } => "in-progress",
+                    },
+                )),
+                Err(e) if e.reason() == "NoNetworkProfile" => {}
+                Err(e) => report
+                    .errors
+                    .push(format!("Machine {machine} (network): {e}")),
+            }
         }
+    }
+    for d in gone {
+        crate::network::apply::forget(ctx.kv, d)?;
     }
     Ok(())
 }
@@ -443,6 +467,7 @@ pub fn poll<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
     ctx: &Ctx<'_, K>,
     kube: &Kube<'_, H>,
     metal: &Metal<'_, H, E>,
+    batches: &dyn VlanBatches,
 ) -> Result<PollReport> {
     let batch = poll::next_batch(ctx, metal)?;
     let mut report = PollReport {
@@ -464,6 +489,7 @@ pub fn poll<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
         !r.closed && r.assignment.is_none() && r.refused.is_none() && !r.live_intent(now)
     };
     let mut active_devices: Vec<&str> = Vec::new();
+    let mut gone_devices: Vec<&str> = Vec::new();
     for d in &batch.devices {
         let device = metal.get_device(d)?;
         report.devices += 1;
@@ -471,6 +497,9 @@ pub fn poll<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
         let active = device.as_ref().is_some_and(|x| x.active());
         if active {
             active_devices.push(d);
+        }
+        if gone {
+            gone_devices.push(d);
         }
         for ((ns, name), r) in &records {
             if gone && r.device.as_deref() == Some(d.as_str()) && !r.closed {
@@ -504,8 +533,16 @@ pub fn poll<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
             }
         }
     }
-    if !active_devices.is_empty() {
-        network_on_active(ctx, kube, metal, &active_devices, &mut report)?;
+    if !active_devices.is_empty() || !gone_devices.is_empty() {
+        network_on_devices(
+            ctx,
+            kube,
+            metal,
+            batches,
+            &active_devices,
+            &gone_devices,
+            &mut report,
+        )?;
     }
     let truncated = rerun.len() > MAX_POLL_CLAIMS;
     if truncated {

@@ -27,7 +27,8 @@ use crate::kube::{self, Kube};
 use crate::kv::Ctx;
 use crate::metal::client::Metal;
 use crate::network::apply::{self, Report};
-use crate::network::node::{node_network, Pending};
+use crate::network::batch::VlanBatches;
+use crate::network::node::{node_network, Pending, Slot};
 use crate::network::plan::{Desired, Observed, Step};
 use crate::network::profile::{PoolName, Profile, VlanRef};
 use crate::network::render::{render, Format};
@@ -174,6 +175,7 @@ pub fn release_machine<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
     ctx: &Ctx<'_, K>,
     kube: &Kube<'_, H>,
     metal: &Metal<'_, H, E>,
+    batches: &dyn VlanBatches,
     ns: &str,
     name: &str,
 ) -> Result<(Option<Report>, usize)> {
@@ -183,7 +185,7 @@ pub fn release_machine<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
     let report = match &device {
         Some(d) => match apply::observe_device(metal, d)? {
             Some(observed) => {
-                let r = apply::apply(ctx, metal, d, &Desired::teardown(&observed))?;
+                let r = apply::apply(ctx, metal, batches, d, &Desired::teardown(&observed))?;
                 if r.phase != apply::Phase::Converged {
                     return Ok((Some(r), 0));
                 }
@@ -200,7 +202,7 @@ pub fn release_machine<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
         let m = &c.metadata;
         let ours = m.owned_by(&uid)
             && m.name.starts_with(&format!("{name}-"))
-            && m.name.contains("-vlan-");
+            && (m.name.contains("-vlan-") || m.name.contains("-elastic-"));
         if ours && !m.deleting() {
             kube.delete(&kube::CLAIMS, Some(ns), &m.name)?;
             deleted += 1;
@@ -219,6 +221,12 @@ fn resolve_vlans<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
     profile: &Profile,
 ) -> Result<Resolved> {
     let mut out: Resolved = Vec::new();
+    let metro = profile
+        .metro
+        .as_deref()
+        .unwrap_or_default()
+        .to_ascii_lowercase();
+    let mut metro_vlans: Option<Vec<crate::metal::model::VirtualNetwork>> = None;
     let refs = profile.ports.iter().flat_map(|p| {
         p.vlans
             .iter()
@@ -231,7 +239,17 @@ fn resolve_vlans<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
         }
         let vlan = match (&r.id, r.vxlan, &r.pool) {
             (Some(id), _, _) => metal.get_vlan(id)?,
-            (_, Some(n), _) => metal.find_vlan(n, profile.metro.as_deref().unwrap_or_default())?,
+            (_, Some(n), _) => {
+                // The metro's VLANs, listed once for every number.
+                if metro_vlans.is_none() {
+                    metro_vlans = Some(metal.list_vlans(&metro)?);
+                }
+                metro_vlans
+                    .iter()
+                    .flatten()
+                    .find(|v| v.vxlan == Some(n) && v.metro().as_deref() == Some(metro.as_str()))
+                    .cloned()
+            }
             (_, _, Some(p)) => {
                 let progress = read_progress(ctx, &pool_id(p, ns))?;
                 match progress.held(MetalResource::Vlan) {
@@ -307,7 +325,40 @@ fn device_or_conflict(m: &MachineNetwork, ns: &str, name: &str) -> Result<String
 /// assert_eq!(claim_name("md-0-x7f", "bond0", 1), "md-0-x7f-bond0-vlan-1");
 /// ```
 pub fn claim_name(machine: &str, port: &str, j: usize) -> String {
-    format!("{machine}-{port}-vlan-{j}")
+    claim_for(machine, port, Slot::Vlan(j))
+}
+
+/// The name of the claim for `slot` of `port` of machine `machine`: a
+/// VLAN's address ([`claim_name`]) or an elastic IP
+/// (`<machine>-<port>-elastic-<k>`).
+///
+/// ```
+/// use metal_ipam_core::capi::network::claim_for;
+/// use metal_ipam_core::network::node::Slot;
+/// assert_eq!(claim_for("md-0-x7f", "bond0", Slot::Elastic(0)), "md-0-x7f-bond0-elastic-0");
+/// ```
+pub fn claim_for(machine: &str, port: &str, slot: Slot) -> String {
+    match slot {
+        Slot::Vlan(j) => format!("{machine}-{port}-vlan-{j}"),
+        Slot::Elastic(k) => format!("{machine}-{port}-elastic-{k}"),
+    }
+}
+
+/// Every pool address of the profile: its port, slot and pool (one claim
+/// each).
+fn pool_slots(profile: &Profile) -> Vec<(&str, Slot, &PoolName)> {
+    let mut out = Vec::new();
+    for port in &profile.ports {
+        for (j, v) in port.vlans.iter().enumerate() {
+            if let Some(pool) = v.addresses.iter().find_map(|a| a.pool.as_ref()) {
+                out.push((port.name.as_str(), Slot::Vlan(j), pool));
+            }
+        }
+        for (k, e) in port.elastic_ips.iter().enumerate() {
+            out.push((port.name.as_str(), Slot::Elastic(k), &e.pool));
+        }
+    }
+    out
 }
 
 /// Creates the `IPAddressClaim` of every pool address of the profile that
@@ -325,32 +376,27 @@ pub fn ensure_claims<H: HttpClient + ?Sized>(
     m: &MachineNetwork,
 ) -> Result<usize> {
     let mut created = 0;
-    for port in &m.profile.ports {
-        for (j, v) in port.vlans.iter().enumerate() {
-            let Some(pool) = v.addresses.iter().find_map(|a| a.pool.as_ref()) else {
-                continue;
-            };
-            let claim = claim_name(name, &port.name, j);
-            crate::kube::names::check_subdomain(&claim)
-                .map_err(|e| Error::invalid("metadata.name", format!("claim {claim}: {e}")))?;
-            if kube.get(&kube::CLAIMS, Some(ns), &claim)?.is_some() {
-                continue;
-            }
-            let mut meta = json!({"name": claim, "namespace": ns,
-                "ownerReferences": [{"apiVersion": kube::MACHINES.api_version(), "kind": "Machine",
-                    "name": name, "uid": m.uid, "controller": true, "blockOwnerDeletion": true}]});
-            if let Some(c) = &m.cluster {
-                meta["labels"] = json!({ crate::ipam::claim::CLUSTER_NAME_LABEL: c });
-            }
-            let object = json!({"apiVersion": kube::CLAIMS.api_version(), "kind": "IPAddressClaim",
-                "metadata": meta,
-                "spec": {"poolRef": {"apiGroup": crate::ipam::pool::GROUP,
-                    "kind": pool.kind.as_deref().unwrap_or("MetalIPPool"), "name": pool.name}}});
-            match kube.create(&kube::CLAIMS, Some(ns), &object) {
-                Ok(_) => created += 1,
-                Err(crate::kube::KubeError::Conflict(_)) => {}
-                Err(e) => return Err(e.into()),
-            }
+    for (port, slot, pool) in pool_slots(&m.profile) {
+        let claim = claim_for(name, port, slot);
+        crate::kube::names::check_subdomain(&claim)
+            .map_err(|e| Error::invalid("metadata.name", format!("claim {claim}: {e}")))?;
+        if kube.get(&kube::CLAIMS, Some(ns), &claim)?.is_some() {
+            continue;
+        }
+        let mut meta = json!({"name": claim, "namespace": ns,
+            "ownerReferences": [{"apiVersion": kube::MACHINES.api_version(), "kind": "Machine",
+                "name": name, "uid": m.uid, "controller": true, "blockOwnerDeletion": true}]});
+        if let Some(c) = &m.cluster {
+            meta["labels"] = json!({ crate::ipam::claim::CLUSTER_NAME_LABEL: c });
+        }
+        let object = json!({"apiVersion": kube::CLAIMS.api_version(), "kind": "IPAddressClaim",
+            "metadata": meta,
+            "spec": {"poolRef": {"apiGroup": crate::ipam::pool::GROUP,
+                "kind": pool.kind.as_deref().unwrap_or("MetalIPPool"), "name": pool.name}}});
+        match kube.create(&kube::CLAIMS, Some(ns), &object) {
+            Ok(_) => created += 1,
+            Err(crate::kube::KubeError::Conflict(_)) => {}
+            Err(e) => return Err(e.into()),
         }
     }
     Ok(created)
@@ -388,13 +434,13 @@ pub fn plan_machine<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
     let steps = crate::network::plan::plan(&observed, &desired)?;
     Ok(
         json!({"machine": format!("{ns}/{name}"), "profile": m.profile_name, "device": device,
-              "modes": m.profile.modes().iter().map(|(b, md)| (b.to_string(), Value::from(md.as_str()))).collect::<serde_json::Map<_, _>>(),
+              "modes": m.profile.on_device(observed.eth_ports()).modes().iter().map(|(b, md)| (b.to_string(), Value::from(md.as_str()))).collect::<serde_json::Map<_, _>>(),
               "plan": steps.iter().map(Step::to_json).collect::<Vec<_>>()}),
     )
 }
 
 /// Applies the machine's profile to its device (see
-/// [`crate::network::apply::apply`]).
+/// [`crate::network::apply::apply`]; VLAN batches through `batches`).
 ///
 /// # Idempotency
 /// As [`crate::network::apply::apply`]: a converged device makes no
@@ -406,6 +452,7 @@ pub fn apply_machine<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
     ctx: &Ctx<'_, K>,
     kube: &Kube<'_, H>,
     metal: &Metal<'_, H, E>,
+    batches: &dyn VlanBatches,
     ns: &str,
     name: &str,
 ) -> Result<(Report, String)> {
@@ -415,7 +462,10 @@ pub fn apply_machine<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
     ensure_claims(kube, ns, name, &m)?;
     let device = device_or_conflict(&m, ns, name)?;
     let (desired, _) = desired(ctx, metal, ns, &m, &device)?;
-    Ok((apply::apply(ctx, metal, &device, &desired)?, device))
+    Ok((
+        apply::apply(ctx, metal, batches, &device, &desired)?,
+        device,
+    ))
 }
 
 /// The node's OS network configuration in `format`, from the profile (no
@@ -439,20 +489,16 @@ pub fn netconfig<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
     let resolved = resolve_vlans(ctx, metal, ns, &m.profile)?;
     let vxlan_of = |r: &VlanRef| resolved.iter().find(|(x, _, _)| x == r).map(|(_, _, n)| *n);
     // The claims' addresses, read once (the callback cannot fail).
-    let mut bound: Vec<(String, usize, String)> = Vec::new();
-    for port in &m.profile.ports {
-        for (j, v) in port.vlans.iter().enumerate() {
-            if v.addresses.iter().any(|a| a.pool.is_some()) {
-                if let Some(a) = bound_address(kube, ns, &claim_name(name, &port.name, j))? {
-                    bound.push((port.name.clone(), j, a));
-                }
-            }
+    let mut bound: Vec<(String, Slot, String)> = Vec::new();
+    for (port, slot, _) in pool_slots(&m.profile) {
+        if let Some(a) = bound_address(kube, ns, &claim_for(name, port, slot))? {
+            bound.push((port.to_string(), slot, a));
         }
     }
-    let address_of = |port: &str, j: usize, _: &PoolName| {
+    let address_of = |port: &str, slot: Slot, _: &PoolName| {
         bound
             .iter()
-            .find(|(p, k, _)| p == port && *k == j)
+            .find(|(p, s, _)| p == port && *s == slot)
             .map(|(_, _, a)| a.clone())
     };
     let (net, pending) = node_network(&m.profile, &vxlan_of, &address_of)?;

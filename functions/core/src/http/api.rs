@@ -174,7 +174,9 @@ impl ApiResponse {
     }
 }
 
-fn parse_json(body: &[u8]) -> Result<Value> {
+/// The request body as JSON: 413 past [`MAX_BODY`], 400 when empty or not
+/// JSON.
+pub(crate) fn parse_json(body: &[u8]) -> Result<Value> {
     if body.len() > MAX_BODY {
         return Err(Error::payload_too_large(MAX_BODY));
     }

@@ -11,8 +11,9 @@
 //! | `admission` | `POST /v1/admission/pools`, `POST /v1/admission/network-profiles` | read | no | — |
 //! | `reconcile` | `POST /v1/reconcile` | yes | yes | `provision` (each VRF-backed pool), `assign` (each claim in one) |
 //! | `assign` | `POST /v1/capi/metal/claims/{ns}/{name}` (chained after a claim step that answers `metalAssignment`) and `POST /v1/metal/claims/{ns}/{name}` (public; 202 with `Retry-After` and `Location` while another instance assigns) | yes | yes | — (calls Metal) |
-//! | `poll` | `POST /v1/metal/poll` (CronJob: Metal events after the stored cursor) | yes | yes | — (calls Metal) |
-//! | `network` | `POST /v1/machines/{ns}/{name}/network` (`?dryRun=true`), `GET /v1/machines/{ns}/{name}/netconfig?format=` | yes | yes | — (calls Metal) |
+//! | `poll` | `POST /v1/metal/poll` (CronJob: Metal events after the stored cursor) | yes | yes | `attach-vlan`, `detach-vlan` (a machine's network on a device that became active; calls Metal) |
+//! | `network` | `POST`/`DELETE /v1/machines/{ns}/{name}/network` (`?dryRun=true`), `GET /v1/machines/{ns}/{name}/netconfig?format=` | yes | yes | `attach-vlan`, `detach-vlan` (VLAN batches; calls Metal for the rest) |
+//! | `attach-vlan`, `detach-vlan` | `POST /v1/metal/ports/{port}/vlan-batches` (private: chained from `network` and `poll`) | no | no | — (calls Metal) |
 //! | `provision` | `POST /v1/capi/metal/pools/{ns}/{name}`, `POST /v1/capi/metal/global-pools/{name}` (VRF-backed pool sync, chained), and the same step at `POST /v1/metal/pools/{ns}/{name}`, `/v1/metal/global-pools/{name}` (public; 202 with `Retry-After` and `Location` while Metal works) | yes | yes | — (calls Metal; with `assign` and `poll`, the only components with the Metal token) |
 //!
 //! The `/v1/capi/…` routes have no public trigger in spin.toml: they are
@@ -35,7 +36,8 @@ use crate::ipam::pool::{PoolId, PoolKind};
 use crate::kube::names;
 use crate::kube::Kube;
 use crate::kv::Ctx;
-use crate::metal::client::Metal;
+use crate::metal::client::{Metal, MetalError};
+use crate::network::batch::{self, BatchOp, Chained, Direction};
 use crate::ports::http::HttpClient;
 use crate::ports::kv::KvStore;
 use crate::ports::Env;
@@ -332,7 +334,8 @@ pub fn poll<K: KvStore, H: HttpClient + ?Sized>(
         r.detail = Some("Equinix Metal is not configured: nothing to poll".into());
         return r;
     };
-    let report = match (|| capi::assign::poll(store(s)?, kube(s)?, metal))() {
+    let batches = chained(s);
+    let report = match (|| capi::assign::poll(store(s)?, kube(s)?, metal, &batches))() {
         Ok(r) => r,
         Err(e) => return ApiResponse::from_error(&e, route),
     };
@@ -420,7 +423,7 @@ pub fn network<K: KvStore, H: HttpClient + ?Sized>(
     }
     let location = format!("/v1/machines/{ns}/{name}/network");
     if req.method == "DELETE" {
-        return match capi::network::release_machine(ctx, kube, metal, &ns, &name) {
+        return match capi::network::release_machine(ctx, kube, metal, &chained(s), &ns, &name) {
             Ok((report, deleted)) => {
                 let mut body = report
                     .as_ref()
@@ -452,7 +455,7 @@ pub fn network<K: KvStore, H: HttpClient + ?Sized>(
             Err(e) => fail(e),
         };
     }
-    match capi::network::apply_machine(ctx, kube, metal, &ns, &name) {
+    match capi::network::apply_machine(ctx, kube, metal, &chained(s), &ns, &name) {
         Ok((report, device)) => {
             let mut body = report.to_json();
             body["machine"] = machine.clone().into();
@@ -469,6 +472,109 @@ pub fn network<K: KvStore, H: HttpClient + ?Sized>(
             .touching("device", device)
         }
         Err(e) => fail(e),
+    }
+}
+
+/// The VLAN batch steps, reached by service chaining with the API token.
+fn chained<'a, K: KvStore, H: HttpClient + ?Sized>(s: &Services<'a, K, H>) -> Chained<'a, H> {
+    Chained {
+        http: s.http,
+        api_token: s.api_token,
+    }
+}
+
+/// The `attach-vlan` component (private: reached from `network` and `poll`
+/// by service chaining): `POST /v1/metal/ports/{port}/vlan-batches` with a
+/// [`BatchOp`] creates, finds or reads a port's batch that assigns VLANs.
+/// 200 with `{port, op, batch}`; a Metal failure answers its status with
+/// the usual error body plus `metal`, the Metal error itself.
+pub fn attach_vlan<K: KvStore, H: HttpClient + ?Sized>(
+    s: &Services<'_, K, H>,
+    req: &ApiRequest<'_>,
+    _content_type: Option<&str>,
+    _header: &dyn Fn(&str) -> Option<String>,
+) -> ApiResponse {
+    vlan_batch(s, req, Direction::Attach)
+}
+
+/// The `detach-vlan` component: as [`attach_vlan`], for batches that
+/// unassign VLANs.
+pub fn detach_vlan<K: KvStore, H: HttpClient + ?Sized>(
+    s: &Services<'_, K, H>,
+    req: &ApiRequest<'_>,
+    _content_type: Option<&str>,
+    _header: &dyn Fn(&str) -> Option<String>,
+) -> ApiResponse {
+    vlan_batch(s, req, Direction::Detach)
+}
+
+fn vlan_batch<K: KvStore, H: HttpClient + ?Sized>(
+    s: &Services<'_, K, H>,
+    req: &ApiRequest<'_>,
+    dir: Direction,
+) -> ApiResponse {
+    let route = "/v1/metal/ports/{port}/vlan-batches";
+    let port = match segments(req.path).as_slice() {
+        ["v1", "metal", "ports", port, "vlan-batches"] => port.to_string(),
+        _ => return no_route(req.path),
+    };
+    if let Some(r) = guard(
+        auth::check_bearer(s.api_token, req.authorization),
+        req,
+        route,
+        None,
+    ) {
+        return r;
+    }
+    let fail = |e: Error| ApiResponse::from_error(&e, route).touching("port", port.clone());
+    if !crate::network::batch::is_uuid(&port) {
+        return fail(Error::new(
+            ErrorKind::Malformed,
+            "InvalidBatch",
+            "the port is not a UUID",
+        ));
+    }
+    let op = api::parse_json(req.body).and_then(|v| {
+        let op: BatchOp = serde_json::from_value(v).map_err(|e| {
+            Error::new(
+                ErrorKind::Malformed,
+                "InvalidBatch",
+                format!("not a batch step: {e}"),
+            )
+        })?;
+        op.check()?;
+        Ok(op)
+    });
+    let op = match op {
+        Ok(op) => op,
+        Err(e) => return fail(e),
+    };
+    let metal = match metal_of(s) {
+        Ok(m) => m,
+        Err(e) => return fail(e),
+    };
+    match batch::execute(metal, dir, &port, &op) {
+        Ok(b) => {
+            let outcome = match (&op, &b) {
+                (BatchOp::Create { .. }, _) => "created",
+                (_, Some(_)) => "found",
+                (_, None) => "none",
+            };
+            let mut r = ok(route, outcome, batch::answer(&port, &op, b.as_ref()));
+            if let Some(b) = &b {
+                r.objects.push(("batch", b.id.clone()));
+            }
+            r.touching("port", port)
+        }
+        Err(e) => {
+            let mut r = ApiResponse::from_error(&Error::from(e.clone()), route);
+            r.body = Some(batch::failure_body(&e));
+            if let MetalError::Unavailable { retry_after_s, .. } = &e {
+                r.headers.retain(|(h, _)| *h != "retry-after");
+                r.headers.push(("retry-after", retry_after_s.to_string()));
+            }
+            r.touching("port", port)
+        }
     }
 }
 

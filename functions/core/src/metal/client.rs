@@ -63,8 +63,15 @@ pub const PER_PAGE: u32 = 250;
 /// that never reports its last page).
 pub const MAX_PAGES: u32 = 1_000;
 
-/// What went wrong calling Metal.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// What went wrong calling Metal. Serialisable (tagged by `kind`), so a
+/// step run by another component (the VLAN batch steps) hands back exactly
+/// what happened.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(
+    tag = "kind",
+    rename_all = "camelCase",
+    rename_all_fields = "camelCase"
+)]
 pub enum MetalError {
     /// The API answered with an error status (4xx but 429, or 5xx on a
     /// request that would not be retried).

@@ -432,7 +432,7 @@ pub struct PortData {
 
 /// A VLAN assignment batch (`POST /ports/{id}/vlan-assignments/batches`):
 /// asynchronous, `queued` → `in_progress` → `completed` | `failed`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct VlanBatch {
     /// UUID.

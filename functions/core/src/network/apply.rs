@@ -6,7 +6,7 @@
 //! (the compare-and-swap protocol of [`crate::kv::protocol`]):
 //! - a **lease** (`owner`, `until`): an invocation works on the device only
 //!   after its swap took the lease (none, expired, or its own); another
-//!   instance answers "in progress" with the time left. The lease is
+//!   instance answers "in progress" (ask again within [`POLL_S`]). The lease is
 //!   longer than an invocation ([`LEASE_S`]) and released at its end; a
 //!   crashed holder's lease simply expires (no sleep anywhere);
 //! - the **running** step: a Metal call whose effect shows later (a VLAN
@@ -18,6 +18,11 @@
 //! - the **history** of the steps issued (the last [`HISTORY`]), which is
 //!   how "the plan that `dryRun` shows is what apply does" is checked.
 //!
+//! VLAN batches are made and polled through a [`VlanBatches`]: in the
+//! `network` component, the `attach-vlan` and `detach-vlan` steps (their
+//! own components, reached by service chaining); the record and the lease
+//! stay here, with the one writer.
+//!
 //! Nothing else is stored: each round re-reads the device and re-plans
 //! ([`super::plan::plan`] is pure), so a converged device plans nothing and
 //! makes no mutating call, and a device changed behind our back is planned
@@ -26,13 +31,13 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
+use super::batch::{BatchOp, Direction, VlanBatches};
 use super::plan::{plan, Action, Desired, Observed, Step};
 use super::profile::Mode;
 use crate::error::{Error, ErrorKind, Result};
 use crate::kv::protocol::{read_record, update_record, Enveloped, StateRecord, Step as KvStep};
 use crate::kv::Ctx;
 use crate::metal::client::{Metal, MetalError, PortChange};
-use crate::metal::model::{VlanBatchInput, VlanBatchItem};
 use crate::ports::http::HttpClient;
 use crate::ports::kv::KvStore;
 use crate::ports::Env;
@@ -173,8 +178,27 @@ fn change<K: KvStore, T>(
     })
 }
 
+/// Forgets a deleted device's record (and its creation guard): nothing of
+/// the device is left to apply to or poll. An instance that was working on
+/// the device when it went stops at its next read of the device (404
+/// `DeviceNotFound`); its last swap may write the record back, lease
+/// released, which is harmless (a device id never comes back) and costs
+/// one key.
+///
+/// # Idempotency
+/// Deleting absent keys changes nothing.
+///
+/// # Errors
+/// Store errors.
+pub fn forget<K: KvStore>(kv: &K, device: &str) -> Result<()> {
+    kv.delete(&ApplyState::key(device))?;
+    kv.delete(&ApplyState::guard_key(device))?;
+    Ok(())
+}
+
 /// Takes the lease for `token` at `now`: `Ok(None)` when taken, `Ok(Some(s))`
-/// with the seconds left when another holds it.
+/// when another holds it, `s` the seconds worth waiting (the lease's time
+/// left, at most [`POLL_S`]: a holder releases it as its invocation ends).
 ///
 /// # Errors
 /// Store errors; 503 `Contention`.
@@ -198,7 +222,13 @@ pub fn take_lease<K: KvStore>(
                 Some((n, None))
             }
         },
-        |s| s.lease.as_ref().map(|l| l.until.saturating_sub(now).max(1)),
+        // A holder releases the lease when its invocation ends (well
+        // before `until`): worth asking again after a poll interval.
+        |s| {
+            s.lease
+                .as_ref()
+                .map(|l| l.until.saturating_sub(now).clamp(1, POLL_S))
+        },
     )
 }
 
@@ -324,6 +354,15 @@ pub fn observe_and_plan<H: HttpClient + ?Sized, E: Env + ?Sized>(
     plan(&observe(metal, device)?, desired)
 }
 
+/// The batch step a recorded action runs through (`None`: not a batch).
+fn direction(action: &str) -> Option<Direction> {
+    match action {
+        "assign-vlans" => Some(Direction::Attach),
+        "unassign-vlans" => Some(Direction::Detach),
+        _ => None,
+    }
+}
+
 /// Whether the effect of `step` shows on `observed` (how a step without a
 /// batch id, or a call Metal answered 422, is confirmed: by re-reading).
 fn effect_shows(step: &StepRecord, observed: &Observed) -> bool {
@@ -353,12 +392,14 @@ fn effect_shows(step: &StepRecord, observed: &Observed) -> bool {
 /// no mutating call.
 ///
 /// # Errors
-/// 404 `DeviceNotFound`; 409 `NetworkFrozen`; 409 `VlanBatchFailed` with
-/// Metal's messages (the next invocation plans again); Metal unavailable
+/// 404 `DeviceNotFound`; 409 `NetworkFrozen`; 409 `VlanBatchFailed` or
+/// `VlanBatchRefused` (a 422 on its creation) with Metal's messages (the
+/// next invocation plans again); Metal unavailable
 /// (503; the running step stays recorded); store errors.
 pub fn apply<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
     ctx: &Ctx<'_, K>,
     metal: &Metal<'_, H, E>,
+    batches: &dyn VlanBatches,
     device: &str,
     desired: &Desired,
 ) -> Result<Report> {
@@ -373,7 +414,7 @@ pub fn apply<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
             issued: Vec::new(),
         });
     }
-    let out = rounds(ctx, metal, device, desired);
+    let out = rounds(ctx, metal, batches, device, desired);
     // Released whatever happened; a crash leaves it to expire.
     release_lease(ctx, device, &token)?;
     out
@@ -382,6 +423,7 @@ pub fn apply<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
 fn rounds<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
     ctx: &Ctx<'_, K>,
     metal: &Metal<'_, H, E>,
+    batches: &dyn VlanBatches,
     device: &str,
     desired: &Desired,
 ) -> Result<Report> {
@@ -395,26 +437,26 @@ fn rounds<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
         let state = read(ctx.kv, device)?;
         let observed = observe(metal, device)?;
         if let Some(r) = &state.running {
-            let batch_id = match &r.batch {
-                Some(b) => Some(b.clone()),
+            let dir = direction(&r.step.action);
+            let batch_id = match (&r.batch, dir) {
+                (Some(b), _) => Some(b.clone()),
                 // A batch whose creation's answer was lost: the port's
                 // unfinished batch is the one (one at a time per port).
-                None if r.step.action.ends_with("-vlans") => {
-                    let found = metal
-                        .list_vlan_batches(&r.step.port_id)?
-                        .into_iter()
-                        .find(|b| !b.finished())
+                (None, Some(dir)) => {
+                    let found = batches
+                        .run(dir, &r.step.port_id, &BatchOp::Find {})?
                         .map(|b| b.id);
                     if let Some(id) = &found {
                         set_batch(ctx, device, id)?;
                     }
                     found
                 }
-                None => None,
+                (None, None) => None,
             };
-            let done = match &batch_id {
-                Some(b) => {
-                    let batch = metal.get_vlan_batch(&r.step.port_id, b)?;
+            let done = match (&batch_id, dir) {
+                (Some(b), Some(dir)) => {
+                    let get = BatchOp::Get { batch: b.clone() };
+                    let batch = batches.run(dir, &r.step.port_id, &get)?;
                     match batch {
                         Some(b) if b.state.as_deref() == Some("failed") => {
                             let msg = b.error_messages.join("; ");
@@ -428,7 +470,7 @@ fn rounds<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
                         None => true,
                     }
                 }
-                None => effect_shows(&r.step, &observed),
+                _ => effect_shows(&r.step, &observed),
             };
             if !done && now < r.at.saturating_add(RUNNING_S) {
                 let remaining = plan(&observed, desired)?;
@@ -452,7 +494,7 @@ fn rounds<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
                 issued,
             });
         };
-        issue(ctx, metal, device, &next, now)?;
+        issue(ctx, metal, batches, device, &next, now)?;
         issued.push(next);
     }
     let remaining = match observe_device(metal, device)? {
@@ -469,8 +511,12 @@ fn rounds<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
     })
 }
 
-/// Records the running step's batch id.
-fn set_batch<K: KvStore>(ctx: &Ctx<'_, K>, device: &str, id: &str) -> Result<()> {
+/// Records the running step's batch id (no write when it is recorded
+/// already, or when no step is running).
+///
+/// # Errors
+/// Store errors; 503 `Contention`.
+pub fn set_batch<K: KvStore>(ctx: &Ctx<'_, K>, device: &str, id: &str) -> Result<()> {
     change(
         ctx,
         device,
@@ -488,7 +534,10 @@ fn set_batch<K: KvStore>(ctx: &Ctx<'_, K>, device: &str, id: &str) -> Result<()>
 }
 
 /// Clears the running step (recording a batch failure, if any).
-fn finish<K: KvStore>(ctx: &Ctx<'_, K>, device: &str, failed: Option<String>) -> Result<()> {
+///
+/// # Errors
+/// Store errors; 503 `Contention`.
+pub fn finish<K: KvStore>(ctx: &Ctx<'_, K>, device: &str, failed: Option<String>) -> Result<()> {
     change(
         ctx,
         device,
@@ -502,14 +551,19 @@ fn finish<K: KvStore>(ctx: &Ctx<'_, K>, device: &str, failed: Option<String>) ->
     )
 }
 
-/// Records `step` as running (and in the history), then makes its call.
-fn issue<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
+/// Records `step` in the history and, when its effect shows only later
+/// (everything but the native VLAN calls), as the running step: what an
+/// invocation writes *before* making the step's Metal call. Returns whether
+/// the step was recorded as running.
+///
+/// # Errors
+/// Store errors; 503 `Contention`.
+pub fn record_step<K: KvStore>(
     ctx: &Ctx<'_, K>,
-    metal: &Metal<'_, H, E>,
     device: &str,
     step: &Step,
     now: u64,
-) -> Result<()> {
+) -> Result<bool> {
     let rec = StepRecord::of(step);
     let is_async = !matches!(step.action, Action::SetNative(_) | Action::RemoveNative);
     change(
@@ -531,21 +585,30 @@ fn issue<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
         },
         |_| (),
     )?;
+    Ok(is_async)
+}
+
+/// Records `step` ([`record_step`]), then makes its call.
+fn issue<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
+    ctx: &Ctx<'_, K>,
+    metal: &Metal<'_, H, E>,
+    batches: &dyn VlanBatches,
+    device: &str,
+    step: &Step,
+    now: u64,
+) -> Result<()> {
+    let rec = StepRecord::of(step);
+    let is_async = record_step(ctx, device, step, now)?;
     let id = step.port_id.as_str();
-    let batch = |vlans: &[String], state: &'static str| VlanBatchInput {
-        vlan_assignments: vlans
-            .iter()
-            .map(|v| VlanBatchItem {
-                vlan: v.clone(),
-                state,
-            })
-            .collect(),
+    let create = |dir: Direction, vlans: &[String]| {
+        let op = BatchOp::Create {
+            vlans: vlans.to_vec(),
+        };
+        batches.run(dir, id, &op)
     };
     let answer = match &step.action {
-        Action::Assign(v) => metal.create_vlan_batch(id, &batch(v, "assigned")).map(Some),
-        Action::Unassign(v) => metal
-            .create_vlan_batch(id, &batch(v, "unassigned"))
-            .map(Some),
+        Action::Assign(v) => create(Direction::Attach, v),
+        Action::Unassign(v) => create(Direction::Detach, v),
         Action::Disbond { bulk } => metal
             .port_mode(id, PortChange::Disbond { bulk: *bulk })
             .map(|_| None),
@@ -560,10 +623,30 @@ fn issue<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
     match answer {
         Ok(Some(b)) => set_batch(ctx, device, &b.id),
         Ok(None) => Ok(()),
-        // A 422 may be a no-op trap ("already …") or an operation already
-        // under way: an asynchronous step is polled by re-reading the port
-        // (and re-planned if its effect never shows); a native VLAN change
-        // counts only if a re-read shows it.
+        // A refused batch: done if a re-read shows its VLANs (a no-op),
+        // else reported with Metal's messages (nothing is running; the
+        // next invocation plans again).
+        Err(MetalError::Api {
+            status: 422,
+            messages,
+            ..
+        }) if matches!(step.action, Action::Assign(_) | Action::Unassign(_)) => {
+            let shows = observe_device(metal, device)?.is_some_and(|o| effect_shows(&rec, &o));
+            if shows {
+                finish(ctx, device, None)
+            } else {
+                let msg = messages.join("; ");
+                finish(ctx, device, Some(msg.clone()))?;
+                Err(Error::conflict(
+                    "VlanBatchRefused",
+                    format!("Metal refused the VLAN batch on {}: {msg}", step.port),
+                ))
+            }
+        }
+        // A 422 on a mode change may be a no-op trap ("already …") or an
+        // operation already under way: the step is polled by re-reading the
+        // port (and re-planned if its effect never shows); a native VLAN
+        // change counts only if a re-read shows it.
         Err(MetalError::Api { status: 422, .. }) if is_async => Ok(()),
         Err(e @ MetalError::Api { status: 422, .. }) => {
             let shows = observe_device(metal, device)?.is_some_and(|o| effect_shows(&rec, &o));

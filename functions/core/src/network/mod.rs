@@ -8,6 +8,8 @@
 //!   port calls, in Metal's safe order (pure).
 //! - [`apply`]: the plan executed through Metal one step at a time, each
 //!   polled to its end, resumable, one writer per device (a KV lease).
+//! - [`batch`]: the VLAN batch steps (attach, detach) the apply runs
+//!   through their own components, and the port it runs them through.
 //! - [`node`]: the node's links from its profile (tagged or untagged as
 //!   Metal delivers each VLAN) and addresses.
 //! - [`render`]: the node's VLAN interfaces as netplan, ifupdown,
@@ -18,6 +20,7 @@
 //! ports; never `http` or `capi`.
 
 pub mod apply;
+pub mod batch;
 pub mod node;
 pub mod plan;
 pub mod profile;

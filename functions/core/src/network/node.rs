@@ -26,12 +26,27 @@ pub struct Pending {
     pub pool: String,
 }
 
+/// Which of a port's addresses from a pool: of its VLAN `j`, or its
+/// elastic IP `k`. Each is one claim per machine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Slot {
+    /// The pool address of the port's VLAN `j`.
+    Vlan(usize),
+    /// The port's elastic IP `k`.
+    Elastic(usize),
+}
+
+/// The link elastic IPs go on: the loopback. Metal routes an elastic IP to
+/// the device's Layer3 bond; on `lo` it is the node's own address without
+/// touching the `bond0` configuration Metal's metadata provides.
+pub const ELASTIC_LINK: &str = "lo";
+
 /// The node's links for `profile`.
 ///
 /// `vxlan_of` gives a VLAN's number (looked up by the caller: `vxlan`
-/// itself, the UUID's VLAN, the pool's VLAN); `address_of(port, vlan
-/// index, pool)` gives the address with prefix allocated to this node for
-/// that VLAN, if any. Addresses not allocated yet are left out and listed
+/// itself, the UUID's VLAN, the pool's VLAN); `address_of(port, slot,
+/// pool)` gives the address with prefix allocated to this node for that
+/// VLAN or elastic IP, if any. Elastic IPs go on [`ELASTIC_LINK`], last. Addresses not allocated yet are left out and listed
 /// as [`Pending`].
 ///
 /// # Errors
@@ -39,7 +54,7 @@ pub struct Pending {
 pub fn node_network(
     profile: &Profile,
     vxlan_of: &dyn Fn(&VlanRef) -> Option<u16>,
-    address_of: &dyn Fn(&str, usize, &PoolName) -> Option<String>,
+    address_of: &dyn Fn(&str, Slot, &PoolName) -> Option<String>,
 ) -> Result<(NodeNetwork, Vec<Pending>)> {
     let mut links = Vec::new();
     let mut pending = Vec::new();
@@ -76,7 +91,7 @@ pub fn node_network(
             for a in &v.addresses {
                 match (&a.fixed, &a.pool) {
                     (Some(s), _) => addresses.push(s.clone()),
-                    (None, Some(pool)) => match address_of(&port.name, j, pool) {
+                    (None, Some(pool)) => match address_of(&port.name, Slot::Vlan(j), pool) {
                         Some(addr) => addresses.push(addr),
                         None => pending.push(Pending {
                             link: name.clone(),
@@ -102,6 +117,32 @@ pub fn node_network(
             });
         }
     }
+    let mut elastic = Vec::new();
+    for port in &profile.ports {
+        for (k, e) in port.elastic_ips.iter().enumerate() {
+            match address_of(&port.name, Slot::Elastic(k), &e.pool) {
+                // The address alone (`/32`, `/128`): it is routed to the
+                // device, not on a subnet of the node's.
+                Some(addr) => elastic.push(match addr.parse::<ipnet::IpNet>() {
+                    Ok(n) => ipnet::IpNet::from(n.addr()).to_string(),
+                    Err(_) => addr,
+                }),
+                None => pending.push(Pending {
+                    link: ELASTIC_LINK.to_string(),
+                    pool: e.pool.name.clone(),
+                }),
+            }
+        }
+    }
+    if !elastic.is_empty() {
+        links.push(Link {
+            name: ELASTIC_LINK.to_string(),
+            vlan: None,
+            addresses: elastic,
+            routes: Vec::new(),
+            mtu: None,
+        });
+    }
     Ok((NodeNetwork { links }, pending))
 }
 
@@ -117,8 +158,10 @@ mod tests {
         let p = Profile::from_json(&spec).unwrap();
         p.validate().unwrap();
         let vx = |r: &VlanRef| r.vxlan.or(r.pool.as_ref().map(|_| 1099));
-        let addr =
-            |port: &str, j: usize, _: &PoolName| Some(format!("192.168.{j}.{}/24", port.len()));
+        let addr = |port: &str, slot: Slot, _: &PoolName| match slot {
+            Slot::Vlan(j) => Some(format!("192.168.{j}.{}/24", port.len())),
+            Slot::Elastic(k) => Some(format!("10.10.1.{}/29", k + 2)),
+        };
         let (net, pending) = node_network(&p, &vx, &addr).unwrap();
         assert!(pending.is_empty());
         net.links
@@ -158,6 +201,20 @@ mod tests {
                 )
             ]
         );
+        // Elastic IPs: on the loopback, after the VLANs.
+        assert_eq!(
+            links(json!({"metro": "da", "ports": [{"name": "bond0",
+                "elasticIPs": [{"pool": {"name": "vrf"}}, {"pool": {"name": "vrf"}}],
+                "vlans": [{"vxlan": 1010}]}]})),
+            [
+                ("bond0.1010".into(), Some(("bond0".into(), 1010)), vec![]),
+                (
+                    "lo".into(),
+                    None,
+                    vec!["10.10.1.2/32".into(), "10.10.1.3/32".into()]
+                )
+            ]
+        );
         // layer2-individual: two VLANs without a native VLAN, both tagged.
         assert_eq!(
             links(
@@ -174,27 +231,35 @@ mod tests {
     #[test]
     fn addresses_not_allocated_yet_are_pending() {
         let p = Profile::from_json(&json!({"metro": "da", "ports": [{"name": "bond0",
+            "elasticIPs": [{"pool": {"name": "vrf"}}],
             "vlans": [{"vxlan": 1010, "addresses": [{"pool": {"name": "nodes"}}, {"static": "10.9.0.5/24"}]}]}]}))
         .unwrap();
         let (net, pending) = node_network(
             &p,
             &|r: &VlanRef| r.vxlan,
-            &|_: &str, _: usize, _: &PoolName| None,
+            &|_: &str, _: Slot, _: &PoolName| None,
         )
         .unwrap();
         assert_eq!(net.links[0].addresses, ["10.9.0.5/24"]);
+        assert_eq!(net.links.len(), 1, "no lo link without an elastic IP");
         assert_eq!(
             pending,
-            [Pending {
-                link: "bond0.1010".into(),
-                pool: "nodes".into()
-            }]
+            [
+                Pending {
+                    link: "bond0.1010".into(),
+                    pool: "nodes".into()
+                },
+                Pending {
+                    link: "lo".into(),
+                    pool: "vrf".into()
+                }
+            ]
         );
         // A VLAN whose number is unknown names its field.
         let e = node_network(
             &p,
             &|_: &VlanRef| None,
-            &|_: &str, _: usize, _: &PoolName| None,
+            &|_: &str, _: Slot, _: &PoolName| None,
         )
         .unwrap_err();
         assert_eq!(e.field(), Some("spec.ports[0].vlans[0]"));

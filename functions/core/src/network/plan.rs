@@ -147,6 +147,11 @@ impl Desired {
                 format!("the profile is for a 4-port device; this one has {eth_ports} ports"),
             ));
         }
+        // The device's layout decides the bonds' members: the rules again
+        // with it (a 2-port profile's unbonded eth1 is bond1's first
+        // member on a 4-port device).
+        let profile = &profile.on_device(eth_ports);
+        profile.validate()?;
         let mut ports = Vec::new();
         for (bond, members) in bonds(eth_ports) {
             for name in std::iter::once(bond).chain(members) {

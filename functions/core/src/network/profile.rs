@@ -8,15 +8,17 @@
 //! spec:
 //!   metro: da
 //!   ports:
-//!   - name: bond0             # layer3 bond with tagged VLANs: hybrid-bonded
+//!   - name: bond0             # stays Layer3: Metal's addresses, and
+//!     elasticIPs:             # a /32 of a VRF-backed pool assigned to the device
+//!     - pool: {name: vrf}
+//!   - name: eth1              # eth1 out of the bond, two VLANs: hybrid
+//!     bonded: false
 //!     vlans:
 //!     - vxlan: 1010
 //!       addresses: [{pool: {name: storage}}]     # a claim per machine and VLAN
-//!   - name: eth1              # eth1 out of the bond, one VLAN: hybrid
-//!     bonded: false
-//!     vlans:
 //!     - pool: {name: vrf}     # the VLAN of a VRF-backed pool
-//!       addresses: [{pool: {name: vrf}}]
+//!       addresses: [{static: 10.10.1.5/29}]
+//!     nativeVLAN: {vxlan: 1010}
 //! ```
 //!
 //! Ports: `bond0` (`eth0` + `eth1` on 2-port devices; `eth0` + `eth2` on
@@ -170,6 +172,17 @@ impl VlanSpec {
     }
 }
 
+/// An elastic IP of the machine: one address (`/32`, `/128`) from a
+/// VRF-backed pool, assigned to the device in Metal (the assign step, as
+/// for any claim of such a pool) and routed to it. Machine-scoped: Metal
+/// binds it to `bond0` (or `eth0`) in Layer3 and hybrid modes only.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ElasticIpSpec {
+    /// The pool (VRF-backed) it comes from: a claim per machine and entry.
+    pub pool: PoolName,
+}
+
 /// One port's desired state.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -189,6 +202,9 @@ pub struct PortSpec {
     /// more).
     #[serde(default, rename = "nativeVLAN")]
     pub native_vlan: Option<VlanRef>,
+    /// Elastic IPs (`bond0` or `eth0`, in Layer3 or hybrid modes).
+    #[serde(default, rename = "elasticIPs")]
+    pub elastic_ips: Vec<ElasticIpSpec>,
 }
 
 /// `spec` of a network profile.
@@ -201,6 +217,11 @@ pub struct Profile {
     /// The ports described; others keep their defaults.
     #[serde(default)]
     pub ports: Vec<PortSpec>,
+    /// The device's Ethernet ports, once known ([`Profile::on_device`]):
+    /// they decide the bonds' members, not the port names the profile
+    /// happens to use.
+    #[serde(skip)]
+    device_ports: Option<usize>,
 }
 
 /// A bond and its members on a device with `eth_ports` ports (2 or 4).
@@ -247,9 +268,23 @@ impl Profile {
         })
     }
 
-    /// The number of Ethernet ports the profile implies: 4 when it names
-    /// `bond1`, `eth2` or `eth3`, else 2.
+    /// The profile as it applies to a device with `eth_ports` Ethernet
+    /// ports (on a 4-port device `eth1` is `bond1`'s, not `bond0`'s); check
+    /// it again with [`Profile::validate`].
+    pub fn on_device(&self, eth_ports: usize) -> Profile {
+        Profile {
+            device_ports: Some(eth_ports),
+            ..self.clone()
+        }
+    }
+
+    /// The number of Ethernet ports: the device's when known
+    /// ([`Profile::on_device`]), else what the profile implies: 4 when it
+    /// names `bond1`, `eth2` or `eth3`, else 2.
     pub fn eth_ports(&self) -> usize {
+        if let Some(n) = self.device_ports {
+            return n;
+        }
         let four = self
             .ports
             .iter()
@@ -331,7 +366,9 @@ impl Profile {
     /// - each VLAN is named one way (`id` UUID, `vxlan` 2–3999 with
     ///   `spec.metro`, or `pool`), once per port;
     /// - each address is a pool or a static `address/prefix`; routes are
-    ///   `network` via `address` of one family; MTU 1280–9000.
+    ///   `network` via `address` of one family; MTU 1280–9000;
+    /// - elastic IPs only on `bond0` or `eth0`, with `bond0` in Layer3 or
+    ///   hybrid mode (Metal routes them to the Layer3 bond).
     ///
     /// # Errors
     /// 422 naming the first offending field.
@@ -376,6 +413,27 @@ impl Profile {
                 ));
             }
             self.check_vlans(i, p)?;
+            for (k, e) in p.elastic_ips.iter().enumerate() {
+                check_pool(&e.pool, &f(&format!("elasticIPs[{k}].pool")))?;
+            }
+            if !p.elastic_ips.is_empty() {
+                let mode = self.modes()["bond0"];
+                let refuse = if !matches!(name, "bond0" | "eth0") {
+                    Some(format!(
+                        "elastic IPs are bound to bond0 or eth0, not {name}"
+                    ))
+                } else if matches!(mode, Mode::Layer2Bonded | Mode::Layer2Individual) {
+                    Some(format!(
+                        "elastic IPs need bond0 in Layer3 or hybrid mode; it is {}",
+                        mode.as_str()
+                    ))
+                } else {
+                    None
+                };
+                if let Some(msg) = refuse {
+                    return Err(Error::invalid(f("elasticIPs"), msg));
+                }
+            }
         }
         for (bond, members) in &groups {
             let field = |name: &str, k: &str| {

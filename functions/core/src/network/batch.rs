@@ -1,0 +1,335 @@
+//! The VLAN batch steps: attaching VLANs to a port and detaching them, each
+//! one `POST /ports/{id}/vlan-assignments/batches` that Metal runs
+//! asynchronously (`queued` → `in_progress` → `completed` | `failed`).
+//!
+//! They are the `attach-vlan` and `detach-vlan` components. The `network`
+//! component's apply ([`super::apply`]) decides *when* a batch is made and
+//! keeps the progress in its KV record; these steps only talk to Metal, so
+//! they hold the Metal token and nothing else (no store, no Kubernetes).
+//! What a step is asked ([`BatchOp`]):
+//! - `create`: start a batch of the given VLANs (never an empty one);
+//! - `find`: the port's unfinished batch, if any (how a batch whose
+//!   creation's answer was lost is found again: Metal runs one per port at
+//!   a time);
+//! - `get`: one batch by id, to poll it.
+//!
+//! [`VlanBatches`] is the port the apply uses: [`Direct`] runs a step in
+//! the calling process (tests, tools); [`Chained`] asks the step's
+//! component by Spin service chaining
+//! (`http://attach-vlan.spin.internal/…`), and hands back the component's
+//! [`MetalError`] as it happened, so the apply's rules (a 422 confirmed by a
+//! re-read; an unknown outcome polled, not repeated) hold across the hop.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::metal::client::{Metal, MetalError};
+use crate::metal::model::{VlanBatch, VlanBatchInput, VlanBatchItem};
+use crate::ports::http::HttpClient;
+use crate::ports::Env;
+
+/// Which way a batch moves VLANs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    /// `assigned`: the `attach-vlan` step.
+    Attach,
+    /// `unassigned`: the `detach-vlan` step.
+    Detach,
+}
+
+impl Direction {
+    /// The batch items' `state`.
+    pub fn state(self) -> &'static str {
+        match self {
+            Direction::Attach => "assigned",
+            Direction::Detach => "unassigned",
+        }
+    }
+
+    /// The component that runs the step.
+    pub fn component(self) -> &'static str {
+        match self {
+            Direction::Attach => "attach-vlan",
+            Direction::Detach => "detach-vlan",
+        }
+    }
+}
+
+/// What a VLAN batch step is asked.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "camelCase", deny_unknown_fields)]
+pub enum BatchOp {
+    /// Start a batch of these VLANs (UUIDs).
+    Create {
+        /// The VLANs; at least one, at most [`MAX_VLANS`].
+        vlans: Vec<String>,
+    },
+    /// The port's unfinished batch, if any. (A struct variant, so that
+    /// unknown fields are refused as in the others.)
+    Find {},
+    /// One batch, to poll it.
+    Get {
+        /// Its id.
+        batch: String,
+    },
+}
+
+/// VLANs in one batch at most (a port carries far fewer).
+pub const MAX_VLANS: usize = 64;
+
+impl BatchOp {
+    /// Checks what a caller sent: VLANs and batch ids are UUIDs, a batch
+    /// has 1..=[`MAX_VLANS`] distinct VLANs.
+    ///
+    /// # Errors
+    /// 400 `InvalidBatch` naming what is wrong.
+    pub fn check(&self) -> Result<()> {
+        let bad = |m: String| Err(Error::new(ErrorKind::Malformed, "InvalidBatch", m));
+        match self {
+            BatchOp::Create { vlans } => {
+                if vlans.is_empty() {
+                    return bad("a batch needs at least one VLAN (Metal has no empty batch)".into());
+                }
+                if vlans.len() > MAX_VLANS {
+                    return bad(format!("a batch takes at most {MAX_VLANS} VLANs"));
+                }
+                for (i, v) in vlans.iter().enumerate() {
+                    if !is_uuid(v) {
+                        return bad(format!("vlans[{i}] is not a UUID"));
+                    }
+                    if vlans[..i].contains(v) {
+                        return bad(format!("vlans[{i}] repeats {v}"));
+                    }
+                }
+                Ok(())
+            }
+            BatchOp::Find {} => Ok(()),
+            BatchOp::Get { batch } if is_uuid(batch) => Ok(()),
+            BatchOp::Get { .. } => bad("batch is not a UUID".into()),
+        }
+    }
+}
+
+/// Whether `s` is a UUID (8-4-4-4-12 hex digits), as Metal's ids are.
+///
+/// ```
+/// use metal_ipam_core::network::batch::is_uuid;
+/// assert!(is_uuid("3c2b1a09-8f7e-4d6c-9b5a-4f3e2d1c0b0a"));
+/// assert!(!is_uuid("../ports"));
+/// ```
+pub fn is_uuid(s: &str) -> bool {
+    let groups: Vec<&str> = s.split('-').collect();
+    groups.len() == 5
+        && groups
+            .iter()
+            .zip([8, 4, 4, 4, 12])
+            .all(|(g, n)| g.len() == n && g.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
+/// Runs VLAN batch steps for the apply.
+pub trait VlanBatches {
+    /// Runs `op` on port `port_id` in direction `dir`: the batch created,
+    /// found or read (`None`: no unfinished batch, or no such batch).
+    ///
+    /// # Errors
+    /// What Metal answered, as [`MetalError`] (a `create` whose answer was
+    /// lost is [`MetalError::OutcomeUnknown`]).
+    fn run(
+        &self,
+        dir: Direction,
+        port_id: &str,
+        op: &BatchOp,
+    ) -> std::result::Result<Option<VlanBatch>, MetalError>;
+}
+
+/// Runs a step against Metal: what the `attach-vlan` and `detach-vlan`
+/// components do.
+///
+/// # Idempotency
+/// `find` and `get` only read. `create` makes one batch per call; the
+/// apply calls it once per recorded step and looks (`find`) before it
+/// would create again.
+///
+/// # Errors
+/// As [`VlanBatches::run`].
+pub fn execute<H: HttpClient + ?Sized, E: Env + ?Sized>(
+    metal: &Metal<'_, H, E>,
+    dir: Direction,
+    port_id: &str,
+    op: &BatchOp,
+) -> std::result::Result<Option<VlanBatch>, MetalError> {
+    match op {
+        BatchOp::Create { vlans } => {
+            let input = VlanBatchInput {
+                vlan_assignments: vlans
+                    .iter()
+                    .map(|v| VlanBatchItem {
+                        vlan: v.clone(),
+                        state: dir.state(),
+                    })
+                    .collect(),
+            };
+            metal.create_vlan_batch(port_id, &input).map(Some)
+        }
+        BatchOp::Find {} => Ok(metal
+            .list_vlan_batches(port_id)?
+            .into_iter()
+            .find(|b| !b.finished())),
+        BatchOp::Get { batch } => metal.get_vlan_batch(port_id, batch),
+    }
+}
+
+/// [`execute`] in this process.
+pub struct Direct<'a, H: HttpClient + ?Sized, E: Env + ?Sized>(pub &'a Metal<'a, H, E>);
+
+impl<H: HttpClient + ?Sized, E: Env + ?Sized> VlanBatches for Direct<'_, H, E> {
+    fn run(
+        &self,
+        dir: Direction,
+        port_id: &str,
+        op: &BatchOp,
+    ) -> std::result::Result<Option<VlanBatch>, MetalError> {
+        execute(self.0, dir, port_id, op)
+    }
+}
+
+/// The path of a port's batch step on its component.
+pub fn step_path(port_id: &str) -> String {
+    format!("/v1/metal/ports/{port_id}/vlan-batches")
+}
+
+/// The success body of a step: the port, the op and the batch (or null).
+pub fn answer(port_id: &str, op: &BatchOp, batch: Option<&VlanBatch>) -> Value {
+    json!({"port": port_id, "op": op, "batch": batch})
+}
+
+/// The error body of a step that Metal failed: the usual error body plus
+/// `metal`, the [`MetalError`] itself.
+pub fn failure_body(e: &MetalError) -> Value {
+    let mut body = Error::from(e.clone()).body();
+    body["metal"] = serde_json::to_value(e).unwrap_or(Value::Null);
+    body
+}
+
+/// Asks the step's component by Spin service chaining, with the API token.
+pub struct Chained<'a, H: HttpClient + ?Sized> {
+    /// Outbound HTTP.
+    pub http: &'a H,
+    /// The API token (the steps require it, as every route does).
+    pub api_token: &'a str,
+}
+
+impl<H: HttpClient + ?Sized> VlanBatches for Chained<'_, H> {
+    fn run(
+        &self,
+        dir: Direction,
+        port_id: &str,
+        op: &BatchOp,
+    ) -> std::result::Result<Option<VlanBatch>, MetalError> {
+        let component = dir.component();
+        let url = format!("http://{component}.spin.internal{}", step_path(port_id));
+        let body = serde_json::to_vec(op).map_err(|e| MetalError::Malformed {
+            detail: e.to_string(),
+        })?;
+        let request = http::Request::builder()
+            .method("POST")
+            .uri(&url)
+            .header("authorization", format!("Bearer {}", self.api_token))
+            .header("content-type", "application/json")
+            .body(body)
+            .map_err(|e| MetalError::Malformed {
+                detail: e.to_string(),
+            })?;
+        let unreachable = |detail: String| match op {
+            // The step may have created the batch before the answer was
+            // lost: polled, never repeated.
+            BatchOp::Create { .. } => MetalError::OutcomeUnknown { detail },
+            _ => MetalError::Unavailable {
+                retry_after_s: 1,
+                detail,
+            },
+        };
+        let resp = self
+            .http
+            .send(request)
+            .map_err(|e| unreachable(format!("{component} could not be reached: {e}")))?;
+        let status = resp.status().as_u16();
+        let v: Value = serde_json::from_slice(resp.body()).unwrap_or(Value::Null);
+        if status == 200 {
+            return serde_json::from_value(v["batch"].clone()).map_err(|e| MetalError::Malformed {
+                detail: format!("{component} answered a batch metal-ipam cannot read: {e}"),
+            });
+        }
+        match serde_json::from_value::<MetalError>(v["metal"].clone()) {
+            Ok(e) => Err(e),
+            Err(_) => Err(unreachable(format!(
+                "{component} answered {status} {}",
+                v["reason"].as_str().unwrap_or("")
+            ))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ops_are_checked_and_round_trip() {
+        let v = "3c2b1a09-8f7e-4d6c-9b5a-4f3e2d1c0b0a".to_string();
+        let ok = BatchOp::Create {
+            vlans: vec![v.clone()],
+        };
+        assert!(ok.check().is_ok());
+        let text = serde_json::to_string(&ok).unwrap();
+        assert_eq!(serde_json::from_str::<BatchOp>(&text).unwrap(), ok);
+        assert_eq!(
+            serde_json::from_str::<BatchOp>(r#"{"op":"find"}"#).unwrap(),
+            BatchOp::Find {}
+        );
+        for bad in [
+            BatchOp::Create { vlans: vec![] },
+            BatchOp::Create {
+                vlans: vec![v.clone(), v.clone()],
+            },
+            BatchOp::Create {
+                vlans: vec!["1001".into()],
+            },
+            BatchOp::Create {
+                vlans: vec![v.clone(); MAX_VLANS + 1],
+            },
+            BatchOp::Get {
+                batch: "x/../y".into(),
+            },
+        ] {
+            let e = bad.check().unwrap_err();
+            assert_eq!(e.reason(), "InvalidBatch", "{bad:?}");
+        }
+        assert!(serde_json::from_str::<BatchOp>(r#"{"op":"find","x":1}"#).is_err());
+    }
+
+    #[test]
+    fn metal_errors_cross_the_hop_unchanged() {
+        for e in [
+            MetalError::Api {
+                status: 422,
+                request: "POST /ports/p/vlan-assignments/batches".into(),
+                messages: vec!["already assigned".into()],
+            },
+            MetalError::Unavailable {
+                retry_after_s: 7,
+                detail: "429".into(),
+            },
+            MetalError::OutcomeUnknown {
+                detail: "connection reset".into(),
+            },
+            MetalError::Malformed { detail: "x".into() },
+        ] {
+            let body = failure_body(&e);
+            assert!(body["reason"].is_string());
+            let back: MetalError = serde_json::from_value(body["metal"].clone()).unwrap();
+            assert_eq!(back, e);
+        }
+    }
+}
