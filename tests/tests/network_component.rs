@@ -359,7 +359,7 @@ async fn vlan_batches_run_in_the_attach_and_detach_components() {
             .filter(|q| q.method == "POST" && q.path.ends_with("/vlan-assignments/batches"))
             .count()
     };
-    let mut run = |method: &'static str| {
+    let run = |method: &'static str| {
         let app = &app;
         async move {
             let mut chained = Vec::new();
