@@ -447,7 +447,7 @@ fn rounds<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
                         .run(dir, &r.step.port_id, &BatchOp::Find {})?
                         .map(|b| b.id);
                     if let Some(id) = &found {
-                        set_batch(ctx, device, id)?;
+                        set_batch(ctx, device, &r.step, id)?;
                     }
                     found
                 }
@@ -511,19 +511,26 @@ fn rounds<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
     })
 }
 
-/// Records the running step's batch id (no write when it is recorded
-/// already, or when no step is running).
+/// Records the batch id of `step`, if `step` is still the running step
+/// (no write when it is recorded already, or when another step runs: an
+/// instance that outlived its lease must not lend its batch to a later
+/// step).
 ///
 /// # Errors
 /// Store errors; 503 `Contention`.
-pub fn set_batch<K: KvStore>(ctx: &Ctx<'_, K>, device: &str, id: &str) -> Result<()> {
+pub fn set_batch<K: KvStore>(
+    ctx: &Ctx<'_, K>,
+    device: &str,
+    step: &StepRecord,
+    id: &str,
+) -> Result<()> {
     change(
         ctx,
         device,
         |s| {
             let mut n = s.clone();
             let r = n.running.as_mut()?;
-            if r.batch.as_deref() == Some(id) {
+            if r.step != *step || r.batch.as_deref() == Some(id) {
                 return None;
             }
             r.batch = Some(id.to_string());
@@ -621,7 +628,7 @@ fn issue<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
         Action::RemoveNative => metal.remove_native_vlan(id).map(|_| None),
     };
     match answer {
-        Ok(Some(b)) => set_batch(ctx, device, &b.id),
+        Ok(Some(b)) => set_batch(ctx, device, &rec, &b.id),
         Ok(None) => Ok(()),
         // A refused batch: done if a re-read shows its VLANs (a no-op),
         // else reported with Metal's messages (nothing is running; the
