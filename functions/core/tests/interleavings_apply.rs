@@ -1,0 +1,815 @@
+//! The interleaving checker over the network apply record
+//! (`net/device/<uuid>`): the store decisions of an apply invocation
+//! (`take_lease`, `record_step`, `set_batch`, `finish`, `release_lease`,
+//! `read`) run by two or three instances at once, every KV operation a
+//! yield point, a crash possible before any of them, on each backend's real
+//! compare-and-swap semantics (see `interleavings.rs`).
+//!
+//! An instance runs the algorithm of `apply::apply` and its `rounds` on one
+//! device whose plan is three steps on `bond0` (convert to layer 2, a batch
+//! assigning a VLAN, the native VLAN): take the lease (refused: answer in
+//! progress); then, each round, read the record; poll the running step if
+//! there is one (a batch by its id; else the port's state) and `finish` it
+//! once its effect shows; else plan (the first step whose effect does not
+//! show), `record_step`, make the call, and `set_batch` with the batch id
+//! Metal answered; at the end, `release_lease`. Metal is a ledger of the
+//! calls made: a call's effect shows at once (a batch completes at once), so
+//! the planner, which is pure, plans exactly the steps not in the ledger. A
+//! crash before the KV operation that follows a call is a crash after Metal
+//! acted and before the store recorded its answer. Every instance uses an
+//! explicit clock (`now`), so a schedule may also run an instance that
+//! starts after another one's lease while that one still runs.
+//!
+//! A schedule starts from an idle record (a previous apply released its
+//! lease), from a stale one (a crashed instance's expired lease and its
+//! running batch, made, whose answer was lost), or from an empty store,
+//! where the first `take_lease` creates the record (sampled with PCT only:
+//! every schedule of the creation race is far too many). Pairs are
+//! enumerated exhaustively with up to one crash: from a stale record on
+//! every backend; from an idle one, the whole plan on SQLite's semantics
+//! and its last two steps (the batch, the native VLAN) on Redis's, whose
+//! read-backs multiply the schedules. On Spin 3.6 Redis's, whose swaps are
+//! read back as Redis's are (so its schedules are Redis's), the idle pair
+//! runs those two steps without a crash and the whole plan under PCT with
+//! one. Triples are sampled with PCT. While the lease is honoured, a
+//! retrying instance is not scheduled while another can run (see
+//! [`ApplyEnv`]).
+//!
+//! Not modelled: Metal's errors (a 422, a lost answer that is not a crash,
+//! a failed batch), an effect that shows late or never after a call (the
+//! step is then re-planned after `RUNNING_S` by design, so a second call is
+//! the protocol's answer, not a violation), and the rounds' time budget
+//! (every clock is fixed).
+//!
+//! Invariants, checked at every lease taken and every call made (not only
+//! at the end):
+//! - two instances never both pass `take_lease` with overlapping leases;
+//! - a call is made only by the lease's holder, within its lease;
+//! - a call is made only after `record_step` recorded it (as running, for an
+//!   asynchronous step; in the history, for the native VLAN), so a crash
+//!   after the call leaves it to be polled;
+//! - no plan step is called twice;
+//! - without a crash, the record ends with no lease, no running step, and
+//!   the history is the plan; some instance answered converged, none failed;
+//! - recovery: once the leases passed, fresh invocations (later still, when
+//!   a running step never shows, past `RUNNING_S`) converge: every step
+//!   called exactly once, no lease, no running step; a further invocation
+//!   makes no call.
+//!
+//! One more set of schedules breaks the lease's assumption on purpose: an
+//! instance still running when another starts after its lease (a Metal call
+//! that outlived `LEASE_S`). There the calls made outside the lease, a call
+//! of a step that the record no longer shows running, and a step called
+//! twice may happen (the counts are printed); leases still never overlap in
+//! time, and without a crash the record still ends with no lease and no
+//! running step, and recovery still converges with every step called.
+//!
+//! Two mutations (calling Metal before `record_step`; going on when
+//! `take_lease` refuses) are run too: the checker must catch them.
+//!
+//! The number of schedules explored is printed.
+
+#[path = "interleavings/sched.rs"]
+mod sched;
+
+use std::sync::Mutex;
+
+use metal_ipam_core::error::{Error, Result};
+use metal_ipam_core::kv::{Ctx, SwapPolicy};
+use metal_ipam_core::network::apply::{self, StepRecord, LEASE_S, MAX_ROUNDS, RUNNING_S};
+use metal_ipam_core::network::plan::{Action, Step};
+use metal_ipam_core::ports::kv::KvStore;
+use metal_ipam_core::ports::Env;
+use metal_ipam_core::testing::{Backend, MemKv, TestEnv};
+
+use sched::{Chooser, Dfs, Pct, SchedEnv};
+
+const NOW: u64 = 10_000;
+const LATER: u64 = NOW + LEASE_S;
+const DEVICE: &str = "d1";
+const PORT_ID: &str = "7c1c4f9e-port-bond0";
+const VLAN: &str = "5a1f0e2d-vlan-1000";
+/// The instance number of the crashed invocation of [`Start::Stale`].
+const GHOST: usize = 99;
+
+/// PCT schedules per backend: pairs from an empty store (and from an idle
+/// record on Spin 3.6 Redis); triples from each start; pairs with an
+/// instance past its lease, from each start and crash budget.
+const PAIR_SEEDS: u64 = 150;
+const TRIPLE_SEEDS: u64 = 60;
+const EXPIRY_SEEDS: u64 = 60;
+
+const BACKENDS: [Backend; 3] = [Backend::SpinSqlite, Backend::Redis, Backend::RedisSpin36];
+
+/// What a check concludes: a violation, described.
+type Verdict = std::result::Result<(), String>;
+
+/// The device's plan: convert to layer 2, assign a VLAN (a batch), set it
+/// native; its last `steps` steps.
+fn plan(steps: usize) -> Vec<Step> {
+    let step = |action| Step {
+        port: "bond0".into(),
+        port_id: PORT_ID.into(),
+        action,
+    };
+    let all = [
+        step(Action::ConvertLayer2),
+        step(Action::Assign(vec![VLAN.into()])),
+        step(Action::SetNative(VLAN.into())),
+    ];
+    all[all.len() - steps..].to_vec()
+}
+
+/// One Metal call.
+#[derive(Debug, Clone)]
+struct Call {
+    step: usize,
+    by: usize,
+}
+
+/// A lease an instance took.
+#[derive(Debug, Clone)]
+struct Grant {
+    by: usize,
+    from: u64,
+    /// The instance still works under it (not yet releasing it; a crashed
+    /// holder's lease stands until it ends).
+    active: bool,
+}
+
+/// Metal, as far as the protocol can tell: the calls made on the device's
+/// port, and what the checker saw at each lease taken and call made.
+struct Metal {
+    plan: Vec<Step>,
+    calls: Mutex<Vec<Call>>,
+    grants: Mutex<Vec<Grant>>,
+    violations: Mutex<Vec<String>>,
+}
+
+impl Metal {
+    fn new(steps: usize) -> Metal {
+        Metal {
+            plan: plan(steps),
+            calls: Mutex::default(),
+            grants: Mutex::default(),
+            violations: Mutex::default(),
+        }
+    }
+    fn records(&self) -> Vec<StepRecord> {
+        self.plan.iter().map(StepRecord::of).collect()
+    }
+    /// Whether every step was called (at least once).
+    fn all_called(&self) -> bool {
+        (0..self.plan.len()).all(|i| self.in_effect(i))
+    }
+    fn violation(&self, v: String) {
+        self.violations.lock().unwrap().push(v);
+    }
+    fn violations(&self) -> Vec<String> {
+        self.violations.lock().unwrap().clone()
+    }
+    fn calls(&self) -> Vec<Call> {
+        self.calls.lock().unwrap().clone()
+    }
+    fn called(&self, step: usize) -> usize {
+        self.calls().iter().filter(|c| c.step == step).count()
+    }
+    /// Whether plan step `step`'s effect shows on the port.
+    fn in_effect(&self, step: usize) -> bool {
+        self.called(step) > 0
+    }
+    /// Whether the effect of a recorded step shows (a re-read of the port).
+    fn shows(&self, rec: &StepRecord) -> bool {
+        self.plan
+            .iter()
+            .map(StepRecord::of)
+            .position(|r| r == *rec)
+            .is_some_and(|i| self.in_effect(i))
+    }
+
+    /// Instance `by` passed `take_lease` at `now`.
+    fn granted(&self, by: usize, now: u64) {
+        let mut grants = self.grants.lock().unwrap();
+        for g in grants.iter().filter(|g| g.active && g.by != by) {
+            if g.from < now + LEASE_S && now < g.from + LEASE_S {
+                self.violation(format!(
+                    "leases overlap: #{by} took one at {now}, #{} holds the one taken at {}",
+                    g.by, g.from
+                ));
+            }
+        }
+        grants.push(Grant {
+            by,
+            from: now,
+            active: true,
+        });
+    }
+    /// Instance `by` stops working under its lease (before it releases it).
+    fn releasing(&self, by: usize) {
+        for g in self.grants.lock().unwrap().iter_mut() {
+            if g.by == by {
+                g.active = false;
+            }
+        }
+    }
+
+    /// Instance `by` (lease token `token`, clock `now`) makes plan step
+    /// `step`'s call; the batch id Metal answers, for a batch. `kv` is the
+    /// store itself (read without a yield point: only this thread runs).
+    fn call(&self, kv: &MemKv, by: usize, token: &str, now: u64, step: usize) -> Option<String> {
+        let s = &self.plan[step];
+        let rec = StepRecord::of(s);
+        let state = apply::read(kv, DEVICE).expect("the record reads");
+        match &state.lease {
+            Some(l) if l.owner == token && now < l.until => {}
+            l => self.violation(format!(
+                "step {step} called by #{by} without holding the lease (lease {l:?})"
+            )),
+        }
+        let recorded = match &s.action {
+            Action::SetNative(_) | Action::RemoveNative => state.history.last() == Some(&rec),
+            _ => state.running.as_ref().is_some_and(|r| r.step == rec),
+        };
+        if !recorded {
+            self.violation(format!(
+                "step {step} called by #{by} before it was recorded (running {:?})",
+                state.running
+            ));
+        }
+        let mut calls = self.calls.lock().unwrap();
+        if let Some(first) = calls.iter().find(|c| c.step == step) {
+            self.violation(format!(
+                "step {step} called twice: by #{} and by #{by}",
+                first.by
+            ));
+        }
+        calls.push(Call { step, by });
+        matches!(s.action, Action::Assign(_) | Action::Unassign(_))
+            .then(|| format!("batch-{}", calls.len()))
+    }
+}
+
+/// The checkers' environment ([`SchedEnv`]), except that while every
+/// instance honours the lease, an instance retrying a swap is not scheduled
+/// while another can run from its first retry on (not its third). There
+/// the only retries are `take_lease`'s (its swap lost to the one that took
+/// the lease, or the record's creation), and the retry reads the lease
+/// held (as a first read does) or, once the holder is done, free: the
+/// schedules pruned differ from those kept only by where the loser's
+/// operations that change nothing fall, and they are most of them (on
+/// Redis, a cube of the holder's operations).
+struct ApplyEnv {
+    env: SchedEnv,
+    defer_from: u32,
+}
+
+impl Env for ApplyEnv {
+    fn now(&self) -> u64 {
+        self.env.now()
+    }
+    fn random_u64(&self) -> u64 {
+        self.env.random_u64()
+    }
+    fn pause(&self, attempt: u32) {
+        if attempt >= self.defer_from {
+            sched::pause_here();
+        } else {
+            self.env.pause(attempt);
+        }
+    }
+    fn sleep_ms(&self, ms: u64) {
+        self.env.sleep_ms(ms);
+    }
+}
+
+fn ctx<'a, K: KvStore>(kv: &'a K, env: &'a ApplyEnv) -> Ctx<'a, K> {
+    Ctx {
+        kv,
+        env,
+        swap_policy: SwapPolicy::Auto,
+    }
+}
+
+/// What an instance runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    /// An apply at `NOW`.
+    Instance,
+    /// An apply at `LATER`, when the lease of an instance at `NOW` ended
+    /// (that one may still be running: its call outlived its lease).
+    AfterLease,
+    /// Mutation: makes each step's call before `record_step`.
+    CallFirst,
+    /// Mutation: goes on when `take_lease` refuses.
+    IgnoreLease,
+}
+
+impl Role {
+    fn now(self) -> u64 {
+        match self {
+            Role::AfterLease => LATER,
+            _ => NOW,
+        }
+    }
+}
+
+/// What an instance answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Answer {
+    Converged,
+    /// Another instance holds the lease (seconds left).
+    Busy(u64),
+    /// A step is running and its effect does not show yet.
+    Polling,
+    /// `MAX_ROUNDS` rounds were not enough.
+    MoreSteps,
+    Failed(&'static str),
+}
+
+/// Where a schedule starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Start {
+    /// No record: the first `take_lease` creates it.
+    Empty,
+    /// The record exists, with no lease (a previous apply released it).
+    Idle,
+    /// A crashed instance's lease, expired at `NOW`, and its running batch
+    /// (step 1): made, its answer lost (no batch id recorded).
+    Stale,
+}
+
+/// `apply::apply`: the lease, the rounds, the release.
+fn invocation<K: KvStore>(
+    c: &Ctx<'_, K>,
+    kv: &MemKv,
+    metal: &Metal,
+    role: Role,
+    n: usize,
+    now: u64,
+) -> Result<Answer> {
+    let token = c.env.token();
+    if let Some(left) = apply::take_lease(c, DEVICE, &token, now)? {
+        if role != Role::IgnoreLease {
+            return Ok(Answer::Busy(left));
+        }
+    }
+    metal.granted(n, now);
+    let out = rounds(c, kv, metal, role, n, &token, now);
+    // A crashed instance's lease stands (it expires); any other stops
+    // working here.
+    if !matches!(&out, Err(e) if crashed(e)) {
+        metal.releasing(n);
+    }
+    apply::release_lease(c, DEVICE, &token)?;
+    out
+}
+
+/// `apply::rounds` with Metal as the ledger (a fixed clock: the rounds'
+/// time budget never runs out).
+fn rounds<K: KvStore>(
+    c: &Ctx<'_, K>,
+    kv: &MemKv,
+    metal: &Metal,
+    role: Role,
+    n: usize,
+    token: &str,
+    now: u64,
+) -> Result<Answer> {
+    let plan = &metal.plan;
+    for _ in 0..MAX_ROUNDS {
+        let state = apply::read(c.kv, DEVICE)?;
+        if let Some(r) = &state.running {
+            // A batch step: its batch by id (Metal's complete at once), or,
+            // without an id, the port's unfinished batch (none); anything
+            // else (and a batch step without a batch), a re-read of the
+            // port.
+            let done = match (&r.batch, r.step.action.ends_with("-vlans")) {
+                (Some(_), true) => true,
+                _ => metal.shows(&r.step),
+            };
+            if !done && now < r.at.saturating_add(RUNNING_S) {
+                return Ok(Answer::Polling);
+            }
+            apply::finish(c, DEVICE, None)?;
+            continue;
+        }
+        let Some(next) = (0..plan.len()).find(|&i| !metal.in_effect(i)) else {
+            return Ok(Answer::Converged);
+        };
+        let batch = if role == Role::CallFirst {
+            let batch = metal.call(kv, n, token, now, next);
+            apply::record_step(c, DEVICE, &plan[next], now)?;
+            batch
+        } else {
+            apply::record_step(c, DEVICE, &plan[next], now)?;
+            metal.call(kv, n, token, now, next)
+        };
+        if let Some(b) = batch {
+            apply::set_batch(c, DEVICE, &StepRecord::of(&plan[next]), &b)?;
+        }
+    }
+    Ok(Answer::MoreSteps)
+}
+
+/// A scheduled crash (the only store failure of these schedules).
+fn crashed(e: &Error) -> bool {
+    e.reason() == "StoreUnavailable"
+}
+
+fn answer(r: Result<Answer>) -> Answer {
+    r.unwrap_or_else(|e| Answer::Failed(e.reason()))
+}
+
+/// Whether the record can never be created: its creation-guard winner
+/// crashed between the guard and the key (the documented known limit of
+/// every record; an operator deletes the `net-init/…` key).
+fn stuck(kv: &MemKv) -> bool {
+    kv.get(&format!("net/device/{DEVICE}")).unwrap().is_none()
+        && kv
+            .get(&format!("net-init/device/{DEVICE}"))
+            .unwrap()
+            .is_some()
+}
+
+/// Recovery, single-threaded, once every lease of the schedule passed:
+/// invocations until converged, each later than the last (past
+/// `RUNNING_S` when a running step never shows); then one more, which must
+/// make no call.
+fn recover(kv: &MemKv, env: &ApplyEnv, metal: &Metal, roles: &[Role], lease_kept: bool) -> Verdict {
+    let c = ctx(kv, env);
+    let mut now = roles.iter().map(|r| r.now()).max().unwrap_or(NOW) + LEASE_S;
+    let mut last = Answer::MoreSteps;
+    for k in 0..4 {
+        last = answer(invocation(&c, kv, metal, Role::Instance, 100 + k, now));
+        match last {
+            Answer::Converged => break,
+            Answer::Busy(left) => now += left,
+            Answer::Polling => now += RUNNING_S,
+            Answer::MoreSteps => {}
+            Answer::Failed(_) => break,
+        }
+    }
+    let rec = apply::read(kv, DEVICE).map_err(|e| e.to_string())?;
+    let counts: Vec<usize> = (0..metal.plan.len()).map(|i| metal.called(i)).collect();
+    let once = if lease_kept {
+        counts.iter().all(|&n| n == 1)
+    } else {
+        counts.iter().all(|&n| n >= 1)
+    };
+    if last != Answer::Converged || !once || rec.lease.is_some() || rec.running.is_some() {
+        return Err(format!(
+            "after recovery: answered {last:?}, calls per step {counts:?}, record {rec:?}"
+        ));
+    }
+    let before = metal.calls().len();
+    let again = answer(invocation(&c, kv, metal, Role::Instance, 200, now));
+    if again != Answer::Converged || metal.calls().len() != before {
+        return Err(format!(
+            "a further apply answered {again:?}, calls {:?}",
+            metal.calls()
+        ));
+    }
+    Ok(())
+}
+
+/// Checks a schedule's end; the violations tolerated (with an instance
+/// past its lease), if any.
+fn check(
+    kv: &MemKv,
+    env: &ApplyEnv,
+    metal: &Metal,
+    roles: &[Role],
+    answers: &[Answer],
+    crashed: bool,
+) -> std::result::Result<Vec<String>, String> {
+    let lease_kept = !roles.contains(&Role::AfterLease);
+    let seen = metal.violations();
+    let fatal: Vec<&String> = seen
+        .iter()
+        .filter(|v| lease_kept || v.starts_with("leases overlap"))
+        .collect();
+    if !fatal.is_empty() {
+        return Err(fatal
+            .iter()
+            .map(|s| s.as_str())
+            .collect::<Vec<_>>()
+            .join("; "));
+    }
+    if stuck(kv) {
+        // Nobody could take a lease, so nobody called.
+        return match metal.calls().as_slice() {
+            [] => Ok(seen),
+            all => Err(format!("called {all:?} without a record")),
+        };
+    }
+    if !crashed {
+        let rec = apply::read(kv, DEVICE).map_err(|e| e.to_string())?;
+        let failed = answers.iter().any(|a| matches!(a, Answer::Failed(_)));
+        let converged = answers.contains(&Answer::Converged);
+        let all_called = metal.all_called();
+        let history = !lease_kept || rec.history == metal.records();
+        if failed
+            || !converged
+            || !all_called
+            || !history
+            || rec.lease.is_some()
+            || rec.running.is_some()
+        {
+            return Err(format!(
+                "without a crash: answers {answers:?}, calls {:?}, record {rec:?}",
+                metal.calls()
+            ));
+        }
+    }
+    recover(kv, env, metal, roles, lease_kept)?;
+    match &metal.violations()[seen.len()..] {
+        [] => Ok(seen),
+        v => Err(format!("in recovery: {}", v.join("; "))),
+    }
+}
+
+/// Prepares `start` (for [`Start::Stale`], the state a crashed apply
+/// left: the steps before the batch done, the batch recorded running and
+/// made, its answer lost, the lease expired at `NOW`).
+fn setup(kv: &MemKv, env: &ApplyEnv, metal: &Metal, start: Start) {
+    let c = ctx(kv, env);
+    match start {
+        Start::Empty => {}
+        Start::Idle => {
+            let token = env.token();
+            assert_eq!(apply::take_lease(&c, DEVICE, &token, NOW).unwrap(), None);
+            apply::release_lease(&c, DEVICE, &token).unwrap();
+        }
+        Start::Stale => {
+            let then = NOW - LEASE_S;
+            let token = env.token();
+            assert_eq!(apply::take_lease(&c, DEVICE, &token, then).unwrap(), None);
+            for (step, s) in metal.plan.iter().enumerate() {
+                apply::record_step(&c, DEVICE, s, then).unwrap();
+                metal.calls.lock().unwrap().push(Call { step, by: GHOST });
+                if matches!(s.action, Action::Assign(_)) {
+                    break;
+                }
+                apply::finish(&c, DEVICE, None).unwrap();
+            }
+        }
+    }
+}
+
+fn one_schedule(
+    backend: Backend,
+    start: Start,
+    steps: usize,
+    roles: &[Role],
+    chooser: &mut dyn Chooser,
+    crashes: usize,
+) -> std::result::Result<Vec<String>, String> {
+    let kv = MemKv::new(backend);
+    let honoured = !roles.contains(&Role::AfterLease) && !roles.contains(&Role::IgnoreLease);
+    let env = ApplyEnv {
+        env: SchedEnv(TestEnv::at(NOW)),
+        defer_from: if honoured { 1 } else { 3 },
+    };
+    let metal = Metal::new(steps);
+    setup(&kv, &env, &metal, start);
+    let fns: Vec<_> = roles
+        .iter()
+        .enumerate()
+        .map(|(n, &role)| {
+            let (raw, env, metal) = (&kv, &env, &metal);
+            move |k: &sched::SchedKv<'_, MemKv>| {
+                answer(invocation(&ctx(k, env), raw, metal, role, n, role.now()))
+            }
+        })
+        .collect();
+    let (answers, trace) = sched::run(&kv, fns, chooser, crashes, 2_000);
+    check(&kv, &env, &metal, roles, &answers, trace.crashed).map_err(|v| {
+        format!(
+            "{backend:?}, {start:?}, {steps} steps, {roles:?}: {v}\nanswers: {answers:?}, crashed: {}",
+            trace.crashed
+        )
+    })
+}
+
+/// Schedules explored, and how many showed each tolerated violation.
+#[derive(Debug, Default)]
+struct Tally {
+    schedules: usize,
+    outside_lease: usize,
+    unrecorded: usize,
+    twice: usize,
+}
+
+impl Tally {
+    fn add(&mut self, tolerated: &[String]) {
+        self.schedules += 1;
+        let has = |p: &str| usize::from(tolerated.iter().any(|v| v.contains(p)));
+        self.outside_lease += has("without holding the lease");
+        self.unrecorded += has("before it was recorded");
+        self.twice += has("called twice");
+    }
+}
+
+/// Every schedule of `roles` from `start` on `backend` with up to `crashes`
+/// crashes, until one's violation satisfies `stop`: the number run, or that
+/// violation and its number.
+fn explore_dfs(
+    backend: Backend,
+    start: Start,
+    steps: usize,
+    roles: &[Role],
+    crashes: usize,
+    stop: impl Fn(&str) -> bool,
+) -> std::result::Result<usize, (String, usize)> {
+    let mut dfs = Dfs::default();
+    dfs.start();
+    let mut n = 0;
+    loop {
+        n += 1;
+        if let Err(v) = one_schedule(backend, start, steps, roles, &mut dfs, crashes) {
+            if stop(&v) {
+                return Err((v, n));
+            }
+        }
+        if !dfs.next_schedule() {
+            return Ok(n);
+        }
+    }
+}
+
+/// Every schedule of `roles` from `start` with a plan of `steps` steps on
+/// each of `backends` with up to `crashes` crashes: the number run.
+fn every_schedule(
+    start: Start,
+    steps: usize,
+    roles: &[Role],
+    backends: &[Backend],
+    crashes: usize,
+) -> usize {
+    let mut every = 0;
+    for &backend in backends {
+        match explore_dfs(backend, start, steps, roles, crashes, |_| true) {
+            Ok(n) => every += n,
+            Err((v, n)) => panic!("{v}\nschedule #{}", every + n),
+        }
+    }
+    every
+}
+
+/// PCT samples (`seeds` per backend, `depth` change points) of `roles`
+/// from `start` with the whole plan and up to `crashes` crashes, on each of
+/// `backends`.
+fn sampled(
+    start: Start,
+    roles: &[Role],
+    backends: &[Backend],
+    seeds: u64,
+    depth: usize,
+    crashes: usize,
+) -> Tally {
+    let mut tally = Tally::default();
+    for &backend in backends {
+        for seed in 0..seeds {
+            let mut pct = Pct::new(seed, depth, 40);
+            match one_schedule(backend, start, 3, roles, &mut pct, crashes) {
+                Ok(tolerated) => tally.add(&tolerated),
+                Err(v) => panic!("{v}\nPCT seed {seed}"),
+            }
+        }
+    }
+    tally
+}
+
+const PAIR: [Role; 2] = [Role::Instance, Role::Instance];
+
+/// Two applies at once (the same request twice, or the apply and the
+/// `poll`) from an idle record, every schedule with up to one crash: the
+/// whole plan on SQLite's semantics; on Spin 3.6 Redis's, the last two
+/// steps (the batch and the native VLAN) without a crash, and PCT samples
+/// of the whole plan with one (its swaps are all read back, as Redis's
+/// are: the schedules are the same as Redis's, run with a crash below).
+#[test]
+fn two_applies_from_an_idle_record_under_every_schedule() {
+    let sqlite = every_schedule(Start::Idle, 3, &PAIR, &[Backend::SpinSqlite], 1);
+    let spin36 = every_schedule(Start::Idle, 2, &PAIR, &[Backend::RedisSpin36], 0);
+    let pct = sampled(
+        Start::Idle,
+        &PAIR,
+        &[Backend::RedisSpin36],
+        PAIR_SEEDS,
+        2,
+        1,
+    );
+    println!(
+        "apply interleavings: two applies from an idle record: {sqlite} schedules on SQLite (up to one crash), {spin36} on Spin 3.6 Redis (no crash), {} more under PCT there (up to one crash)",
+        pct.schedules
+    );
+    assert!(
+        sqlite > 1_000 && spin36 > 500,
+        "{sqlite} + {spin36} schedules"
+    );
+}
+
+/// Two applies from an idle record on Redis's semantics, every schedule
+/// with up to one crash, the last two steps of the plan (the read-backs of
+/// a loser's failed swap make many more schedules than on SQLite).
+#[test]
+fn two_applies_from_an_idle_record_on_redis_under_every_schedule() {
+    let every = every_schedule(Start::Idle, 2, &PAIR, &[Backend::Redis], 1);
+    println!(
+        "apply interleavings: two applies from an idle record: {every} schedules on Redis (up to one crash)"
+    );
+    assert!(every > 10_000, "{every} schedules");
+}
+
+/// Two applies taking over a crashed one's expired lease and its running
+/// batch whose answer was lost: every schedule, up to one crash, on every
+/// backend.
+#[test]
+fn two_applies_after_a_crashed_one_under_every_schedule() {
+    let every = every_schedule(Start::Stale, 3, &PAIR, &BACKENDS, 1);
+    println!(
+        "apply interleavings: {every} schedules of two applies after a crashed one (up to one crash)"
+    );
+    assert!(every > 5_000, "{every} schedules");
+}
+
+/// Two applies creating the record (every schedule of the creation race,
+/// the loser spinning on its guard, is far too many), sampled with PCT.
+#[test]
+fn two_applies_from_an_empty_store_under_pct_schedules() {
+    let pct = sampled(Start::Empty, &PAIR, &BACKENDS, PAIR_SEEDS, 2, 1);
+    println!(
+        "apply interleavings: {} PCT schedules of two applies from an empty store",
+        pct.schedules
+    );
+}
+
+/// Three applies at once, sampled with PCT from every start.
+#[test]
+fn three_applies_under_pct_schedules() {
+    let roles = [Role::Instance; 3];
+    let mut total = 0;
+    for start in [Start::Empty, Start::Idle, Start::Stale] {
+        total += sampled(start, &roles, &BACKENDS, TRIPLE_SEEDS, 3, 1).schedules;
+    }
+    println!("apply interleavings: {total} PCT schedules of three applies");
+}
+
+/// An apply still running when another starts after its lease (a Metal
+/// call outlived `LEASE_S`), sampled with PCT (every schedule of two whole
+/// applies is far too many), with and without a crash: what the lease
+/// excludes may happen, but leases still never overlap, and the end state
+/// and recovery still hold.
+#[test]
+fn an_apply_past_its_lease_still_converges() {
+    let roles = [Role::Instance, Role::AfterLease];
+    let mut tally = Tally::default();
+    for start in [Start::Idle, Start::Stale] {
+        for crashes in [0, 1] {
+            let t = sampled(start, &roles, &BACKENDS, EXPIRY_SEEDS, 3, crashes);
+            tally.schedules += t.schedules;
+            tally.outside_lease += t.outside_lease;
+            tally.unrecorded += t.unrecorded;
+            tally.twice += t.twice;
+        }
+    }
+    println!(
+        "apply interleavings: {} PCT schedules with an apply past its lease: a call outside the lease in {}, of a step no longer recorded in {}, a step called twice in {}",
+        tally.schedules, tally.outside_lease, tally.unrecorded, tally.twice
+    );
+    assert!(tally.twice > 0, "no schedule overlapped the two applies");
+}
+
+/// The checker catches a call made before `record_step`.
+#[test]
+fn the_checker_catches_a_call_before_its_record() {
+    let roles = [Role::CallFirst, Role::Instance];
+    match explore_dfs(Backend::SpinSqlite, Start::Idle, 3, &roles, 1, |_| true) {
+        Ok(n) => panic!("{n} schedules of the mutation passed"),
+        Err((v, n)) => {
+            assert!(v.contains("before it was recorded"), "{v}");
+            println!("apply interleavings: a call before its record caught at schedule #{n}");
+        }
+    }
+}
+
+/// The checker catches applies that go on when `take_lease` refuses: the
+/// overlapping leases, and a step called twice.
+#[test]
+fn the_checker_catches_an_apply_ignoring_the_lease() {
+    let roles = [Role::IgnoreLease, Role::IgnoreLease];
+    for what in ["leases overlap", "called twice"] {
+        match explore_dfs(Backend::SpinSqlite, Start::Idle, 3, &roles, 0, |v| {
+            v.contains(what)
+        }) {
+            Ok(n) => panic!("{n} schedules of the mutation passed"),
+            Err((v, n)) => {
+                assert!(v.contains(what), "{v}");
+                println!(
+                    "apply interleavings: ignoring the lease caught ({what}) at schedule #{n}"
+                );
+            }
+        }
+    }
+}
