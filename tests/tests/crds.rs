@@ -765,6 +765,18 @@ fn the_network_profile_example_is_one_metal_ipam_accepts() {
         |o: &mut Value| o["spec"]["ports"][0]["vlans"][1]["mtu"] = 9216.into(),
         &["spec.ports[0].vlans[1].mtu"],
     );
+    // Its elastic IP comes from the VRF-backed pool; the schema knows the
+    // field and refuses what the profile model refuses as unknown.
+    assert_eq!(
+        p.ports[0].elastic_ips[0].pool.name,
+        vrf["metadata"]["name"].as_str().unwrap()
+    );
+    assert_rejected(
+        &crd,
+        &v,
+        |o: &mut Value| o["spec"]["ports"][0]["elasticIPs"][0]["pool"]["kind"] = "Other".into(),
+        &["spec.ports[0].elasticIPs[0].pool.kind"],
+    );
 }
 
 #[test]

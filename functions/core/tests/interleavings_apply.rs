@@ -813,3 +813,36 @@ fn the_checker_catches_an_apply_ignoring_the_lease() {
         }
     }
 }
+
+/// `set_batch` attaches a batch id only to the step that made the batch:
+/// an instance that outlived its lease and answers late cannot make a
+/// later batch step look finished (one batch step in the plan above cannot
+/// show it, so it is checked here directly).
+#[test]
+fn a_late_batch_id_is_not_lent_to_a_later_step() {
+    let kv = MemKv::new(Backend::SpinSqlite);
+    let env = TestEnv::at(NOW);
+    let c = Ctx {
+        kv: &kv,
+        env: &env,
+        swap_policy: SwapPolicy::Auto,
+    };
+    let step = |action| Step {
+        port: "bond0".into(),
+        port_id: PORT_ID.into(),
+        action,
+    };
+    let detach = step(Action::Unassign(vec![VLAN.into()]));
+    let attach = step(Action::Assign(vec![VLAN.into()]));
+    assert!(apply::record_step(&c, DEVICE, &attach, NOW).unwrap());
+    // The late answer of the detach batch.
+    apply::set_batch(&c, DEVICE, &StepRecord::of(&detach), "b-detach").unwrap();
+    let running = apply::read(&kv, DEVICE).unwrap().running.unwrap();
+    assert_eq!(
+        (running.step, running.batch),
+        (StepRecord::of(&attach), None)
+    );
+    apply::set_batch(&c, DEVICE, &StepRecord::of(&attach), "b-attach").unwrap();
+    let running = apply::read(&kv, DEVICE).unwrap().running.unwrap();
+    assert_eq!(running.batch.as_deref(), Some("b-attach"));
+}
