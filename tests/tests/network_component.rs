@@ -286,8 +286,8 @@ async fn machines_without_a_profile_or_a_device_get_clear_errors() {
 }
 
 /// Metal has no webhooks: when the Metal poll sees the machine's device
-/// become active, it applies the machine's profile (the next POSTs, polls
-/// or port events continue it).
+/// become active, it applies the machine's profile, and the next polls
+/// continue it while a step runs, until it converges.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_metal_poll_applies_a_profile_when_the_device_becomes_active() {
     let (_kube, sim, app) = setup().await;
@@ -309,18 +309,27 @@ async fn the_metal_poll_applies_a_profile_when_the_device_becomes_active() {
             .any(|q| q.operation.as_deref() == Some("convertLayer2")),
         "the apply started"
     );
-    let mut converged = false;
+    // Later polls continue the apply (its step is running; no new event
+    // for the device) until it converges; nobody POSTs.
+    let mut phases = Vec::new();
     for _ in 0..20 {
-        let r = app
-            .call("POST", "/v1/machines/team-a/m-0/network", None)
-            .await;
-        if r.status == 200 {
-            converged = true;
+        let r = app.call("POST", "/v1/metal/poll", None).await;
+        assert_eq!(r.status, 200, "{:#}", r.body);
+        let phase = r.body["network"][0]["phase"].clone();
+        phases.push(phase.clone());
+        if phase == "converged" {
             break;
         }
     }
-    assert!(converged);
+    assert_eq!(phases.last(), Some(&json!("converged")), "{phases:?}");
     assert!(sim.device(DEV).unwrap().port("bond0").unwrap().layer2);
+    // Converged: the next poll has nothing to continue.
+    let r = app.call("POST", "/v1/metal/poll", None).await;
+    assert_eq!(r.body["network"], json!([]), "{:#}", r.body);
+    let r = app
+        .call("POST", "/v1/machines/team-a/m-0/network", None)
+        .await;
+    assert_eq!((r.status, &r.body["phase"]), (200, &json!("converged")));
     assert_eq!(sim.violations(), Vec::<String>::new());
 }
 

@@ -393,7 +393,8 @@ impl PollReport {
 }
 
 /// The network of the Machines on devices the events concern: on a device
-/// that just became active, the Machine's profile is applied (one apply
+/// that just became active (or whose apply has a step running), the
+/// Machine's profile is applied (one apply
 /// invocation each; a step that takes time is continued by the next poll
 /// or a POST to the machine's network route; Machines without a profile
 /// are skipped). On a deleted device, the Machine's per-VLAN claims are
@@ -449,9 +450,10 @@ fn network_on_devices<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
 }
 
 /// Handles the Metal events after the cursor: a deleted device's claims
-/// lose their assignment (Metal removed it with the device) and say so; a
-/// device that became active gets its claims' pending assignments, and the
-/// network profile of the Machine on it is applied. The
+/// lose their assignment (Metal removed it with the device) and say so,
+/// and the Machine's network is released; a device that became active gets
+/// its claims' pending assignments, and the network profile of the Machine
+/// on it is applied. Applies with a step running are continued. The
 /// first poll, or one that finds the cursor gone from Metal's list,
 /// re-runs every claim still waiting on a device. The cursor moves only
 /// when every claim of the batch was handled.
@@ -531,6 +533,14 @@ pub fn poll<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
             if waiting(r) && !rerun.contains(&(ns.clone(), name.clone())) {
                 rerun.push((ns.clone(), name.clone()));
             }
+        }
+    }
+    // Applies left with a step running continue here too (their device
+    // had no event of its own).
+    let running = crate::network::apply::running_devices(ctx.kv)?;
+    for d in &running {
+        if !active_devices.contains(&d.as_str()) && !gone_devices.contains(&d.as_str()) {
+            active_devices.push(d);
         }
     }
     if !active_devices.is_empty() || !gone_devices.is_empty() {

@@ -178,6 +178,25 @@ fn change<K: KvStore, T>(
     })
 }
 
+/// The devices with a step running (a batch or a mode change awaited):
+/// what the Metal poll continues, so an apply left at 202 advances without
+/// anyone POSTing again. One key listing and one read per device record.
+///
+/// # Errors
+/// Store errors; 500 for an unreadable record.
+pub fn running_devices<K: KvStore>(kv: &K) -> Result<Vec<String>> {
+    let mut out = Vec::new();
+    for k in kv.list_keys()? {
+        let Some(device) = k.strip_prefix("net/device/") else {
+            continue;
+        };
+        if read(kv, device)?.running.is_some() {
+            out.push(device.to_string());
+        }
+    }
+    Ok(out)
+}
+
 /// Forgets a deleted device's record (and its creation guard): nothing of
 /// the device is left to apply to or poll. An instance that was working on
 /// the device when it went stops at its next read of the device (404
