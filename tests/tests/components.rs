@@ -480,10 +480,17 @@ fn manifest_grants_each_component_only_what_it_needs() {
                 ),
                 "events" => (
                     vec![],
-                    ["allocate", "release", "pools", "provision", "assign"]
-                        .iter()
-                        .map(|c| format!("http://{c}.spin.internal"))
-                        .collect(),
+                    [
+                        "allocate",
+                        "release",
+                        "pools",
+                        "provision",
+                        "assign",
+                        "network",
+                    ]
+                    .iter()
+                    .map(|c| format!("http://{c}.spin.internal"))
+                    .collect(),
                     vec!["api_token", "events_token"],
                 ),
                 "admission" => (vec!["default"], vec![], vec!["api_token"]),

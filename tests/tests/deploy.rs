@@ -399,8 +399,14 @@ fn capi_crds() -> Vec<Crd> {
     .collect()
 }
 
-/// The plural of `group`/`kind`, which must be served at `version`.
+/// The plural of `group`/`kind`, which must be served at `version`. The
+/// CAPI core `Machine` CRD is not vendored: its plural and version are the
+/// ones `metal_ipam_core::kube::MACHINES` (the code's own requests) uses.
 fn plural_of(crds: &[Crd], api_version: &str, kind: &str) -> String {
+    let machines = &metal_ipam_core::kube::MACHINES;
+    if kind == "Machine" && api_version == machines.api_version() {
+        return machines.plural.to_string();
+    }
     let (group, version) = api_version.split_once('/').expect("group/version");
     let crd = crds
         .iter()
@@ -1033,7 +1039,7 @@ fn event_source_role_is_read_only_on_the_watched_kinds() {
 // ---------------------------------------------------------------------------
 
 #[test]
-fn api_server_source_sends_whole_objects_of_the_four_kinds_to_events() {
+fn api_server_source_sends_whole_objects_of_the_five_kinds_to_events() {
     let docs = all_docs();
     let source = only(&docs, "ApiServerSource");
     assert_eq!(source.value["apiVersion"], "sources.knative.dev/v1");
@@ -1060,6 +1066,7 @@ fn api_server_source_sends_whole_objects_of_the_four_kinds_to_events() {
         ("ipam.cluster.x-k8s.io/v1beta2", "IPAddress"),
         ("ipam.metal-ipam.dev/v1alpha1", "MetalIPPool"),
         ("ipam.metal-ipam.dev/v1alpha1", "GlobalMetalIPPool"),
+        ("cluster.x-k8s.io/v1beta2", "Machine"),
     ]
     .iter()
     .map(|(a, k)| (a.to_string(), k.to_string()))

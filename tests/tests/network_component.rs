@@ -470,3 +470,82 @@ async fn the_metal_poll_releases_the_network_of_a_deleted_device() {
     assert_eq!(r.status, 200, "{:#}", r.body);
     assert_eq!(sim.violations(), Vec::<String>::new());
 }
+
+/// Delivers the Machine's watch event until the step stops asking for it
+/// again (the events component answers 503 with `Retry-After` while the
+/// network step is at work); returns the step's last result.
+async fn deliver_machine_event(app: &App, kube: &FakeKube) -> Value {
+    for _ in 0..20 {
+        let m = kube
+            .get(
+                metal_ipam_tests::fake_kube::CLUSTER_GROUP,
+                "machines",
+                Some("team-a"),
+                "m-0",
+            )
+            .unwrap();
+        let r = app
+            .call(
+                "POST",
+                "/v1/events",
+                Some(&json!({"type": "MODIFIED", "object": m})),
+            )
+            .await;
+        assert_eq!(r.body["step"], "network", "{:#}", r.body);
+        if r.status == 200 {
+            return r.body["stepResult"].clone();
+        }
+        assert_eq!(
+            (r.status, r.body["stepStatus"].as_u64()),
+            (503, Some(202)),
+            "{:#}",
+            r.body
+        );
+        assert!(r.headers.get("retry-after").is_some());
+    }
+    panic!("the Machine's event was never done");
+}
+
+/// Machine events (the forwarders watch Machines): an event applies the
+/// profile (delivered again while a step runs, until converged); removing
+/// the annotation releases the device and the claims and forgets the
+/// record; from then on, events about the Machine make no Metal call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn machine_events_apply_a_profile_and_release_it_once_removed() {
+    let (kube, sim, app) = setup().await;
+    let result = deliver_machine_event(&app, &kube).await;
+    assert_eq!(result["result"], "converged", "{result:#}");
+    let bond = sim.device(DEV).unwrap().port("bond0").unwrap().clone();
+    assert!(bond.layer2 && bond.vlans.len() == 2);
+    let store = app.store().await;
+    let key = format!("net/device/{DEV}");
+    assert!(store.get(&key).await.unwrap().is_some());
+
+    // The profile removed: the annotation dropped.
+    let mut m = kube
+        .get(
+            metal_ipam_tests::fake_kube::CLUSTER_GROUP,
+            "machines",
+            Some("team-a"),
+            "m-0",
+        )
+        .unwrap();
+    m["metadata"]["annotations"] = json!({});
+    kube.put(m);
+    let result = deliver_machine_event(&app, &kube).await;
+    assert_eq!(result["result"], "released", "{result:#}");
+    assert_eq!(result["claimsDeleted"], 1);
+    let d = sim.device(DEV).unwrap();
+    assert!(d
+        .ports
+        .iter()
+        .all(|p| p.bonded && p.vlans.is_empty() && !p.layer2));
+    assert!(store.get(&key).await.unwrap().is_none(), "record forgotten");
+
+    // Later events about the Machine: nothing to do, no Metal call.
+    sim.clear_requests();
+    let result = deliver_machine_event(&app, &kube).await;
+    assert_eq!(result["result"], "ignored", "{result:#}");
+    assert!(sim.requests().is_empty(), "{:?}", sim.requests());
+    assert_eq!(sim.violations(), Vec::<String>::new());
+}

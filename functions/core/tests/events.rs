@@ -731,3 +731,37 @@ fn a_vrf_backed_pool_event_also_goes_to_the_provision_step() {
         );
     }
 }
+
+#[test]
+fn a_machine_event_goes_to_the_network_step() {
+    use metal_ipam_core::events::route::route_event;
+    use metal_ipam_core::events::ObjectKind;
+    let machine = json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+        "metadata": {"name": "md-0-x7f", "namespace": "team-a"}});
+    for t in ["ADDED", "MODIFIED", "DELETED"] {
+        let ev = object_event(plain(&json!({"type": t, "object": machine})).unwrap());
+        assert_eq!(ev.kind, ObjectKind::Machine);
+        assert_eq!(
+            route_event(&ev),
+            vec![(
+                "network",
+                "/v1/capi/machines/team-a/md-0-x7f/network".to_string()
+            )],
+            "{t}: the step re-reads the Machine"
+        );
+    }
+    // Another group's Machine (e.g. a Metal3 one) is not ours.
+    let other = json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "Machine",
+        "metadata": {"name": "m", "namespace": "team-a"}});
+    let (_, reason) = ignored(plain(&json!({"type": "ADDED", "object": other})).unwrap());
+    assert!(reason.contains("Machine"), "{reason}");
+    // A Machine needs a namespace.
+    let mut bare = machine.clone();
+    bare["metadata"] = json!({"name": "m"});
+    assert_eq!(
+        plain(&json!({"type": "ADDED", "object": bare}))
+            .unwrap_err()
+            .status(),
+        400
+    );
+}

@@ -468,6 +468,85 @@ pub fn apply_machine<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
     ))
 }
 
+/// What [`sync_machine`] did with a Machine's event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Synced {
+    /// The Machine is gone, or going (its claims go with it, its device
+    /// is released by the Metal poll once deleted): nothing to do.
+    Absent,
+    /// No profile, and nothing of ours on its device: nothing to do.
+    Ignored,
+    /// A profile but no device yet: the Metal poll applies it once the
+    /// device is active.
+    WaitingForDevice,
+    /// The profile applied (converged or in progress).
+    Applied(Report),
+    /// The profile removed (annotation gone, or the profile object
+    /// deleted) from a machine whose device we configured: released
+    /// (`None` once done, with the claims deleted).
+    Released(Option<Report>, usize),
+}
+
+/// Syncs a Machine after an event about it: applies its profile, or
+/// releases its networking when the profile was removed (the annotation
+/// dropped or the profile object deleted) and its device carries our
+/// apply record. Once a release has converged the record is forgotten, so
+/// later events about the Machine change nothing.
+///
+/// # Idempotency
+/// As [`apply_machine`] and [`release_machine`]; an event about a Machine
+/// without a profile and without our record makes no Metal call.
+///
+/// # Errors
+/// As [`apply_machine`] (but a missing device or profile is an outcome,
+/// not an error).
+pub fn sync_machine<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
+    ctx: &Ctx<'_, K>,
+    kube: &Kube<'_, H>,
+    metal: &Metal<'_, H, E>,
+    batches: &dyn VlanBatches,
+    ns: &str,
+    name: &str,
+) -> Result<Synced> {
+    let Some((machine, _)) = machine_and_infra(kube, ns, name)? else {
+        return Ok(Synced::Absent);
+    };
+    if machine.metadata.deleting() {
+        return Ok(Synced::Absent);
+    }
+    match read_machine(kube, ns, name) {
+        Ok(m) if m.device.is_none() => {
+            ensure_claims(kube, ns, name, &m)?;
+            Ok(Synced::WaitingForDevice)
+        }
+        Ok(_) => Ok(Synced::Applied(
+            apply_machine(ctx, kube, metal, batches, ns, name)?.0,
+        )),
+        Err(e) if matches!(e.reason(), "NoNetworkProfile" | "ProfileNotFound") => {
+            let device = read_device(kube, ns, name)?.and_then(|(_, d)| d);
+            let ours = match &device {
+                Some(d) => apply::has_record(ctx.kv, d)?,
+                None => false,
+            };
+            if !ours {
+                return Ok(Synced::Ignored);
+            }
+            let (report, deleted) = release_machine(ctx, kube, metal, batches, ns, name)?;
+            let done = report
+                .as_ref()
+                .is_none_or(|r| r.phase == apply::Phase::Converged);
+            if !done {
+                return Ok(Synced::Released(report, deleted));
+            }
+            if let Some(d) = &device {
+                apply::forget(ctx.kv, d)?;
+            }
+            Ok(Synced::Released(None, deleted))
+        }
+        Err(e) => Err(e),
+    }
+}
+
 /// The node's OS network configuration in `format`, from the profile (no
 /// device needed), and the addresses still pending.
 ///

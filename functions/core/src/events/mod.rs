@@ -99,6 +99,7 @@
 //! | `ipam.cluster.x-k8s.io` | `IPAddress` | [`ObjectKind::IpAddress`] | namespaced |
 //! | `ipam.metal-ipam.dev` | `MetalIPPool` | [`ObjectKind::Pool`]`(Namespaced)` | namespaced |
 //! | `ipam.metal-ipam.dev` | `GlobalMetalIPPool` | [`ObjectKind::Pool`]`(Global)` | cluster |
+//! | `cluster.x-k8s.io` | `Machine` | [`ObjectKind::Machine`] | namespaced |
 //!
 //! Every other kind is ignored. Names must be DNS-1123 subdomains and
 //! namespaces DNS-1123 labels; a namespaced kind without a namespace, or a
@@ -118,6 +119,9 @@ use serde_json::{Map, Value};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::ipam::claim::CAPI_IPAM_GROUP;
+
+/// The Cluster API core group (`Machine`).
+pub const CAPI_GROUP: &str = "cluster.x-k8s.io";
 use crate::ipam::pool::{self, PoolKind};
 use crate::kube::names;
 
@@ -143,6 +147,8 @@ pub enum ObjectKind {
     IpAddress,
     /// `ipam.metal-ipam.dev` `MetalIPPool` or `GlobalMetalIPPool`.
     Pool(PoolKind),
+    /// `cluster.x-k8s.io` `Machine` (its network profile).
+    Machine,
 }
 
 impl ObjectKind {
@@ -152,6 +158,7 @@ impl ObjectKind {
             ObjectKind::Claim => "IPAddressClaim",
             ObjectKind::IpAddress => "IPAddress",
             ObjectKind::Pool(k) => k.kind_name(),
+            ObjectKind::Machine => "Machine",
         }
     }
 
@@ -169,6 +176,7 @@ impl ObjectKind {
     /// assert_eq!(ObjectKind::classify("ipam.cluster.x-k8s.io/v1alpha1", "IPAddress"), Some(ObjectKind::IpAddress));
     /// assert_eq!(ObjectKind::classify("ipam.metal-ipam.dev/v1alpha1", "GlobalMetalIPPool"),
     ///     Some(ObjectKind::Pool(PoolKind::Global)));
+    /// assert_eq!(ObjectKind::classify("cluster.x-k8s.io/v1beta2", "Machine"), Some(ObjectKind::Machine));
     /// assert_eq!(ObjectKind::classify("v1", "ConfigMap"), None);
     /// ```
     pub fn classify(api_version: &str, kind: &str) -> Option<ObjectKind> {
@@ -177,6 +185,7 @@ impl ObjectKind {
             (CAPI_IPAM_GROUP, "IPAddressClaim") => Some(ObjectKind::Claim),
             (CAPI_IPAM_GROUP, "IPAddress") => Some(ObjectKind::IpAddress),
             (pool::GROUP, k) => PoolKind::from_kind_name(k).map(ObjectKind::Pool),
+            (CAPI_GROUP, "Machine") => Some(ObjectKind::Machine),
             _ => None,
         }
     }

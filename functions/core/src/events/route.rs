@@ -18,7 +18,8 @@ use crate::kube::names;
 /// hint about its claim (same name: re-create it if it was deleted) and,
 /// when the object names one of our pools, about that pool's status
 /// counts; pools go to `pools`, and a VRF-backed one (the object has
-/// `spec.metal`) to `provision` as well. (Whether a claim's pool is
+/// `spec.metal`) to `provision` as well; Machines go to `network` (their
+/// network profile). (Whether a claim's pool is
 /// VRF-backed is not in the event: the claim step says so in its answer,
 /// and the `events` component then forwards to `assign`.)
 ///
@@ -77,6 +78,12 @@ pub fn route_event(ev: &ObjectEvent) -> Vec<(&'static str, String)> {
             }
             out
         }
+        // A Machine's network profile: applied, or released once removed
+        // (the step re-reads the Machine; a deleted one needs nothing).
+        ObjectKind::Machine => vec![(
+            "network",
+            format!("/v1/capi/machines/{ns}/{}/network", ev.name),
+        )],
         ObjectKind::Pool(kind) => {
             let tail = match kind {
                 PoolKind::Namespaced => format!("pools/{ns}/{}", ev.name),

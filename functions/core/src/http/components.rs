@@ -7,12 +7,12 @@
 //! | `pools` | `/v1/pools…`, `/v1/global-pools…`; `POST /v1/capi/pools/{ns}/{name}`, `POST /v1/capi/global-pools/{name}` (pool sync) | yes | yes | — |
 //! | `allocate` | `POST /v1/claims`; `POST /v1/capi/claims/{ns}/{name}` (claim reconcile) | yes | yes | — |
 //! | `release` | `/v1/claims/{ns}/{name}`; `POST /v1/capi/claims/{ns}/{name}` (claim reconcile) | yes | yes | — |
-//! | `events` | `POST /v1/events` | no | no | `allocate`, `release`, `pools`, `provision`, `assign` |
+//! | `events` | `POST /v1/events` | no | no | `allocate`, `release`, `pools`, `provision`, `assign`, `network` (Machines) |
 //! | `admission` | `POST /v1/admission/pools`, `POST /v1/admission/network-profiles` | read | no | — |
 //! | `reconcile` | `POST /v1/reconcile` | yes | yes | `provision` (each VRF-backed pool), `assign` (each claim in one) |
 //! | `assign` | `POST /v1/capi/metal/claims/{ns}/{name}` (chained after a claim step that answers `metalAssignment`) and `POST /v1/metal/claims/{ns}/{name}` (public; 202 with `Retry-After` and `Location` while another instance assigns) | yes | yes | — (calls Metal) |
 //! | `poll` | `POST /v1/metal/poll` (CronJob: Metal events after the stored cursor) | yes | yes | `attach-vlan`, `detach-vlan` (a machine's network on a device that became active; calls Metal) |
-//! | `network` | `POST`/`DELETE /v1/machines/{ns}/{name}/network` (`?dryRun=true`), `GET /v1/machines/{ns}/{name}/netconfig?format=` | yes | yes | `attach-vlan`, `detach-vlan` (VLAN batches; calls Metal for the rest) |
+//! | `network` | `POST`/`DELETE /v1/machines/{ns}/{name}/network` (`?dryRun=true`), `GET /v1/machines/{ns}/{name}/netconfig?format=`; `POST /v1/capi/machines/{ns}/{name}/network` (a Machine's event, chained) | yes | yes | `attach-vlan`, `detach-vlan` (VLAN batches; calls Metal for the rest) |
 //! | `attach-vlan`, `detach-vlan` | `POST /v1/metal/ports/{port}/vlan-batches` (private: chained from `network` and `poll`) | no | no | — (calls Metal) |
 //! | `provision` | `POST /v1/capi/metal/pools/{ns}/{name}`, `POST /v1/capi/metal/global-pools/{name}` (VRF-backed pool sync, chained), and the same step at `POST /v1/metal/pools/{ns}/{name}`, `/v1/metal/global-pools/{name}` (public; 202 with `Retry-After` and `Location` while Metal works) | yes | yes | — (calls Metal; with `assign` and `poll`, the only components with the Metal token) |
 //!
@@ -369,6 +369,7 @@ pub fn network<K: KvStore, H: HttpClient + ?Sized>(
         ["v1", "machines", ns, name, what @ ("network" | "netconfig")] => {
             (ns.to_string(), name.to_string(), *what)
         }
+        ["v1", "capi", "machines", ns, name, "network"] => return machine_sync(s, req, ns, name),
         _ => return no_route(req.path),
     };
     let route = if what == "network" {
@@ -472,6 +473,74 @@ pub fn network<K: KvStore, H: HttpClient + ?Sized>(
             .touching("device", device)
         }
         Err(e) => fail(e),
+    }
+}
+
+/// `POST /v1/capi/machines/{ns}/{name}/network` (chained from `events`
+/// for a Machine's event): applies its profile, or releases what a removed
+/// profile left ([`capi::network::sync_machine`]). 200 with `result`
+/// (`absent`, `ignored`, `waiting-for-device`, `converged`, `released`),
+/// 202 with `Retry-After` while a step runs (the forwarder delivers the
+/// event again).
+fn machine_sync<K: KvStore, H: HttpClient + ?Sized>(
+    s: &Services<'_, K, H>,
+    req: &ApiRequest<'_>,
+    ns: &str,
+    name: &str,
+) -> ApiResponse {
+    use capi::network::Synced;
+    let route = "/v1/capi/machines/{namespace}/{name}/network";
+    if let Some(r) = guard(
+        auth::check_bearer(s.api_token, req.authorization),
+        req,
+        route,
+        None,
+    ) {
+        return r;
+    }
+    let machine = format!("{ns}/{name}");
+    let checked = names::check_label(ns)
+        .and_then(|_| names::check_subdomain(name))
+        .map_err(Error::malformed);
+    let result = checked.and_then(|_| {
+        let (ctx, kube, metal) = (store(s)?, kube(s)?, metal_of(s)?);
+        capi::network::sync_machine(ctx, kube, metal, &chained(s), ns, name)
+    });
+    let synced = match result {
+        Ok(x) => x,
+        Err(e) => return ApiResponse::from_error(&e, route).touching("machine", machine),
+    };
+    let (result, report, deleted) = match synced {
+        Synced::Absent => ("absent", None, None),
+        Synced::Ignored => ("ignored", None, None),
+        Synced::WaitingForDevice => ("waiting-for-device", None, None),
+        Synced::Applied(r) => (
+            match r.phase {
+                crate::network::apply::Phase::Converged => "converged",
+                crate::network::apply::Phase::InProgress { .. } => "in-progress",
+            },
+            Some(r),
+            None,
+        ),
+        Synced::Released(r, n) => (
+            if r.is_some() { "releasing" } else { "released" },
+            r,
+            Some(n),
+        ),
+    };
+    let mut body = report
+        .as_ref()
+        .map(crate::network::apply::Report::to_json)
+        .unwrap_or_else(|| json!({}));
+    body["result"] = result.into();
+    body["machine"] = machine.clone().into();
+    if let Some(n) = deleted {
+        body["claimsDeleted"] = n.into();
+    }
+    let r = ApiResponse::success(200, Some(body), route, result).touching("machine", machine);
+    match report.and_then(|r| r.phase.retry_after()) {
+        Some(secs) => accepted(r, secs, format!("/v1/machines/{ns}/{name}/network")),
+        None => r,
     }
 }
 

@@ -178,6 +178,15 @@ fn change<K: KvStore, T>(
     })
 }
 
+/// Whether `device` has an apply record (it was applied to, and not
+/// forgotten).
+///
+/// # Errors
+/// Store errors.
+pub fn has_record<K: KvStore>(kv: &K, device: &str) -> Result<bool> {
+    Ok(kv.get(&ApplyState::key(device))?.is_some())
+}
+
 /// The devices with a step running (a batch or a mode change awaited):
 /// what the Metal poll continues, so an apply left at 202 advances without
 /// anyone POSTing again. One key listing and one read per device record.
