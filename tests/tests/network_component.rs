@@ -542,10 +542,14 @@ async fn machine_events_apply_a_profile_and_release_it_once_removed() {
         .all(|p| p.bonded && p.vlans.is_empty() && !p.layer2));
     assert!(store.get(&key).await.unwrap().is_none(), "record forgotten");
 
-    // Later events about the Machine: nothing to do, no Metal call.
+    // Later events about the Machine: nothing to do, no Metal call, one
+    // read of the Machine.
     sim.clear_requests();
+    kube.clear_requests();
     let result = deliver_machine_event(&app, &kube).await;
     assert_eq!(result["result"], "ignored", "{result:#}");
     assert!(sim.requests().is_empty(), "{:?}", sim.requests());
+    let reads: Vec<String> = kube.requests().iter().map(|r| r.line()).collect();
+    assert_eq!(reads.len(), 1, "{reads:?}");
     assert_eq!(sim.violations(), Vec::<String>::new());
 }

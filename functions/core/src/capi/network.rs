@@ -97,10 +97,21 @@ pub fn read_machine<H: HttpClient + ?Sized>(
             format!("Machine {ns}/{name} does not exist"),
         )
     })?;
+    network_of(kube, ns, name, &machine, infra.as_ref())
+}
+
+/// [`read_machine`] for a Machine and infrastructure machine already read.
+fn network_of<H: HttpClient + ?Sized>(
+    kube: &Kube<'_, H>,
+    ns: &str,
+    name: &str,
+    machine: &MachineObject,
+    infra: Option<&MachineObject>,
+) -> Result<MachineNetwork> {
     let annotation = machine
         .metadata
         .annotation(PROFILE_ANNOTATION)
-        .or_else(|| infra.as_ref().and_then(|i| i.metadata.annotation(PROFILE_ANNOTATION)))
+        .or_else(|| infra.and_then(|i| i.metadata.annotation(PROFILE_ANNOTATION)))
         .map(str::to_string)
         .ok_or_else(|| {
             Error::conflict(
@@ -108,13 +119,9 @@ pub fn read_machine<H: HttpClient + ?Sized>(
                 format!("Machine {ns}/{name} has no {PROFILE_ANNOTATION} annotation (nor its infrastructure machine)"),
             )
         })?;
-    let provider = machine
-        .provider_id
-        .clone()
-        .or_else(|| infra.as_ref().and_then(|i| i.provider_id.clone()));
-    let device = match provider {
+    let device = match provider_of(machine, infra) {
         None => None,
-        Some(p) => Some(device_of(&p).map(str::to_string).ok_or_else(|| {
+        Some(p) => Some(device_of(p).map(str::to_string).ok_or_else(|| {
             Error::invalid(
                 "spec.providerID",
                 format!("{p:?} is not equinixmetal://<uuid>"),
@@ -150,12 +157,21 @@ fn read_device<H: HttpClient + ?Sized>(
     let Some((machine, infra)) = machine_and_infra(kube, ns, name)? else {
         return Ok(None);
     };
-    let provider = machine
-        .provider_id
-        .clone()
-        .or_else(|| infra.and_then(|i| i.provider_id));
-    let device = provider.and_then(|p| device_of(&p).map(str::to_string));
+    let device = provider_of(&machine, infra.as_ref())
+        .and_then(device_of)
+        .map(str::to_string);
     Ok(Some((machine.metadata.uid.unwrap_or_default(), device)))
+}
+
+/// The provider ID of the Machine, else of its infrastructure machine.
+fn provider_of<'a>(
+    machine: &'a MachineObject,
+    infra: Option<&'a MachineObject>,
+) -> Option<&'a str> {
+    machine
+        .provider_id
+        .as_deref()
+        .or_else(|| infra.and_then(|i| i.provider_id.as_deref()))
 }
 
 /// Releases a machine's networking (its profile removed, or the machine
@@ -457,11 +473,24 @@ pub fn apply_machine<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
     name: &str,
 ) -> Result<(Report, String)> {
     let m = read_machine(kube, ns, name)?;
+    apply_network(ctx, kube, metal, batches, ns, name, &m)
+}
+
+/// [`apply_machine`] for a machine already read.
+fn apply_network<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
+    ctx: &Ctx<'_, K>,
+    kube: &Kube<'_, H>,
+    metal: &Metal<'_, H, E>,
+    batches: &dyn VlanBatches,
+    ns: &str,
+    name: &str,
+    m: &MachineNetwork,
+) -> Result<(Report, String)> {
     // The per-VLAN claims first: their addresses are allocated while the
     // device is still on its way.
-    ensure_claims(kube, ns, name, &m)?;
-    let device = device_or_conflict(&m, ns, name)?;
-    let (desired, _) = desired(ctx, metal, ns, &m, &device)?;
+    ensure_claims(kube, ns, name, m)?;
+    let device = device_or_conflict(m, ns, name)?;
+    let (desired, _) = desired(ctx, metal, ns, m, &device)?;
     Ok((
         apply::apply(ctx, metal, batches, &device, &desired)?,
         device,
@@ -508,22 +537,24 @@ pub fn sync_machine<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
     ns: &str,
     name: &str,
 ) -> Result<Synced> {
-    let Some((machine, _)) = machine_and_infra(kube, ns, name)? else {
+    let Some((machine, infra)) = machine_and_infra(kube, ns, name)? else {
         return Ok(Synced::Absent);
     };
     if machine.metadata.deleting() {
         return Ok(Synced::Absent);
     }
-    match read_machine(kube, ns, name) {
+    match network_of(kube, ns, name, &machine, infra.as_ref()) {
         Ok(m) if m.device.is_none() => {
             ensure_claims(kube, ns, name, &m)?;
             Ok(Synced::WaitingForDevice)
         }
-        Ok(_) => Ok(Synced::Applied(
-            apply_machine(ctx, kube, metal, batches, ns, name)?.0,
+        Ok(m) => Ok(Synced::Applied(
+            apply_network(ctx, kube, metal, batches, ns, name, &m)?.0,
         )),
         Err(e) if matches!(e.reason(), "NoNetworkProfile" | "ProfileNotFound") => {
-            let device = read_device(kube, ns, name)?.and_then(|(_, d)| d);
+            let device = provider_of(&machine, infra.as_ref())
+                .and_then(device_of)
+                .map(str::to_string);
             let ours = match &device {
                 Some(d) => apply::has_record(ctx.kv, d)?,
                 None => false,
