@@ -471,19 +471,23 @@ async fn the_metal_poll_releases_the_network_of_a_deleted_device() {
     assert_eq!(sim.violations(), Vec::<String>::new());
 }
 
+/// The Machine `team-a/m-0` as the API server has it.
+fn machine(kube: &FakeKube) -> Value {
+    kube.get(
+        metal_ipam_tests::fake_kube::CLUSTER_GROUP,
+        "machines",
+        Some("team-a"),
+        "m-0",
+    )
+    .expect("the Machine")
+}
+
 /// Delivers the Machine's watch event until the step stops asking for it
 /// again (the events component answers 503 with `Retry-After` while the
 /// network step is at work); returns the step's last result.
 async fn deliver_machine_event(app: &App, kube: &FakeKube) -> Value {
     for _ in 0..20 {
-        let m = kube
-            .get(
-                metal_ipam_tests::fake_kube::CLUSTER_GROUP,
-                "machines",
-                Some("team-a"),
-                "m-0",
-            )
-            .unwrap();
+        let m = machine(kube);
         let r = app
             .call(
                 "POST",
@@ -522,14 +526,7 @@ async fn machine_events_apply_a_profile_and_release_it_once_removed() {
     assert!(store.get(&key).await.unwrap().is_some());
 
     // The profile removed: the annotation dropped.
-    let mut m = kube
-        .get(
-            metal_ipam_tests::fake_kube::CLUSTER_GROUP,
-            "machines",
-            Some("team-a"),
-            "m-0",
-        )
-        .unwrap();
+    let mut m = machine(&kube);
     m["metadata"]["annotations"] = json!({});
     kube.put(m);
     let result = deliver_machine_event(&app, &kube).await;

@@ -596,7 +596,7 @@ fn vlan_batch<K: KvStore, H: HttpClient + ?Sized>(
         return r;
     }
     let fail = |e: Error| ApiResponse::from_error(&e, route).touching("port", port.clone());
-    if !crate::network::batch::is_uuid(&port) {
+    if !crate::ipam::vrf::is_uuid(&port) {
         return fail(Error::new(
             ErrorKind::Malformed,
             "InvalidBatch",

@@ -24,6 +24,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::error::{Error, ErrorKind, Result};
+use crate::ipam::vrf::is_uuid;
 use crate::metal::client::{Metal, MetalError};
 use crate::metal::model::{VlanBatch, VlanBatchInput, VlanBatchItem};
 use crate::ports::http::HttpClient;
@@ -109,22 +110,6 @@ impl BatchOp {
             BatchOp::Get { .. } => bad("batch is not a UUID".into()),
         }
     }
-}
-
-/// Whether `s` is a UUID (8-4-4-4-12 hex digits), as Metal's ids are.
-///
-/// ```
-/// use metal_ipam_core::network::batch::is_uuid;
-/// assert!(is_uuid("3c2b1a09-8f7e-4d6c-9b5a-4f3e2d1c0b0a"));
-/// assert!(!is_uuid("../ports"));
-/// ```
-pub fn is_uuid(s: &str) -> bool {
-    let groups: Vec<&str> = s.split('-').collect();
-    groups.len() == 5
-        && groups
-            .iter()
-            .zip([8, 4, 4, 4, 12])
-            .all(|(g, n)| g.len() == n && g.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
 /// Runs VLAN batch steps for the apply.
