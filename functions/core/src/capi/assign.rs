@@ -418,8 +418,10 @@ fn network_on_devices<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
         let name = m.metadata.name.clone();
         let machine = format!("{ns}/{name}");
         if gone.contains(&on) {
-            match super::network::release_machine(ctx, kube, metal, batches, &ns, &name) {
-                Ok((_, deleted)) => {
+            // The device is gone: only the claims are left to release.
+            let uid = m.metadata.uid.as_deref().unwrap_or_default();
+            match super::network::delete_claims(kube, &ns, &name, uid) {
+                Ok(deleted) => {
                     report.network.push((machine, "released"));
                     report.network_claims_deleted += deleted;
                 }
@@ -429,13 +431,7 @@ fn network_on_devices<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
             }
         } else if active.contains(&on) && !m.metadata.deleting() {
             match super::network::apply_machine(ctx, kube, metal, batches, &ns, &name) {
-                Ok((r, _)) => report.network.push((
-                    machine,
-                    match r.phase {
-                        crate::network::apply::Phase::Converged => "converged",
-                        crate::network::apply::Phase::InProgress { .. } => "in-progress",
-                    },
-                )),
+                Ok((r, _)) => report.network.push((machine, r.phase.name())),
                 Err(e) if e.reason() == "NoNetworkProfile" => {}
                 Err(e) => report
                     .errors

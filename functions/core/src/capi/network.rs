@@ -211,20 +211,36 @@ pub fn release_machine<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
         },
         None => None,
     };
-    // The per-VLAN claims: owned by this Machine, named after it.
+    Ok((report, delete_claims(kube, ns, name, &uid)?))
+}
+
+/// Deletes the claims the machine's profile made ([`claim_for`]: owned by
+/// the Machine `uid`, named after it), so their addresses are released
+/// through the allocator; returns how many. A profile's claims are found
+/// by name, not from the profile, which may be gone.
+///
+/// # Errors
+/// API server errors.
+pub fn delete_claims<H: HttpClient + ?Sized>(
+    kube: &Kube<'_, H>,
+    ns: &str,
+    name: &str,
+    uid: &str,
+) -> Result<usize> {
     let claims: Vec<crate::kube::object::Meta> = kube.list_as(&kube::CLAIMS, Some(ns))?;
     let mut deleted = 0;
     for c in claims {
         let m = &c.metadata;
-        let ours = m.owned_by(&uid)
-            && m.name.starts_with(&format!("{name}-"))
-            && (m.name.contains("-vlan-") || m.name.contains("-elastic-"));
+        let ours = m.owned_by(uid)
+            && m.name.strip_prefix(name).is_some_and(|rest| {
+                rest.starts_with('-') && (rest.contains("-vlan-") || rest.contains("-elastic-"))
+            });
         if ours && !m.deleting() {
             kube.delete(&kube::CLAIMS, Some(ns), &m.name)?;
             deleted += 1;
         }
     }
-    Ok((report, deleted))
+    Ok(deleted)
 }
 
 /// The profile's VLANs, resolved: (reference, UUID, number).
@@ -263,7 +279,7 @@ fn resolve_vlans<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
                 metro_vlans
                     .iter()
                     .flatten()
-                    .find(|v| v.vxlan == Some(n) && v.metro().as_deref() == Some(metro.as_str()))
+                    .find(|v| v.is(n, &metro))
                     .cloned()
             }
             (_, _, Some(p)) => {
@@ -346,7 +362,8 @@ pub fn claim_name(machine: &str, port: &str, j: usize) -> String {
 
 /// The name of the claim for `slot` of `port` of machine `machine`: a
 /// VLAN's address ([`claim_name`]) or an elastic IP
-/// (`<machine>-<port>-elastic-<k>`).
+/// (`<machine>-<port>-elastic-<k>`); [`delete_claims`] finds them by these
+/// names.
 ///
 /// ```
 /// use metal_ipam_core::capi::network::claim_for;

@@ -105,6 +105,14 @@ impl ApiResponse {
         }
     }
 
+    /// Sets member `key` of the JSON body (if it has one).
+    pub fn with_member(mut self, key: &str, value: Value) -> Self {
+        if let Some(body) = self.body.as_mut() {
+            body[key] = value;
+        }
+        self
+    }
+
     /// Adds an object to the log line's `objects`.
     pub fn touching(mut self, kind: &'static str, what: String) -> Self {
         self.objects.push((kind, what));

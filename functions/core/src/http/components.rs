@@ -422,27 +422,20 @@ pub fn network<K: KvStore, H: HttpClient + ?Sized>(
             Err(e) => fail(e),
         };
     }
-    let location = format!("/v1/machines/{ns}/{name}/network");
     if req.method == "DELETE" {
         return match capi::network::release_machine(ctx, kube, metal, &chained(s), &ns, &name) {
             Ok((report, deleted)) => {
-                let mut body = report
+                let outcome = if report
                     .as_ref()
-                    .map(crate::network::apply::Report::to_json)
-                    .unwrap_or_else(
-                        || json!({"phase": "converged", "remaining": [], "issued": []}),
-                    );
-                body["machine"] = machine.clone().into();
-                body["claimsDeleted"] = deleted.into();
-                match report.and_then(|r| r.phase.retry_after()) {
-                    Some(secs) => accepted(
-                        ApiResponse::success(200, Some(body), route, "releasing"),
-                        secs,
-                        location,
-                    ),
-                    None => ApiResponse::success(200, Some(body), route, "released"),
-                }
-                .touching("machine", machine)
+                    .is_some_and(|r| r.phase.retry_after().is_some())
+                {
+                    "releasing"
+                } else {
+                    "released"
+                };
+                let done = json!({"phase": "converged", "remaining": [], "issued": []});
+                network_answer(route, outcome, report.as_ref(), done, &ns, &name)
+                    .with_member("claimsDeleted", deleted.into())
             }
             Err(e) => fail(e),
         };
@@ -457,21 +450,16 @@ pub fn network<K: KvStore, H: HttpClient + ?Sized>(
         };
     }
     match capi::network::apply_machine(ctx, kube, metal, &chained(s), &ns, &name) {
-        Ok((report, device)) => {
-            let mut body = report.to_json();
-            body["machine"] = machine.clone().into();
-            body["device"] = device.clone().into();
-            match report.phase.retry_after() {
-                Some(secs) => accepted(
-                    ApiResponse::success(200, Some(body), route, "in-progress"),
-                    secs,
-                    location,
-                ),
-                None => ApiResponse::success(200, Some(body), route, "converged"),
-            }
-            .touching("machine", machine)
-            .touching("device", device)
-        }
+        Ok((report, device)) => network_answer(
+            route,
+            report.phase.name(),
+            Some(&report),
+            json!({}),
+            &ns,
+            &name,
+        )
+        .with_member("device", device.clone().into())
+        .touching("device", device),
         Err(e) => fail(e),
     }
 }
@@ -514,30 +502,37 @@ fn machine_sync<K: KvStore, H: HttpClient + ?Sized>(
         Synced::Absent => ("absent", None, None),
         Synced::Ignored => ("ignored", None, None),
         Synced::WaitingForDevice => ("waiting-for-device", None, None),
-        Synced::Applied(r) => (
-            match r.phase {
-                crate::network::apply::Phase::Converged => "converged",
-                crate::network::apply::Phase::InProgress { .. } => "in-progress",
-            },
-            Some(r),
-            None,
-        ),
+        Synced::Applied(r) => (r.phase.name(), Some(r), None),
         Synced::Released(r, n) => (
             if r.is_some() { "releasing" } else { "released" },
             r,
             Some(n),
         ),
     };
-    let mut body = report
-        .as_ref()
-        .map(crate::network::apply::Report::to_json)
-        .unwrap_or_else(|| json!({}));
-    body["result"] = result.into();
-    body["machine"] = machine.clone().into();
+    let mut r = network_answer(route, result, report.as_ref(), json!({}), ns, name)
+        .with_member("result", result.into());
     if let Some(n) = deleted {
-        body["claimsDeleted"] = n.into();
+        r = r.with_member("claimsDeleted", n.into());
     }
-    let r = ApiResponse::success(200, Some(body), route, result).touching("machine", machine);
+    r
+}
+
+/// A network step's answer: the apply `report` as JSON (`none` without
+/// one) with `machine`, logged as `outcome`; 202 with `Retry-After` and
+/// `Location` (the machine's network route) while the report is in
+/// progress.
+fn network_answer(
+    route: &'static str,
+    outcome: &'static str,
+    report: Option<&crate::network::apply::Report>,
+    none: Value,
+    ns: &str,
+    name: &str,
+) -> ApiResponse {
+    let machine = format!("{ns}/{name}");
+    let mut body = report.map_or(none, crate::network::apply::Report::to_json);
+    body["machine"] = machine.clone().into();
+    let r = ApiResponse::success(200, Some(body), route, outcome).touching("machine", machine);
     match report.and_then(|r| r.phase.retry_after()) {
         Some(secs) => accepted(r, secs, format!("/v1/machines/{ns}/{name}/network")),
         None => r,

@@ -759,7 +759,7 @@ impl<'a, H: HttpClient + ?Sized, E: Env + ?Sized> Metal<'a, H, E> {
         Ok(self
             .list_vlans(&metro)?
             .into_iter()
-            .find(|v| v.vxlan == Some(vxlan) && v.metro().as_deref() == Some(metro.as_str())))
+            .find(|v| v.is(vxlan, &metro)))
     }
 
     /// One VLAN; `None` if it does not exist.

@@ -323,6 +323,12 @@ impl VirtualNetwork {
             .or_else(|| self.metro.as_ref()?.code.as_deref())
             .map(str::to_ascii_lowercase)
     }
+
+    /// Whether this is VLAN `vxlan` of `metro` (a lower-case code): a
+    /// number is unique per project and metro only, so both are checked.
+    pub fn is(&self, vxlan: u16, metro: &str) -> bool {
+        self.vxlan == Some(vxlan) && self.metro().as_deref() == Some(metro)
+    }
 }
 
 /// `POST /projects/{id}/virtual-networks`.

@@ -296,6 +296,14 @@ pub enum Phase {
 }
 
 impl Phase {
+    /// `converged` or `in-progress` (bodies and log outcomes).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Phase::Converged => "converged",
+            Phase::InProgress { .. } => "in-progress",
+        }
+    }
+
     /// Seconds after which running again is worthwhile; `None` when
     /// converged.
     pub fn retry_after(&self) -> Option<u64> {
@@ -320,19 +328,16 @@ pub struct Report {
 impl Report {
     /// As JSON (`phase`, `remaining`, `issued`).
     pub fn to_json(&self) -> Value {
-        let (phase, waiting, retry) = match &self.phase {
-            Phase::Converged => ("converged", None, None),
-            Phase::InProgress {
-                waiting,
-                retry_after,
-            } => ("in-progress", Some(waiting.clone()), Some(*retry_after)),
-        };
-        let mut v = json!({"phase": phase,
+        let mut v = json!({"phase": self.phase.name(),
             "remaining": self.remaining.iter().map(Step::to_json).collect::<Vec<_>>(),
             "issued": self.issued.iter().map(Step::to_json).collect::<Vec<_>>()});
-        if let Some(w) = waiting {
-            v["waiting"] = w.into();
-            v["retryAfter"] = retry.into();
+        if let Phase::InProgress {
+            waiting,
+            retry_after,
+        } = &self.phase
+        {
+            v["waiting"] = waiting.clone().into();
+            v["retryAfter"] = (*retry_after).into();
         }
         v
     }
