@@ -8,10 +8,12 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use metal_ipam_host::kv::{KvBackend, KvStore};
+use metal_ipam_host::kv::{KvBackend, KvStore, KvStores};
+use metal_ipam_host::test_redis::TestRedis;
 use metal_ipam_host::{Host, HostBuilder};
 use serde_json::Value;
 
+use crate::real_spin::{ClientTls, SpinApp, SpinBin, SpinStore};
 use crate::schema::repo_root;
 
 /// The API token every test app is started with.
@@ -100,10 +102,48 @@ impl Resp {
     }
 }
 
-/// The application from `spin.toml`, loaded in-process on the test host.
+/// Where a test runs the application: the in-process test host, or real
+/// Spin (`SPIN_BIN`) on one of its key-value backends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Runtime {
+    /// The wasmtime test host in-process (`metal_ipam_host`), in-memory
+    /// store with Spin's SQLite semantics.
+    Host,
+    /// `spin up` on Spin's SQLite store (a file of the test's own).
+    SpinSqlite,
+    /// `spin up` on Spin's Redis store (a database of its own on the test
+    /// Redis server).
+    SpinRedis,
+}
+
+impl Runtime {
+    /// A short name for messages (`host`, `spin-3.6.3/sqlite`, …).
+    pub fn name(self) -> String {
+        let spin = || SpinBin::from_env().map_or("spin".into(), |b| format!("spin-{}", b.number()));
+        match self {
+            Runtime::Host => "host".into(),
+            Runtime::SpinSqlite => format!("{}/sqlite", spin()),
+            Runtime::SpinRedis => format!("{}/redis", spin()),
+        }
+    }
+}
+
+enum Engine {
+    Host(Host),
+    Spin(SpinApp),
+}
+
+/// The application from `spin.toml`: loaded in-process on the test host,
+/// or served by real `spin up` ([`App::on`]). Requests, answers and the
+/// store look the same either way, except that only the test host counts
+/// key-value operations ([`App::counts_kv_ops`]).
 pub struct App {
-    /// The host.
-    pub host: Host,
+    engine: Engine,
+    runtime: Runtime,
+    /// The `default` store as the test sees it (for inspection and
+    /// seeding); for the host, its own stores.
+    stores: KvStores,
+    _redis: Option<TestRedis>,
     _dir: Option<TempDir>,
 }
 
@@ -139,7 +179,17 @@ impl App {
             .variable("api_token", TOKEN)
             .build()
             .unwrap_or_else(|e| panic!("{} loads on the test host: {e:#}", manifest.display()));
-        App { host, _dir: None }
+        App::hosted(host, None)
+    }
+
+    fn hosted(host: Host, dir: Option<TempDir>) -> App {
+        App {
+            stores: host.kv_stores().clone(),
+            engine: Engine::Host(host),
+            runtime: Runtime::Host,
+            _redis: None,
+            _dir: dir,
+        }
     }
 
     fn configured(kv: KvBackend, dir: Option<TempDir>, vars: &[(&str, &str)]) -> App {
@@ -152,7 +202,69 @@ impl App {
             b = b.variable(*k, *v);
         }
         let host = b.build().expect("spin.toml loads on the test host");
-        App { host, _dir: dir }
+        App::hosted(host, dir)
+    }
+
+    /// The application on `runtime` with these variables (and the
+    /// `[[client_tls]]` blocks `tls`, which only real Spin reads), or `None`
+    /// when that runtime was not given (`SPIN_BIN` unset, or no Redis for
+    /// [`Runtime::SpinRedis`]).
+    ///
+    /// # Panics
+    /// When the runtime was given but does not start.
+    pub async fn on(runtime: Runtime, vars: &[(&str, &str)], tls: &[ClientTls]) -> Option<App> {
+        let spin_store = match runtime {
+            Runtime::Host => return Some(App::with_variables(vars)),
+            Runtime::SpinSqlite | Runtime::SpinRedis => runtime,
+        };
+        let bin = SpinBin::from_env()?;
+        let dir = TempDir::new("spin");
+        let (store, redis) = if spin_store == Runtime::SpinSqlite {
+            (SpinStore::Sqlite(dir.path().join("kv.db")), None)
+        } else {
+            let redis = TestRedis::get(&runtime.name())?;
+            (
+                SpinStore::Redis(redis.fresh_db(spin_redis_db())),
+                Some(redis),
+            )
+        };
+        let backend = match &store {
+            SpinStore::Sqlite(f) => KvBackend::SqliteFile(f.clone()),
+            SpinStore::Redis(url) => KvBackend::redis(url.clone()),
+        };
+        let spin = SpinApp::start(bin, dir, store, vars, tls)
+            .await
+            .unwrap_or_else(|e| panic!("{}: {e:#}", runtime.name()));
+        Some(App {
+            engine: Engine::Spin(spin),
+            runtime,
+            stores: KvStores::new(backend),
+            _redis: redis,
+            _dir: None,
+        })
+    }
+
+    /// Which runtime serves the application.
+    pub fn runtime(&self) -> Runtime {
+        self.runtime
+    }
+
+    /// Whether [`Resp::kv_ops`] is counted: only the test host counts
+    /// key-value operations (Spin sends no such header), so the cost
+    /// assertions are the host's.
+    pub fn counts_kv_ops(&self) -> bool {
+        matches!(self.engine, Engine::Host(_))
+    }
+
+    /// The in-process test host.
+    ///
+    /// # Panics
+    /// When the application runs on real Spin.
+    pub fn host(&self) -> &Host {
+        match &self.engine {
+            Engine::Host(h) => h,
+            Engine::Spin(_) => panic!("{} has no in-process host", self.runtime.name()),
+        }
     }
 
     /// Sends a request with the right bearer token.
@@ -180,35 +292,72 @@ impl App {
             }
             None => Vec::new(),
         };
+        if matches!(self.engine, Engine::Spin(_)) {
+            // What a client on the network sends; in-process requests keep
+            // the header out so that the component sees a streamed body.
+            b = b.header("content-length", bytes.len());
+        }
         self.send(b.body(bytes).expect("request")).await
     }
 
     /// Sends a raw request.
     pub async fn send(&self, req: http::Request<Vec<u8>>) -> Resp {
-        let out = self
-            .host
-            .handle(req)
-            .await
-            .expect("the host handles the request");
-        let (parts, body) = out.response.into_parts();
+        let (parts, body, kv_ops) = match &self.engine {
+            Engine::Host(host) => {
+                let out = host
+                    .handle(req)
+                    .await
+                    .expect("the host handles the request");
+                let kv = out.kv_ops.total();
+                let (parts, body) = out.response.into_parts();
+                (parts, body, kv)
+            }
+            Engine::Spin(spin) => {
+                let out = spin
+                    .send(req)
+                    .await
+                    .unwrap_or_else(|e| panic!("{}: {e:#}", self.runtime.name()));
+                (out.parts, out.body.to_vec(), 0)
+            }
+        };
         Resp {
             status: parts.status.as_u16(),
             body: serde_json::from_slice(&body).unwrap_or(Value::Null),
             headers: parts.headers,
-            kv_ops: out.kv_ops.total(),
-            raw: body.to_vec(),
+            kv_ops,
+            raw: body,
         }
     }
 
-    /// The `default` store, for inspection and seeding.
+    /// The `default` store, for inspection and seeding: the host's own, or
+    /// the file or Redis database Spin uses, opened with the test host's
+    /// implementation of the same backend.
     pub async fn store(&self) -> KvStore {
         let allowed: HashSet<String> = ["default".to_string()].into();
-        self.host
-            .kv_stores()
+        self.stores
             .open(&allowed, "default")
             .await
             .expect("default store")
     }
+
+    /// The end of real Spin's output (empty on the host), for failure
+    /// messages.
+    pub fn log_tail(&self) -> String {
+        match &self.engine {
+            Engine::Host(_) => String::new(),
+            Engine::Spin(s) => s.log_tail(),
+        }
+    }
+}
+
+/// A database number of the test Redis server for one real-Spin test:
+/// 16 and up, so they never meet the host tests' fixed numbers (1–15), one
+/// per test in a test process. The server needs `--databases 64` (as
+/// `.ci/run` and the private server start it).
+fn spin_redis_db() -> u8 {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, Ordering::SeqCst);
+    16 + (n % 48) as u8
 }
 
 impl Default for App {
@@ -349,4 +498,49 @@ pub fn claim_json(namespace: &str, name: &str, uid: &str, pool: &str) -> Value {
         "metadata": {"name": name, "namespace": namespace, "uid": uid},
         "spec": {"poolRef": {"apiGroup": "ipam.metal-ipam.dev", "kind": "MetalIPPool", "name": pool}}
     })
+}
+
+impl App {
+    /// Asserts that `r` made `n` key-value operations, where they are
+    /// counted (the test host); on real Spin it checks nothing, since Spin
+    /// reports no counts.
+    #[track_caller]
+    pub fn assert_kv_ops(&self, r: &Resp, n: u64, what: &str) {
+        if self.counts_kv_ops() {
+            assert_eq!(r.kv_ops, n, "{what}");
+        }
+    }
+}
+
+/// Declares each listed test — an `async fn name(x: T)` of the calling
+/// module — once per [`Runtime`]: in modules `host`, `spin_sqlite` and
+/// `spin_redis`, a `#[tokio::test]` that gets its `x` from
+/// `setup(runtime).await` (an `Option<T>`). Where a runtime was not given
+/// (`SPIN_BIN` unset), `setup` answers `None` and the test returns at once;
+/// `tests/run` says in one line which runtimes it was given.
+///
+/// ```ignore
+/// async fn app(runtime: Runtime) -> Option<App> { App::on(runtime, &[], &[]).await }
+/// async fn pools_answer(app: App) { assert_eq!(app.call("GET", "/v1/pools", None).await.status, 200) }
+/// metal_ipam_tests::on_every_runtime!(app: pools_answer);
+/// ```
+#[macro_export]
+macro_rules! on_every_runtime {
+    ($setup:ident: $($name:ident),+ $(,)?) => {
+        $crate::on_every_runtime!(@one host, Host, $setup: $($name),+);
+        $crate::on_every_runtime!(@one spin_sqlite, SpinSqlite, $setup: $($name),+);
+        $crate::on_every_runtime!(@one spin_redis, SpinRedis, $setup: $($name),+);
+    };
+    (@one $module:ident, $runtime:ident, $setup:ident: $($name:ident),+) => {
+        mod $module {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    if let Some(x) = super::$setup($crate::harness::Runtime::$runtime).await {
+                        super::$name(x).await;
+                    }
+                }
+            )+
+        }
+    };
 }

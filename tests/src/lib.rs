@@ -5,5 +5,6 @@ pub mod fake_kube;
 pub mod fuzz;
 pub mod harness;
 pub mod metal_sim;
+pub mod real_spin;
 pub mod schema;
 pub mod vrf_world;

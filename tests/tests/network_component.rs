@@ -349,7 +349,7 @@ async fn traced(
         )
         .body(Vec::new())
         .unwrap();
-    let out = app.host.handle(req).await.unwrap();
+    let out = app.host().handle(req).await.unwrap();
     let body = serde_json::from_slice(out.response.body()).unwrap_or(Value::Null);
     (out.response.status().as_u16(), body, out.chained)
 }

@@ -111,6 +111,7 @@ impl TestRedis {
         let child = Command::new(server)
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+            .args(["--databases", "64"])
             .arg("--dir")
             .arg(&dir)
             .stdin(Stdio::null())

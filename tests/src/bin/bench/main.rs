@@ -432,7 +432,7 @@ async fn allocate_one(app: &App, pool: &str, index: usize) -> Result<Alloc> {
             .header("content-type", "application/json")
             .body(body.clone())
             .context("building a claim request")?;
-        let out = app.host.handle(req).await.with_context(|| {
+        let out = app.host().handle(req).await.with_context(|| {
             format!("the host failed on claim {NS}/{}", claim_name(pool, index))
         })?;
         ops.add(&out.kv_ops);

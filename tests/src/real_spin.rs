@@ -1,0 +1,583 @@
+//! Real Spin for the tests: `spin up` of the repository's own `spin.toml`
+//! and `.wasm` files, with the Spin CLI named by [`SPIN_BIN_ENV`]
+//! (`SPIN_BIN`), on Spin's SQLite key-value store or its Redis one.
+//!
+//! This module owns starting and stopping a Spin process and talking to it
+//! over loopback HTTP; [`crate::harness::App`] puts it behind the same
+//! interface as the in-process test host, so one test body runs on both.
+//!
+//! - The process gets a temporary directory of its own: the runtime config
+//!   (`[key_value_store.default]` of type `spin` with a file in that
+//!   directory, or type `redis` with a URL; `[[client_tls]]` blocks when the
+//!   test talks to a real API server), Spin's state directory (its
+//!   component logs under `logs/`) and Spin's own output (`spin.log`).
+//! - Application variables go in as `SPIN_VARIABLE_<NAME>`, as SpinKube
+//!   passes them; nothing else from the test's environment reaches Spin but
+//!   `PATH`, `HOME` and the temp and cache directories (so a developer's own
+//!   `SPIN_VARIABLE_*` cannot leak in).
+//! - Starts are serialised within a test process: the first one compiles
+//!   every component (about 10 s on two cores) into wasmtime's cache, and
+//!   the later ones load from it in well under a second.
+//! - Spin reports no key-value operation counts (those are a test-host
+//!   header), so [`SpinApp::send`] answers `kv_ops: None`.
+
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::task::{Context as TaskContext, Poll};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use bytes::Bytes;
+use http_body_util::BodyExt;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+
+use crate::harness::{TempDir, TOKEN};
+use crate::schema::repo_root;
+
+/// The environment variable naming a Spin CLI (`spin` 3.x or 4.x).
+pub const SPIN_BIN_ENV: &str = "SPIN_BIN";
+
+/// How long a request to Spin may take before the test fails.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// How long `spin up` may take to serve (the first start compiles every
+/// component).
+const START_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// The Spin CLI the tests were given.
+#[derive(Debug, Clone)]
+pub struct SpinBin {
+    /// Its path.
+    pub path: PathBuf,
+    /// What `spin --version` printed, e.g. `spin 3.6.3 (…)`.
+    pub version: String,
+}
+
+impl SpinBin {
+    /// The Spin CLI named by `SPIN_BIN`, or `None` when it is unset.
+    ///
+    /// # Panics
+    /// When `SPIN_BIN` is set but does not run: a test run that was given a
+    /// runtime must not pass without it.
+    pub fn from_env() -> Option<&'static SpinBin> {
+        static BIN: OnceLock<Option<SpinBin>> = OnceLock::new();
+        BIN.get_or_init(|| {
+            let path = std::env::var_os(SPIN_BIN_ENV).filter(|p| !p.is_empty())?;
+            let path = PathBuf::from(path);
+            let out = Command::new(&path)
+                .arg("--version")
+                .output()
+                .unwrap_or_else(|e| panic!("{SPIN_BIN_ENV}={}: {e}", path.display()));
+            assert!(
+                out.status.success(),
+                "{SPIN_BIN_ENV}={} --version failed: {}",
+                path.display(),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let version = String::from_utf8_lossy(&out.stdout).trim().to_string();
+            Some(SpinBin { path, version })
+        })
+        .as_ref()
+    }
+
+    /// The version number alone (`3.6.3`), from [`SpinBin::version`].
+    pub fn number(&self) -> &str {
+        self.version.split_whitespace().nth(1).unwrap_or("?")
+    }
+}
+
+/// The key-value store a Spin process is given as `default`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SpinStore {
+    /// Spin's SQLite backend (`type = "spin"`) on a file.
+    Sqlite(PathBuf),
+    /// Spin's Redis backend (`type = "redis"`) on this URL (with its
+    /// database number).
+    Redis(String),
+}
+
+/// A `[[client_tls]]` block of the runtime config: the CA that Spin's
+/// outbound HTTP trusts for some hosts of some components (Spin trusts only
+/// the web PKI roots otherwise).
+#[derive(Debug, Clone)]
+pub struct ClientTls {
+    /// The components it applies to.
+    pub component_ids: Vec<String>,
+    /// Host names or addresses, without ports (Spin 3.6 refuses a port).
+    pub hosts: Vec<String>,
+    /// A PEM file of CA certificates.
+    pub ca_roots_file: PathBuf,
+}
+
+/// The runtime config for `store` and `tls`, as `spin up
+/// --runtime-config-file` reads it.
+pub fn runtime_config(store: &SpinStore, tls: &[ClientTls]) -> String {
+    let q = |s: &str| toml::Value::String(s.to_string()).to_string();
+    let mut out = String::from("[key_value_store.default]\n");
+    match store {
+        SpinStore::Sqlite(path) => {
+            out.push_str("type = \"spin\"\n");
+            out.push_str(&format!("path = {}\n", q(&path.to_string_lossy())));
+        }
+        SpinStore::Redis(url) => {
+            out.push_str("type = \"redis\"\n");
+            out.push_str(&format!("url = {}\n", q(url)));
+        }
+    }
+    for t in tls {
+        let list = |v: &[String]| {
+            let items: Vec<String> = v.iter().map(|s| q(s)).collect();
+            format!("[{}]", items.join(", "))
+        };
+        out.push_str("\n[[client_tls]]\n");
+        out.push_str(&format!("component_ids = {}\n", list(&t.component_ids)));
+        out.push_str(&format!("hosts = {}\n", list(&t.hosts)));
+        out.push_str(&format!(
+            "ca_roots_file = {}\n",
+            q(&t.ca_roots_file.to_string_lossy())
+        ));
+    }
+    out
+}
+
+/// A running `spin up` of the repository's `spin.toml`; dropping it stops
+/// the process.
+pub struct SpinApp {
+    child: Child,
+    /// `http://127.0.0.1:<port>`.
+    pub base_url: String,
+    /// Its store.
+    pub store: SpinStore,
+    dir: TempDir,
+    client: Client<hyper_util::client::legacy::connect::HttpConnector, ReqBody>,
+}
+
+impl std::fmt::Debug for SpinApp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SpinApp")
+            .field("base_url", &self.base_url)
+            .field("store", &self.store)
+            .finish()
+    }
+}
+
+/// A response from Spin.
+#[derive(Debug)]
+pub struct SpinResponse {
+    /// Status and headers.
+    pub parts: http::response::Parts,
+    /// The whole body.
+    pub body: Bytes,
+}
+
+impl SpinApp {
+    /// Starts `bin` on `spin.toml` with `api_token` = [`TOKEN`] and `vars`
+    /// (application variables by name), the default store `store` and the
+    /// `[[client_tls]]` blocks `tls`; waits until `/healthz` answers.
+    ///
+    /// `dir` becomes the process's directory (runtime config, state, log)
+    /// and is removed when the app is dropped.
+    ///
+    /// # Errors
+    /// If Spin exits during startup or does not serve within 300 s; the
+    /// error carries the end of its output.
+    pub async fn start(
+        bin: &SpinBin,
+        dir: TempDir,
+        store: SpinStore,
+        vars: &[(&str, &str)],
+        tls: &[ClientTls],
+    ) -> Result<SpinApp> {
+        crate::harness::require_wasm();
+        let rc = dir.path().join("runtime-config.toml");
+        std::fs::write(&rc, runtime_config(&store, tls)).context("runtime config")?;
+        let log = dir.path().join("spin.log");
+        // One start at a time: the first compiles every component.
+        static STARTING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+        let _one = STARTING.lock().await;
+        let port = free_port()?;
+        let mut cmd = Command::new(&bin.path);
+        cmd.arg("up")
+            .arg("--from")
+            .arg(repo_root().join("spin.toml"))
+            .args(["--listen", &format!("127.0.0.1:{port}")])
+            .arg("--runtime-config-file")
+            .arg(&rc)
+            .arg("--state-dir")
+            .arg(dir.path().join("state"))
+            .env_clear();
+        for keep in ["PATH", "HOME", "TMPDIR", "XDG_CACHE_HOME", "XDG_DATA_HOME"] {
+            if let Some(v) = std::env::var_os(keep) {
+                cmd.env(keep, v);
+            }
+        }
+        cmd.env("SPIN_VARIABLE_API_TOKEN", TOKEN);
+        for (k, v) in vars {
+            cmd.env(format!("SPIN_VARIABLE_{}", k.to_ascii_uppercase()), v);
+        }
+        let out = std::fs::File::create(&log).context("spin.log")?;
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(out.try_clone()?)
+            .stderr(out)
+            .spawn()
+            .with_context(|| format!("starting {}", bin.path.display()))?;
+        let client = Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(Duration::from_secs(5))
+            .build_http();
+        let mut app = SpinApp {
+            child,
+            base_url: format!("http://127.0.0.1:{port}"),
+            store,
+            dir,
+            client,
+        };
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            if let Ok(r) = app.get_health().await {
+                if r == 200 {
+                    return Ok(app);
+                }
+            }
+            if let Some(status) = app.child.try_wait()? {
+                bail!(
+                    "{} exited during startup ({status}):\n{}",
+                    bin.version,
+                    app.log_tail()
+                );
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "{} did not serve on port {port} within {} s:\n{}",
+                    bin.version,
+                    START_TIMEOUT.as_secs(),
+                    app.log_tail()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    async fn get_health(&self) -> Result<u16> {
+        let req = http::Request::get(format!("{}/healthz", self.base_url))
+            .body(ReqBody::full(Vec::new()))?;
+        let resp = tokio::time::timeout(Duration::from_secs(5), self.client.request(req)).await??;
+        Ok(resp.status().as_u16())
+    }
+
+    /// The directory the process runs in.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The last lines of Spin's own output and of every component's log,
+    /// for failure messages.
+    pub fn log_tail(&self) -> String {
+        let mut out = tail(&self.dir.path().join("spin.log"), 30);
+        if let Ok(entries) = std::fs::read_dir(self.dir.path().join("state/logs")) {
+            let mut files: Vec<PathBuf> = entries.flatten().map(|e| e.path()).collect();
+            files.sort();
+            for f in files {
+                let t = tail(&f, 5);
+                if !t.trim().is_empty() {
+                    out.push_str(&format!(
+                        "--- {}\n{t}",
+                        f.file_name().unwrap_or_default().to_string_lossy()
+                    ));
+                }
+            }
+        }
+        out
+    }
+
+    /// Sends `req` (its URI a path such as `/v1/pools`) to Spin. A request
+    /// with a `content-length` header is sent with that length; one without
+    /// goes chunked, as a client streaming its body does.
+    ///
+    /// # Errors
+    /// Connection failures and timeouts (with the end of Spin's output).
+    pub async fn send(&self, req: http::Request<Vec<u8>>) -> Result<SpinResponse> {
+        let (mut parts, body) = req.into_parts();
+        let path = parts
+            .uri
+            .path_and_query()
+            .map(|p| p.as_str().to_string())
+            .unwrap_or_else(|| "/".into());
+        if body.len() > LARGE_BODY {
+            let what = format!("{} {path}", parts.method);
+            return match tokio::time::timeout(
+                REQUEST_TIMEOUT,
+                send_while_reading(&self.base_url, &parts, &path, body),
+            )
+            .await
+            {
+                Ok(Ok(r)) => Ok(r),
+                Ok(Err(e)) => bail!("{what} to Spin: {e:#}\n{}", self.log_tail()),
+                Err(_) => bail!(
+                    "{what} to Spin: no answer in {} s",
+                    REQUEST_TIMEOUT.as_secs()
+                ),
+            };
+        }
+        parts.uri = format!("{}{path}", self.base_url).parse()?;
+        let body = if parts.headers.contains_key(http::header::CONTENT_LENGTH) {
+            ReqBody::full(body)
+        } else {
+            ReqBody::chunked(body)
+        };
+        let req = http::Request::from_parts(parts, body);
+        let what = format!("{} {path}", req.method());
+        let resp = match tokio::time::timeout(REQUEST_TIMEOUT, self.client.request(req)).await {
+            Ok(Ok(r)) => r,
+            Ok(Err(e)) => bail!("{what} to Spin: {e:#}\n{}", self.log_tail()),
+            Err(_) => bail!(
+                "{what} to Spin: no answer in {} s\n{}",
+                REQUEST_TIMEOUT.as_secs(),
+                self.log_tail()
+            ),
+        };
+        let (parts, body) = resp.into_parts();
+        let body = match body.collect().await {
+            Ok(b) => b.to_bytes(),
+            Err(e) => bail!("{what}: reading the answer from Spin: {e:#}"),
+        };
+        Ok(SpinResponse { parts, body })
+    }
+}
+
+impl Drop for SpinApp {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Bodies above this size go through [`send_while_reading`].
+const LARGE_BODY: usize = 256 * 1024;
+
+/// Sends a request the way curl does with a large upload: the head, then
+/// the body (as is with its `content-length`, else chunked) while reading
+/// the answer, and stops sending once the answer has arrived. A server that
+/// refuses a body before reading it answers and closes; hyper's client keeps
+/// writing and reports the reset instead of the answer, curl (and this)
+/// report the answer.
+async fn send_while_reading(
+    base_url: &str,
+    parts: &http::request::Parts,
+    path: &str,
+    body: Vec<u8>,
+) -> Result<SpinResponse> {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let addr = base_url.trim_start_matches("http://");
+    let stream = tokio::net::TcpStream::connect(addr).await?;
+    let (mut rd, mut wr) = stream.into_split();
+    let sized = parts.headers.contains_key(http::header::CONTENT_LENGTH);
+    let mut head = format!(
+        "{} {path} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\n",
+        parts.method
+    );
+    for (k, v) in &parts.headers {
+        head.push_str(&format!("{k}: {}\r\n", v.to_str()?));
+    }
+    if !sized {
+        head.push_str("transfer-encoding: chunked\r\n");
+    }
+    head.push_str("\r\n");
+    let writer = tokio::spawn(async move {
+        wr.write_all(head.as_bytes()).await?;
+        for chunk in body.chunks(64 * 1024) {
+            if sized {
+                wr.write_all(chunk).await?;
+            } else {
+                wr.write_all(format!("{:x}\r\n", chunk.len()).as_bytes())
+                    .await?;
+                wr.write_all(chunk).await?;
+                wr.write_all(b"\r\n").await?;
+            }
+        }
+        if !sized {
+            wr.write_all(b"0\r\n\r\n").await?;
+        }
+        wr.flush().await?;
+        // Hand the write half back instead of dropping it: dropping sends
+        // FIN, and Spin's server (hyper, no half-close) takes a half-closed
+        // connection for a client that went away.
+        Ok::<_, std::io::Error>(wr)
+    });
+    let mut buf = Vec::new();
+    let mut chunk = vec![0u8; 16 * 1024];
+    let answer = loop {
+        if let Some(answer) = parse_response(&buf)? {
+            break answer;
+        }
+        match rd.read(&mut chunk).await {
+            Ok(0) => bail!(
+                "the connection closed before a whole answer ({} bytes: {:?})",
+                buf.len(),
+                String::from_utf8_lossy(&buf[..buf.len().min(200)])
+            ),
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            Err(e) => bail!("reading the answer after {} bytes: {e}", buf.len()),
+        }
+    };
+    writer.abort();
+    let _ = writer.await;
+    Ok(answer)
+}
+
+/// A whole HTTP/1.1 response in `buf` (`content-length` or chunked body),
+/// or `None` while it is incomplete.
+fn parse_response(buf: &[u8]) -> Result<Option<SpinResponse>> {
+    let mut headers = [httparse::EMPTY_HEADER; 64];
+    let mut resp = httparse::Response::new(&mut headers);
+    let httparse::Status::Complete(at) = resp.parse(buf)? else {
+        return Ok(None);
+    };
+    let mut b = http::Response::builder().status(resp.code.unwrap_or(0));
+    let mut length = None;
+    let mut chunked = false;
+    for h in resp.headers.iter() {
+        if h.name.eq_ignore_ascii_case("content-length") {
+            length = Some(std::str::from_utf8(h.value)?.trim().parse::<usize>()?);
+        }
+        if h.name.eq_ignore_ascii_case("transfer-encoding") {
+            chunked = String::from_utf8_lossy(h.value).contains("chunked");
+        }
+        b = b.header(h.name, h.value);
+    }
+    let rest = &buf[at..];
+    let body = if chunked {
+        let mut out = Vec::new();
+        let mut pos = 0;
+        loop {
+            match httparse::parse_chunk_size(&rest[pos..])
+                .map_err(|_| anyhow::anyhow!("bad chunk"))?
+            {
+                httparse::Status::Partial => return Ok(None),
+                httparse::Status::Complete((skip, 0)) => {
+                    let _ = skip;
+                    break out;
+                }
+                httparse::Status::Complete((skip, size)) => {
+                    let start = pos + skip;
+                    let end = start + size as usize;
+                    if rest.len() < end + 2 {
+                        return Ok(None);
+                    }
+                    out.extend_from_slice(&rest[start..end]);
+                    pos = end + 2;
+                }
+            }
+        }
+    } else {
+        let n = length.unwrap_or(0);
+        if rest.len() < n {
+            return Ok(None);
+        }
+        rest[..n].to_vec()
+    };
+    let (parts, ()) = b.body(())?.into_parts();
+    Ok(Some(SpinResponse {
+        parts,
+        body: Bytes::from(body),
+    }))
+}
+
+fn tail(path: &Path, lines: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let all: Vec<&str> = text.lines().collect();
+    let start = all.len().saturating_sub(lines);
+    all[start..].iter().map(|l| format!("{l}\n")).collect()
+}
+
+fn free_port() -> Result<u16> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0")?;
+    Ok(l.local_addr()?.port())
+}
+
+/// A request body sent whole with its length, or in one chunk without a
+/// length (hyper then uses chunked transfer encoding).
+pub struct ReqBody {
+    data: Option<Bytes>,
+    sized: bool,
+}
+
+impl ReqBody {
+    fn full(data: Vec<u8>) -> ReqBody {
+        ReqBody {
+            data: Some(Bytes::from(data)),
+            sized: true,
+        }
+    }
+
+    fn chunked(data: Vec<u8>) -> ReqBody {
+        ReqBody {
+            data: Some(Bytes::from(data)),
+            sized: false,
+        }
+    }
+}
+
+impl http_body::Body for ReqBody {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _cx: &mut TaskContext<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
+        Poll::Ready(
+            self.data
+                .take()
+                .filter(|d| !d.is_empty())
+                .map(|d| Ok(http_body::Frame::data(d))),
+        )
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.data.as_ref().is_none_or(Bytes::is_empty)
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        match (&self.data, self.sized) {
+            (Some(d), true) => http_body::SizeHint::with_exact(d.len() as u64),
+            (None, true) => http_body::SizeHint::with_exact(0),
+            (_, false) => http_body::SizeHint::default(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_runtime_config_names_the_store_and_the_ca() {
+        let rc = runtime_config(
+            &SpinStore::Redis("redis://127.0.0.1:6399/17".into()),
+            &[ClientTls {
+                component_ids: vec!["pools".into(), "allocate".into()],
+                hosts: vec!["127.0.0.1".into()],
+                ca_roots_file: "/tmp/ca \"x\".pem".into(),
+            }],
+        );
+        let parsed: toml::Table = toml::from_str(&rc).expect("valid TOML");
+        assert_eq!(
+            parsed["key_value_store"]["default"]["url"].as_str(),
+            Some("redis://127.0.0.1:6399/17")
+        );
+        let tls = parsed["client_tls"].as_array().unwrap();
+        assert_eq!(tls[0]["component_ids"].as_array().unwrap().len(), 2);
+        assert_eq!(tls[0]["ca_roots_file"].as_str(), Some("/tmp/ca \"x\".pem"));
+        let rc = runtime_config(&SpinStore::Sqlite("/tmp/kv.db".into()), &[]);
+        let parsed: toml::Table = toml::from_str(&rc).unwrap();
+        assert_eq!(
+            parsed["key_value_store"]["default"]["type"].as_str(),
+            Some("spin")
+        );
+        assert!(parsed.get("client_tls").is_none());
+    }
+}
