@@ -130,7 +130,7 @@ impl Runtime {
 
 enum Engine {
     Host(Host),
-    Spin(SpinApp),
+    Spin(Box<SpinApp>),
 }
 
 /// The application from `spin.toml`: loaded in-process on the test host,
@@ -236,7 +236,7 @@ impl App {
             .await
             .unwrap_or_else(|e| panic!("{}: {e:#}", runtime.name()));
         Some(App {
-            engine: Engine::Spin(spin),
+            engine: Engine::Spin(Box::new(spin)),
             runtime,
             stores: KvStores::new(backend),
             _redis: redis,

@@ -4,7 +4,10 @@
 //! finalizers, the status subresource and pagination) on the other side.
 
 use metal_ipam_tests::fake_kube::{FakeKube, Recorded, IPAM_GROUP, METAL_GROUP};
-use metal_ipam_tests::harness::{App, Resp, TOKEN};
+use metal_ipam_tests::harness::{App, Resp, Runtime, TOKEN};
+use metal_ipam_tests::kube::Kube;
+use metal_ipam_tests::real_kube::ControlPlane;
+use metal_ipam_tests::real_spin::SpinBin;
 use serde_json::{json, Value};
 
 const EVENTS_TOKEN: &str = "events-token-for-tests";
@@ -13,15 +16,43 @@ const ADDRESS_FINALIZER: &str = "ipam.metal-ipam.dev/protect-address";
 const POOL_FINALIZER: &str = "ipam.metal-ipam.dev/protect-pool";
 
 struct World {
-    kube: FakeKube,
+    kube: Kube,
     app: App,
+    runtime: Runtime,
 }
 
 impl World {
+    /// The test host and FakeKube.
     async fn new() -> World {
-        let kube = FakeKube::start().await;
-        let app = app_for(&kube);
-        World { kube, app }
+        let kube = Kube::Fake(FakeKube::start().await);
+        let app = app_on(Runtime::Host, &kube).await.expect("the host");
+        World {
+            kube,
+            app,
+            runtime: Runtime::Host,
+        }
+    }
+
+    /// The test host and FakeKube, or real Spin (`SPIN_BIN`) on `runtime`'s
+    /// store and the real API server (`KUBEBUILDER_ASSETS`): `None` when
+    /// either was not given.
+    async fn on(runtime: Runtime) -> Option<World> {
+        if runtime == Runtime::Host {
+            return Some(World::new().await);
+        }
+        SpinBin::from_env()?;
+        let cp = ControlPlane::get()?;
+        let kube = Kube::Real(tokio::task::block_in_place(|| cp.session()));
+        let app = app_on(runtime, &kube).await?;
+        Some(World { kube, app, runtime })
+    }
+
+    /// Another instance of the application on the same API server with an
+    /// empty store of its own (a lost store, a new replica).
+    async fn fresh_app(&self) -> App {
+        app_on(self.runtime, &self.kube)
+            .await
+            .expect("started before")
     }
 
     async fn event(&self, ev: Value) -> Resp {
@@ -60,15 +91,22 @@ impl World {
             Vec::<String>::new(),
             "every write validates against the CRDs"
         );
+        assert_eq!(
+            self.kube.forbidden(),
+            Vec::<String>::new(),
+            "every request is allowed by deploy/rbac.yaml"
+        );
     }
 }
 
-fn app_for(kube: &FakeKube) -> App {
-    App::with_variables(&[
-        ("k8s_api_url", &kube.base_url()),
-        ("k8s_token", kube.token()),
-        ("events_token", EVENTS_TOKEN),
-    ])
+async fn app_on(runtime: Runtime, kube: &Kube) -> Option<App> {
+    let vars = [
+        ("k8s_api_url", kube.base_url()),
+        ("k8s_token", kube.token().to_string()),
+        ("events_token", EVENTS_TOKEN.to_string()),
+    ];
+    let vars: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    App::on(runtime, &vars, &kube.client_tls()).await
 }
 
 fn pool(ns: &str, name: &str, addresses: &[&str]) -> Value {
@@ -116,9 +154,7 @@ async fn setup(w: &World, addresses: &[&str]) {
     assert_eq!(r.body["stepResult"]["result"], "synced", "{}", r.body);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_claim_event_binds_an_address_by_the_contract() {
-    let w = World::new().await;
+async fn a_claim_event_binds_an_address_by_the_contract(w: World) {
     setup(&w, &["10.9.0.30-10.9.0.40", "10.9.0.20-10.9.0.29"]).await;
     let pool_obj = w
         .kube
@@ -214,9 +250,7 @@ async fn a_claim_event_binds_an_address_by_the_contract() {
     w.assert_schema_clean();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_event_format_is_understood() {
-    let w = World::new().await;
+async fn every_event_format_is_understood(w: World) {
     setup(&w, &["10.9.0.10-10.9.0.19"]).await;
     let c1 = w.kube.create(claim("team-a", "binary", "nodes"));
     let c2 = w.kube.create(claim("team-a", "structured", "nodes"));
@@ -340,9 +374,7 @@ async fn every_event_format_is_understood() {
     w.assert_schema_clean();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn exhaustion_then_release_lets_the_waiting_claim_progress() {
-    let w = World::new().await;
+async fn exhaustion_then_release_lets_the_waiting_claim_progress(w: World) {
     setup(&w, &["10.9.0.50-10.9.0.51"]).await;
     for n in ["a", "b", "c"] {
         let c = w.kube.create(claim("team-a", n, "nodes"));
@@ -385,9 +417,7 @@ async fn exhaustion_then_release_lets_the_waiting_claim_progress() {
     w.assert_schema_clean();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn paused_cluster_or_pool_means_no_writes() {
-    let w = World::new().await;
+async fn paused_cluster_or_pool_means_no_writes(w: World) {
     setup(&w, &["10.9.0.60-10.9.0.69"]).await;
     w.kube.create(cluster("team-a", "frozen", true));
     let mut c = claim("team-a", "p-0", "nodes");
@@ -422,9 +452,7 @@ async fn paused_cluster_or_pool_means_no_writes() {
     assert!(w.kube.writes().is_empty());
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_existing_address_gets_its_metadata_and_a_deleted_one_comes_back() {
-    let w = World::new().await;
+async fn an_existing_address_gets_its_metadata_and_a_deleted_one_comes_back(w: World) {
     setup(&w, &["10.9.0.70-10.9.0.79"]).await;
     let c = w.kube.create(claim("team-a", "m", "nodes"));
     w.event(json!({"type": "ADDED", "object": c})).await;
@@ -465,9 +493,7 @@ async fn an_existing_address_gets_its_metadata_and_a_deleted_one_comes_back() {
     w.assert_schema_clean();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn same_named_pools_in_two_namespaces_are_independent() {
-    let w = World::new().await;
+async fn same_named_pools_in_two_namespaces_are_independent(w: World) {
     for ns in ["team-a", "team-b"] {
         w.kube.create(cluster(ns, "c1", false));
         let p = w.kube.create(pool(ns, "nodes", &["10.9.0.80-10.9.0.89"]));
@@ -485,9 +511,7 @@ async fn same_named_pools_in_two_namespaces_are_independent() {
     w.assert_schema_clean();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn duplicated_and_reordered_events_reach_the_same_state() {
-    let w = World::new().await;
+async fn duplicated_and_reordered_events_reach_the_same_state(w: World) {
     setup(&w, &["10.9.0.90-10.9.0.99"]).await;
     let created: Vec<Value> = (0..4)
         .map(|i| w.kube.create(claim("team-a", &format!("r-{i}"), "nodes")))
@@ -543,9 +567,7 @@ async fn duplicated_and_reordered_events_reach_the_same_state() {
     w.assert_schema_clean();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn reconcile_from_an_empty_store_rebuilds_the_same_allocations() {
-    let w = World::new().await;
+async fn reconcile_from_an_empty_store_rebuilds_the_same_allocations(w: World) {
     setup(&w, &["10.9.0.100-10.9.0.120"]).await;
     for i in 0..6 {
         let c = w.kube.create(claim("team-a", &format!("m-{i}"), "nodes"));
@@ -562,8 +584,10 @@ async fn reconcile_from_an_empty_store_rebuilds_the_same_allocations() {
     w.kube.create(claim("team-a", "late", "nodes"));
 
     // The store is lost: a fresh app on the same API server, small pages.
-    w.kube.set_list_page_size(2);
-    let fresh = app_for(&w.kube);
+    if !w.kube.is_real() {
+        w.kube.fake().set_list_page_size(2);
+    }
+    let fresh = w.fresh_app().await;
     let r = fresh.call("POST", "/v1/reconcile", None).await;
     assert_eq!(r.status, 200, "{}", r.body);
     assert_eq!(r.body["errors"], json!([]), "{}", r.body);
@@ -607,12 +631,16 @@ async fn conflicts_and_api_errors_are_retried_or_reported() {
     setup(&w, &["10.9.0.130-10.9.0.139"]).await;
     let c = w.kube.create(claim("team-a", "m", "nodes"));
     // A concurrent writer makes our first finalizer patch stale.
-    w.kube.fail_next("PATCH", "/ipaddressclaims/m", 1, 409);
+    w.kube
+        .fake()
+        .fail_next("PATCH", "/ipaddressclaims/m", 1, 409);
     let r = w.event(json!({"type": "ADDED", "object": c.clone()})).await;
     assert_eq!(r.body["stepResult"]["result"], "bound", "{}", r.body);
     // An unavailable API server: the event is answered 5xx so the forwarder retries.
     let c2 = w.kube.create(claim("team-a", "m2", "nodes"));
-    w.kube.fail_next("GET", "/ipaddressclaims/m2", 1, 503);
+    w.kube
+        .fake()
+        .fail_next("GET", "/ipaddressclaims/m2", 1, 503);
     let r = w
         .event(json!({"type": "ADDED", "object": c2.clone()}))
         .await;
@@ -623,9 +651,7 @@ async fn conflicts_and_api_errors_are_retried_or_reported() {
     w.assert_schema_clean();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn pool_deletion_waits_for_its_addresses() {
-    let w = World::new().await;
+async fn pool_deletion_waits_for_its_addresses(w: World) {
     setup(&w, &["10.9.0.140-10.9.0.149"]).await;
     let c = w.kube.create(claim("team-a", "m", "nodes"));
     w.event(json!({"type": "ADDED", "object": c})).await;
@@ -650,6 +676,29 @@ async fn pool_deletion_waits_for_its_addresses() {
     );
     w.assert_schema_clean();
 }
+
+/// The scenarios that run on every runtime: the test host with FakeKube,
+/// and, given `SPIN_BIN` and `KUBEBUILDER_ASSETS`, real Spin (SQLite and
+/// Redis stores) against the real API server with the ServiceAccount token
+/// of `deploy/rbac.yaml`. The others inject faults or control paging and
+/// the clock, which only FakeKube and the host can.
+async fn world(runtime: Runtime) -> Option<World> {
+    World::on(runtime).await
+}
+
+metal_ipam_tests::on_every_runtime!(
+    world: a_claim_event_binds_an_address_by_the_contract,
+    every_event_format_is_understood,
+    exhaustion_then_release_lets_the_waiting_claim_progress,
+    paused_cluster_or_pool_means_no_writes,
+    an_existing_address_gets_its_metadata_and_a_deleted_one_comes_back,
+    same_named_pools_in_two_namespaces_are_independent,
+    duplicated_and_reordered_events_reach_the_same_state,
+    reconcile_from_an_empty_store_rebuilds_the_same_allocations,
+    pool_deletion_waits_for_its_addresses,
+    the_code_uses_exactly_the_permissions_rbac_grants,
+    an_event_cannot_release_a_claim_made_through_the_http_api,
+);
 
 /// (group, resource, verb) of a recorded request, as RBAC sees it.
 fn permission_of(r: &Recorded) -> (String, String, String) {
@@ -677,10 +726,8 @@ fn permission_of(r: &Recorded) -> (String, String, String) {
     (parts[1].to_string(), resource, verb.to_string())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_code_uses_exactly_the_permissions_rbac_grants() {
+async fn the_code_uses_exactly_the_permissions_rbac_grants(w: World) {
     use std::collections::BTreeSet;
-    let w = World::new().await;
     setup(&w, &["10.9.0.150-10.9.0.151"]).await;
     // A full life: bind, exhaust, repair an address, delete, reconcile, delete the pool.
     for n in ["a", "b", "c"] {
@@ -694,7 +741,7 @@ async fn the_code_uses_exactly_the_permissions_rbac_grants() {
         .delete(IPAM_GROUP, "ipaddressclaims", Some("team-a"), "b");
     w.touch("ipaddressclaims", Some("team-a"), "b").await;
     w.reconcile().await;
-    let fresh = app_for(&w.kube);
+    let fresh = w.fresh_app().await;
     fresh.call("POST", "/v1/reconcile", None).await;
     for n in ["a", "c"] {
         w.kube
@@ -798,9 +845,7 @@ async fn a_released_address_is_reused_only_after_the_grace_period() {
 /// token could release claims made through the plain HTTP API. Now a
 /// binding is judged against the API server only when its pool came from
 /// Kubernetes.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_event_cannot_release_a_claim_made_through_the_http_api() {
-    let w = World::new().await;
+async fn an_event_cannot_release_a_claim_made_through_the_http_api(w: World) {
     let r = w
         .app
         .call(
@@ -867,7 +912,7 @@ async fn reconcile_reclaims_a_leaked_address_and_nothing_else() {
         .delete("claim/team-a/leak-0")
         .await
         .unwrap();
-    w.kube.hide_from_lists("team-a", "leak-0");
+    w.kube.fake().hide_from_lists("team-a", "leak-0");
     let r = w.reconcile().await;
     assert_eq!(r.status, 200, "{}", r.body);
     assert_eq!(r.body["leaksReclaimed"], 1, "{}", r.body);
@@ -893,7 +938,7 @@ async fn reconcile_never_frees_a_claim_bound_after_its_list() {
     assert_eq!(r.status, 200, "{}", r.body);
     let address = w.address("team-a", "late-0").expect("bound")["spec"]["address"].clone();
     // The claim and its IPAddress came after reconcile's lists.
-    w.kube.hide_from_lists("team-a", "late-0");
+    w.kube.fake().hide_from_lists("team-a", "late-0");
     let r = w.reconcile().await;
     assert_eq!(r.status, 200, "{}", r.body);
     assert_eq!(r.body["bindingsReleased"], 0, "{}", r.body);
