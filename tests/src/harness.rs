@@ -519,7 +519,7 @@ impl App {
 /// (`SPIN_BIN` unset), `setup` answers `None` and the test returns at once;
 /// `tests/run` says in one line which runtimes it was given.
 ///
-/// ```ignore
+/// ```text
 /// async fn app(runtime: Runtime) -> Option<App> { App::on(runtime, &[], &[]).await }
 /// async fn pools_answer(app: App) { assert_eq!(app.call("GET", "/v1/pools", None).await.status, 200) }
 /// metal_ipam_tests::on_every_runtime!(app: pools_answer);

@@ -236,6 +236,14 @@ pub struct Kube<'a, H: HttpClient + ?Sized> {
 /// Merge-patch content type.
 pub const MERGE_PATCH: &str = "application/merge-patch+json";
 
+/// The query every write carries: a field the object's schema does not
+/// know is refused (422) instead of silently dropped. A real API server's
+/// default (`Warn`) prunes it and says so only in a `Warning` header, so a
+/// field our code writes that an installed CRD lacks (a CAPI version skew,
+/// a typo) would be lost without an error; FakeKube has always refused
+/// them, and now a real server does too (found on kube-apiserver v1.36.2).
+pub const STRICT: &str = "?fieldValidation=Strict";
+
 impl<'a, H: HttpClient + ?Sized> Kube<'a, H> {
     /// A client for `cfg` over `http`.
     pub fn new(http: &'a H, cfg: &'a KubeConfig) -> Self {
@@ -376,25 +384,28 @@ impl<'a, H: HttpClient + ?Sized> Kube<'a, H> {
         Ok(self.list(r, ns)?.iter().map(T::from_json).collect())
     }
 
-    /// Creates an object.
+    /// Creates an object. Sent with `fieldValidation=Strict` (see
+    /// [`STRICT`]).
     ///
     /// # Errors
-    /// 409 (already exists) as [`KubeError::Conflict`], others as mapped.
+    /// 409 (already exists) as [`KubeError::Conflict`], others as mapped;
+    /// a field the CRD does not know is a 422.
     pub fn create(&self, r: &Resource, ns: Option<&str>, obj: &Value) -> Result<Value, KubeError> {
         self.send(
             "POST",
-            &path(r, ns, None),
+            &format!("{}{STRICT}", path(r, ns, None)),
             Some("application/json"),
             Some(obj),
         )
         .map(|(_, v)| v)
     }
 
-    /// Applies a JSON merge patch to the object (or to its `/status`).
+    /// Applies a JSON merge patch to the object (or to its `/status`), with
+    /// `fieldValidation=Strict` (see [`STRICT`]).
     ///
     /// # Errors
     /// 409 when a `metadata.resourceVersion` in the patch is stale; 404 when
-    /// the object is gone.
+    /// the object is gone; 422 for a field the CRD does not know.
     pub fn merge_patch(
         &self,
         r: &Resource,
@@ -407,6 +418,7 @@ impl<'a, H: HttpClient + ?Sized> Kube<'a, H> {
         if status {
             p.push_str("/status");
         }
+        p.push_str(STRICT);
         self.send("PATCH", &p, Some(MERGE_PATCH), Some(patch))
             .map(|(_, v)| v)
     }
