@@ -10,6 +10,7 @@
 //! - fault injection and paging controls exist on FakeKube only
 //!   ([`Kube::fake`]); tests that need them run on the test host only.
 
+use serde::Deserialize as _;
 use serde_json::Value;
 
 use crate::fake_kube::{DeleteOutcome, FakeKube, Recorded};
@@ -63,15 +64,15 @@ impl Kube {
     }
 
     /// The `[[client_tls]]` block real Spin needs to trust this server: the
-    /// test CA for `127.0.0.1`, for every component of `spin.toml` allowed
-    /// to call `{{ k8s_api_url }}` (as `deploy/` configures it with the
-    /// cluster's CA). None for FakeKube (plain HTTP).
+    /// deployed one (`deploy/secrets.example.yaml`'s runtime config, with
+    /// its `component_ids` as they are) with the test CA for the file and
+    /// `127.0.0.1` for the host. None for FakeKube (plain HTTP).
     pub fn client_tls(&self) -> Vec<ClientTls> {
         let Kube::Real(s) = self else {
             return Vec::new();
         };
         vec![ClientTls {
-            component_ids: components_calling_kubernetes(),
+            component_ids: deployed_client_tls_components(),
             hosts: vec!["127.0.0.1".into()],
             ca_roots_file: s.ca_file().to_path_buf(),
         }]
@@ -149,10 +150,17 @@ impl Kube {
         }
     }
 
-    /// The application's writes refused by validation (422).
+    /// The application's writes refused by validation (422) — and, on
+    /// FakeKube, its writes that did not ask for `fieldValidation=Strict`
+    /// ([`FakeKube::lax_writes`]), which a real server would have accepted
+    /// with unknown fields dropped.
     pub fn schema_violations(&self) -> Vec<String> {
         match self {
-            Kube::Fake(k) => k.schema_violations(),
+            Kube::Fake(k) => {
+                let mut v = k.schema_violations();
+                v.extend(k.lax_writes());
+                v
+            }
             Kube::Real(s) => s.schema_violations(),
         }
     }
@@ -182,27 +190,27 @@ impl Kube {
     }
 }
 
-/// The components of `spin.toml` whose `allowed_outbound_hosts` name
-/// `{{ k8s_api_url }}`.
-pub fn components_calling_kubernetes() -> Vec<String> {
-    let text = std::fs::read_to_string(repo_root().join("spin.toml")).expect("spin.toml");
-    let manifest: toml::Table = toml::from_str(&text).expect("spin.toml parses");
-    let mut out: Vec<String> = manifest
-        .get("component")
-        .and_then(toml::Value::as_table)
-        .into_iter()
-        .flatten()
-        .filter(|(_, c)| {
-            c.get("allowed_outbound_hosts")
-                .and_then(toml::Value::as_array)
-                .is_some_and(|hosts| {
-                    hosts
-                        .iter()
-                        .any(|h| h.as_str().is_some_and(|h| h.contains("{{ k8s_api_url }}")))
-                })
+/// The `component_ids` of the `[[client_tls]]` block in the runtime config
+/// that `deploy/secrets.example.yaml` ships (the one SpinKube mounts).
+///
+/// # Panics
+/// If the file, its runtime config or the block is missing.
+pub fn deployed_client_tls_components() -> Vec<String> {
+    let path = repo_root().join("deploy/secrets.example.yaml");
+    let text = std::fs::read_to_string(&path).expect("deploy/secrets.example.yaml");
+    let rc = serde_norway::Deserializer::from_str(&text)
+        .filter_map(|d| serde_json::Value::deserialize(d).ok())
+        .find_map(|doc| {
+            doc.pointer("/stringData/runtime-config.toml")
+                .and_then(Value::as_str)
+                .map(str::to_owned)
         })
-        .map(|(id, _)| id.clone())
-        .collect();
-    out.sort();
-    out
+        .expect("a Secret with stringData.runtime-config.toml");
+    let rc: toml::Table = toml::from_str(&rc).expect("the deployed runtime config parses");
+    rc["client_tls"][0]["component_ids"]
+        .as_array()
+        .expect("[[client_tls]] component_ids")
+        .iter()
+        .map(|v| v.as_str().expect("a component id").to_string())
+        .collect()
 }

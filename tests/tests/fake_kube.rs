@@ -1450,3 +1450,28 @@ async fn seeding_api_has_the_same_semantics() {
     let lines: Vec<String> = kube.requests().iter().map(|r| r.line()).collect();
     assert_eq!(lines, [format!("GET {}", claim_path("a"))]);
 }
+
+/// A write that does not ask for `fieldValidation=Strict` is listed: a
+/// real API server would prune the unknown fields FakeKube refuses.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_without_strict_field_validation_are_listed() {
+    let api = Api::start().await;
+    let strict = format!("{}?fieldValidation=Strict", addresses());
+    let r = api.post(&strict, &address("a", "192.0.2.10", &[])).await;
+    assert_eq!(r.status, 201, "{}", r.body);
+    assert!(api.kube.lax_writes().is_empty());
+    let r = api
+        .post(&addresses(), &address("b", "192.0.2.11", &[]))
+        .await;
+    assert_eq!(r.status, 201, "{}", r.body);
+    let lax = api.kube.lax_writes();
+    assert_eq!(lax.len(), 1, "{lax:?}");
+    assert!(
+        lax[0].starts_with(&format!("POST {}: ", addresses())),
+        "{lax:?}"
+    );
+    // Reads are not writes.
+    api.send("GET", &addresses(), None, None, Some(api.kube.token()))
+        .await;
+    assert_eq!(api.kube.lax_writes().len(), 1);
+}

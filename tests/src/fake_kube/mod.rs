@@ -101,7 +101,8 @@
 //! * **Validation** (422 `Invalid` with `details.causes`): the CRD schema
 //!   of the served version (unknown fields are errors, as with
 //!   `fieldValidation=Strict`; a real server's default would prune them with
-//!   a warning), plus object metadata: name (DNS subdomain), namespace,
+//!   a warning, so writes that do not ask for Strict are listed by
+//!   [`FakeKube::lax_writes`]), plus object metadata: name (DNS subdomain), namespace,
 //!   label keys and values, annotations, finalizer names, owner references
 //!   (`apiVersion`, `kind`, `name`, `uid` required, at most one
 //!   controller). These failures are also kept in
@@ -447,6 +448,15 @@ impl FakeKube {
     /// answered 422.
     pub fn schema_violations(&self) -> Vec<String> {
         self.shared.lock().violations.clone()
+    }
+
+    /// Every HTTP write (POST, PUT, PATCH) that did not ask for
+    /// `fieldValidation=Strict`, as `"METHOD path: …"`. FakeKube refuses
+    /// unknown fields either way; a real API server refuses them only when
+    /// asked, and otherwise drops them with nothing but a `Warning` header,
+    /// so a client that passes here without asking could lose fields there.
+    pub fn lax_writes(&self) -> Vec<String> {
+        self.shared.lock().lax_writes.clone()
     }
 
     // -- fault injection and paging -----------------------------------------

@@ -82,6 +82,25 @@ fn error_response(error: &ApiError) -> Response<Full<Bytes>> {
     json_response(error.code, &error.status(), error.retry_after())
 }
 
+/// A write that does not ask for `fieldValidation=Strict`, described.
+/// FakeKube always refuses unknown fields; a real API server does so only
+/// when asked, and otherwise drops them with nothing but a `Warning`
+/// header. So that a client passing here cannot lose fields on a real
+/// server, every write must ask (found against kube-apiserver v1.36.2).
+fn lax_write(method: &str, path: &str, query: Option<&str>) -> Option<String> {
+    if !matches!(method, "POST" | "PUT" | "PATCH") {
+        return None;
+    }
+    let strict = parse_query(query.unwrap_or(""))
+        .iter()
+        .any(|(k, v)| k == "fieldValidation" && v == "Strict");
+    (!strict).then(|| {
+        format!(
+            "{method} {path}: sent without fieldValidation=Strict (a real API server would drop unknown fields silently)"
+        )
+    })
+}
+
 /// One request, as routing needs it.
 struct Req<'a> {
     method: &'a str,
@@ -126,6 +145,9 @@ async fn handle(shared: &Shared, req: Request<Incoming>) -> Response<Full<Bytes>
                 body: &bytes,
             };
             let reply = route(&mut state, &request);
+            if let Some(v) = lax_write(&method, &path, query.as_deref()) {
+                state.lax_writes.push(v);
+            }
             if let Err(e) = &reply {
                 if e.violation {
                     state

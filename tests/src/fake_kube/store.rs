@@ -807,6 +807,8 @@ pub(crate) struct State {
     pub hidden: Vec<(String, String)>,
     pub requests: Vec<Recorded>,
     pub violations: Vec<String>,
+    /// HTTP writes that did not ask for `fieldValidation=Strict`.
+    pub lax_writes: Vec<String>,
     pub faults: Vec<Fault>,
 }
 
@@ -822,6 +824,7 @@ impl State {
             hidden: Vec::new(),
             requests: Vec::new(),
             violations: Vec::new(),
+            lax_writes: Vec::new(),
             faults: Vec::new(),
         }
     }
