@@ -16,6 +16,11 @@
 //!   `METAL_IPAM_TEST_REDIS_URL` (`.ci/run` starts one) or a private
 //!   `redis-server`; without either the Redis cases print
 //!   `skipped: no redis-server`, and fail under `CI=true`.
+//!
+//! Given `SPIN_BIN`, both scenarios also run on two real `spin up`
+//! processes sharing one Redis database: Spin's own Redis backend, whose
+//! swaps report failure whatever happened (the SpinKube deployment with two
+//! replicas on Valkey).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -23,6 +28,7 @@ use std::sync::Arc;
 use metal_ipam_host::test_redis::TestRedis;
 use metal_ipam_tests::client::HttpClient;
 use metal_ipam_tests::harness::{claim_json, pool_json, HostProcess, TempDir};
+use metal_ipam_tests::real_spin::{SpinApp, SpinBin, SpinStore};
 use tokio::sync::Semaphore;
 
 const CLAIMS: usize = 1000;
@@ -36,7 +42,7 @@ async fn two_instances_one_store_thousand_claims() {
     let db = dir.path().join("shared.db");
     let a = HostProcess::start(&db).expect("host A");
     let b = HostProcess::start(&db).expect("host B");
-    thousand_claims("sqlite", &a, &b).await;
+    thousand_claims("sqlite", &a.base_url, &b.base_url).await;
 }
 
 /// Two host processes on one Redis database, Spin 3.6's Redis backend
@@ -71,21 +77,21 @@ async fn on_redis(redis: &TestRedis, db: u8, swap: &str) {
     let extra = ["--redis-swap", swap];
     let a = HostProcess::start_with_runtime_config(&config, &extra).expect("host A");
     let b = HostProcess::start_with_runtime_config(&config, &extra).expect("host B");
-    thousand_claims(&format!("redis {swap}"), &a, &b).await;
+    thousand_claims(&format!("redis {swap}"), &a.base_url, &b.base_url).await;
 }
 
 /// The scenario: a pool registered concurrently on both hosts, then
 /// [`CLAIMS`] claims and [`DUPLICATES`] re-posts of some of them, spread
 /// over both hosts, [`IN_FLIGHT`] at a time.
-async fn thousand_claims(backend: &str, a: &HostProcess, b: &HostProcess) {
+async fn thousand_claims(backend: &str, a: &str, b: &str) {
     let started = std::time::Instant::now();
     let client = HttpClient::new();
 
     // Register the pool concurrently on both instances: exactly one creates.
     let pool = pool_json("load", "p", &["10.64.0.0/21"], 21);
     let (url_a, url_b) = (
-        format!("{}/v1/pools/load/p", a.base_url),
-        format!("{}/v1/pools/load/p", b.base_url),
+        format!("{}/v1/pools/load/p", a),
+        format!("{}/v1/pools/load/p", b),
     );
     let (ra, rb) = tokio::join!(
         client.call("PUT", &url_a, Some(&pool)),
@@ -102,11 +108,7 @@ async fn thousand_claims(backend: &str, a: &HostProcess, b: &HostProcess) {
     let sem = Arc::new(Semaphore::new(IN_FLIGHT));
     let mut tasks = Vec::new();
     for (i, dup) in jobs {
-        let url = if (i % 2 == 0) ^ dup {
-            &a.base_url
-        } else {
-            &b.base_url
-        };
+        let url = if (i % 2 == 0) ^ dup { a } else { b };
         let url = format!("{url}/v1/claims");
         let (client, sem, backend) = (client.clone(), sem.clone(), backend.to_string());
         tasks.push(tokio::spawn(async move {
@@ -186,7 +188,7 @@ async fn thousand_claims(backend: &str, a: &HostProcess, b: &HostProcess) {
         ));
     }
     // Both instances see the same, complete state.
-    for base in [&a.base_url, &b.base_url] {
+    for base in [a, b] {
         let r = client
             .call("GET", &format!("{base}/v1/pools/load/p"), None)
             .await
@@ -236,18 +238,14 @@ async fn thousand_claims(backend: &str, a: &HostProcess, b: &HostProcess) {
 /// back. No address may be held by two claims, and the pool's `used` must
 /// equal the number of bindings. (Issue 6 measured this load on real Spin
 /// before intents: 12 to 14 addresses each held by 2 to 40 claims.)
-async fn churn(backend: &str, a: &HostProcess, b: &HostProcess) {
+async fn churn(backend: &str, a: &str, b: &str) {
     const CHURNED: usize = 120;
     const ROUNDS: usize = 3;
     const CLIENTS: usize = 32;
     let client = HttpClient::new();
     let pool = pool_json("churn", "p", &["10.65.0.0/24"], 24);
     let r = client
-        .call(
-            "PUT",
-            &format!("{}/v1/pools/churn/p", a.base_url),
-            Some(&pool),
-        )
+        .call("PUT", &format!("{}/v1/pools/churn/p", a), Some(&pool))
         .await
         .unwrap();
     assert_eq!(r.status, 201, "{backend}: {}", r.body);
@@ -267,7 +265,7 @@ async fn churn(backend: &str, a: &HostProcess, b: &HostProcess) {
     let sem = Arc::new(Semaphore::new(CLIENTS));
     let mut tasks = Vec::new();
     for (n, (i, method)) in jobs.into_iter().enumerate() {
-        let base = if n % 2 == 0 { &a.base_url } else { &b.base_url };
+        let base = if n % 2 == 0 { a } else { b };
         let (url, body) = match method {
             "POST" => (
                 format!("{base}/v1/claims"),
@@ -315,7 +313,7 @@ async fn churn(backend: &str, a: &HostProcess, b: &HostProcess) {
             "p",
         );
         let r = client
-            .call("POST", &format!("{}/v1/claims", b.base_url), Some(&claim))
+            .call("POST", &format!("{}/v1/claims", b), Some(&claim))
             .await
             .unwrap();
         if r.status == 409 {
@@ -332,11 +330,7 @@ async fn churn(backend: &str, a: &HostProcess, b: &HostProcess) {
         .chain((0..fresh).map(|i| format!("f-{i}")));
     for name in names {
         let r = client
-            .call(
-                "GET",
-                &format!("{}/v1/claims/churn/{name}", a.base_url),
-                None,
-            )
+            .call("GET", &format!("{}/v1/claims/churn/{name}", a), None)
             .await
             .unwrap();
         match r.status {
@@ -354,7 +348,7 @@ async fn churn(backend: &str, a: &HostProcess, b: &HostProcess) {
         "{backend}: addresses held twice: {shared:?}"
     );
     let r = client
-        .call("GET", &format!("{}/v1/pools/churn/p", a.base_url), None)
+        .call("GET", &format!("{}/v1/pools/churn/p", a), None)
         .await
         .unwrap();
     let counts = &r.body["status"]["ipAddresses"];
@@ -376,7 +370,7 @@ async fn two_instances_one_store_churn() {
     let db = dir.path().join("shared.db");
     let a = HostProcess::start(&db).expect("host A");
     let b = HostProcess::start(&db).expect("host B");
-    churn("sqlite", &a, &b).await;
+    churn("sqlite", &a.base_url, &b.base_url).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -395,5 +389,45 @@ async fn two_instances_one_redis_churn() {
     let extra = ["--redis-swap", "spin-3.6"];
     let a = HostProcess::start_with_runtime_config(&config, &extra).expect("host A");
     let b = HostProcess::start_with_runtime_config(&config, &extra).expect("host B");
-    churn("redis spin-3.6", &a, &b).await;
+    churn("redis spin-3.6", &a.base_url, &b.base_url).await;
+}
+
+/// Two real `spin up` processes (`SPIN_BIN`) on one Redis database, each
+/// its own `default` store through Spin's Redis backend.
+async fn two_spins_on_one_redis(test: &str, db: u8) -> Option<(SpinApp, SpinApp, TestRedis)> {
+    let bin = SpinBin::from_env()?;
+    let redis = TestRedis::get(test)?;
+    let url = redis.fresh_db(db);
+    let start = |tag| {
+        SpinApp::start(
+            bin,
+            TempDir::new(tag),
+            SpinStore::Redis(url.clone()),
+            &[],
+            &[],
+        )
+    };
+    let a = start("spin-a").await.expect("spin A");
+    let b = start("spin-b").await.expect("spin B");
+    Some((a, b, redis))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_spin_instances_one_redis_thousand_claims() {
+    let Some((a, b, _redis)) =
+        two_spins_on_one_redis("two_spin_instances_one_redis_thousand_claims", 14).await
+    else {
+        return;
+    };
+    thousand_claims("real spin, redis", &a.base_url, &b.base_url).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_spin_instances_one_redis_churn() {
+    let Some((a, b, _redis)) =
+        two_spins_on_one_redis("two_spin_instances_one_redis_churn", 15).await
+    else {
+        return;
+    };
+    churn("real spin, redis", &a.base_url, &b.base_url).await;
 }

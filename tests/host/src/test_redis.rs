@@ -14,7 +14,8 @@
 //! Tests sharing one server stay apart by database number: each test uses
 //! its own ([`TestRedis::url`]) and flushes it first ([`TestRedis::flush`]).
 //! Numbers in use: `tests/host/tests/kv_semantics.rs` 1–9 and 13,
-//! `tests/host/tests/probe.rs` 10, `tests/tests/concurrency.rs` 11–12.
+//! `tests/host/tests/probe.rs` 10, `tests/tests/concurrency.rs` 11–12 and
+//! 14–15, the tests on real Spin 16 and up (`tests/src/harness.rs`).
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
