@@ -1,7 +1,7 @@
 //! The validating webhook through the real `admission` component: one test
 //! per deny reason, and the allowed cases next to them.
 
-use metal_ipam_tests::harness::{claim_json, pool_json, App};
+use metal_ipam_tests::harness::{claim_json, pool_json, App, Runtime};
 use serde_json::{json, Value};
 
 fn review(op: &str, object: Option<Value>, old: Option<Value>) -> Value {
@@ -44,9 +44,7 @@ async fn decide(app: &App, r: Value) -> (bool, Value) {
     )
 }
 
-#[tokio::test]
-async fn the_webhook_allows_good_pools_and_denies_each_unsafe_change() {
-    let app = App::new();
+async fn the_webhook_allows_good_pools_and_denies_each_unsafe_change(app: App) {
     let a = pool_json("team-a", "a", &["10.1.0.10-10.1.0.20"], 24);
     let (ok, _) = decide(&app, review("CREATE", Some(a.clone()), None)).await;
     assert!(ok, "a valid new pool is allowed");
@@ -130,9 +128,7 @@ async fn the_webhook_allows_good_pools_and_denies_each_unsafe_change() {
     assert!(ok);
 }
 
-#[tokio::test]
-async fn the_webhook_needs_the_token_and_a_well_formed_review() {
-    let app = App::new();
+async fn the_webhook_needs_the_token_and_a_well_formed_review(app: App) {
     let r = app
         .call_with("POST", "/v1/admission/pools", Some(&json!({})), None)
         .await;
@@ -160,3 +156,14 @@ async fn the_webhook_needs_the_token_and_a_well_formed_review() {
     let (ok, _) = decide(&app, cm).await;
     assert!(ok);
 }
+
+/// Both tests on every runtime: the test host, and real Spin (SQLite and
+/// Redis stores) when `SPIN_BIN` is given.
+async fn app(runtime: Runtime) -> Option<App> {
+    App::on(runtime, &[], &[]).await
+}
+
+metal_ipam_tests::on_every_runtime!(
+    app: the_webhook_allows_good_pools_and_denies_each_unsafe_change,
+    the_webhook_needs_the_token_and_a_well_formed_review,
+);
