@@ -350,6 +350,16 @@ impl App {
     }
 }
 
+/// `runtime` if it was given (the test host always is; real Spin when
+/// `SPIN_BIN` names one), for tests that build their [`App`] themselves
+/// with [`App::on`] and take this as their `on_every_runtime!` setup.
+pub async fn given(runtime: Runtime) -> Option<Runtime> {
+    match runtime {
+        Runtime::Host => Some(runtime),
+        Runtime::SpinSqlite | Runtime::SpinRedis => SpinBin::from_env().map(|_| runtime),
+    }
+}
+
 /// A database number of the test Redis server for one real-Spin test:
 /// 16 and up, so they never meet the host tests' fixed numbers (1–15), one
 /// per test in a test process. The server needs `--databases 64` (as
@@ -534,7 +544,7 @@ macro_rules! on_every_runtime {
     (@one $module:ident, $runtime:ident, $setup:ident: $($name:ident),+) => {
         mod $module {
             $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
                 async fn $name() {
                     if let Some(x) = super::$setup($crate::harness::Runtime::$runtime).await {
                         super::$name(x).await;

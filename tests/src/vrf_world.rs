@@ -175,6 +175,24 @@ pub fn metal_app(kube: &FakeKube, sim: &MetalSim) -> crate::harness::App {
     ])
 }
 
+/// [`metal_app`] on `runtime` (real Spin when given; `None` when not).
+pub async fn metal_app_on(
+    runtime: crate::harness::Runtime,
+    kube: &FakeKube,
+    sim: &MetalSim,
+) -> Option<crate::harness::App> {
+    let metal_url = format!("http://{}", sim.addr());
+    let vars = [
+        ("k8s_api_url", kube.base_url()),
+        ("k8s_token", kube.token().to_string()),
+        ("metal_api_url", metal_url),
+        ("metal_token", sim.token().to_string()),
+        ("metal_project_id", sim.project_id().to_string()),
+    ];
+    let vars: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    crate::harness::App::on(runtime, &vars, &[]).await
+}
+
 /// The VRF-backed pool: a /29 of 10.10.0.0/16 in metro `da`.
 pub fn pool_object() -> Value {
     json!({

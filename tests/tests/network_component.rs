@@ -4,19 +4,23 @@
 //! POSTs apply it (202 with `Retry-After` and `Location` while a step runs)
 //! until the device is as the profile says, doing exactly the dry-run plan;
 //! a converged POST makes no mutating Metal call; the node's configuration
-//! renders in each format; errors are clear.
+//! renders in each format; errors are clear. Every test but the one that
+//! traces service chaining (a test-host report) runs on real Spin too when
+//! `SPIN_BIN` is given (`spin_sqlite::`, `spin_redis::`): the VLAN batches
+//! then go through Spin's own chaining to the private `attach-vlan` and
+//! `detach-vlan` components.
 
 use metal_ipam_core::metal::model::VirtualNetworkCreateInput;
 use metal_ipam_core::metal::retry::RetryPolicy;
 use metal_ipam_tests::fake_kube::FakeKube;
-use metal_ipam_tests::harness::App;
+use metal_ipam_tests::harness::{given, App, Runtime};
 use metal_ipam_tests::metal_sim::{BlockingHttp, MetalSim, SimConfig};
-use metal_ipam_tests::vrf_world::metal_app;
+use metal_ipam_tests::vrf_world::metal_app_on;
 use serde_json::{json, Value};
 
 const DEV: &str = "3c2b1a09-8f7e-4d6c-9b5a-4f3e2d1c0b0a";
 
-async fn setup() -> (FakeKube, MetalSim, App) {
+async fn setup(runtime: Runtime) -> (FakeKube, MetalSim, App) {
     let kube = FakeKube::start().await;
     let sim = MetalSim::start_with(SimConfig::default()).await.unwrap();
     sim.add_device(DEV, "da", 2);
@@ -36,7 +40,7 @@ async fn setup() -> (FakeKube, MetalSim, App) {
     })
     .await
     .unwrap();
-    let app = metal_app(&kube, &sim);
+    let app = metal_app_on(runtime, &kube, &sim).await.expect("given");
     kube.create(json!({
         "apiVersion": "ipam.metal-ipam.dev/v1alpha1", "kind": "MetalNetworkProfile",
         "metadata": {"name": "l2", "namespace": "team-a"},
@@ -87,9 +91,8 @@ fn steps(v: &Value) -> Vec<String> {
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_machine_profile_is_planned_applied_and_rendered() {
-    let (kube, sim, app) = setup().await;
+async fn a_machine_profile_is_planned_applied_and_rendered(runtime: Runtime) {
+    let (kube, sim, app) = setup(runtime).await;
     sim.clear_requests();
     let path = "/v1/machines/team-a/m-0/network";
 
@@ -226,9 +229,8 @@ async fn a_machine_profile_is_planned_applied_and_rendered() {
     assert_eq!(sim.violations(), Vec::<String>::new());
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn machines_without_a_profile_or_a_device_get_clear_errors() {
-    let (kube, _sim, app) = setup().await;
+async fn machines_without_a_profile_or_a_device_get_clear_errors(runtime: Runtime) {
+    let (kube, _sim, app) = setup(runtime).await;
     kube.create(json!({
         "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
         "metadata": {"name": "plain", "namespace": "team-a"}, "spec": {"clusterName": "c"}
@@ -288,9 +290,8 @@ async fn machines_without_a_profile_or_a_device_get_clear_errors() {
 /// Metal has no webhooks: when the Metal poll sees the machine's device
 /// become active, it applies the machine's profile, and the next polls
 /// continue it while a step runs, until it converges.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn the_metal_poll_applies_a_profile_when_the_device_becomes_active() {
-    let (_kube, sim, app) = setup().await;
+async fn the_metal_poll_applies_a_profile_when_the_device_becomes_active(runtime: Runtime) {
+    let (_kube, sim, app) = setup(runtime).await;
     sim.set_device_state(DEV, "provisioning");
     let r = app.call("POST", "/v1/metal/poll", None).await;
     assert_eq!(r.status, 200, "{:#}", r.body);
@@ -360,7 +361,7 @@ async fn traced(
 /// one create each.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn vlan_batches_run_in_the_attach_and_detach_components() {
-    let (_kube, sim, app) = setup().await;
+    let (_kube, sim, app) = setup(Runtime::Host).await;
     let path = "/v1/machines/team-a/m-0/network";
     let batch_posts = |sim: &MetalSim| {
         sim.requests()
@@ -430,9 +431,8 @@ async fn vlan_batches_run_in_the_attach_and_detach_components() {
 /// A deleted device (seen by the Metal poll) releases its Machine's
 /// network: the per-VLAN claims are deleted and the device's apply record
 /// is forgotten.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn the_metal_poll_releases_the_network_of_a_deleted_device() {
-    let (kube, sim, app) = setup().await;
+async fn the_metal_poll_releases_the_network_of_a_deleted_device(runtime: Runtime) {
+    let (kube, sim, app) = setup(runtime).await;
     let path = "/v1/machines/team-a/m-0/network";
     for _ in 0..20 {
         if app.call("POST", path, None).await.status == 200 {
@@ -514,9 +514,8 @@ async fn deliver_machine_event(app: &App, kube: &FakeKube) -> Value {
 /// profile (delivered again while a step runs, until converged); removing
 /// the annotation releases the device and the claims and forgets the
 /// record; from then on, events about the Machine make no Metal call.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn machine_events_apply_a_profile_and_release_it_once_removed() {
-    let (kube, sim, app) = setup().await;
+async fn machine_events_apply_a_profile_and_release_it_once_removed(runtime: Runtime) {
+    let (kube, sim, app) = setup(runtime).await;
     let result = deliver_machine_event(&app, &kube).await;
     assert_eq!(result["result"], "converged", "{result:#}");
     let bond = sim.device(DEV).unwrap().port("bond0").unwrap().clone();
@@ -550,3 +549,11 @@ async fn machine_events_apply_a_profile_and_release_it_once_removed() {
     assert_eq!(reads.len(), 1, "{reads:?}");
     assert_eq!(sim.violations(), Vec::<String>::new());
 }
+
+metal_ipam_tests::on_every_runtime!(
+    given: a_machine_profile_is_planned_applied_and_rendered,
+    machines_without_a_profile_or_a_device_get_clear_errors,
+    the_metal_poll_applies_a_profile_when_the_device_becomes_active,
+    the_metal_poll_releases_the_network_of_a_deleted_device,
+    machine_events_apply_a_profile_and_release_it_once_removed,
+);

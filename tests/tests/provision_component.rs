@@ -2,12 +2,14 @@
 //! a VRF-backed pool's events go through `events` to `provision` by service
 //! chaining; the step answers 202 while Metal works (and `events` 503 with
 //! `Retry-After`, so the forwarder delivers again), then the pool is ready
-//! and hands out addresses; only `provision` reaches Metal.
+//! and hands out addresses; only `provision` reaches Metal. Every test runs
+//! on real Spin too when `SPIN_BIN` is given (`spin_sqlite::`,
+//! `spin_redis::`), against FakeKube and the Metal simulator.
 
 use metal_ipam_tests::fake_kube::{FakeKube, METAL_GROUP};
-use metal_ipam_tests::harness::App;
+use metal_ipam_tests::harness::{given, App, Runtime};
 use metal_ipam_tests::metal_sim::{MetalSim, SimConfig};
-use metal_ipam_tests::vrf_world::metal_app as app;
+use metal_ipam_tests::vrf_world::metal_app_on;
 use serde_json::{json, Value};
 
 fn pool() -> Value {
@@ -29,11 +31,10 @@ async fn sim(reads: u32) -> MetalSim {
     .unwrap()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_vrf_pool_event_is_provisioned_through_the_components() {
+async fn a_vrf_pool_event_is_provisioned_through_the_components(runtime: Runtime) {
     let kube = FakeKube::start().await;
     let sim = sim(1).await;
-    let app = app(&kube, &sim);
+    let app = metal_app_on(runtime, &kube, &sim).await.expect("given");
     kube.create(pool());
 
     let mut last = None;
@@ -90,16 +91,17 @@ async fn a_vrf_pool_event_is_provisioned_through_the_components() {
     assert_eq!(got.body["spec"]["gateway"], "10.10.1.1");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn without_metal_configured_a_vrf_pool_fails_loudly_and_nothing_else_does() {
+async fn without_metal_configured_a_vrf_pool_fails_loudly_and_nothing_else_does(runtime: Runtime) {
     let kube = FakeKube::start().await;
     kube.create(pool());
     // No Metal variables: a VRF-backed pool cannot be provisioned; the
     // forwarder is told to retry (502), the reason is in the step result.
-    let app = App::with_variables(&[
-        ("k8s_api_url", &kube.base_url()),
-        ("k8s_token", kube.token()),
-    ]);
+    let vars = [
+        ("k8s_api_url", kube.base_url()),
+        ("k8s_token", kube.token().to_string()),
+    ];
+    let vars: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let app = App::on(runtime, &vars, &[]).await.expect("given");
     let obj = kube
         .get(METAL_GROUP, "metalippools", Some("team-a"), "vrf")
         .unwrap();
@@ -130,11 +132,10 @@ async fn without_metal_configured_a_vrf_pool_fails_loudly_and_nothing_else_does(
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn the_reconcile_run_drives_a_vrf_pool_to_ready_without_events() {
+async fn the_reconcile_run_drives_a_vrf_pool_to_ready_without_events(runtime: Runtime) {
     let kube = FakeKube::start().await;
     let sim = sim(2).await;
-    let app = app(&kube, &sim);
+    let app = metal_app_on(runtime, &kube, &sim).await.expect("given");
     kube.create(pool());
     let mut statuses = Vec::new();
     for _ in 0..6 {
@@ -157,11 +158,10 @@ async fn the_reconcile_run_drives_a_vrf_pool_to_ready_without_events() {
     assert_eq!(sim.violations(), Vec::<String>::new());
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn the_public_route_advances_a_vrf_pool_and_names_where_to_poll() {
+async fn the_public_route_advances_a_vrf_pool_and_names_where_to_poll(runtime: Runtime) {
     let kube = FakeKube::start().await;
     let sim = sim(1).await;
-    let app = app(&kube, &sim);
+    let app = metal_app_on(runtime, &kube, &sim).await.expect("given");
     kube.create(pool());
     let path = "/v1/metal/pools/team-a/vrf";
     assert_eq!(app.call_with("POST", path, None, None).await.status, 401);
@@ -194,11 +194,10 @@ async fn the_public_route_advances_a_vrf_pool_and_names_where_to_poll() {
 /// deletion, `release` waits, `assign` removes the assignment, `release`
 /// runs again and frees the address. The poll and the public claim route
 /// answer with the API token only.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_claims_metal_assignment_follows_it_through_the_components() {
+async fn a_claims_metal_assignment_follows_it_through_the_components(runtime: Runtime) {
     let kube = FakeKube::start().await;
     let sim = sim(1).await;
-    let app = app(&kube, &sim);
+    let app = metal_app_on(runtime, &kube, &sim).await.expect("given");
     kube.create(pool());
     let path = "/v1/metal/pools/team-a/vrf";
     for _ in 0..4 {
@@ -299,3 +298,11 @@ async fn a_claims_metal_assignment_follows_it_through_the_components() {
     assert_eq!(sim.violations(), Vec::<String>::new());
     assert_eq!(kube.schema_violations(), Vec::<String>::new());
 }
+
+metal_ipam_tests::on_every_runtime!(
+    given: a_vrf_pool_event_is_provisioned_through_the_components,
+    without_metal_configured_a_vrf_pool_fails_loudly_and_nothing_else_does,
+    the_reconcile_run_drives_a_vrf_pool_to_ready_without_events,
+    the_public_route_advances_a_vrf_pool_and_names_where_to_poll,
+    a_claims_metal_assignment_follows_it_through_the_components,
+);
