@@ -340,6 +340,14 @@ impl App {
             .expect("default store")
     }
 
+    /// Real Spin's process group (`None` on the host).
+    pub fn spin_process_group(&self) -> Option<u32> {
+        match &self.engine {
+            Engine::Host(_) => None,
+            Engine::Spin(s) => Some(s.process_group()),
+        }
+    }
+
     /// The end of real Spin's output (empty on the host), for failure
     /// messages.
     pub fn log_tail(&self) -> String {

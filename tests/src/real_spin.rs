@@ -15,6 +15,9 @@
 //!   passes them; nothing else from the test's environment reaches Spin but
 //!   `PATH`, `HOME` and the temp and cache directories (so a developer's own
 //!   `SPIN_VARIABLE_*` cannot leak in).
+//! - `spin up` serves from a child process (`spin trigger http`) that a
+//!   killed `spin up` leaves behind, so both run in a process group of
+//!   their own and dropping a [`SpinApp`] kills the group.
 //! - Starts are serialised within a test process: the first one compiles
 //!   every component (about 10 s on two cores) into wasmtime's cache, and
 //!   the later ones load from it in well under a second.
@@ -198,74 +201,42 @@ impl SpinApp {
         // One start at a time: the first compiles every component.
         static STARTING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
         let _one = STARTING.lock().await;
-        let port = free_port()?;
-        let mut cmd = Command::new(&bin.path);
-        cmd.arg("up")
-            .arg("--from")
-            .arg(repo_root().join("spin.toml"))
-            .args(["--listen", &format!("127.0.0.1:{port}")])
-            .arg("--runtime-config-file")
-            .arg(&rc)
-            .arg("--state-dir")
-            .arg(dir.path().join("state"))
-            .env_clear();
-        for keep in ["PATH", "HOME", "TMPDIR", "XDG_CACHE_HOME", "XDG_DATA_HOME"] {
-            if let Some(v) = std::env::var_os(keep) {
-                cmd.env(keep, v);
-            }
-        }
-        cmd.env("SPIN_VARIABLE_API_TOKEN", TOKEN);
-        for (k, v) in vars {
-            cmd.env(format!("SPIN_VARIABLE_{}", k.to_ascii_uppercase()), v);
-        }
-        let out = std::fs::File::create(&log).context("spin.log")?;
-        let child = cmd
-            .stdin(Stdio::null())
-            .stdout(out.try_clone()?)
-            .stderr(out)
-            .spawn()
-            .with_context(|| format!("starting {}", bin.path.display()))?;
         let client = Client::builder(TokioExecutor::new())
             .pool_idle_timeout(Duration::from_secs(5))
             .build_http();
-        let mut app = SpinApp {
-            child,
-            base_url: format!("http://127.0.0.1:{port}"),
-            store,
-            dir,
-            client,
-        };
-        let deadline = Instant::now() + START_TIMEOUT;
+        // The port is free when picked but not reserved: if something else
+        // takes it before Spin binds it, Spin exits and we pick another.
+        let mut attempt = 0;
         loop {
-            if let Ok(r) = app.get_health().await {
-                if r == 200 {
-                    return Ok(app);
+            attempt += 1;
+            let port = free_port()?;
+            let base_url = format!("http://127.0.0.1:{port}");
+            let mut child = spawn(bin, dir.path(), &rc, &log, port, vars)?;
+            match wait_until_serving(&client, &base_url, &mut child).await {
+                Ok(()) => {
+                    return Ok(SpinApp {
+                        child,
+                        base_url,
+                        store,
+                        dir,
+                        client,
+                    })
+                }
+                Err(why) => {
+                    kill_group(&mut child);
+                    let out = tail(&log, 30);
+                    if attempt < 3 && out.to_ascii_lowercase().contains("address already in use") {
+                        continue;
+                    }
+                    bail!("{} {why}:\n{out}", bin.version);
                 }
             }
-            if let Some(status) = app.child.try_wait()? {
-                bail!(
-                    "{} exited during startup ({status}):\n{}",
-                    bin.version,
-                    app.log_tail()
-                );
-            }
-            if Instant::now() > deadline {
-                bail!(
-                    "{} did not serve on port {port} within {} s:\n{}",
-                    bin.version,
-                    START_TIMEOUT.as_secs(),
-                    app.log_tail()
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
 
-    async fn get_health(&self) -> Result<u16> {
-        let req = http::Request::get(format!("{}/healthz", self.base_url))
-            .body(ReqBody::full(Vec::new()))?;
-        let resp = tokio::time::timeout(Duration::from_secs(5), self.client.request(req)).await??;
-        Ok(resp.status().as_u16())
+    /// The process group of `spin up` and the processes it started.
+    pub fn process_group(&self) -> u32 {
+        self.child.id()
     }
 
     /// The directory the process runs in.
@@ -350,8 +321,96 @@ impl SpinApp {
 
 impl Drop for SpinApp {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        kill_group(&mut self.child);
+    }
+}
+
+/// Kills `spin up` and its `spin trigger` child: the whole process group
+/// `spawn` gave them (SIGTERM does not stop `spin up`, and SIGKILL to it
+/// alone leaves the trigger process serving).
+fn kill_group(child: &mut Child) {
+    if let Ok(pid) = libc::pid_t::try_from(child.id()) {
+        // SAFETY: kill(2) with a negative pid signals the process group
+        // whose id is that pid: the group `spawn` made for this child.
+        unsafe {
+            libc::kill(-pid, libc::SIGKILL);
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// Starts `spin up` of the repository's `spin.toml` on `port` in `dir`, its
+/// output to `log`, with only the variables given (and a few variables of
+/// the environment Spin itself needs).
+fn spawn(
+    bin: &SpinBin,
+    dir: &Path,
+    rc: &Path,
+    log: &Path,
+    port: u16,
+    vars: &[(&str, &str)],
+) -> Result<Child> {
+    let mut cmd = Command::new(&bin.path);
+    cmd.arg("up")
+        .arg("--from")
+        .arg(repo_root().join("spin.toml"))
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .arg("--runtime-config-file")
+        .arg(rc)
+        .arg("--state-dir")
+        .arg(dir.join("state"))
+        .env_clear();
+    for keep in ["PATH", "HOME", "TMPDIR", "XDG_CACHE_HOME", "XDG_DATA_HOME"] {
+        if let Some(v) = std::env::var_os(keep) {
+            cmd.env(keep, v);
+        }
+    }
+    cmd.env("SPIN_VARIABLE_API_TOKEN", TOKEN);
+    for (k, v) in vars {
+        cmd.env(format!("SPIN_VARIABLE_{}", k.to_ascii_uppercase()), v);
+    }
+    // `spin up` runs the app in a child process (`spin trigger http`) that
+    // outlives a killed parent: a process group of their own lets
+    // [`SpinApp`]'s drop kill both.
+    std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+    let out = std::fs::File::create(log).context("spin.log")?;
+    cmd.stdin(Stdio::null())
+        .stdout(out.try_clone()?)
+        .stderr(out)
+        .spawn()
+        .with_context(|| format!("starting {}", bin.path.display()))
+}
+
+/// Waits until `GET /healthz` answers 200, or says why not: the process
+/// exited, or [`START_TIMEOUT`] passed.
+async fn wait_until_serving(
+    client: &Client<hyper_util::client::legacy::connect::HttpConnector, ReqBody>,
+    base_url: &str,
+    child: &mut Child,
+) -> std::result::Result<(), String> {
+    let deadline = Instant::now() + START_TIMEOUT;
+    loop {
+        let req = http::Request::get(format!("{base_url}/healthz"))
+            .body(ReqBody::full(Vec::new()))
+            .map_err(|e| e.to_string())?;
+        if let Ok(Ok(r)) = tokio::time::timeout(Duration::from_secs(5), client.request(req)).await {
+            if r.status() == 200 {
+                return Ok(());
+            }
+        }
+        match child.try_wait() {
+            Ok(Some(status)) => return Err(format!("exited during startup ({status})")),
+            Err(e) => return Err(format!("cannot be waited for: {e}")),
+            Ok(None) => {}
+        }
+        if Instant::now() > deadline {
+            return Err(format!(
+                "did not serve on {base_url} within {} s",
+                START_TIMEOUT.as_secs()
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
@@ -484,6 +543,24 @@ fn parse_response(buf: &[u8]) -> Result<Option<SpinResponse>> {
         parts,
         body: Bytes::from(body),
     }))
+}
+
+/// How many live (not zombie) processes are in process group `group`, from
+/// `/proc` (Linux).
+pub fn processes_in_group(group: u32) -> usize {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .filter_map(|e| std::fs::read_to_string(e.path().join("stat")).ok())
+        .filter(|stat| {
+            // pid (comm) state ppid pgrp …; comm may hold spaces.
+            let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+            let fields: Vec<&str> = rest.split_whitespace().collect();
+            fields.first() != Some(&"Z") && fields.get(2) == Some(&group.to_string().as_str())
+        })
+        .count()
 }
 
 fn tail(path: &Path, lines: usize) -> String {

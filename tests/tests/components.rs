@@ -12,6 +12,7 @@
 use std::collections::BTreeSet;
 
 use metal_ipam_tests::harness::{claim_json, pool_json, App, Runtime, TOKEN};
+use metal_ipam_tests::real_spin::processes_in_group;
 use metal_ipam_tests::schema::{self, capi_crds_dir, load_crd};
 use serde_json::{json, Value};
 
@@ -342,6 +343,28 @@ metal_ipam_tests::on_every_runtime!(
     claim_errors_map_to_contract_statuses,
     stored_records_match_the_kv_schema,
 );
+
+/// `spin up` serves from a child process that outlives a killed parent:
+/// dropping the app must stop both, or every test leaves a Spin behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_a_spin_app_stops_every_process_it_started() {
+    let Some(app) = App::on(Runtime::SpinSqlite, &[], &[]).await else {
+        return;
+    };
+    let group = app.spin_process_group().expect("real Spin");
+    let before = processes_in_group(group);
+    assert!(before >= 2, "spin up and its trigger process: {before}");
+    drop(app);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while processes_in_group(group) > 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} processes of group {group} still run",
+            processes_in_group(group)
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
 
 #[tokio::test]
 async fn kv_operations_per_allocation_stay_within_the_bound_at_low_and_high_fill() {
