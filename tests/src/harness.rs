@@ -212,27 +212,30 @@ impl App {
     ///
     /// # Panics
     /// When the runtime was given but does not start.
-    pub async fn on(runtime: Runtime, vars: &[(&str, &str)], tls: &[ClientTls]) -> Option<App> {
-        let spin_store = match runtime {
-            Runtime::Host => return Some(App::with_variables(vars)),
-            Runtime::SpinSqlite | Runtime::SpinRedis => runtime,
-        };
+    pub async fn on(runtime: Runtime, vars: &[(&str, String)], tls: &[ClientTls]) -> Option<App> {
+        let vars: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        if runtime == Runtime::Host {
+            return Some(App::with_variables(&vars));
+        }
         let bin = SpinBin::from_env()?;
         let dir = TempDir::new("spin");
-        let (store, redis) = if spin_store == Runtime::SpinSqlite {
-            (SpinStore::Sqlite(dir.path().join("kv.db")), None)
+        let (store, backend, redis) = if runtime == Runtime::SpinSqlite {
+            let file = dir.path().join("kv.db");
+            (
+                SpinStore::Sqlite(file.clone()),
+                KvBackend::SqliteFile(file),
+                None,
+            )
         } else {
             let redis = TestRedis::get(&runtime.name())?;
+            let url = redis.fresh_db(spin_redis_db());
             (
-                SpinStore::Redis(redis.fresh_db(spin_redis_db())),
+                SpinStore::Redis(url.clone()),
+                KvBackend::redis(url),
                 Some(redis),
             )
         };
-        let backend = match &store {
-            SpinStore::Sqlite(f) => KvBackend::SqliteFile(f.clone()),
-            SpinStore::Redis(url) => KvBackend::redis(url.clone()),
-        };
-        let spin = SpinApp::start(bin, dir, store, vars, tls)
+        let spin = SpinApp::start(bin, dir, store, &vars, tls)
             .await
             .unwrap_or_else(|e| panic!("{}: {e:#}", runtime.name()));
         Some(App {
@@ -244,16 +247,21 @@ impl App {
         })
     }
 
-    /// Which runtime serves the application.
-    pub fn runtime(&self) -> Runtime {
-        self.runtime
-    }
-
     /// Whether [`Resp::kv_ops`] is counted: only the test host counts
     /// key-value operations (Spin sends no such header), so the cost
     /// assertions are the host's.
     pub fn counts_kv_ops(&self) -> bool {
         matches!(self.engine, Engine::Host(_))
+    }
+
+    /// Asserts that `r` made `n` key-value operations, where they are
+    /// counted (the test host); on real Spin it checks nothing, since Spin
+    /// reports no counts.
+    #[track_caller]
+    pub fn assert_kv_ops(&self, r: &Resp, n: u64, what: &str) {
+        if self.counts_kv_ops() {
+            assert_eq!(r.kv_ops, n, "{what}");
+        }
     }
 
     /// The in-process test host.
@@ -345,15 +353,6 @@ impl App {
         match &self.engine {
             Engine::Host(_) => None,
             Engine::Spin(s) => Some(s.process_group()),
-        }
-    }
-
-    /// The end of real Spin's output (empty on the host), for failure
-    /// messages.
-    pub fn log_tail(&self) -> String {
-        match &self.engine {
-            Engine::Host(_) => String::new(),
-            Engine::Spin(s) => s.log_tail(),
         }
     }
 }
@@ -493,9 +492,29 @@ impl Drop for HostProcess {
     }
 }
 
-fn free_port() -> Result<u16> {
-    let l = std::net::TcpListener::bind("127.0.0.1:0")?;
+/// A free loopback port: bind `127.0.0.1:0`, read the port, drop the
+/// listener. Another process could take it before the child binds it; the
+/// child then fails to start, with the reason in its log.
+pub(crate) fn free_port() -> Result<u16> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").context("binding 127.0.0.1:0")?;
     Ok(l.local_addr()?.port())
+}
+
+/// The last `lines` lines of a log file, for a failure message (read from
+/// its last 64 KiB).
+pub(crate) fn tail(path: &Path, lines: usize) -> String {
+    use std::io::{Read as _, Seek as _, SeekFrom};
+    let mut file = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) => return format!("(cannot read {}: {e})", path.display()),
+    };
+    let len = file.metadata().map(|m| m.len()).unwrap_or(0);
+    let _ = file.seek(SeekFrom::Start(len.saturating_sub(64 * 1024)));
+    let mut bytes = Vec::new();
+    let _ = file.read_to_end(&mut bytes);
+    let text = String::from_utf8_lossy(&bytes);
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
 }
 
 /// A pool object for tests.
@@ -516,18 +535,6 @@ pub fn claim_json(namespace: &str, name: &str, uid: &str, pool: &str) -> Value {
         "metadata": {"name": name, "namespace": namespace, "uid": uid},
         "spec": {"poolRef": {"apiGroup": "ipam.metal-ipam.dev", "kind": "MetalIPPool", "name": pool}}
     })
-}
-
-impl App {
-    /// Asserts that `r` made `n` key-value operations, where they are
-    /// counted (the test host); on real Spin it checks nothing, since Spin
-    /// reports no counts.
-    #[track_caller]
-    pub fn assert_kv_ops(&self, r: &Resp, n: u64, what: &str) {
-        if self.counts_kv_ops() {
-            assert_eq!(r.kv_ops, n, "{what}");
-        }
-    }
 }
 
 /// Declares each listed test — an `async fn name(x: T)` of the calling

@@ -2,11 +2,11 @@
 //! a real kube-apiserver ([`crate::real_kube`], from `KUBEBUILDER_ASSETS`)
 //! — one interface, so a CAPI scenario is written once and runs on both.
 //!
-//! Seeding and inspection (`create`, `get`, `put`, `delete`, `list`) and
-//! recording (`requests`, `writes`, `schema_violations`) behave the same on
-//! both, with two differences the tests must allow for:
+//! Seeding and inspection (`create`, `get`, `put`, `delete`) and recording
+//! (`requests`, `writes`, `schema_violations`) behave the same on both,
+//! with two differences the tests must allow for:
 //! - a real server collects garbage in the background (kube-controller-
-//!   manager), FakeKube at once: wait with [`Kube::eventually`];
+//!   manager), FakeKube at once; no scenario depends on either;
 //! - fault injection and paging controls exist on FakeKube only
 //!   ([`Kube::fake`]); tests that need them run on the test host only.
 
@@ -116,14 +116,6 @@ impl Kube {
         }
     }
 
-    /// See [`FakeKube::list`].
-    pub fn list(&self, group: &str, plural: &str) -> Vec<Value> {
-        match self {
-            Kube::Fake(k) => k.list(group, plural),
-            Kube::Real(s) => s.list(group, plural),
-        }
-    }
-
     /// The application's requests since the last
     /// [`clear_requests`](Self::clear_requests), in order (on the real
     /// server, the ServiceAccount's requests from the audit log).
@@ -172,20 +164,6 @@ impl Kube {
         match self {
             Kube::Fake(_) => Vec::new(),
             Kube::Real(s) => s.forbidden(),
-        }
-    }
-
-    /// Asserts `done()`: at once on FakeKube (whose garbage collector runs
-    /// synchronously), within 30 s on the real server (whose collector runs
-    /// in kube-controller-manager).
-    ///
-    /// # Panics
-    /// When it does not hold (in time).
-    #[track_caller]
-    pub fn eventually(&self, what: &str, mut done: impl FnMut() -> bool) {
-        match self {
-            Kube::Fake(_) => assert!(done(), "{what}"),
-            Kube::Real(s) => s.wait_until(what, std::time::Duration::from_secs(30), done),
         }
     }
 }

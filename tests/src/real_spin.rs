@@ -21,23 +21,19 @@
 //! - Starts are serialised within a test process: the first one compiles
 //!   every component (about 10 s on two cores) into wasmtime's cache, and
 //!   the later ones load from it in well under a second.
-//! - Spin reports no key-value operation counts (those are a test-host
-//!   header), so [`SpinApp::send`] answers `kv_ops: None`.
+//! - Requests go over loopback one connection each, the way curl sends
+//!   them (see [`SpinApp::send`]). Spin reports no key-value operation
+//!   counts: those are a test-host header.
 
 use std::path::{Path, PathBuf};
-use std::pin::Pin;
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
-use std::task::{Context as TaskContext, Poll};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use bytes::Bytes;
-use http_body_util::BodyExt;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
 
-use crate::harness::{TempDir, TOKEN};
+use crate::harness::{free_port, tail, TempDir, TOKEN};
 use crate::schema::repo_root;
 
 /// The environment variable naming a Spin CLI (`spin` 3.x or 4.x).
@@ -155,7 +151,6 @@ pub struct SpinApp {
     /// Its store.
     pub store: SpinStore,
     dir: TempDir,
-    client: Client<hyper_util::client::legacy::connect::HttpConnector, ReqBody>,
 }
 
 impl std::fmt::Debug for SpinApp {
@@ -201,9 +196,6 @@ impl SpinApp {
         // One start at a time: the first compiles every component.
         static STARTING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
         let _one = STARTING.lock().await;
-        let client = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(Duration::from_secs(5))
-            .build_http();
         // The port is free when picked but not reserved: if something else
         // takes it before Spin binds it, Spin exits and we pick another.
         let mut attempt = 0;
@@ -212,14 +204,13 @@ impl SpinApp {
             let port = free_port()?;
             let base_url = format!("http://127.0.0.1:{port}");
             let mut child = spawn(bin, dir.path(), &rc, &log, port, vars)?;
-            match wait_until_serving(&client, &base_url, &mut child).await {
+            match wait_until_serving(&base_url, &mut child).await {
                 Ok(()) => {
                     return Ok(SpinApp {
                         child,
                         base_url,
                         store,
                         dir,
-                        client,
                     })
                 }
                 Err(why) => {
@@ -237,11 +228,6 @@ impl SpinApp {
     /// The process group of `spin up` and the processes it started.
     pub fn process_group(&self) -> u32 {
         self.child.id()
-    }
-
-    /// The directory the process runs in.
-    pub fn dir(&self) -> &Path {
-        self.dir.path()
     }
 
     /// The last lines of Spin's own output and of every component's log,
@@ -264,58 +250,34 @@ impl SpinApp {
         out
     }
 
-    /// Sends `req` (its URI a path such as `/v1/pools`) to Spin. A request
-    /// with a `content-length` header is sent with that length; one without
-    /// goes chunked, as a client streaming its body does.
+    /// Sends `req` (its URI a path such as `/v1/pools`) to Spin, as
+    /// `exchange` does: with its `content-length` if it has one, else a
+    /// non-empty body goes chunked, as a client streaming its body sends it.
     ///
     /// # Errors
     /// Connection failures and timeouts (with the end of Spin's output).
     pub async fn send(&self, req: http::Request<Vec<u8>>) -> Result<SpinResponse> {
-        let (mut parts, body) = req.into_parts();
+        let (parts, body) = req.into_parts();
         let path = parts
             .uri
             .path_and_query()
-            .map(|p| p.as_str().to_string())
-            .unwrap_or_else(|| "/".into());
-        if body.len() > LARGE_BODY {
-            let what = format!("{} {path}", parts.method);
-            return match tokio::time::timeout(
-                REQUEST_TIMEOUT,
-                send_while_reading(&self.base_url, &parts, &path, body),
-            )
-            .await
-            {
-                Ok(Ok(r)) => Ok(r),
-                Ok(Err(e)) => bail!("{what} to Spin: {e:#}\n{}", self.log_tail()),
-                Err(_) => bail!(
-                    "{what} to Spin: no answer in {} s",
-                    REQUEST_TIMEOUT.as_secs()
-                ),
-            };
-        }
-        parts.uri = format!("{}{path}", self.base_url).parse()?;
-        let body = if parts.headers.contains_key(http::header::CONTENT_LENGTH) {
-            ReqBody::full(body)
-        } else {
-            ReqBody::chunked(body)
-        };
-        let req = http::Request::from_parts(parts, body);
-        let what = format!("{} {path}", req.method());
-        let resp = match tokio::time::timeout(REQUEST_TIMEOUT, self.client.request(req)).await {
-            Ok(Ok(r)) => r,
+            .map_or("/", |p| p.as_str())
+            .to_string();
+        let what = format!("{} {path}", parts.method);
+        match tokio::time::timeout(
+            REQUEST_TIMEOUT,
+            exchange(&self.base_url, &parts, &path, body),
+        )
+        .await
+        {
+            Ok(Ok(r)) => Ok(r),
             Ok(Err(e)) => bail!("{what} to Spin: {e:#}\n{}", self.log_tail()),
             Err(_) => bail!(
                 "{what} to Spin: no answer in {} s\n{}",
                 REQUEST_TIMEOUT.as_secs(),
                 self.log_tail()
             ),
-        };
-        let (parts, body) = resp.into_parts();
-        let body = match body.collect().await {
-            Ok(b) => b.to_bytes(),
-            Err(e) => bail!("{what}: reading the answer from Spin: {e:#}"),
-        };
-        Ok(SpinResponse { parts, body })
+        }
     }
 }
 
@@ -384,18 +346,16 @@ fn spawn(
 
 /// Waits until `GET /healthz` answers 200, or says why not: the process
 /// exited, or [`START_TIMEOUT`] passed.
-async fn wait_until_serving(
-    client: &Client<hyper_util::client::legacy::connect::HttpConnector, ReqBody>,
-    base_url: &str,
-    child: &mut Child,
-) -> std::result::Result<(), String> {
+async fn wait_until_serving(base_url: &str, child: &mut Child) -> std::result::Result<(), String> {
     let deadline = Instant::now() + START_TIMEOUT;
+    let (health, ()) = http::Request::get("/healthz")
+        .body(())
+        .map_err(|e| e.to_string())?
+        .into_parts();
     loop {
-        let req = http::Request::get(format!("{base_url}/healthz"))
-            .body(ReqBody::full(Vec::new()))
-            .map_err(|e| e.to_string())?;
-        if let Ok(Ok(r)) = tokio::time::timeout(Duration::from_secs(5), client.request(req)).await {
-            if r.status() == 200 {
+        let probe = exchange(base_url, &health, "/healthz", Vec::new());
+        if let Ok(Ok(r)) = tokio::time::timeout(Duration::from_secs(5), probe).await {
+            if r.parts.status == 200 {
                 return Ok(());
             }
         }
@@ -414,16 +374,13 @@ async fn wait_until_serving(
     }
 }
 
-/// Bodies above this size go through [`send_while_reading`].
-const LARGE_BODY: usize = 256 * 1024;
-
-/// Sends a request the way curl does with a large upload: the head, then
-/// the body (as is with its `content-length`, else chunked) while reading
-/// the answer, and stops sending once the answer has arrived. A server that
-/// refuses a body before reading it answers and closes; hyper's client keeps
-/// writing and reports the reset instead of the answer, curl (and this)
-/// report the answer.
-async fn send_while_reading(
+/// One request on a connection of its own, the way curl sends it: the
+/// head, then the body (as is with its `content-length`, else chunked if
+/// there is one) while reading the answer, and no more sending once the
+/// answer has arrived. A server that refuses a large body before reading it
+/// answers and closes; hyper's client keeps writing and reports the reset
+/// instead of the answer, curl (and this) report the answer.
+async fn exchange(
     base_url: &str,
     parts: &http::request::Parts,
     path: &str,
@@ -433,7 +390,7 @@ async fn send_while_reading(
     let addr = base_url.trim_start_matches("http://");
     let stream = tokio::net::TcpStream::connect(addr).await?;
     let (mut rd, mut wr) = stream.into_split();
-    let sized = parts.headers.contains_key(http::header::CONTENT_LENGTH);
+    let sized = parts.headers.contains_key(http::header::CONTENT_LENGTH) || body.is_empty();
     let mut head = format!(
         "{} {path} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\n",
         parts.method
@@ -561,70 +518,6 @@ pub fn processes_in_group(group: u32) -> usize {
             fields.first() != Some(&"Z") && fields.get(2) == Some(&group.to_string().as_str())
         })
         .count()
-}
-
-fn tail(path: &Path, lines: usize) -> String {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    let all: Vec<&str> = text.lines().collect();
-    let start = all.len().saturating_sub(lines);
-    all[start..].iter().map(|l| format!("{l}\n")).collect()
-}
-
-fn free_port() -> Result<u16> {
-    let l = std::net::TcpListener::bind("127.0.0.1:0")?;
-    Ok(l.local_addr()?.port())
-}
-
-/// A request body sent whole with its length, or in one chunk without a
-/// length (hyper then uses chunked transfer encoding).
-pub struct ReqBody {
-    data: Option<Bytes>,
-    sized: bool,
-}
-
-impl ReqBody {
-    fn full(data: Vec<u8>) -> ReqBody {
-        ReqBody {
-            data: Some(Bytes::from(data)),
-            sized: true,
-        }
-    }
-
-    fn chunked(data: Vec<u8>) -> ReqBody {
-        ReqBody {
-            data: Some(Bytes::from(data)),
-            sized: false,
-        }
-    }
-}
-
-impl http_body::Body for ReqBody {
-    type Data = Bytes;
-    type Error = std::convert::Infallible;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        _cx: &mut TaskContext<'_>,
-    ) -> Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
-        Poll::Ready(
-            self.data
-                .take()
-                .filter(|d| !d.is_empty())
-                .map(|d| Ok(http_body::Frame::data(d))),
-        )
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.data.as_ref().is_none_or(Bytes::is_empty)
-    }
-
-    fn size_hint(&self) -> http_body::SizeHint {
-        match (&self.data, self.sized) {
-            (Some(d), true) => http_body::SizeHint::with_exact(d.len() as u64),
-            (None, true) => http_body::SizeHint::with_exact(0),
-            (_, false) => http_body::SizeHint::default(),
-        }
-    }
 }
 
 #[cfg(test)]

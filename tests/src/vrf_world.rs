@@ -166,13 +166,9 @@ impl World {
 /// The application on the test host, talking to `kube` and to `sim` as
 /// Metal.
 pub fn metal_app(kube: &FakeKube, sim: &MetalSim) -> crate::harness::App {
-    crate::harness::App::with_variables(&[
-        ("k8s_api_url", &kube.base_url()),
-        ("k8s_token", kube.token()),
-        ("metal_api_url", &format!("http://{}", sim.addr())),
-        ("metal_token", sim.token()),
-        ("metal_project_id", sim.project_id()),
-    ])
+    let vars = metal_vars(kube, sim);
+    let vars: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    crate::harness::App::with_variables(&vars)
 }
 
 /// [`metal_app`] on `runtime` (real Spin when given; `None` when not).
@@ -181,16 +177,18 @@ pub async fn metal_app_on(
     kube: &FakeKube,
     sim: &MetalSim,
 ) -> Option<crate::harness::App> {
-    let metal_url = format!("http://{}", sim.addr());
-    let vars = [
+    crate::harness::App::on(runtime, &metal_vars(kube, sim), &[]).await
+}
+
+/// The variables that point the app at `kube` and at `sim`.
+fn metal_vars(kube: &FakeKube, sim: &MetalSim) -> [(&'static str, String); 5] {
+    [
         ("k8s_api_url", kube.base_url()),
         ("k8s_token", kube.token().to_string()),
-        ("metal_api_url", metal_url),
+        ("metal_api_url", format!("http://{}", sim.addr())),
         ("metal_token", sim.token().to_string()),
         ("metal_project_id", sim.project_id().to_string()),
-    ];
-    let vars: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    crate::harness::App::on(runtime, &vars, &[]).await
+    ]
 }
 
 /// The VRF-backed pool: a /29 of 10.10.0.0/16 in metro `da`.

@@ -105,7 +105,6 @@ async fn app_on(runtime: Runtime, kube: &Kube) -> Option<App> {
         ("k8s_token", kube.token().to_string()),
         ("events_token", EVENTS_TOKEN.to_string()),
     ];
-    let vars: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (*k, v.as_str())).collect();
     App::on(runtime, &vars, &kube.client_tls()).await
 }
 

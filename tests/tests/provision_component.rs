@@ -100,7 +100,6 @@ async fn without_metal_configured_a_vrf_pool_fails_loudly_and_nothing_else_does(
         ("k8s_api_url", kube.base_url()),
         ("k8s_token", kube.token().to_string()),
     ];
-    let vars: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let app = App::on(runtime, &vars, &[]).await.expect("given");
     let obj = kube
         .get(METAL_GROUP, "metalippools", Some("team-a"), "vrf")

@@ -32,8 +32,8 @@
 //!
 //! # What runs
 //!
-//! Everything lives in one directory `<temp>/metal-ipam-kube-<pid>-<n>`
-//! ([`ControlPlane::dir`]): certificates, etcd's data, each process's log
+//! Everything lives in one directory `<temp>/metal-ipam-kube-<pid>-<n>`:
+//! certificates, etcd's data, each process's log
 //! (`etcd.log`, `kube-apiserver.log`, `kube-controller-manager.log`), the
 //! audit policy and log, and an admin kubeconfig (`admin.kubeconfig`, for
 //! `kubectl --kubeconfig` when debugging). The processes die with the test
@@ -59,8 +59,8 @@
 //!   it would notice kinds created later only on its 30 s rediscovery), then
 //!   `deploy/namespace.yaml` and `deploy/rbac.yaml` as they are, and a
 //!   TokenRequest for the ServiceAccount `metal-ipam` (24 h). The garbage
-//!   collector syncs its informers in the background (about 1.4 s);
-//!   [`ControlPlane::has_garbage_collector`] waits for that.
+//!   collector syncs its informers in the background (about 1.4 s); no
+//!   scenario waits for it (the app deletes what it owns itself).
 //!
 //! The Secret of type `kubernetes.io/service-account-token` in rbac.yaml is
 //! created like the rest; nothing fills in its `data.token` (the token
@@ -76,9 +76,8 @@
 //! [`Session`] seeding calls create the namespace of what they create
 //! ([`ControlPlane::ensure_namespace`]), but the code under test cannot
 //! write into a namespace nobody created. Garbage collection is
-//! asynchronous (poll with [`Session::wait_until`]) and happens only if
-//! kube-controller-manager runs ([`ControlPlane::has_garbage_collector`]);
-//! and it is the real collector: an object whose `ownerReferences` name a
+//! asynchronous and happens only if kube-controller-manager runs; and it is
+//! the real collector: an object whose `ownerReferences` name a
 //! uid that does not exist (a made-up owner) is deleted within
 //! milliseconds, where FakeKube waits for
 //! [`collect_garbage`](crate::fake_kube::FakeKube::collect_garbage).
@@ -120,33 +119,24 @@ pub const ASSETS_ENV: &str = "KUBEBUILDER_ASSETS";
 /// How long the API server may take to become ready.
 const READY_DEADLINE: Duration = Duration::from_secs(120);
 
-/// How long smaller steps (etcd's health, CRDs established, the garbage
-/// collector's sync) may take.
+/// How long smaller steps (etcd's health, CRDs established) may take.
 const STEP_DEADLINE: Duration = Duration::from_secs(60);
 
 /// The namespace and name of the project's ServiceAccount (deploy/rbac.yaml).
 const SA_NAMESPACE: &str = "metal-ipam-system";
 const SA_NAME: &str = "metal-ipam";
 
-/// What kube-controller-manager logs once the garbage collector's
-/// informers have synced (k8s.io/kubernetes/pkg/controller/garbagecollector).
-const GC_SYNCED: &str = "Proceeding to collect garbage";
-
 /// The shared control plane of this test process; see the module docs.
 pub struct ControlPlane {
     dir: PathBuf,
     addr: SocketAddr,
     ca_file: PathBuf,
-    kubeconfig: PathBuf,
     audit_log: PathBuf,
     admin_token: String,
     sa_token: String,
     version: String,
     /// kube-controller-manager's log, if it runs.
     gc_log: Option<PathBuf>,
-    gc_synced: OnceLock<Result<(), String>>,
-    startup: Duration,
-    steps: Vec<(&'static str, Duration)>,
     client: Client,
     procs: Mutex<Vec<Proc>>,
     namespaces: Mutex<HashSet<String>>,
@@ -214,95 +204,14 @@ impl ControlPlane {
         &self.sa_token
     }
 
-    /// The user name the API server sees for [`sa_token`](Self::sa_token):
-    /// `system:serviceaccount:metal-ipam-system:metal-ipam`.
-    pub fn sa_username(&self) -> &'static str {
-        audit::SA_USERNAME
-    }
-
-    /// The admin token (user `admin`, group `system:masters`).
-    pub fn admin_token(&self) -> &str {
-        &self.admin_token
-    }
-
     /// The API server's `gitVersion`, e.g. `v1.36.2`.
     pub fn version(&self) -> &str {
         &self.version
     }
 
-    /// Whether kube-controller-manager runs its garbage collector (the
-    /// binary was in `KUBEBUILDER_ASSETS`). Without it, objects whose owners
-    /// are deleted stay.
-    ///
-    /// The start does not wait for the collector; the first call of this
-    /// does, until the collector reports its informers synced (about 1.4 s
-    /// after it started, usually long past by the time a test asks).
-    /// Objects deleted before that are collected all the same, once it has.
-    ///
-    /// # Panics
-    /// If kube-controller-manager exits or does not sync within 60 s.
-    pub fn has_garbage_collector(&self) -> bool {
-        let Some(log) = &self.gc_log else {
-            return false;
-        };
-        let synced = blocking(|| self.gc_synced.get_or_init(|| self.wait_for_gc(log)));
-        match synced {
-            Ok(()) => true,
-            Err(e) => panic!("real_kube: {e}"),
-        }
-    }
-
-    fn wait_for_gc(&self, log: &Path) -> Result<(), String> {
-        let started = Instant::now();
-        loop {
-            if std::fs::read_to_string(log).is_ok_and(|t| t.contains(GC_SYNCED)) {
-                return Ok(());
-            }
-            let dead = self.dead_processes();
-            if !dead.is_empty() {
-                return Err(format!("waiting for the garbage collector:{dead}"));
-            }
-            if started.elapsed() > STEP_DEADLINE {
-                return Err(format!(
-                    "kube-controller-manager's garbage collector did not log {GC_SYNCED:?} \
-                     within {STEP_DEADLINE:?}\n--- last lines of {} ---\n{}",
-                    log.display(),
-                    process::tail(log, 40)
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    /// The directory holding certificates, logs, etcd's data and the audit
-    /// log.
-    pub fn dir(&self) -> &Path {
-        &self.dir
-    }
-
     /// The API server's audit log (JSON lines; see [`Session::requests`]).
     pub fn audit_log(&self) -> &Path {
         &self.audit_log
-    }
-
-    /// A kubeconfig with the admin token, for `kubectl` when debugging.
-    pub fn kubeconfig(&self) -> &Path {
-        &self.kubeconfig
-    }
-
-    /// How long the start took, from the first [`get`](Self::get) until
-    /// everything was ready.
-    pub fn startup_time(&self) -> Duration {
-        self.startup
-    }
-
-    /// How long each step of the start took, in order: `etcd spawned`,
-    /// `certificates` (while etcd starts), `etcd` (until healthy),
-    /// `kube-apiserver` (until ready), `crds` (until established),
-    /// `rbac+token` (deploy/namespace.yaml, deploy/rbac.yaml, the
-    /// TokenRequest; kube-controller-manager starts just before).
-    pub fn startup_steps(&self) -> &[(&'static str, Duration)] {
-        &self.steps
     }
 
     /// Sends `method path` (path and query) with `token` and an optional
@@ -365,27 +274,15 @@ impl ControlPlane {
     /// Exclusive use of the control plane by the calling test until the
     /// [`Session`] is dropped: waits for any other session to end, then
     /// removes every object of the installed kinds and starts recording
-    /// afresh. Callable from a plain thread or from inside a tokio runtime;
-    /// but where two sessions could be wanted by tasks of one
-    /// `current_thread` runtime, use [`session_async`](Self::session_async)
-    /// (blocking that runtime's only thread while the other task holds the
-    /// session would never end).
+    /// afresh. Callable from a plain thread or from inside a tokio runtime
+    /// (not from two tasks of one `current_thread` runtime: blocking its
+    /// only thread while the other task holds the session would never end).
     ///
     /// # Panics
     /// If a process of the control plane has exited, or the wipe fails.
     pub fn session(&'static self) -> Session {
         let sessions = Arc::clone(&self.sessions);
         let permit = block_on(async move { sessions.acquire_owned().await });
-        session::Session::open(self, permit.expect("the session semaphore is never closed"))
-    }
-
-    /// [`session`](Self::session), waiting for another session to end
-    /// without blocking the thread (the wipe itself still blocks briefly).
-    ///
-    /// # Panics
-    /// As [`session`](Self::session).
-    pub async fn session_async(&'static self) -> Session {
-        let permit = Arc::clone(&self.sessions).acquire_owned().await;
         session::Session::open(self, permit.expect("the session semaphore is never closed"))
     }
 
@@ -525,19 +422,12 @@ fn collection_path(obj: &Value) -> Result<String, String> {
 }
 
 fn start(assets: PathBuf) -> Result<ControlPlane, String> {
-    let t0 = Instant::now();
     let apiserver_bin = required_binary(&assets, "kube-apiserver")?;
     let etcd_bin = required_binary(&assets, "etcd")?;
     let kcm_bin = binary(&assets, "kube-controller-manager");
 
     let dir = process::make_temp_dir()?;
     let in_dir = |what: String| format!("{what} (in {})", dir.display());
-    let mut steps = Vec::new();
-    let mut last = Instant::now();
-    let mut step = |name: &'static str| {
-        steps.push((name, last.elapsed()));
-        last = Instant::now();
-    };
     let arg = |name: &str, path: &Path| format!("--{name}={}", path.display());
     let mut procs = Vec::new();
 
@@ -568,9 +458,7 @@ fn start(assets: PathBuf) -> Result<ControlPlane, String> {
         etcd_args.push("--unsafe-no-fsync".to_owned());
     }
     let mut etcd = Proc::spawn("etcd", &etcd_bin, &etcd_args, &dir, dir.join("etcd.log"))?;
-    step("etcd spawned");
     process::make_certificates(&dir).map_err(in_dir)?;
-    step("certificates");
     let admin_token = random_token();
     let kcm_token = random_token();
     write(
@@ -591,7 +479,6 @@ fn start(assets: PathBuf) -> Result<ControlPlane, String> {
         Ok(reply.status == 200 && reply.body.get("health").and_then(Value::as_str) == Some("true"))
     })?;
     procs.push(etcd);
-    step("etcd");
 
     // kube-apiserver
     let port = process::free_port()?;
@@ -648,7 +535,6 @@ fn start(assets: PathBuf) -> Result<ControlPlane, String> {
         send(req)
     };
     let reply = admin("GET", "/version", None).map_err(|e| apiserver.failure(&e))?;
-    step("kube-apiserver");
     let version = reply
         .body
         .get("gitVersion")
@@ -691,8 +577,6 @@ fn start(assets: PathBuf) -> Result<ControlPlane, String> {
             },
         )?;
     }
-
-    step("crds");
 
     // kube-controller-manager (garbage collector only).
     let server = format!("https://{addr}");
@@ -762,9 +646,8 @@ fn start(assets: PathBuf) -> Result<ControlPlane, String> {
             )
         })?
         .to_owned();
-    step("rbac+token");
 
-    // Not waited for here: see has_garbage_collector.
+    // Not waited for: its informers sync in the background.
     let gc_log = kcm.as_ref().map(|p| p.log.clone());
     procs.push(apiserver);
     procs.extend(kcm);
@@ -775,15 +658,11 @@ fn start(assets: PathBuf) -> Result<ControlPlane, String> {
     Ok(ControlPlane {
         addr,
         ca_file,
-        kubeconfig: admin_kubeconfig,
         audit_log,
         admin_token,
         sa_token,
         version,
         gc_log,
-        gc_synced: OnceLock::new(),
-        startup: t0.elapsed(),
-        steps,
         client,
         procs: Mutex::new(procs),
         namespaces: Mutex::new(namespaces),

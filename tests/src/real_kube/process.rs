@@ -10,9 +10,8 @@
 //! after a failed run, and the next start removes the directories of
 //! processes that no longer exist.
 
-use std::fs::{self, File, OpenOptions};
-use std::io::{self, Read, Seek, SeekFrom};
-use std::net::{Ipv4Addr, TcpListener};
+use std::fs::{self, OpenOptions};
+use std::io;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -21,18 +20,6 @@ use std::thread;
 
 /// The prefix of our temporary directories, followed by the test process's pid.
 const DIR_PREFIX: &str = "metal-ipam-kube-";
-
-/// A free loopback port: bind `127.0.0.1:0`, read the port, drop the
-/// listener. Another process could take it before the child binds it; the
-/// child then fails to start, with the reason in its log.
-pub(crate) fn free_port() -> Result<u16, String> {
-    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-        .map_err(|e| format!("binding 127.0.0.1:0 for a free port: {e}"))?;
-    listener
-        .local_addr()
-        .map(|a| a.port())
-        .map_err(|e| format!("reading a bound port: {e}"))
-}
 
 /// Creates `<temp>/metal-ipam-kube-<pid>-<n>`, after removing the ones of
 /// processes that are gone.
@@ -73,20 +60,11 @@ fn sweep_stale(temp: &Path) {
     }
 }
 
-/// The last `lines` lines of a log file, for a failure message.
-pub(crate) fn tail(path: &Path, lines: usize) -> String {
-    let mut file = match File::open(path) {
-        Ok(f) => f,
-        Err(e) => return format!("(cannot read {}: {e})", path.display()),
-    };
-    // The last 64 KiB are plenty for a few dozen lines.
-    let len = file.metadata().map(|m| m.len()).unwrap_or(0);
-    let _ = file.seek(SeekFrom::Start(len.saturating_sub(64 * 1024)));
-    let mut bytes = Vec::new();
-    let _ = file.read_to_end(&mut bytes);
-    let text = String::from_utf8_lossy(&bytes);
-    let all: Vec<&str> = text.lines().collect();
-    all[all.len().saturating_sub(lines)..].join("\n")
+pub(crate) use crate::harness::tail;
+
+/// [`crate::harness::free_port`], its error as text.
+pub(crate) fn free_port() -> Result<u16, String> {
+    crate::harness::free_port().map_err(|e| format!("{e:#}"))
 }
 
 /// Runs a short-lived command (openssl) to completion; `args` is split at

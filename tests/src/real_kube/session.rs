@@ -20,9 +20,6 @@ const WIPE_DEADLINE: Duration = Duration::from_secs(60);
 /// How long the audit event of a marker may take to appear.
 const FENCE_DEADLINE: Duration = Duration::from_secs(10);
 
-/// How often [`Session::wait_until`] checks its condition.
-const POLL: Duration = Duration::from_millis(50);
-
 /// How often [`Session::put`] retries on a 409 `Conflict` (someone else
 /// wrote in between).
 const PUT_ATTEMPTS: usize = 10;
@@ -253,11 +250,6 @@ impl Session {
 
     // -- the server ---------------------------------------------------------
 
-    /// The shared control plane.
-    pub fn control_plane(&self) -> &'static ControlPlane {
-        self.cp
-    }
-
     /// [`ControlPlane::base_url`]: `https://127.0.0.1:<port>`.
     pub fn base_url(&self) -> String {
         self.cp.base_url()
@@ -272,22 +264,6 @@ impl Session {
     /// [`ControlPlane::ca_file`].
     pub fn ca_file(&self) -> &std::path::Path {
         self.cp.ca_file()
-    }
-
-    /// [`ControlPlane::ensure_namespace`].
-    pub fn ensure_namespace(&self, ns: &str) {
-        self.cp.ensure_namespace(ns);
-    }
-
-    /// The API path of a collection (`name: None`) or an object, exactly as
-    /// [`FakeKube::path`](crate::fake_kube::FakeKube::path) builds it.
-    /// `namespace` is ignored for cluster-scoped kinds; `None` for a
-    /// namespaced kind gives the all-namespaces path.
-    ///
-    /// # Panics
-    /// If `plural.group` is not an installed kind.
-    pub fn path(group: &str, plural: &str, namespace: Option<&str>, name: Option<&str>) -> String {
-        resource(group, plural).path(namespace, name)
     }
 
     // -- seeding and inspection ---------------------------------------------
@@ -457,21 +433,6 @@ impl Session {
     /// If `plural.group` is not an installed kind, or the LIST fails.
     pub fn list(&self, group: &str, plural: &str) -> Vec<Value> {
         self.list_kind(resource(group, plural))
-    }
-
-    /// Polls `done` every 50 ms until it is true (for what happens
-    /// asynchronously on a real server, such as garbage collection).
-    ///
-    /// # Panics
-    /// If `done` is still false after `deadline`, naming `what`.
-    pub fn wait_until(&self, what: &str, deadline: Duration, mut done: impl FnMut() -> bool) {
-        let started = Instant::now();
-        while !done() {
-            if started.elapsed() > deadline {
-                panic!("real_kube: {what}: not within {deadline:?}");
-            }
-            blocking(|| std::thread::sleep(POLL));
-        }
     }
 
     // -- recording ----------------------------------------------------------
