@@ -898,6 +898,94 @@ mod tests {
         }
     }
 
+    /// A component that has the events token (so the shell lets a request
+    /// without the API token through) still authenticates before it
+    /// routes, before its store and before its clients: every component,
+    /// on its routes and on paths under them that are not routes.
+    #[test]
+    fn every_component_authenticates_before_routing_or_anything_else() {
+        let handlers: [(&str, ComponentHandler<MemKv, NoHttp>, &[&str]); 11] = [
+            (
+                "provision",
+                components::provision,
+                &[
+                    "/v1/metal/pools/a/b",
+                    "/v1/metal/pools/a/b/c",
+                    "/v1/metal/x",
+                ],
+            ),
+            (
+                "assign",
+                components::assign,
+                &["/v1/metal/claims/a/b", "/v1/metal/claims/a"],
+            ),
+            (
+                "poll",
+                components::poll,
+                &["/v1/metal/poll", "/v1/metal/poll/x"],
+            ),
+            (
+                "network",
+                components::network,
+                &[
+                    "/v1/machines/a/b/network",
+                    "/v1/machines/a",
+                    "/v1/machines/a/b/x",
+                ],
+            ),
+            (
+                "attach-vlan",
+                components::attach_vlan,
+                &["/v1/metal/ports/p/vlan-batches", "/v1/x"],
+            ),
+            (
+                "detach-vlan",
+                components::detach_vlan,
+                &["/v1/metal/ports/p/vlan-batches", "/v1/x"],
+            ),
+            (
+                "pools",
+                components::pools,
+                &["/v1/pools/a/b", "/v1/pools/a/b/c/d", "/v1/capi/pools/a/b"],
+            ),
+            (
+                "allocate",
+                components::allocate,
+                &["/v1/claims", "/v1/claims/x"],
+            ),
+            (
+                "release",
+                components::release,
+                &["/v1/claims/a/b", "/v1/claims/a/b/c"],
+            ),
+            (
+                "admission",
+                components::admission,
+                &["/v1/admission/pools", "/v1/admission/x"],
+            ),
+            (
+                "reconcile",
+                components::reconcile,
+                &["/v1/reconcile", "/v1/reconcile/x"],
+            ),
+        ];
+        for (component, handler, paths) in handlers {
+            for path in paths {
+                for auth in [None, Some("Bearer ev-token"), Some("Bearer nope")] {
+                    // No store either: authentication comes before it.
+                    let req = request("POST", path, auth, "{}");
+                    let (r, ops, _) = pipe::<MemKv>(&req, tokens(TOKEN, "ev-token"), None, handler);
+                    assert_eq!(
+                        (r.status, r.reason),
+                        (401, Some("Unauthorized")),
+                        "{component} POST {path} with {auth:?}"
+                    );
+                    assert_eq!(ops.total(), 0);
+                }
+            }
+        }
+    }
+
     #[test]
     fn tokens_are_trimmed_like_the_presented_one() {
         // A Secret written with `echo`: the token ends with a newline.

@@ -100,6 +100,19 @@ fn guard(
     None
 }
 
+/// Authentication before anything else, on every route of a component but
+/// `/v1/events` (which also takes the events token) and `/healthz`: an
+/// unauthenticated request learns nothing, not even whether a path is a
+/// route (401, never 404 or 405 first).
+fn authenticated<K: KvStore, H: HttpClient + ?Sized>(
+    s: &Services<'_, K, H>,
+    req: &ApiRequest<'_>,
+) -> Option<ApiResponse> {
+    auth::check_bearer(s.api_token, req.authorization)
+        .err()
+        .map(|e| ApiResponse::from_error(&e, ""))
+}
+
 fn outcome_response(
     route: &'static str,
     o: Result<capi::Outcome>,
@@ -231,6 +244,9 @@ pub fn provision<K: KvStore, H: HttpClient + ?Sized>(
     _content_type: Option<&str>,
     _header: &dyn Fn(&str) -> Option<String>,
 ) -> ApiResponse {
+    if let Some(r) = authenticated(s, req) {
+        return r;
+    }
     // The chained step route and its public twin (the status URL a 202
     // names): the same step, the same API token.
     match segments(req.path).as_slice() {
@@ -296,6 +312,9 @@ pub fn assign<K: KvStore, H: HttpClient + ?Sized>(
     _content_type: Option<&str>,
     _header: &dyn Fn(&str) -> Option<String>,
 ) -> ApiResponse {
+    if let Some(r) = authenticated(s, req) {
+        return r;
+    }
     match segments(req.path).as_slice() {
         ["v1", "capi", "metal", "claims", ns, name] | ["v1", "metal", "claims", ns, name] => {
             metal_claim(s, req, ns, name)
@@ -316,6 +335,9 @@ pub fn poll<K: KvStore, H: HttpClient + ?Sized>(
     _content_type: Option<&str>,
     _header: &dyn Fn(&str) -> Option<String>,
 ) -> ApiResponse {
+    if let Some(r) = authenticated(s, req) {
+        return r;
+    }
     let route = "/v1/metal/poll";
     if let Some(r) = guard(
         auth::check_bearer(s.api_token, req.authorization),
@@ -365,6 +387,9 @@ pub fn network<K: KvStore, H: HttpClient + ?Sized>(
     _content_type: Option<&str>,
     _header: &dyn Fn(&str) -> Option<String>,
 ) -> ApiResponse {
+    if let Some(r) = authenticated(s, req) {
+        return r;
+    }
     let (ns, name, what) = match segments(req.path).as_slice() {
         ["v1", "machines", ns, name, what @ ("network" | "netconfig")] => {
             (ns.to_string(), name.to_string(), *what)
@@ -558,6 +583,9 @@ pub fn attach_vlan<K: KvStore, H: HttpClient + ?Sized>(
     _content_type: Option<&str>,
     _header: &dyn Fn(&str) -> Option<String>,
 ) -> ApiResponse {
+    if let Some(r) = authenticated(s, req) {
+        return r;
+    }
     vlan_batch(s, req, Direction::Attach)
 }
 
@@ -569,6 +597,9 @@ pub fn detach_vlan<K: KvStore, H: HttpClient + ?Sized>(
     _content_type: Option<&str>,
     _header: &dyn Fn(&str) -> Option<String>,
 ) -> ApiResponse {
+    if let Some(r) = authenticated(s, req) {
+        return r;
+    }
     vlan_batch(s, req, Direction::Detach)
 }
 
@@ -660,6 +691,9 @@ pub fn pools<K: KvStore, H: HttpClient + ?Sized>(
     _content_type: Option<&str>,
     _header: &dyn Fn(&str) -> Option<String>,
 ) -> ApiResponse {
+    if let Some(r) = authenticated(s, req) {
+        return r;
+    }
     match segments(req.path).as_slice() {
         ["v1", "capi", "pools", ns, name] => {
             capi_pool(s, req, PoolKind::Namespaced, Some(ns), name)
@@ -689,6 +723,9 @@ pub fn allocate<K: KvStore, H: HttpClient + ?Sized>(
     _content_type: Option<&str>,
     _header: &dyn Fn(&str) -> Option<String>,
 ) -> ApiResponse {
+    if let Some(r) = authenticated(s, req) {
+        return r;
+    }
     claim_component(s, req, api::allocate)
 }
 
@@ -700,6 +737,9 @@ pub fn release<K: KvStore, H: HttpClient + ?Sized>(
     _content_type: Option<&str>,
     _header: &dyn Fn(&str) -> Option<String>,
 ) -> ApiResponse {
+    if let Some(r) = authenticated(s, req) {
+        return r;
+    }
     claim_component(s, req, api::claims)
 }
 
@@ -712,6 +752,9 @@ pub fn admission<K: KvStore, H: HttpClient + ?Sized>(
     _content_type: Option<&str>,
     _header: &dyn Fn(&str) -> Option<String>,
 ) -> ApiResponse {
+    if let Some(r) = authenticated(s, req) {
+        return r;
+    }
     // One review function for both kinds (it dispatches on request.kind);
     // a route per webhook so each is registered for its resources only.
     let route = match segments(req.path).as_slice() {
@@ -753,6 +796,9 @@ pub fn reconcile<K: KvStore, H: HttpClient + ?Sized>(
     _content_type: Option<&str>,
     _header: &dyn Fn(&str) -> Option<String>,
 ) -> ApiResponse {
+    if let Some(r) = authenticated(s, req) {
+        return r;
+    }
     let route = "/v1/reconcile";
     if let Some(r) = guard(
         auth::check_bearer(s.api_token, req.authorization),
