@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
-use crate::ports::http::{HttpClient, TransportError};
+use crate::ports::http::{Deadline, HttpClient, TransportError, TransportKind};
 use crate::ports::kv::{KvError, KvStore, OpCounts, Swap};
 use crate::ports::Env;
 
@@ -315,7 +315,7 @@ pub struct Reply {
     status: u16,
     headers: Vec<(String, String)>,
     body: Vec<u8>,
-    dropped: bool,
+    failure: Option<TransportKind>,
 }
 
 impl Reply {
@@ -325,7 +325,7 @@ impl Reply {
             status,
             headers: Vec::new(),
             body: Vec::new(),
-            dropped: false,
+            failure: None,
         }
     }
 
@@ -344,8 +344,13 @@ impl Reply {
 
     /// No answer: the connection drops.
     pub fn dropped() -> Reply {
+        Reply::failed(TransportKind::Dropped)
+    }
+
+    /// No answer, for this reason (a timeout, a TLS failure, …).
+    pub fn failed(kind: TransportKind) -> Reply {
         Reply {
-            dropped: true,
+            failure: Some(kind),
             ..Reply::status(0)
         }
     }
@@ -368,6 +373,8 @@ pub struct Sent {
     pub headers: Vec<(String, String)>,
     /// Body.
     pub body: Vec<u8>,
+    /// The request's deadline.
+    pub deadline: Deadline,
 }
 
 impl Sent {
@@ -389,7 +396,8 @@ impl Sent {
 /// each from a script: `("METHOD /path?query", reply)`, the path relative
 /// to the URI's authority with any base path before the expected one
 /// ignored. A request out of order or past the script's end panics, so a
-/// test fails at the first unexpected call.
+/// test fails at the first unexpected call; so does a request without a
+/// [`Deadline`] (every outbound call must be bounded in time).
 #[derive(Debug)]
 pub struct ScriptedHttp {
     script: Mutex<std::collections::VecDeque<(String, Reply)>>,
@@ -435,6 +443,10 @@ impl HttpClient for ScriptedHttp {
             .map(|p| p.as_str())
             .unwrap_or("/");
         let got = format!("{} {path_and_query}", req.method());
+        assert!(
+            Deadline::is_set(&req),
+            "{got} was sent without a deadline: every outbound request is bounded"
+        );
         self.sent.lock().unwrap().push(Sent {
             method: req.method().to_string(),
             uri,
@@ -444,6 +456,7 @@ impl HttpClient for ScriptedHttp {
                 .map(|(n, v)| (n.as_str().to_string(), v.to_str().unwrap_or("").to_string()))
                 .collect(),
             body: req.body().clone(),
+            deadline: Deadline::of(&req),
         });
         let (want, reply) = self
             .script
@@ -458,8 +471,8 @@ impl HttpClient for ScriptedHttp {
             got.starts_with(want_method) && path_and_query.ends_with(want_path),
             "expected {want}, got {got}"
         );
-        if reply.dropped {
-            return Err(TransportError("connection reset (scripted)".into()));
+        if let Some(kind) = reply.failure {
+            return Err(TransportError::new(kind, "scripted"));
         }
         let mut b = http::Response::builder().status(reply.status);
         for (n, v) in &reply.headers {

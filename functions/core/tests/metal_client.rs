@@ -3,11 +3,12 @@
 //! budget on a virtual clock, pagination, the `oneOf` answers and errors.
 
 use metal_ipam_core::error::ErrorKind;
-use metal_ipam_core::metal::client::{Metal, MetalConfig, MetalError};
+use metal_ipam_core::metal::client::{Metal, MetalConfig, MetalError, CONNECT_MS};
 use metal_ipam_core::metal::model::{
     IpAddress, VirtualNetworkCreateInput, VrfCreateInput, VrfIpReservationCreateInput,
 };
 use metal_ipam_core::metal::retry::RetryPolicy;
+use metal_ipam_core::ports::http::{Deadline, TransportKind};
 use metal_ipam_core::ports::Env;
 use metal_ipam_core::testing::{Reply, ScriptedHttp, TestEnv};
 use serde_json::json;
@@ -291,4 +292,84 @@ fn deprecation_and_sunset_headers_are_noted_once() {
         ["deprecation: true", "sunset: Tue, 30 Jun 2026 00:00:00 GMT"]
     );
     assert_eq!(env.now(), 1_000, "no waiting");
+}
+
+#[test]
+fn every_attempt_is_bounded_by_what_is_left_of_the_budget() {
+    let http = ScriptedHttp::new(vec![
+        ("GET /vrfs/v1", Reply::failed(TransportKind::Timeout)),
+        ("GET /vrfs/v1", Reply::status(503)),
+        ("GET /vrfs/v1", Reply::json(200, json!({"id": "v1"}))),
+    ]);
+    let (cfg, env) = (cfg(), TestEnv::at(1_000));
+    let metal = Metal::new(&http, &cfg, &env);
+    assert_eq!(metal.get_vrf("v1").unwrap().unwrap().id, "v1");
+    let sent = http.sent();
+    let budget = cfg.retry.budget_ms;
+    assert_eq!(
+        sent[0].deadline,
+        Deadline {
+            connect_ms: CONNECT_MS,
+            response_ms: budget
+        }
+    );
+    // Each later attempt may only use what the waits before it left.
+    let waited: Vec<u64> = env.slept_ms();
+    assert_eq!(sent[1].deadline.response_ms, budget - waited[0]);
+    assert_eq!(sent[2].deadline.response_ms, budget - waited[0] - waited[1]);
+    assert!(sent.iter().all(|s| s.deadline.connect_ms <= CONNECT_MS));
+}
+
+#[test]
+fn a_timed_out_post_is_an_unknown_outcome_and_one_never_sent_is_retried() {
+    let input = VrfIpReservationCreateInput {
+        kind: "vrf",
+        vrf_id: "v1".into(),
+        network: "10.0.0.0".into(),
+        cidr: 29,
+        ..Default::default()
+    };
+    // A timeout: Metal may have processed it, so it is never repeated.
+    let http = ScriptedHttp::new(vec![(
+        "POST /projects/p1/ips",
+        Reply::failed(TransportKind::Timeout),
+    )]);
+    let (cfg, env) = (cfg(), TestEnv::at(1_000));
+    let metal = Metal::new(&http, &cfg, &env);
+    let e = metal.create_vrf_reservation(&input).unwrap_err();
+    assert!(matches!(e, MetalError::OutcomeUnknown { .. }), "{e:?}");
+    http.assert_done();
+    // A refused connection sent nothing: the POST is retried.
+    let http = ScriptedHttp::new(vec![
+        (
+            "POST /projects/p1/ips",
+            Reply::failed(TransportKind::Unreachable),
+        ),
+        (
+            "POST /projects/p1/ips",
+            Reply::json(201, json!({"id": "r1", "type": "vrf", "vrf": {"id": "v1"}})),
+        ),
+    ]);
+    let env = TestEnv::at(1_000);
+    let metal = Metal::new(&http, &cfg, &env);
+    assert_eq!(metal.create_vrf_reservation(&input).unwrap().id, "r1");
+    assert_eq!(env.slept_ms().len(), 1);
+    http.assert_done();
+}
+
+#[test]
+fn a_tls_failure_or_a_denied_request_is_a_definite_error_not_a_retry() {
+    for (kind, reason) in [
+        (TransportKind::Tls, "MetalTlsFailed"),
+        (TransportKind::Denied, "MetalDenied"),
+    ] {
+        let http = ScriptedHttp::new(vec![("GET /vrfs/v1", Reply::failed(kind))]);
+        let (cfg, env) = (cfg(), TestEnv::at(1_000));
+        let metal = Metal::new(&http, &cfg, &env);
+        let e = metal_ipam_core::error::Error::from(metal.get_vrf("v1").unwrap_err());
+        assert_eq!((e.status(), e.reason()), (500, reason), "{kind:?}");
+        assert!(!e.message().contains("retry;"), "{}", e.message());
+        assert!(env.slept_ms().is_empty(), "not retried");
+        http.assert_done();
+    }
 }

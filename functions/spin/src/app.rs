@@ -65,15 +65,17 @@ pub const VAR_METAL_TOKEN: &str = "metal_token";
 /// Variable: the Equinix Metal project of the VRF-backed pools.
 pub const VAR_METAL_PROJECT_ID: &str = "metal_project_id";
 
-/// Outbound HTTP through spin-sdk (`wasi:http/outgoing-handler`), blocking
-/// on Spin's executor. Subject to the component's `allowed_outbound_hosts`.
+/// Outbound HTTP on `wasi:http/outgoing-handler`, blocking, with the
+/// request's [`Deadline`] as request options (connect, first byte and
+/// between-bytes timeouts), which Spin applies to every request it sends
+/// out (not to service chaining, which it serves in-process). Subject to the
+/// component's `allowed_outbound_hosts`.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct SpinHttp;
 
 impl HttpClient for SpinHttp {
     fn send(&self, req: http::Request<Vec<u8>>) -> Result<http::Response<Vec<u8>>, TransportError> {
-        spin_sdk::http::run(spin_sdk::http::send::<_, http::Response<Vec<u8>>>(req))
-            .map_err(|e| TransportError(e.to_string()))
+        crate::outbound::send(req)
     }
 }
 
@@ -403,7 +405,10 @@ mod tests {
             &self,
             _: http::Request<Vec<u8>>,
         ) -> Result<http::Response<Vec<u8>>, TransportError> {
-            Err(TransportError("denied".into()))
+            Err(TransportError::new(
+                metal_ipam_core::ports::http::TransportKind::Denied,
+                "denied",
+            ))
         }
     }
 

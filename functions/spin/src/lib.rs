@@ -9,8 +9,9 @@
 //!   the same WIT the wasmtime test host implements.
 //! - [`SpinKv`]: [`metal_ipam_core::ports::kv::KvStore`] over one opened bucket.
 //! - [`SpinEnv`]: [`metal_ipam_core::ports::Env`] (clock, randomness, backoff).
-//! - [`SpinHttp`]: [`metal_ipam_core::ports::http::HttpClient`] over spin-sdk's
-//!   outbound HTTP (Kubernetes API, service chaining).
+//! - [`SpinHttp`]: [`metal_ipam_core::ports::http::HttpClient`] over
+//!   `wasi:http/outgoing-handler` (Kubernetes API, Metal, service chaining),
+//!   every request with its deadline as request options (`outbound`).
 //! - [`serve_component`]: the entry helper every function component calls
 //!   from its `#[http_component]` (streaming form: `IncomingRequest` and
 //!   `ResponseOutparam`): variables, authentication and size checks before
@@ -29,6 +30,7 @@ mod app;
 mod env;
 mod http;
 mod kv;
+mod outbound;
 
 pub use app::{
     admit, dispatch_component, pipeline, read_body, serve_component, AppConfig, ComponentHandler,

@@ -25,7 +25,7 @@ use metal_ipam_core::ipam::pool::{PoolId, PoolObject};
 use metal_ipam_core::kube::names;
 use metal_ipam_core::kube::{Kube, KubeConfig};
 use metal_ipam_core::kv::{self, Ctx, Loaded, SwapPolicy};
-use metal_ipam_core::ports::http::{HttpClient, TransportError};
+use metal_ipam_core::ports::http::{HttpClient, TransportError, TransportKind};
 use metal_ipam_core::testing::{Backend, MemKv, TestEnv};
 use serde_json::{json, Value};
 
@@ -240,7 +240,7 @@ impl HttpClient for FakeHttp {
             .status(status)
             .header("content-type", "application/json")
             .body(body.to_string().into_bytes())
-            .map_err(|e| TransportError(e.to_string()))
+            .map_err(|e| TransportError::new(TransportKind::Dropped, e.to_string()))
     }
 }
 

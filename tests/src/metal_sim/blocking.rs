@@ -3,16 +3,18 @@
 //! that the real Metal client runs natively against the simulator.
 //!
 //! One connection per request (`Connection: close`), plain `http://` only,
-//! `Content-Length` or chunked answers. A connection closed before a whole
-//! answer arrived, a refused connection and a timeout are all
-//! [`TransportError`]s, which is how the client sees the simulator's
-//! `Drop` and `CrashAfter` faults.
+//! `Content-Length` or chunked answers, within the request's
+//! [`Deadline`]. A connection closed before a whole answer arrived
+//! (`Dropped`: how the client sees the simulator's `Drop` and
+//! `CrashAfter` faults), a refused connection (`Unreachable`) and a
+//! timeout (`Timeout`: a `Latency` fault longer than the deadline) are
+//! [`TransportError`]s of their kind, as `wasi:http` reports them.
 
 use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
-use metal_ipam_core::ports::http::{HttpClient, TransportError};
+use metal_ipam_core::ports::http::{Deadline, HttpClient, TransportError, TransportKind};
 
 /// A blocking HTTP/1.1 client (see the module docs).
 #[derive(Debug, Clone)]
@@ -39,7 +41,16 @@ impl BlockingHttp {
 }
 
 fn transport(e: impl std::fmt::Display) -> TransportError {
-    TransportError(e.to_string())
+    TransportError::new(TransportKind::Dropped, e.to_string())
+}
+
+/// An I/O error after connecting: a timeout, or a broken connection.
+fn io(e: std::io::Error) -> TransportError {
+    let kind = match e.kind() {
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => TransportKind::Timeout,
+        _ => TransportKind::Dropped,
+    };
+    TransportError::new(kind, e.to_string())
 }
 
 fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
@@ -79,13 +90,21 @@ impl HttpClient for BlockingHttp {
             .map_err(transport)?
             .next()
             .ok_or_else(|| transport(format!("{host} does not resolve")))?;
-        let mut stream = TcpStream::connect_timeout(&addr, self.timeout).map_err(transport)?;
-        stream
-            .set_read_timeout(Some(self.timeout))
-            .map_err(transport)?;
-        stream
-            .set_write_timeout(Some(self.timeout))
-            .map_err(transport)?;
+        // The request's deadline where the caller set one (the core's
+        // clients always do), within this client's own limit.
+        let deadline = Deadline::of(&req);
+        let connect = self
+            .timeout
+            .min(Duration::from_millis(deadline.connect_ms.max(1)));
+        let response = if Deadline::is_set(&req) {
+            Duration::from_millis(deadline.response_ms.max(1))
+        } else {
+            self.timeout
+        };
+        let mut stream = TcpStream::connect_timeout(&addr, connect)
+            .map_err(|e| TransportError::new(TransportKind::Unreachable, e.to_string()))?;
+        stream.set_read_timeout(Some(response)).map_err(io)?;
+        stream.set_write_timeout(Some(response)).map_err(io)?;
         let target = uri.path_and_query().map_or("/", |pq| pq.as_str());
         let mut head = format!(
             "{} {target} HTTP/1.1\r\nhost: {host}:{port}\r\nconnection: close\r\ncontent-length: {}\r\n",
@@ -100,10 +119,10 @@ impl HttpClient for BlockingHttp {
             head.push_str(&format!("{name}: {value}\r\n"));
         }
         head.push_str("\r\n");
-        stream.write_all(head.as_bytes()).map_err(transport)?;
-        stream.write_all(req.body()).map_err(transport)?;
+        stream.write_all(head.as_bytes()).map_err(io)?;
+        stream.write_all(req.body()).map_err(io)?;
         let mut raw = Vec::new();
-        stream.read_to_end(&mut raw).map_err(transport)?;
+        stream.read_to_end(&mut raw).map_err(io)?;
         if raw.is_empty() {
             return Err(transport("the connection closed without an answer"));
         }

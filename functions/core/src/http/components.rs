@@ -38,7 +38,7 @@ use crate::kube::Kube;
 use crate::kv::Ctx;
 use crate::metal::client::{Metal, MetalError};
 use crate::network::batch::{self, BatchOp, Chained, Direction};
-use crate::ports::http::HttpClient;
+use crate::ports::http::{Deadline, HttpClient};
 use crate::ports::kv::KvStore;
 use crate::ports::Env;
 
@@ -1053,12 +1053,13 @@ fn forward<K: KvStore, H: HttpClient + ?Sized>(
     path: &str,
 ) -> Result<(u16, Value)> {
     let url = format!("http://{component}.spin.internal{path}");
-    let request = http::Request::builder()
+    let mut request = http::Request::builder()
         .method("POST")
         .uri(&url)
         .header("authorization", format!("Bearer {}", s.api_token))
         .body(Vec::new())
         .map_err(|e| Error::internal(e.to_string()))?;
+    Deadline::CHAINED.set(&mut request);
     let resp = s.http.send(request).map_err(|e| {
         Error::transient(
             "StepUnavailable",

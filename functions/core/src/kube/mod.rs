@@ -17,8 +17,15 @@ pub mod object;
 use serde_json::Value;
 
 use crate::error::{Error, ErrorKind};
-use crate::ports::http::HttpClient;
+use crate::ports::http::{Deadline, HttpClient, TransportKind};
 use object::Object;
+
+/// The deadline of every request to the API server: connected within 3 s,
+/// answered within 10 s (a list page, a write; watches are not used).
+pub const DEADLINE: Deadline = Deadline {
+    connect_ms: 3_000,
+    response_ms: 10_000,
+};
 
 /// A Kubernetes resource type metal-ipam reads or writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -161,8 +168,16 @@ pub enum KubeError {
     Rejected(String),
     /// 401/403: credentials or RBAC.
     Forbidden(String),
-    /// 429, 5xx, transport failure: retry later.
+    /// 429, 5xx, a timeout or a connection that could not be made or
+    /// broke: retry later.
     Unavailable(String),
+    /// The TLS connection failed (the API server's certificate is not
+    /// trusted or invalid, or a TLS protocol error): a configuration
+    /// problem, not an outage.
+    Tls(String),
+    /// The runtime refused the request (`allowed_outbound_hosts`, a bad
+    /// `k8s_api_url`).
+    Denied(String),
 }
 
 impl From<KubeError> for Error {
@@ -202,6 +217,18 @@ impl From<KubeError> for Error {
                 ErrorKind::Transient,
                 "KubeUnavailable",
                 "the Kubernetes API is unavailable; retry",
+            )
+            .with_detail(m),
+            KubeError::Tls(m) => Error::new(
+                ErrorKind::Internal,
+                "KubeTlsFailed",
+                "the TLS connection to the Kubernetes API failed (its certificate is not trusted or invalid, or a TLS protocol error): check k8s_api_url and the component's client TLS settings (CA); retrying does not help",
+            )
+            .with_detail(m),
+            KubeError::Denied(m) => Error::new(
+                ErrorKind::Internal,
+                "KubeDenied",
+                "the runtime refused the request to the Kubernetes API: check k8s_api_url and the component's allowed_outbound_hosts",
             )
             .with_detail(m),
         }
@@ -278,14 +305,19 @@ impl<'a, H: HttpClient + ?Sized> Kube<'a, H> {
         let bytes = body
             .map(|v| serde_json::to_vec(v).unwrap_or_default())
             .unwrap_or_default();
-        let req = b.body(bytes).map_err(|e| {
+        let mut req = b.body(bytes).map_err(|e| {
             KubeError::Rejected(format!("{method} {path}: cannot build request: {e}"))
         })?;
+        DEADLINE.set(&mut req);
         self.calls.set(self.calls.get() + 1);
-        let resp = self
-            .http
-            .send(req)
-            .map_err(|e| KubeError::Unavailable(format!("{method} {path}: {e}")))?;
+        let resp = self.http.send(req).map_err(|e| {
+            let m = format!("{method} {path}: {e}");
+            match e.kind {
+                TransportKind::Tls => KubeError::Tls(m),
+                TransportKind::Denied => KubeError::Denied(m),
+                _ => KubeError::Unavailable(m),
+            }
+        })?;
         let status = resp.status().as_u16();
         let body: Value = serde_json::from_slice(resp.body()).unwrap_or(Value::Null);
         let msg = || {
@@ -471,4 +503,52 @@ fn percent_encode(s: &str) -> String {
         .remove(b'.')
         .remove(b'~');
     utf8_percent_encode(s, SEGMENT).to_string()
+}
+
+#[cfg(all(test, feature = "testing"))]
+mod tests {
+    use super::*;
+    use crate::testing::{Reply, ScriptedHttp};
+
+    fn cfg() -> KubeConfig {
+        KubeConfig {
+            base_url: "https://kube.test".into(),
+            token: "t".into(),
+        }
+    }
+
+    #[test]
+    fn every_request_carries_the_deadline() {
+        let http = ScriptedHttp::new(vec![(
+            "GET /api/v1/namespaces/a",
+            Reply::json(200, serde_json::json!({})),
+        )]);
+        let cfg = cfg();
+        let kube = Kube::new(&http, &cfg);
+        kube.send("GET", "/api/v1/namespaces/a", None, None)
+            .unwrap();
+        assert_eq!(http.sent()[0].deadline, DEADLINE);
+    }
+
+    #[test]
+    fn a_certificate_problem_says_so_and_is_not_an_outage() {
+        let cases = [
+            (TransportKind::Tls, 500, "KubeTlsFailed"),
+            (TransportKind::Denied, 500, "KubeDenied"),
+            (TransportKind::Timeout, 503, "KubeUnavailable"),
+            (TransportKind::Unreachable, 503, "KubeUnavailable"),
+            (TransportKind::Dropped, 503, "KubeUnavailable"),
+        ];
+        for (kind, status, reason) in cases {
+            let http = ScriptedHttp::new(vec![("GET /x", Reply::failed(kind))]);
+            let cfg = cfg();
+            let kube = Kube::new(&http, &cfg);
+            let e = Error::from(kube.send("GET", "/x", None, None).unwrap_err());
+            assert_eq!((e.status(), e.reason()), (status, reason), "{kind:?}");
+            if kind == TransportKind::Tls {
+                assert!(e.message().contains("certificate"), "{}", e.message());
+                assert!(!e.message().ends_with("; retry"), "{}", e.message());
+            }
+        }
+    }
 }

@@ -25,7 +25,7 @@ use super::model::{
 };
 use super::retry::{decide, Attempt, Next, RetryPolicy};
 use crate::error::{Error, ErrorKind};
-use crate::ports::http::HttpClient;
+use crate::ports::http::{Deadline, HttpClient, TransportKind};
 use crate::ports::Env;
 
 /// Where the Metal API is, the project, and how to authenticate.
@@ -101,6 +101,19 @@ pub enum MetalError {
         /// What did not parse.
         detail: String,
     },
+    /// The TLS connection to Metal failed (an untrusted or invalid
+    /// certificate, a protocol error): nothing was sent, and retrying does
+    /// not help until the configuration changes.
+    Tls {
+        /// What the transport said.
+        detail: String,
+    },
+    /// The runtime refused the request (`allowed_outbound_hosts`, a bad
+    /// `metal_api_url`): nothing was sent.
+    Denied {
+        /// What the transport said.
+        detail: String,
+    },
 }
 
 impl MetalError {
@@ -142,9 +155,10 @@ impl std::fmt::Display for MetalError {
                 retry_after_s,
                 detail,
             } => write!(f, "{detail} (retry in {retry_after_s} s)"),
-            MetalError::OutcomeUnknown { detail } | MetalError::Malformed { detail } => {
-                f.write_str(detail)
-            }
+            MetalError::OutcomeUnknown { detail }
+            | MetalError::Malformed { detail }
+            | MetalError::Tls { detail }
+            | MetalError::Denied { detail } => f.write_str(detail),
         }
     }
 }
@@ -195,8 +209,43 @@ impl From<MetalError> for Error {
                 "MetalMalformed",
                 "Equinix Metal answered with a body metal-ipam cannot read",
             ),
+            MetalError::Tls { .. } => (
+                ErrorKind::Internal,
+                "MetalTlsFailed",
+                "the TLS connection to Equinix Metal failed (certificate not trusted or invalid, or a TLS protocol error): check metal_api_url and the component's client TLS settings; retrying does not help",
+            ),
+            MetalError::Denied { .. } => (
+                ErrorKind::Internal,
+                "MetalDenied",
+                "the runtime refused the request to Equinix Metal: check metal_api_url and the component's allowed_outbound_hosts",
+            ),
         };
         Error::new(kind, reason, message).with_detail(detail)
+    }
+}
+
+/// Longest connect of one attempt, in milliseconds.
+pub const CONNECT_MS: u64 = 3_000;
+
+/// Shortest deadline of an attempt, in milliseconds: an attempt started
+/// near the end of the budget still gets this long.
+pub const MIN_ATTEMPT_MS: u64 = 500;
+
+/// The deadline of one attempt with `left_ms` of the request's budget
+/// left: connecting within [`CONNECT_MS`], the answer within what is left
+/// (at least [`MIN_ATTEMPT_MS`] each). So a request, its waits and retries
+/// included, ends within its budget plus [`MIN_ATTEMPT_MS`].
+///
+/// ```
+/// use metal_ipam_core::metal::client::attempt_deadline;
+/// use metal_ipam_core::ports::http::Deadline;
+/// assert_eq!(attempt_deadline(10_000), Deadline { connect_ms: 3_000, response_ms: 10_000 });
+/// assert_eq!(attempt_deadline(0), Deadline { connect_ms: 500, response_ms: 500 });
+/// ```
+pub fn attempt_deadline(left_ms: u64) -> Deadline {
+    Deadline {
+        connect_ms: left_ms.clamp(MIN_ATTEMPT_MS, CONNECT_MS),
+        response_ms: left_ms.max(MIN_ATTEMPT_MS),
     }
 }
 
@@ -291,13 +340,35 @@ impl<'a, H: HttpClient + ?Sized, E: Env + ?Sized> Metal<'a, H, E> {
             if body.is_some() {
                 b = b.header("content-type", "application/json");
             }
-            let req = b.body(bytes.clone()).map_err(|e| MetalError::Api {
+            let mut req = b.body(bytes.clone()).map_err(|e| MetalError::Api {
                 status: 0,
                 request: request.clone(),
                 messages: vec![format!("cannot build the request: {e}")],
             })?;
+            // This attempt may use what is left of the request's budget.
+            let left = self
+                .cfg
+                .retry
+                .budget_ms
+                .saturating_sub(self.env.now_ms().saturating_sub(start));
+            attempt_deadline(left).set(&mut req);
             self.calls.set(self.calls.get() + 1);
             let result = self.http.send(req);
+            if let Err(e) = &result {
+                match e.kind {
+                    TransportKind::Tls => {
+                        return Err(MetalError::Tls {
+                            detail: format!("{request}: {e}"),
+                        })
+                    }
+                    TransportKind::Denied => {
+                        return Err(MetalError::Denied {
+                            detail: format!("{request}: {e}"),
+                        })
+                    }
+                    _ => {}
+                }
+            }
             let header = |r: &http::Response<Vec<u8>>, n: &str| {
                 r.headers()
                     .get(n)
@@ -315,13 +386,14 @@ impl<'a, H: HttpClient + ?Sized, E: Env + ?Sized> Metal<'a, H, E> {
                 }
                 Err(_) => (None, None, None),
             };
-            let outcome = match outcome_status {
-                Some(status) => Attempt::Response {
+            let outcome = match (outcome_status, &result) {
+                (Some(status), _) => Attempt::Response {
                     status,
                     retry_after: retry_after.as_deref(),
                     rate_limit_reset: reset.as_deref(),
                 },
-                None => Attempt::Transport,
+                (None, Err(e)) if e.kind.not_sent() => Attempt::NotSent,
+                (None, _) => Attempt::Transport,
             };
             let elapsed = self.env.now_ms().saturating_sub(start);
             let last = match (&result, outcome_status) {

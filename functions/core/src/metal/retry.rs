@@ -5,7 +5,9 @@
 //! - **429** was refused before it was processed: always safe to retry,
 //!   after `Retry-After` (seconds), else until `X-RateLimit-Reset` (Unix
 //!   seconds), else the backoff.
-//! - **5xx and dropped connections** may have been processed. A request
+//! - **A connection that could not be made** (refused, unroutable, DNS)
+//!   sent nothing: safe to retry, even a POST, with the backoff.
+//! - **5xx, dropped connections and timeouts** may have been processed. A request
 //!   that is safe to repeat (GET, PUT, DELETE) is retried with jittered
 //!   exponential backoff; a POST is not: its outcome is unknown, and the
 //!   caller must look the resource up (by tag) before creating it again.
@@ -48,8 +50,12 @@ pub enum Attempt<'a> {
         /// `X-RateLimit-Reset`, as sent.
         rate_limit_reset: Option<&'a str>,
     },
-    /// No response (connection refused or dropped, timeout).
+    /// No response, and the request may have been sent (connection
+    /// dropped, timeout).
     Transport,
+    /// No response, and the request was certainly not sent (connection
+    /// refused, unroutable, DNS failure).
+    NotSent,
 }
 
 /// The decision after an attempt.
@@ -101,6 +107,7 @@ pub fn decide(
         } => server_wait_ms(retry_after, rate_limit_reset, now_s)
             .unwrap_or_else(|| backoff_ms(policy, attempt, random)),
         Attempt::Response { status, .. } if !(500..=599).contains(&status) => return Next::Answer,
+        Attempt::NotSent => backoff_ms(policy, attempt, random),
         _ if !repeatable => return Next::Unknown,
         _ => backoff_ms(policy, attempt, random),
     };
@@ -202,6 +209,18 @@ mod tests {
             assert_eq!(decide(&P, 1, 0, 0, 0, true, &a), Next::Wait(125), "{a:?}");
             assert_eq!(decide(&P, 3, 0, 0, 0, true, &a), Next::Wait(500), "{a:?}");
         }
+    }
+
+    #[test]
+    fn a_request_that_was_never_sent_is_retried_even_as_a_post() {
+        assert_eq!(
+            decide(&P, 1, 0, 0, 0, false, &Attempt::NotSent),
+            Next::Wait(125)
+        );
+        assert_eq!(
+            decide(&P, 1, 9_990, 0, 0, false, &Attempt::NotSent),
+            Next::GiveUp { retry_after_s: 1 }
+        );
     }
 
     #[test]

@@ -27,7 +27,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::ipam::vrf::is_uuid;
 use crate::metal::client::{Metal, MetalError};
 use crate::metal::model::{VlanBatch, VlanBatchInput, VlanBatchItem};
-use crate::ports::http::HttpClient;
+use crate::ports::http::{Deadline, HttpClient};
 use crate::ports::Env;
 
 /// Which way a batch moves VLANs.
@@ -217,7 +217,7 @@ impl<H: HttpClient + ?Sized> VlanBatches for Chained<'_, H> {
         let body = serde_json::to_vec(op).map_err(|e| MetalError::Malformed {
             detail: e.to_string(),
         })?;
-        let request = http::Request::builder()
+        let mut request = http::Request::builder()
             .method("POST")
             .uri(&url)
             .header("authorization", format!("Bearer {}", self.api_token))
@@ -226,6 +226,7 @@ impl<H: HttpClient + ?Sized> VlanBatches for Chained<'_, H> {
             .map_err(|e| MetalError::Malformed {
                 detail: e.to_string(),
             })?;
+        Deadline::CHAINED.set(&mut request);
         let unreachable = |detail: String| match op {
             // The step may have created the batch before the answer was
             // lost: polled, never repeated.
