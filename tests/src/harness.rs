@@ -495,7 +495,7 @@ impl Drop for HostProcess {
 /// A free loopback port: bind `127.0.0.1:0`, read the port, drop the
 /// listener. Another process could take it before the child binds it; the
 /// child then fails to start, with the reason in its log.
-pub(crate) fn free_port() -> Result<u16> {
+pub fn free_port() -> Result<u16> {
     let l = std::net::TcpListener::bind("127.0.0.1:0").context("binding 127.0.0.1:0")?;
     Ok(l.local_addr()?.port())
 }

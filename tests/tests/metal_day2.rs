@@ -7,7 +7,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use metal_ipam_tests::fake_kube::{FakeKube, METAL_GROUP};
-use metal_ipam_tests::harness::{given, App, Runtime, TempDir};
+use metal_ipam_tests::harness::{free_port, given, App, Runtime, TempDir};
 use metal_ipam_tests::metal_sim::{Fault, MetalSim};
 use metal_ipam_tests::vrf_world::{metal_app_on, pool_object, NS, POOL};
 
@@ -58,7 +58,7 @@ impl UntrustedTls {
             "-addext",
             "subjectAltName=IP:127.0.0.1",
         ]);
-        let port = free_port();
+        let port = free_port().expect("a free port");
         let child = Command::new("openssl")
             .args([
                 "s_server", "-quiet", "-www", "-cert", "cert.pem", "-key", "key.pem",
@@ -88,14 +88,6 @@ impl Drop for UntrustedTls {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// A certificate problem towards the API server is a configuration
