@@ -17,7 +17,10 @@
 //!   its binding (if any) says that address;
 //! - without a crash, the pool's `used` count equals the bindings (no leak);
 //! - retrying each crashed allocation succeeds with the address already
-//!   answered, and filling the pool afterwards hands out no held address.
+//!   answered, a crashed registration succeeds when retried (a creation
+//!   guard won by a request that crashed before making the key does not
+//!   wedge the pool), and filling the pool afterwards hands out no held
+//!   address.
 //!
 //! The number of schedules explored is printed.
 
@@ -276,6 +279,14 @@ fn check(
             if matches!(ans, Answer::Err(_)) && matches!(op, Op::AllocX | Op::AllocY | Op::PutPool)
             {
                 let again = perform(*op, kv, env);
+                // Nothing a crash leaves behind wedges the pool: a crashed
+                // registration (its creation guard won, its key never made,
+                // say) succeeds when retried.
+                if *op == Op::PutPool && again != Answer::Pool {
+                    return Err(format!(
+                        "the crashed registration, retried, answered {again:?}"
+                    ));
+                }
                 if let (Answer::Address(w, a), Some(prev)) = (&again, &x_addr) {
                     if w == "x" && a != prev && !released {
                         return Err(format!("X retried got {a}, was answered {prev}"));

@@ -21,7 +21,9 @@
 //! 1. **Never swap on an absent key** (Spin's SQLite backend upserts it, so
 //!    two creators would both "win"). A pool key is first brought into
 //!    existence with `increment(key, 0)` by the one request that won the
-//!    creation guard counter; the swap then replaces that zero counter.
+//!    creation guard counter (or, if that winner crashed before making it,
+//!    by a loser after [`GUARD_TAKEOVER_ATTEMPTS`] attempts); the swap then
+//!    replaces that zero counter.
 //!    Pool keys are never deleted afterwards (deletion leaves a tombstone
 //!    record), so every later swap is on an existing key.
 //! 2. **Read back whenever the backend's answer cannot be trusted.** Each
@@ -333,7 +335,10 @@ pub fn update_pool<K: KvStore, T>(
 /// When this returns `Ok` after a `Write`, the written record is the
 /// current record as of the swap: no concurrent writer's change was lost.
 /// An absent key is brought into existence only by the creation guard's
-/// winner (rule 1 of the module docs), so no swap ever runs on an absent key.
+/// winner, or after that winner crashed by a loser that waited
+/// [`GUARD_TAKEOVER_ATTEMPTS`] (rule 1 of the module docs), so no swap
+/// ever runs on an absent key, and a crash between the guard and the key
+/// never wedges the record.
 ///
 /// # Errors
 /// Whatever `decide` returns; 503 `Contention` after
@@ -344,11 +349,18 @@ pub fn update_record<K: KvStore, R: CasRecord, T>(
     mut decide: impl FnMut(Option<&R::View>) -> Result<Step<T, R::Next>>,
 ) -> Result<T> {
     let key = R::key(id);
+    // Consecutive attempts that found the key absent, and whether this
+    // request won the creation guard (rule 1).
+    let mut absent_seen: u32 = 0;
+    let mut guard_won = false;
     for attempt in 0..MAX_CAS_ATTEMPTS {
         if attempt > 0 {
             ctx.env.pause(attempt);
         }
         let (cas, current) = ctx.kv.cas_read(&key)?;
+        if current.is_some() {
+            absent_seen = 0;
+        }
         let (base, view) = match current.as_deref() {
             None => (Base::Absent, None),
             Some(b) if kv::is_zero_counter(b) => {
@@ -379,7 +391,15 @@ pub fn update_record<K: KvStore, R: CasRecord, T>(
         };
         let (rev, check, writers) = match base {
             Base::Absent => {
-                ensure_key(ctx, &R::guard_key(id), &key)?;
+                absent_seen += 1;
+                if absent_seen == 1 && !guard_won {
+                    guard_won = ctx.kv.increment(&R::guard_key(id), 1)? == 1;
+                }
+                if guard_won {
+                    ctx.kv.increment(&key, 0)?;
+                } else if absent_seen > GUARD_TAKEOVER_ATTEMPTS {
+                    take_over_creation(ctx, &key)?;
+                }
                 continue;
             }
             Base::Placeholder(check) => (1, check, Vec::new()),
@@ -439,20 +459,29 @@ fn landed<R: CasRecord>(read: Option<&[u8]>, writer: &str) -> Result<bool> {
     }
 }
 
-/// Brings an absent key into existence as a zero counter, so the
-/// following swap is on an existing key.
+/// Consecutive attempts a request that lost the creation guard finds the
+/// key still absent before it creates the key itself: the guard's winner
+/// makes the key with its very next store operation, so a winner that did
+/// not within this many attempts (about a second of backoff on Spin) has
+/// crashed between the two. Without this, every later request would lose
+/// the guard too and the record could never be created.
+pub const GUARD_TAKEOVER_ATTEMPTS: u32 = 32;
+
+/// Brings an absent key into existence as a zero counter, for a request
+/// that lost the creation guard and found the key absent on more than
+/// [`GUARD_TAKEOVER_ATTEMPTS`] attempts in a row (the winner crashed
+/// between its two increments), and only if a read just before still finds
+/// it absent.
 ///
-/// Only the winner of the creation guard (the request whose
-/// `increment(guard, 1)` returned 1) ever increments the key: a later
-/// `increment` could meet a record that the winner has swapped in
-/// meanwhile, which Spin's SQLite host answers with a panic. A loser
-/// returns and its caller re-reads after a pause, until the winner's key
-/// shows up (or answers 503 `Contention` after [`MAX_CAS_ATTEMPTS`]).
-fn ensure_key<K: KvStore>(ctx: &Ctx<'_, K>, guard: &str, key: &str) -> Result<()> {
-    if ctx.kv.increment(guard, 1)? != 1 {
-        return Ok(());
+/// Otherwise only the guard's winner increments the key: a later
+/// `increment` could meet a record the winner swapped in meanwhile, which
+/// the store refuses and which changes nothing (Spin's SQLite host panics
+/// on it, Redis answers an error). So the worst a winner that stalled that
+/// long between two store operations can cause is one failed request.
+fn take_over_creation<K: KvStore>(ctx: &Ctx<'_, K>, key: &str) -> Result<()> {
+    if ctx.kv.get(key)?.is_none() {
+        ctx.kv.increment(key, 0)?;
     }
-    ctx.kv.increment(key, 0)?;
     Ok(())
 }
 
@@ -524,6 +553,25 @@ mod tests {
             Ok(Step::Write(Box::new(Some(n)), n))
         })
         .expect("update")
+    }
+
+    #[test]
+    fn a_guard_winner_that_crashed_before_making_the_key_does_not_wedge_the_record() {
+        for backend in [Backend::SpinSqlite, Backend::Redis, Backend::RedisSpin36] {
+            let kv = MemKv::new(backend);
+            let env = TestEnv::at(1_000);
+            let ctx = Ctx {
+                kv: &kv,
+                env: &env,
+                swap_policy: SwapPolicy::Auto,
+            };
+            // The winner took the guard and crashed before its next step.
+            assert_eq!(kv.increment("counter-init/a", 1).unwrap(), 1);
+            assert_eq!(add(&ctx, "a", 4), 4, "{backend:?}");
+            assert_eq!(add(&ctx, "a", 1), 5, "{backend:?}");
+            // The record was made once: the guard was not won again.
+            assert_eq!(kv.increment("counter-init/a", 0).unwrap(), 2, "{backend:?}");
+        }
     }
 
     #[test]
