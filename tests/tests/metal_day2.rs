@@ -6,10 +6,11 @@
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use metal_ipam_tests::fake_kube::{FakeKube, METAL_GROUP};
+use metal_ipam_tests::fake_kube::{FakeKube, INFRA_GROUP, IPAM_GROUP, METAL_GROUP};
 use metal_ipam_tests::harness::{free_port, given, App, Runtime, TempDir};
 use metal_ipam_tests::metal_sim::{Fault, MetalSim};
-use metal_ipam_tests::vrf_world::{metal_app_on, pool_object, NS, POOL};
+use metal_ipam_tests::vrf_world::{claim, metal_app_on, pool_object, NS, POOL};
+use serde_json::{json, Value};
 
 /// Real Spin on SQLite and the test host; the Redis store adds nothing to
 /// what these tests look at.
@@ -156,7 +157,174 @@ async fn a_metal_call_that_never_answers_is_cut_off(runtime: Runtime) {
     assert!(pool["metadata"]["finalizers"].is_array());
 }
 
+/// A device of the simulator, in metro `da`.
+fn device(n: usize) -> String {
+    format!("6f1d2c3b-4a59-4e68-8f70-{n:012x}")
+}
+
+/// A provisioned VRF-backed pool (through the public provision route).
+async fn ready_pool(app: &App, kube: &FakeKube) {
+    kube.create(pool_object());
+    for _ in 0..8 {
+        let r = app
+            .call("POST", &format!("/v1/metal/pools/{NS}/{POOL}"), None)
+            .await;
+        if r.status == 200 {
+            assert_eq!(r.body["result"], "synced", "{:#}", r.body);
+            return;
+        }
+        assert_eq!(r.status, 202, "{:#}", r.body);
+    }
+    panic!("the pool did not become ready");
+}
+
+/// A `PacketMachine` on `device` and a claim `name` it owns.
+fn machine_claim(kube: &FakeKube, name: &str, device: &str) -> Value {
+    let m = kube.create(json!({
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "PacketMachine",
+        "metadata": {"name": format!("pm-{name}"), "namespace": NS},
+        "spec": {"providerID": format!("equinixmetal://{device}")}
+    }));
+    let mut c = claim(name);
+    c["metadata"]["ownerReferences"] = json!([{"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1",
+        "kind": "PacketMachine", "name": m["metadata"]["name"], "uid": m["metadata"]["uid"],
+        "controller": true}]);
+    kube.create(c)
+}
+
+/// Delivers a watch event for the current claim `name` (or its deletion).
+async fn claim_event(app: &App, kube: &FakeKube, name: &str) -> (u16, Value) {
+    let (kind, object) = match kube.get(IPAM_GROUP, "ipaddressclaims", Some(NS), name) {
+        Some(o) => ("MODIFIED", o),
+        None => ("DELETED", claim(name)),
+    };
+    let r = app
+        .call(
+            "POST",
+            "/v1/events",
+            Some(&json!({"type": kind, "object": object})),
+        )
+        .await;
+    (r.status, r.body)
+}
+
+/// The pool's used count, as the plain API reports it.
+async fn used(app: &App) -> i64 {
+    let r = app
+        .call("GET", &format!("/v1/pools/{NS}/{POOL}"), None)
+        .await;
+    r.body["status"]["ipAddresses"]["used"].as_i64().unwrap()
+}
+
+/// A claim bound and assigned to its device through events.
+async fn assigned(app: &App, kube: &FakeKube, sim: &MetalSim, name: &str, dev: &str) {
+    machine_claim(kube, name, dev);
+    let (status, body) = claim_event(app, kube, name).await;
+    assert_eq!(status, 200, "{body:#}");
+    assert!(
+        sim.assignments().iter().any(|a| a.device_id == dev),
+        "{body:#}"
+    );
+}
+
+/// Strips the finalizers (`which`, or all) of the claim (or of its
+/// `IPAddress`: `plural`) and deletes it: an object that went without our
+/// steps' help.
+fn delete_around_us(kube: &FakeKube, plural: &str, name: &str, which: Option<&str>) {
+    let mut c = kube.get(IPAM_GROUP, plural, Some(NS), name).unwrap();
+    let kept: Vec<Value> = match which {
+        None => Vec::new(),
+        Some(f) => c["metadata"]["finalizers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|x| *x != f)
+            .cloned()
+            .collect(),
+    };
+    c["metadata"]["finalizers"] = json!(kept);
+    kube.put(c);
+    kube.delete(IPAM_GROUP, plural, Some(NS), name);
+}
+
+/// Finding 8: an address still assigned to a device in Metal never goes
+/// back to its pool, on any release path: the plain API's DELETE,
+/// reconcile's pass over bindings whose claim is gone, and the claim step
+/// for a claim deleted without the assignment finalizer.
+async fn every_release_path_honours_the_metal_assignment(runtime: Runtime) {
+    let kube = FakeKube::start().await;
+    let sim = MetalSim::start().await;
+    let app = metal_app_on(runtime, &kube, &sim).await.expect("given");
+    ready_pool(&app, &kube).await;
+    for n in 0..3 {
+        sim.add_device(&device(n), "da", 2);
+    }
+    assigned(&app, &kube, &sim, "m-0", &device(0)).await;
+    assert_eq!(used(&app).await, 1);
+
+    // 1. The plain API refuses, and changes nothing.
+    let r = app
+        .call("DELETE", &format!("/v1/claims/{NS}/m-0"), None)
+        .await;
+    assert_eq!(
+        (r.status, r.reason()),
+        (409, "MetalAssignmentHeld"),
+        "{:#}",
+        r.body
+    );
+    assert!(r.body["message"].as_str().unwrap().contains(&device(0)));
+    assert_eq!(used(&app).await, 1);
+    assert_eq!(sim.assignments().len(), 1);
+    assert!(kube
+        .get(IPAM_GROUP, "ipaddresses", Some(NS), "m-0")
+        .is_some());
+    // A claim deleted the normal way: the assignment goes, then the address.
+    kube.delete(IPAM_GROUP, "ipaddressclaims", Some(NS), "m-0");
+    let (status, body) = claim_event(&app, &kube, "m-0").await;
+    assert_eq!(status, 200, "{body:#}");
+    assert!(sim.assignments().is_empty());
+    assert_eq!(used(&app).await, 0);
+    assert!(kube
+        .get(IPAM_GROUP, "ipaddressclaims", Some(NS), "m-0")
+        .is_none());
+
+    // 2. A claim and its IPAddress gone behind our back (finalizers
+    //    stripped): reconcile has the assignment removed first, and
+    //    releases the binding on its next run.
+    assigned(&app, &kube, &sim, "m-1", &device(1)).await;
+    delete_around_us(&kube, "ipaddressclaims", "m-1", None);
+    delete_around_us(&kube, "ipaddresses", "m-1", None);
+    let r = app.call("POST", "/v1/reconcile", None).await;
+    assert_eq!(r.status, 200, "{:#}", r.body);
+    assert!(sim.assignments().is_empty(), "{:#}", r.body);
+    let r = app.call("POST", "/v1/reconcile", None).await;
+    assert_eq!(
+        (r.status, &r.body["bindingsReleased"]),
+        (200, &json!(1)),
+        "{:#}",
+        r.body
+    );
+    assert_eq!(used(&app).await, 0);
+
+    // 3. A claim deleted without the assignment finalizer: the claim step
+    //    waits for the assign step, which removes the assignment anyway.
+    assigned(&app, &kube, &sim, "m-2", &device(2)).await;
+    let f = "ipam.metal-ipam.dev/metal-assignment";
+    delete_around_us(&kube, "ipaddressclaims", "m-2", Some(f));
+    let (status, body) = claim_event(&app, &kube, "m-2").await;
+    assert_eq!(status, 200, "{body:#}");
+    assert!(sim.assignments().is_empty(), "{body:#}");
+    assert_eq!(used(&app).await, 0);
+    assert!(kube
+        .get(IPAM_GROUP, "ipaddressclaims", Some(NS), "m-2")
+        .is_none());
+    assert_eq!(sim.violations(), Vec::<String>::new());
+    assert_eq!(kube.schema_violations(), Vec::<String>::new());
+    let _ = INFRA_GROUP;
+}
+
 metal_ipam_tests::on_every_runtime!(
     not_redis: an_untrusted_api_server_certificate_says_so,
     a_metal_call_that_never_answers_is_cut_off,
+    every_release_path_honours_the_metal_assignment,
 );

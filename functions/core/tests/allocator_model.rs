@@ -17,6 +17,7 @@ use metal_ipam_core::ipam::claim::Claim;
 use metal_ipam_core::ipam::ops;
 use metal_ipam_core::ipam::pool::{PoolId, PoolObject};
 use metal_ipam_core::kv::{Ctx, SwapPolicy};
+use metal_ipam_core::provision::assign::MetalAssignmentClosed;
 use metal_ipam_core::testing::{Backend, MemKv, TestEnv};
 use proptest::prelude::*;
 use serde_json::json;
@@ -405,7 +406,7 @@ fn run(g: PoolGen, ops: Vec<Op>, backend: Backend) -> Result<(), TestCaseError> 
             Op::Release { name } => {
                 let n = format!("c{name}");
                 model.release(&n);
-                ops::release(&ctx, "ns", &n, None)
+                ops::release(&ctx, "ns", &n, None, &MetalAssignmentClosed)
                     .map_err(|e| TestCaseError::fail(e.to_string()))?;
                 // A release always leaves the claim unbound and is followed
                 // by a new incarnation.

@@ -35,6 +35,7 @@ use metal_ipam_core::ipam::ops;
 use metal_ipam_core::ipam::pool::{PoolId, PoolObject};
 use metal_ipam_core::kv::{self, keys, ClaimRecord, Ctx, SwapPolicy};
 use metal_ipam_core::ports::kv::KvStore;
+use metal_ipam_core::provision::assign::MetalAssignmentClosed;
 use metal_ipam_core::testing::{Backend, MemKv, TestEnv};
 use serde_json::{json, Value};
 
@@ -131,9 +132,8 @@ fn perform<K: KvStore>(op: Op, kv: &K, env: &SchedEnv) -> Answer {
             .map(|a| Answer::Address("y".into(), a.record.address)),
         Op::AdoptX => ops::adopt(&c, &claim("x", "u1"), FIRST.parse().unwrap())
             .map(|a| Answer::Address("x".into(), a.record.address)),
-        Op::ReleaseX => {
-            ops::release(&c, NS, "x", Some("u1")).map(|r| Answer::Released(r.map(|r| r.address)))
-        }
+        Op::ReleaseX => ops::release(&c, NS, "x", Some("u1"), &MetalAssignmentClosed)
+            .map(|r| Answer::Released(r.map(|r| r.address))),
         Op::PutPool => ops::put_pool(&c, grown_pool()).map(|_| Answer::Pool),
     };
     r.unwrap_or_else(|e| Answer::Err(e.reason().to_string()))

@@ -12,6 +12,7 @@ use metal_ipam_core::ipam::pool::{PoolId, PoolObject};
 use metal_ipam_core::kv::{keys, Ctx, PoolRecord, SwapCheck, SwapPolicy};
 use metal_ipam_core::ports::kv::KvStore;
 use metal_ipam_core::ports::Env;
+use metal_ipam_core::provision::assign::MetalAssignmentClosed;
 use metal_ipam_core::testing::{Backend, MemKv, TestEnv};
 use serde_json::{json, Value};
 
@@ -362,7 +363,7 @@ fn kv_operations_per_allocation_stay_within_the_bound_at_any_fill() {
                 assert_eq!(kv.counts().cas_swap + kv.counts().set, 0);
                 let k = intents(&kv, &id);
                 kv.reset_counts();
-                ops::release(&ctx(&kv, &env), "ns", "m0", None).unwrap();
+                ops::release(&ctx(&kv, &env), "ns", "m0", None, &MetalAssignmentClosed).unwrap();
                 assert_eq!(
                     kv.counts().total(),
                     release_bound + per_intent * k,
@@ -432,14 +433,19 @@ fn a_crash_during_release_never_frees_a_bound_address_nor_leaks() {
             );
             ops::allocate(&c, &claim("ns", "m", "u1", "p")).unwrap();
             kv.fail_after(Some(k));
-            let crashed = ops::release(&c, "ns", "m", None).is_err();
+            let crashed = ops::release(&c, "ns", "m", None, &MetalAssignmentClosed).is_err();
             kv.fail_after(None);
             // A retry at once: the release is decided (or decided now).
-            assert!(ops::release(&c, "ns", "m", None).unwrap().is_some() || !crashed);
+            assert!(
+                ops::release(&c, "ns", "m", None, &MetalAssignmentClosed)
+                    .unwrap()
+                    .is_some()
+                    || !crashed
+            );
             // The key removal of a request that died is taken over only
             // after TAKEOVER_AFTER_SECONDS (its owner could still be writing).
             env.set_now(metal_ipam_core::ipam::alloc::TAKEOVER_AFTER_SECONDS);
-            ops::release(&c, "ns", "m", None).unwrap();
+            ops::release(&c, "ns", "m", None, &MetalAssignmentClosed).unwrap();
             assert!(
                 ops::get_claim(&kv, "ns", "m").unwrap().is_none(),
                 "{backend:?} crash after {k} ops"
@@ -508,7 +514,7 @@ fn pool_lifecycle_update_shrink_delete_recreate() {
     let e = ops::delete_pool(&c, &PoolId::namespaced("ns", "p")).unwrap_err();
     assert_eq!((e.status(), e.reason()), (409, "PoolInUse"));
     for i in 0..3 {
-        ops::release(&c, "ns", &format!("m{i}"), None).unwrap();
+        ops::release(&c, "ns", &format!("m{i}"), None, &MetalAssignmentClosed).unwrap();
     }
     assert!(ops::delete_pool(&c, &PoolId::namespaced("ns", "p")).unwrap());
     assert!(
@@ -605,7 +611,7 @@ fn grace_period_delays_reuse() {
     );
     ops::allocate(&c, &claim("ns", "a", "u1", "p")).unwrap();
     ops::allocate(&c, &claim("ns", "b", "u2", "p")).unwrap();
-    ops::release(&c, "ns", "a", None).unwrap();
+    ops::release(&c, "ns", "a", None, &MetalAssignmentClosed).unwrap();
     let e = ops::allocate(&c, &claim("ns", "c", "u3", "p")).unwrap_err();
     assert_eq!(e.reason(), "PoolExhausted");
     assert!(e.message().contains("grace period"), "{e}");
@@ -651,11 +657,13 @@ fn a_claim_cannot_move_pools_or_be_bound_twice_by_name() {
         "ClaimUidConflict"
     );
     // A release for another uid leaves the binding alone.
-    assert!(ops::release(&c, "ns", "m", Some("u-old"))
-        .unwrap()
-        .is_none());
+    assert!(
+        ops::release(&c, "ns", "m", Some("u-old"), &MetalAssignmentClosed)
+            .unwrap()
+            .is_none()
+    );
     assert!(ops::get_claim(&kv, "ns", "m").unwrap().is_some());
-    ops::release(&c, "ns", "m", Some("u1")).unwrap();
+    ops::release(&c, "ns", "m", Some("u1"), &MetalAssignmentClosed).unwrap();
     // After release, a new incarnation is a new claim.
     assert!(
         ops::allocate(&c, &claim("ns", "m", "u2", "p"))
@@ -813,7 +821,14 @@ fn a_release_between_a_duplicate_allocations_reads_resurrects_nothing() {
         let mut first = true;
         let racing = Hooked::new(&kv, |_| {
             if std::mem::take(&mut first) {
-                let released = ops::release(&ctx(&kv, &env), "ns", "x", Some("u1")).unwrap();
+                let released = ops::release(
+                    &ctx(&kv, &env),
+                    "ns",
+                    "x",
+                    Some("u1"),
+                    &MetalAssignmentClosed,
+                )
+                .unwrap();
                 assert!(released.is_some(), "{backend:?}");
             }
         });
@@ -833,7 +848,7 @@ fn a_release_between_a_duplicate_allocations_reads_resurrects_nothing() {
             );
         }
         // X's release frees only X's address: Y keeps its own.
-        ops::release(&c, "ns", "x", None).unwrap();
+        ops::release(&c, "ns", "x", None, &MetalAssignmentClosed).unwrap();
         let z = ops::allocate(&c, &claim("ns", "z", "uz", "p")).unwrap();
         assert_ne!(
             z.record.address, y.record.address,

@@ -214,14 +214,12 @@ fn sync_once<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
     };
     let uid = claim.metadata.uid.clone().unwrap_or_default();
     if claim.metadata.deleting() {
-        if !claim.metadata.has_finalizer(ASSIGNMENT_FINALIZER) {
-            return Ok(Outcome::new(
-                StepResult::Absent,
-                "the claim is being deleted and holds no Metal assignment finalizer",
-            ));
-        }
+        // With or without our finalizer (someone may have removed it): the
+        // address is not released while the record holds an assignment.
         let state = assign::unassign(ctx, metal, ns, name, &uid)?;
-        if matches!(state, UnassignState::Done { .. }) {
+        if matches!(state, UnassignState::Done { .. })
+            && claim.metadata.has_finalizer(ASSIGNMENT_FINALIZER)
+        {
             remove_finalizer(kube, &kube::CLAIMS, &claim, ASSIGNMENT_FINALIZER)?;
         }
         return Ok(unassigned(state, "the claim is being deleted"));

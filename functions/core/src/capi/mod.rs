@@ -381,14 +381,18 @@ fn reconcile_claim_once<K: KvStore, H: HttpClient + ?Sized>(
         // is released only through the HTTP API (the events token must not
         // reach it).
         let released = match ops::get_claim(ctx.kv, ns, name)? {
-            Some(b) if b.pool_uid.is_some() && metal_holds(ctx, ns, name, &b.uid)? => {
-                return Ok(Outcome::new(
-                    StepResult::Waiting,
-                    "the claim does not exist; its Metal assignment is removed first (assign step)",
-                )
-                .metal(true))
+            Some(b) if b.pool_uid.is_some() => {
+                match crate::provision::assign::release(ctx, ns, name, Some(&b.uid)) {
+                    Err(e) if e.reason() == "MetalAssignmentHeld" => {
+                        return Ok(Outcome::new(
+                            StepResult::Waiting,
+                            "the claim does not exist; its Metal assignment is removed first (assign step)",
+                        )
+                        .metal(true))
+                    }
+                    r => r?,
+                }
             }
-            Some(b) if b.pool_uid.is_some() => ops::release(ctx, ns, name, Some(&b.uid))?,
             Some(_) => {
                 return Ok(Outcome::new(StepResult::Absent,
                     "the claim does not exist; its binding was made through the HTTP API and is left alone",
@@ -538,14 +542,6 @@ fn reconcile_claim_once<K: KvStore, H: HttpClient + ?Sized>(
     .metal(pool_obj.is_some_and(|p| p.vrf_backed)))
 }
 
-/// Whether the Metal assignment record of claim `ns/name` (incarnation
-/// `uid`) may still hold an assignment: the address is not released
-/// before the `assign` step removed it.
-fn metal_holds<K: KvStore>(ctx: &Ctx<'_, K>, ns: &str, name: &str, uid: &str) -> Result<bool> {
-    Ok(crate::provision::assign::read(ctx.kv, ns, name)?
-        .is_some_and(|r| r.uid == uid && !r.closed && r.holds()))
-}
-
 /// Adds what an existing IPAddress lacks: our finalizer, the owner
 /// references, the cluster-name label (one guarded patch, or none).
 fn complete_address_metadata<H: HttpClient + ?Sized>(
@@ -624,7 +620,14 @@ fn finalize_claim<K: KvStore, H: HttpClient + ?Sized>(
         )
         .metal(true));
     }
-    let released = ops::release(ctx, ns, name, Some(&claim.id.uid))?;
+    let released = match crate::provision::assign::release(ctx, ns, name, Some(&claim.id.uid)) {
+        // Deleted without the assignment finalizer while the record still
+        // holds an assignment: the assign step removes it first.
+        Err(e) if e.reason() == "MetalAssignmentHeld" => {
+            return Ok(Outcome::new(StepResult::Waiting, e.message().to_string()).metal(true))
+        }
+        r => r?,
+    };
     let ip: Option<IpAddressObject> = kube.get_as(&kube::IP_ADDRESSES, Some(ns), name)?;
     if let Some(ip) = ip {
         if ip.metadata.owned_by(&claim.id.uid) || ip.metadata.has_finalizer(ADDRESS_FINALIZER) {

@@ -195,9 +195,15 @@ pub fn reconcile_all<K: KvStore, H: HttpClient + ?Sized>(
                     continue;
                 }
             }
-            match ops::release(ctx, ns, name, Some(&rec.uid)) {
+            match crate::provision::assign::release(ctx, ns, name, Some(&rec.uid)) {
                 Ok(Some(_)) => report.bindings_released += 1,
                 Ok(None) => {}
+                // Still assigned to a device in Metal: the assign step
+                // removes that first (forwarded below); the next run
+                // releases the binding.
+                Err(e) if e.reason() == "MetalAssignmentHeld" => {
+                    report.metal_claims.push((ns.to_string(), name.to_string()));
+                }
                 Err(e) => report.errors.push(format!("binding {ns}/{name}: {e}")),
             }
         }

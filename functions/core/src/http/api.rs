@@ -406,7 +406,7 @@ pub fn claims<K: KvStore>(ctx: &Ctx<'_, K>, token: &str, req: &ApiRequest<'_>) -
                 .split('&')
                 .find_map(|kv| kv.strip_prefix("uid="))
                 .filter(|u| !u.is_empty());
-            ops::release(ctx, &ns, &name, uid).map(|rec| match rec {
+            crate::provision::assign::release(ctx, &ns, &name, uid).map(|rec| match rec {
                 Some(rec) => ApiResponse::success(204, None, route, "released")
                     .touching("address", rec.address),
                 None => ApiResponse::success(204, None, route, "absent"),

@@ -454,10 +454,31 @@ pub fn get_claim<K: KvStore>(kv: &K, namespace: &str, name: &str) -> Result<Opti
         .transpose()
 }
 
+/// What must hold before an address of a VRF-backed pool goes back to the
+/// pool, beyond its binding: checked inside [`release`]'s decision, so no
+/// path releases around it. The one implementation is
+/// `provision::assign::MetalAssignmentClosed` (the claim's Metal assignment
+/// record is closed for the binding's uid: nothing is assigned to a device
+/// and nothing will be), which lives with the record it reads (this module
+/// may not import `provision`).
+pub trait ReleaseGuard {
+    /// Whether the binding of claim `ns/name` for `uid`, in a VRF-backed
+    /// pool, may be released now. Called inside the pool's
+    /// compare-and-swap decision, after the pool record was read: it may
+    /// read the store, never write it.
+    ///
+    /// # Errors
+    /// Why not (a 409 the caller may act on: close the record and retry, or
+    /// wait for the assignment's removal); store errors.
+    fn may_release<K: KvStore>(&self, kv: &K, ns: &str, name: &str, uid: &str) -> Result<()>;
+}
+
 /// Releases the address of claim `namespace/name`.
 ///
 /// With `uid`, only a binding of that uid is released (a late delete event
-/// for an old incarnation leaves a re-created claim alone).
+/// for an old incarnation leaves a re-created claim alone). In a VRF-backed
+/// pool, `guard` must agree first ([`ReleaseGuard`]): an address still
+/// assigned to a device in Metal never goes back to the pool.
 ///
 /// Operations: `get` of the claim key (it names the pool), then
 /// `cas_read` of the pool record, one `get_many` of the claim key and the
@@ -474,12 +495,14 @@ pub fn get_claim<K: KvStore>(kv: &K, namespace: &str, name: &str) -> Result<Opti
 /// nothing. Returns the binding that was released, if any.
 ///
 /// # Errors
-/// Store failures and `StepTooSlow` (503), unreadable records (500).
-pub fn release<K: KvStore>(
+/// Store failures and `StepTooSlow` (503), unreadable records (500);
+/// what `guard` refuses with (409).
+pub fn release<K: KvStore, G: ReleaseGuard>(
     ctx: &Ctx<'_, K>,
     namespace: &str,
     name: &str,
     uid: Option<&str>,
+    guard: &G,
 ) -> Result<Option<ClaimRecord>> {
     let ckey = keys::claim(namespace, name);
     let cname = format!("{namespace}/{name}");
@@ -516,6 +539,9 @@ pub fn release<K: KvStore>(
             };
             if uid.is_some_and(|u| u != record.uid) || record.pool_id(namespace)? != pool_id {
                 return Ok(Step::Done((FollowUp::None, None, 0)));
+            }
+            if l.object.spec.metal.is_some() {
+                guard.may_release(ctx.kv, namespace, name, &record.uid)?;
             }
             if let Some(i) = state.intents.iter_mut().find(|i| {
                 i.kind == IntentKind::Unbind && i.claim == cname && i.token == record.token

@@ -33,8 +33,10 @@ use serde_json::{Map, Value};
 use super::plan::INTENT_LEASE_S;
 use crate::error::{Error, ErrorKind, Result};
 use crate::ip::Family;
+use crate::ipam::ops;
 use crate::kv::keys;
 use crate::kv::protocol::{read_record, update_record, CasRecord, Enveloped, StateRecord, Step};
+use crate::kv::ClaimRecord;
 use crate::kv::Ctx;
 use crate::metal::client::{Metal, MetalError};
 use crate::metal::model::IpAssignmentInput;
@@ -449,6 +451,83 @@ pub fn close<K: KvStore>(ctx: &Ctx<'_, K>, ns: &str, name: &str, uid: &str) -> R
             _ => Closing::Closed,
         },
     )
+}
+
+/// The release guard of VRF-backed pools ([`ops::ReleaseGuard`]): a
+/// binding goes back to its pool only when the claim's assignment record
+/// is closed for the binding's uid (rule 3: nothing is assigned, and
+/// nothing will be for that uid). Refuses with 409
+/// `MetalAssignmentHeld` while an assignment (or an attempt whose outcome
+/// is unknown) stands, and with 409 `MetalAssignmentOpen` when the record
+/// is merely not closed yet ([`release`] then closes it and retries).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct MetalAssignmentClosed;
+
+/// 409 `MetalAssignmentHeld`: what holds the address in Metal.
+fn held(ns: &str, name: &str, rec: &Assignment) -> Error {
+    let what = match (&rec.assignment, &rec.device) {
+        (Some(id), Some(d)) => format!("is assigned to device {d} in Metal (assignment {id})"),
+        (Some(id), None) => format!("is assigned in Metal (assignment {id})"),
+        (None, Some(d)) => format!("may be being assigned to device {d} in Metal"),
+        (None, None) => "may be being assigned in Metal".to_string(),
+    };
+    Error::conflict(
+        "MetalAssignmentHeld",
+        format!(
+            "the address {} of claim {ns}/{name} {what}: it goes back to the pool once the assign step removed the assignment (delete the IPAddressClaim, or POST /v1/metal/claims/{ns}/{name})",
+            rec.address
+        ),
+    )
+}
+
+impl ops::ReleaseGuard for MetalAssignmentClosed {
+    fn may_release<K: KvStore>(&self, kv: &K, ns: &str, name: &str, uid: &str) -> Result<()> {
+        match read(kv, ns, name)? {
+            Some(r) if r.uid == uid && r.closed => Ok(()),
+            Some(r) if r.uid == uid && r.holds() => Err(held(ns, name, &r)),
+            _ => Err(Error::conflict(
+                "MetalAssignmentOpen",
+                format!(
+                    "the Metal assignment record of claim {ns}/{name} is not closed for uid {uid}"
+                ),
+            )),
+        }
+    }
+}
+
+/// Releases the binding of claim `ns/name` (for `uid`, or whatever uid it
+/// has), honouring the Metal assignment: in a VRF-backed pool the claim's
+/// assignment record is closed first ([`close`]: no assignment is ever made
+/// for that uid afterwards), and an address still assigned to a device is
+/// not released. The one way bindings are released, on every path (the
+/// HTTP API, the claim step, reconcile).
+///
+/// # Idempotency
+/// As [`ops::release`]: an unknown or released claim changes nothing.
+///
+/// # Errors
+/// 409 `MetalAssignmentHeld` while the address is assigned in Metal (or an
+/// attempt to assign it may have succeeded); as [`ops::release`].
+pub fn release<K: KvStore>(
+    ctx: &Ctx<'_, K>,
+    ns: &str,
+    name: &str,
+    uid: Option<&str>,
+) -> Result<Option<ClaimRecord>> {
+    match ops::release(ctx, ns, name, uid, &MetalAssignmentClosed) {
+        Err(e) if e.reason() == "MetalAssignmentOpen" => {}
+        other => return other,
+    }
+    let Some(binding) = ops::get_claim(ctx.kv, ns, name)? else {
+        return Ok(None);
+    };
+    if uid.is_some_and(|u| u != binding.uid) {
+        return Ok(None);
+    }
+    match close(ctx, ns, name, &binding.uid)? {
+        Closing::Closed => ops::release(ctx, ns, name, Some(&binding.uid), &MetalAssignmentClosed),
+        Closing::Holds(rec) => Err(held(ns, name, &rec)),
+    }
 }
 
 /// Where a claim's assignment stands after [`assign`].
