@@ -9,8 +9,9 @@
 //! simulator, every request checked against the CRDs and the Metal spec.
 
 use metal_ipam_core::capi::assign::{
-    poll, sync_claim_assignment, ASSIGNMENT_FINALIZER, CONDITION, DEVICE_ANNOTATION,
+    sync_claim_assignment, ASSIGNMENT_FINALIZER, CONDITION, DEVICE_ANNOTATION,
 };
+use metal_ipam_core::capi::poll::poll;
 use metal_ipam_core::capi::{self, Outcome, StepResult};
 use metal_ipam_core::error::Result;
 use metal_ipam_core::kv::keys;
@@ -372,15 +373,23 @@ async fn a_claim_waits_for_its_device_and_the_poll_assigns_it() {
     w.assert_record_valid(keys::METAL_POLL, "metal-poll-cursor.schema.json");
 
     // The device is deleted (its assignment with it): a poll that fails
-    // to read the device leaves the cursor, the next one handles it.
+    // to read the device moves the cursor past the event anyway, keeps the
+    // device pending and says so; the next one handles it.
     w.sim.delete_device(DEVICE);
     w.sim
         .inject("GET", "findDeviceById", Fault::Status(500), 1_000);
     let failed = w
         .spawn(20_005, |r| poll(r.ctx, r.kube, r.metal, &Direct(r.metal)))
         .await
+        .unwrap()
         .unwrap();
-    assert!(failed.is_err(), "{failed:?}");
+    assert_eq!(
+        (failed.events, failed.pending, failed.more),
+        (1, 1, true),
+        "{failed:?}"
+    );
+    assert_eq!(failed.errors.len(), 1, "{failed:?}");
+    assert!(failed.device_deleted.is_empty());
     w.sim.clear_faults();
     let p = w
         .spawn(20_006, |r| poll(r.ctx, r.kube, r.metal, &Direct(r.metal)))
@@ -661,5 +670,159 @@ async fn an_elastic_ip_of_a_profile_is_claimed_assigned_and_rendered() {
         reconcile(&w, "m-0-bond0-elastic-0", 20_007).await.result,
         StepResult::Released
     );
+    w.assert_clean();
+}
+
+/// The poll, run as an instance would at `now`.
+async fn poll_at(w: &World, now: u64) -> metal_ipam_core::capi::poll::PollReport {
+    w.spawn(now, |r| poll(r.ctx, r.kube, r.metal, &Direct(r.metal)))
+        .await
+        .unwrap()
+        .unwrap()
+}
+
+/// Finding 5: claims whose assignment answer was lost (dropped, 503, or
+/// applied and the connection closed), then their device deleted, then
+/// the claims deleted. Nothing waits on the device that is gone: with the
+/// poll having seen the deletion, each claim is released at once; without
+/// it, within the lost answer's wait (`LOST_ANSWER_S`), well inside the
+/// lease; the addresses go back to the pool and no assignment is left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_claim_whose_device_vanished_after_a_lost_answer_finishes_its_deletion() {
+    for (polled, backend) in [(true, Backend::SpinSqlite), (false, Backend::RedisSpin36)] {
+        let w = ready(backend).await;
+        w.sim.add_device(DEVICE, "da", 2);
+        let faults = [Fault::Drop, Fault::Status(503), Fault::CrashAfter];
+        let names: Vec<String> = (0..faults.len()).map(|i| format!("m-{i}")).collect();
+        for (name, fault) in names.iter().zip(&faults) {
+            let mut c = claim(name);
+            c["metadata"]["annotations"] = json!({DEVICE_ANNOTATION: DEVICE});
+            w.kube.create(c);
+            assert_eq!(reconcile(&w, name, 20_000).await.result, StepResult::Bound);
+            w.sim.inject("POST", "createIPAssignment", fault.clone(), 1);
+            let _ = try_assign(&w, name, 20_001).await;
+        }
+        // The device goes, with whatever was assigned to it.
+        w.sim.delete_device(DEVICE);
+        if polled {
+            let p = poll_at(&w, 20_002).await;
+            assert_eq!(p.device_deleted.len(), names.len(), "{p:?}");
+        }
+        for name in &names {
+            w.kube.delete(IPAM_GROUP, "ipaddressclaims", Some(NS), name);
+        }
+        // The deletion, as the event and its redeliveries run it: release
+        // (waiting), assign (removes), release again; the clock moving as
+        // the forwarder's retries do, one second at a time.
+        let mut now = 20_003;
+        let deadline = now + metal_ipam_core::provision::assign::LOST_ANSWER_S + 2;
+        loop {
+            for name in &names {
+                if claim_object(&w, name).is_none() {
+                    continue;
+                }
+                let _ = w
+                    .spawn(now, {
+                        let name = name.clone();
+                        move |r| capi::reconcile_claim(r.ctx, r.kube, NS, &name)
+                    })
+                    .await
+                    .unwrap();
+                let _ = try_assign(&w, name, now).await;
+                let _ = w
+                    .spawn(now, {
+                        let name = name.clone();
+                        move |r| capi::reconcile_claim(r.ctx, r.kube, NS, &name)
+                    })
+                    .await
+                    .unwrap();
+            }
+            if names.iter().all(|n| claim_object(&w, n).is_none()) {
+                break;
+            }
+            now += 1;
+            assert!(
+                now <= deadline,
+                "polled {polled}: still there at {}: {:?}",
+                now - 20_003,
+                names
+                    .iter()
+                    .filter(|n| claim_object(&w, n).is_some())
+                    .collect::<Vec<_>>()
+            );
+        }
+        if polled {
+            assert_eq!(now, 20_003, "at once once the poll saw the deletion");
+        }
+        println!(
+            "deleting claims whose device vanished after a lost answer finished after {} s ({})",
+            now - 20_003,
+            if polled {
+                "the poll saw the deletion"
+            } else {
+                "no poll"
+            }
+        );
+        assert!(w.sim.assignments().is_empty());
+        for name in &names {
+            assert!(
+                metal_ipam_core::ipam::ops::get_claim(&*w.kv, NS, name)
+                    .unwrap()
+                    .is_none(),
+                "{name}'s address released"
+            );
+        }
+        w.assert_clean();
+    }
+}
+
+/// A lost answer is recovered by the next delivery after `LOST_ANSWER_S`,
+/// not after the whole intent lease: the step looks on the device at once
+/// and, finding nothing, lets the attempt end early.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_lost_answer_is_recovered_after_a_short_wait_not_the_lease() {
+    let w = ready(Backend::SpinSqlite).await;
+    w.sim.add_device(DEVICE, "da", 2);
+    let mut c = claim("m-0");
+    c["metadata"]["annotations"] = json!({DEVICE_ANNOTATION: DEVICE});
+    w.kube.create(c);
+    reconcile(&w, "m-0", 20_000).await;
+    w.sim.inject("POST", "createIPAssignment", Fault::Drop, 1);
+    let e = try_assign(&w, "m-0", 20_001).await.unwrap_err();
+    assert_eq!(e.reason(), "MetalOutcomeUnknown");
+    let lost = metal_ipam_core::provision::assign::LOST_ANSWER_S;
+    let o = assign(&w, "m-0", 20_001 + lost - 1).await;
+    assert_eq!(o.result, StepResult::Waiting, "{o:?}");
+    assert_eq!(o.retry_after, Some(1));
+    let o = assign(&w, "m-0", 20_001 + lost).await;
+    assert_eq!(o.result, StepResult::Bound, "{o:?}");
+    assert!(lost < INTENT_LEASE_S / 4);
+    assert_eq!(w.sim.assignments().len(), 1);
+    w.assert_clean();
+}
+
+/// A claim moved to another device (its annotation changed): its
+/// assignment on the old device is removed and it is assigned to the new
+/// one, as its condition says.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_claim_moved_to_another_device_follows_it() {
+    const OTHER: &str = "7a2e3d4c-5b6a-4f79-8081-92a3b4c5d6e7";
+    let w = ready(Backend::Redis).await;
+    w.sim.add_device(DEVICE, "da", 2);
+    w.sim.add_device(OTHER, "da", 2);
+    let mut c = claim("m-0");
+    c["metadata"]["annotations"] = json!({DEVICE_ANNOTATION: DEVICE});
+    w.kube.create(c);
+    reconcile(&w, "m-0", 20_000).await;
+    assert_eq!(assign(&w, "m-0", 20_001).await.result, StepResult::Bound);
+    let mut c = claim_object(&w, "m-0").unwrap();
+    c["metadata"]["annotations"] = json!({DEVICE_ANNOTATION: OTHER});
+    w.kube.put(c);
+    let o = assign(&w, "m-0", 20_002).await;
+    assert_eq!(o.result, StepResult::Bound, "{o:?}");
+    assert!(o.message.contains(OTHER), "{o:?}");
+    let a = w.sim.assignments();
+    assert_eq!(a.len(), 1, "{a:?}");
+    assert_eq!(a[0].device_id, OTHER);
     w.assert_clean();
 }

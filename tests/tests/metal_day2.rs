@@ -323,8 +323,159 @@ async fn every_release_path_honours_the_metal_assignment(runtime: Runtime) {
     let _ = INFRA_GROUP;
 }
 
+/// A VRF-backed pool with a /25 block (125 addresses for claims).
+fn big_pool() -> Value {
+    let mut p = pool_object();
+    p["spec"]["metal"]["reservation"] = json!({"network": "10.10.2.0", "cidr": 25});
+    p
+}
+
+/// Polls until nothing is left (at most `max` calls); the answers.
+async fn poll_until_done(app: &App, max: usize) -> Vec<Value> {
+    let mut out = Vec::new();
+    for _ in 0..max {
+        let r = app.call("POST", "/v1/metal/poll", None).await;
+        assert!(r.status == 200 || r.status == 500, "{:#}", r.body);
+        let more = r.body["more"] == json!(true);
+        out.push(r.body);
+        if !more {
+            return out;
+        }
+    }
+    panic!("still more after {max} polls: {:#}", out.last().unwrap());
+}
+
+/// The claim's `MetalAssigned` condition reason.
+fn assigned_reason(kube: &FakeKube, name: &str) -> String {
+    let c = kube
+        .get(IPAM_GROUP, "ipaddressclaims", Some(NS), name)
+        .unwrap();
+    c["status"]["conditions"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == "MetalAssigned"))
+        .map(|c| c["reason"].as_str().unwrap().to_string())
+        .unwrap_or_default()
+}
+
+/// Finding 2: 30 devices with two claims each become active in one event
+/// window, more claims than one poll runs: the cursor moves past the whole
+/// window at once, and the polls that follow assign every claim once; then
+/// every device is deleted and every claim is told.
+async fn sixty_claims_on_thirty_devices_are_polled_to_completion(runtime: Runtime) {
+    const DEVICES: usize = 30;
+    let kube = FakeKube::start().await;
+    let sim = MetalSim::start().await;
+    let app = metal_app_on(runtime, &kube, &sim).await.expect("given");
+    kube.create(big_pool());
+    for _ in 0..8 {
+        let r = app
+            .call("POST", &format!("/v1/metal/pools/{NS}/{POOL}"), None)
+            .await;
+        if r.status == 200 {
+            break;
+        }
+    }
+    let mut claims = Vec::new();
+    for n in 0..DEVICES {
+        sim.add_device_in_state(&device(n), "da", 2, "provisioning");
+        for k in 0..2 {
+            let name = format!("m-{n}-{k}");
+            machine_claim(&kube, &name, &device(n));
+            let (status, body) = claim_event(&app, &kube, &name).await;
+            assert_eq!(status, 200, "{body:#}");
+            claims.push(name);
+        }
+    }
+    // A first poll takes the cursor (a resync: nothing is active yet).
+    poll_until_done(&app, 4).await;
+    assert!(sim.assignments().is_empty());
+    // Every device turns active in one window of events.
+    for n in 0..DEVICES {
+        sim.set_device_state(&device(n), "active");
+    }
+    let newest = sim.events().last().unwrap().id.clone();
+    let polls = poll_until_done(&app, 6).await;
+    assert_eq!(polls[0]["cursor"], json!(newest), "past the window at once");
+    assert_eq!(polls[0]["events"], json!(DEVICES));
+    let synced: usize = polls
+        .iter()
+        .map(|p| p["synced"].as_array().unwrap().len())
+        .sum();
+    assert_eq!(synced, 2 * DEVICES);
+    assert!(polls[0]["synced"].as_array().unwrap().len() <= 50);
+    assert_eq!(polls.len(), 2, "{polls:#?}");
+    let a = sim.assignments();
+    assert_eq!(a.len(), 2 * DEVICES, "every claim assigned once");
+    let mut addresses: Vec<&str> = a.iter().map(|x| x.address.as_str()).collect();
+    addresses.sort();
+    addresses.dedup();
+    assert_eq!(addresses.len(), 2 * DEVICES);
+    for c in &claims {
+        assert_eq!(assigned_reason(&kube, c), "Assigned", "{c}");
+    }
+    // Every device deleted: every claim is told, whatever the order.
+    for n in 0..DEVICES {
+        sim.delete_device(&device(n));
+    }
+    let polls = poll_until_done(&app, 6).await;
+    let deleted: usize = polls
+        .iter()
+        .map(|p| p["deviceDeleted"].as_array().unwrap().len())
+        .sum();
+    assert_eq!(deleted, 2 * DEVICES, "{polls:#?}");
+    for c in &claims {
+        assert_eq!(assigned_reason(&kube, c), "DeviceDeleted", "{c}");
+    }
+    assert_eq!(sim.violations(), Vec::<String>::new());
+    assert_eq!(kube.schema_violations(), Vec::<String>::new());
+}
+
+/// Finding 4: more events since the cursor than one page holds (the
+/// simulator's pages capped small): the poll pages back to its cursor and
+/// sees a device deleted among the oldest of them; and when the cursor is
+/// further back than the poll reads, the resync still finds every deleted
+/// device the store knows.
+async fn a_deleted_device_is_seen_however_many_events_came_after(runtime: Runtime) {
+    let kube = FakeKube::start().await;
+    let sim = MetalSim::start().await;
+    let app = metal_app_on(runtime, &kube, &sim).await.expect("given");
+    ready_pool(&app, &kube).await;
+    for n in 0..3 {
+        sim.add_device(&device(n), "da", 2);
+    }
+    sim.add_device("0bfe0000-0000-4000-8000-000000000001", "da", 2);
+    assigned(&app, &kube, &sim, "m-0", &device(0)).await;
+    assigned(&app, &kube, &sim, "m-1", &device(1)).await;
+    poll_until_done(&app, 4).await;
+    // 10 events a page: the poll reads 20 pages (200 events) at most.
+    sim.set_max_per_page(Some(10));
+    let churn = |times: usize| {
+        for i in 0..times {
+            let state = if i % 2 == 0 { "powering_off" } else { "active" };
+            sim.set_device_state("0bfe0000-0000-4000-8000-000000000001", state);
+        }
+    };
+    // The deletion, then 150 more events: within reach, by paging back.
+    sim.delete_device(&device(0));
+    churn(150);
+    let polls = poll_until_done(&app, 4).await;
+    assert_eq!(polls[0]["resync"], json!(false), "{:#}", polls[0]);
+    assert_eq!(polls[0]["events"], json!(151));
+    assert_eq!(assigned_reason(&kube, "m-0"), "DeviceDeleted");
+    // Then 300 events after another deletion: out of reach, a resync,
+    // which still reads every device the store knows.
+    sim.delete_device(&device(1));
+    churn(300);
+    let polls = poll_until_done(&app, 4).await;
+    assert_eq!(polls[0]["resync"], json!(true), "{:#}", polls[0]);
+    assert_eq!(assigned_reason(&kube, "m-1"), "DeviceDeleted");
+    assert_eq!(sim.violations(), Vec::<String>::new());
+}
+
 metal_ipam_tests::on_every_runtime!(
     not_redis: an_untrusted_api_server_certificate_says_so,
     a_metal_call_that_never_answers_is_cut_off,
     every_release_path_honours_the_metal_assignment,
+    sixty_claims_on_thirty_devices_are_polled_to_completion,
+    a_deleted_device_is_seen_however_many_events_came_after,
 );

@@ -42,8 +42,16 @@
 //! `recorded` refusal (rule 4) undoes it: without a crash, the others must
 //! still hold.
 //!
+//! A releaser (`assign::release`, what every path that releases a binding
+//! calls: the plain API, the claim step, reconcile) runs against an
+//! assigner and an unassigner too: the binding lives in a VRF-backed pool,
+//! and its address may go back to the pool only once nothing is, or will
+//! be, assigned (checked at every post: nothing is posted after a release
+//! answered; and at the end: a released address has no assignment).
+//!
 //! Two mutations of the steps (posting without an intent, answering done
-//! over a live intent) are run too: the checker must catch them.
+//! over a live intent) are run too, and a third of the release guard
+//! (releasing without it): the checker must catch them.
 //!
 //! The number of schedules explored is printed.
 
@@ -54,11 +62,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
 use metal_ipam_core::error::{Error, Result};
-use metal_ipam_core::kv::{keys, Ctx, SwapPolicy};
+use metal_ipam_core::ipam::claim::Claim;
+use metal_ipam_core::ipam::ops;
+use metal_ipam_core::ipam::pool::{PoolId, PoolObject};
+use metal_ipam_core::kv::{Ctx, SwapPolicy};
 use metal_ipam_core::ports::kv::KvStore;
 use metal_ipam_core::provision::assign::{self, Closing, Want};
 use metal_ipam_core::provision::plan::INTENT_LEASE_S;
 use metal_ipam_core::testing::{Backend, MemKv, TestEnv};
+use serde_json::json;
 
 use sched::{Chooser, Dfs, Pct, SchedEnv};
 
@@ -78,11 +90,70 @@ const BACKENDS: [Backend; 3] = [Backend::SpinSqlite, Backend::Redis, Backend::Re
 /// What a check concludes: a violation, described.
 type Verdict = std::result::Result<(), String>;
 
+/// The claim's address: the first of the pool's block, bound by
+/// [`bind`].
+const ADDRESS: &str = "10.10.1.2";
+
 fn want() -> Want {
     Want {
         uid: UID.into(),
-        address: "10.0.0.5".parse().unwrap(),
+        address: ADDRESS.parse().unwrap(),
         device: Some("d1".into()),
+    }
+}
+
+/// A VRF-backed pool with the claim bound in it (what every schedule
+/// starts from: the assign step runs only for bound claims).
+fn bind<K: KvStore>(c: &Ctx<'_, K>) {
+    let id = PoolId::namespaced(NS, "vrf");
+    let object = PoolObject::parse(
+        &id,
+        &json!({"apiVersion": "ipam.metal-ipam.dev/v1alpha1", "kind": "MetalIPPool",
+            "metadata": {"name": "vrf", "namespace": NS, "uid": "pool-uid"},
+            "spec": {"metal": {"metro": "da", "vrf": {"ipRanges": ["10.10.0.0/16"]},
+                "reservation": {"network": "10.10.1.0", "cidr": 29}}}}),
+    )
+    .unwrap();
+    ops::put_provisioned_pool(c, object, ("10.10.1.0".parse().unwrap(), 29), &[]).unwrap();
+    let claim = Claim::parse(&json!({
+        "apiVersion": "ipam.cluster.x-k8s.io/v1beta2", "kind": "IPAddressClaim",
+        "metadata": {"name": NAME, "namespace": NS, "uid": UID},
+        "spec": {"poolRef": {"apiGroup": "ipam.metal-ipam.dev", "kind": "MetalIPPool", "name": "vrf"}}
+    }))
+    .unwrap();
+    let a = ops::allocate(c, &claim).unwrap();
+    assert_eq!(a.record.address, ADDRESS);
+}
+
+/// Whether the claim's binding is still there.
+fn bound<K: KvStore>(kv: &K) -> bool {
+    ops::get_claim(kv, NS, NAME).unwrap().is_some()
+}
+
+/// A guard that lets everything through: the mutation.
+struct NoGuard;
+
+impl ops::ReleaseGuard for NoGuard {
+    fn may_release<K: KvStore>(&self, _: &K, _: &str, _: &str, _: &str) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// The release step, as every release path runs it.
+fn releaser<K: KvStore>(c: &Ctx<'_, K>, ledger: &Ledger, guarded: bool) -> Result<Answer> {
+    let r = if guarded {
+        assign::release(c, NS, NAME, Some(UID))
+    } else {
+        ops::release(c, NS, NAME, Some(UID), &NoGuard)
+    };
+    match r {
+        Ok(Some(_)) => {
+            ledger.released_seen.store(true, Ordering::SeqCst);
+            Ok(Answer::Released)
+        }
+        Ok(None) => Ok(Answer::Released),
+        Err(e) if e.reason() == "MetalAssignmentHeld" => Ok(Answer::Held),
+        Err(e) => Err(e),
     }
 }
 
@@ -93,6 +164,8 @@ struct Ledger {
     live: Mutex<Vec<String>>,
     /// An unassigner saw `close` answer `Closed`.
     closed_seen: AtomicBool,
+    /// A releaser released the binding.
+    released_seen: AtomicBool,
     violations: Mutex<Vec<String>>,
 }
 
@@ -107,6 +180,9 @@ impl Ledger {
         }
         if self.closed_seen.load(Ordering::SeqCst) {
             v.push(format!("{id} posted after the record was seen closed"));
+        }
+        if self.released_seen.load(Ordering::SeqCst) {
+            v.push(format!("{id} posted after the address was released"));
         }
     }
     /// `DELETE /ips/{id}` (nothing when already gone).
@@ -146,6 +222,10 @@ enum Role {
     AssignerWithoutIntent,
     /// Mutation: an unassigner that answers done over a live intent.
     UnassignerIgnoringIntent,
+    /// The guarded release of the claim's binding (`assign::release`).
+    Releaser,
+    /// Mutation: a release that does not ask the guard.
+    ReleaserWithoutGuard,
 }
 
 impl Role {
@@ -154,6 +234,9 @@ impl Role {
             self,
             Role::Unassigner | Role::UnassignerAfterLease | Role::UnassignerIgnoringIntent
         )
+    }
+    fn releases(self) -> bool {
+        matches!(self, Role::Releaser | Role::ReleaserWithoutGuard)
     }
     fn after_lease(self) -> bool {
         matches!(self, Role::AssignerAfterLease | Role::UnassignerAfterLease)
@@ -168,6 +251,8 @@ enum Answer {
     InProgress,
     Refused(String),
     Done(Option<String>),
+    Released,
+    Held,
     Failed(&'static str),
 }
 
@@ -299,15 +384,9 @@ fn instance<K: KvStore>(kv: &K, env: &SchedEnv, ledger: &Ledger, role: Role, n: 
         Role::Unassigner => unassigner(&c, ledger, NOW, true),
         Role::UnassignerAfterLease => unassigner(&c, ledger, LATER, true),
         Role::UnassignerIgnoringIntent => unassigner(&c, ledger, NOW, false),
+        Role::Releaser => releaser(&c, ledger, true),
+        Role::ReleaserWithoutGuard => releaser(&c, ledger, false),
     })
-}
-
-/// Whether the record can never be created: its creation-guard winner
-/// crashed between the guard and the key (the documented known limit of
-/// every record; an operator deletes the `metal-init/…` key).
-fn stuck(kv: &MemKv) -> bool {
-    kv.get(&keys::metal_claim(NS, NAME)).unwrap().is_none()
-        && kv.get(&keys::metal_claim_init(NS, NAME)).unwrap().is_some()
 }
 
 /// Recovery after the lease, single-threaded, as the steps run it: for a
@@ -394,23 +473,22 @@ fn check(
     if answers.iter().any(|a| matches!(a, Answer::Done(_))) && !all.is_empty() {
         return Err(format!("an unassigner answered done, ledger {all:?}"));
     }
-    if stuck(kv) {
-        // Nobody could have recorded an intent, so nobody posted.
-        return if all.is_empty() {
-            Ok(())
-        } else {
-            Err(format!("posted {all:?} without a record"))
-        };
-    }
-    let unassigning = roles.iter().any(|r| r.unassigns());
+    // A released address: nothing may be assigned now, and recovery
+    // closes the record (a late assigner posts nothing).
+    let released = roles.iter().any(|r| r.releases()) && !bound(kv);
+    let unassigning = roles.iter().any(|r| r.unassigns()) || released;
     if !crashed {
         let rec = assign::read(kv, NS, NAME).map_err(|e| e.to_string())?;
         let held: Vec<String> = rec.iter().filter_map(|r| r.assignment.clone()).collect();
         let intent = rec.as_ref().and_then(|r| r.intent.clone());
         let failed = answers.iter().any(|a| matches!(a, Answer::Failed(_)));
         if held != all || intent.is_some() || failed || (!unassigning && all.len() != 1) {
+            // (Unless a release went first: then nothing was assigned.)
             return Err(format!("without a crash: ledger {all:?}, record {rec:?}"));
         }
+    }
+    if released && !all.is_empty() {
+        return Err(format!("the address was released while assigned: {all:?}"));
     }
     recover(kv, env, ledger, unassigning)?;
     match &ledger.violations()[seen.len()..] {
@@ -429,6 +507,7 @@ fn one_schedule(
     let kv = MemKv::new(backend);
     let env = SchedEnv(TestEnv::at(NOW));
     let ledger = Ledger::default();
+    bind(&ctx(&kv, &env));
     if start == Start::Prepared {
         assign::prepare(&ctx(&kv, &env), NS, NAME, &want()).unwrap();
     }
@@ -513,6 +592,41 @@ fn an_assigner_and_an_unassigner_leave_nothing_under_every_schedule() {
         "assign interleavings: {every} schedules of an assigner and an unassigner, {sampled} more under PCT from an empty store"
     );
     assert!(every > 1_000, "{every} schedules");
+}
+
+/// A release racing an assigner or an unassigner (a claim's binding
+/// released while its address is being assigned or unassigned), every
+/// schedule, up to one crash, on every backend.
+#[test]
+fn a_release_never_frees_an_assigned_address_under_every_schedule() {
+    let mut total = (0, 0);
+    for roles in [
+        [Role::Assigner, Role::Releaser],
+        [Role::Unassigner, Role::Releaser],
+    ] {
+        let (every, sampled) = pairs(&roles);
+        total.0 += every;
+        total.1 += sampled;
+    }
+    println!(
+        "assign interleavings: {} schedules of a release with an assigner or an unassigner, {} more under PCT from an empty store",
+        total.0, total.1
+    );
+    assert!(total.0 > 1_000, "{} schedules", total.0);
+}
+
+/// The checker catches a release that does not ask the guard (the address
+/// freed while it is assigned).
+#[test]
+fn the_checker_catches_a_release_without_the_guard() {
+    let roles = [Role::Assigner, Role::ReleaserWithoutGuard];
+    match explore_dfs(Backend::SpinSqlite, Start::Prepared, &roles, 0) {
+        Ok(n) => panic!("{n} schedules of the mutation passed"),
+        Err((v, n)) => {
+            assert!(v.contains("released"), "{v}");
+            println!("assign interleavings: a release without the guard caught at schedule #{n}");
+        }
+    }
 }
 
 /// Two assigners and an unassigner, sampled with PCT.

@@ -1,6 +1,7 @@
 //! Per-claim Metal IP assignments, the Kubernetes side: which device a
 //! claim's address goes to, the claim's finalizer and `MetalAssigned`
-//! condition, and the Metal event poll that drives waiting claims.
+//! condition. The Metal event poll that drives waiting claims is
+//! [`super::poll`].
 //!
 //! # The device
 //! The annotation [`DEVICE_ANNOTATION`] on the claim (`equinixmetal://<uuid>`
@@ -22,7 +23,7 @@
 //! finalizer. For a claim deleted without its finalizers, release waits
 //! on the record instead.
 
-use serde_json::{json, Value};
+use serde_json::json;
 
 use super::objects::{paused, ClusterObject, MachineObject};
 use super::{Outcome, StepResult};
@@ -34,12 +35,10 @@ use crate::kube::meta::{add_finalizer, remove_finalizer, retrying};
 use crate::kube::{self, Kube, Resource};
 use crate::kv::Ctx;
 use crate::metal::client::Metal;
-use crate::network::batch::VlanBatches;
 use crate::ports::http::HttpClient;
 use crate::ports::kv::KvStore;
 use crate::ports::Env;
 use crate::provision::assign::{self, AssignState, Labels, UnassignState, Want};
-use crate::provision::poll;
 
 /// Finalizer on claims in VRF-backed pools: held while the claim's address
 /// may be assigned to a device in Metal.
@@ -52,10 +51,6 @@ pub const DEVICE_ANNOTATION: &str = "ipam.metal-ipam.dev/device";
 /// The condition type on claims saying whether the address is assigned to
 /// the device in Metal.
 pub const CONDITION: &str = "MetalAssigned";
-
-/// Claims re-run at most by one poll (the rest wait for the next call;
-/// the cursor does not move past events whose claims were not all run).
-pub const MAX_POLL_CLAIMS: usize = 50;
 
 /// The device id a provider ID names: `equinixmetal://<uuid>` or a bare
 /// uuid (what CAPP and the cloud controller write).
@@ -309,6 +304,15 @@ fn sync_once<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
                 Outcome::new(StepResult::Waiting, msg),
             )
         }
+        AssignState::DeviceDeleted(d) => {
+            let msg = format!(
+                "device {d} was deleted; its assignment went with it (the claim is assigned again once it names another device)"
+            );
+            (
+                Some(("DeviceDeleted", false, msg.clone())),
+                Outcome::new(StepResult::Waiting, msg),
+            )
+        }
         AssignState::DeviceNotActive(s) => {
             let msg = format!(
                 "device {} is {s}; the assignment is made when it is active",
@@ -348,225 +352,4 @@ fn sync_once<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
         write_condition(kube, &claim, c)?;
     }
     Ok(with(out))
-}
-
-/// What one poll did.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct PollReport {
-    /// Events handled.
-    pub events: usize,
-    /// Devices read.
-    pub devices: usize,
-    /// Claims whose device was deleted.
-    pub device_deleted: Vec<String>,
-    /// Claims re-run, with their result.
-    pub synced: Vec<(String, &'static str)>,
-    /// The cursor moved to this event.
-    pub cursor: Option<String>,
-    /// More events or claims wait: call again.
-    pub more: bool,
-    /// Errors on single claims (the cursor did not move).
-    pub errors: Vec<String>,
-    /// Machines whose device became active and that opted into a network
-    /// profile: the apply run for each, with its phase.
-    pub network: Vec<(String, &'static str)>,
-    /// Per-VLAN claims deleted for Machines whose device was deleted.
-    pub network_claims_deleted: usize,
-}
-
-impl PollReport {
-    /// As JSON (the answer of `POST /v1/metal/poll`).
-    pub fn to_json(&self) -> Value {
-        let synced: Vec<Value> = self
-            .synced
-            .iter()
-            .map(|(c, r)| json!({"claim": c, "result": r}))
-            .collect();
-        json!({"events": self.events, "devices": self.devices,
-               "deviceDeleted": self.device_deleted, "synced": synced,
-               "cursor": self.cursor, "more": self.more, "errors": self.errors,
-               "network": self.network.iter().map(|(m, p)| json!({"machine": m, "phase": p})).collect::<Vec<_>>(),
-               "networkClaimsDeleted": self.network_claims_deleted})
-    }
-}
-
-/// The network of the Machines on devices the events concern: on a device
-/// that just became active (or whose apply has a step running), the
-/// Machine's profile is applied (one apply
-/// invocation each; a step that takes time is continued by the next poll
-/// or a POST to the machine's network route; Machines without a profile
-/// are skipped). On a deleted device, the Machine's per-VLAN claims are
-/// deleted (their addresses released through the allocator) and the
-/// device's apply record is forgotten.
-fn network_on_devices<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
-    ctx: &Ctx<'_, K>,
-    kube: &Kube<'_, H>,
-    metal: &Metal<'_, H, E>,
-    batches: &dyn VlanBatches,
-    active: &[&str],
-    gone: &[&str],
-    report: &mut PollReport,
-) -> Result<()> {
-    let machines: Vec<MachineObject> = kube.list_as(&kube::MACHINES, None)?;
-    for m in machines {
-        let Some(on) = m.provider_id.as_deref().and_then(device_of) else {
-            continue;
-        };
-        let ns = m.metadata.namespace.clone().unwrap_or_default();
-        let name = m.metadata.name.clone();
-        let machine = format!("{ns}/{name}");
-        if gone.contains(&on) {
-            // The device is gone: only the claims are left to release.
-            let uid = m.metadata.uid.as_deref().unwrap_or_default();
-            match super::network::delete_claims(kube, &ns, &name, uid) {
-                Ok(deleted) => {
-                    report.network.push((machine, "released"));
-                    report.network_claims_deleted += deleted;
-                }
-                Err(e) => report
-                    .errors
-                    .push(format!("Machine {machine} (network): {e}")),
-            }
-        } else if active.contains(&on) && !m.metadata.deleting() {
-            match super::network::apply_machine(ctx, kube, metal, batches, &ns, &name) {
-                Ok((r, _)) => report.network.push((machine, r.phase.name())),
-                Err(e) if e.reason() == "NoNetworkProfile" => {}
-                Err(e) => report
-                    .errors
-                    .push(format!("Machine {machine} (network): {e}")),
-            }
-        }
-    }
-    for d in gone {
-        crate::network::apply::forget(ctx.kv, d)?;
-    }
-    Ok(())
-}
-
-/// Handles the Metal events after the cursor: a deleted device's claims
-/// lose their assignment (Metal removed it with the device) and say so,
-/// and the Machine's network is released; a device that became active gets
-/// its claims' pending assignments, and the network profile of the Machine
-/// on it is applied. Applies with a step running are continued. The
-/// first poll, or one that finds the cursor gone from Metal's list,
-/// re-runs every claim still waiting on a device. The cursor moves only
-/// when every claim of the batch was handled.
-///
-/// # Idempotency
-/// Any number of calls, concurrent or after a crash between any two
-/// operations: handling an event twice changes nothing the first did not.
-///
-/// # Errors
-/// Store errors; Metal or the API server unavailable for the batch as a
-/// whole (errors on single claims are in the report instead).
-pub fn poll<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
-    ctx: &Ctx<'_, K>,
-    kube: &Kube<'_, H>,
-    metal: &Metal<'_, H, E>,
-    batches: &dyn VlanBatches,
-) -> Result<PollReport> {
-    let batch = poll::next_batch(ctx, metal)?;
-    let mut report = PollReport {
-        events: batch.events,
-        more: batch.more,
-        ..PollReport::default()
-    };
-    let records = if batch.devices.is_empty() && !batch.resync {
-        Vec::new()
-    } else {
-        assign::list(ctx.kv)?
-    };
-    let mut rerun: Vec<(String, String)> = Vec::new();
-    // Waiting for an assignment: nothing assigned, no refusal, and no
-    // instance at work (an intent past its lease is a crashed attempt the
-    // assign step looks for).
-    let now = ctx.env.now();
-    let waiting = |r: &assign::Assignment| {
-        !r.closed && r.assignment.is_none() && r.refused.is_none() && !r.live_intent(now)
-    };
-    let mut active_devices: Vec<&str> = Vec::new();
-    let mut gone_devices: Vec<&str> = Vec::new();
-    for d in &batch.devices {
-        let device = metal.get_device(d)?;
-        report.devices += 1;
-        let gone = device.as_ref().is_none_or(|x| x.gone());
-        let active = device.as_ref().is_some_and(|x| x.active());
-        if active {
-            active_devices.push(d);
-        }
-        if gone {
-            gone_devices.push(d);
-        }
-        for ((ns, name), r) in &records {
-            if gone && r.device.as_deref() == Some(d.as_str()) && !r.closed {
-                if assign::device_deleted(ctx, ns, name, d)? {
-                    report.device_deleted.push(format!("{ns}/{name}"));
-                    let claim: Option<ClaimObject> = kube.get_as(&kube::CLAIMS, Some(ns), name)?;
-                    if let Some(c) = claim.filter(|c| !c.metadata.deleting()) {
-                        let msg = format!("device {d} was deleted; its assignment went with it");
-                        let cond = Ready::no("DeviceDeleted", &msg, ctx.env.now());
-                        if let Err(e) = write_condition(kube, &c, cond) {
-                            report.errors.push(format!("claim {ns}/{name}: {e}"));
-                        }
-                    }
-                }
-            } else if active
-                && !r.closed
-                && (r.device.as_deref() == Some(d.as_str()) || (r.device.is_none() && waiting(r)))
-                && !rerun.contains(&(ns.clone(), name.clone()))
-            {
-                // Every claim on the device (a converged one costs no Metal
-                // call and repairs a condition an interrupted run left
-                // behind), and those waiting for a device.
-                rerun.push((ns.clone(), name.clone()));
-            }
-        }
-    }
-    if batch.resync {
-        for ((ns, name), r) in &records {
-            if waiting(r) && !rerun.contains(&(ns.clone(), name.clone())) {
-                rerun.push((ns.clone(), name.clone()));
-            }
-        }
-    }
-    // Applies left with a step running continue here too (their device
-    // had no event of its own).
-    let running = crate::network::apply::running_devices(ctx.kv)?;
-    for d in &running {
-        if !active_devices.contains(&d.as_str()) && !gone_devices.contains(&d.as_str()) {
-            active_devices.push(d);
-        }
-    }
-    if !active_devices.is_empty() || !gone_devices.is_empty() {
-        network_on_devices(
-            ctx,
-            kube,
-            metal,
-            batches,
-            &active_devices,
-            &gone_devices,
-            &mut report,
-        )?;
-    }
-    let truncated = rerun.len() > MAX_POLL_CLAIMS;
-    if truncated {
-        rerun.truncate(MAX_POLL_CLAIMS);
-        report.more = true;
-    }
-    for (ns, name) in &rerun {
-        match sync_claim_assignment(ctx, kube, metal, ns, name) {
-            Ok(o) => report
-                .synced
-                .push((format!("{ns}/{name}"), o.result.as_str())),
-            Err(e) => report.errors.push(format!("claim {ns}/{name}: {e}")),
-        }
-    }
-    if report.errors.is_empty() && !truncated {
-        if let Some(to) = &batch.to {
-            if poll::advance(ctx, batch.from.as_deref(), to)? {
-                report.cursor = Some(to.clone());
-            }
-        }
-    }
-    Ok(report)
 }

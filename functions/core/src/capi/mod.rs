@@ -39,6 +39,7 @@
 pub mod assign;
 pub mod network;
 pub mod objects;
+pub mod poll;
 pub mod reconcile;
 pub mod vrf;
 

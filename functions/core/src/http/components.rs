@@ -323,12 +323,15 @@ pub fn assign<K: KvStore, H: HttpClient + ?Sized>(
     }
 }
 
-/// The `poll` component: `POST /v1/metal/poll` handles the Metal events
-/// after the stored cursor (run by a CronJob; Metal has no webhooks).
-/// 200 with the report; 500 with it when single claims failed (the cursor
-/// stayed, the next run handles them again); 200 `skipped` when Metal is
-/// not configured (nothing can need polling then: VRF-backed pools say
-/// `MetalNotConfigured` themselves).
+/// The `poll` component: `POST /v1/metal/poll` reads the Metal events
+/// after the stored cursor and handles the devices they name, in bounded
+/// work per call (run by a CronJob; Metal has no webhooks). 200 with the
+/// report (`more` when devices are still pending: call again); 500
+/// `PollIncomplete` with it when single claims or machines failed (the
+/// cursor moved anyway; their steps' conditions say why and the reconcile
+/// run retries them); 200 `skipped` when Metal is not configured (nothing
+/// can need polling then: VRF-backed pools say `MetalNotConfigured`
+/// themselves).
 pub fn poll<K: KvStore, H: HttpClient + ?Sized>(
     s: &Services<'_, K, H>,
     req: &ApiRequest<'_>,
@@ -357,7 +360,7 @@ pub fn poll<K: KvStore, H: HttpClient + ?Sized>(
         return r;
     };
     let batches = chained(s);
-    let report = match (|| capi::assign::poll(store(s)?, kube(s)?, metal, &batches))() {
+    let report = match (|| capi::poll::poll(store(s)?, kube(s)?, metal, &batches))() {
         Ok(r) => r,
         Err(e) => return ApiResponse::from_error(&e, route),
     };

@@ -97,6 +97,21 @@ pub const METAL_POLL: &str = "metal/poll";
 /// The creation guard counter of the poller's cursor.
 pub const METAL_POLL_INIT: &str = "metal-init/poll";
 
+/// `net/device/<uuid>`: a device's network apply record.
+pub const NET_DEVICE_PREFIX: &str = "net/device/";
+
+/// The device a `net/device/…` key belongs to.
+///
+/// ```
+/// use metal_ipam_core::kv::keys;
+/// assert_eq!(keys::parse_net_device("net/device/d-1"), Some("d-1"));
+/// assert_eq!(keys::parse_net_device("net-init/device/d-1"), None);
+/// ```
+pub fn parse_net_device(key: &str) -> Option<&str> {
+    key.strip_prefix(NET_DEVICE_PREFIX)
+        .filter(|d| !d.is_empty())
+}
+
 /// `claim/<namespace>/<name>`.
 pub fn claim(namespace: &str, name: &str) -> String {
     format!("{CLAIM_PREFIX}{namespace}/{name}")

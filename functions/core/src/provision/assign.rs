@@ -50,14 +50,37 @@ pub const ASSIGNMENT_VERSION: u32 = 1;
 /// A claim, as the assignment record is keyed: (namespace, name).
 pub type ClaimKey = (String, String);
 
+/// Seconds after which an intent whose `POST` lost its answer (and whose
+/// assignment its instance did not find on the device at once) may be
+/// taken over: past the request's deadline (the 10 s budget), so the lost
+/// request is no longer in flight on our side, and far below the
+/// [`INTENT_LEASE_S`] a crashed instance's intent waits out.
+pub const LOST_ANSWER_S: u64 = 15;
+
 /// A creation intent, as stored.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AssignIntent {
     /// The assigning instance's token.
     pub token: String,
-    /// Unix seconds when it was recorded.
+    /// Unix seconds when it was recorded (or its answer was lost).
     pub at: u64,
+    /// Its `POST` got no answer and the assignment was not on the device
+    /// right after: the intent ends [`LOST_ANSWER_S`] after `at`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub lost: bool,
+}
+
+impl AssignIntent {
+    /// When the intent stops excluding others.
+    pub fn ends(&self) -> u64 {
+        let lease = if self.lost {
+            LOST_ANSWER_S
+        } else {
+            INTENT_LEASE_S
+        };
+        self.at.saturating_add(lease)
+    }
 }
 
 /// The value of a `metal/claim/…` key: the envelope and an [`Assignment`].
@@ -93,11 +116,17 @@ pub struct Assignment {
 }
 
 impl Assignment {
-    /// Whether an intent stands that is younger than the lease at `now`.
+    /// Whether an intent stands that has not ended at `now` (its lease, or
+    /// [`LOST_ANSWER_S`] after its answer was lost).
     pub fn live_intent(&self, now: u64) -> bool {
+        self.intent.as_ref().is_some_and(|i| now < i.ends())
+    }
+
+    /// Seconds until the intent ends (at least 1), when it is live.
+    fn intent_left(&self, now: u64) -> u64 {
         self.intent
             .as_ref()
-            .is_some_and(|i| now < i.at.saturating_add(INTENT_LEASE_S))
+            .map_or(1, |i| i.ends().saturating_sub(now).max(1))
     }
 
     /// The record with `token`'s intent recorded at `now`.
@@ -106,6 +135,7 @@ impl Assignment {
         n.intent = Some(AssignIntent {
             token: token.to_string(),
             at: now,
+            lost: false,
         });
         n
     }
@@ -301,9 +331,9 @@ pub fn take_over<K: KvStore>(
 }
 
 /// Records assignment `id` for `uid`, clearing `token`'s intent. Refused
-/// (returns `false`) when the record is closed, belongs to another uid or
-/// already holds another assignment: `id` is then a duplicate for the
-/// caller to delete.
+/// (returns `false`) when the record is closed, belongs to another uid,
+/// already holds another assignment, or its device was deleted meanwhile:
+/// `id` is then a duplicate (or gone) for the caller to delete.
 ///
 /// # Errors
 /// Store errors; 503 `Contention`.
@@ -321,7 +351,11 @@ pub fn recorded<K: KvStore>(
         name,
         |cur| {
             let c = cur?;
-            if c.uid != uid || c.closed || c.assignment.as_deref().is_some_and(|a| a != id) {
+            if c.uid != uid
+                || c.closed
+                || c.device_gone
+                || c.assignment.as_deref().is_some_and(|a| a != id)
+            {
                 return None;
             }
             if c.assignment.as_deref() == Some(id) && c.intent.is_none() {
@@ -365,6 +399,42 @@ pub fn withdraw<K: KvStore>(
             let mut n = c.clone();
             n.intent = None;
             n.refused = refused.map(str::to_string);
+            Some((n, true))
+        },
+        |_| false,
+    )
+}
+
+/// Marks `token`'s intent as having lost its answer at `now`: another
+/// invocation may take it over [`LOST_ANSWER_S`] later (rule 2), instead
+/// of after the whole lease. Returns whether the intent was still
+/// `token`'s.
+///
+/// # Errors
+/// Store errors; 503 `Contention`.
+pub fn mark_lost<K: KvStore>(
+    ctx: &Ctx<'_, K>,
+    ns: &str,
+    name: &str,
+    token: &str,
+    now: u64,
+) -> Result<bool> {
+    change(
+        ctx,
+        ns,
+        name,
+        |cur| {
+            let c = cur?;
+            let i = c.intent.as_ref().filter(|i| i.token == token)?;
+            if i.lost {
+                return None;
+            }
+            let mut n = c.clone();
+            n.intent = Some(AssignIntent {
+                token: token.to_string(),
+                at: now,
+                lost: true,
+            });
             Some((n, true))
         },
         |_| false,
@@ -539,6 +609,9 @@ pub enum AssignState {
     DeviceUnknown,
     /// The device does not exist (never did, or was deleted).
     DeviceGone(String),
+    /// The device was deleted (the poll saw it): the assignment went with
+    /// it; nothing is assigned until the claim names another device.
+    DeviceDeleted(String),
     /// The device exists but is not active (its state).
     DeviceNotActive(String),
     /// Metal refused the assignment (its message).
@@ -598,7 +671,8 @@ impl Labels {
     }
 }
 
-/// The id of `device`'s assignment of `address`, if it has one.
+/// The id of `device`'s assignment of `address`, if it has one. A device
+/// that no longer exists has none (Metal unassigned its addresses with it).
 fn find_on_device<H: HttpClient + ?Sized, E: Env + ?Sized>(
     metal: &Metal<'_, H, E>,
     device: &str,
@@ -606,8 +680,12 @@ fn find_on_device<H: HttpClient + ?Sized, E: Env + ?Sized>(
 ) -> Result<Option<String>> {
     let (ip, _) = address.split_once('/').unwrap_or((address, ""));
     let ip: Option<IpAddr> = ip.parse().ok();
-    Ok(metal
-        .device_ips(device)?
+    let assigned = match metal.device_ips(device) {
+        Ok(a) => a,
+        Err(e) if e.status() == Some(404) => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    Ok(assigned
         .into_iter()
         .find(|a| a.address.as_deref().and_then(|s| s.parse().ok()) == ip && ip.is_some())
         .map(|a| a.id))
@@ -649,21 +727,32 @@ pub fn assign<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
     if rec.closed {
         return Ok(AssignState::Closed);
     }
+    if want.device.is_some() && rec.device != want.device && rec.holds() {
+        // The claim moved to another device: what it holds on the old one
+        // goes first, then the record follows the claim.
+        if let Cleared::InProgress(s) = clear_held(ctx, metal, ns, name, &rec)? {
+            return Ok(AssignState::InProgress(s));
+        }
+        rec = prepare(ctx, ns, name, want)?;
+        if rec.device != want.device {
+            return Ok(AssignState::InProgress(1));
+        }
+    }
     if let Some(id) = &rec.assignment {
         return Ok(AssignState::Assigned(id.clone()));
     }
     let Some(device) = rec.device.clone() else {
         return Ok(AssignState::DeviceUnknown);
     };
+    if rec.device_gone {
+        return Ok(AssignState::DeviceDeleted(device));
+    }
     if let Some(m) = &rec.refused {
         return Ok(AssignState::Refused(m.clone()));
     }
     let now = ctx.env.now();
     if rec.live_intent(now) {
-        let at = rec.intent.as_ref().map_or(now, |i| i.at);
-        return Ok(AssignState::InProgress(
-            at.saturating_add(INTENT_LEASE_S).saturating_sub(now).max(1),
-        ));
+        return Ok(AssignState::InProgress(rec.intent_left(now)));
     }
     match metal.get_device(&device)? {
         None => return Ok(AssignState::DeviceGone(device)),
@@ -702,7 +791,16 @@ pub fn assign<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
             withdraw(ctx, ns, name, &token, Some(&message))?;
             Ok(AssignState::Refused(message))
         }
-        Err(e @ MetalError::OutcomeUnknown { .. }) => Err(e.into()),
+        Err(e @ MetalError::OutcomeUnknown { .. }) => {
+            // The answer was lost: look at once. Not there (yet): the
+            // intent ends LOST_ANSWER_S from now rather than after the
+            // lease; the next invocation then looks again before posting.
+            if let Ok(Some(id)) = find_on_device(metal, &device, &rec.address) {
+                return record_or_undo(ctx, metal, labels, &want.uid, &token, &id);
+            }
+            mark_lost(ctx, ns, name, &token, ctx.env.now())?;
+            Err(e.into())
+        }
         Err(e) => {
             withdraw(ctx, ns, name, &token, None)?;
             Err(e.into())
@@ -758,31 +856,11 @@ pub fn unassign<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
             Closing::Closed => return Ok(UnassignState::Done { deleted }),
             Closing::Holds(rec) => rec,
         };
-        let now = ctx.env.now();
-        if let Some(id) = &rec.assignment {
-            metal.delete_ip(id)?;
-            cleared(ctx, ns, name, uid, id, false)?;
-            deleted = Some(id.clone());
-            continue;
+        match clear_held(ctx, metal, ns, name, &rec)? {
+            Cleared::Deleted(Some(id)) => deleted = Some(id),
+            Cleared::Deleted(None) => {}
+            Cleared::InProgress(s) => return Ok(UnassignState::InProgress(s)),
         }
-        if rec.live_intent(now) {
-            let at = rec.intent.as_ref().map_or(now, |i| i.at);
-            return Ok(UnassignState::InProgress(
-                at.saturating_add(INTENT_LEASE_S).saturating_sub(now).max(1),
-            ));
-        }
-        // An intent past its lease: whatever it made is on the device.
-        let token = ctx.env.token();
-        if !take_over(ctx, ns, name, uid, &token, now)? {
-            continue;
-        }
-        if let Some(device) = &rec.device {
-            if let Some(id) = find_on_device(metal, device, &rec.address)? {
-                metal.delete_ip(&id)?;
-                deleted = Some(id);
-            }
-        }
-        withdraw(ctx, ns, name, &token, None)?;
     }
     Err(Error::new(
         ErrorKind::Transient,
@@ -791,9 +869,56 @@ pub fn unassign<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
     ))
 }
 
+/// What [`clear_held`] did.
+enum Cleared {
+    /// What the record held is gone from Metal and the record (the
+    /// assignment deleted, if one was found).
+    Deleted(Option<String>),
+    /// An attempt is in progress: try again after the seconds given.
+    InProgress(u64),
+}
+
+/// Removes what `rec` holds on its device: the recorded assignment, or,
+/// for an intent that ended, whatever its attempt made (looked for on the
+/// device; a device that is gone has nothing). A live intent is waited for.
+fn clear_held<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
+    ctx: &Ctx<'_, K>,
+    metal: &Metal<'_, H, E>,
+    ns: &str,
+    name: &str,
+    rec: &Assignment,
+) -> Result<Cleared> {
+    let now = ctx.env.now();
+    if let Some(id) = &rec.assignment {
+        metal.delete_ip(id)?;
+        cleared(ctx, ns, name, &rec.uid, id, false)?;
+        return Ok(Cleared::Deleted(Some(id.clone())));
+    }
+    if rec.live_intent(now) {
+        return Ok(Cleared::InProgress(rec.intent_left(now)));
+    }
+    // An intent that ended: whatever it made is on the device.
+    let token = ctx.env.token();
+    if !take_over(ctx, ns, name, &rec.uid, &token, now)? {
+        return Ok(Cleared::Deleted(None));
+    }
+    let mut deleted = None;
+    if let Some(device) = &rec.device {
+        if let Some(id) = find_on_device(metal, device, &rec.address)? {
+            metal.delete_ip(&id)?;
+            deleted = Some(id);
+        }
+    }
+    withdraw(ctx, ns, name, &token, None)?;
+    Ok(Cleared::Deleted(deleted))
+}
+
 /// Notes that `device` was deleted for the claim's record: its assignment
-/// went with it (Metal unassigns a deleted device's addresses). Returns
-/// whether the record named that device.
+/// went with it (Metal unassigns a deleted device's addresses), and so did
+/// whatever an attempt in progress may have made (an intent is cleared
+/// too: nothing waits on a device that is gone; a late answer of that
+/// attempt is refused by [`recorded`]). Returns whether the record named
+/// that device and changed.
 ///
 /// # Errors
 /// Store errors; 503 `Contention`.
@@ -809,11 +934,12 @@ pub fn device_deleted<K: KvStore>(
         name,
         |cur| {
             let c = cur?;
-            if c.device.as_deref() != Some(device) || c.device_gone || c.intent.is_some() {
+            if c.device.as_deref() != Some(device) || (c.device_gone && c.intent.is_none()) {
                 return None;
             }
             let mut n = c.clone();
             n.assignment = None;
+            n.intent = None;
             n.device_gone = true;
             Some((n, true))
         },

@@ -1,0 +1,355 @@
+//! The Metal event poll, the Kubernetes side: the devices Metal's events
+//! name (or, on a resync, every device the store knows) are handled —
+//! claims on a device that became active get their assignments, claims on
+//! a deleted device are told and their Machine's network released, the
+//! Machine on an active device has its network profile applied — in
+//! bounded work per call, on top of the claim assignment step
+//! ([`super::assign`]) and the machine network step ([`super::network`]).
+//!
+//! # Progress, whatever one object does
+//! The event cursor and the devices still to handle are
+//! [`crate::provision::poll`]'s record: events are *ingested* first (the
+//! cursor moves past every event read, its devices become pending), then
+//! pending devices are handled oldest first within [`MAX_POLL_CLAIMS`]
+//! claim steps, [`MAX_POLL_MACHINES`] machine steps and [`POLL_TIME_S`]
+//! seconds per call (a device is handled whole; a first device with more
+//! claims than the budget is still handled), and leave `pending` once
+//! handled. A claim or a machine that fails is reported (its step writes
+//! its condition, the report lists it) and retried by the reconcile run,
+//! which syncs every claim in a VRF-backed pool and every opted-in Machine:
+//! a failure never holds the cursor or the other devices. Metal failing to
+//! answer a device read stops the call (the device stays pending).
+//!
+//! # Idempotency
+//! Handling a device twice (two pollers at once, a crash before `done`)
+//! changes nothing the first did not: the steps are exactly-once.
+
+use serde_json::{json, Value};
+
+use super::assign::{device_of, sync_claim_assignment};
+use super::network::{delete_claims, sync_machine, Synced};
+use super::objects::MachineObject;
+use crate::error::Result;
+use crate::kube::{self, Kube};
+use crate::kv::{keys, Ctx};
+use crate::metal::client::Metal;
+use crate::network::batch::VlanBatches;
+use crate::ports::http::HttpClient;
+use crate::ports::kv::KvStore;
+use crate::ports::Env;
+use crate::provision::assign::{self as record, Assignment};
+use crate::provision::poll::{self, PendingDevice};
+
+/// Claim steps one call runs at most (the rest wait for the next call).
+pub const MAX_POLL_CLAIMS: usize = 50;
+
+/// Machine network steps one call runs at most.
+pub const MAX_POLL_MACHINES: usize = 10;
+
+/// Seconds after which a call starts no more work (every call to Metal
+/// or the API server is bounded too, so a call ends soon after).
+pub const POLL_TIME_S: u64 = 60;
+
+/// What one poll did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PollReport {
+    /// Events newer than the cursor read (and ingested) by this call.
+    pub events: usize,
+    /// The cursor was not found among the events: every known device was
+    /// made pending.
+    pub resync: bool,
+    /// Devices read (handled).
+    pub devices: usize,
+    /// Claims whose device was deleted.
+    pub device_deleted: Vec<String>,
+    /// Claims re-run, with their result.
+    pub synced: Vec<(String, &'static str)>,
+    /// The cursor after this call: the newest event ingested.
+    pub cursor: Option<String>,
+    /// Devices still pending after this call (call again).
+    pub pending: usize,
+    /// More work waits: devices pending, or claims waiting for a device
+    /// still to recheck.
+    pub more: bool,
+    /// Failures on single claims and machines (the cursor moved anyway;
+    /// the reconcile run retries them).
+    pub errors: Vec<String>,
+    /// Machines on handled devices: their network step's result.
+    pub network: Vec<(String, &'static str)>,
+    /// Per-VLAN claims deleted for Machines whose device was deleted.
+    pub network_claims_deleted: usize,
+}
+
+impl PollReport {
+    /// As JSON (the answer of `POST /v1/metal/poll`).
+    pub fn to_json(&self) -> Value {
+        let synced: Vec<Value> = self
+            .synced
+            .iter()
+            .map(|(c, r)| json!({"claim": c, "result": r}))
+            .collect();
+        json!({"events": self.events, "resync": self.resync, "devices": self.devices,
+               "deviceDeleted": self.device_deleted, "synced": synced,
+               "cursor": self.cursor, "pending": self.pending, "more": self.more,
+               "errors": self.errors,
+               "network": self.network.iter().map(|(m, p)| json!({"machine": m, "phase": p})).collect::<Vec<_>>(),
+               "networkClaimsDeleted": self.network_claims_deleted})
+    }
+}
+
+/// Every device the store knows: those of open assignment records and of
+/// machines' apply records (what a resync rechecks, deleted ones included).
+fn known_devices<K: KvStore>(
+    kv: &K,
+    records: &[((String, String), Assignment)],
+) -> Result<Vec<String>> {
+    let mut out: Vec<String> = Vec::new();
+    for (_, r) in records {
+        if let Some(d) = r.device.as_ref().filter(|_| !r.closed) {
+            if !out.contains(d) {
+                out.push(d.clone());
+            }
+        }
+    }
+    for k in kv.list_keys()? {
+        if let Some(d) = keys::parse_net_device(&k) {
+            if !out.iter().any(|x| x == d) {
+                out.push(d.to_string());
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// A claim waiting for its assignment: nothing assigned, not refused, not
+/// closed, no instance at work.
+fn waiting(r: &Assignment, now: u64) -> bool {
+    !r.closed && r.assignment.is_none() && r.refused.is_none() && !r.live_intent(now)
+}
+
+/// The Machines, listed at most once per call.
+struct Machines<'k, 'a, H: HttpClient + ?Sized> {
+    kube: &'k Kube<'a, H>,
+    listed: Option<Vec<MachineObject>>,
+}
+
+impl<H: HttpClient + ?Sized> Machines<'_, '_, H> {
+    /// The (namespace, name, uid) of the Machines on `device`.
+    fn on(&mut self, device: &str) -> Result<Vec<(String, String, String)>> {
+        if self.listed.is_none() {
+            self.listed = Some(self.kube.list_as(&kube::MACHINES, None)?);
+        }
+        Ok(self
+            .listed
+            .iter()
+            .flatten()
+            .filter(|m| m.provider_id.as_deref().and_then(device_of) == Some(device))
+            .map(|m| {
+                (
+                    m.metadata.namespace.clone().unwrap_or_default(),
+                    m.metadata.name.clone(),
+                    m.metadata.uid.clone().unwrap_or_default(),
+                )
+            })
+            .collect())
+    }
+}
+
+/// One machine network step's result, as the report names it (`None`:
+/// nothing of ours).
+fn synced_name(s: &Synced) -> Option<&'static str> {
+    match s {
+        Synced::Ignored => None,
+        Synced::Absent => Some("absent"),
+        Synced::WaitingForDevice => Some("waiting-for-device"),
+        Synced::Applied(r) => Some(r.phase.name()),
+        Synced::Released(Some(_), _) => Some("releasing"),
+        Synced::Released(None, _) => Some("released"),
+    }
+}
+
+/// Handles the Metal events after the cursor (see the module docs).
+///
+/// # Idempotency
+/// Any number of calls, concurrent or after a crash between any two
+/// operations: handling a device twice changes nothing the first did not.
+///
+/// # Errors
+/// Store errors; Metal or the API server unavailable for the events or the
+/// Machines list (nothing is lost: the events are read again, or the
+/// devices stay pending). Failures of single claims, machines and device
+/// reads are in the report instead.
+pub fn poll<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
+    ctx: &Ctx<'_, K>,
+    kube: &Kube<'_, H>,
+    metal: &Metal<'_, H, E>,
+    batches: &dyn VlanBatches,
+) -> Result<PollReport> {
+    let records = record::list(ctx.kv)?;
+    let ingested = poll::ingest(ctx, metal, || known_devices(ctx.kv, &records))?;
+    // The records again only if the ingest may have been another poller's
+    // (they are read once per call otherwise).
+    let cur = ingested.cursor;
+    let mut report = PollReport {
+        events: ingested.events,
+        resync: ingested.resync,
+        cursor: (!cur.last.is_empty()).then(|| cur.last.clone()),
+        ..PollReport::default()
+    };
+    let started = ctx.env.now();
+    let out_of_time = || ctx.env.now() >= started.saturating_add(POLL_TIME_S);
+    let mut claims_left = MAX_POLL_CLAIMS;
+    let mut machines_left = MAX_POLL_MACHINES;
+    let mut machines = Machines { kube, listed: None };
+    let mut handled: Vec<PendingDevice> = Vec::new();
+    let sync = |report: &mut PollReport, ns: &str, name: &str| match sync_claim_assignment(
+        ctx, kube, metal, ns, name,
+    ) {
+        Ok(o) => report
+            .synced
+            .push((format!("{ns}/{name}"), o.result.as_str())),
+        Err(e) => report.errors.push(format!("claim {ns}/{name}: {e}")),
+    };
+    for p in &cur.pending {
+        if out_of_time() {
+            break;
+        }
+        let d = p.device.as_str();
+        let claims: Vec<(String, String)> = records
+            .iter()
+            .filter(|(_, r)| r.device.as_deref() == Some(d) && !r.closed)
+            .map(|(k, _)| k.clone())
+            .collect();
+        let on = match machines.on(d) {
+            Ok(m) => m,
+            Err(e) => {
+                report.errors.push(format!("Machines: {e}"));
+                break;
+            }
+        };
+        let fits = claims.len() <= claims_left && on.len() <= machines_left;
+        if !fits && !handled.is_empty() {
+            break;
+        }
+        let device = match metal.get_device(d) {
+            Ok(x) => x,
+            Err(e) => {
+                // Metal is not answering: stop; the device stays pending.
+                report
+                    .errors
+                    .push(format!("device {d}: {}", crate::error::Error::from(e)));
+                break;
+            }
+        };
+        report.devices += 1;
+        let gone = device.as_ref().is_none_or(|x| x.gone());
+        let active = device.as_ref().is_some_and(|x| x.active());
+        if gone {
+            for (ns, name) in &claims {
+                match record::device_deleted(ctx, ns, name, d) {
+                    Ok(true) => report.device_deleted.push(format!("{ns}/{name}")),
+                    Ok(false) => {}
+                    Err(e) => {
+                        report.errors.push(format!("claim {ns}/{name}: {e}"));
+                        continue;
+                    }
+                }
+                // The claim's condition says so (DeviceDeleted); a deleting
+                // claim finishes its release.
+                sync(&mut report, ns, name);
+            }
+            for (ns, name, uid) in &on {
+                match delete_claims(kube, ns, name, uid) {
+                    Ok(n) => {
+                        report.network.push((format!("{ns}/{name}"), "released"));
+                        report.network_claims_deleted += n;
+                    }
+                    Err(e) => report
+                        .errors
+                        .push(format!("Machine {ns}/{name} (network): {e}")),
+                }
+            }
+            crate::network::apply::forget(ctx.kv, d)?;
+        } else if active {
+            for (ns, name) in &claims {
+                sync(&mut report, ns, name);
+            }
+            for (ns, name, _) in &on {
+                match sync_machine(ctx, kube, metal, batches, ns, name) {
+                    Ok(s) => {
+                        if let Some(n) = synced_name(&s) {
+                            report.network.push((format!("{ns}/{name}"), n));
+                        }
+                    }
+                    Err(e) => report
+                        .errors
+                        .push(format!("Machine {ns}/{name} (network): {e}")),
+                }
+            }
+        }
+        // Not active yet: its next change of state is an event of its own.
+        claims_left = claims_left.saturating_sub(claims.len());
+        machines_left = machines_left.saturating_sub(on.len());
+        handled.push(p.clone());
+    }
+    // Claims whose owner had no provider ID yet: rechecked after a device
+    // was named (theirs may be it), in rotating order when they are more
+    // than the budget left.
+    let mut unplaced_done = None;
+    if cur.recheck_unplaced && !out_of_time() {
+        let now = ctx.env.now();
+        let unplaced: Vec<&(String, String)> = records
+            .iter()
+            .filter(|(_, r)| r.device.is_none() && waiting(r, now))
+            .map(|(k, _)| k)
+            .collect();
+        let n = unplaced.len();
+        let take = n.min(claims_left);
+        let start = if n == 0 {
+            0
+        } else {
+            (cur.gen as usize).wrapping_mul(claims_left.max(1)) % n
+        };
+        for i in 0..take {
+            let (ns, name) = unplaced[(start + i) % n];
+            sync(&mut report, ns, name);
+        }
+        if take == n {
+            unplaced_done = Some(cur.gen);
+        }
+    }
+    // Applies left with a step running continue here (their device had no
+    // event of its own), within the machines' budget.
+    if machines_left > 0 && !out_of_time() {
+        let running = crate::network::apply::running_devices(ctx.kv)?;
+        for d in running {
+            if machines_left == 0 || handled.iter().any(|p| p.device == d) {
+                continue;
+            }
+            let on = match machines.on(&d) {
+                Ok(m) => m,
+                Err(e) => {
+                    report.errors.push(format!("Machines: {e}"));
+                    break;
+                }
+            };
+            for (ns, name, _) in on.into_iter().take(machines_left) {
+                machines_left -= 1;
+                match sync_machine(ctx, kube, metal, batches, &ns, &name) {
+                    Ok(s) => {
+                        if let Some(n) = synced_name(&s) {
+                            report.network.push((format!("{ns}/{name}"), n));
+                        }
+                    }
+                    Err(e) => report
+                        .errors
+                        .push(format!("Machine {ns}/{name} (network): {e}")),
+                }
+            }
+        }
+    }
+    let after = poll::done(ctx, &handled, unplaced_done)?;
+    report.pending = after.pending.len();
+    report.more = !after.pending.is_empty() || after.recheck_unplaced;
+    Ok(report)
+}
