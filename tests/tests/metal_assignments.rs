@@ -826,3 +826,35 @@ async fn a_claim_moved_to_another_device_follows_it() {
     assert_eq!(a[0].device_id, OTHER);
     w.assert_clean();
 }
+
+/// A name read from an object (an owner reference) goes into an API path
+/// only once it is a valid Kubernetes name: otherwise the claim says why
+/// (`InvalidDevice`) and nothing is requested with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_owner_with_an_invalid_name_is_reported_not_requested() {
+    let w = ready(Backend::SpinSqlite).await;
+    owned_claim(
+        &w,
+        "m-0",
+        "infrastructure.cluster.x-k8s.io/v1beta1",
+        "PacketMachine",
+        "pm-0/../../secrets",
+        "u-owner",
+    );
+    reconcile(&w, "m-0", 20_000).await;
+    w.kube.clear_requests();
+    let o = assign(&w, "m-0", 20_001).await;
+    assert_eq!(o.result, StepResult::Failed, "{o:?}");
+    assert_eq!(
+        condition(&w, "m-0"),
+        ("False".into(), "InvalidDevice".into())
+    );
+    assert!(
+        w.kube
+            .requests()
+            .iter()
+            .all(|r| !r.path.contains("secrets")),
+        "{:?}",
+        w.kube.requests()
+    );
+}

@@ -107,6 +107,14 @@ fn resolve_device<H: HttpClient + ?Sized>(
         let Some(r) = machine_resource(&owner.api_version, &owner.kind) else {
             continue;
         };
+        // A name from an object goes into an API path only once it is a
+        // valid Kubernetes name.
+        if let Err(e) = crate::kube::names::check_subdomain(&owner.name) {
+            return Ok(DeviceRef::Invalid(format!(
+                "owner {} {:?} is not a valid name: {e}",
+                owner.kind, owner.name
+            )));
+        }
         let machine: Option<MachineObject> = kube.get_as(r, m.namespace.as_deref(), &owner.name)?;
         let Some(machine) = machine.filter(|o| o.metadata.uid.as_deref() == Some(&owner.uid))
         else {
