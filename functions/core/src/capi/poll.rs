@@ -46,9 +46,12 @@ pub const MAX_POLL_CLAIMS: usize = 50;
 /// Machine network steps one call runs at most.
 pub const MAX_POLL_MACHINES: usize = 10;
 
-/// Seconds after which a call starts no more work (every call to Metal
-/// or the API server is bounded too, so a call ends soon after).
-pub const POLL_TIME_S: u64 = 60;
+/// Seconds after which a call starts no more work: every call to Metal or
+/// the API server is bounded too, so a call ends soon after, within the
+/// CronJob's `--max-time` (`deploy/metal-poll-cronjob.yaml`); a client that
+/// gave up earlier loses nothing (the record is written by compare-and-swap
+/// as the call goes).
+pub const POLL_TIME_S: u64 = 30;
 
 /// What one poll did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
