@@ -14,8 +14,10 @@
 //! 4. [`dispatch_component`]: the `default` store when the component has
 //!    one ([`SpinKv`]; failure → 500 if not granted/configured, 503 if the
 //!    backend failed), wrapped in [`CountingKv`]; the Kubernetes client
-//!    when configured; the Metal client when configured (only `provision`
-//!    declares its variables); outbound HTTP ([`SpinHttp`]); then the core's
+//!    when configured; the Metal client when configured (only the
+//!    components that call Metal declare its variables: `provision`,
+//!    `assign`, `poll`, `network`, `attach-vlan`, `detach-vlan`); outbound
+//!    HTTP ([`SpinHttp`], every request with its deadline); then the core's
 //!    component entry ([`metal_ipam_core::http::components`]);
 //! 5. [`render`] to a Spin response written to the response outparam, and
 //!    one JSON log line on stdout.
@@ -57,8 +59,9 @@ pub const VAR_K8S_API_URL: &str = "k8s_api_url";
 /// Variable: the Kubernetes bearer token (a ServiceAccount token).
 pub const VAR_K8S_TOKEN: &str = "k8s_token";
 /// Variable: the Equinix Metal API server, `scheme://host[:port]` (the
-/// client adds [`BASE_PATH`]); only the `provision` component declares the
-/// Metal variables.
+/// client adds [`BASE_PATH`]); only the components that call Metal
+/// (`provision`, `assign`, `poll`, `network`, `attach-vlan`, `detach-vlan`)
+/// declare the Metal variables.
 pub const VAR_METAL_API_URL: &str = "metal_api_url";
 /// Variable: the Equinix Metal API token (a secret).
 pub const VAR_METAL_TOKEN: &str = "metal_token";

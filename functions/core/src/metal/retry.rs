@@ -14,7 +14,10 @@
 //! - Everything else is the answer.
 //!
 //! No wait may end past the per-request budget: past it the caller gives
-//! up with a `Retry-After` for its own client, and keeps its progress.
+//! up with a `Retry-After` for its own client, and keeps its progress. The
+//! attempts themselves are bounded too: each carries what is left of the
+//! budget as its deadline (`client::attempt_deadline`), so a request ends
+//! within its budget plus half a second, whatever the peer does.
 
 /// Retry limits of one request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
