@@ -33,8 +33,10 @@ use metal_ipam_core::ipam::alloc::IntentKind;
 use metal_ipam_core::ipam::claim::Claim;
 use metal_ipam_core::ipam::ops;
 use metal_ipam_core::ipam::pool::{PoolId, PoolObject};
+use metal_ipam_core::kv::protocol::GUARD_STALL_S;
 use metal_ipam_core::kv::{self, keys, ClaimRecord, Ctx, SwapPolicy};
 use metal_ipam_core::ports::kv::KvStore;
+use metal_ipam_core::ports::Env;
 use metal_ipam_core::provision::assign::MetalAssignmentClosed;
 use metal_ipam_core::testing::{Backend, MemKv, TestEnv};
 use serde_json::{json, Value};
@@ -278,14 +280,24 @@ fn check(
         for (op, ans) in ops.iter().zip(answers) {
             if matches!(ans, Answer::Err(_)) && matches!(op, Op::AllocX | Op::AllocY | Op::PutPool)
             {
-                let again = perform(*op, kv, env);
+                let mut again = perform(*op, kv, env);
                 // Nothing a crash leaves behind wedges the pool: a crashed
                 // registration (its creation guard won, its key never made,
-                // say) succeeds when retried.
-                if *op == Op::PutPool && again != Answer::Pool {
-                    return Err(format!(
-                        "the crashed registration, retried, answered {again:?}"
-                    ));
+                // say) succeeds when retried, at the latest by a retry a
+                // minute after the stall was noted.
+                if *op == Op::PutPool {
+                    for _ in 0..2 {
+                        if again == Answer::Pool {
+                            break;
+                        }
+                        env.0.set_now(env.0.now() + GUARD_STALL_S);
+                        again = perform(*op, kv, env);
+                    }
+                    if again != Answer::Pool {
+                        return Err(format!(
+                            "the crashed registration, retried, answered {again:?}"
+                        ));
+                    }
                 }
                 if let (Answer::Address(w, a), Some(prev)) = (&again, &x_addr) {
                     if w == "x" && a != prev && !released {

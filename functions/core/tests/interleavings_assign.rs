@@ -393,6 +393,9 @@ fn instance<K: KvStore>(kv: &K, env: &SchedEnv, ledger: &Ledger, role: Role, n: 
 /// claim being deleted, unassign until done; otherwise assign until
 /// assigned.
 fn recover(kv: &MemKv, env: &SchedEnv, ledger: &Ledger, unassigning: bool) -> Verdict {
+    // The store's clock too (a creation stalled by a crashed guard winner
+    // is taken over a minute after it was noted).
+    env.0.set_now(LATER);
     let c = ctx(kv, env);
     let closed = assign::read(kv, NS, NAME)
         .map_err(|e| e.to_string())?

@@ -9,6 +9,7 @@ use std::thread;
 use metal_ipam_core::ipam::claim::Claim;
 use metal_ipam_core::ipam::ops::{self, PutOutcome};
 use metal_ipam_core::ipam::pool::{PoolId, PoolObject};
+use metal_ipam_core::kv::protocol::GUARD_STALL_S;
 use metal_ipam_core::kv::{keys, Ctx, PoolRecord, SwapCheck, SwapPolicy};
 use metal_ipam_core::ports::kv::KvStore;
 use metal_ipam_core::ports::Env;
@@ -538,11 +539,12 @@ fn pool_lifecycle_update_shrink_delete_recreate() {
 
 #[test]
 fn only_the_creation_guard_winner_creates_the_pool_key() {
-    // Before: a request that lost the guard created the key itself after a
-    // short pause; if the winner was merely slow, its own increment then met
-    // the loser's record (a host panic on Spin's SQLite store). Now a loser
-    // never increments the pool key: while the winner has not created it,
-    // losers answer 503 Contention, and nothing is written.
+    // A request that lost the guard never increments the pool key while
+    // the winner may still do so (its increment would meet the loser's
+    // record: a host panic on Spin's SQLite store, holding the store's
+    // lock). It notes when it first saw the stall and answers 503; only a
+    // minute later does a loser take the creation over from a winner that
+    // crashed between its two increments.
     for backend in BACKENDS {
         let kv = MemKv::new(backend);
         let env = TestEnv::at(0);
@@ -560,21 +562,26 @@ fn only_the_creation_guard_winner_creates_the_pool_key() {
             "{backend:?}"
         );
         assert_eq!(kv.get(&keys::pool(&id)).unwrap(), None, "{backend:?}");
-        // The slow winner goes on: its increment meets no record.
+        // The slow winner goes on within the minute: its increment meets
+        // no record.
         kv.increment(&keys::pool(&id), 0).unwrap();
         assert_eq!(kv.increment_panics(), 0);
         let outcome = register(&kv, &env, json!({"addresses": ["10.6.0.1"], "prefix": 24}));
         assert_eq!(outcome, PutOutcome::Created, "{backend:?}");
-        // Recovery from a winner that died: an operator deletes the guard.
+        // A winner that died: a request a minute after the stall was first
+        // seen makes the key itself; no operator needed.
         let other = PoolId::namespaced("ns", "q");
         kv.increment(&keys::pool_init(&other), 1).unwrap();
-        kv.delete(&keys::pool_init(&other)).unwrap();
-        let (outcome, _) = ops::put_pool(
-            &ctx(&kv, &env),
-            pool_obj("ns", "q", json!({"addresses": ["10.6.0.2"], "prefix": 24})),
-        )
-        .unwrap();
+        let q = || pool_obj("ns", "q", json!({"addresses": ["10.6.0.2"], "prefix": 24}));
+        assert!(ops::put_pool(&ctx(&kv, &env), q()).is_err());
+        env.set_now(GUARD_STALL_S);
+        let (outcome, _) = ops::put_pool(&ctx(&kv, &env), q()).unwrap();
         assert_eq!(outcome, PutOutcome::Created, "{backend:?}");
+        assert_eq!(kv.increment_panics(), 0);
+        assert_eq!(
+            kv.get(&keys::guard_stall(&keys::pool(&other))).unwrap(),
+            None
+        );
     }
 }
 

@@ -97,6 +97,21 @@ pub const METAL_POLL: &str = "metal/poll";
 /// The creation guard counter of the poller's cursor.
 pub const METAL_POLL_INIT: &str = "metal-init/poll";
 
+/// Prefix of the keys noting when a record's creation was first seen
+/// stalled between its guard and its key (`kv::protocol`).
+pub const GUARD_STALL_PREFIX: &str = "guard-stall/";
+
+/// `guard-stall/<record key>`: when a request that lost the creation
+/// guard first found the record's key still absent (Unix seconds, text).
+///
+/// ```
+/// use metal_ipam_core::kv::keys;
+/// assert_eq!(keys::guard_stall("pool/ns/a/b"), "guard-stall/pool/ns/a/b");
+/// ```
+pub fn guard_stall(record_key: &str) -> String {
+    format!("{GUARD_STALL_PREFIX}{record_key}")
+}
+
 /// `net/device/<uuid>`: a device's network apply record.
 pub const NET_DEVICE_PREFIX: &str = "net/device/";
 

@@ -22,8 +22,8 @@
 //!    two creators would both "win"). A pool key is first brought into
 //!    existence with `increment(key, 0)` by the one request that won the
 //!    creation guard counter (or, if that winner crashed before making it,
-//!    by a loser after [`GUARD_TAKEOVER_ATTEMPTS`] attempts); the swap then
-//!    replaces that zero counter.
+//!    by a loser at least [`GUARD_STALL_S`] after the stall was first seen:
+//!    [`take_over_creation`]); the swap then replaces that zero counter.
 //!    Pool keys are never deleted afterwards (deletion leaves a tombstone
 //!    record), so every later swap is on an existing key.
 //! 2. **Read back whenever the backend's answer cannot be trusted.** Each
@@ -335,10 +335,10 @@ pub fn update_pool<K: KvStore, T>(
 /// When this returns `Ok` after a `Write`, the written record is the
 /// current record as of the swap: no concurrent writer's change was lost.
 /// An absent key is brought into existence only by the creation guard's
-/// winner, or after that winner crashed by a loser that waited
-/// [`GUARD_TAKEOVER_ATTEMPTS`] (rule 1 of the module docs), so no swap
-/// ever runs on an absent key, and a crash between the guard and the key
-/// never wedges the record.
+/// winner, or after that winner crashed by a loser once the stall is
+/// [`GUARD_STALL_S`] old (rule 1 of the module docs), so no swap ever runs
+/// on an absent key, and a crash between the guard and the key never
+/// wedges the record.
 ///
 /// # Errors
 /// Whatever `decide` returns; 503 `Contention` after
@@ -349,18 +349,15 @@ pub fn update_record<K: KvStore, R: CasRecord, T>(
     mut decide: impl FnMut(Option<&R::View>) -> Result<Step<T, R::Next>>,
 ) -> Result<T> {
     let key = R::key(id);
-    // Consecutive attempts that found the key absent, and whether this
-    // request won the creation guard (rule 1).
-    let mut absent_seen: u32 = 0;
+    // Whether this request asked for the creation guard, and won it
+    // (rule 1).
+    let mut guard_asked = false;
     let mut guard_won = false;
     for attempt in 0..MAX_CAS_ATTEMPTS {
         if attempt > 0 {
             ctx.env.pause(attempt);
         }
         let (cas, current) = ctx.kv.cas_read(&key)?;
-        if current.is_some() {
-            absent_seen = 0;
-        }
         let (base, view) = match current.as_deref() {
             None => (Base::Absent, None),
             Some(b) if kv::is_zero_counter(b) => {
@@ -391,14 +388,17 @@ pub fn update_record<K: KvStore, R: CasRecord, T>(
         };
         let (rev, check, writers) = match base {
             Base::Absent => {
-                absent_seen += 1;
-                if absent_seen == 1 && !guard_won {
+                if !guard_asked {
+                    guard_asked = true;
                     guard_won = ctx.kv.increment(&R::guard_key(id), 1)? == 1;
+                    if !guard_won {
+                        // Once per request: note the stall, or take the
+                        // creation over from a winner that crashed.
+                        take_over_creation(ctx, &key)?;
+                    }
                 }
                 if guard_won {
                     ctx.kv.increment(&key, 0)?;
-                } else if absent_seen > GUARD_TAKEOVER_ATTEMPTS {
-                    take_over_creation(ctx, &key)?;
                 }
                 continue;
             }
@@ -459,29 +459,58 @@ fn landed<R: CasRecord>(read: Option<&[u8]>, writer: &str) -> Result<bool> {
     }
 }
 
-/// Consecutive attempts a request that lost the creation guard finds the
-/// key still absent before it creates the key itself: the guard's winner
-/// makes the key with its very next store operation, so a winner that did
-/// not within this many attempts (about a second of backoff on Spin) has
-/// crashed between the two. Without this, every later request would lose
-/// the guard too and the record could never be created.
-pub const GUARD_TAKEOVER_ATTEMPTS: u32 = 32;
+/// How long a record's creation may stall between its guard and its key
+/// before a loser takes it over, in seconds. The guard's winner makes the
+/// key with its very next store operation, so a key still absent a minute
+/// after a loser first saw it means the winner crashed between the two.
+pub const GUARD_STALL_S: u64 = 60;
 
-/// Brings an absent key into existence as a zero counter, for a request
-/// that lost the creation guard and found the key absent on more than
-/// [`GUARD_TAKEOVER_ATTEMPTS`] attempts in a row (the winner crashed
-/// between its two increments), and only if a read just before still finds
-/// it absent.
+/// For a request that lost the creation guard and found the key absent:
+/// records when the stall was first seen (`guard-stall/<key>`), or, once
+/// that is [`GUARD_STALL_S`] old and a read finds the key still absent,
+/// makes the zero counter itself and forgets the stall. Without this, a
+/// winner that crashed between its two increments would wedge the record:
+/// every later request loses the guard too.
 ///
-/// Otherwise only the guard's winner increments the key: a later
-/// `increment` could meet a record the winner swapped in meanwhile, which
-/// the store refuses and which changes nothing (Spin's SQLite host panics
-/// on it, Redis answers an error). So the worst a winner that stalled that
-/// long between two store operations can cause is one failed request.
+/// Why a minute: a loser's `increment` of the key could meet a record that
+/// a winner which was only stalled swapped in meanwhile, which Spin's
+/// SQLite host answers with a panic while holding the store's lock (every
+/// later store operation of that process then fails). A winner would have
+/// to stall a minute between two consecutive store operations and wake in
+/// the moment between this read and this increment; on Redis the same
+/// meeting is an error that changes nothing.
 fn take_over_creation<K: KvStore>(ctx: &Ctx<'_, K>, key: &str) -> Result<()> {
-    if ctx.kv.get(key)?.is_none() {
-        ctx.kv.increment(key, 0)?;
+    let stall = keys::guard_stall(key);
+    let now = ctx.env.now();
+    let since = ctx
+        .kv
+        .get(&stall)?
+        .and_then(|v| String::from_utf8(v).ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    match since {
+        None => ctx.kv.set(&stall, now.to_string().as_bytes())?,
+        Some(at) if now >= at.saturating_add(GUARD_STALL_S) => {
+            if ctx.kv.get(key)?.is_none() {
+                ctx.kv.increment(key, 0)?;
+            }
+            ctx.kv.delete(&stall)?;
+        }
+        Some(_) => {}
     }
+    Ok(())
+}
+
+/// Forgets a record, its creation guard and any noted stall (for records
+/// that are deleted rather than tombstoned, e.g. a deleted device's network
+/// record): the next creation starts afresh.
+///
+/// # Errors
+/// Store errors.
+pub fn forget_record<K: KvStore, R: CasRecord>(kv: &K, id: &R::Id) -> Result<()> {
+    let key = R::key(id);
+    kv.delete(&key)?;
+    kv.delete(&R::guard_key(id))?;
+    kv.delete(&keys::guard_stall(&key))?;
     Ok(())
 }
 
@@ -565,12 +594,26 @@ mod tests {
                 env: &env,
                 swap_policy: SwapPolicy::Auto,
             };
-            // The winner took the guard and crashed before its next step.
+            // The winner took the guard and crashed before its next step:
+            // a request notes the stall (and answers 503), and one a minute
+            // later takes the creation over.
             assert_eq!(kv.increment("counter-init/a", 1).unwrap(), 1);
+            let stalled = update_record::<_, Counter, _>(&ctx, "a", |_| {
+                Ok(Step::Write(Box::new(Some(4)), ()))
+            })
+            .unwrap_err();
+            assert_eq!(stalled.reason(), "Contention", "{backend:?}");
+            env.set_now(1_000 + GUARD_STALL_S - 1);
+            assert!(update_record::<_, Counter, _>(&ctx, "a", |_| {
+                Ok(Step::Write(Box::new(Some(4)), ()))
+            })
+            .is_err());
+            env.set_now(1_000 + GUARD_STALL_S);
             assert_eq!(add(&ctx, "a", 4), 4, "{backend:?}");
             assert_eq!(add(&ctx, "a", 1), 5, "{backend:?}");
-            // The record was made once: the guard was not won again.
-            assert_eq!(kv.increment("counter-init/a", 0).unwrap(), 2, "{backend:?}");
+            // Nothing left of the stall; the key was made once.
+            assert_eq!(kv.get(&keys::guard_stall("counter/a")).unwrap(), None);
+            assert_eq!(kv.increment_panics(), 0);
         }
     }
 

@@ -59,6 +59,10 @@
 //!    `--before DIR`): two host processes per store, SQLite and Redis,
 //!    concurrency 1, 8 and 32, throughput ratios, duplicates handed out
 //!    and the largest pool record during each burst; see [`versus`].
+//! 7. **The Metal poll**: 30 devices (10 with `--quick`) with two claims
+//!    each turn active in one window of events, then are deleted; each
+//!    `POST /v1/metal/poll` timed, with its claims and its Kubernetes and
+//!    Metal requests; see [`poll`].
 //!
 //! The SQLite files live in the system temp dir (`TMPDIR`). With Spin's
 //! default settings every write is its own durable transaction, so on a
@@ -74,6 +78,7 @@
 //! Everything is printed as plain aligned tables, then one line of JSON
 //! (the last line of stdout) with the same figures, for scripts.
 
+mod poll;
 mod versus;
 
 use std::collections::BTreeMap;
@@ -103,10 +108,11 @@ const RETRY_503_AFTER: Duration = Duration::from_millis(10);
 /// A claim answered 503 more often than this aborts the bench.
 const MAX_503_PER_CLAIM: u32 = 50;
 
-const USAGE: &str = "usage: bench [--quick] [--versus-only] [--only LIST] [--before DIR]
+const USAGE: &str = "usage: bench [--quick] [--versus-only] [--poll-only] [--only LIST] [--before DIR]
 
 --quick        smaller numbers (N=300, a /20 for the fill, 200 claims per comparison row), for a smoke run
 --versus-only  only section 6 (ours versus the naive allocator)
+--poll-only    only section 7 (the Metal poll)
 --only LIST    section 6's allocators, comma-separated: ours, naive, before (default: all)
 --before DIR   also run the build in DIR (its spin.toml and target/, e.g. a git worktree
                of an earlier commit after `cargo build-wasm` there) in section 6";
@@ -119,6 +125,8 @@ struct Config {
     before: Option<PathBuf>,
     /// Run section 6 only (`--versus-only`).
     versus_only: bool,
+    /// Run section 7 only (`--poll-only`).
+    poll_only: bool,
     /// Section 6's allocators (`--only ours,naive`; all when empty).
     only: Vec<String>,
     /// Claims per row of section 6.
@@ -141,12 +149,14 @@ impl Config {
         let mut quick = false;
         let mut before = None;
         let mut versus_only = false;
+        let mut poll_only = false;
         let mut only = Vec::new();
         let mut args = std::env::args().skip(1);
         while let Some(arg) = args.next() {
             match arg.as_str() {
                 "--quick" => quick = true,
                 "--versus-only" => versus_only = true,
+                "--poll-only" => poll_only = true,
                 "--only" => {
                     only = args
                         .next()
@@ -172,6 +182,7 @@ impl Config {
                 quick,
                 before,
                 versus_only,
+                poll_only,
                 only: only.clone(),
                 versus_n: 200,
                 n: 300,
@@ -186,6 +197,7 @@ impl Config {
                 quick,
                 before,
                 versus_only,
+                poll_only,
                 only,
                 versus_n: 1000,
                 n: 2000,
@@ -933,6 +945,16 @@ async fn main() -> Result<()> {
     if !cfg.only.is_empty() {
         contenders.retain(|c| cfg.only.iter().any(|o| o == c.label));
     }
+    if cfg.poll_only {
+        let devices = if cfg.quick { 10 } else { 30 };
+        let phases = poll::run(devices).await?;
+        let summary = poll::print(devices, &phases);
+        println!(
+            "{}",
+            json!({"bench": "metal-ipam", "quick": cfg.quick, "poll": summary})
+        );
+        return Ok(());
+    }
     if cfg.versus_only {
         let rows = versus::run(cfg.versus_n, &contenders).await?;
         let summary = versus::print(cfg.versus_n, &rows);
@@ -995,6 +1017,11 @@ async fn main() -> Result<()> {
     let rows = versus::run(cfg.versus_n, &contenders).await?;
     let versus = versus::print(cfg.versus_n, &rows);
 
+    eprintln!("7. Metal poll");
+    let devices = if cfg.quick { 10 } else { 30 };
+    let phases = poll::run(devices).await?;
+    let poll_json = poll::print(devices, &phases);
+
     let total = started.elapsed();
     println!(
         "total {:.1} s (component compile {:.2} s)",
@@ -1037,6 +1064,7 @@ async fn main() -> Result<()> {
             "memory": raw_json(&raws[1]),
         },
         "versus": versus,
+        "poll": poll_json,
         "compile_s": r3(compile.as_secs_f64()),
         "total_s": r3(total.as_secs_f64()),
     });
