@@ -292,6 +292,26 @@ async fn reconcile_applies_profiles_without_machine_events(w: World) {
         r.body
     );
     assert_eq!(w.metal_writes(), Vec::<String>::new());
+    // What one sync of a converged machine costs.
+    w.sim.clear_requests();
+    w.kube.clear_requests();
+    let r = w.deliver(&w.machine("m-0")).await;
+    assert_eq!(r.body["stepResult"]["result"], "converged", "{:#}", r.body);
+    let metal: Vec<String> = w.sim.requests().iter().map(|q| q.line()).collect();
+    let kube: Vec<String> = w.kube.requests().iter().map(|q| q.line()).collect();
+    println!(
+        "a converged machine's sync: {} Kubernetes requests {kube:?}, {} Metal requests {metal:?}",
+        kube.len(),
+        metal.len()
+    );
+    assert!(
+        metal.iter().all(|l| l.starts_with("GET")) && metal.len() <= 3,
+        "{metal:?}"
+    );
+    assert!(
+        kube.iter().all(|l| l.starts_with("GET")) && kube.len() <= 3,
+        "{kube:?}"
+    );
     assert_eq!(w.sim.violations(), Vec::<String>::new());
 }
 
