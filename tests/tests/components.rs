@@ -501,13 +501,16 @@ fn manifest_grants_each_component_only_what_it_needs() {
                     k8s,
                     vec!["api_token", "k8s_api_url", "k8s_token", "kv_swap_check"],
                 ),
-                // Also drives the provision step of VRF-backed pools.
+                // Also drives the provision step of VRF-backed pools, the
+                // assign step of their claims and the network step of
+                // opted-in Machines.
                 "reconcile" => (
                     vec!["default"],
                     vec![
                         k8s[0].clone(),
                         "http://provision.spin.internal".to_string(),
                         "http://assign.spin.internal".to_string(),
+                        "http://network.spin.internal".to_string(),
                     ],
                     vec!["api_token", "k8s_api_url", "k8s_token", "kv_swap_check"],
                 ),
@@ -526,7 +529,13 @@ fn manifest_grants_each_component_only_what_it_needs() {
                     .collect(),
                     vec!["api_token", "events_token"],
                 ),
-                "admission" => (vec!["default"], vec![], vec!["api_token"]),
+                // Reads pools; lists the Machines of a profile being
+                // deleted.
+                "admission" => (
+                    vec!["default"],
+                    k8s.clone(),
+                    vec!["api_token", "k8s_api_url", "k8s_token"],
+                ),
                 // The VLAN batch steps: Metal only (token, host), no store,
                 // no Kubernetes.
                 "attach-vlan" | "detach-vlan" => (

@@ -34,6 +34,7 @@ const KUBE_CLIENT_COMPONENTS: &[&str] = &[
     "assign",
     "poll",
     "network",
+    "admission",
 ];
 
 /// What each route the manifests call must reach, by component.
@@ -400,12 +401,17 @@ fn capi_crds() -> Vec<Crd> {
 }
 
 /// The plural of `group`/`kind`, which must be served at `version`. The
-/// CAPI core `Machine` CRD is not vendored: its plural and version are the
-/// ones `metal_ipam_core::kube::MACHINES` (the code's own requests) uses.
+/// CAPI core `Machine` and CAPP's `PacketMachine` CRDs are not vendored:
+/// their plural and version are the ones `metal_ipam_core::kube::MACHINES`
+/// and `PACKET_MACHINES` (the code's own requests) use.
 fn plural_of(crds: &[Crd], api_version: &str, kind: &str) -> String {
-    let machines = &metal_ipam_core::kube::MACHINES;
-    if kind == "Machine" && api_version == machines.api_version() {
-        return machines.plural.to_string();
+    for r in [
+        &metal_ipam_core::kube::MACHINES,
+        &metal_ipam_core::kube::PACKET_MACHINES,
+    ] {
+        if kind == r.kind && api_version == r.api_version() {
+            return r.plural.to_string();
+        }
     }
     let (group, version) = api_version.split_once('/').expect("group/version");
     let crd = crds
@@ -1039,7 +1045,7 @@ fn event_source_role_is_read_only_on_the_watched_kinds() {
 // ---------------------------------------------------------------------------
 
 #[test]
-fn api_server_source_sends_whole_objects_of_the_five_kinds_to_events() {
+fn api_server_source_sends_whole_objects_of_the_seven_kinds_to_events() {
     let docs = all_docs();
     let source = only(&docs, "ApiServerSource");
     assert_eq!(source.value["apiVersion"], "sources.knative.dev/v1");
@@ -1067,6 +1073,8 @@ fn api_server_source_sends_whole_objects_of_the_five_kinds_to_events() {
         ("ipam.metal-ipam.dev/v1alpha1", "MetalIPPool"),
         ("ipam.metal-ipam.dev/v1alpha1", "GlobalMetalIPPool"),
         ("cluster.x-k8s.io/v1beta2", "Machine"),
+        ("ipam.metal-ipam.dev/v1alpha1", "MetalNetworkProfile"),
+        ("infrastructure.cluster.x-k8s.io/v1beta1", "PacketMachine"),
     ]
     .iter()
     .map(|(a, k)| (a.to_string(), k.to_string()))
@@ -1261,7 +1269,11 @@ fn webhook_validates_exactly_our_pools_over_https_with_the_token() {
     );
     let rule = &profiles["rules"][0];
     assert_eq!(strings(&rule["resources"]), ["metalnetworkprofiles"]);
-    assert_eq!(string_set(&rule["operations"]), set(&["CREATE", "UPDATE"]));
+    assert_eq!(
+        string_set(&rule["operations"]),
+        set(&["CREATE", "UPDATE", "DELETE"]),
+        "a profile in use is not deleted"
+    );
 
     // The kube-apiserver files: one kubeconfig user, matched by the same
     // host (never the catch-all "*"), referenced by the admission config.

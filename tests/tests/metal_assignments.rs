@@ -622,13 +622,21 @@ async fn an_elastic_ip_of_a_profile_is_claimed_assigned_and_rendered() {
     assert_eq!(device, DEVICE);
     assert!(report.issued.is_empty(), "layer3 already: no port call");
     assert_eq!(writes(&w), 0);
-    let claim = claim_object(&w, "m-0-bond0-elastic-0").expect("the elastic IP's claim");
+    // The claim is named after the elastic IP's identity (port, pool).
+    let claims = w.kube.list(IPAM_GROUP, "ipaddressclaims");
+    let claim = claims
+        .iter()
+        .find(|c| c["metadata"]["labels"]["ipam.metal-ipam.dev/network-machine"] == "m-0")
+        .expect("the elastic IP's claim")
+        .clone();
+    let eip = claim["metadata"]["name"].as_str().unwrap().to_string();
+    assert!(eip.starts_with("m-0-bond0-elastic-"), "{eip}");
     assert_eq!(claim["metadata"]["ownerReferences"][0]["kind"], "Machine");
     assert_eq!(claim["spec"]["poolRef"]["name"], "vrf");
 
-    let o = reconcile(&w, "m-0-bond0-elastic-0", 20_001).await;
+    let o = reconcile(&w, &eip, 20_001).await;
     assert_eq!((o.result, o.metal_assignment), (StepResult::Bound, true));
-    let o = assign(&w, "m-0-bond0-elastic-0", 20_002).await;
+    let o = assign(&w, &eip, 20_002).await;
     assert_eq!(o.result, StepResult::Bound, "{o:?}");
     let a = w.sim.assignments();
     assert_eq!(a.len(), 1);
@@ -657,17 +665,14 @@ async fn an_elastic_ip_of_a_profile_is_claimed_assigned_and_rendered() {
         .unwrap();
     assert_eq!(deleted, 1);
     assert_eq!(
-        reconcile(&w, "m-0-bond0-elastic-0", 20_005).await.result,
+        reconcile(&w, &eip, 20_005).await.result,
         StepResult::Waiting,
         "the address waits for its assignment to go"
     );
-    assert_eq!(
-        assign(&w, "m-0-bond0-elastic-0", 20_006).await.result,
-        StepResult::Released
-    );
+    assert_eq!(assign(&w, &eip, 20_006).await.result, StepResult::Released);
     assert!(w.sim.assignments().is_empty());
     assert_eq!(
-        reconcile(&w, "m-0-bond0-elastic-0", 20_007).await.result,
+        reconcile(&w, &eip, 20_007).await.result,
         StepResult::Released
     );
     w.assert_clean();

@@ -4,7 +4,8 @@
 //! steps apply issues, a converged device makes no mutating call, two
 //! concurrent applies (one holds the device, the other waits) converge,
 //! a crash after any Metal call converges, a failed batch is reported and
-//! then retried, a frozen device refuses mode changes. 0 spec violations.
+//! then retried, a frozen device refuses mode changes, a VLAN step that
+//! never reached Metal leaves nothing running. 0 spec violations.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -417,5 +418,49 @@ async fn a_failed_batch_is_reported_then_retried_and_a_frozen_device_refuses_mod
     let l2 = w.desired(profiles()[2].1.clone(), 2);
     let e = w.apply_once(&l2).await.unwrap_err();
     assert_eq!((e.status(), e.reason()), (409, "NetworkFrozen"));
+    w.assert_clean();
+}
+
+/// A VLAN step that answers its own error (it never reached Metal: not
+/// configured, a token it refuses, a request it cannot read) is a definite
+/// failure naming it: nothing is left running, the record keeps the
+/// message, and the next apply plans the batch again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_vlan_step_that_did_not_reach_metal_leaves_nothing_running() {
+    use metal_ipam_core::network::batch::{BatchError, BatchOp, Direction, VlanBatches};
+    use metal_ipam_core::Error;
+
+    /// Refuses every create, as a step without Metal configured does.
+    struct Unconfigured;
+    impl VlanBatches for Unconfigured {
+        fn run(
+            &self,
+            _: Direction,
+            _: &str,
+            op: &BatchOp,
+        ) -> Result<Option<metal_ipam_core::metal::model::VlanBatch>, BatchError> {
+            assert!(matches!(op, BatchOp::Create { .. }), "{op:?}");
+            Err(BatchError::Step(Error::new(
+                metal_ipam_core::ErrorKind::Internal,
+                "VlanStepFailed",
+                "attach-vlan answered 500 MetalNotConfigured: Equinix Metal is not configured",
+            )))
+        }
+    }
+    let w = World::new(2).await;
+    let d = w.desired(profiles()[0].1.clone(), 2);
+    let e = w
+        .run(move |ctx, m| apply::apply(ctx, m, &Unconfigured, DEV, &d))
+        .await
+        .unwrap_err();
+    assert_eq!((e.status(), e.reason()), (500, "VlanStepFailed"), "{e}");
+    let rec = w.run(|ctx, _| apply::read(ctx.kv, DEV).unwrap()).await;
+    assert_eq!(rec.running, None, "nothing left running");
+    assert!(rec.failed.unwrap().contains("MetalNotConfigured"));
+    assert!(rec.lease.is_none());
+    // With the step working again, the next apply makes the batch.
+    let d = w.desired(profiles()[0].1.clone(), 2);
+    w.converge(&d).await;
+    assert_eq!(w.mode("bond0"), "hybrid-bonded");
     w.assert_clean();
 }

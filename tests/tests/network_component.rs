@@ -77,6 +77,14 @@ async fn setup(runtime: Runtime) -> (FakeKube, MetalSim, App) {
     (kube, sim, app)
 }
 
+/// The claim the profile made for m-0 (VLAN 1011's address from `nodes`),
+/// found by the label that names the machine.
+fn profile_claim(kube: &FakeKube) -> Option<Value> {
+    kube.list(metal_ipam_tests::fake_kube::IPAM_GROUP, "ipaddressclaims")
+        .into_iter()
+        .find(|c| c["metadata"]["labels"]["ipam.metal-ipam.dev/network-machine"] == "m-0")
+}
+
 fn steps(v: &Value) -> Vec<String> {
     v.as_array()
         .unwrap()
@@ -140,14 +148,9 @@ async fn a_machine_profile_is_planned_applied_and_rendered(runtime: Runtime) {
 
     // The apply created the per-VLAN claim, owned by the Machine; until it
     // is bound its address is pending.
-    let claim = kube
-        .get(
-            metal_ipam_tests::fake_kube::IPAM_GROUP,
-            "ipaddressclaims",
-            Some("team-a"),
-            "m-0-bond0-vlan-1",
-        )
-        .expect("the claim of VLAN 1011's address");
+    let claim = profile_claim(&kube).expect("the claim of VLAN 1011's address");
+    let name = claim["metadata"]["name"].as_str().unwrap();
+    assert!(name.starts_with("m-0-bond0-vlan-"), "{name}");
     assert_eq!(claim["metadata"]["ownerReferences"][0]["kind"], "Machine");
     assert_eq!(claim["spec"]["poolRef"]["name"], "nodes");
     let cfg = "/v1/machines/team-a/m-0/netconfig";
@@ -212,12 +215,7 @@ async fn a_machine_profile_is_planned_applied_and_rendered(runtime: Runtime) {
     let bond = d.port("bond0").unwrap();
     assert!(!bond.layer2 && bond.bonded && bond.vlans.is_empty() && bond.native_vlan.is_none());
     assert!(d.ports.iter().all(|p| p.bonded && p.vlans.is_empty()));
-    let claim = kube.get(
-        metal_ipam_tests::fake_kube::IPAM_GROUP,
-        "ipaddressclaims",
-        Some("team-a"),
-        "m-0-bond0-vlan-1",
-    );
+    let claim = profile_claim(&kube);
     assert!(
         claim.is_none_or(|c| c["metadata"]["deletionTimestamp"].is_string()),
         "the claim is deleted (its finalizer releases the address)"
@@ -454,12 +452,7 @@ async fn the_metal_poll_releases_the_network_of_a_deleted_device(runtime: Runtim
         r.body
     );
     assert_eq!(r.body["networkClaimsDeleted"], 1);
-    let claim = kube.get(
-        metal_ipam_tests::fake_kube::IPAM_GROUP,
-        "ipaddressclaims",
-        Some("team-a"),
-        "m-0-bond0-vlan-1",
-    );
+    let claim = profile_claim(&kube);
     assert!(claim.is_none_or(|c| c["metadata"]["deletionTimestamp"].is_string()));
     assert!(
         store.get(&key).await.unwrap().is_none(),

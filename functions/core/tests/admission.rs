@@ -726,9 +726,58 @@ fn network_profiles_are_checked_by_their_rules_and_against_vrf_pools() {
         "{}",
         d.message
     );
-    // An unchanged spec, and a deletion, pass without checks.
+    // An unchanged spec passes without checks.
     let bad = json!({"ports": [{"name": "eth1", "layer2": true}]});
     let r = decide(profile_request("UPDATE", bad.clone(), Some(bad.clone())));
     assert_eq!((r.allowed(), r.outcome), (true, "spec-unchanged"));
-    assert!(decide(profile_request("DELETE", bad, None)).allowed());
+}
+
+/// Machines using a profile, for the DELETE check.
+struct Using(Vec<&'static str>);
+
+impl metal_ipam_core::admission::MachineLookup for Using {
+    fn using(&self, ns: &str, profile: &str) -> metal_ipam_core::error::Result<Vec<String>> {
+        assert_eq!((ns, profile), ("team-a", "l2"));
+        Ok(self.0.iter().map(|m| m.to_string()).collect())
+    }
+}
+
+/// A profile Machines use is not deleted (403 naming them) unless it
+/// carries the skip annotation; one nobody uses is; without the Machines
+/// (no Kubernetes access) the review fails rather than allow it.
+#[test]
+fn a_profile_in_use_is_not_deleted() {
+    use metal_ipam_core::admission::evaluate_with;
+    let no_pools: Vec<Loaded> = Vec::new();
+    let delete = |annotations: Value| {
+        json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {"uid": "u-1", "operation": "DELETE", "name": "l2", "namespace": "team-a",
+                "kind": {"group": "ipam.metal-ipam.dev", "version": "v1alpha1", "kind": "MetalNetworkProfile"},
+                "oldObject": {"metadata": {"name": "l2", "namespace": "team-a", "annotations": annotations},
+                    "spec": {}}}})
+        .to_string()
+        .into_bytes()
+    };
+    let r = evaluate_with(&delete(json!({})), &no_pools, &Using(vec!["m-0", "m-1"])).unwrap();
+    let d = r.denial.expect("denied");
+    assert_eq!((d.code, d.reason), (403, "ProfileInUse"));
+    assert!(
+        d.message.contains("team-a/m-0, team-a/m-1"),
+        "{}",
+        d.message
+    );
+    let many: Vec<&'static str> = vec!["m"; 12];
+    let d = evaluate_with(&delete(json!({})), &no_pools, &Using(many))
+        .unwrap()
+        .denial
+        .unwrap();
+    assert!(d.message.contains("and 2 more"), "{}", d.message);
+    let skip = json!({"ipam.metal-ipam.dev/skip-validate-delete-webhook": ""});
+    let r = evaluate_with(&delete(skip), &no_pools, &Using(vec!["m-0"])).unwrap();
+    assert_eq!((r.allowed(), r.outcome), (true, "skip-annotation"));
+    assert_eq!(r.warnings.len(), 1);
+    let r = evaluate_with(&delete(json!({})), &no_pools, &Using(vec![])).unwrap();
+    assert!(r.allowed());
+    let e = evaluate(&delete(json!({})), &no_pools).unwrap_err();
+    assert_eq!((e.status(), e.reason()), (500, "KubeNotConfigured"));
 }

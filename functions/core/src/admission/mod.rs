@@ -1,8 +1,9 @@
 //! The validating admission webhook for the pool kinds
 //! (`POST /v1/admission/pools`) and network profiles
 //! (`POST /v1/admission/network-profiles`; rules in `profile.rs`:
-//! the profile's per-port rules, and a VLAN named by pool must be a
-//! VRF-backed pool's in the profile's metro).
+//! the profile's per-port rules, a VLAN named by pool must be a
+//! VRF-backed pool's in the profile's metro, and a profile Machines use is
+//! not deleted).
 //!
 //! Kubernetes sends an `AdmissionReview` (`admission.k8s.io/v1`) for every
 //! create, update and delete of a `MetalIPPool` or `GlobalMetalIPPool`;
@@ -73,6 +74,7 @@
 mod profile;
 pub mod review;
 
+pub use profile::{MachineLookup, NoMachines};
 pub use review::{Denial, REVIEW_API_VERSION};
 
 use serde_json::{Map, Value};
@@ -211,11 +213,25 @@ pub fn review(body: &[u8], pools: &dyn PoolLookup) -> Result<Value> {
     evaluate(body, pools).map(|r| r.to_json())
 }
 
-/// Like [`review()`], but returns the decision itself (for logging).
+/// Like [`review()`], but returns the decision itself (for logging). A
+/// profile's deletion cannot be checked here (no Machines to look up: the
+/// review fails); [`evaluate_with`] can.
 ///
 /// # Errors
 /// As [`review()`].
 pub fn evaluate(body: &[u8], pools: &dyn PoolLookup) -> Result<Reviewed> {
+    evaluate_with(body, pools, &NoMachines)
+}
+
+/// [`evaluate`], with the Machines a profile's deletion is checked against.
+///
+/// # Errors
+/// As [`review()`]; the machine lookup's errors.
+pub fn evaluate_with(
+    body: &[u8],
+    pools: &dyn PoolLookup,
+    machines: &dyn MachineLookup,
+) -> Result<Reviewed> {
     let v = review::read(body)?;
     let request = review::Request::parse(&v)?;
     let (req, uid, operation, kind) =
@@ -230,8 +246,10 @@ pub fn evaluate(body: &[u8], pools: &dyn PoolLookup) -> Result<Reviewed> {
         outcome: "ignored",
     };
     if kind.group == pool::GROUP && kind.kind == crate::network::profile::KIND {
-        if matches!(operation, "CREATE" | "UPDATE") {
-            profile::check_write(req, pools, &mut out)?;
+        match operation {
+            "CREATE" | "UPDATE" => profile::check_write(req, pools, &mut out)?,
+            "DELETE" => profile::check_delete(req, machines, &mut out)?,
+            _ => {}
         }
         return Ok(out);
     }

@@ -14,15 +14,26 @@
 //!    yet is allowed with a warning (pools and profiles may be applied in
 //!    any order; the apply step checks again).
 //!
-//! `DELETE` is always allowed (releasing a machine's networking is the
-//! apply step's, on profile removal).
+//! On `DELETE`: a profile that Machines of its namespace use (their
+//! [`PROFILE_ANNOTATION`](crate::network::profile::PROFILE_ANNOTATION), or
+//! their `PacketMachine`'s, names it) is not deleted: denied with 403
+//! `ProfileInUse` naming them (up to ten). A profile is not what releases a
+//! machine's network (its removal leaves every network as it is, and each
+//! Machine then reports `ProfileNotFound`): remove the annotations (or
+//! `DELETE /v1/machines/{ns}/{name}/network`) first. The annotation
+//! [`SKIP_DELETE_VALIDATION_ANNOTATION`] on the profile (any value; the
+//! one the pools take, for `clusterctl move`) lets it be deleted anyway,
+//! with a warning. Checking needs the Machines ([`MachineLookup`]: the
+//! API server); without them the review fails (500), and the webhook's
+//! `failurePolicy: Fail` keeps the profile.
 
 use serde_json::{Map, Value};
 
-use super::{PoolLookup, Reviewed};
+use super::{PoolLookup, Reviewed, SKIP_DELETE_VALIDATION_ANNOTATION};
 use crate::admission::review::Denial;
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::ipam::pool::{PoolId, PoolKind};
+use crate::kube::names;
 use crate::network::profile::{PoolName, Profile};
 
 /// Reviews a profile write into `out`.
@@ -112,4 +123,100 @@ fn pool_id(p: &PoolName, namespace: &str) -> PoolId {
         Some("GlobalMetalIPPool") => PoolId::global(&p.name),
         _ => PoolId::of(PoolKind::Namespaced, namespace, &p.name),
     }
+}
+
+/// Which Machines use a profile (the API server's Machines, for the
+/// webhook).
+pub trait MachineLookup {
+    /// The Machines of namespace `ns` that use profile `profile`.
+    ///
+    /// # Errors
+    /// The API server's errors; 500 when it is not configured.
+    fn using(&self, ns: &str, profile: &str) -> Result<Vec<String>>;
+}
+
+/// No Machines can be looked up (the webhook has no Kubernetes access):
+/// every profile deletion fails to be reviewed.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoMachines;
+
+impl MachineLookup for NoMachines {
+    fn using(&self, _: &str, _: &str) -> Result<Vec<String>> {
+        Err(Error::new(
+            ErrorKind::Internal,
+            "KubeNotConfigured",
+            "the webhook cannot list Machines (variables k8s_api_url and k8s_token of the admission component): a profile in use would be deleted",
+        ))
+    }
+}
+
+/// At most this many Machines are named in a denial.
+const MAX_NAMED: usize = 10;
+
+/// Reviews a profile deletion into `out`.
+///
+/// # Errors
+/// 400 when the request names no profile; the lookup's errors.
+pub(super) fn check_delete(
+    req: &Map<String, Value>,
+    machines: &dyn MachineLookup,
+    out: &mut Reviewed,
+) -> Result<()> {
+    let meta = req
+        .get("oldObject")
+        .and_then(|o| o.get("metadata"))
+        .and_then(Value::as_object);
+    let field = |key: &str| {
+        req.get(key)
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+            .or_else(|| meta.and_then(|m| m.get(key)).and_then(Value::as_str))
+            .filter(|s| !s.is_empty())
+    };
+    let (Some(name), Some(ns)) = (field("name"), field("namespace")) else {
+        return Err(Error::malformed(
+            "request.name and request.namespace are required for DELETE",
+        ));
+    };
+    if names::check_subdomain(name).is_err() || names::check_label(ns).is_err() {
+        // Not a name a Machine could carry: nothing uses it.
+        out.outcome = "allowed";
+        return Ok(());
+    }
+    let skip = meta
+        .and_then(|m| m.get("annotations"))
+        .and_then(Value::as_object)
+        .is_some_and(|a| a.contains_key(SKIP_DELETE_VALIDATION_ANNOTATION));
+    if skip {
+        out.outcome = "skip-annotation";
+        out.warnings.push(format!(
+            "deletion not checked for Machines using the profile: {SKIP_DELETE_VALIDATION_ANNOTATION} is set (their networks stay as they are)"
+        ));
+        return Ok(());
+    }
+    let using = machines.using(ns, name)?;
+    out.outcome = "allowed";
+    if using.is_empty() {
+        return Ok(());
+    }
+    let mut listed: Vec<String> = using
+        .iter()
+        .take(MAX_NAMED)
+        .map(|m| format!("{ns}/{m}"))
+        .collect();
+    if using.len() > MAX_NAMED {
+        listed.push(format!("and {} more", using.len() - MAX_NAMED));
+    }
+    out.deny(Denial {
+        code: 403,
+        reason: "ProfileInUse",
+        message: format!(
+            "MetalNetworkProfile {ns}/{name} is used by Machine(s) {}; remove their {} annotation (or DELETE /v1/machines/<namespace>/<name>/network) first, \
+             or annotate the profile {SKIP_DELETE_VALIDATION_ANNOTATION} to delete it anyway (their networks are left as they are)",
+            listed.join(", "),
+            crate::network::profile::PROFILE_ANNOTATION
+        ),
+        field: None,
+    });
+    Ok(())
 }

@@ -1,20 +1,78 @@
 //! A machine's Layer2 / Hybrid networking, the Kubernetes side: which
 //! profile a machine opted into, its device, the profile's VLANs resolved
-//! in Metal, then the plan (`dryRun`), the apply, or the node's OS
-//! configuration ([`crate::network`] does the work).
+//! in Metal, its per-VLAN claims, then the plan (`dryRun`), the apply, the
+//! release, or the node's OS configuration ([`crate::network`] does the
+//! work). [`sync_machine`] is the one entry that converges one Machine
+//! (events, reconcile and the Metal poll call it).
 //!
 //! # Opting in
 //! The CAPI `Machine` (or its infrastructure machine, a CAPP
 //! `PacketMachine` named by `spec.infrastructureRef`) carries the
 //! annotation [`PROFILE_ANNOTATION`] naming a `MetalNetworkProfile` of its
-//! namespace. The device is the one `spec.providerID` names
-//! (`equinixmetal://<uuid>`), on the Machine or else the infrastructure
-//! machine.
+//! namespace (the Machine's own wins). The device is the one
+//! `spec.providerID` names (`equinixmetal://<uuid>`), on the Machine or else
+//! the infrastructure machine. The annotation's value and the
+//! infrastructure machine's name are checked as Kubernetes names before
+//! they go into a path (422 naming the field otherwise).
+//!
+//! # Opting out, and what does not release
+//! Only an explicit opt-out releases a machine's network (the device back
+//! to Layer3 without VLANs, then its claims deleted, their addresses
+//! released through the allocator):
+//! - the annotation removed: the next sync releases and forgets the
+//!   device's apply record;
+//! - `DELETE /v1/machines/{ns}/{name}/network` ([`release_machine`]): the
+//!   release is recorded in the device's apply record (`released`, with the
+//!   annotation the Machine had), so events, reconcile and the poll leave
+//!   the device alone ([`Synced::ReleasedByOperator`], no Metal call) until
+//!   the annotation changes (another profile: applied again) or is removed
+//!   (the record is forgotten), or `POST …/network` asks to apply again.
+//!   (A Machine without a device yet has nothing applied: DELETE only
+//!   deletes its claims, which the next sync re-creates while the
+//!   annotation stays; remove the annotation to opt out.)
+//!
+//! A profile that is gone (deleted behind the webhook's back, or the
+//! annotation naming one that does not exist) releases nothing: the
+//! network and the claims stay as they are and each sync answers 404
+//! `ProfileNotFound` for the machine. The webhook refuses deleting a profile
+//! that Machines use (see [`crate::admission`]). A device that is gone
+//! counts as released: its apply record is forgotten and the Machine's
+//! claims deleted ([`Synced::DeviceGone`]).
+//!
+//! # Per-VLAN claims
+//! Every pool address of the profile (a VLAN's `addresses[].pool`, an
+//! elastic IP) is one `IPAddressClaim` owned by the Machine, identified by
+//! what it is for, not by its place in a list: the port, the VLAN (its
+//! UUID, its number and the profile's metro, or the VRF-backed pool whose
+//! VLAN it is) and the pool (an elastic IP: the port, the pool and its
+//! ordinal among the port's elastic IPs from that pool). That identity's
+//! hash is the claim's label [`SLOT_LABEL`] and the tail of its name
+//! (`<machine>-<port>-vlan-<hash>`, `<machine>-<port>-elastic-<hash>`);
+//! [`MACHINE_LABEL`] names the machine, so one labelled list finds them.
+//! So a VLAN inserted before another changes nothing for the other; a slot
+//! whose pool changed is another identity (a new claim; the old one is
+//! deleted); a dropped VLAN's claim is deleted. Claims that no longer match
+//! the profile are deleted once the apply converged (the device no longer
+//! carries what they were for) or, for a machine without a device, at
+//! once. The node's configuration ([`netconfig`]) renders only the
+//! addresses of claims of the profile's current slots whose `IPAddress`
+//! comes from the slot's pool; the others are pending.
+//!
+//! **Upgrade from list-index names** (`<machine>-<port>-vlan-<j>`,
+//! `<machine>-<port>-elastic-<k>`): when a machine has no labelled claim
+//! yet, the namespace's claims are listed once and each of the machine's
+//! old claims whose index and pool still match a slot of the profile is
+//! adopted (labelled: its address is kept); the others are deleted with the
+//! stale ones. (A profile that no longer has any pool address finds no
+//! old claim this way; those are deleted by the release, or with the
+//! Machine.)
 //!
 //! # VLANs
 //! `id` is used as is; `vxlan` is looked up in the profile's metro (`GET
 //! /projects/{id}/virtual-networks?metro=`, by number **and** metro); `pool`
 //! is the VLAN the VRF-backed pool holds (its provisioning record).
+
+use std::collections::BTreeSet;
 
 use serde_json::{json, Value};
 
@@ -23,7 +81,8 @@ use super::objects::MachineObject;
 use crate::error::{Error, ErrorKind, Result};
 use crate::ipam::pool::{PoolId, PoolKind};
 use crate::ipam::vrf::Resource as MetalResource;
-use crate::kube::{self, Kube};
+use crate::kube::object::{metadata, Object, ObjectMeta};
+use crate::kube::{self, names, Kube, KubeError};
 use crate::kv::Ctx;
 use crate::metal::client::Metal;
 use crate::network::apply::{self, Report};
@@ -37,12 +96,25 @@ use crate::ports::kv::KvStore;
 use crate::ports::Env;
 use crate::provision::step::read_progress;
 
-/// Annotation on a Machine (or its infrastructure machine) naming its
-/// `MetalNetworkProfile`.
-pub const PROFILE_ANNOTATION: &str = "ipam.metal-ipam.dev/network-profile";
+pub use crate::network::profile::PROFILE_ANNOTATION;
+/// Label on a profile's claims: the machine they are for (its name, or
+/// `h-<hash>` for a name longer than a label value may be).
+pub const MACHINE_LABEL: &str = "ipam.metal-ipam.dev/network-machine";
+/// Label on a profile's claims: the hash of the slot's identity.
+pub const SLOT_LABEL: &str = "ipam.metal-ipam.dev/network-slot";
+/// Annotation on a profile's claims: the slot's identity, for people.
+pub const SLOT_ANNOTATION: &str = "ipam.metal-ipam.dev/network-slot";
+
+fn not_found(reason: &'static str, msg: String) -> Error {
+    Error::new(ErrorKind::NotFound, reason, msg)
+}
 
 /// The Machine `ns/name` and its infrastructure machine (a `PacketMachine`
 /// named by `spec.infrastructureRef`), if they exist.
+///
+/// # Errors
+/// 422 when `spec.infrastructureRef.name` is not a Kubernetes name; API
+/// server errors.
 fn machine_and_infra<H: HttpClient + ?Sized>(
     kube: &Kube<'_, H>,
     ns: &str,
@@ -53,11 +125,68 @@ fn machine_and_infra<H: HttpClient + ?Sized>(
     };
     let infra = match &machine.infrastructure {
         Some((kind, iname)) if kind == "PacketMachine" => {
+            names::check_subdomain(iname).map_err(|m| {
+                Error::invalid(
+                    "spec.infrastructureRef.name",
+                    format!("Machine {ns}/{name}: spec.infrastructureRef.name {iname:?} is not a valid name: {m}"),
+                )
+            })?;
             kube.get_as(&kube::PACKET_MACHINES, Some(ns), iname)?
         }
         _ => None,
     };
     Ok(Some((machine, infra)))
+}
+
+/// The profile annotation of the Machine, else of its infrastructure
+/// machine, checked as a name.
+fn annotation_of(
+    ns: &str,
+    name: &str,
+    machine: &MachineObject,
+    infra: Option<&MachineObject>,
+) -> Result<Option<String>> {
+    let Some(value) = machine
+        .metadata
+        .annotation(PROFILE_ANNOTATION)
+        .or_else(|| infra.and_then(|i| i.metadata.annotation(PROFILE_ANNOTATION)))
+    else {
+        return Ok(None);
+    };
+    names::check_subdomain(value).map_err(|m| {
+        Error::invalid(
+            format!("metadata.annotations[{PROFILE_ANNOTATION}]"),
+            format!("Machine {ns}/{name}: annotation {PROFILE_ANNOTATION} {value:?} is not a valid profile name: {m}"),
+        )
+    })?;
+    Ok(Some(value.to_string()))
+}
+
+/// The provider ID of the Machine, else of its infrastructure machine.
+fn provider_of<'a>(
+    machine: &'a MachineObject,
+    infra: Option<&'a MachineObject>,
+) -> Option<&'a str> {
+    machine
+        .provider_id
+        .as_deref()
+        .or_else(|| infra.and_then(|i| i.provider_id.as_deref()))
+}
+
+/// The device the provider ID names, if any.
+///
+/// # Errors
+/// 422 for a provider ID that is not Metal's.
+fn device_in(machine: &MachineObject, infra: Option<&MachineObject>) -> Result<Option<String>> {
+    match provider_of(machine, infra) {
+        None => Ok(None),
+        Some(p) => Ok(Some(device_of(p).map(str::to_string).ok_or_else(|| {
+            Error::invalid(
+                "spec.providerID",
+                format!("{p:?} is not equinixmetal://<uuid>"),
+            )
+        })?)),
+    }
 }
 
 /// What a machine's networking needs: its profile and its device.
@@ -75,17 +204,14 @@ pub struct MachineNetwork {
     pub cluster: Option<String>,
 }
 
-fn not_found(reason: &'static str, msg: String) -> Error {
-    Error::new(ErrorKind::NotFound, reason, msg)
-}
-
 /// Reads the machine, its opted-in profile and its device.
 ///
 /// # Errors
 /// 404 `MachineNotFound`, `ProfileNotFound`; 409 `NoNetworkProfile` when
 /// neither the Machine nor its infrastructure machine carries the
-/// annotation; 422 for a profile that does not validate or a provider ID
-/// that is not Metal's; API server errors.
+/// annotation; 422 for a profile that does not validate, a provider ID
+/// that is not Metal's, an annotation or infrastructure reference that is
+/// not a name; API server errors.
 pub fn read_machine<H: HttpClient + ?Sized>(
     kube: &Kube<'_, H>,
     ns: &str,
@@ -97,49 +223,45 @@ pub fn read_machine<H: HttpClient + ?Sized>(
             format!("Machine {ns}/{name} does not exist"),
         )
     })?;
-    network_of(kube, ns, name, &machine, infra.as_ref())
+    let profile_name = annotation_of(ns, name, &machine, infra.as_ref())?.ok_or_else(|| {
+        Error::conflict(
+            "NoNetworkProfile",
+            format!("Machine {ns}/{name} has no {PROFILE_ANNOTATION} annotation (nor its infrastructure machine)"),
+        )
+    })?;
+    let device = device_in(&machine, infra.as_ref())?;
+    network_of(kube, ns, &machine, profile_name, device, None)
 }
 
-/// [`read_machine`] for a Machine and infrastructure machine already read.
+/// The profile `profile_name` read and checked, for a Machine already read
+/// (`device`: where its network is, for the message of a missing profile).
 fn network_of<H: HttpClient + ?Sized>(
     kube: &Kube<'_, H>,
     ns: &str,
-    name: &str,
     machine: &MachineObject,
-    infra: Option<&MachineObject>,
+    profile_name: String,
+    device: Option<String>,
+    applied: Option<&str>,
 ) -> Result<MachineNetwork> {
-    let annotation = machine
-        .metadata
-        .annotation(PROFILE_ANNOTATION)
-        .or_else(|| infra.and_then(|i| i.metadata.annotation(PROFILE_ANNOTATION)))
-        .map(str::to_string)
-        .ok_or_else(|| {
-            Error::conflict(
-                "NoNetworkProfile",
-                format!("Machine {ns}/{name} has no {PROFILE_ANNOTATION} annotation (nor its infrastructure machine)"),
-            )
-        })?;
-    let device = match provider_of(machine, infra) {
-        None => None,
-        Some(p) => Some(device_of(p).map(str::to_string).ok_or_else(|| {
-            Error::invalid(
-                "spec.providerID",
-                format!("{p:?} is not equinixmetal://<uuid>"),
-            )
-        })?),
-    };
+    let name = &machine.metadata.name;
     let object = kube
-        .get(&kube::NETWORK_PROFILES, Some(ns), &annotation)?
+        .get(&kube::NETWORK_PROFILES, Some(ns), &profile_name)?
         .ok_or_else(|| {
+            let kept = match applied {
+                Some(d) => format!(
+                    "; the network of device {d} is left as it is (remove the annotation or DELETE /v1/machines/{ns}/{name}/network to release it)"
+                ),
+                None => String::new(),
+            };
             not_found(
                 "ProfileNotFound",
-                format!("MetalNetworkProfile {ns}/{annotation} does not exist"),
+                format!("MetalNetworkProfile {ns}/{profile_name} of Machine {ns}/{name} does not exist{kept}"),
             )
         })?;
     let profile = Profile::from_json(object.get("spec").unwrap_or(&Value::Null))?;
     profile.validate()?;
     Ok(MachineNetwork {
-        profile_name: annotation,
+        profile_name,
         profile,
         device,
         uid: machine.metadata.uid.clone().unwrap_or_default(),
@@ -147,77 +269,337 @@ fn network_of<H: HttpClient + ?Sized>(
     })
 }
 
-/// What a released machine had: its uid and device (the profile may be
-/// gone: releasing does not need it).
-fn read_device<H: HttpClient + ?Sized>(
+// ---------------------------------------------------------------------------
+// Per-VLAN claims
+// ---------------------------------------------------------------------------
+
+/// FNV-1a, 64 bits: a short stable hash of a slot's identity (names and
+/// labels; not a security boundary).
+fn fnv(s: &str) -> u64 {
+    s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// [`MACHINE_LABEL`]'s value for machine `name`.
+///
+/// ```
+/// use metal_ipam_core::capi::network::machine_label;
+/// assert_eq!(machine_label("md-0-x7f"), "md-0-x7f");
+/// assert!(machine_label(&"m".repeat(64)).starts_with("h-"));
+/// ```
+pub fn machine_label(name: &str) -> String {
+    // A DNS subdomain of at most 63 characters is a valid label value.
+    if name.len() <= 63 {
+        name.to_string()
+    } else {
+        format!("h-{:016x}", fnv(name))
+    }
+}
+
+fn pool_ident(p: &PoolName) -> String {
+    format!("{}/{}", p.kind.as_deref().unwrap_or("MetalIPPool"), p.name)
+}
+
+fn vlan_ident(r: &VlanRef, metro: &str) -> String {
+    match (&r.id, r.vxlan, &r.pool) {
+        (Some(id), _, _) => format!("id:{}", id.to_ascii_lowercase()),
+        (_, Some(n), _) => format!("vxlan:{metro}/{n}"),
+        (_, _, Some(p)) => format!("pool:{}", pool_ident(p)),
+        _ => "?".into(),
+    }
+}
+
+/// One pool address of a profile: which port and slot, from which pool,
+/// and its identity.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PoolSlot<'a> {
+    /// The port.
+    pub port: &'a str,
+    /// The slot on the port (its place in the profile's lists).
+    pub slot: Slot,
+    /// The pool the address comes from.
+    pub pool: &'a PoolName,
+    /// What it is for (port, VLAN or elastic IP, pool), for people.
+    pub identity: String,
+    /// The identity's hash: [`SLOT_LABEL`] and the tail of the claim's name.
+    pub key: String,
+}
+
+impl PoolSlot<'_> {
+    /// The claim's name for machine `machine`.
+    pub fn claim_name(&self, machine: &str) -> String {
+        let what = match self.slot {
+            Slot::Vlan(_) => "vlan",
+            Slot::Elastic(_) => "elastic",
+        };
+        format!("{machine}-{}-{what}-{}", self.port, self.key)
+    }
+
+    /// The claim's name before claims were identified (by list index).
+    fn legacy_name(&self, machine: &str) -> String {
+        match self.slot {
+            Slot::Vlan(j) => format!("{machine}-{}-vlan-{j}", self.port),
+            Slot::Elastic(k) => format!("{machine}-{}-elastic-{k}", self.port),
+        }
+    }
+}
+
+/// Every pool address of the profile, one claim each (see the module
+/// docs for the identity).
+///
+/// ```
+/// use metal_ipam_core::capi::network::pool_slots;
+/// use metal_ipam_core::network::profile::Profile;
+/// let p = |vlans: serde_json::Value| Profile::from_json(&serde_json::json!(
+///     {"metro": "da", "ports": [{"name": "bond0", "vlans": vlans}]})).unwrap();
+/// let a = p(serde_json::json!([{"vxlan": 1011, "addresses": [{"pool": {"name": "nodes"}}]}]));
+/// let b = p(serde_json::json!([{"vxlan": 1010}, {"vxlan": 1011, "addresses": [{"pool": {"name": "nodes"}}]}]));
+/// let c = p(serde_json::json!([{"vxlan": 1011, "addresses": [{"pool": {"name": "stor"}}]}]));
+/// let key = |p: &Profile| pool_slots(p)[0].key.clone();
+/// assert_eq!(key(&a), key(&b), "a VLAN inserted before it changes nothing");
+/// assert_ne!(key(&a), key(&c), "another pool is another claim");
+/// assert_eq!(pool_slots(&a)[0].claim_name("m-0"), format!("m-0-bond0-vlan-{}", key(&a)));
+/// ```
+pub fn pool_slots(profile: &Profile) -> Vec<PoolSlot<'_>> {
+    let metro = profile
+        .metro
+        .as_deref()
+        .unwrap_or_default()
+        .to_ascii_lowercase();
+    let mut out = Vec::new();
+    for port in &profile.ports {
+        for (j, v) in port.vlans.iter().enumerate() {
+            if let Some(pool) = v.addresses.iter().find_map(|a| a.pool.as_ref()) {
+                let identity = format!(
+                    "{} vlan {} pool {}",
+                    port.name,
+                    vlan_ident(&v.vlan(), &metro),
+                    pool_ident(pool)
+                );
+                out.push((port.name.as_str(), Slot::Vlan(j), pool, identity));
+            }
+        }
+        for (k, e) in port.elastic_ips.iter().enumerate() {
+            let ordinal = port.elastic_ips[..k]
+                .iter()
+                .filter(|x| x.pool == e.pool)
+                .count();
+            let identity = format!(
+                "{} elastic-ip pool {} #{ordinal}",
+                port.name,
+                pool_ident(&e.pool)
+            );
+            out.push((port.name.as_str(), Slot::Elastic(k), &e.pool, identity));
+        }
+    }
+    out.into_iter()
+        .map(|(port, slot, pool, identity)| PoolSlot {
+            port,
+            slot,
+            pool,
+            key: format!("{:010x}", fnv(&identity) >> 24),
+            identity,
+        })
+        .collect()
+}
+
+/// A claim as the network step reads it.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct NetClaim {
+    metadata: ObjectMeta,
+    /// `spec.poolRef` (kind, name).
+    pool: (String, String),
+}
+
+impl Object for NetClaim {
+    fn from_json(v: &Value) -> Self {
+        let s = |p: &str| {
+            v.pointer(p)
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string()
+        };
+        NetClaim {
+            metadata: metadata(v),
+            pool: (s("/spec/poolRef/kind"), s("/spec/poolRef/name")),
+        }
+    }
+
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+}
+
+impl NetClaim {
+    fn of_machine(&self, machine: &str) -> bool {
+        self.metadata
+            .owner_references
+            .iter()
+            .any(|r| r.kind == "Machine" && r.name == machine)
+    }
+
+    fn is_from(&self, p: &PoolName) -> bool {
+        let kind = p.kind.as_deref().unwrap_or("MetalIPPool");
+        self.pool.0 == kind && self.pool.1 == p.name
+    }
+}
+
+/// The machine's labelled claims (one list of its namespace's claims with
+/// [`MACHINE_LABEL`]), owned by a Machine of that name.
+fn labelled_claims<H: HttpClient + ?Sized>(
     kube: &Kube<'_, H>,
     ns: &str,
     name: &str,
-) -> Result<Option<(String, Option<String>)>> {
-    let Some((machine, infra)) = machine_and_infra(kube, ns, name)? else {
-        return Ok(None);
-    };
-    let device = provider_of(&machine, infra.as_ref())
-        .and_then(device_of)
-        .map(str::to_string);
-    Ok(Some((machine.metadata.uid.unwrap_or_default(), device)))
+) -> Result<Vec<NetClaim>> {
+    let selector = format!("{MACHINE_LABEL}={}", machine_label(name));
+    Ok(kube
+        .list_as_selected::<NetClaim>(&kube::CLAIMS, Some(ns), Some(&selector))?
+        .into_iter()
+        .filter(|c| c.of_machine(name))
+        .collect())
 }
 
-/// The provider ID of the Machine, else of its infrastructure machine.
-fn provider_of<'a>(
-    machine: &'a MachineObject,
-    infra: Option<&'a MachineObject>,
-) -> Option<&'a str> {
-    machine
-        .provider_id
-        .as_deref()
-        .or_else(|| infra.and_then(|i| i.provider_id.as_deref()))
+/// Whether a claim name is one of `machine`'s profile claims by its name
+/// (both namings: `<machine>-<port>-vlan-…`, `<machine>-<port>-elastic-…`).
+fn named_for(claim: &str, machine: &str) -> bool {
+    claim.strip_prefix(machine).is_some_and(|rest| {
+        rest.starts_with('-') && (rest.contains("-vlan-") || rest.contains("-elastic-"))
+    })
 }
 
-/// Releases a machine's networking (its profile removed, or the machine
-/// leaving): the device goes back to Layer3 without VLANs (the same apply,
-/// towards [`Desired::teardown`]), then the machine's per-VLAN claims are
-/// deleted, so their addresses are released through the allocator. A
-/// machine that is gone has nothing left to release here: its claims go
-/// with it (owner references) and its device with it.
+/// What [`ensure_claims`] found and did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Claims {
+    /// Claims created.
+    pub created: usize,
+    /// Claims under the old naming adopted (labelled; addresses kept).
+    pub adopted: usize,
+    /// Claims that no longer match the profile (to delete once allowed).
+    pub stale: Vec<String>,
+}
+
+/// Makes the machine's claims match the profile: creates the claim of
+/// every pool address of the profile that has none, owned by the Machine
+/// (garbage-collected with it, so its address is released through the
+/// allocator) and labelled with its cluster, the machine and the slot;
+/// adopts claims of the old naming that still match; returns the claims
+/// that no longer match, for [`delete_stale`]. Names are checked before
+/// anything is created.
 ///
 /// # Idempotency
-/// As the apply: a released device makes no mutating call; deleting
-/// claims already gone changes nothing.
+/// A second call creates nothing and finds the same stale claims.
 ///
 /// # Errors
-/// As [`apply_machine`].
-pub fn release_machine<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
-    ctx: &Ctx<'_, K>,
+/// 422 for a claim name that is not a valid Kubernetes name (a machine
+/// name near the length limit); API server errors.
+pub fn ensure_claims<H: HttpClient + ?Sized>(
     kube: &Kube<'_, H>,
-    metal: &Metal<'_, H, E>,
-    batches: &dyn VlanBatches,
     ns: &str,
     name: &str,
-) -> Result<(Option<Report>, usize)> {
-    let Some((uid, device)) = read_device(kube, ns, name)? else {
-        return Ok((None, 0));
-    };
-    let report = match &device {
-        Some(d) => match apply::observe_device(metal, d)? {
-            Some(observed) => {
-                let r = apply::apply(ctx, metal, batches, d, &Desired::teardown(&observed))?;
-                if r.phase != apply::Phase::Converged {
-                    return Ok((Some(r), 0));
+    m: &MachineNetwork,
+) -> Result<Claims> {
+    let slots = pool_slots(&m.profile);
+    for s in &slots {
+        let claim = s.claim_name(name);
+        names::check_subdomain(&claim)
+            .map_err(|e| Error::invalid("metadata.name", format!("claim {claim}: {e}")))?;
+    }
+    let mut out = Claims::default();
+    let mut have = labelled_claims(kube, ns, name)?;
+    // Upgrade: no labelled claim yet, but the profile has pool addresses:
+    // the machine's claims of the old naming, once.
+    if have.is_empty() && !slots.is_empty() {
+        let legacy: Vec<NetClaim> = kube
+            .list_as::<NetClaim>(&kube::CLAIMS, Some(ns))?
+            .into_iter()
+            .filter(|c| c.of_machine(name) && named_for(&c.metadata.name, name))
+            .filter(|c| c.metadata.label(SLOT_LABEL).is_none() && !c.metadata.deleting())
+            .collect();
+        for c in legacy {
+            let slot = slots
+                .iter()
+                .find(|s| s.legacy_name(name) == c.metadata.name && c.is_from(s.pool));
+            match slot {
+                Some(s) => {
+                    let patch = json!({"metadata": {
+                        "labels": {MACHINE_LABEL: machine_label(name), SLOT_LABEL: s.key},
+                        "annotations": {SLOT_ANNOTATION: s.identity}}});
+                    let labelled =
+                        kube.merge_patch(&kube::CLAIMS, Some(ns), &c.metadata.name, false, &patch)?;
+                    have.push(NetClaim::from_json(&labelled));
+                    out.adopted += 1;
                 }
-                Some(r)
+                None => out.stale.push(c.metadata.name.clone()),
             }
-            None => None,
-        },
-        None => None,
-    };
-    Ok((report, delete_claims(kube, ns, name, &uid)?))
+        }
+    }
+    let keys: BTreeSet<&str> = slots.iter().map(|s| s.key.as_str()).collect();
+    for c in &have {
+        let current = c
+            .metadata
+            .label(SLOT_LABEL)
+            .is_some_and(|k| keys.contains(k));
+        if !current && !c.metadata.deleting() {
+            out.stale.push(c.metadata.name.clone());
+        }
+    }
+    for s in &slots {
+        if have
+            .iter()
+            .any(|c| c.metadata.label(SLOT_LABEL) == Some(s.key.as_str()))
+        {
+            // Ours already (or still going: created again once gone).
+            continue;
+        }
+        let claim = s.claim_name(name);
+        let mut labels = json!({MACHINE_LABEL: machine_label(name), SLOT_LABEL: s.key});
+        if let Some(c) = &m.cluster {
+            labels[crate::ipam::claim::CLUSTER_NAME_LABEL] = c.clone().into();
+        }
+        let object = json!({"apiVersion": kube::CLAIMS.api_version(), "kind": "IPAddressClaim",
+            "metadata": {"name": claim, "namespace": ns, "labels": labels,
+                "annotations": {SLOT_ANNOTATION: s.identity},
+                "ownerReferences": [{"apiVersion": kube::MACHINES.api_version(), "kind": "Machine",
+                    "name": name, "uid": m.uid, "controller": true, "blockOwnerDeletion": true}]},
+            "spec": {"poolRef": {"apiGroup": crate::ipam::pool::GROUP,
+                "kind": s.pool.kind.as_deref().unwrap_or("MetalIPPool"), "name": s.pool.name}}});
+        match kube.create(&kube::CLAIMS, Some(ns), &object) {
+            Ok(_) => out.created += 1,
+            Err(KubeError::Conflict(_)) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(out)
 }
 
-/// Deletes the claims the machine's profile made ([`claim_for`]: owned by
-/// the Machine `uid`, named after it), so their addresses are released
-/// through the allocator; returns how many. A profile's claims are found
-/// by name, not from the profile, which may be gone.
+/// Deletes claims [`ensure_claims`] found stale (their addresses are
+/// released through the allocator); returns how many were still there.
+///
+/// # Errors
+/// API server errors.
+pub fn delete_stale<H: HttpClient + ?Sized>(
+    kube: &Kube<'_, H>,
+    ns: &str,
+    stale: &[String],
+) -> Result<usize> {
+    let mut deleted = 0;
+    for c in stale {
+        if kube.delete(&kube::CLAIMS, Some(ns), c)? {
+            deleted += 1;
+        }
+    }
+    Ok(deleted)
+}
+
+/// Deletes every claim the profile made for the machine (owned by the
+/// Machine `uid`, labelled for it or named after it under either naming),
+/// so their addresses are released through the allocator; returns how
+/// many. A profile's claims are found without the profile, which may be
+/// gone. (One list of the namespace's claims.)
+///
+/// # Idempotency
+/// Claims already deleting are left alone: a second call deletes nothing.
 ///
 /// # Errors
 /// API server errors.
@@ -228,13 +610,12 @@ pub fn delete_claims<H: HttpClient + ?Sized>(
     uid: &str,
 ) -> Result<usize> {
     let claims: Vec<crate::kube::object::Meta> = kube.list_as(&kube::CLAIMS, Some(ns))?;
+    let label = machine_label(name);
     let mut deleted = 0;
     for c in claims {
         let m = &c.metadata;
         let ours = m.owned_by(uid)
-            && m.name.strip_prefix(name).is_some_and(|rest| {
-                rest.starts_with('-') && (rest.contains("-vlan-") || rest.contains("-elastic-"))
-            });
+            && (m.label(MACHINE_LABEL) == Some(label.as_str()) || named_for(&m.name, name));
         if ours && !m.deleting() {
             kube.delete(&kube::CLAIMS, Some(ns), &m.name)?;
             deleted += 1;
@@ -242,6 +623,63 @@ pub fn delete_claims<H: HttpClient + ?Sized>(
     }
     Ok(deleted)
 }
+
+/// Each slot's claim, if it has one: by label, or (before any claim is
+/// labelled) by its old name, owned by the Machine and from the slot's
+/// pool. Reads only.
+fn claims_of_slots<H: HttpClient + ?Sized>(
+    kube: &Kube<'_, H>,
+    ns: &str,
+    name: &str,
+    slots: &[PoolSlot<'_>],
+) -> Result<Vec<Option<String>>> {
+    let have = labelled_claims(kube, ns, name)?;
+    let mut out = Vec::new();
+    for s in slots {
+        let labelled = have.iter().find(|c| {
+            c.metadata.label(SLOT_LABEL) == Some(s.key.as_str()) && !c.metadata.deleting()
+        });
+        let found = match labelled {
+            Some(c) => Some(c.metadata.name.clone()),
+            None if have.is_empty() => {
+                let old = s.legacy_name(name);
+                kube.get_as::<NetClaim>(&kube::CLAIMS, Some(ns), &old)?
+                    .filter(|c| c.of_machine(name) && c.is_from(s.pool) && !c.metadata.deleting())
+                    .map(|_| old)
+            }
+            None => None,
+        };
+        out.push(found);
+    }
+    Ok(out)
+}
+
+/// The address with prefix of claim `claim`'s `IPAddress`, once bound, if
+/// it comes from `pool`.
+fn bound_address<H: HttpClient + ?Sized>(
+    kube: &Kube<'_, H>,
+    ns: &str,
+    claim: &str,
+    pool: &PoolName,
+) -> Result<Option<String>> {
+    let Some(v) = kube.get(&kube::IP_ADDRESSES, Some(ns), claim)? else {
+        return Ok(None);
+    };
+    let kind = v.pointer("/spec/poolRef/kind").and_then(Value::as_str);
+    let pool_name = v.pointer("/spec/poolRef/name").and_then(Value::as_str);
+    if kind != Some(pool.kind.as_deref().unwrap_or("MetalIPPool"))
+        || pool_name != Some(pool.name.as_str())
+    {
+        return Ok(None);
+    }
+    let address = v.pointer("/spec/address").and_then(Value::as_str);
+    let prefix = v.pointer("/spec/prefix").and_then(Value::as_u64);
+    Ok(address.zip(prefix).map(|(a, p)| format!("{a}/{p}")))
+}
+
+// ---------------------------------------------------------------------------
+// VLANs, plan, apply
+// ---------------------------------------------------------------------------
 
 /// The profile's VLANs, resolved: (reference, UUID, number).
 type Resolved = Vec<(VlanRef, String, u16)>;
@@ -321,23 +759,23 @@ fn pool_id(p: &PoolName, ns: &str) -> PoolId {
     }
 }
 
-fn desired<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
+/// The desired state of the device's ports, from the profile and what
+/// `observed` shows.
+fn desired_on<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
     ctx: &Ctx<'_, K>,
     metal: &Metal<'_, H, E>,
     ns: &str,
     m: &MachineNetwork,
-    device: &str,
-) -> Result<(Desired, Observed)> {
+    observed: &Observed,
+) -> Result<Desired> {
     let resolved = resolve_vlans(ctx, metal, ns, &m.profile)?;
-    let observed = apply::observe(metal, device)?;
     let lookup = |r: &VlanRef| {
         resolved
             .iter()
             .find(|(x, _, _)| x == r)
             .map(|(_, id, _)| id.clone())
     };
-    let desired = Desired::from_profile(&m.profile, observed.eth_ports(), &lookup)?;
-    Ok((desired, observed))
+    Desired::from_profile(&m.profile, observed.eth_ports(), &lookup)
 }
 
 fn device_or_conflict(m: &MachineNetwork, ns: &str, name: &str) -> Result<String> {
@@ -347,106 +785,6 @@ fn device_or_conflict(m: &MachineNetwork, ns: &str, name: &str) -> Result<String
             format!("Machine {ns}/{name} has no device yet (spec.providerID)"),
         )
     })
-}
-
-/// The name of the claim for the address of machine `machine` on VLAN
-/// `j` of `port` (an `IPAddressClaim`, and so its `IPAddress`).
-///
-/// ```
-/// use metal_ipam_core::capi::network::claim_name;
-/// assert_eq!(claim_name("md-0-x7f", "bond0", 1), "md-0-x7f-bond0-vlan-1");
-/// ```
-pub fn claim_name(machine: &str, port: &str, j: usize) -> String {
-    claim_for(machine, port, Slot::Vlan(j))
-}
-
-/// The name of the claim for `slot` of `port` of machine `machine`: a
-/// VLAN's address ([`claim_name`]) or an elastic IP
-/// (`<machine>-<port>-elastic-<k>`); [`delete_claims`] finds them by these
-/// names.
-///
-/// ```
-/// use metal_ipam_core::capi::network::claim_for;
-/// use metal_ipam_core::network::node::Slot;
-/// assert_eq!(claim_for("md-0-x7f", "bond0", Slot::Elastic(0)), "md-0-x7f-bond0-elastic-0");
-/// ```
-pub fn claim_for(machine: &str, port: &str, slot: Slot) -> String {
-    match slot {
-        Slot::Vlan(j) => format!("{machine}-{port}-vlan-{j}"),
-        Slot::Elastic(k) => format!("{machine}-{port}-elastic-{k}"),
-    }
-}
-
-/// Every pool address of the profile: its port, slot and pool (one claim
-/// each).
-fn pool_slots(profile: &Profile) -> Vec<(&str, Slot, &PoolName)> {
-    let mut out = Vec::new();
-    for port in &profile.ports {
-        for (j, v) in port.vlans.iter().enumerate() {
-            if let Some(pool) = v.addresses.iter().find_map(|a| a.pool.as_ref()) {
-                out.push((port.name.as_str(), Slot::Vlan(j), pool));
-            }
-        }
-        for (k, e) in port.elastic_ips.iter().enumerate() {
-            out.push((port.name.as_str(), Slot::Elastic(k), &e.pool));
-        }
-    }
-    out
-}
-
-/// Creates the `IPAddressClaim` of every pool address of the profile that
-/// does not exist yet, owned by the Machine (garbage-collected with it, so
-/// its address is released through the allocator) and labelled with its
-/// cluster. Returns how many it created.
-///
-/// # Errors
-/// 422 for a claim name that is not a valid Kubernetes name (a machine
-/// name near the length limit); API server errors.
-pub fn ensure_claims<H: HttpClient + ?Sized>(
-    kube: &Kube<'_, H>,
-    ns: &str,
-    name: &str,
-    m: &MachineNetwork,
-) -> Result<usize> {
-    let mut created = 0;
-    for (port, slot, pool) in pool_slots(&m.profile) {
-        let claim = claim_for(name, port, slot);
-        crate::kube::names::check_subdomain(&claim)
-            .map_err(|e| Error::invalid("metadata.name", format!("claim {claim}: {e}")))?;
-        if kube.get(&kube::CLAIMS, Some(ns), &claim)?.is_some() {
-            continue;
-        }
-        let mut meta = json!({"name": claim, "namespace": ns,
-            "ownerReferences": [{"apiVersion": kube::MACHINES.api_version(), "kind": "Machine",
-                "name": name, "uid": m.uid, "controller": true, "blockOwnerDeletion": true}]});
-        if let Some(c) = &m.cluster {
-            meta["labels"] = json!({ crate::ipam::claim::CLUSTER_NAME_LABEL: c });
-        }
-        let object = json!({"apiVersion": kube::CLAIMS.api_version(), "kind": "IPAddressClaim",
-            "metadata": meta,
-            "spec": {"poolRef": {"apiGroup": crate::ipam::pool::GROUP,
-                "kind": pool.kind.as_deref().unwrap_or("MetalIPPool"), "name": pool.name}}});
-        match kube.create(&kube::CLAIMS, Some(ns), &object) {
-            Ok(_) => created += 1,
-            Err(crate::kube::KubeError::Conflict(_)) => {}
-            Err(e) => return Err(e.into()),
-        }
-    }
-    Ok(created)
-}
-
-/// The address with prefix of claim `claim`'s `IPAddress`, once bound.
-fn bound_address<H: HttpClient + ?Sized>(
-    kube: &Kube<'_, H>,
-    ns: &str,
-    claim: &str,
-) -> Result<Option<String>> {
-    let Some(v) = kube.get(&kube::IP_ADDRESSES, Some(ns), claim)? else {
-        return Ok(None);
-    };
-    let address = v.pointer("/spec/address").and_then(Value::as_str);
-    let prefix = v.pointer("/spec/prefix").and_then(Value::as_u64);
-    Ok(address.zip(prefix).map(|(a, p)| format!("{a}/{p}")))
 }
 
 /// The plan for the machine's device, changing nothing (`dryRun`).
@@ -463,7 +801,8 @@ pub fn plan_machine<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
 ) -> Result<Value> {
     let m = read_machine(kube, ns, name)?;
     let device = device_or_conflict(&m, ns, name)?;
-    let (desired, observed) = desired(ctx, metal, ns, &m, &device)?;
+    let observed = apply::observe(metal, &device)?;
+    let desired = desired_on(ctx, metal, ns, &m, &observed)?;
     let steps = crate::network::plan::plan(&observed, &desired)?;
     Ok(
         json!({"machine": format!("{ns}/{name}"), "profile": m.profile_name, "device": device,
@@ -472,15 +811,61 @@ pub fn plan_machine<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
     )
 }
 
+/// What applying a profile to a device came to.
+enum Outcome {
+    /// The apply ran (converged or in progress).
+    Applied(Report),
+    /// The operator released the device meanwhile (nothing called).
+    Released,
+    /// The device is gone: record forgotten, claims deleted (how many).
+    Gone(usize),
+}
+
+/// The claims, then the profile applied to the device, then (once
+/// converged) the stale claims deleted. A device found gone is forgotten
+/// and the machine's claims deleted.
+#[allow(clippy::too_many_arguments)]
+fn apply_on_device<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
+    ctx: &Ctx<'_, K>,
+    kube: &Kube<'_, H>,
+    metal: &Metal<'_, H, E>,
+    batches: &dyn VlanBatches,
+    ns: &str,
+    name: &str,
+    m: &MachineNetwork,
+    device: &str,
+) -> Result<Outcome> {
+    let Some(observed) = apply::observe_device(metal, device)? else {
+        apply::forget(ctx.kv, device)?;
+        return Ok(Outcome::Gone(delete_claims(kube, ns, name, &m.uid)?));
+    };
+    // The per-VLAN claims first: their addresses are allocated while the
+    // device is on its way.
+    let claims = ensure_claims(kube, ns, name, m)?;
+    let desired = desired_on(ctx, metal, ns, m, &observed)?;
+    let Some(report) = apply::apply_profile(ctx, metal, batches, device, &desired)? else {
+        return Ok(Outcome::Released);
+    };
+    if report.phase == apply::Phase::Converged {
+        delete_stale(kube, ns, &claims.stale)?;
+    }
+    Ok(Outcome::Applied(report))
+}
+
 /// Applies the machine's profile to its device (see
-/// [`crate::network::apply::apply`]; VLAN batches through `batches`).
+/// [`crate::network::apply::apply`]; VLAN batches through `batches`): what
+/// `POST …/network` asks, explicitly, so it withdraws an operator's
+/// release of the device first. (Events, reconcile and the poll use
+/// [`sync_machine`], which honours that release.)
 ///
 /// # Idempotency
 /// As [`crate::network::apply::apply`]: a converged device makes no
 /// mutating call.
 ///
 /// # Errors
-/// As [`plan_machine`]; 409 `VlanBatchFailed`.
+/// As [`plan_machine`] (a device that is gone: 404 `DeviceNotFound`, its
+/// record forgotten and the machine's claims deleted); 409
+/// `VlanBatchFailed`, `VlanBatchRefused`, `PortChangeRefused`.
 pub fn apply_machine<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
     ctx: &Ctx<'_, K>,
     kube: &Kube<'_, H>,
@@ -490,31 +875,97 @@ pub fn apply_machine<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
     name: &str,
 ) -> Result<(Report, String)> {
     let m = read_machine(kube, ns, name)?;
-    apply_network(ctx, kube, metal, batches, ns, name, &m)
+    let device = device_or_conflict(&m, ns, name)?;
+    apply::clear_released(ctx, &device)?;
+    match apply_on_device(ctx, kube, metal, batches, ns, name, &m, &device)? {
+        Outcome::Applied(r) => Ok((r, device)),
+        Outcome::Released => Ok((
+            Report {
+                phase: apply::Phase::InProgress {
+                    waiting: "the operator released this device meanwhile".into(),
+                    retry_after: apply::POLL_S,
+                },
+                remaining: Vec::new(),
+                issued: Vec::new(),
+            },
+            device,
+        )),
+        Outcome::Gone(_) => Err(apply::device_not_found(&device)),
+    }
 }
 
-/// [`apply_machine`] for a machine already read.
-fn apply_network<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
+/// Releases the device's network: the device back to Layer3 without VLANs
+/// (the same apply, towards [`Desired::teardown`]), then the machine's
+/// claims deleted. `(report, claims deleted)`: `report` is `None` when the
+/// device is gone; in progress while a step runs (no claim deleted yet).
+fn release_device<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
+    ctx: &Ctx<'_, K>,
+    kube: &Kube<'_, H>,
+    metal: &Metal<'_, H, E>,
+    batches: &dyn VlanBatches,
+    (ns, name, uid): (&str, &str, &str),
+    device: &str,
+) -> Result<(Option<Report>, usize)> {
+    let Some(observed) = apply::observe_device(metal, device)? else {
+        apply::forget(ctx.kv, device)?;
+        return Ok((None, delete_claims(kube, ns, name, uid)?));
+    };
+    let r = apply::apply(ctx, metal, batches, device, &Desired::teardown(&observed))?;
+    if r.phase != apply::Phase::Converged {
+        return Ok((Some(r), 0));
+    }
+    Ok((Some(r), delete_claims(kube, ns, name, uid)?))
+}
+
+/// Releases a machine's networking at the operator's request (`DELETE
+/// …/network`): records the release in the device's apply record (so
+/// nothing re-applies the profile while the annotation stays as it is; see
+/// the module docs), brings the device back to Layer3 without VLANs, then
+/// deletes the machine's claims (their addresses released through the
+/// allocator) and marks the release done. A machine that is gone has
+/// nothing left to release here (its claims go with it); one without a
+/// device has only its claims deleted.
+///
+/// # Idempotency
+/// As the apply: a released device makes no mutating call; deleting
+/// claims already gone changes nothing.
+///
+/// # Errors
+/// As [`apply_machine`] (a device that is gone is released: its record
+/// forgotten and the claims deleted).
+pub fn release_machine<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
     ctx: &Ctx<'_, K>,
     kube: &Kube<'_, H>,
     metal: &Metal<'_, H, E>,
     batches: &dyn VlanBatches,
     ns: &str,
     name: &str,
-    m: &MachineNetwork,
-) -> Result<(Report, String)> {
-    // The per-VLAN claims first: their addresses are allocated while the
-    // device is still on its way.
-    ensure_claims(kube, ns, name, m)?;
-    let device = device_or_conflict(m, ns, name)?;
-    let (desired, _) = desired(ctx, metal, ns, m, &device)?;
-    Ok((
-        apply::apply(ctx, metal, batches, &device, &desired)?,
-        device,
-    ))
+) -> Result<(Option<Report>, usize)> {
+    let Some((machine, infra)) = machine_and_infra(kube, ns, name)? else {
+        return Ok((None, 0));
+    };
+    let uid = machine.metadata.uid.clone().unwrap_or_default();
+    let Some(device) = device_in(&machine, infra.as_ref())? else {
+        return Ok((None, delete_claims(kube, ns, name, &uid)?));
+    };
+    // The annotation as it is (not checked: a bad one is released too).
+    let profile = machine.metadata.annotation(PROFILE_ANNOTATION).or_else(|| {
+        infra
+            .as_ref()
+            .and_then(|i| i.metadata.annotation(PROFILE_ANNOTATION))
+    });
+    apply::mark_released(ctx, &device, profile, ctx.env.now())?;
+    let (report, deleted) = release_device(ctx, kube, metal, batches, (ns, name, &uid), &device)?;
+    if report
+        .as_ref()
+        .is_some_and(|r| r.phase == apply::Phase::Converged)
+    {
+        apply::release_done(ctx, &device)?;
+    }
+    Ok((report, deleted))
 }
 
-/// What [`sync_machine`] did with a Machine's event.
+/// What [`sync_machine`] did with a Machine.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Synced {
     /// The Machine is gone, or going (its claims go with it, its device
@@ -522,30 +973,78 @@ pub enum Synced {
     Absent,
     /// No profile, and nothing of ours on its device: nothing to do.
     Ignored,
-    /// A profile but no device yet: the Metal poll applies it once the
-    /// device is active.
+    /// A profile but no device yet: its claims made; the Metal poll (or
+    /// the next sync) applies it once the device is active.
     WaitingForDevice,
     /// The profile applied (converged or in progress).
     Applied(Report),
-    /// The profile removed (annotation gone, or the profile object
-    /// deleted) from a machine whose device we configured: released
-    /// (`None` once done, with the claims deleted).
+    /// The annotation removed from a machine whose device we configured,
+    /// or the operator's release not done yet: released (`None` once
+    /// done, with the claims deleted).
     Released(Option<Report>, usize),
+    /// The operator released the device (`DELETE …/network`) and the
+    /// annotation is as it was then: left alone, no Metal call.
+    ReleasedByOperator,
+    /// The device is gone: its record forgotten, the Machine's claims
+    /// deleted (how many).
+    DeviceGone(usize),
 }
 
-/// Syncs a Machine after an event about it: applies its profile, or
-/// releases its networking when the profile was removed (the annotation
-/// dropped or the profile object deleted) and its device carries our
-/// apply record. Once a release has converged the record is forgotten, so
-/// later events about the Machine change nothing.
+impl Synced {
+    /// `absent`, `ignored`, `waiting-for-device`, `converged`,
+    /// `in-progress`, `releasing`, `released`, `released-by-operator` or
+    /// `device-gone` (bodies, logs, reports).
+    pub fn result(&self) -> &'static str {
+        match self {
+            Synced::Absent => "absent",
+            Synced::Ignored => "ignored",
+            Synced::WaitingForDevice => "waiting-for-device",
+            Synced::Applied(r) => r.phase.name(),
+            Synced::Released(Some(_), _) => "releasing",
+            Synced::Released(None, _) => "released",
+            Synced::ReleasedByOperator => "released-by-operator",
+            Synced::DeviceGone(_) => "device-gone",
+        }
+    }
+
+    /// The apply's report, when one ran.
+    pub fn report(&self) -> Option<&Report> {
+        match self {
+            Synced::Applied(r) | Synced::Released(Some(r), _) => Some(r),
+            _ => None,
+        }
+    }
+
+    /// Claims deleted, by a release or for a device that is gone.
+    pub fn claims_deleted(&self) -> Option<usize> {
+        match self {
+            Synced::Released(_, n) | Synced::DeviceGone(n) => Some(*n),
+            _ => None,
+        }
+    }
+}
+
+/// Converges one Machine's network (the one entry events, reconcile and
+/// the Metal poll use): applies its profile; leaves alone a device the
+/// operator released (`DELETE …/network`) while the annotation is as it
+/// was; releases the network when the annotation was removed from a
+/// machine whose device carries our apply record; keeps the network as it
+/// is when the profile is missing (an error naming it); treats a device
+/// that is gone as released. See the module docs.
 ///
 /// # Idempotency
-/// As [`apply_machine`] and [`release_machine`]; an event about a Machine
-/// without a profile and without our record makes no Metal call.
+/// As [`apply_machine`] and [`release_machine`]; a Machine without a
+/// profile and without our record costs one read of it (and its
+/// infrastructure machine) and no Metal call; a released one also one
+/// store read.
 ///
 /// # Errors
-/// As [`apply_machine`] (but a missing device or profile is an outcome,
-/// not an error).
+/// Per machine, for the caller to report without stopping: 404
+/// `ProfileNotFound` (the network is left as it is), `VlanNotFound`; 422
+/// for an annotation, infrastructure reference or provider ID that is not
+/// valid, or a profile that does not validate; 409 `NetworkFrozen`,
+/// `VlanBatchFailed`, `VlanBatchRefused`, `PortChangeRefused`; Metal, store
+/// and API server errors.
 pub fn sync_machine<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
     ctx: &Ctx<'_, K>,
     kube: &Kube<'_, H>,
@@ -560,47 +1059,245 @@ pub fn sync_machine<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
     if machine.metadata.deleting() {
         return Ok(Synced::Absent);
     }
-    match network_of(kube, ns, name, &machine, infra.as_ref()) {
-        Ok(m) if m.device.is_none() => {
-            ensure_claims(kube, ns, name, &m)?;
-            Ok(Synced::WaitingForDevice)
+    let uid = machine.metadata.uid.clone().unwrap_or_default();
+    let annotation = annotation_of(ns, name, &machine, infra.as_ref())?;
+    let device = device_in(&machine, infra.as_ref())?;
+    let record = match &device {
+        Some(d) => apply::read_existing(ctx.kv, d)?,
+        None => None,
+    };
+    let Some(profile_name) = annotation else {
+        // Opted out: release what we configured, then forget the record.
+        let (Some(d), Some(rec)) = (&device, record) else {
+            return Ok(Synced::Ignored);
+        };
+        if rec.released.as_ref().is_some_and(|r| r.done) {
+            apply::forget(ctx.kv, d)?;
+            return Ok(Synced::Ignored);
         }
-        Ok(m) => Ok(Synced::Applied(
-            apply_network(ctx, kube, metal, batches, ns, name, &m)?.0,
-        )),
-        Err(e) if matches!(e.reason(), "NoNetworkProfile" | "ProfileNotFound") => {
-            let device = provider_of(&machine, infra.as_ref())
-                .and_then(device_of)
-                .map(str::to_string);
-            let ours = match &device {
-                Some(d) => apply::has_record(ctx.kv, d)?,
-                None => false,
+        let (report, deleted) = release_device(ctx, kube, metal, batches, (ns, name, &uid), d)?;
+        let done = report
+            .as_ref()
+            .is_none_or(|r| r.phase == apply::Phase::Converged);
+        if !done {
+            return Ok(Synced::Released(report, deleted));
+        }
+        apply::forget(ctx.kv, d)?;
+        return Ok(Synced::Released(None, deleted));
+    };
+    if let (Some(d), Some(released)) = (&device, record.as_ref().and_then(|r| r.released.as_ref()))
+    {
+        if released.profile.as_deref() == Some(profile_name.as_str()) {
+            if released.done {
+                return Ok(Synced::ReleasedByOperator);
+            }
+            // The operator's release, not finished: carry it on.
+            let (report, deleted) = release_device(ctx, kube, metal, batches, (ns, name, &uid), d)?;
+            return match report {
+                Some(r) if r.phase == apply::Phase::Converged => {
+                    apply::release_done(ctx, d)?;
+                    Ok(Synced::Released(None, deleted))
+                }
+                Some(r) => Ok(Synced::Released(Some(r), deleted)),
+                None => Ok(Synced::DeviceGone(deleted)),
             };
-            if !ours {
-                return Ok(Synced::Ignored);
-            }
-            let (report, deleted) = release_machine(ctx, kube, metal, batches, ns, name)?;
-            let done = report
-                .as_ref()
-                .is_none_or(|r| r.phase == apply::Phase::Converged);
-            if !done {
-                return Ok(Synced::Released(report, deleted));
-            }
-            if let Some(d) = &device {
-                apply::forget(ctx.kv, d)?;
-            }
-            Ok(Synced::Released(None, deleted))
         }
-        Err(e) => Err(e),
+        // The annotation changed since: the release is withdrawn.
+        apply::clear_released(ctx, d)?;
+    }
+    let applied = record.is_some().then_some(device.as_deref()).flatten();
+    let m = network_of(kube, ns, &machine, profile_name, device.clone(), applied)?;
+    let Some(d) = &device else {
+        let claims = ensure_claims(kube, ns, name, &m)?;
+        delete_stale(kube, ns, &claims.stale)?;
+        return Ok(Synced::WaitingForDevice);
+    };
+    match apply_on_device(ctx, kube, metal, batches, ns, name, &m, d)? {
+        Outcome::Applied(r) => Ok(Synced::Applied(r)),
+        Outcome::Released => Ok(Synced::ReleasedByOperator),
+        Outcome::Gone(n) => Ok(Synced::DeviceGone(n)),
     }
 }
+
+// ---------------------------------------------------------------------------
+// Which Machines
+// ---------------------------------------------------------------------------
+
+/// Every object of a kind; none when the API server does not serve it (a
+/// cluster without CAPI's Machines or CAPP's `PacketMachine`s).
+fn list_or_none<H: HttpClient + ?Sized, T: Object>(
+    kube: &Kube<'_, H>,
+    r: &kube::Resource,
+    ns: Option<&str>,
+) -> Result<Vec<T>> {
+    match kube.list_as(r, ns) {
+        Ok(v) => Ok(v),
+        Err(KubeError::NotFound(_)) => Ok(Vec::new()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// A Machine, the profile annotation it is opted in by (its own, else its
+/// `PacketMachine`'s; unchecked) and its device.
+struct Listed {
+    machine: MachineObject,
+    profile: Option<String>,
+    device: Option<String>,
+}
+
+/// The Machines of a namespace (or of all, `None`), not deleting, as
+/// [`Listed`]. Two lists (Machines, `PacketMachine`s; a cluster without
+/// CAPP's kind has none).
+fn machines_with_profiles<H: HttpClient + ?Sized>(
+    kube: &Kube<'_, H>,
+    ns: Option<&str>,
+) -> Result<Vec<Listed>> {
+    let machines: Vec<MachineObject> = list_or_none(kube, &kube::MACHINES, ns)?;
+    let infra: Vec<MachineObject> = list_or_none(kube, &kube::PACKET_MACHINES, ns)?;
+    let mut out = Vec::new();
+    for m in machines {
+        if m.metadata.deleting() {
+            continue;
+        }
+        let pm = match &m.infrastructure {
+            Some((kind, iname)) if kind == "PacketMachine" => infra.iter().find(|i| {
+                i.metadata.name == *iname && i.metadata.namespace == m.metadata.namespace
+            }),
+            _ => None,
+        };
+        let profile = m
+            .metadata
+            .annotation(PROFILE_ANNOTATION)
+            .or_else(|| pm.and_then(|i| i.metadata.annotation(PROFILE_ANNOTATION)))
+            .map(str::to_string);
+        let device = provider_of(&m, pm).and_then(device_of).map(str::to_string);
+        out.push(Listed {
+            machine: m,
+            profile,
+            device,
+        });
+    }
+    Ok(out)
+}
+
+/// The Machines of namespace `ns` that use profile `profile` (their
+/// annotation, or their `PacketMachine`'s, names it), sorted: what a
+/// profile's event is routed to, and what keeps the webhook from deleting
+/// it.
+///
+/// # Errors
+/// API server errors.
+pub fn machines_using<H: HttpClient + ?Sized>(
+    kube: &Kube<'_, H>,
+    ns: &str,
+    profile: &str,
+) -> Result<Vec<String>> {
+    let mut out: Vec<String> = machines_with_profiles(kube, Some(ns))?
+        .into_iter()
+        .filter(|l| l.profile.as_deref() == Some(profile))
+        .map(|l| l.machine.metadata.name)
+        .collect();
+    out.sort();
+    Ok(out)
+}
+
+/// The Machines of namespace `ns` whose `spec.infrastructureRef` is the
+/// `PacketMachine` `pm` (what its event is routed to). One list.
+///
+/// # Errors
+/// API server errors.
+pub fn machines_of_packet_machine<H: HttpClient + ?Sized>(
+    kube: &Kube<'_, H>,
+    ns: &str,
+    pm: &str,
+) -> Result<Vec<String>> {
+    let machines: Vec<MachineObject> = list_or_none(kube, &kube::MACHINES, Some(ns))?;
+    let mut out: Vec<String> = machines
+        .into_iter()
+        .filter(|m| {
+            m.infrastructure
+                .as_ref()
+                .is_some_and(|(k, n)| k == "PacketMachine" && n == pm)
+        })
+        .map(|m| m.metadata.name)
+        .collect();
+    out.sort();
+    Ok(out)
+}
+
+/// What [`machines_to_sync`] found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ToSync {
+    /// `(namespace, name)` of every Machine to sync: opted in, or on a
+    /// device with our apply record (a release to finish, or to remember).
+    pub machines: Vec<(String, String)>,
+    /// Claims deleted of Machines that are not opted in and whose device
+    /// has no record of ours (claims made while a Machine waited for its
+    /// device, then its annotation removed).
+    pub claims_deleted: usize,
+}
+
+/// The Machines a full reconciliation syncs (see [`ToSync`]), from two
+/// lists (Machines, `PacketMachine`s) and one key listing; `claims` are
+/// the claims the reconciliation listed, whose profile claims of Machines
+/// that are neither opted in nor applied to are deleted here.
+///
+/// # Idempotency
+/// Claims already deleting are left alone.
+///
+/// # Errors
+/// API server and store errors.
+pub fn machines_to_sync<'c, K: KvStore, H: HttpClient + ?Sized>(
+    ctx: &Ctx<'_, K>,
+    kube: &Kube<'_, H>,
+    claims: impl Iterator<Item = &'c ObjectMeta>,
+) -> Result<ToSync> {
+    let machines = machines_with_profiles(kube, None)?;
+    let recorded: BTreeSet<String> = apply::devices(ctx.kv)?.into_iter().collect();
+    let mut out = ToSync::default();
+    let mut idle: Vec<(String, String, String)> = Vec::new();
+    for Listed {
+        machine: m,
+        profile,
+        device,
+    } in &machines
+    {
+        let ns = m.metadata.namespace.clone().unwrap_or_default();
+        let name = m.metadata.name.clone();
+        if profile.is_some() || device.as_ref().is_some_and(|d| recorded.contains(d)) {
+            out.machines.push((ns, name));
+        } else if let Some(uid) = &m.metadata.uid {
+            idle.push((ns, name, uid.clone()));
+        }
+    }
+    for c in claims {
+        if c.deleting() {
+            continue;
+        }
+        let ns = c.namespace.as_deref().unwrap_or_default();
+        let orphan = idle.iter().any(|(ins, name, uid)| {
+            ins == ns
+                && c.owned_by(uid)
+                && (c.label(MACHINE_LABEL) == Some(machine_label(name).as_str())
+                    || named_for(&c.name, name))
+        });
+        if orphan && kube.delete(&kube::CLAIMS, Some(ns), &c.name)? {
+            out.claims_deleted += 1;
+        }
+    }
+    Ok(out)
+}
+
+// ---------------------------------------------------------------------------
+// The node's configuration
+// ---------------------------------------------------------------------------
 
 /// The node's OS network configuration in `format`, from the profile (no
 /// device needed), and the addresses still pending.
 ///
-/// Addresses from pools are those of the machine's per-VLAN claims
-/// ([`claim_name`], created by the apply); a claim not bound yet is
-/// listed as pending.
+/// Addresses from pools are those of the machine's claims of the profile's
+/// current slots (see the module docs) whose `IPAddress` comes from the
+/// slot's pool; any other slot is listed as pending.
 ///
 /// # Errors
 /// As [`read_machine`]; 404 `VlanNotFound`; Metal errors.
@@ -616,10 +1313,13 @@ pub fn netconfig<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
     let resolved = resolve_vlans(ctx, metal, ns, &m.profile)?;
     let vxlan_of = |r: &VlanRef| resolved.iter().find(|(x, _, _)| x == r).map(|(_, _, n)| *n);
     // The claims' addresses, read once (the callback cannot fail).
+    let slots = pool_slots(&m.profile);
+    let claims = claims_of_slots(kube, ns, name, &slots)?;
     let mut bound: Vec<(String, Slot, String)> = Vec::new();
-    for (port, slot, _) in pool_slots(&m.profile) {
-        if let Some(a) = bound_address(kube, ns, &claim_for(name, port, slot))? {
-            bound.push((port.to_string(), slot, a));
+    for (s, claim) in slots.iter().zip(claims) {
+        let Some(claim) = claim else { continue };
+        if let Some(a) = bound_address(kube, ns, &claim, s.pool)? {
+            bound.push((s.port.to_string(), s.slot, a));
         }
     }
     let address_of = |port: &str, slot: Slot, _: &PoolName| {

@@ -31,7 +31,7 @@ use super::network::{delete_claims, sync_machine, Synced};
 use super::objects::MachineObject;
 use crate::error::Result;
 use crate::kube::{self, Kube};
-use crate::kv::{keys, Ctx};
+use crate::kv::Ctx;
 use crate::metal::client::Metal;
 use crate::network::batch::VlanBatches;
 use crate::ports::http::HttpClient;
@@ -114,11 +114,9 @@ fn known_devices<K: KvStore>(
             }
         }
     }
-    for k in kv.list_keys()? {
-        if let Some(d) = keys::parse_net_device(&k) {
-            if !out.iter().any(|x| x == d) {
-                out.push(d.to_string());
-            }
+    for d in crate::network::apply::devices(kv)? {
+        if !out.contains(&d) {
+            out.push(d);
         }
     }
     Ok(out)
@@ -163,11 +161,7 @@ impl<H: HttpClient + ?Sized> Machines<'_, '_, H> {
 fn synced_name(s: &Synced) -> Option<&'static str> {
     match s {
         Synced::Ignored => None,
-        Synced::Absent => Some("absent"),
-        Synced::WaitingForDevice => Some("waiting-for-device"),
-        Synced::Applied(r) => Some(r.phase.name()),
-        Synced::Released(Some(_), _) => Some("releasing"),
-        Synced::Released(None, _) => Some("released"),
+        other => Some(other.result()),
     }
 }
 
@@ -283,6 +277,7 @@ pub fn poll<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
                         if let Some(n) = synced_name(&s) {
                             report.network.push((format!("{ns}/{name}"), n));
                         }
+                        report.network_claims_deleted += s.claims_deleted().unwrap_or(0);
                     }
                     Err(e) => report
                         .errors

@@ -15,7 +15,12 @@
 //!    alone), and never while an `IPAddress` holds the address;
 //! 4. reclaims leaked addresses: used in a pool record but held by no
 //!    binding, no intent and no `IPAddress` (left by versions before
-//!    intents, or by a store edited by hand).
+//!    intents, or by a store edited by hand);
+//! 5. lists the Machines to sync: every one opted into a network profile,
+//!    or on a device with our apply record (the `reconcile` component
+//!    forwards each to the `network` step, which converges it); and deletes
+//!    the profile claims of Machines that are neither
+//!    ([`crate::capi::network::machines_to_sync`]).
 //!
 //! It reports what it changed; errors on single objects are collected and
 //! reported without stopping the run.
@@ -58,6 +63,11 @@ pub struct Report {
     /// Claims in VRF-backed pools: the `assign` step keeps their Metal
     /// assignments (the `reconcile` component forwards each to it).
     pub metal_claims: Vec<(String, String)>,
+    /// Machines whose network the `network` step converges (the
+    /// `reconcile` component forwards each to it).
+    pub machines: Vec<(String, String)>,
+    /// Profile claims deleted of Machines no longer opted in.
+    pub network_claims_deleted: u32,
 }
 
 impl Report {
@@ -68,6 +78,7 @@ impl Report {
             "claims": self.claims,
             "bindingsReleased": self.bindings_released,
             "leaksReclaimed": self.leaks_reclaimed,
+            "networkClaimsDeleted": self.network_claims_deleted,
             "errors": self.errors,
             "kubeCalls": self.kube_calls,
         })
@@ -216,6 +227,16 @@ pub fn reconcile_all<K: KvStore, H: HttpClient + ?Sized>(
             Ok(n) => report.leaks_reclaimed += n,
             Err(e) => report.errors.push(format!("pool {}: {e}", id.display())),
         }
+    }
+
+    // Machines: those to sync, from the claims listed above.
+    let listed = snapshot.claims.values().map(|c| c.meta());
+    match capi::network::machines_to_sync(ctx, kube, listed) {
+        Ok(m) => {
+            report.machines = m.machines;
+            report.network_claims_deleted = u32::try_from(m.claims_deleted).unwrap_or(u32::MAX);
+        }
+        Err(e) => report.errors.push(format!("Machines (network): {e}")),
     }
     report.kube_calls = kube.calls() - before;
     Ok(report)

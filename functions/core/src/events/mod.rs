@@ -100,6 +100,8 @@
 //! | `ipam.metal-ipam.dev` | `MetalIPPool` | [`ObjectKind::Pool`]`(Namespaced)` | namespaced |
 //! | `ipam.metal-ipam.dev` | `GlobalMetalIPPool` | [`ObjectKind::Pool`]`(Global)` | cluster |
 //! | `cluster.x-k8s.io` | `Machine` | [`ObjectKind::Machine`] | namespaced |
+//! | `ipam.metal-ipam.dev` | `MetalNetworkProfile` | [`ObjectKind::NetworkProfile`] | namespaced |
+//! | `infrastructure.cluster.x-k8s.io` | `PacketMachine` | [`ObjectKind::PacketMachine`] | namespaced |
 //!
 //! Every other kind is ignored. Names must be DNS-1123 subdomains and
 //! namespaces DNS-1123 labels; a namespaced kind without a namespace, or a
@@ -122,6 +124,8 @@ use crate::ipam::claim::CAPI_IPAM_GROUP;
 
 /// The Cluster API core group (`Machine`).
 pub const CAPI_GROUP: &str = "cluster.x-k8s.io";
+/// The Cluster API infrastructure group (CAPP's `PacketMachine`).
+pub const INFRA_GROUP: &str = "infrastructure.cluster.x-k8s.io";
 use crate::ipam::pool::{self, PoolKind};
 use crate::kube::names;
 
@@ -149,6 +153,10 @@ pub enum ObjectKind {
     Pool(PoolKind),
     /// `cluster.x-k8s.io` `Machine` (its network profile).
     Machine,
+    /// `ipam.metal-ipam.dev` `MetalNetworkProfile` (the Machines using it).
+    NetworkProfile,
+    /// `infrastructure.cluster.x-k8s.io` `PacketMachine` (its Machine).
+    PacketMachine,
 }
 
 impl ObjectKind {
@@ -159,6 +167,8 @@ impl ObjectKind {
             ObjectKind::IpAddress => "IPAddress",
             ObjectKind::Pool(k) => k.kind_name(),
             ObjectKind::Machine => "Machine",
+            ObjectKind::NetworkProfile => crate::network::profile::KIND,
+            ObjectKind::PacketMachine => "PacketMachine",
         }
     }
 
@@ -177,6 +187,10 @@ impl ObjectKind {
     /// assert_eq!(ObjectKind::classify("ipam.metal-ipam.dev/v1alpha1", "GlobalMetalIPPool"),
     ///     Some(ObjectKind::Pool(PoolKind::Global)));
     /// assert_eq!(ObjectKind::classify("cluster.x-k8s.io/v1beta2", "Machine"), Some(ObjectKind::Machine));
+    /// assert_eq!(ObjectKind::classify("ipam.metal-ipam.dev/v1alpha1", "MetalNetworkProfile"),
+    ///     Some(ObjectKind::NetworkProfile));
+    /// assert_eq!(ObjectKind::classify("infrastructure.cluster.x-k8s.io/v1beta1", "PacketMachine"),
+    ///     Some(ObjectKind::PacketMachine));
     /// assert_eq!(ObjectKind::classify("v1", "ConfigMap"), None);
     /// ```
     pub fn classify(api_version: &str, kind: &str) -> Option<ObjectKind> {
@@ -184,8 +198,10 @@ impl ObjectKind {
         match (group, kind) {
             (CAPI_IPAM_GROUP, "IPAddressClaim") => Some(ObjectKind::Claim),
             (CAPI_IPAM_GROUP, "IPAddress") => Some(ObjectKind::IpAddress),
+            (pool::GROUP, crate::network::profile::KIND) => Some(ObjectKind::NetworkProfile),
             (pool::GROUP, k) => PoolKind::from_kind_name(k).map(ObjectKind::Pool),
             (CAPI_GROUP, "Machine") => Some(ObjectKind::Machine),
+            (INFRA_GROUP, "PacketMachine") => Some(ObjectKind::PacketMachine),
             _ => None,
         }
     }

@@ -19,7 +19,10 @@ use crate::kube::names;
 /// when the object names one of our pools, about that pool's status
 /// counts; pools go to `pools`, and a VRF-backed one (the object has
 /// `spec.metal`) to `provision` as well; Machines go to `network` (their
-/// network profile). (Whether a claim's pool is
+/// network profile); a `MetalNetworkProfile` or a `PacketMachine` goes to
+/// `network`, which names the Machines it concerns (those using the
+/// profile; those whose infrastructure machine it is), and the `events`
+/// component syncs each of them. (Whether a claim's pool is
 /// VRF-backed is not in the event: the claim step says so in its answer,
 /// and the `events` component then forwards to `assign`.)
 ///
@@ -84,6 +87,16 @@ pub fn route_event(ev: &ObjectEvent) -> Vec<(&'static str, String)> {
             "network",
             format!("/v1/capi/machines/{ns}/{}/network", ev.name),
         )],
+        // The Machines it concerns are listed by the network step (the
+        // event may be a Reference-mode one, or the object stale).
+        ObjectKind::NetworkProfile => vec![(
+            "network",
+            format!("/v1/capi/network-profiles/{ns}/{}", ev.name),
+        )],
+        ObjectKind::PacketMachine => vec![(
+            "network",
+            format!("/v1/capi/packet-machines/{ns}/{}", ev.name),
+        )],
         ObjectKind::Pool(kind) => {
             let tail = match kind {
                 PoolKind::Namespaced => format!("pools/{ns}/{}", ev.name),
@@ -102,5 +115,45 @@ pub fn route_event(ev: &ObjectEvent) -> Vec<(&'static str, String)> {
             }
             out
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::events::{parse, Outcome};
+    use serde_json::json;
+
+    fn routed(object: Value) -> Vec<(&'static str, String)> {
+        let body = json!({"type": "MODIFIED", "object": object}).to_string();
+        let Outcome::Object(ev) = parse(Some("application/json"), &|_| None, body.as_bytes())
+            .unwrap()
+            .outcome
+        else {
+            panic!("not an object event")
+        };
+        route_event(&ev)
+    }
+
+    /// Issue 17, finding 10: a profile's and a `PacketMachine`'s events
+    /// reach the network step (they were ignored), which names the
+    /// Machines they concern.
+    #[test]
+    fn profiles_and_packet_machines_go_to_the_network_step() {
+        let profile = json!({"apiVersion": "ipam.metal-ipam.dev/v1alpha1", "kind": "MetalNetworkProfile",
+            "metadata": {"name": "l2", "namespace": "team-a"}, "spec": {}});
+        assert_eq!(
+            routed(profile),
+            [("network", "/v1/capi/network-profiles/team-a/l2".to_string())]
+        );
+        let pm = json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "PacketMachine",
+            "metadata": {"name": "pm-1", "namespace": "team-a"}, "spec": {}});
+        assert_eq!(
+            routed(pm),
+            [(
+                "network",
+                "/v1/capi/packet-machines/team-a/pm-1".to_string()
+            )]
+        );
     }
 }

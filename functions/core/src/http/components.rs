@@ -7,12 +7,12 @@
 //! | `pools` | `/v1/pools…`, `/v1/global-pools…`; `POST /v1/capi/pools/{ns}/{name}`, `POST /v1/capi/global-pools/{name}` (pool sync) | yes | yes | — |
 //! | `allocate` | `POST /v1/claims`; `POST /v1/capi/claims/{ns}/{name}` (claim reconcile) | yes | yes | — |
 //! | `release` | `/v1/claims/{ns}/{name}`; `POST /v1/capi/claims/{ns}/{name}` (claim reconcile) | yes | yes | — |
-//! | `events` | `POST /v1/events` | no | no | `allocate`, `release`, `pools`, `provision`, `assign`, `network` (Machines) |
-//! | `admission` | `POST /v1/admission/pools`, `POST /v1/admission/network-profiles` | read | no | — |
-//! | `reconcile` | `POST /v1/reconcile` | yes | yes | `provision` (each VRF-backed pool), `assign` (each claim in one) |
+//! | `events` | `POST /v1/events` | no | no | `allocate`, `release`, `pools`, `provision`, `assign`, `network` (Machines; a profile's or a `PacketMachine`'s Machines, each) |
+//! | `admission` | `POST /v1/admission/pools`, `POST /v1/admission/network-profiles` | read | yes (lists the Machines of a profile being deleted) | — |
+//! | `reconcile` | `POST /v1/reconcile` | yes | yes | `provision` (each VRF-backed pool), `assign` (each claim in one), `network` (each opted-in Machine) |
 //! | `assign` | `POST /v1/capi/metal/claims/{ns}/{name}` (chained after a claim step that answers `metalAssignment`) and `POST /v1/metal/claims/{ns}/{name}` (public; 202 with `Retry-After` and `Location` while another instance assigns) | yes | yes | — (calls Metal) |
 //! | `poll` | `POST /v1/metal/poll` (CronJob: Metal events after the stored cursor) | yes | yes | `attach-vlan`, `detach-vlan` (a machine's network on a device that became active; calls Metal) |
-//! | `network` | `POST`/`DELETE /v1/machines/{ns}/{name}/network` (`?dryRun=true`), `GET /v1/machines/{ns}/{name}/netconfig?format=`; `POST /v1/capi/machines/{ns}/{name}/network` (a Machine's event, chained) | yes | yes | `attach-vlan`, `detach-vlan` (VLAN batches; calls Metal for the rest) |
+//! | `network` | `POST`/`DELETE /v1/machines/{ns}/{name}/network` (`?dryRun=true`), `GET /v1/machines/{ns}/{name}/netconfig?format=`; `POST /v1/capi/machines/{ns}/{name}/network` (sync one Machine, chained from `events` and `reconcile`), `POST /v1/capi/network-profiles/{ns}/{name}` and `POST /v1/capi/packet-machines/{ns}/{name}` (the Machines a profile's or a `PacketMachine`'s event concerns, chained from `events`) | yes | yes | `attach-vlan`, `detach-vlan` (VLAN batches; calls Metal for the rest) |
 //! | `attach-vlan`, `detach-vlan` | `POST /v1/metal/ports/{port}/vlan-batches` (private: chained from `network` and `poll`) | no | no | — (calls Metal) |
 //! | `provision` | `POST /v1/capi/metal/pools/{ns}/{name}`, `POST /v1/capi/metal/global-pools/{name}` (VRF-backed pool sync, chained), and the same step at `POST /v1/metal/pools/{ns}/{name}`, `/v1/metal/global-pools/{name}` (public; 202 with `Retry-After` and `Location` while Metal works) | yes | yes | — (calls Metal; with `assign`, `poll`, `network`, `attach-vlan` and `detach-vlan`, the only components with the Metal token) |
 //!
@@ -378,9 +378,11 @@ pub fn poll<K: KvStore, H: HttpClient + ?Sized>(
 ///   profile to its device; 200 when converged, 202 with `Retry-After` and
 ///   `Location` (this URL) while a step runs or another instance holds the
 ///   device. `?dryRun=true`: 200 with the plan, nothing changed.
-/// - `DELETE` of the same URL releases it: the device back to Layer3
+/// - `DELETE` of the same URL releases it: the release is recorded (events,
+///   reconcile and the poll leave the device alone until the annotation
+///   changes or a `POST` asks to apply again), the device back to Layer3
 ///   without VLANs (202 while that runs), then the machine's per-VLAN
-///   claims deleted (200).
+///   claims deleted (200). A `POST` withdraws the release.
 /// - `GET /v1/machines/{ns}/{name}/netconfig?format=netplan|ifupdown|cloud-init|shell`:
 ///   the node's OS configuration as text (`X-Metal-IPAM-Pending` counts the
 ///   pool addresses not rendered yet).
@@ -398,6 +400,12 @@ pub fn network<K: KvStore, H: HttpClient + ?Sized>(
             (ns.to_string(), name.to_string(), *what)
         }
         ["v1", "capi", "machines", ns, name, "network"] => return machine_sync(s, req, ns, name),
+        ["v1", "capi", "network-profiles", ns, name] => {
+            return machines_of(s, req, Concerned::Profile, ns, name)
+        }
+        ["v1", "capi", "packet-machines", ns, name] => {
+            return machines_of(s, req, Concerned::PacketMachine, ns, name)
+        }
         _ => return no_route(req.path),
     };
     let route = if what == "network" {
@@ -493,18 +501,19 @@ pub fn network<K: KvStore, H: HttpClient + ?Sized>(
 }
 
 /// `POST /v1/capi/machines/{ns}/{name}/network` (chained from `events`
-/// for a Machine's event): applies its profile, or releases what a removed
-/// profile left ([`capi::network::sync_machine`]). 200 with `result`
-/// (`absent`, `ignored`, `waiting-for-device`, `converged`, `released`),
-/// 202 with `Retry-After` while a step runs (the forwarder delivers the
-/// event again).
+/// and `reconcile`): converges one Machine's network
+/// ([`capi::network::sync_machine`]). 200 with `result` (`absent`,
+/// `ignored`, `waiting-for-device`, `converged`, `released`,
+/// `released-by-operator`, `device-gone`), 202 with `Retry-After` while a
+/// step runs (the forwarder delivers the event again); a machine whose
+/// network cannot converge answers its error (404 `ProfileNotFound` with
+/// the network left as it is, 409, 422, …).
 fn machine_sync<K: KvStore, H: HttpClient + ?Sized>(
     s: &Services<'_, K, H>,
     req: &ApiRequest<'_>,
     ns: &str,
     name: &str,
 ) -> ApiResponse {
-    use capi::network::Synced;
     let route = "/v1/capi/machines/{namespace}/{name}/network";
     if let Some(r) = guard(
         auth::check_bearer(s.api_token, req.authorization),
@@ -526,23 +535,72 @@ fn machine_sync<K: KvStore, H: HttpClient + ?Sized>(
         Ok(x) => x,
         Err(e) => return ApiResponse::from_error(&e, route).touching("machine", machine),
     };
-    let (result, report, deleted) = match synced {
-        Synced::Absent => ("absent", None, None),
-        Synced::Ignored => ("ignored", None, None),
-        Synced::WaitingForDevice => ("waiting-for-device", None, None),
-        Synced::Applied(r) => (r.phase.name(), Some(r), None),
-        Synced::Released(r, n) => (
-            if r.is_some() { "releasing" } else { "released" },
-            r,
-            Some(n),
-        ),
-    };
-    let mut r = network_answer(route, result, report.as_ref(), json!({}), ns, name)
+    let result = synced.result();
+    let mut r = network_answer(route, result, synced.report(), json!({}), ns, name)
         .with_member("result", result.into());
-    if let Some(n) = deleted {
+    if let Some(n) = synced.claims_deleted() {
         r = r.with_member("claimsDeleted", n.into());
     }
     r
+}
+
+/// What an expansion route is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Concerned {
+    /// A `MetalNetworkProfile`: the Machines using it.
+    Profile,
+    /// A `PacketMachine`: the Machines whose infrastructure machine it is.
+    PacketMachine,
+}
+
+/// `POST /v1/capi/network-profiles/{ns}/{name}` and
+/// `/v1/capi/packet-machines/{ns}/{name}` (chained from `events`): the
+/// Machines the object's event concerns, `{"result": "expanded",
+/// "machines": [names]}`; the `events` component then forwards each to
+/// the machine sync route (one invocation each, so each has its own time
+/// budget).
+fn machines_of<K: KvStore, H: HttpClient + ?Sized>(
+    s: &Services<'_, K, H>,
+    req: &ApiRequest<'_>,
+    what: Concerned,
+    ns: &str,
+    name: &str,
+) -> ApiResponse {
+    let route = match what {
+        Concerned::Profile => "/v1/capi/network-profiles/{namespace}/{name}",
+        Concerned::PacketMachine => "/v1/capi/packet-machines/{namespace}/{name}",
+    };
+    if let Some(r) = guard(
+        auth::check_bearer(s.api_token, req.authorization),
+        req,
+        route,
+        None,
+    ) {
+        return r;
+    }
+    let checked = names::check_label(ns)
+        .and_then(|_| names::check_subdomain(name))
+        .map_err(Error::malformed);
+    let result = checked.and_then(|_| {
+        let kube = kube(s)?;
+        match what {
+            Concerned::Profile => capi::network::machines_using(kube, ns, name),
+            Concerned::PacketMachine => capi::network::machines_of_packet_machine(kube, ns, name),
+        }
+    });
+    let (kind, object) = match what {
+        Concerned::Profile => ("profile", format!("{ns}/{name}")),
+        Concerned::PacketMachine => ("packetMachine", format!("{ns}/{name}")),
+    };
+    match result {
+        Ok(machines) => ok(
+            route,
+            "expanded",
+            json!({"result": "expanded", "machines": machines}),
+        )
+        .touching(kind, object),
+        Err(e) => ApiResponse::from_error(&e, route).touching(kind, object),
+    }
 }
 
 /// A network step's answer: the apply `report` as JSON (`none` without
@@ -773,7 +831,9 @@ pub fn admission<K: KvStore, H: HttpClient + ?Sized>(
     ) {
         return r;
     }
-    let result = store(s).and_then(|ctx| admission::evaluate(req.body, &KvPools(ctx.kv)));
+    let machines = KubeMachines(s.kube);
+    let result =
+        store(s).and_then(|ctx| admission::evaluate_with(req.body, &KvPools(ctx.kv), &machines));
     match result {
         Ok(r) => {
             let outcome = if r.allowed() { "allowed" } else { "denied" };
@@ -788,6 +848,19 @@ pub fn admission<K: KvStore, H: HttpClient + ?Sized>(
             resp
         }
         Err(e) => ApiResponse::from_error(&e, route),
+    }
+}
+
+/// The Machines using a profile, from the API server (the profile
+/// webhook's DELETE check); without Kubernetes access, the review fails.
+struct KubeMachines<'a, H: HttpClient + ?Sized>(Option<&'a Kube<'a, H>>);
+
+impl<H: HttpClient + ?Sized> admission::MachineLookup for KubeMachines<'_, H> {
+    fn using(&self, ns: &str, profile: &str) -> Result<Vec<String>> {
+        match self.0 {
+            Some(kube) => capi::network::machines_using(kube, ns, profile),
+            None => admission::MachineLookup::using(&admission::NoMachines, ns, profile),
+        }
     }
 }
 
@@ -846,6 +919,27 @@ pub fn reconcile<K: KvStore, H: HttpClient + ?Sized>(
         claims,
         &mut report.errors,
     );
+    // Opted-in Machines: the network step converges each (without it a
+    // lost Machine event, or a profile edit, would never reach them). Any
+    // error is the machine's to report: a network that does not converge
+    // (a missing profile, a frozen device, a VLAN not there) is one.
+    let machines: Vec<(String, String)> = std::mem::take(&mut report.machines)
+        .into_iter()
+        .map(|(ns, name)| {
+            (
+                format!("{ns}/{name}"),
+                format!("/v1/capi/machines/{ns}/{name}/network"),
+            )
+        })
+        .collect();
+    let network = forward_each(
+        s,
+        "network",
+        ("machine", "Machine"),
+        machines,
+        400,
+        &mut report.errors,
+    );
     let mut body = report.to_json();
     if !provisioned.is_empty() {
         body["provision"] = Value::Array(provisioned);
@@ -853,6 +947,7 @@ pub fn reconcile<K: KvStore, H: HttpClient + ?Sized>(
     if !assigned.is_empty() {
         body["assign"] = Value::Array(assigned);
     }
+    body["network"] = Value::Array(network);
     // Errors on single objects make the run a 500 (with the report), so
     // a CronJob shows the failure; the rest of the run still happened.
     with_errors(
@@ -869,21 +964,37 @@ pub fn reconcile<K: KvStore, H: HttpClient + ?Sized>(
 fn forward_all<K: KvStore, H: HttpClient + ?Sized>(
     s: &Services<'_, K, H>,
     component: &str,
+    what: (&str, &str),
+    requests: Vec<(String, String)>,
+    errors: &mut Vec<String>,
+) -> Vec<Value> {
+    forward_each(s, component, what, requests, 500, errors)
+}
+
+/// [`forward_all`], counting every status from `failed_from` on as a
+/// failure.
+fn forward_each<K: KvStore, H: HttpClient + ?Sized>(
+    s: &Services<'_, K, H>,
+    component: &str,
     (key, kind): (&str, &str),
     requests: Vec<(String, String)>,
+    failed_from: u16,
     errors: &mut Vec<String>,
 ) -> Vec<Value> {
     let mut out = Vec::new();
     for (object, path) in requests {
         match forward(s, component, &path) {
             Ok((status, body)) => {
-                if status >= 500 {
+                if status >= failed_from {
                     errors.push(format!(
                         "{kind} {object} ({component}): {status} {}",
                         body["message"].as_str().unwrap_or("")
                     ));
                 }
                 let mut entry = json!({"status": status, "result": body["result"]});
+                if let Some(reason) = body.get("reason") {
+                    entry["reason"] = reason.clone();
+                }
                 entry[key] = object.into();
                 out.push(entry);
             }
@@ -933,7 +1044,10 @@ fn accepted(mut r: ApiResponse, retry_after: u64, location: String) -> ApiRespon
 /// forwarder delivers the event again after the wait). A claim step that
 /// answers `"metalAssignment": true` (the claim is in a VRF-backed pool) is
 /// followed by the `assign` step, and a `release` that was waiting for it
-/// runs once more after it. The response never carries CloudEvents headers
+/// runs once more after it. A profile's or a `PacketMachine`'s event goes to
+/// the `network` step that names the Machines it concerns, and each of
+/// them is then synced by its own chained request (the worst status of all
+/// decides the answer). The response never carries CloudEvents headers
 /// (a Knative broker would take it for a reply event).
 pub fn events<K: KvStore, H: HttpClient + ?Sized>(
     s: &Services<'_, K, H>,
@@ -1001,6 +1115,19 @@ pub fn events<K: KvStore, H: HttpClient + ?Sized>(
                 return r;
             }
         };
+        // A profile's or a PacketMachine's event: each Machine it concerns
+        // is synced by its own chained request.
+        if path.starts_with("/v1/capi/network-profiles/")
+            || path.starts_with("/v1/capi/packet-machines/")
+        {
+            let ns = ev.namespace.as_deref().unwrap_or_default();
+            for m in body["machines"].as_array().into_iter().flatten() {
+                let Some(m) = m.as_str().filter(|m| names::check_subdomain(m).is_ok()) else {
+                    continue;
+                };
+                queue.push_back(("network", format!("/v1/capi/machines/{ns}/{m}/network")));
+            }
+        }
         // A claim in a VRF-backed pool: its Metal assignment is the assign
         // step's, once per event; a release that waited for it runs again.
         if let Some(tail) = path.strip_prefix("/v1/capi/claims/") {

@@ -141,6 +141,7 @@ pub const USED_PERMISSIONS: &[(&str, &str, &str)] = &[
     ("cluster.x-k8s.io", "machines", "get"),
     ("cluster.x-k8s.io", "machines", "list"),
     ("infrastructure.cluster.x-k8s.io", "packetmachines", "get"),
+    ("infrastructure.cluster.x-k8s.io", "packetmachines", "list"),
     ("ipam.metal-ipam.dev", "metalippools", "get"),
     ("ipam.metal-ipam.dev", "metalippools", "list"),
     ("ipam.metal-ipam.dev", "metalippools", "patch"),
@@ -374,13 +375,31 @@ impl<'a, H: HttpClient + ?Sized> Kube<'a, H> {
     /// # Errors
     /// Anything but 200; a second expiry.
     pub fn list(&self, r: &Resource, ns: Option<&str>) -> Result<Vec<Value>, KubeError> {
-        let base = path(r, ns, None);
+        self.list_selected(r, ns, None)
+    }
+
+    /// [`Kube::list`] of the objects matching a `labelSelector` (`None`:
+    /// every object).
+    ///
+    /// # Errors
+    /// As [`Kube::list`].
+    pub fn list_selected(
+        &self,
+        r: &Resource,
+        ns: Option<&str>,
+        selector: Option<&str>,
+    ) -> Result<Vec<Value>, KubeError> {
+        let mut base = format!("{}?limit={LIST_PAGE}", path(r, ns, None));
+        if let Some(s) = selector {
+            base.push_str("&labelSelector=");
+            base.push_str(&percent_encode(s));
+        }
         let mut restarted = false;
         'outer: loop {
             let mut items = Vec::new();
             let mut cont: Option<String> = None;
             loop {
-                let mut p = format!("{base}?limit={LIST_PAGE}");
+                let mut p = base.clone();
                 if let Some(c) = &cont {
                     p.push_str("&continue=");
                     p.push_str(&percent_encode(c));
@@ -414,6 +433,23 @@ impl<'a, H: HttpClient + ?Sized> Kube<'a, H> {
     /// As [`Kube::list`].
     pub fn list_as<T: Object>(&self, r: &Resource, ns: Option<&str>) -> Result<Vec<T>, KubeError> {
         Ok(self.list(r, ns)?.iter().map(T::from_json).collect())
+    }
+
+    /// [`Kube::list_selected`] as typed views.
+    ///
+    /// # Errors
+    /// As [`Kube::list`].
+    pub fn list_as_selected<T: Object>(
+        &self,
+        r: &Resource,
+        ns: Option<&str>,
+        selector: Option<&str>,
+    ) -> Result<Vec<T>, KubeError> {
+        Ok(self
+            .list_selected(r, ns, selector)?
+            .iter()
+            .map(T::from_json)
+            .collect())
     }
 
     /// Creates an object. Sent with `fieldValidation=Strict` (see

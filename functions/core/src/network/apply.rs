@@ -16,7 +16,30 @@
 //!   repeated; a running step whose effect never shows is re-planned after
 //!   [`RUNNING_S`];
 //! - the **history** of the steps issued (the last [`HISTORY`]), which is
-//!   how "the plan that `dryRun` shows is what apply does" is checked.
+//!   how "the plan that `dryRun` shows is what apply does" is checked;
+//! - the operator's **release** (`DELETE …/network`, see
+//!   [`crate::capi::network`]): while it stands, an apply of the profile
+//!   ([`apply_profile`]) does not take the lease, so nothing but the
+//!   release itself works on the device.
+//!
+//! # The lease is fenced
+//! Every write of the holder ([`record_step`], [`set_batch`], [`finish`])
+//! checks, inside its compare-and-swap, that the record still names the
+//! caller's token as the lease's owner and that the lease has not ended by
+//! the caller's clock; a step is recorded only with at least [`CALL_S`]
+//! seconds of the lease left, and right before the Metal call the holder
+//! checks its own clock against the end of the lease it took (no store
+//! operation in between). A holder that lost the lease (another instance
+//! took it after it ended: the holder stalled) fails that check, makes no
+//! call, and answers in progress. The arithmetic that makes a call end
+//! inside the lease: the lease lasts [`LEASE_S`] (120 s); an invocation
+//! starts no round after half of it (60 s); a step is recorded only with
+//! more than [`CALL_S`] (10 s) left, and every Metal request (a chained
+//! VLAN step included) is bounded by the client's 10 s budget, so a call
+//! that starts ends by `until` at the latest. What the lease cannot
+//! exclude is a holder that stalls *between* its last check and its call
+//! for longer than the margin (a paused process): no store operation
+//! separates them, and Metal takes no fencing token.
 //!
 //! VLAN batches are made and polled through a [`VlanBatches`]: in the
 //! `network` component, the `attach-vlan` and `detach-vlan` steps (their
@@ -26,12 +49,13 @@
 //! Nothing else is stored: each round re-reads the device and re-plans
 //! ([`super::plan::plan`] is pure), so a converged device plans nothing and
 //! makes no mutating call, and a device changed behind our back is planned
-//! from what it is.
+//! from what it is. A device found gone (404) is forgotten: its record
+//! (lease and running step with it) is deleted.
 
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use super::batch::{BatchOp, Direction, VlanBatches};
+use super::batch::{BatchError, BatchOp, Direction, VlanBatches};
 use super::plan::{plan, Action, Desired, Observed, Step};
 use super::profile::Mode;
 use crate::error::{Error, ErrorKind, Result};
@@ -48,6 +72,10 @@ pub const APPLY_VERSION: u32 = 1;
 /// an invocation may spend issuing steps (it stops starting new
 /// rounds after half of it), so a slow holder never overlaps the next.
 pub const LEASE_S: u64 = 120;
+/// The longest a Metal call may take, in seconds (the client's request
+/// budget; a chained VLAN step is one such request): a step is recorded,
+/// and its call made, only with more than this left of the lease.
+pub const CALL_S: u64 = 10;
 /// How long a running step may show no effect before it is planned again.
 pub const RUNNING_S: u64 = 600;
 /// Steps kept in the history.
@@ -117,6 +145,22 @@ pub struct Running {
     pub at: u64,
 }
 
+/// The operator's release of the device's network (`DELETE …/network`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Released {
+    /// The profile annotation the Machine carried when it was released
+    /// (`None`: none): the release stands while the annotation is the same.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<String>,
+    /// Unix seconds it was asked.
+    pub at: u64,
+    /// Whether it is done: the device back to Layer3 without VLANs and the
+    /// Machine's claims deleted.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub done: bool,
+}
+
 /// What the record holds.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -130,9 +174,22 @@ pub struct ApplyState {
     /// The steps issued, oldest first (the last [`HISTORY`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub history: Vec<StepRecord>,
-    /// The last batch failure (Metal's messages), until a step succeeds.
+    /// The last failure Metal reported (a failed or refused batch, a
+    /// refused mode change: its messages), until a step succeeds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failed: Option<String>,
+    /// The operator's release, while it stands.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub released: Option<Released>,
+}
+
+impl ApplyState {
+    /// Whether `token` holds the lease at `now`.
+    pub fn held_by(&self, token: &str, now: u64) -> bool {
+        self.lease
+            .as_ref()
+            .is_some_and(|l| l.owner == token && now < l.until)
+    }
 }
 
 /// The value of a `net/device/<uuid>` key: the envelope and the
@@ -145,7 +202,7 @@ impl StateRecord for ApplyState {
     const WHAT: &'static str = "network apply record";
 
     fn key(device: &str) -> String {
-        format!("net/device/{device}")
+        format!("{}{device}", crate::kv::keys::NET_DEVICE_PREFIX)
     }
     fn guard_key(device: &str) -> String {
         format!("net-init/device/{device}")
@@ -163,19 +220,40 @@ pub fn read<K: KvStore>(kv: &K, device: &str) -> Result<ApplyState> {
     Ok(read_record::<K, ApplyRecord>(kv, device)?.unwrap_or_default())
 }
 
+/// The record of `device`, or `None` when it has none (one `get`).
+///
+/// # Errors
+/// Store errors; 500 for an unreadable record.
+pub fn read_existing<K: KvStore>(kv: &K, device: &str) -> Result<Option<ApplyState>> {
+    read_record::<K, ApplyRecord>(kv, device)
+}
+
 fn change<K: KvStore, T>(
     ctx: &Ctx<'_, K>,
     device: &str,
-    mut f: impl FnMut(&ApplyState) -> Option<(ApplyState, T)>,
+    mut f: impl FnMut(&ApplyState) -> Result<Option<(ApplyState, T)>>,
     unchanged: impl Fn(&ApplyState) -> T,
 ) -> Result<T> {
     update_record::<K, ApplyRecord, T>(ctx, device, |cur| {
         let cur = cur.cloned().unwrap_or_default();
-        match f(&cur) {
+        match f(&cur)? {
             Some((next, out)) => Ok(KvStep::Write(Box::new(next), out)),
             None => Ok(KvStep::Done(unchanged(&cur))),
         }
     })
+}
+
+/// What a holder's write finds when the lease is no longer its own.
+fn lease_lost(device: &str) -> Error {
+    Error::conflict(
+        "LeaseLost",
+        format!("the lease on device {device} ended or passed to another instance"),
+    )
+}
+
+/// Whether an error is [`lease_lost`]'s.
+fn is_lease_lost(e: &Error) -> bool {
+    e.reason() == "LeaseLost"
 }
 
 /// Whether `device` has an apply record (it was applied to, and not
@@ -187,6 +265,18 @@ pub fn has_record<K: KvStore>(kv: &K, device: &str) -> Result<bool> {
     Ok(kv.get(&ApplyState::key(device))?.is_some())
 }
 
+/// The devices with an apply record, from one key listing (no read).
+///
+/// # Errors
+/// Store errors.
+pub fn devices<K: KvStore>(kv: &K) -> Result<Vec<String>> {
+    Ok(kv
+        .list_keys()?
+        .into_iter()
+        .filter_map(|k| crate::kv::keys::parse_net_device(&k).map(str::to_string))
+        .collect())
+}
+
 /// The devices with a step running (a batch or a mode change awaited):
 /// what the Metal poll continues, so an apply left at 202 advances without
 /// anyone POSTing again. One key listing and one read per device record.
@@ -195,18 +285,16 @@ pub fn has_record<K: KvStore>(kv: &K, device: &str) -> Result<bool> {
 /// Store errors; 500 for an unreadable record.
 pub fn running_devices<K: KvStore>(kv: &K) -> Result<Vec<String>> {
     let mut out = Vec::new();
-    for k in kv.list_keys()? {
-        let Some(device) = k.strip_prefix("net/device/") else {
-            continue;
-        };
-        if read(kv, device)?.running.is_some() {
-            out.push(device.to_string());
+    for device in devices(kv)? {
+        if read(kv, &device)?.running.is_some() {
+            out.push(device);
         }
     }
     Ok(out)
 }
 
-/// Forgets a deleted device's record (and its creation guard): nothing of
+/// Forgets a deleted device's record (its creation guard and any noted
+/// creation stall too: `kv::protocol::forget_record`): nothing of
 /// the device is left to apply to or poll. An instance that was working on
 /// the device when it went stops at its next read of the device (404
 /// `DeviceNotFound`); its last swap may write the record back, lease
@@ -219,14 +307,146 @@ pub fn running_devices<K: KvStore>(kv: &K) -> Result<Vec<String>> {
 /// # Errors
 /// Store errors.
 pub fn forget<K: KvStore>(kv: &K, device: &str) -> Result<()> {
-    kv.delete(&ApplyState::key(device))?;
-    kv.delete(&ApplyState::guard_key(device))?;
-    Ok(())
+    crate::kv::protocol::forget_record::<K, ApplyRecord>(kv, device)
 }
 
-/// Takes the lease for `token` at `now`: `Ok(None)` when taken, `Ok(Some(s))`
-/// when another holds it, `s` the seconds worth waiting (the lease's time
-/// left, at most [`POLL_S`]: a holder releases it as its invocation ends).
+/// Records the operator's release of `device` (`profile`: the Machine's
+/// profile annotation, if any), not done yet. A release already recorded
+/// for the same annotation is kept as it is (done or not).
+///
+/// # Idempotency
+/// Asking again changes nothing.
+///
+/// # Errors
+/// Store errors; 503 `Contention`.
+pub fn mark_released<K: KvStore>(
+    ctx: &Ctx<'_, K>,
+    device: &str,
+    profile: Option<&str>,
+    now: u64,
+) -> Result<()> {
+    change(
+        ctx,
+        device,
+        |s| {
+            if s.released
+                .as_ref()
+                .is_some_and(|r| r.profile.as_deref() == profile)
+            {
+                return Ok(None);
+            }
+            let mut n = s.clone();
+            n.released = Some(Released {
+                profile: profile.map(str::to_string),
+                at: now,
+                done: false,
+            });
+            Ok(Some((n, ())))
+        },
+        |_| (),
+    )
+}
+
+/// Marks the operator's release of `device` done (if one stands).
+///
+/// # Idempotency
+/// No write when there is none or it is done already.
+///
+/// # Errors
+/// Store errors; 503 `Contention`.
+pub fn release_done<K: KvStore>(ctx: &Ctx<'_, K>, device: &str) -> Result<()> {
+    change(
+        ctx,
+        device,
+        |s| {
+            let mut n = s.clone();
+            match n.released.as_mut() {
+                Some(r) if !r.done => {
+                    r.done = true;
+                    Ok(Some((n, ())))
+                }
+                _ => Ok(None),
+            }
+        },
+        |_| (),
+    )
+}
+
+/// Withdraws the operator's release of `device` (an explicit apply, or the
+/// Machine's annotation changed): the profile may be applied again.
+///
+/// # Idempotency
+/// No write when there is none.
+///
+/// # Errors
+/// Store errors; 503 `Contention`.
+pub fn clear_released<K: KvStore>(ctx: &Ctx<'_, K>, device: &str) -> Result<()> {
+    change(
+        ctx,
+        device,
+        |s| {
+            if s.released.is_none() {
+                return Ok(None);
+            }
+            let mut n = s.clone();
+            n.released = None;
+            Ok(Some((n, ())))
+        },
+        |_| (),
+    )
+}
+
+/// What [`take_lease`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Taken {
+    /// The caller holds the lease now.
+    Held,
+    /// Another instance holds it: seconds worth waiting.
+    Busy(u64),
+    /// The operator released the device (only when asked to honour it).
+    Released,
+}
+
+fn lease_for<K: KvStore>(
+    ctx: &Ctx<'_, K>,
+    device: &str,
+    token: &str,
+    now: u64,
+    honour_release: bool,
+) -> Result<Taken> {
+    change(
+        ctx,
+        device,
+        |s| {
+            if honour_release && s.released.is_some() {
+                return Ok(None);
+            }
+            match &s.lease {
+                Some(l) if l.owner != token && now < l.until => Ok(None),
+                _ => {
+                    let mut n = s.clone();
+                    n.lease = Some(Lease {
+                        owner: token.to_string(),
+                        until: now + LEASE_S,
+                    });
+                    Ok(Some((n, Taken::Held)))
+                }
+            }
+        },
+        // A holder releases the lease when its invocation ends (well
+        // before `until`): worth asking again after a poll interval.
+        |s| match &s.lease {
+            _ if honour_release && s.released.is_some() => Taken::Released,
+            Some(l) => Taken::Busy(l.until.saturating_sub(now).clamp(1, POLL_S)),
+            None => Taken::Busy(1),
+        },
+    )
+}
+
+/// Takes the lease for `token` at `now` (until `now + LEASE_S`):
+/// `Ok(None)` when taken, `Ok(Some(s))` when another holds it, `s` the
+/// seconds worth waiting (the lease's time left, at most [`POLL_S`]: a
+/// holder releases it as its invocation ends).
 ///
 /// # Errors
 /// Store errors; 503 `Contention`.
@@ -236,28 +456,11 @@ pub fn take_lease<K: KvStore>(
     token: &str,
     now: u64,
 ) -> Result<Option<u64>> {
-    change(
-        ctx,
-        device,
-        |s| match &s.lease {
-            Some(l) if l.owner != token && now < l.until => None,
-            _ => {
-                let mut n = s.clone();
-                n.lease = Some(Lease {
-                    owner: token.to_string(),
-                    until: now + LEASE_S,
-                });
-                Some((n, None))
-            }
-        },
-        // A holder releases the lease when its invocation ends (well
-        // before `until`): worth asking again after a poll interval.
-        |s| {
-            s.lease
-                .as_ref()
-                .map(|l| l.until.saturating_sub(now).clamp(1, POLL_S))
-        },
-    )
+    Ok(match lease_for(ctx, device, token, now, false)? {
+        Taken::Held => None,
+        Taken::Busy(s) => Some(s),
+        Taken::Released => Some(POLL_S),
+    })
 }
 
 /// Releases `token`'s lease (if it still holds it).
@@ -272,9 +475,9 @@ pub fn release_lease<K: KvStore>(ctx: &Ctx<'_, K>, device: &str, token: &str) ->
             Some(l) if l.owner == token => {
                 let mut n = s.clone();
                 n.lease = None;
-                Some((n, ()))
+                Ok(Some((n, ())))
             }
-            _ => None,
+            _ => Ok(None),
         },
         |_| (),
     )
@@ -341,6 +544,17 @@ impl Report {
         }
         v
     }
+
+    fn waiting(waiting: &str, retry_after: u64) -> Report {
+        Report {
+            phase: Phase::InProgress {
+                waiting: waiting.into(),
+                retry_after,
+            },
+            remaining: Vec::new(),
+            issued: Vec::new(),
+        }
+    }
 }
 
 /// The device's ports as Metal reports them (one `GET /devices/{id}`
@@ -358,6 +572,15 @@ pub fn observe_device<H: HttpClient + ?Sized, E: Env + ?Sized>(
         .transpose()
 }
 
+/// The error of a device that does not exist in Metal.
+pub fn device_not_found(device: &str) -> Error {
+    Error::new(
+        ErrorKind::NotFound,
+        "DeviceNotFound",
+        format!("device {device} does not exist in Metal"),
+    )
+}
+
 /// [`observe_device`], for a device that must exist.
 ///
 /// # Errors
@@ -366,13 +589,7 @@ pub fn observe<H: HttpClient + ?Sized, E: Env + ?Sized>(
     metal: &Metal<'_, H, E>,
     device: &str,
 ) -> Result<Observed> {
-    observe_device(metal, device)?.ok_or_else(|| {
-        Error::new(
-            ErrorKind::NotFound,
-            "DeviceNotFound",
-            format!("device {device} does not exist in Metal"),
-        )
-    })
+    observe_device(metal, device)?.ok_or_else(|| device_not_found(device))
 }
 
 /// Observes the device and plans (no writes): what `dryRun` answers.
@@ -416,7 +633,9 @@ fn effect_shows(step: &StepRecord, observed: &Observed) -> bool {
 }
 
 /// Applies `desired` to `device`: up to [`MAX_ROUNDS`] rounds of polling
-/// the running step or issuing the next one (see the module docs).
+/// the running step or issuing the next one (see the module docs), whether
+/// or not the operator released the device (the release itself runs
+/// through here; an apply of the profile is [`apply_profile`]).
 ///
 /// # Idempotency
 /// Any number of invocations, concurrent (one holds the lease, the others
@@ -425,10 +644,14 @@ fn effect_shows(step: &StepRecord, observed: &Observed) -> bool {
 /// no mutating call.
 ///
 /// # Errors
-/// 404 `DeviceNotFound`; 409 `NetworkFrozen`; 409 `VlanBatchFailed` or
-/// `VlanBatchRefused` (a 422 on its creation) with Metal's messages (the
-/// next invocation plans again); Metal unavailable
-/// (503; the running step stays recorded); store errors.
+/// 404 `DeviceNotFound` (the device's record is forgotten); 409
+/// `NetworkFrozen`; 409 `VlanBatchFailed`, `VlanBatchRefused` (a 422 on
+/// its creation) or `PortChangeRefused` (a 422 on a mode change whose
+/// effect a re-read does not show) with Metal's messages, kept in the
+/// record's `failed` (the next invocation plans again); 500
+/// `VlanStepFailed` when a VLAN step's component failed without reaching
+/// Metal; Metal unavailable (503; the running step stays recorded); store
+/// errors.
 pub fn apply<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
     ctx: &Ctx<'_, K>,
     metal: &Metal<'_, H, E>,
@@ -436,21 +659,85 @@ pub fn apply<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
     device: &str,
     desired: &Desired,
 ) -> Result<Report> {
+    run(ctx, metal, batches, device, desired, false).map(|r| r.unwrap_or_else(released_report))
+}
+
+/// [`apply`] for a profile: `None` when the operator released the device
+/// (the lease is not taken, nothing is called).
+///
+/// # Idempotency
+/// As [`apply`].
+///
+/// # Errors
+/// As [`apply`].
+pub fn apply_profile<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
+    ctx: &Ctx<'_, K>,
+    metal: &Metal<'_, H, E>,
+    batches: &dyn VlanBatches,
+    device: &str,
+    desired: &Desired,
+) -> Result<Option<Report>> {
+    run(ctx, metal, batches, device, desired, true)
+}
+
+fn released_report() -> Report {
+    Report::waiting("the operator released this device", POLL_S)
+}
+
+fn run<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
+    ctx: &Ctx<'_, K>,
+    metal: &Metal<'_, H, E>,
+    batches: &dyn VlanBatches,
+    device: &str,
+    desired: &Desired,
+    honour_release: bool,
+) -> Result<Option<Report>> {
     let token = ctx.env.token();
-    if let Some(left) = take_lease(ctx, device, &token, ctx.env.now())? {
-        return Ok(Report {
-            phase: Phase::InProgress {
-                waiting: "another instance is applying to this device".into(),
-                retry_after: left,
-            },
-            remaining: Vec::new(),
-            issued: Vec::new(),
-        });
+    let now = ctx.env.now();
+    match lease_for(ctx, device, &token, now, honour_release)? {
+        Taken::Held => {}
+        Taken::Busy(left) => {
+            return Ok(Some(Report::waiting(
+                "another instance is applying to this device",
+                left,
+            )))
+        }
+        Taken::Released => return Ok(None),
     }
-    let out = rounds(ctx, metal, batches, device, desired);
+    let holder = Holder {
+        token: &token,
+        until: now + LEASE_S,
+    };
+    let out = match rounds(ctx, metal, batches, device, desired, &holder, now) {
+        // The lease passed on (this instance stalled): the new holder
+        // goes on; nothing was called outside the lease.
+        Err(e) if is_lease_lost(&e) => Ok(Report::waiting(
+            "the lease passed to another instance",
+            POLL_S,
+        )),
+        other => other,
+    };
     // Released whatever happened; a crash leaves it to expire.
     release_lease(ctx, device, &token)?;
-    out
+    out.map(Some)
+}
+
+/// The lease an invocation took: its token and when it ends.
+#[derive(Debug, Clone, Copy)]
+pub struct Holder<'a> {
+    /// The lease's owner token.
+    pub token: &'a str,
+    /// Unix seconds it ends at.
+    pub until: u64,
+}
+
+impl Holder<'_> {
+    /// Whether a call started at `now` ends inside the lease: more than
+    /// [`CALL_S`] left. Checked right before each Metal call, on the
+    /// holder's own clock (no store operation).
+    pub fn may_call(&self, now: u64) -> bool {
+        now + CALL_S < self.until
+    }
 }
 
 fn rounds<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
@@ -459,16 +746,24 @@ fn rounds<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
     batches: &dyn VlanBatches,
     device: &str,
     desired: &Desired,
+    holder: &Holder<'_>,
+    started: u64,
 ) -> Result<Report> {
     let mut issued = Vec::new();
-    let started = ctx.env.now();
     for _ in 0..MAX_ROUNDS {
         let now = ctx.env.now();
         if now >= started + LEASE_S / 2 {
             break;
         }
         let state = read(ctx.kv, device)?;
-        let observed = observe(metal, device)?;
+        let observed = match observe_device(metal, device)? {
+            Some(o) => o,
+            None => {
+                // Gone: nothing of it is left to apply to or poll.
+                forget(ctx.kv, device)?;
+                return Err(device_not_found(device));
+            }
+        };
         if let Some(r) = &state.running {
             let dir = direction(&r.step.action);
             let batch_id = match (&r.batch, dir) {
@@ -480,7 +775,7 @@ fn rounds<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
                         .run(dir, &r.step.port_id, &BatchOp::Find {})?
                         .map(|b| b.id);
                     if let Some(id) = &found {
-                        set_batch(ctx, device, &r.step, id)?;
+                        set_batch(ctx, device, holder.token, &r.step, id)?;
                     }
                     found
                 }
@@ -493,7 +788,7 @@ fn rounds<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
                     match batch {
                         Some(b) if b.state.as_deref() == Some("failed") => {
                             let msg = b.error_messages.join("; ");
-                            finish(ctx, device, Some(msg.clone()))?;
+                            finish(ctx, device, holder.token, Some(msg.clone()))?;
                             return Err(Error::conflict(
                                 "VlanBatchFailed",
                                 format!("the VLAN batch on {} failed: {msg}", r.step.port),
@@ -516,7 +811,7 @@ fn rounds<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
                     issued,
                 });
             }
-            finish(ctx, device, None)?;
+            finish(ctx, device, holder.token, None)?;
             continue;
         }
         let steps = plan(&observed, desired)?;
@@ -527,7 +822,7 @@ fn rounds<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
                 issued,
             });
         };
-        issue(ctx, metal, batches, device, &next, now)?;
+        issue(ctx, metal, batches, device, &next, holder)?;
         issued.push(next);
     }
     let remaining = match observe_device(metal, device)? {
@@ -547,13 +842,15 @@ fn rounds<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
 /// Records the batch id of `step`, if `step` is still the running step
 /// (no write when it is recorded already, or when another step runs: an
 /// instance that outlived its lease must not lend its batch to a later
-/// step).
+/// step). Only the lease's holder (`token`, by the clock) writes.
 ///
 /// # Errors
-/// Store errors; 503 `Contention`.
+/// 409 `LeaseLost` when `token` no longer holds the lease; store errors;
+/// 503 `Contention`.
 pub fn set_batch<K: KvStore>(
     ctx: &Ctx<'_, K>,
     device: &str,
+    token: &str,
     step: &StepRecord,
     id: &str,
 ) -> Result<()> {
@@ -561,31 +858,46 @@ pub fn set_batch<K: KvStore>(
         ctx,
         device,
         |s| {
+            if !s.held_by(token, ctx.env.now()) {
+                return Err(lease_lost(device));
+            }
             let mut n = s.clone();
-            let r = n.running.as_mut()?;
+            let Some(r) = n.running.as_mut() else {
+                return Ok(None);
+            };
             if r.step != *step || r.batch.as_deref() == Some(id) {
-                return None;
+                return Ok(None);
             }
             r.batch = Some(id.to_string());
-            Some((n, ()))
+            Ok(Some((n, ())))
         },
         |_| (),
     )
 }
 
-/// Clears the running step (recording a batch failure, if any).
+/// Clears the running step (recording Metal's failure, if any). Only the
+/// lease's holder (`token`, by the clock) writes.
 ///
 /// # Errors
-/// Store errors; 503 `Contention`.
-pub fn finish<K: KvStore>(ctx: &Ctx<'_, K>, device: &str, failed: Option<String>) -> Result<()> {
+/// 409 `LeaseLost` when `token` no longer holds the lease; store errors;
+/// 503 `Contention`.
+pub fn finish<K: KvStore>(
+    ctx: &Ctx<'_, K>,
+    device: &str,
+    token: &str,
+    failed: Option<String>,
+) -> Result<()> {
     change(
         ctx,
         device,
         |s| {
+            if !s.held_by(token, ctx.env.now()) {
+                return Err(lease_lost(device));
+            }
             let mut n = s.clone();
             n.running = None;
             n.failed = failed.clone();
-            Some((n, ()))
+            Ok(Some((n, ())))
         },
         |_| (),
     )
@@ -593,14 +905,18 @@ pub fn finish<K: KvStore>(ctx: &Ctx<'_, K>, device: &str, failed: Option<String>
 
 /// Records `step` in the history and, when its effect shows only later
 /// (everything but the native VLAN calls), as the running step: what an
-/// invocation writes *before* making the step's Metal call. Returns whether
-/// the step was recorded as running.
+/// invocation writes *before* making the step's Metal call. Only the
+/// lease's holder (`token`) writes, and only with more than [`CALL_S`]
+/// seconds of its lease left at `now`. Returns whether the step was
+/// recorded as running.
 ///
 /// # Errors
-/// Store errors; 503 `Contention`.
+/// 409 `LeaseLost` when `token` does not hold the lease for that long;
+/// store errors; 503 `Contention`.
 pub fn record_step<K: KvStore>(
     ctx: &Ctx<'_, K>,
     device: &str,
+    token: &str,
     step: &Step,
     now: u64,
 ) -> Result<bool> {
@@ -610,6 +926,9 @@ pub fn record_step<K: KvStore>(
         ctx,
         device,
         |s| {
+            if !s.held_by(token, now + CALL_S) {
+                return Err(lease_lost(device));
+            }
             let mut n = s.clone();
             if is_async {
                 n.running = Some(Running {
@@ -621,24 +940,30 @@ pub fn record_step<K: KvStore>(
             n.history.push(rec.clone());
             let excess = n.history.len().saturating_sub(HISTORY);
             n.history.drain(..excess);
-            Some((n, ()))
+            Ok(Some((n, ())))
         },
         |_| (),
     )?;
     Ok(is_async)
 }
 
-/// Records `step` ([`record_step`]), then makes its call.
+/// Records `step` ([`record_step`]), then makes its call, if the lease
+/// still leaves time for it.
 fn issue<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
     ctx: &Ctx<'_, K>,
     metal: &Metal<'_, H, E>,
     batches: &dyn VlanBatches,
     device: &str,
     step: &Step,
-    now: u64,
+    holder: &Holder<'_>,
 ) -> Result<()> {
     let rec = StepRecord::of(step);
-    let is_async = record_step(ctx, device, step, now)?;
+    let is_async = record_step(ctx, device, holder.token, step, ctx.env.now())?;
+    // The fence's last check, on this instance's own clock: the call must
+    // end inside the lease.
+    if !holder.may_call(ctx.env.now()) {
+        return Err(lease_lost(device));
+    }
     let id = step.port_id.as_str();
     let create = |dir: Direction, vlans: &[String]| {
         let op = BatchOp::Create {
@@ -646,59 +971,68 @@ fn issue<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
         };
         batches.run(dir, id, &op)
     };
+    let mode = |change: PortChange| {
+        metal
+            .port_mode(id, change)
+            .map(|_| None)
+            .map_err(BatchError::Metal)
+    };
     let answer = match &step.action {
         Action::Assign(v) => create(Direction::Attach, v),
         Action::Unassign(v) => create(Direction::Detach, v),
-        Action::Disbond { bulk } => metal
-            .port_mode(id, PortChange::Disbond { bulk: *bulk })
-            .map(|_| None),
-        Action::Bond { bulk } => metal
-            .port_mode(id, PortChange::Bond { bulk: *bulk })
-            .map(|_| None),
-        Action::ConvertLayer2 => metal.port_mode(id, PortChange::ConvertLayer2).map(|_| None),
-        Action::ConvertLayer3 => metal.port_mode(id, PortChange::ConvertLayer3).map(|_| None),
-        Action::SetNative(v) => metal.set_native_vlan(id, v).map(|_| None),
-        Action::RemoveNative => metal.remove_native_vlan(id).map(|_| None),
+        Action::Disbond { bulk } => mode(PortChange::Disbond { bulk: *bulk }),
+        Action::Bond { bulk } => mode(PortChange::Bond { bulk: *bulk }),
+        Action::ConvertLayer2 => mode(PortChange::ConvertLayer2),
+        Action::ConvertLayer3 => mode(PortChange::ConvertLayer3),
+        Action::SetNative(v) => metal
+            .set_native_vlan(id, v)
+            .map(|_| None)
+            .map_err(BatchError::Metal),
+        Action::RemoveNative => metal
+            .remove_native_vlan(id)
+            .map(|_| None)
+            .map_err(BatchError::Metal),
     };
+    let token = holder.token;
     match answer {
-        Ok(Some(b)) => set_batch(ctx, device, &rec, &b.id),
+        Ok(Some(b)) => set_batch(ctx, device, token, &rec, &b.id),
         Ok(None) => Ok(()),
-        // A refused batch: done if a re-read shows its VLANs (a no-op),
-        // else reported with Metal's messages (nothing is running; the
-        // next invocation plans again).
-        Err(MetalError::Api {
-            status: 422,
-            messages,
-            ..
-        }) if matches!(step.action, Action::Assign(_) | Action::Unassign(_)) => {
+        // A 422: done if a re-read shows the step's effect (Metal's no-op
+        // traps, "already …"), else a refusal, reported with Metal's
+        // messages and kept in the record (nothing is running; the next
+        // invocation plans again).
+        Err(BatchError::Metal(e @ MetalError::Api { status: 422, .. })) => {
             let shows = observe_device(metal, device)?.is_some_and(|o| effect_shows(&rec, &o));
             if shows {
-                finish(ctx, device, None)
-            } else {
-                let msg = messages.join("; ");
-                finish(ctx, device, Some(msg.clone()))?;
-                Err(Error::conflict(
-                    "VlanBatchRefused",
-                    format!("Metal refused the VLAN batch on {}: {msg}", step.port),
-                ))
+                return if is_async {
+                    finish(ctx, device, token, None)
+                } else {
+                    Ok(())
+                };
             }
+            let MetalError::Api { messages, .. } = &e else {
+                return Err(e.into());
+            };
+            let msg = messages.join("; ");
+            finish(ctx, device, token, Some(msg.clone()))?;
+            let (reason, what) = match &step.action {
+                Action::Assign(_) | Action::Unassign(_) => ("VlanBatchRefused", "the VLAN batch"),
+                _ => ("PortChangeRefused", step.action.name()),
+            };
+            Err(Error::conflict(
+                reason,
+                format!("Metal refused {what} on {}: {msg}", step.port),
+            ))
         }
-        // A 422 on a mode change may be a no-op trap ("already …") or an
-        // operation already under way: the step is polled by re-reading the
-        // port (and re-planned if its effect never shows); a native VLAN
-        // change counts only if a re-read shows it.
-        Err(MetalError::Api { status: 422, .. }) if is_async => Ok(()),
-        Err(e @ MetalError::Api { status: 422, .. }) => {
-            let shows = observe_device(metal, device)?.is_some_and(|o| effect_shows(&rec, &o));
-            if shows {
-                Ok(())
-            } else {
-                Err(e.into())
-            }
+        // The step's component failed before reaching Metal: nothing was
+        // made.
+        Err(BatchError::Step(e)) => {
+            finish(ctx, device, token, Some(e.message().to_string()))?;
+            Err(e)
         }
-        Err(e) => {
-            if !matches!(e, MetalError::OutcomeUnknown { .. }) {
-                finish(ctx, device, None)?;
+        Err(BatchError::Metal(e)) => {
+            if is_async && !matches!(e, MetalError::OutcomeUnknown { .. }) {
+                finish(ctx, device, token, None)?;
             }
             Err(e.into())
         }

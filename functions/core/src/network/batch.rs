@@ -19,6 +19,12 @@
 //! (`http://attach-vlan.spin.internal/…`), and hands back the component's
 //! [`MetalError`] as it happened, so the apply's rules (a 422 confirmed by a
 //! re-read; an unknown outcome polled, not repeated) hold across the hop.
+//! An answer of the step's own (not configured, not authorised, a request
+//! it cannot read: an error body with a `reason` but no `metal`) is
+//! [`BatchError::Step`]: definite, since the step refused before reaching
+//! Metal, and named by the step's reason. Only no answer, or one that is
+//! not the step's error body (a trapped component), leaves a `create`'s
+//! outcome unknown.
 
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -112,20 +118,48 @@ impl BatchOp {
     }
 }
 
+/// Why a VLAN batch step did not answer a batch.
+#[derive(Debug, Clone, PartialEq)]
+pub enum BatchError {
+    /// What Metal answered (directly, or through the step's component).
+    Metal(MetalError),
+    /// The step's component refused or failed before it reached Metal (its
+    /// own error: Metal not configured, a token it does not accept, a
+    /// request it cannot read): definite, nothing was made; 500
+    /// `VlanStepFailed` naming the component, its status and reason.
+    Step(Error),
+}
+
+impl From<MetalError> for BatchError {
+    fn from(e: MetalError) -> Self {
+        BatchError::Metal(e)
+    }
+}
+
+impl From<BatchError> for Error {
+    fn from(e: BatchError) -> Self {
+        match e {
+            BatchError::Metal(e) => e.into(),
+            BatchError::Step(e) => e,
+        }
+    }
+}
+
 /// Runs VLAN batch steps for the apply.
 pub trait VlanBatches {
     /// Runs `op` on port `port_id` in direction `dir`: the batch created,
     /// found or read (`None`: no unfinished batch, or no such batch).
     ///
     /// # Errors
-    /// What Metal answered, as [`MetalError`] (a `create` whose answer was
-    /// lost is [`MetalError::OutcomeUnknown`]).
+    /// What Metal answered, as [`BatchError::Metal`] (a `create` whose
+    /// answer was lost is [`MetalError::OutcomeUnknown`]); the step's own
+    /// refusal as [`BatchError::Step`].
     fn run(
         &self,
         dir: Direction,
         port_id: &str,
         op: &BatchOp,
-    ) -> std::result::Result<Option<VlanBatch>, MetalError>;
+    ) -> std::result::Result<Option<VlanBatch>, BatchError>;
 }
 
 /// Runs a step against Metal: what the `attach-vlan` and `detach-vlan`
@@ -174,8 +208,8 @@ impl<H: HttpClient + ?Sized, E: Env + ?Sized> VlanBatches for Direct<'_, H, E> {
         dir: Direction,
         port_id: &str,
         op: &BatchOp,
-    ) -> std::result::Result<Option<VlanBatch>, MetalError> {
-        execute(self.0, dir, port_id, op)
+    ) -> std::result::Result<Option<VlanBatch>, BatchError> {
+        Ok(execute(self.0, dir, port_id, op)?)
     }
 }
 
@@ -211,7 +245,7 @@ impl<H: HttpClient + ?Sized> VlanBatches for Chained<'_, H> {
         dir: Direction,
         port_id: &str,
         op: &BatchOp,
-    ) -> std::result::Result<Option<VlanBatch>, MetalError> {
+    ) -> std::result::Result<Option<VlanBatch>, BatchError> {
         let component = dir.component();
         let url = format!("http://{component}.spin.internal{}", step_path(port_id));
         let body = serde_json::to_vec(op).map_err(|e| MetalError::Malformed {
@@ -227,33 +261,78 @@ impl<H: HttpClient + ?Sized> VlanBatches for Chained<'_, H> {
                 detail: e.to_string(),
             })?;
         Deadline::CHAINED.set(&mut request);
-        let unreachable = |detail: String| match op {
-            // The step may have created the batch before the answer was
-            // lost: polled, never repeated.
-            BatchOp::Create { .. } => MetalError::OutcomeUnknown { detail },
-            _ => MetalError::Unavailable {
-                retry_after_s: 1,
-                detail,
-            },
-        };
         let resp = self
             .http
             .send(request)
-            .map_err(|e| unreachable(format!("{component} could not be reached: {e}")))?;
-        let status = resp.status().as_u16();
-        let v: Value = serde_json::from_slice(resp.body()).unwrap_or(Value::Null);
-        if status == 200 {
-            return serde_json::from_value(v["batch"].clone()).map_err(|e| MetalError::Malformed {
+            .map_err(|e| unreachable(op, format!("{component} could not be reached: {e}")))?;
+        read_answer(component, op, resp.status().as_u16(), resp.body())
+    }
+}
+
+/// What a step that gave no usable answer means: a `create` may have made
+/// the batch before the answer was lost (polled, never repeated); a read
+/// is retried.
+fn unreachable(op: &BatchOp, detail: String) -> MetalError {
+    match op {
+        BatchOp::Create { .. } => MetalError::OutcomeUnknown { detail },
+        _ => MetalError::Unavailable {
+            retry_after_s: 1,
+            detail,
+        },
+    }
+}
+
+/// Reads a step component's answer (`status`, `body`) to `op`: the batch
+/// (200), Metal's error as the step met it (`metal`), the step's own
+/// refusal (an error body with a `reason` and no `metal`: it did not reach
+/// Metal), or else an answer that is not the step's (a trapped component):
+/// unreachable.
+///
+/// ```
+/// use metal_ipam_core::network::batch::{read_answer, BatchError, BatchOp};
+/// let create = BatchOp::Create { vlans: vec!["3c2b1a09-8f7e-4d6c-9b5a-4f3e2d1c0b0a".into()] };
+/// let body = br#"{"reason": "MetalNotConfigured", "message": "Equinix Metal is not configured"}"#;
+/// match read_answer("attach-vlan", &create, 500, body) {
+///     Err(BatchError::Step(e)) => {
+///         assert_eq!((e.status(), e.reason()), (500, "VlanStepFailed"));
+///         assert!(e.message().contains("attach-vlan answered 500 MetalNotConfigured"));
+///     }
+///     other => panic!("{other:?}"),
+/// }
+/// ```
+///
+/// # Errors
+/// As [`VlanBatches::run`].
+pub fn read_answer(
+    component: &str,
+    op: &BatchOp,
+    status: u16,
+    body: &[u8],
+) -> std::result::Result<Option<VlanBatch>, BatchError> {
+    let v: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+    if status == 200 {
+        return serde_json::from_value(v["batch"].clone()).map_err(|e| {
+            BatchError::Metal(MetalError::Malformed {
                 detail: format!("{component} answered a batch metal-ipam cannot read: {e}"),
-            });
-        }
-        match serde_json::from_value::<MetalError>(v["metal"].clone()) {
-            Ok(e) => Err(e),
-            Err(_) => Err(unreachable(format!(
-                "{component} answered {status} {}",
-                v["reason"].as_str().unwrap_or("")
-            ))),
-        }
+            })
+        });
+    }
+    if let Ok(e) = serde_json::from_value::<MetalError>(v["metal"].clone()) {
+        return Err(BatchError::Metal(e));
+    }
+    match v["reason"].as_str() {
+        Some(reason) => Err(BatchError::Step(Error::new(
+            ErrorKind::Internal,
+            "VlanStepFailed",
+            format!(
+                "{component} answered {status} {reason}: {} (it did not reach Metal)",
+                v["message"].as_str().unwrap_or("")
+            ),
+        ))),
+        None => Err(BatchError::Metal(unreachable(
+            op,
+            format!("{component} answered {status} without its error body"),
+        ))),
     }
 }
 
@@ -293,6 +372,79 @@ mod tests {
             assert_eq!(e.reason(), "InvalidBatch", "{bad:?}");
         }
         assert!(serde_json::from_str::<BatchOp>(r#"{"op":"find","x":1}"#).is_err());
+    }
+
+    /// A step component that answers `status` with `body`.
+    struct Answers(u16, &'static str);
+
+    impl HttpClient for Answers {
+        fn send(
+            &self,
+            _: http::Request<Vec<u8>>,
+        ) -> std::result::Result<http::Response<Vec<u8>>, crate::ports::http::TransportError>
+        {
+            Ok(http::Response::builder()
+                .status(self.0)
+                .body(self.1.as_bytes().to_vec())
+                .unwrap())
+        }
+    }
+
+    /// Issue 17, finding 13: a step that refused before reaching Metal (no
+    /// `metal` in its error body) is a definite failure naming its reason,
+    /// not an unknown outcome (which the apply polls as a running step, a
+    /// 202 forever); only an answer that is not the step's own error body
+    /// leaves a create's outcome unknown.
+    #[test]
+    fn a_step_that_did_not_reach_metal_is_a_definite_failure() {
+        let create = BatchOp::Create {
+            vlans: vec!["3c2b1a09-8f7e-4d6c-9b5a-4f3e2d1c0b0a".into()],
+        };
+        for (status, body, reason) in [
+            (
+                500,
+                r#"{"reason":"MetalNotConfigured","message":"Equinix Metal is not configured"}"#,
+                "MetalNotConfigured",
+            ),
+            (
+                400,
+                r#"{"reason":"InvalidBatch","message":"vlans[0] is not a UUID"}"#,
+                "InvalidBatch",
+            ),
+            (
+                401,
+                r#"{"reason":"Unauthorized","message":"the bearer token is not valid"}"#,
+                "Unauthorized",
+            ),
+        ] {
+            let http = Answers(status, body);
+            let chained = Chained {
+                http: &http,
+                api_token: "t",
+            };
+            let e: Error = chained
+                .run(Direction::Attach, "p", &create)
+                .unwrap_err()
+                .into();
+            assert_eq!((e.status(), e.reason()), (500, "VlanStepFailed"), "{e}");
+            assert!(
+                e.message()
+                    .contains(&format!("attach-vlan answered {status} {reason}")),
+                "{e}"
+            );
+        }
+        // A trapped component (no error body of ours): the create may have
+        // happened.
+        let http = Answers(500, "");
+        let chained = Chained {
+            http: &http,
+            api_token: "t",
+        };
+        let e: Error = chained
+            .run(Direction::Attach, "p", &create)
+            .unwrap_err()
+            .into();
+        assert_eq!(e.reason(), "MetalOutcomeUnknown", "{e}");
     }
 
     #[test]

@@ -7,7 +7,8 @@
 //! - [`plan`]: the observed ports and the desired ones → the ordered Metal
 //!   port calls, in Metal's safe order (pure).
 //! - [`apply`]: the plan executed through Metal one step at a time, each
-//!   polled to its end, resumable, one writer per device (a KV lease).
+//!   polled to its end, resumable, one writer per device (a KV lease whose
+//!   every write is fenced), the operator's release remembered.
 //! - [`batch`]: the VLAN batch steps (attach, detach) the apply runs
 //!   through their own components, and the port it runs them through.
 //! - [`node`]: the node's links from its profile (tagged or untagged as

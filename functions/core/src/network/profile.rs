@@ -38,6 +38,10 @@ use crate::kube::names;
 /// The kind of the namespaced profile object.
 pub const KIND: &str = "MetalNetworkProfile";
 
+/// Annotation on a Machine (or its infrastructure machine) naming its
+/// `MetalNetworkProfile` (see [`crate::capi::network`]).
+pub const PROFILE_ANNOTATION: &str = "ipam.metal-ipam.dev/network-profile";
+
 /// Largest MTU Metal carries on a VLAN.
 pub const MAX_MTU: u32 = 9000;
 /// Smallest MTU accepted (IPv6's minimum).
