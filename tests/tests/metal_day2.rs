@@ -472,8 +472,150 @@ async fn a_deleted_device_is_seen_however_many_events_came_after(runtime: Runtim
     assert_eq!(sim.violations(), Vec::<String>::new());
 }
 
+/// Creates VLANs 1010 and 1011 in metro `da` through the Metal client.
+async fn vlans(sim: &MetalSim) {
+    use metal_ipam_core::metal::model::VirtualNetworkCreateInput;
+    let cfg = sim.metal_config(metal_ipam_core::metal::retry::RetryPolicy::default());
+    tokio::task::spawn_blocking(move || {
+        let http = metal_ipam_tests::metal_sim::BlockingHttp::new();
+        let env = metal_ipam_core::testing::TestEnv::at(1_000);
+        let m = metal_ipam_core::metal::client::Metal::new(&http, &cfg, &env);
+        for n in [1010u16, 1011] {
+            m.create_vlan(&VirtualNetworkCreateInput {
+                metro: "da".into(),
+                vxlan: Some(n),
+                ..Default::default()
+            })
+            .unwrap();
+        }
+    })
+    .await
+    .unwrap();
+}
+
+/// The ports of `dev` as the simulator has them: (name, network type or
+/// "", VLAN count).
+fn ports(sim: &MetalSim, dev: &str) -> Vec<(String, usize)> {
+    sim.device(dev)
+        .unwrap()
+        .ports
+        .iter()
+        .map(|p| (p.name.clone(), p.vlans.len()))
+        .collect()
+}
+
+/// Finding 3: one Machine whose profile does not fit its device (a 4-port
+/// profile on a 2-port device) among healthy ones: the poll reports it and
+/// moves on; the others converge; a healthy device deleted later is seen
+/// and its Machine's network released.
+async fn one_unfit_machine_changes_nothing_for_the_others(runtime: Runtime) {
+    const GOOD: usize = 4;
+    let kube = FakeKube::start().await;
+    let sim = MetalSim::start().await;
+    vlans(&sim).await;
+    let app = metal_app_on(runtime, &kube, &sim).await.expect("given");
+    let nodes = kube.create(json!({
+        "apiVersion": "ipam.metal-ipam.dev/v1alpha1", "kind": "MetalIPPool",
+        "metadata": {"name": "nodes", "namespace": NS},
+        "spec": {"addresses": ["192.168.11.10-192.168.11.90"], "prefix": 24}
+    }));
+    let r = app
+        .call(
+            "POST",
+            "/v1/events",
+            Some(&json!({"type": "ADDED", "object": nodes})),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{:#}", r.body);
+    kube.create(
+        json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+        "metadata": {"name": "c", "namespace": NS}, "spec": {}}),
+    );
+    let port = |name: &str| {
+        json!({"name": name, "layer2": true,
+               "vlans": [{"vxlan": 1010, "addresses": [{"static": "192.168.10.5/24"}]},
+                         {"vxlan": 1011, "addresses": [{"pool": {"name": "nodes"}}]}]})
+    };
+    for (name, ports) in [
+        ("l2", vec![port("bond0")]),
+        ("wide", vec![port("bond0"), port("bond1")]),
+    ] {
+        kube.create(
+            json!({"apiVersion": "ipam.metal-ipam.dev/v1alpha1", "kind": "MetalNetworkProfile",
+            "metadata": {"name": name, "namespace": NS},
+            "spec": {"metro": "da", "ports": ports}}),
+        );
+    }
+    let machine = |n: usize, profile: &str| {
+        json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+            "metadata": {"name": format!("m-{n}"), "namespace": NS,
+                "annotations": {"ipam.metal-ipam.dev/network-profile": profile}},
+            "spec": {"clusterName": "c", "providerID": format!("equinixmetal://{}", device(n))}})
+    };
+    // The unfit one first: its device's events come first in the window.
+    sim.add_device_in_state(&device(GOOD), "da", 2, "provisioning");
+    kube.create(machine(GOOD, "wide"));
+    for n in 0..GOOD {
+        sim.add_device_in_state(&device(n), "da", 2, "provisioning");
+        kube.create(machine(n, "l2"));
+    }
+    poll_until_done(&app, 4).await;
+    sim.set_device_state(&device(GOOD), "active");
+    for n in 0..GOOD {
+        sim.set_device_state(&device(n), "active");
+    }
+    let newest = sim.events().last().unwrap().id.clone();
+    let first = app.call("POST", "/v1/metal/poll", None).await;
+    // The unfit machine is reported; the cursor moved past every event.
+    assert_eq!(first.status, 500, "{:#}", first.body);
+    assert_eq!(first.body["cursor"], json!(newest), "{:#}", first.body);
+    let errors = first.body["errors"].as_array().unwrap();
+    assert_eq!(errors.len(), 1, "{:#}", first.body);
+    assert!(errors[0].as_str().unwrap().contains(&format!("m-{GOOD}")));
+    // The healthy ones converge, poll after poll (their applies continue
+    // with every poll); the unfit one is not retried by them.
+    for _ in 0..20 {
+        let r = app.call("POST", "/v1/metal/poll", None).await;
+        assert_eq!(r.status, 200, "{:#}", r.body);
+        if (0..GOOD).all(|n| {
+            ports(&sim, &device(n))
+                .iter()
+                .any(|(p, v)| p == "bond0" && *v == 2)
+        }) {
+            break;
+        }
+    }
+    for n in 0..GOOD {
+        assert!(
+            ports(&sim, &device(n))
+                .iter()
+                .any(|(p, v)| p == "bond0" && *v == 2),
+            "m-{n}: {:?}",
+            ports(&sim, &device(n))
+        );
+    }
+    // A healthy device deleted afterwards is seen: its network released.
+    sim.delete_device(&device(0));
+    let r = app.call("POST", "/v1/metal/poll", None).await;
+    assert_eq!(r.status, 200, "{:#}", r.body);
+    let released = json!({"machine": "team-a/m-0", "phase": "released"});
+    assert!(
+        r.body["network"].as_array().unwrap().contains(&released),
+        "{:#}",
+        r.body
+    );
+    assert!(
+        r.body["networkClaimsDeleted"].as_u64().unwrap() >= 1,
+        "{:#}",
+        r.body
+    );
+    assert_eq!(sim.violations(), Vec::<String>::new());
+    assert_eq!(kube.schema_violations(), Vec::<String>::new());
+}
+
 metal_ipam_tests::on_every_runtime!(
     not_redis: an_untrusted_api_server_certificate_says_so,
+    one_unfit_machine_changes_nothing_for_the_others,
     a_metal_call_that_never_answers_is_cut_off,
     every_release_path_honours_the_metal_assignment,
     sixty_claims_on_thirty_devices_are_polled_to_completion,
