@@ -881,16 +881,16 @@ mod tests {
                 );
                 assert_eq!(ops.total(), 0, "no store");
             }
-            // A good request reaches Metal (refused here: no outbound HTTP)
-            // and answers the Metal error with the error itself under `metal`.
+            // A good request gets as far as the outbound call (denied here:
+            // no outbound HTTP) and answers the transport error under `metal`.
             let (r, _, _) = pipe::<MemKv>(
                 &request("POST", port, bearer, &create),
                 metal_vars,
                 None,
                 handler,
             );
-            assert_eq!(r.reason, Some("MetalOutcomeUnknown"), "{:?}", r.body);
-            assert_eq!(r.body.as_ref().unwrap()["metal"]["kind"], "outcomeUnknown");
+            assert_eq!(r.reason, Some("MetalDenied"), "{:?}", r.body);
+            assert_eq!(r.body.as_ref().unwrap()["metal"]["kind"], "denied");
         }
     }
 
