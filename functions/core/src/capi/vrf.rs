@@ -6,23 +6,36 @@
 //! object:
 //! 1. Gone from Kubernetes: nothing to do (its finalizer kept it until its
 //!    resources were torn down).
-//! 2. Deleting: remove it from the store (refused while addresses are
-//!    allocated: `Ready=False PoolInUse`), tear its Metal resources down
-//!    (by their deletion policies, over as many invocations as Metal's
+//! 2. Deleting: mark the teardown in the progress record (from then on
+//!    nothing is created or registered for the pool), remove it from the
+//!    store (refused while addresses are allocated: `Ready=False
+//!    PoolInUse`), tear its Metal resources down (by the deletion decisions recorded when they
+//!    were created or adopted, over as many invocations as Metal's
 //!    asynchrony needs), then remove our finalizer.
 //! 3. Otherwise: add our finalizer, provision (adopt or create, in order,
 //!    exactly once), and once every resource exists and the gateway is
 //!    active, register the pool with its block's addresses and write
 //!    `Ready=True`. Until then `Ready=False MetalProvisioning` says what it
 //!    waits for. `status.metal` lists the resources' ids and the gateway's
-//!    state either way.
+//!    state either way. An invalid `spec.metal` (deletion policies Metal
+//!    cannot carry out included) is `Ready=False InvalidSpec` before
+//!    anything is created, and one changed where the resources cannot follow
+//!    is `Ready=False MetalSpecChanged`, both naming the field, with no Metal
+//!    write.
 //!
-//! A pool without `spec.metal` is not this step's (`ignored`).
+//! The registration reads the progress record inside its compare-and-swap
+//! on the pool record (`provision::step::may_register`), so it can never
+//! re-register a pool whose teardown started (see `kv-schema/README.md`).
+//!
+//! A pool without `spec.metal` is not this step's (`ignored`), unless its
+//! Metal resources exist: `spec.metal` was removed (the webhook refuses
+//! that), which is `Ready=False MetalSpecChanged`.
 
 use serde_json::{json, Map, Value};
 
 use super::objects::{paused, PoolResource};
 use super::{resource_of, write_pool_status, Outcome, StepResult, POOL_FINALIZER};
+use crate::error::{Error, ErrorKind as Kind};
 use crate::error::{ErrorKind, Result};
 use crate::ipam::ops;
 use crate::ipam::pool::{PoolId, PoolObject};
@@ -36,8 +49,8 @@ use crate::metal::client::Metal;
 use crate::ports::http::HttpClient;
 use crate::ports::kv::KvStore;
 use crate::ports::Env;
-use crate::provision::plan::Progress;
-use crate::provision::step::{self, Phase, Target};
+use crate::provision::plan::{owner, Owner, Progress};
+use crate::provision::step::{self, Begun, Phase, Target};
 
 /// Reason of `Ready=False` while Metal resources are being provisioned.
 pub const REASON_PROVISIONING: &str = "MetalProvisioning";
@@ -99,6 +112,27 @@ fn sync_once<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
         }
     };
     let Some(spec) = object.spec.metal.clone() else {
+        // Its Metal resources exist but spec.metal is gone (the webhook
+        // refuses that): say so rather than orphan them silently.
+        let cur = step::read_state(ctx.kv, id)?;
+        let held = matches!(owner(cur.as_ref(), o.meta().uid.as_deref()), Owner::Mine)
+            && cur.as_ref().is_some_and(Progress::holds_anything);
+        if held && !o.meta().deleting() {
+            let e = Error::new(
+                Kind::Invalid,
+                "MetalSpecChanged",
+                "cannot be removed: the pool's Metal resources exist (delete the pool to tear them down)",
+            )
+            .with_field("spec.metal");
+            write_pool_status(
+                kube,
+                r,
+                &o.typed,
+                None,
+                Ready::no(e.reason(), &e.to_string(), now),
+            )?;
+            return Ok(Outcome::new(StepResult::Failed, e.to_string()));
+        }
         return Ok(Outcome::new(
             StepResult::Ignored,
             format!("pool {} is not VRF-backed (no spec.metal)", id.display()),
@@ -117,7 +151,16 @@ fn sync_once<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
                 "the pool is being deleted and holds no metal-ipam finalizer",
             ));
         }
-        if let Err(e) = ops::delete_pool(ctx, id) {
+        // From here on nothing is created or registered for the pool.
+        if step::begin_teardown(ctx, id, target.uid.as_deref())? == Begun::Gone {
+            // Torn down already (the store deletion came before it).
+            remove_finalizer(kube, r, &o, POOL_FINALIZER)?;
+            return Ok(Outcome::new(
+                StepResult::Deleted,
+                format!("pool {} and its Metal resources deleted", id.display()),
+            ));
+        }
+        if let Err(e) = ops::delete_provisioned_pool(ctx, id) {
             if e.reason() == "PoolInUse" {
                 write_pool_status(
                     kube,
@@ -165,6 +208,18 @@ fn sync_once<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
             format!("pool {} is paused", id.display()),
         ));
     }
+    // The section's rules, deletion policies Metal can carry out included:
+    // checked before anything is created (the webhook may be bypassed).
+    if let Err(e) = spec.validate() {
+        write_pool_status(
+            kube,
+            r,
+            &o.typed,
+            None,
+            Ready::no("InvalidSpec", &e.to_string(), now),
+        )?;
+        return Ok(Outcome::new(StepResult::Failed, e.to_string()));
+    }
     let o = add_finalizer(kube, r, &o, POOL_FINALIZER)?;
     let report = match step::provision(ctx, metal, &target) {
         Ok(r) => r,
@@ -193,7 +248,9 @@ fn sync_once<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
                 Vec::new()
             };
             let cidr = format!("{}/{}", block.0, block.1);
-            match ops::put_provisioned_pool(ctx, object, block, &adoptions) {
+            let uid = target.uid.clone();
+            let may = || step::may_register(ctx.kv, id, uid.as_deref());
+            match ops::put_provisioned_pool(ctx, object, block, &adoptions, &may) {
                 Ok((_, view)) => {
                     let counts = view.to_json()["status"]["ipAddresses"].clone();
                     let mut st = metal_status(&report.progress, Some(&cidr));
