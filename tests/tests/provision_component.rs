@@ -526,6 +526,55 @@ async fn an_edit_of_spec_metal_after_provisioning_is_refused_and_the_adopted_vrf
     assert_eq!(sim.violations(), Vec::<String>::new());
 }
 
+/// The pool half of finding 12 of issue 17: a profile still puts the pool's
+/// VLAN on a machine's bond (with a static address). Deleting the pool
+/// waits, naming the profile, and tears nothing down (the gateway stays, the
+/// VLAN stays on the port); once the profile is gone, teardown runs.
+async fn pool_teardown_waits_while_a_profile_uses_its_vlan(runtime: Runtime) {
+    let kube = FakeKube::start().await;
+    let sim = sim(1).await;
+    let app = metal_app_on(runtime, &kube, &sim).await.expect("given");
+    kube.create(pool());
+    let path = "/v1/metal/pools/team-a/vrf";
+    assert_eq!(settle(&app, path, 6).await.body["result"], "synced");
+    kube.create(json!({
+        "apiVersion": "ipam.metal-ipam.dev/v1alpha1", "kind": "MetalNetworkProfile",
+        "metadata": {"name": "storage", "namespace": "team-a"},
+        "spec": {"metro": "da", "ports": [{"name": "bond0", "layer2": true,
+            "vlans": [{"pool": {"name": "vrf"}, "addresses": [{"static": "10.10.1.5/29"}]}]}]}
+    }));
+    let device = sim.add_device("0c7e5d1a-2b3c-4d5e-8f90-a1b2c3d4e5f6", "da", 2);
+    let bond = device.port("bond0").unwrap().id.clone();
+    let vlan = sim.vlans()[0].id.clone();
+    sim.assign_vlan(&bond, &vlan);
+
+    kube.delete(METAL_GROUP, "metalippools", Some("team-a"), "vrf");
+    let r = app.call("POST", path, None).await;
+    assert_eq!(r.status, 202, "{:#}", r.body);
+    let (status, reason, message) = ready_of(&kube, "vrf");
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", "PoolVlanInUse")
+    );
+    assert!(message.contains("team-a/storage"), "{message}");
+    assert_eq!(nothing_left(&sim), (1, 1, 1, 1), "nothing torn down");
+    assert_eq!(sim.devices()[0].port("bond0").unwrap().vlans, [vlan]);
+
+    // The profile goes: teardown runs (the port, which no profile of ours
+    // names any more, is unassigned in Metal's order).
+    kube.delete(
+        METAL_GROUP,
+        "metalnetworkprofiles",
+        Some("team-a"),
+        "storage",
+    );
+    let r = settle(&app, path, 10).await;
+    assert_eq!(r.body["result"], "deleted", "{:#}", r.body);
+    assert_eq!(nothing_left(&sim), (0, 0, 0, 0));
+    assert!(sim.devices()[0].port("bond0").unwrap().vlans.is_empty());
+    assert_eq!(sim.violations(), Vec::<String>::new());
+}
+
 metal_ipam_tests::on_every_runtime!(
     given: a_vrf_pool_event_is_provisioned_through_the_components,
     without_metal_configured_a_vrf_pool_fails_loudly_and_nothing_else_does,
@@ -535,4 +584,5 @@ metal_ipam_tests::on_every_runtime!(
     a_pool_deleted_while_a_creation_is_in_flight_leaks_nothing_and_its_name_is_reused,
     a_deletion_policy_metal_cannot_honour_is_refused_before_anything_is_created,
     an_edit_of_spec_metal_after_provisioning_is_refused_and_the_adopted_vrf_is_kept,
+    pool_teardown_waits_while_a_profile_uses_its_vlan,
 );

@@ -9,7 +9,10 @@
 //! 2. Deleting: mark the teardown in the progress record (from then on
 //!    nothing is created or registered for the pool), remove it from the
 //!    store (refused while addresses are allocated: `Ready=False
-//!    PoolInUse`), tear its Metal resources down (by the deletion decisions recorded when they
+//!    PoolInUse`), wait while a `MetalNetworkProfile` still puts the pool's
+//!    VLAN on machines (`Ready=False PoolVlanInUse` naming the profiles:
+//!    tearing the gateway or the VLAN down would cut their network), tear
+//!    its Metal resources down (by the deletion decisions recorded when they
 //!    were created or adopted, over as many invocations as Metal's
 //!    asynchrony needs), then remove our finalizer.
 //! 3. Otherwise: add our finalizer, provision (adopt or create, in order,
@@ -38,14 +41,16 @@ use super::{resource_of, write_pool_status, Outcome, StepResult, POOL_FINALIZER}
 use crate::error::{Error, ErrorKind as Kind};
 use crate::error::{ErrorKind, Result};
 use crate::ipam::ops;
+use crate::ipam::pool::PoolKind;
 use crate::ipam::pool::{PoolId, PoolObject};
 use crate::ipam::vrf::Resource;
 use crate::kube::conditions::Ready;
 use crate::kube::meta::{add_finalizer, remove_finalizer, retrying};
-use crate::kube::object::{Object, WithJson};
-use crate::kube::Kube;
+use crate::kube::object::{Meta, Object, WithJson};
+use crate::kube::{Kube, NETWORK_PROFILES};
 use crate::kv::Ctx;
 use crate::metal::client::Metal;
+use crate::network::profile::{PoolName, Profile};
 use crate::ports::http::HttpClient;
 use crate::ports::kv::KvStore;
 use crate::ports::Env;
@@ -54,6 +59,13 @@ use crate::provision::step::{self, Begun, Phase, Target};
 
 /// Reason of `Ready=False` while Metal resources are being provisioned.
 pub const REASON_PROVISIONING: &str = "MetalProvisioning";
+
+/// Reason of `Ready=False` while a deleted pool's teardown waits for the
+/// profiles that use its VLAN.
+pub const REASON_VLAN_IN_USE: &str = "PoolVlanInUse";
+
+/// Seconds after which a teardown waiting for profiles looks again.
+pub const VLAN_IN_USE_RETRY_S: u64 = 30;
 
 /// Reconciles one VRF-backed pool object (see the module docs).
 ///
@@ -172,6 +184,34 @@ fn sync_once<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
                 return Ok(Outcome::new(StepResult::Waiting, e.message().to_string()));
             }
             return Err(e);
+        }
+        let progress = step::read_progress(ctx, id)?;
+        let vlan = progress.vlan.as_ref().map(|h| h.id.as_str());
+        let users = vlan_users(kube, id, vlan)?;
+        if !users.is_empty() {
+            let ports = match vlan {
+                Some(v) => metal.vlan_ports(v)?,
+                None => Vec::new(),
+            };
+            let waiting = format!(
+                "the pool's VLAN is still used by MetalNetworkProfile {} (on {} port(s){}): \
+                 nothing is torn down until no profile uses it",
+                users.join(", "),
+                ports.len(),
+                if ports.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {}", ports.join(", "))
+                }
+            );
+            write_pool_status(
+                kube,
+                r,
+                &o.typed,
+                Some(metal_status(&progress, None)),
+                Ready::no(REASON_VLAN_IN_USE, &waiting, now),
+            )?;
+            return Ok(Outcome::new(StepResult::Waiting, waiting).retry_after(VLAN_IN_USE_RETRY_S));
         }
         let report = step::deprovision(ctx, metal, &target)?;
         return match report.phase {
@@ -311,4 +351,53 @@ fn metal_status(p: &Progress, block: Option<&str>) -> Map<String, Value> {
     let mut st = Map::new();
     st.insert("metal".into(), Value::Object(m));
     st
+}
+
+/// The `MetalNetworkProfile`s (`namespace/name`, sorted) that put pool
+/// `id`'s VLAN on machines: a VLAN (or native VLAN) named by the pool,
+/// resolved in the profile's namespace as the network step does (a
+/// `GlobalMetalIPPool` by kind), or by the VLAN's id `vlan`. One list of
+/// every namespace's profiles; a profile that does not parse names nothing.
+///
+/// # Errors
+/// The API server's errors.
+pub fn vlan_users<H: HttpClient + ?Sized>(
+    kube: &Kube<'_, H>,
+    id: &PoolId,
+    vlan: Option<&str>,
+) -> Result<Vec<String>> {
+    let resolves = |p: &PoolName, ns: &str| -> bool {
+        let named = match p.kind.as_deref() {
+            Some("GlobalMetalIPPool") => PoolId::global(&p.name),
+            _ => PoolId::of(PoolKind::Namespaced, ns, &p.name),
+        };
+        named == *id
+    };
+    let mut users = Vec::new();
+    for o in kube.list_as::<WithJson<Meta>>(&NETWORK_PROFILES, None)? {
+        let ns = o.meta().namespace.clone().unwrap_or_default();
+        let spec = o.json.get("spec").cloned().unwrap_or(Value::Null);
+        let Ok(profile) = Profile::from_json(&spec) else {
+            continue;
+        };
+        let uses = profile.ports.iter().any(|port| {
+            let refs = port
+                .vlans
+                .iter()
+                .map(|v| (v.id.as_deref(), v.pool.as_ref()))
+                .chain(
+                    port.native_vlan
+                        .iter()
+                        .map(|v| (v.id.as_deref(), v.pool.as_ref())),
+                );
+            refs.into_iter().any(|(vid, pool)| {
+                pool.is_some_and(|p| resolves(p, &ns)) || (vid.is_some() && vid == vlan)
+            })
+        });
+        if uses {
+            users.push(format!("{ns}/{}", o.meta().name));
+        }
+    }
+    users.sort();
+    Ok(users)
 }
