@@ -688,3 +688,67 @@ fn an_earlier_incarnations_leftovers_are_torn_down_before_anything_is_created() 
     assert_eq!(p.retired, ["u-0"]);
     assert_eq!(p.vrf.unwrap().id, "v1");
 }
+
+/// Nothing waits on a thing that is gone: resources deleted behind
+/// metal-ipam's back count as deleted (a gateway, reservation, VLAN or VRF
+/// answering 404 to its deletion or read), and a port that vanished while
+/// its VLAN was being unassigned counts as unassigned.
+#[test]
+fn teardown_counts_what_is_already_gone_as_deleted() {
+    for b in BACKENDS {
+        let w = World::new(b);
+        let spec = created_spec();
+        let pool = id();
+        let t = Target::new(&pool, &spec, Some("u-1"), None);
+        let (cfg, menv) = (cfg(), TestEnv::at(0));
+        let http = ScriptedHttp::new(vec![
+            ("POST /projects/p1/vrfs", created("vrf", "v1")),
+            ("POST /projects/p1/ips", created("ips", "r1")),
+            ("POST /projects/p1/virtual-networks", created("vlan", "n1")),
+            ("POST /projects/p1/metal-gateways", created("gw", "g1")),
+            (
+                "GET /metal-gateways/g1?include=ip_reservation%2Cvirtual_network%2Cvrf",
+                gateway("active"),
+            ),
+            ("GET /ips/r1", block()),
+        ]);
+        let metal = Metal::new(&http, &cfg, &menv);
+        assert!(matches!(
+            provision(&w.ctx(), &metal, &t).unwrap().phase,
+            Phase::Ready { .. }
+        ));
+        let gone = || Reply::json(404, json!({"error": "Not found"}));
+        let http = ScriptedHttp::new(vec![
+            (
+                "DELETE /metal-gateways/g1?include=ip_reservation%2Cvirtual_network%2Cvrf",
+                gone(),
+            ),
+            (
+                "GET /metal-gateways/g1?include=ip_reservation%2Cvirtual_network%2Cvrf",
+                Reply::json(
+                    403,
+                    json!({"errors": ["Access denied for the current authentication token"]}),
+                ),
+            ),
+            ("DELETE /ips/r1", gone()),
+            (
+                "GET /virtual-networks/n1?include=instances",
+                Reply::json(
+                    200,
+                    json!({"id": "n1", "vxlan": 1000, "instances": [{"id": "d1",
+                        "network_ports": [{"id": "p1", "name": "bond0",
+                            "virtual_networks": [{"id": "n1", "href": "/metal/v1/virtual-networks/n1"}]}]}]}),
+                ),
+            ),
+            // The device went meanwhile.
+            ("POST /ports/p1/unassign", gone()),
+            ("GET /virtual-networks/n1?include=instances", gone()),
+            ("DELETE /virtual-networks/n1", gone()),
+            ("DELETE /vrfs/v1", gone()),
+        ]);
+        let metal = Metal::new(&http, &cfg, &menv);
+        let r = deprovision(&w.ctx(), &metal, &t).unwrap();
+        assert_eq!(r.phase, Phase::Gone, "{b:?}: {:?}", r.done);
+        http.assert_done();
+    }
+}
