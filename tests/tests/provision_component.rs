@@ -8,7 +8,7 @@
 
 use metal_ipam_tests::fake_kube::{FakeKube, METAL_GROUP};
 use metal_ipam_tests::harness::{given, App, Runtime};
-use metal_ipam_tests::metal_sim::{MetalSim, SimConfig};
+use metal_ipam_tests::metal_sim::{Fault, MetalSim, SimConfig};
 use metal_ipam_tests::vrf_world::metal_app_on;
 use serde_json::{json, Value};
 
@@ -298,10 +298,311 @@ async fn a_claims_metal_assignment_follows_it_through_the_components(runtime: Ru
     assert_eq!(kube.schema_violations(), Vec::<String>::new());
 }
 
+/// The `Ready` condition of pool `team-a/<name>`: (status, reason, message).
+fn ready_of(kube: &FakeKube, name: &str) -> (String, String, String) {
+    let obj = kube
+        .get(METAL_GROUP, "metalippools", Some("team-a"), name)
+        .expect("the pool");
+    let c = obj["status"]["conditions"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == "Ready").cloned())
+        .unwrap_or_else(|| panic!("no Ready condition: {obj:#}"));
+    let s = |k: &str| c[k].as_str().unwrap_or_default().to_string();
+    (s("status"), s("reason"), s("message"))
+}
+
+/// Calls the pool's step until it answers without `Retry-After` (at most
+/// `n` times); the last answer.
+async fn settle(app: &App, path: &str, n: usize) -> metal_ipam_tests::harness::Resp {
+    for _ in 0..n {
+        let r = app.call("POST", path, None).await;
+        if r.headers.get("retry-after").is_none() {
+            return r;
+        }
+    }
+    panic!("{path}: still in progress after {n} calls");
+}
+
+/// Waits until `cond` holds (the condition is checked every 10 ms, for at
+/// most 30 s): what another task does is observed, not timed.
+async fn until(what: &str, cond: impl Fn() -> bool) {
+    for _ in 0..3_000 {
+        if cond() {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    panic!("never happened: {what}");
+}
+
+fn nothing_left(sim: &MetalSim) -> (usize, usize, usize, usize) {
+    (
+        sim.vrfs().len(),
+        sim.reservations().len(),
+        sim.vlans().len(),
+        sim.gateways().len(),
+    )
+}
+
+/// Finding 6 of issue 17: one instance's VLAN creation is in flight (held
+/// 2 s by Metal) when the pool is deleted and another instance runs its
+/// teardown. The teardown waits for that creation instead of declaring the
+/// pool gone under it; the creation is recorded, then torn down with the
+/// rest (by whichever instance runs next): nothing is left in Metal, and
+/// the creating instance makes nothing more. A pool re-created under the same name with another block gets a
+/// fresh record and its own resources.
+async fn a_pool_deleted_while_a_creation_is_in_flight_leaks_nothing_and_its_name_is_reused(
+    runtime: Runtime,
+) {
+    let kube = FakeKube::start().await;
+    let sim = sim(1).await;
+    let app = metal_app_on(runtime, &kube, &sim).await.expect("given");
+    kube.create(pool());
+    let path = "/v1/metal/pools/team-a/vrf";
+    sim.inject("POST", "createVirtualNetwork", Fault::Latency(2_000), 1);
+    let creating = app.call("POST", path, None);
+    let tearing_down = async {
+        // The creation has reached Metal (its fault was taken) …
+        until("the VLAN's creation reaches Metal", || {
+            sim.pending_faults() == 0
+        })
+        .await;
+        // … when the pool is deleted and the other instance runs.
+        kube.delete(METAL_GROUP, "metalippools", Some("team-a"), "vrf");
+        app.call("POST", path, None).await
+    };
+    let (first, during) = tokio::join!(creating, tearing_down);
+    // The teardown did not finish under the creation in flight.
+    assert_eq!(during.status, 202, "{:#}", during.body);
+    assert!(during.headers.get("retry-after").is_some());
+    // The creating instance recorded its VLAN and went no further (the
+    // pool is being deleted; it may have run the teardown itself, having
+    // read the pool again).
+    assert!(
+        matches!(first.body["result"].as_str(), Some("failed" | "deleted")),
+        "{:#}",
+        first.body
+    );
+    // Then the teardown completes, and nothing is left.
+    let last = settle(&app, path, 10).await;
+    assert!(
+        matches!(last.body["result"].as_str(), Some("deleted" | "absent")),
+        "{:#}",
+        last.body
+    );
+    assert!(kube
+        .get(METAL_GROUP, "metalippools", Some("team-a"), "vrf")
+        .is_none());
+    assert_eq!(nothing_left(&sim), (0, 0, 0, 0), "left in Metal");
+    assert_eq!(sim.applied("createVirtualNetwork"), 1);
+    assert_eq!(
+        sim.applied("createVrf"),
+        1,
+        "nothing created after the teardown"
+    );
+
+    // The same name again, with another block: its own resources.
+    let mut again = pool();
+    again["spec"]["metal"]["reservation"]["network"] = json!("10.10.2.0");
+    kube.create(again);
+    let r = settle(&app, path, 10).await;
+    assert_eq!(
+        (r.status, r.body["result"].as_str()),
+        (200, Some("synced")),
+        "{:#}",
+        r.body
+    );
+    let obj = kube
+        .get(METAL_GROUP, "metalippools", Some("team-a"), "vrf")
+        .unwrap();
+    assert_eq!(
+        obj["status"]["metal"]["reservation"]["block"],
+        "10.10.2.0/29"
+    );
+    assert_eq!(nothing_left(&sim), (1, 1, 1, 1));
+    assert_eq!(sim.violations(), Vec::<String>::new());
+    assert_eq!(kube.schema_violations(), Vec::<String>::new());
+}
+
+/// Finding 7 of issue 17: `gateway: Retain` with a reservation metal-ipam
+/// creates (so deletes) is a teardown Metal refuses (a reservation with a
+/// gateway cannot be deleted). Even when the webhook is bypassed, the step
+/// refuses it before creating anything, naming the field.
+async fn a_deletion_policy_metal_cannot_honour_is_refused_before_anything_is_created(
+    runtime: Runtime,
+) {
+    let kube = FakeKube::start().await;
+    let sim = sim(1).await;
+    let app = metal_app_on(runtime, &kube, &sim).await.expect("given");
+    let mut p = pool();
+    p["spec"]["metal"]["gateway"] = json!({"deletionPolicy": "Retain"});
+    kube.create(p);
+    let r = app.call("POST", "/v1/metal/pools/team-a/vrf", None).await;
+    assert_eq!(
+        (r.status, r.body["result"].as_str()),
+        (200, Some("failed")),
+        "{:#}",
+        r.body
+    );
+    let (status, _, message) = ready_of(&kube, "vrf");
+    assert_eq!(status, "False");
+    assert!(
+        message.contains("spec.metal.gateway.deletionPolicy"),
+        "{message}"
+    );
+    assert!(sim.requests().is_empty(), "no Metal call");
+    assert_eq!(nothing_left(&sim), (0, 0, 0, 0));
+}
+
+/// Finding 7 of issue 17: the deletion policy is decided when a resource is
+/// adopted or created. An adopted VRF edited to `deletionPolicy: Delete`
+/// after provisioning: the step refuses the edit (Ready=False naming the
+/// field) and changes nothing in Metal; deleting the pool keeps the
+/// adopted VRF.
+async fn an_edit_of_spec_metal_after_provisioning_is_refused_and_the_adopted_vrf_is_kept(
+    runtime: Runtime,
+) {
+    let kube = FakeKube::start().await;
+    let sim = sim(1).await;
+    let app = metal_app_on(runtime, &kube, &sim).await.expect("given");
+    // A VRF of the project's own, not metal-ipam's.
+    let cfg = sim.metal_config(metal_ipam_core::metal::retry::RetryPolicy::default());
+    let vrf = tokio::task::spawn_blocking(move || {
+        let http = metal_ipam_tests::metal_sim::BlockingHttp::new();
+        let env = metal_ipam_core::testing::TestEnv::at(0);
+        metal_ipam_core::metal::client::Metal::new(&http, &cfg, &env)
+            .create_vrf(&metal_ipam_core::metal::model::VrfCreateInput {
+                name: "shared".into(),
+                metro: "da".into(),
+                description: None,
+                ip_ranges: vec!["10.10.0.0/16".into()],
+                local_asn: None,
+                tags: vec![],
+            })
+            .unwrap()
+            .id
+    })
+    .await
+    .unwrap();
+    let mut p = pool();
+    p["spec"]["metal"]["vrf"] = json!({"id": vrf});
+    kube.create(p);
+    let path = "/v1/metal/pools/team-a/vrf";
+    let r = settle(&app, path, 6).await;
+    assert_eq!(r.body["result"], "synced", "{:#}", r.body);
+
+    let mut edited = kube
+        .get(METAL_GROUP, "metalippools", Some("team-a"), "vrf")
+        .unwrap();
+    edited["spec"]["metal"]["vrf"]["deletionPolicy"] = json!("Delete");
+    kube.put(edited);
+    sim.clear_requests();
+    let r = app.call("POST", path, None).await;
+    assert_eq!(r.body["result"], "failed", "{:#}", r.body);
+    let (status, _, message) = ready_of(&kube, "vrf");
+    assert_eq!(status, "False");
+    assert!(
+        message.contains("spec.metal.vrf.deletionPolicy"),
+        "{message}"
+    );
+    assert!(
+        sim.requests().iter().all(|r| r.method == "GET"),
+        "no Metal write"
+    );
+
+    kube.delete(METAL_GROUP, "metalippools", Some("team-a"), "vrf");
+    let r = settle(&app, path, 10).await;
+    assert_eq!(r.body["result"], "deleted", "{:#}", r.body);
+    let left: Vec<String> = sim.vrfs().iter().map(|v| v.id.clone()).collect();
+    assert_eq!(left, [vrf], "the adopted VRF is kept");
+    assert_eq!(
+        (
+            sim.reservations().len(),
+            sim.vlans().len(),
+            sim.gateways().len()
+        ),
+        (0, 0, 0)
+    );
+    assert_eq!(sim.violations(), Vec::<String>::new());
+}
+
+/// The pool half of finding 12 of issue 17: a profile still puts the pool's
+/// VLAN on a machine's bond (with a static address). The pool webhook
+/// refuses its deletion, naming the profile; deleted anyway, the pool
+/// waits, naming the profile, and tears nothing down (the gateway stays, the
+/// VLAN stays on the port); once the profile is gone, teardown runs.
+async fn pool_teardown_waits_while_a_profile_uses_its_vlan(runtime: Runtime) {
+    let kube = FakeKube::start().await;
+    let sim = sim(1).await;
+    let app = metal_app_on(runtime, &kube, &sim).await.expect("given");
+    kube.create(pool());
+    let path = "/v1/metal/pools/team-a/vrf";
+    assert_eq!(settle(&app, path, 6).await.body["result"], "synced");
+    kube.create(json!({
+        "apiVersion": "ipam.metal-ipam.dev/v1alpha1", "kind": "MetalNetworkProfile",
+        "metadata": {"name": "storage", "namespace": "team-a"},
+        "spec": {"metro": "da", "ports": [{"name": "bond0", "layer2": true,
+            "vlans": [{"pool": {"name": "vrf"}, "addresses": [{"static": "10.10.1.5/29"}]}]}]}
+    }));
+    let device = sim.add_device("0c7e5d1a-2b3c-4d5e-8f90-a1b2c3d4e5f6", "da", 2);
+    let bond = device.port("bond0").unwrap().id.clone();
+    let vlan = sim.vlans()[0].id.clone();
+    sim.assign_vlan(&bond, &vlan);
+
+    // The pool webhook refuses the delete, naming the profile (it reads the
+    // profiles from the API server and the pool's VLAN from the store).
+    let object = kube
+        .get(METAL_GROUP, "metalippools", Some("team-a"), "vrf")
+        .unwrap();
+    let review = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {"uid": "u-1", "operation": "DELETE", "namespace": "team-a", "name": "vrf",
+            "kind": {"group": "ipam.metal-ipam.dev", "version": "v1alpha1", "kind": "MetalIPPool"},
+            "resource": {"group": "ipam.metal-ipam.dev", "version": "v1alpha1", "resource": "metalippools"},
+            "oldObject": object, "object": null}});
+    let r = app.call("POST", "/v1/admission/pools", Some(&review)).await;
+    assert_eq!(r.status, 200, "{:#}", r.body);
+    let resp = &r.body["response"];
+    assert_eq!(resp["allowed"], false, "{:#}", r.body);
+    assert_eq!(resp["status"]["code"], 403, "{:#}", r.body);
+    let msg = resp["status"]["message"].as_str().unwrap_or_default();
+    assert!(msg.contains("team-a/storage"), "{msg}");
+
+    // Deleted anyway (the webhook bypassed): the teardown waits.
+    kube.delete(METAL_GROUP, "metalippools", Some("team-a"), "vrf");
+    let r = app.call("POST", path, None).await;
+    assert_eq!(r.status, 202, "{:#}", r.body);
+    let (status, reason, message) = ready_of(&kube, "vrf");
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", "PoolVlanInUse")
+    );
+    assert!(message.contains("team-a/storage"), "{message}");
+    assert_eq!(nothing_left(&sim), (1, 1, 1, 1), "nothing torn down");
+    assert_eq!(sim.devices()[0].port("bond0").unwrap().vlans, [vlan]);
+
+    // The profile goes: teardown runs (the port, which no profile of ours
+    // names any more, is unassigned in Metal's order).
+    kube.delete(
+        METAL_GROUP,
+        "metalnetworkprofiles",
+        Some("team-a"),
+        "storage",
+    );
+    let r = settle(&app, path, 10).await;
+    assert_eq!(r.body["result"], "deleted", "{:#}", r.body);
+    assert_eq!(nothing_left(&sim), (0, 0, 0, 0));
+    assert!(sim.devices()[0].port("bond0").unwrap().vlans.is_empty());
+    assert_eq!(sim.violations(), Vec::<String>::new());
+}
+
 metal_ipam_tests::on_every_runtime!(
     given: a_vrf_pool_event_is_provisioned_through_the_components,
     without_metal_configured_a_vrf_pool_fails_loudly_and_nothing_else_does,
     the_reconcile_run_drives_a_vrf_pool_to_ready_without_events,
     the_public_route_advances_a_vrf_pool_and_names_where_to_poll,
     a_claims_metal_assignment_follows_it_through_the_components,
+    a_pool_deleted_while_a_creation_is_in_flight_leaks_nothing_and_its_name_is_reused,
+    a_deletion_policy_metal_cannot_honour_is_refused_before_anything_is_created,
+    an_edit_of_spec_metal_after_provisioning_is_refused_and_the_adopted_vrf_is_kept,
+    pool_teardown_waits_while_a_profile_uses_its_vlan,
 );

@@ -304,3 +304,121 @@ async fn a_fault_on_any_metal_write_converges_without_a_duplicate() {
     // How many requests the simulator checked against the spec, all valid.
     println!("{validated} Metal requests validated against the spec, 0 violations");
 }
+
+/// Counts of the VRFs, reservations, VLANs and gateways in Metal.
+fn in_metal(w: &World) -> (usize, usize, usize, usize) {
+    (
+        w.sim.vrfs().len(),
+        w.sim.reservations().len(),
+        w.sim.vlans().len(),
+        w.sim.gateways().len(),
+    )
+}
+
+/// Waits until the simulator has taken every injected fault (the request
+/// that takes it is then in flight): observed, not timed.
+async fn until_faults_taken(w: &World) {
+    for _ in 0..3_000 {
+        if w.sim.pending_faults() == 0 {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    panic!("the injected fault was never taken");
+}
+
+/// Finding 6 of issue 17, with the clock injected: instance A's VLAN
+/// creation is in flight (its intent recorded at 10 000) when the pool is
+/// deleted. Instance B's teardown at 10 010 waits out the live intent
+/// (retry after the lease's remaining 110 s) and deletes nothing; once A's
+/// creation is recorded, teardown (by either instance) deletes everything,
+/// A's included, and A creates nothing after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn teardown_waits_out_a_live_creation_intent_then_deletes_what_it_made() {
+    for backend in [Backend::SpinSqlite, Backend::RedisSpin36] {
+        let w = World::new(backend).await;
+        w.kube.create(pool_object());
+        w.sim
+            .inject("POST", "createVirtualNetwork", Fault::Latency(1_500), 1);
+        let a = w.spawn_sync(10_000);
+        until_faults_taken(&w).await;
+        w.kube.delete(METAL_GROUP, "metalippools", Some(NS), POOL);
+        let b = w.sync(10_010).await;
+        assert_eq!(b.result, StepResult::Waiting, "{backend:?}: {b:?}");
+        assert_eq!(b.retry_after, Some(110), "{backend:?}: {b:?}");
+        assert_eq!(
+            in_metal(&w),
+            (1, 1, 0, 0),
+            "{backend:?}: nothing deleted yet"
+        );
+        // A's creation lands and is recorded; A creates nothing more (it
+        // may run the teardown itself, having read the pool again once its
+        // status write met the deletion).
+        let a = a.await.unwrap();
+        assert!(
+            matches!(&a, Ok(o) if matches!(o.result, StepResult::Failed | StepResult::Deleted)),
+            "{backend:?}: {a:?}"
+        );
+        let (o, _) = w.sync_until_settled(6).await;
+        assert!(
+            matches!(o.result, StepResult::Deleted | StepResult::Absent),
+            "{backend:?}: {o:?}"
+        );
+        assert!(w.pool().is_none());
+        assert_eq!(in_metal(&w), (0, 0, 0, 0), "{backend:?}: left in Metal");
+        assert_eq!(w.sim.applied("createVrf"), 1, "{backend:?}");
+        w.assert_clean();
+    }
+}
+
+/// Finding 6 of issue 17: a creation that outlives its intent's lease
+/// (Metal answers after the teardown already looked for it, found nothing
+/// and finished) is refused its recording on the tombstone; its creator
+/// deletes what it made, a duplicate for a pool that is gone, and creates
+/// nothing more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_creation_recorded_after_the_tombstone_is_refused_and_deleted_by_its_creator() {
+    for backend in [Backend::SpinSqlite, Backend::RedisSpin36] {
+        let w = World::new(backend).await;
+        w.kube.create(pool_object());
+        w.sim
+            .inject("POST", "createVirtualNetwork", Fault::Latency(1_500), 1);
+        let a = w.spawn_sync(10_000);
+        until_faults_taken(&w).await;
+        w.kube.delete(METAL_GROUP, "metalippools", Some(NS), POOL);
+        // Past the lease: the teardown looks for the VLAN by its tag (not
+        // there yet), forgets the intent and tears the rest down.
+        let b = w.sync(10_000 + 130).await;
+        assert_eq!(b.result, StepResult::Deleted, "{backend:?}: {b:?}");
+        assert!(w.pool().is_none());
+        let _ = a.await.unwrap();
+        assert_eq!(in_metal(&w), (0, 0, 0, 0), "{backend:?}: left in Metal");
+        assert_eq!(w.sim.applied("createVirtualNetwork"), 1, "{backend:?}");
+        assert_eq!(w.sim.applied("deleteVirtualNetwork"), 1, "{backend:?}");
+        assert_eq!(w.sim.applied("createVrf"), 1, "{backend:?}");
+        w.assert_clean();
+    }
+}
+
+/// The golden progress records (`kv-schema/examples/metal-progress*.json`)
+/// are what the schema says.
+#[test]
+fn the_progress_record_examples_validate_against_the_schema() {
+    let dir = metal_ipam_tests::schema::repo_root().join("kv-schema");
+    let schema: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(dir.join("metal-progress-record.schema.json")).unwrap(),
+    )
+    .unwrap();
+    let mut n = 0;
+    for e in std::fs::read_dir(dir.join("examples")).unwrap() {
+        let path = e.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if !name.starts_with("metal-progress") {
+            continue;
+        }
+        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        metal_ipam_tests::schema::validate(&schema, &v).unwrap_or_else(|e| panic!("{name}: {e:?}"));
+        n += 1;
+    }
+    assert!(n >= 2, "{n} examples");
+}

@@ -758,7 +758,13 @@ fn a_profile_in_use_is_not_deleted() {
         .to_string()
         .into_bytes()
     };
-    let r = evaluate_with(&delete(json!({})), &no_pools, &Using(vec!["m-0", "m-1"])).unwrap();
+    let r = evaluate_with(
+        &delete(json!({})),
+        &no_pools,
+        &Using(vec!["m-0", "m-1"]),
+        None,
+    )
+    .unwrap();
     let d = r.denial.expect("denied");
     assert_eq!((d.code, d.reason), (403, "ProfileInUse"));
     assert!(
@@ -767,16 +773,16 @@ fn a_profile_in_use_is_not_deleted() {
         d.message
     );
     let many: Vec<&'static str> = vec!["m"; 12];
-    let d = evaluate_with(&delete(json!({})), &no_pools, &Using(many))
+    let d = evaluate_with(&delete(json!({})), &no_pools, &Using(many), None)
         .unwrap()
         .denial
         .unwrap();
     assert!(d.message.contains("and 2 more"), "{}", d.message);
     let skip = json!({"ipam.metal-ipam.dev/skip-validate-delete-webhook": ""});
-    let r = evaluate_with(&delete(skip), &no_pools, &Using(vec!["m-0"])).unwrap();
+    let r = evaluate_with(&delete(skip), &no_pools, &Using(vec!["m-0"]), None).unwrap();
     assert_eq!((r.allowed(), r.outcome), (true, "skip-annotation"));
     assert_eq!(r.warnings.len(), 1);
-    let r = evaluate_with(&delete(json!({})), &no_pools, &Using(vec![])).unwrap();
+    let r = evaluate_with(&delete(json!({})), &no_pools, &Using(vec![]), None).unwrap();
     assert!(r.allowed());
     let e = evaluate(&delete(json!({})), &no_pools).unwrap_err();
     assert_eq!((e.status(), e.reason()), (500, "KubeNotConfigured"));

@@ -506,7 +506,10 @@ fn a_provisioned_vrf_pool_hands_out_its_block() {
         "reservation": {"id": "8f3d3c4e-0b1a-4f7e-9c52-2d6f1f0a9b12"}}});
     let object = PoolObject::parse(&id, &body).unwrap();
     let block = ("10.10.1.0".parse().unwrap(), 29);
-    let (_, view) = ops::put_provisioned_pool(&ctx, object.clone(), block, &[]).unwrap();
+    // (The provision step's gate, its pool not being torn down, always
+    // allows here.)
+    let may = || Ok(());
+    let (_, view) = ops::put_provisioned_pool(&ctx, object.clone(), block, &[], &may).unwrap();
     // .0, .7 and the gateway .1 are not handed out.
     assert_eq!(view.counts.total, 5);
     let stored = w.call(pools, "GET", "/v1/pools/team-a/p", None);
@@ -515,10 +518,10 @@ fn a_provisioned_vrf_pool_hands_out_its_block() {
     assert_eq!(spec["gateway"], "10.10.1.1");
     // Registering again is a no-op; a block that disagrees with a given
     // prefix is refused.
-    let (again, _) = ops::put_provisioned_pool(&ctx, object.clone(), block, &[]).unwrap();
+    let (again, _) = ops::put_provisioned_pool(&ctx, object.clone(), block, &[], &may).unwrap();
     assert_eq!(again, ops::PutOutcome::Unchanged);
     let mut fixed = object;
     fixed.spec.prefix = 24;
-    let e = ops::put_provisioned_pool(&ctx, fixed, block, &[]).unwrap_err();
+    let e = ops::put_provisioned_pool(&ctx, fixed, block, &[], &may).unwrap_err();
     assert_eq!(e.field(), Some("spec.prefix"));
 }

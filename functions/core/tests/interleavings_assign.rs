@@ -114,7 +114,10 @@ fn bind<K: KvStore>(c: &Ctx<'_, K>) {
                 "reservation": {"network": "10.10.1.0", "cidr": 29}}}}),
     )
     .unwrap();
-    ops::put_provisioned_pool(c, object, ("10.10.1.0".parse().unwrap(), 29), &[]).unwrap();
+    ops::put_provisioned_pool(c, object, ("10.10.1.0".parse().unwrap(), 29), &[], &|| {
+        Ok(())
+    })
+    .unwrap();
     let claim = Claim::parse(&json!({
         "apiVersion": "ipam.cluster.x-k8s.io/v1beta2", "kind": "IPAddressClaim",
         "metadata": {"name": NAME, "namespace": NS, "uid": UID},

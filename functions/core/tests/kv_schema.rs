@@ -165,7 +165,7 @@ fn metal_progress_examples_round_trip_through_the_record() {
         assert_eq!(serde_json::to_value(&rec).unwrap(), v, "{file}");
         // What the writer builds from the progress it holds is the golden
         // value: the format is the code's.
-        let progress = rec.view(&PoolId::namespaced("ns", "p")).unwrap();
+        let progress = rec.view(&PoolId::namespaced("ns", "p")).unwrap().unwrap();
         let rebuilt = ProgressRecord::build(&progress, rec.envelope());
         assert_eq!(
             serde_json::to_value(&rebuilt).unwrap(),

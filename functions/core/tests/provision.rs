@@ -9,8 +9,11 @@ use metal_ipam_core::ipam::vrf::{MetalSpec, Resource};
 use metal_ipam_core::kv::{Ctx, SwapPolicy};
 use metal_ipam_core::metal::client::{Metal, MetalConfig};
 use metal_ipam_core::metal::retry::RetryPolicy;
-use metal_ipam_core::provision::plan::{Intent, INTENT_LEASE_S};
-use metal_ipam_core::provision::step::{deprovision, provision, Phase, Target};
+use metal_ipam_core::provision::plan::{Decided, INTENT_LEASE_S};
+use metal_ipam_core::provision::step::{
+    begin_teardown, claim_intent, deprovision, may_register, provision, read_state, record_adopted,
+    record_created, withdraw_intent, Begun, Phase, Target,
+};
 use metal_ipam_core::testing::{Backend, MemKv, Reply, ScriptedHttp, TestEnv};
 use serde_json::{json, Value};
 
@@ -255,25 +258,16 @@ fn a_second_instance_waits_while_the_first_creates() {
         let pool = id();
         let t = Target::new(&pool, &spec, Some("u-1"), None);
         // Instance A recorded its intent for the VRF (and is creating it).
-        metal_ipam_core::kv::protocol::update_record::<
-            _,
-            metal_ipam_core::provision::record::ProgressRecord,
-            (),
-        >(&w.ctx(), &id(), |_| {
-            let p = metal_ipam_core::provision::plan::Progress {
-                intent: Some(Intent {
-                    resource: Resource::Vrf,
-                    token: "a".into(),
-                    at: 10_000,
-                }),
-                ..Default::default()
-            };
-            Ok(metal_ipam_core::kv::protocol::Step::Write(
-                Box::new(Some(p)),
-                (),
-            ))
-        })
-        .unwrap();
+        assert!(claim_intent(
+            &w.ctx(),
+            &id(),
+            Some("u-1"),
+            Resource::Vrf,
+            "a",
+            10_000,
+            &Decided::of(&spec, Resource::Vrf)
+        )
+        .unwrap());
         let http = ScriptedHttp::new(vec![]);
         let (cfg, menv) = (cfg(), TestEnv::at(0));
         let metal = Metal::new(&http, &cfg, &menv);
@@ -428,4 +422,333 @@ fn a_resource_created_for_another_pool_is_never_adopted() {
     assert!(t
         .tags()
         .contains(&"cluster.x-k8s.io/cluster-name=web".to_string()));
+}
+
+fn adopted_vrf_spec(policy: Option<&str>) -> MetalSpec {
+    let mut vrf = json!({"id": UUID});
+    if let Some(p) = policy {
+        vrf["deletionPolicy"] = json!(p);
+    }
+    let v = json!({"metro": "da", "vrf": vrf, "reservation": {"network": "10.10.1.0", "cidr": 29}});
+    MetalSpec::from_json(&v).unwrap()
+}
+
+/// Provisions the adopted-VRF spec from nothing (scripted Metal).
+fn provision_adopted(w: &World, t: &Target<'_>) {
+    let http = ScriptedHttp::new(vec![
+        (
+            "GET /vrfs/8f3d3c4e-0b1a-4f7e-9c52-2d6f1f0a9b11",
+            Reply::json(200, json!({"id": UUID, "metro": {"code": "da"}})),
+        ),
+        ("POST /projects/p1/ips", created("ips", "r1")),
+        ("POST /projects/p1/virtual-networks", created("vlan", "n1")),
+        ("POST /projects/p1/metal-gateways", created("gw", "g1")),
+        (
+            "GET /metal-gateways/g1?include=ip_reservation%2Cvirtual_network%2Cvrf",
+            gateway("active"),
+        ),
+        ("GET /ips/r1", block()),
+    ]);
+    let (cfg, menv) = (cfg(), TestEnv::at(0));
+    let metal = Metal::new(&http, &cfg, &menv);
+    assert!(matches!(
+        provision(&w.ctx(), &metal, t).unwrap().phase,
+        Phase::Ready { .. }
+    ));
+    http.assert_done();
+}
+
+/// Tears down after provision_adopted: the gateway (already gone on its
+/// first read), the reservation, the VLAN; the VRF is kept.
+fn teardown_keeping_the_vrf(w: &World, t: &Target<'_>) -> Vec<String> {
+    let http = ScriptedHttp::new(vec![
+        (
+            "DELETE /metal-gateways/g1?include=ip_reservation%2Cvirtual_network%2Cvrf",
+            Reply::json(202, json!({"id": "g1", "state": "deleting"})),
+        ),
+        (
+            "GET /metal-gateways/g1?include=ip_reservation%2Cvirtual_network%2Cvrf",
+            Reply::json(404, json!({"error": "Not found"})),
+        ),
+        ("DELETE /ips/r1", Reply::status(204)),
+        (
+            "GET /virtual-networks/n1?include=instances",
+            Reply::json(200, json!({"id": "n1", "vxlan": 1000, "instances": []})),
+        ),
+        ("DELETE /virtual-networks/n1", Reply::status(204)),
+    ]);
+    let (cfg, menv) = (cfg(), TestEnv::at(0));
+    let metal = Metal::new(&http, &cfg, &menv);
+    let r = deprovision(&w.ctx(), &metal, t).unwrap();
+    assert_eq!(r.phase, Phase::Gone);
+    http.assert_done();
+    r.done
+}
+
+/// Finding 7 of issue 17: the deletion policy is decided when a resource is
+/// adopted, not read from the spec at teardown: an adopted VRF is kept even
+/// when the spec says `Delete` by then (or no longer adopts it at all).
+#[test]
+fn teardown_keeps_an_adopted_vrf_whatever_the_spec_says_by_then() {
+    for b in BACKENDS {
+        for edited in [
+            adopted_vrf_spec(Some("Delete")),
+            created_spec(), // the VRF no longer adopted
+        ] {
+            let w = World::new(b);
+            let pool = id();
+            let spec = adopted_vrf_spec(None);
+            provision_adopted(&w, &Target::new(&pool, &spec, Some("u-1"), None));
+            let t = Target::new(&pool, &edited, Some("u-1"), None);
+            let done = teardown_keeping_the_vrf(&w, &t);
+            assert!(
+                done.iter().any(|d| d == &format!("kept vrf {UUID}")),
+                "{b:?}: {done:?}"
+            );
+        }
+    }
+}
+
+/// Finding 7 of issue 17: a `spec.metal` that changed where a resource
+/// exists is refused (422 naming the field), with no Metal call and no
+/// store write; reverted, it converges again.
+#[test]
+fn a_spec_metal_edit_after_provisioning_is_refused_naming_the_field() {
+    let w = World::new(Backend::SpinSqlite);
+    let pool = id();
+    let spec = adopted_vrf_spec(None);
+    provision_adopted(&w, &Target::new(&pool, &spec, Some("u-1"), None));
+    let before = w.kv.dump();
+    let (cfg, menv) = (cfg(), TestEnv::at(0));
+    for (edited, field) in [
+        (
+            adopted_vrf_spec(Some("Delete")),
+            "spec.metal.vrf.deletionPolicy",
+        ),
+        (
+            {
+                let mut s = adopted_vrf_spec(None);
+                s.reservation.cidr = Some(28);
+                s
+            },
+            "spec.metal.reservation.cidr",
+        ),
+        (
+            {
+                let mut s = adopted_vrf_spec(None);
+                s.metro = "sv".into();
+                s
+            },
+            "spec.metal.metro",
+        ),
+    ] {
+        let http = ScriptedHttp::new(vec![]);
+        let metal = Metal::new(&http, &cfg, &menv);
+        let t = Target::new(&pool, &edited, Some("u-1"), None);
+        let e = provision(&w.ctx(), &metal, &t).unwrap_err();
+        assert_eq!(
+            (e.status(), e.reason(), e.field()),
+            (422, "MetalSpecChanged", Some(field)),
+            "{e}"
+        );
+        assert!(http.sent().is_empty());
+        assert_eq!(w.kv.dump(), before, "nothing written");
+    }
+    let http = ScriptedHttp::new(vec![("GET /ips/r1", block())]);
+    let metal = Metal::new(&http, &cfg, &menv);
+    let t = Target::new(&pool, &spec, Some("u-1"), None);
+    assert!(matches!(
+        provision(&w.ctx(), &metal, &t).unwrap().phase,
+        Phase::Ready { .. }
+    ));
+}
+
+/// Finding 6 of issue 17: a tombstone is final. Once uid u-1's teardown is
+/// complete, no write for u-1 lands (an intent, a creation, an adoption);
+/// the creator of a late resource is told to delete it. A new incarnation
+/// (u-2) starts a fresh record over the tombstone, which still refuses
+/// u-1.
+#[test]
+fn a_tombstone_is_final_for_its_uid_and_a_new_uid_starts_fresh() {
+    for b in BACKENDS {
+        let w = World::new(b);
+        let pool = id();
+        let spec = adopted_vrf_spec(None);
+        provision_adopted(&w, &Target::new(&pool, &spec, Some("u-1"), None));
+        teardown_keeping_the_vrf(&w, &Target::new(&pool, &spec, Some("u-1"), None));
+        let gone = read_state(&w.kv, &pool).unwrap().unwrap();
+        assert!(gone.deleted && gone.retired == ["u-1"], "{b:?}: {gone:?}");
+        let c = w.ctx();
+        let d = Decided::of(&spec, Resource::Vrf);
+        assert!(!claim_intent(&c, &pool, Some("u-1"), Resource::Vrf, "late", 1, &d).unwrap());
+        assert!(!record_created(&c, &pool, Some("u-1"), Resource::Vrf, "v9", &d).unwrap());
+        assert!(!record_adopted(&c, &pool, Some("u-1"), Resource::Vrf, "v9", &d).unwrap());
+        assert!(!withdraw_intent(&c, &pool, Some("u-1"), Resource::Vrf, "late").unwrap());
+        assert_eq!(begin_teardown(&c, &pool, Some("u-1")).unwrap(), Begun::Gone);
+        assert!(may_register(&w.kv, &pool, Some("u-1")).is_err());
+        assert_eq!(read_state(&w.kv, &pool).unwrap().unwrap(), gone, "{b:?}");
+        // A pool of the same name, another uid: a fresh record.
+        assert!(claim_intent(&c, &pool, Some("u-2"), Resource::Vrf, "t2", 5, &d).unwrap());
+        let fresh = read_state(&w.kv, &pool).unwrap().unwrap();
+        assert_eq!(fresh.uid.as_deref(), Some("u-2"));
+        assert_eq!(fresh.retired, ["u-1"]);
+        assert!(!fresh.deleted && fresh.intent.is_some());
+        assert!(!record_created(&c, &pool, Some("u-1"), Resource::Vrf, "v9", &d).unwrap());
+        assert!(record_created(&c, &pool, Some("u-2"), Resource::Vrf, "v2", &d).unwrap());
+    }
+}
+
+/// Finding 6 of issue 17: teardown waits out a live creation intent (in
+/// progress, retry after the rest of its lease, no Metal call), then looks
+/// for the resource by tag before it writes the tombstone.
+#[test]
+fn teardown_waits_out_a_live_intent_then_looks_for_its_resource() {
+    for b in BACKENDS {
+        let w = World::new(b);
+        let spec = created_spec();
+        let pool = id();
+        let t = Target::new(&pool, &spec, Some("u-1"), None);
+        let d = Decided::of(&spec, Resource::Vrf);
+        assert!(
+            claim_intent(&w.ctx(), &pool, Some("u-1"), Resource::Vrf, "a", 10_000, &d).unwrap()
+        );
+        let (cfg, menv) = (cfg(), TestEnv::at(0));
+        w.env.set_now(10_010);
+        let http = ScriptedHttp::new(vec![]);
+        let metal = Metal::new(&http, &cfg, &menv);
+        let r = deprovision(&w.ctx(), &metal, &t).unwrap();
+        assert_eq!(
+            r.phase,
+            Phase::InProgress {
+                waiting: "another instance is creating the vrf: it is torn down once recorded"
+                    .into(),
+                retry_after_s: INTENT_LEASE_S - 10
+            },
+            "{b:?}"
+        );
+        assert!(http.sent().is_empty());
+        // The creator, still at it, records what it made: accepted, to be
+        // torn down with the rest.
+        assert!(record_created(&w.ctx(), &pool, Some("u-1"), Resource::Vrf, "v1", &d).unwrap());
+        // Had it not, after the lease the teardown looks by tag.
+        let w = World::new(b);
+        assert!(
+            claim_intent(&w.ctx(), &pool, Some("u-1"), Resource::Vrf, "a", 10_000, &d).unwrap()
+        );
+        w.env.set_now(10_000 + INTENT_LEASE_S);
+        let http = ScriptedHttp::new(vec![
+            (
+                "GET /projects/p1/vrfs?metro=da",
+                Reply::json(200, json!({"vrfs": [{"id": "v1", "tags": [TAG]}]})),
+            ),
+            ("DELETE /vrfs/v1", Reply::status(204)),
+        ]);
+        let metal = Metal::new(&http, &cfg, &menv);
+        assert_eq!(
+            deprovision(&w.ctx(), &metal, &t).unwrap().phase,
+            Phase::Gone
+        );
+        http.assert_done();
+        // The creator's late answer is refused: it deletes its own.
+        assert!(!record_created(&w.ctx(), &pool, Some("u-1"), Resource::Vrf, "v1", &d).unwrap());
+    }
+}
+
+/// The leftover record of an earlier incarnation (deleted without its
+/// teardown: its finalizer removed by hand) is torn down by its own
+/// decisions and tag before the new incarnation creates anything.
+#[test]
+fn an_earlier_incarnations_leftovers_are_torn_down_before_anything_is_created() {
+    let w = World::new(Backend::RedisSpin36);
+    let pool = id();
+    let spec = created_spec();
+    let d = Decided::of(&spec, Resource::Vrf);
+    let c = w.ctx();
+    assert!(claim_intent(&c, &pool, Some("u-0"), Resource::Vrf, "a", 1, &d).unwrap());
+    assert!(record_created(&c, &pool, Some("u-0"), Resource::Vrf, "v0", &d).unwrap());
+    let t = Target::new(&pool, &spec, Some("u-1"), None);
+    let http = ScriptedHttp::new(vec![
+        ("DELETE /vrfs/v0", Reply::status(204)),
+        ("POST /projects/p1/vrfs", created("vrf", "v1")),
+        ("POST /projects/p1/ips", created("ips", "r1")),
+        ("POST /projects/p1/virtual-networks", created("vlan", "n1")),
+        ("POST /projects/p1/metal-gateways", created("gw", "g1")),
+        (
+            "GET /metal-gateways/g1?include=ip_reservation%2Cvirtual_network%2Cvrf",
+            gateway("ready"),
+        ),
+    ]);
+    let (cfg, menv) = (cfg(), TestEnv::at(0));
+    let metal = Metal::new(&http, &cfg, &menv);
+    let r = provision(&c, &metal, &t).unwrap();
+    assert!(matches!(r.phase, Phase::InProgress { .. }), "{r:?}");
+    http.assert_done();
+    let p = read_state(&w.kv, &pool).unwrap().unwrap();
+    assert_eq!(p.uid.as_deref(), Some("u-1"));
+    assert_eq!(p.retired, ["u-0"]);
+    assert_eq!(p.vrf.unwrap().id, "v1");
+}
+
+/// Nothing waits on a thing that is gone: resources deleted behind
+/// metal-ipam's back count as deleted (a gateway, reservation, VLAN or VRF
+/// answering 404 to its deletion or read), and a port that vanished while
+/// its VLAN was being unassigned counts as unassigned.
+#[test]
+fn teardown_counts_what_is_already_gone_as_deleted() {
+    for b in BACKENDS {
+        let w = World::new(b);
+        let spec = created_spec();
+        let pool = id();
+        let t = Target::new(&pool, &spec, Some("u-1"), None);
+        let (cfg, menv) = (cfg(), TestEnv::at(0));
+        let http = ScriptedHttp::new(vec![
+            ("POST /projects/p1/vrfs", created("vrf", "v1")),
+            ("POST /projects/p1/ips", created("ips", "r1")),
+            ("POST /projects/p1/virtual-networks", created("vlan", "n1")),
+            ("POST /projects/p1/metal-gateways", created("gw", "g1")),
+            (
+                "GET /metal-gateways/g1?include=ip_reservation%2Cvirtual_network%2Cvrf",
+                gateway("active"),
+            ),
+            ("GET /ips/r1", block()),
+        ]);
+        let metal = Metal::new(&http, &cfg, &menv);
+        assert!(matches!(
+            provision(&w.ctx(), &metal, &t).unwrap().phase,
+            Phase::Ready { .. }
+        ));
+        let gone = || Reply::json(404, json!({"error": "Not found"}));
+        let http = ScriptedHttp::new(vec![
+            (
+                "DELETE /metal-gateways/g1?include=ip_reservation%2Cvirtual_network%2Cvrf",
+                gone(),
+            ),
+            (
+                "GET /metal-gateways/g1?include=ip_reservation%2Cvirtual_network%2Cvrf",
+                Reply::json(
+                    403,
+                    json!({"errors": ["Access denied for the current authentication token"]}),
+                ),
+            ),
+            ("DELETE /ips/r1", gone()),
+            (
+                "GET /virtual-networks/n1?include=instances",
+                Reply::json(
+                    200,
+                    json!({"id": "n1", "vxlan": 1000, "instances": [{"id": "d1",
+                        "network_ports": [{"id": "p1", "name": "bond0",
+                            "virtual_networks": [{"id": "n1", "href": "/metal/v1/virtual-networks/n1"}]}]}]}),
+                ),
+            ),
+            // The device went meanwhile.
+            ("POST /ports/p1/unassign", gone()),
+            ("GET /virtual-networks/n1?include=instances", gone()),
+            ("DELETE /virtual-networks/n1", gone()),
+            ("DELETE /vrfs/v1", gone()),
+        ]);
+        let metal = Metal::new(&http, &cfg, &menv);
+        let r = deprovision(&w.ctx(), &metal, &t).unwrap();
+        assert_eq!(r.phase, Phase::Gone, "{b:?}: {:?}", r.done);
+        http.assert_done();
+    }
 }

@@ -39,6 +39,21 @@
 //!    bound address, as [`crate::ipam::ops::put_pool`] requires
 //!    ([`crate::ipam::alloc::PoolState::dropped_by`]). Denied with 422
 //!    `AllocatedAddressesDropped` naming up to ten of them.
+//!
+//!    On `UPDATE` of a VRF-backed pool whose Metal provisioning has started
+//!    (its progress record, of this object's uid, holds a resource or a
+//!    creation in progress), `spec.metal` may change only in the sections
+//!    of resources not yet created or adopted: a held resource's section
+//!    (its deletion policy included: decided once) and the metro are what
+//!    it was made from, and removing `spec.metal` would orphan the
+//!    resources. Denied with 422 `MetalSpecChanged` naming the first
+//!    changed field (this rule runs before rule 2's early answer for an
+//!    adopted reservation). The provision step refuses the same change when
+//!    the webhook is bypassed.
+//!    (Rule 2 also refuses deletion policies Metal cannot carry out: a
+//!    retained gateway with a reservation or VLAN to delete, a retained
+//!    reservation with a VRF to delete, naming the retained resource's
+//!    `deletionPolicy`.)
 //! 4. **No unsafe overlap.** Two pools overlap unsafely when both could hand
 //!    the same address to claims of the same namespace: they are of the same
 //!    family and their allocatable sets
@@ -63,6 +78,14 @@
 //!    deletes the pools from the source cluster after re-creating them in
 //!    the target (the in-cluster provider has the same annotation in its own
 //!    group). A pool the store does not know is deleted freely.
+//! 6. A VRF-backed pool whose VLAN a `MetalNetworkProfile` still puts on
+//!    machines (a VLAN named by the pool, resolved in the profile's
+//!    namespace as the network step does, or by the VLAN's id) cannot be
+//!    deleted: denied with 403 `PoolVlanInUse` naming the profiles, unless
+//!    the skip annotation is set. This needs the API server
+//!    ([`ProfileLookup`], given to [`evaluate_with`]); without one the
+//!    deletion is allowed with a warning, and the provision step's teardown
+//!    waits for the profiles anyway.
 //!
 //! # Response
 //! `{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
@@ -81,9 +104,12 @@ use serde_json::{Map, Value};
 
 use crate::error::{Error, Result};
 use crate::ipam::pool::{self, PoolId, PoolKind, PoolObject, BLOCK_UNKNOWN};
+use crate::ipam::vrf::Resource;
 use crate::kube::names;
 use crate::kv::{self, addr_in_family, keys, Loaded};
 use crate::ports::kv::KvStore;
+use crate::provision::plan::{owner, Owner, Progress};
+use crate::provision::step::read_state;
 
 /// Annotation that lets a pool with bound addresses be deleted (for
 /// `clusterctl move`).
@@ -107,6 +133,26 @@ pub trait PoolLookup {
     /// # Errors
     /// Store failures (503) or unreadable records (500).
     fn all(&self) -> Result<Vec<Loaded>>;
+
+    /// The Metal progress record of pool `id` as stored (a tombstone
+    /// included), for the `spec.metal` rule on `UPDATE`; `None` when there
+    /// is none (or the lookup has no store).
+    ///
+    /// # Errors
+    /// Store failures (503) or unreadable records (500).
+    fn metal_progress(&self, _id: &PoolId) -> Result<Option<Progress>> {
+        Ok(None)
+    }
+}
+
+/// Who puts a VRF-backed pool's VLAN on machines (rule 6): an API server
+/// view the webhook is given when it can read `MetalNetworkProfile`s.
+pub trait ProfileLookup {
+    /// The profiles (`namespace/name`, sorted) that use pool `id`'s VLAN.
+    ///
+    /// # Errors
+    /// The API server's and the store's errors.
+    fn vlan_users(&self, id: &PoolId) -> Result<Vec<String>>;
 }
 
 /// A fixed set of pools (tests, snapshots).
@@ -140,6 +186,10 @@ impl<K: KvStore> PoolLookup for KvPools<'_, K> {
             }
         }
         Ok(out)
+    }
+
+    fn metal_progress(&self, id: &PoolId) -> Result<Option<Progress>> {
+        read_state(self.0, id)
     }
 }
 
@@ -220,17 +270,20 @@ pub fn review(body: &[u8], pools: &dyn PoolLookup) -> Result<Value> {
 /// # Errors
 /// As [`review()`].
 pub fn evaluate(body: &[u8], pools: &dyn PoolLookup) -> Result<Reviewed> {
-    evaluate_with(body, pools, &NoMachines)
+    evaluate_with(body, pools, &NoMachines, None)
 }
 
-/// [`evaluate`], with the Machines a profile's deletion is checked against.
+/// [`evaluate`], with the Machines a profile's deletion is checked against
+/// and a view of the network profiles for rule 6 (`None`: not checked,
+/// allowed with a warning).
 ///
 /// # Errors
-/// As [`review()`]; the machine lookup's errors.
+/// As [`review()`]; the machine and profile lookups' errors.
 pub fn evaluate_with(
     body: &[u8],
     pools: &dyn PoolLookup,
     machines: &dyn MachineLookup,
+    profiles: Option<&dyn ProfileLookup>,
 ) -> Result<Reviewed> {
     let v = review::read(body)?;
     let request = review::Request::parse(&v)?;
@@ -259,7 +312,7 @@ pub fn evaluate_with(
     };
     match operation {
         "CREATE" | "UPDATE" => check_write(pool_kind, req, pools, &mut out)?,
-        "DELETE" => check_delete(pool_kind, req, pools, &mut out)?,
+        "DELETE" => check_delete(pool_kind, req, pools, profiles, &mut out)?,
         _ => {}
     }
     Ok(out)
@@ -347,7 +400,21 @@ fn check_write(
             return Ok(());
         }
     }
-    let parsed = PoolObject::parse(&id, object).and_then(|o| o.spec.validate());
+    let object_parsed = match PoolObject::parse(&id, object) {
+        Ok(o) => o,
+        Err(e) => {
+            out.deny(Denial::from_error(422, &e));
+            return Ok(());
+        }
+    };
+    if out.operation == "UPDATE" {
+        let uid = meta.and_then(|m| nonempty(m, "uid"));
+        if let Some(d) = metal_change(&object_parsed, uid, pools.metal_progress(&id)?) {
+            out.deny(d);
+            return Ok(());
+        }
+    }
+    let parsed = object_parsed.spec.validate();
     let pool = match parsed {
         Ok(p) => p,
         Err(e) if e.reason() == BLOCK_UNKNOWN => {
@@ -466,10 +533,61 @@ fn check_write(
     Ok(())
 }
 
+/// Rule 3's `spec.metal` part: the denial of a change the provisioned
+/// resources cannot follow, if any. `progress` is the pool's record; only
+/// a record of this object's uid (or one that names none) counts.
+fn metal_change(
+    object: &PoolObject,
+    uid: Option<&str>,
+    progress: Option<Progress>,
+) -> Option<Denial> {
+    let p = progress?;
+    if !matches!(owner(Some(&p), uid), Owner::Mine) || !p.holds_anything() {
+        return None;
+    }
+    let deny = |field: String, message: String| Denial {
+        code: 422,
+        reason: "MetalSpecChanged",
+        message: format!("{field}: {message}"),
+        field: Some(field),
+    };
+    let Some(spec) = &object.spec.metal else {
+        return Some(deny(
+            "spec.metal".into(),
+            "cannot be removed: the pool's Metal resources exist (delete the pool to tear them down)"
+                .into(),
+        ));
+    };
+    for r in Resource::ALL {
+        let decided = p.held(r).and_then(|h| h.decided.as_ref()).or(p
+            .intent
+            .as_ref()
+            .filter(|i| i.resource == r)
+            .and_then(|i| i.decided.as_ref()));
+        let Some(d) = decided else { continue };
+        if let Some(field) = spec.changed_field(r, &d.spec) {
+            let how = match p.held(r) {
+                Some(h) if h.created => "was created",
+                Some(_) => "was adopted",
+                None => "is being created",
+            };
+            return Some(deny(
+                field,
+                format!(
+                    "cannot change: the pool's {} {how} from the previous value (a deletion policy is decided then too); revert it, or create a new pool",
+                    r.field()
+                ),
+            ));
+        }
+    }
+    None
+}
+
 fn check_delete(
     kind: PoolKind,
     req: &Map<String, Value>,
     pools: &dyn PoolLookup,
+    profiles: Option<&dyn ProfileLookup>,
     out: &mut Reviewed,
 ) -> Result<()> {
     let old = req.get("oldObject").and_then(Value::as_object);
@@ -504,19 +622,50 @@ fn check_delete(
         return Ok(());
     }
     out.outcome = "allowed";
-    let Some(stored) = pools.get(&id)? else {
+    if let Some(stored) = pools.get(&id)? {
+        let c = stored.state.counts(&stored.pool);
+        let bound = c.used.saturating_add(c.out_of_range);
+        if bound > 0 {
+            out.deny(Denial {
+                code: 403,
+                reason: "PoolInUse",
+                message: format!(
+                    "{} still has {bound} allocated address(es); delete their IPAddressClaims first, \
+                     or, to move the pool with clusterctl move, annotate it {SKIP_DELETE_VALIDATION_ANNOTATION}",
+                    describe(&id)
+                ),
+                field: None,
+            });
+            return Ok(());
+        }
+    }
+    // Rule 6: a VRF-backed pool (as the old object says; without one, as
+    // its Metal progress record says) whose VLAN profiles still use.
+    let vrf_backed = match old.and_then(|o| o.get("spec")) {
+        Some(spec) => spec.get("metal").is_some_and(|m| !m.is_null()),
+        None => pools.metal_progress(&id)?.is_some_and(|p| !p.deleted),
+    };
+    if !vrf_backed {
+        return Ok(());
+    }
+    let Some(profiles) = profiles else {
+        out.warnings.push(format!(
+            "not checked whether a MetalNetworkProfile still uses the VLAN of {} (the webhook cannot read them); \
+             its teardown waits until none does",
+            describe(&id)
+        ));
         return Ok(());
     };
-    let c = stored.state.counts(&stored.pool);
-    let bound = c.used.saturating_add(c.out_of_range);
-    if bound > 0 {
+    let users = profiles.vlan_users(&id)?;
+    if !users.is_empty() {
         out.deny(Denial {
             code: 403,
-            reason: "PoolInUse",
+            reason: "PoolVlanInUse",
             message: format!(
-                "{} still has {bound} allocated address(es); delete their IPAddressClaims first, \
+                "{} has its VLAN on machines through MetalNetworkProfile {}; remove the pool from those profiles first, \
                  or, to move the pool with clusterctl move, annotate it {SKIP_DELETE_VALIDATION_ANNOTATION}",
-                describe(&id)
+                describe(&id),
+                users.join(", ")
             ),
             field: None,
         });
@@ -618,5 +767,198 @@ mod tests {
             r.warnings[0],
             "shares 10.0.0.1 and 253 more addresses with MetalIPPool n0/q of another namespace: safe only on separate networks"
         );
+    }
+
+    /// The pools of a test, and the Metal progress of pool `ns/vrf`.
+    struct Stored(Option<Progress>);
+
+    impl PoolLookup for Stored {
+        fn get(&self, _: &PoolId) -> Result<Option<Loaded>> {
+            Ok(None)
+        }
+        fn all(&self) -> Result<Vec<Loaded>> {
+            Ok(Vec::new())
+        }
+        fn metal_progress(&self, _: &PoolId) -> Result<Option<Progress>> {
+            Ok(self.0.clone())
+        }
+    }
+
+    struct Users(Vec<String>);
+
+    impl ProfileLookup for Users {
+        fn vlan_users(&self, _: &PoolId) -> Result<Vec<String>> {
+            Ok(self.0.clone())
+        }
+    }
+
+    const VRF_UUID: &str = "8f3d3c4e-0b1a-4f7e-9c52-2d6f1f0a9b11";
+
+    fn vrf_pool(metal: Value) -> Value {
+        json!({"apiVersion": pool::API_VERSION, "kind": "MetalIPPool",
+            "metadata": {"name": "vrf", "namespace": "ns", "uid": "u-1"},
+            "spec": {"metal": metal}})
+    }
+
+    fn metal() -> Value {
+        json!({"metro": "da", "vrf": {"id": VRF_UUID},
+            "reservation": {"network": "10.10.1.0", "cidr": 29}})
+    }
+
+    fn review_of(op: &str, old: Option<Value>, new: Option<Value>) -> Vec<u8> {
+        let mut req = json!({"uid": "r-1", "operation": op, "name": "vrf", "namespace": "ns",
+            "kind": {"group": pool::GROUP, "version": pool::VERSION, "kind": "MetalIPPool"}});
+        if let Some(o) = old {
+            req["oldObject"] = o;
+        }
+        if let Some(n) = new {
+            req["object"] = n;
+        }
+        json!({"apiVersion": REVIEW_API_VERSION, "kind": "AdmissionReview", "request": req})
+            .to_string()
+            .into_bytes()
+    }
+
+    /// The progress of `ns/vrf` once its VRF was adopted from `metal()`.
+    fn adopted() -> Progress {
+        use crate::ipam::vrf::MetalSpec;
+        use crate::provision::plan::{Decided, Held};
+        let spec = MetalSpec::from_json(&metal()).unwrap();
+        Progress {
+            uid: Some("u-1".into()),
+            vrf: Some(Held {
+                id: VRF_UUID.into(),
+                created: false,
+                decided: Some(Decided::of(&spec, Resource::Vrf)),
+            }),
+            ..Progress::default()
+        }
+    }
+
+    #[test]
+    fn a_spec_metal_change_where_resources_exist_is_denied_naming_the_field() {
+        let edit = |f: &dyn Fn(&mut Value)| {
+            let mut m = metal();
+            f(&mut m);
+            review_of("UPDATE", Some(vrf_pool(metal())), Some(vrf_pool(m)))
+        };
+        let stored = Stored(Some(adopted()));
+        for (f, field) in [
+            (
+                &(|m: &mut Value| m["vrf"]["deletionPolicy"] = json!("Delete"))
+                    as &dyn Fn(&mut Value),
+                "spec.metal.vrf.deletionPolicy",
+            ),
+            (
+                &|m: &mut Value| m["metro"] = json!("sv"),
+                "spec.metal.metro",
+            ),
+            (
+                &|m: &mut Value| m["vrf"] = json!({"ipRanges": ["10.10.0.0/16"]}),
+                "spec.metal.vrf.id",
+            ),
+        ] {
+            let r = evaluate(&edit(f), &stored).unwrap();
+            let d = r.denial.expect(field);
+            assert_eq!(
+                (d.code, d.reason, d.field.as_deref()),
+                (422, "MetalSpecChanged", Some(field)),
+                "{}",
+                d.message
+            );
+        }
+        // A section whose resource does not exist yet may still change.
+        let r = evaluate(&edit(&|m| m["reservation"]["cidr"] = json!(28)), &stored).unwrap();
+        assert!(r.allowed(), "{:?}", r.denial);
+        // Removing spec.metal would orphan the VRF.
+        let mut plain = vrf_pool(metal());
+        plain["spec"] = json!({"addresses": ["10.0.0.0/24"], "prefix": 24});
+        let r = evaluate(
+            &review_of("UPDATE", Some(vrf_pool(metal())), Some(plain)),
+            &stored,
+        )
+        .unwrap();
+        assert_eq!(r.denial.unwrap().field.as_deref(), Some("spec.metal"));
+        // Another incarnation's record (or none) decides nothing for this one.
+        let mut other = adopted();
+        other.uid = Some("u-0".into());
+        for stored in [Stored(Some(other)), Stored(None)] {
+            let r = evaluate(
+                &edit(&|m| m["vrf"]["deletionPolicy"] = json!("Delete")),
+                &stored,
+            )
+            .unwrap();
+            assert!(r.allowed(), "{:?}", r.denial);
+        }
+    }
+
+    #[test]
+    fn deletion_policies_metal_cannot_carry_out_are_denied_on_create() {
+        let mut m = json!({"metro": "da", "vrf": {"ipRanges": ["10.10.0.0/16"]},
+            "reservation": {"network": "10.10.1.0", "cidr": 29}, "gateway": {"deletionPolicy": "Retain"}});
+        let r = evaluate(
+            &review_of("CREATE", None, Some(vrf_pool(m.clone()))),
+            &Stored(None),
+        )
+        .unwrap();
+        let d = r.denial.unwrap();
+        assert_eq!(
+            (d.code, d.field.as_deref()),
+            (422, Some("spec.metal.gateway.deletionPolicy"))
+        );
+        m["reservation"]["deletionPolicy"] = json!("Retain");
+        m["vlan"] = json!({"deletionPolicy": "Retain"});
+        m["vrf"]["deletionPolicy"] = json!("Retain");
+        let r = evaluate(&review_of("CREATE", None, Some(vrf_pool(m))), &Stored(None)).unwrap();
+        assert!(r.allowed(), "{:?}", r.denial);
+    }
+
+    #[test]
+    fn deleting_a_pool_whose_vlan_profiles_use_is_denied_naming_them() {
+        let del = |old: Value| review_of("DELETE", Some(old), None);
+        let users = Users(vec!["team-a/storage".into(), "team-b/edge".into()]);
+        let r = evaluate_with(
+            &del(vrf_pool(metal())),
+            &Stored(None),
+            &NoMachines,
+            Some(&users),
+        )
+        .unwrap();
+        let d = r.denial.unwrap();
+        assert_eq!((d.code, d.reason), (403, "PoolVlanInUse"));
+        assert!(
+            d.message.contains("team-a/storage, team-b/edge"),
+            "{}",
+            d.message
+        );
+        // The skip annotation lets it go (clusterctl move).
+        let mut skip = vrf_pool(metal());
+        skip["metadata"]["annotations"] = json!({SKIP_DELETE_VALIDATION_ANNOTATION: ""});
+        assert!(
+            evaluate_with(&del(skip), &Stored(None), &NoMachines, Some(&users))
+                .unwrap()
+                .allowed()
+        );
+        // Nobody uses it.
+        assert!(evaluate_with(
+            &del(vrf_pool(metal())),
+            &Stored(None),
+            &NoMachines,
+            Some(&Users(vec![]))
+        )
+        .unwrap()
+        .allowed());
+        // A pool without spec.metal has no VLAN: not asked.
+        let mut plain = vrf_pool(metal());
+        plain["spec"] = json!({"addresses": ["10.0.0.0/24"], "prefix": 24});
+        assert!(
+            evaluate_with(&del(plain), &Stored(None), &NoMachines, Some(&users))
+                .unwrap()
+                .allowed()
+        );
+        // Without an API server view: allowed, with a warning.
+        let r = evaluate(&del(vrf_pool(metal())), &Stored(None)).unwrap();
+        assert!(r.allowed());
+        assert!(r.warnings[0].contains("not checked"), "{:?}", r.warnings);
     }
 }

@@ -6,41 +6,67 @@
 //! object:
 //! 1. Gone from Kubernetes: nothing to do (its finalizer kept it until its
 //!    resources were torn down).
-//! 2. Deleting: remove it from the store (refused while addresses are
-//!    allocated: `Ready=False PoolInUse`), tear its Metal resources down
-//!    (by their deletion policies, over as many invocations as Metal's
+//! 2. Deleting: mark the teardown in the progress record (from then on
+//!    nothing is created or registered for the pool), remove it from the
+//!    store (refused while addresses are allocated: `Ready=False
+//!    PoolInUse`), wait while a `MetalNetworkProfile` still puts the pool's
+//!    VLAN on machines (`Ready=False PoolVlanInUse` naming the profiles:
+//!    tearing the gateway or the VLAN down would cut their network), tear
+//!    its Metal resources down (by the deletion decisions recorded when they
+//!    were created or adopted, over as many invocations as Metal's
 //!    asynchrony needs), then remove our finalizer.
 //! 3. Otherwise: add our finalizer, provision (adopt or create, in order,
 //!    exactly once), and once every resource exists and the gateway is
 //!    active, register the pool with its block's addresses and write
 //!    `Ready=True`. Until then `Ready=False MetalProvisioning` says what it
 //!    waits for. `status.metal` lists the resources' ids and the gateway's
-//!    state either way.
+//!    state either way. An invalid `spec.metal` (deletion policies Metal
+//!    cannot carry out included) is `Ready=False InvalidSpec` before
+//!    anything is created, and one changed where the resources cannot follow
+//!    is `Ready=False MetalSpecChanged`, both naming the field, with no Metal
+//!    write.
 //!
-//! A pool without `spec.metal` is not this step's (`ignored`).
+//! The registration reads the progress record inside its compare-and-swap
+//! on the pool record (`provision::step::may_register`), so it can never
+//! re-register a pool whose teardown started (see `kv-schema/README.md`).
+//!
+//! A pool without `spec.metal` is not this step's (`ignored`), unless its
+//! Metal resources exist: `spec.metal` was removed (the webhook refuses
+//! that), which is `Ready=False MetalSpecChanged`.
 
 use serde_json::{json, Map, Value};
 
 use super::objects::{paused, PoolResource};
 use super::{resource_of, write_pool_status, Outcome, StepResult, POOL_FINALIZER};
+use crate::admission::ProfileLookup;
+use crate::error::{Error, ErrorKind as Kind};
 use crate::error::{ErrorKind, Result};
 use crate::ipam::ops;
+use crate::ipam::pool::PoolKind;
 use crate::ipam::pool::{PoolId, PoolObject};
 use crate::ipam::vrf::Resource;
 use crate::kube::conditions::Ready;
 use crate::kube::meta::{add_finalizer, remove_finalizer, retrying};
-use crate::kube::object::{Object, WithJson};
-use crate::kube::Kube;
+use crate::kube::object::{Meta, Object, WithJson};
+use crate::kube::{Kube, NETWORK_PROFILES};
 use crate::kv::Ctx;
 use crate::metal::client::Metal;
+use crate::network::profile::{PoolName, Profile};
 use crate::ports::http::HttpClient;
 use crate::ports::kv::KvStore;
 use crate::ports::Env;
-use crate::provision::plan::Progress;
-use crate::provision::step::{self, Phase, Target};
+use crate::provision::plan::{owner, Owner, Progress};
+use crate::provision::step::{self, Begun, Phase, Target};
 
 /// Reason of `Ready=False` while Metal resources are being provisioned.
 pub const REASON_PROVISIONING: &str = "MetalProvisioning";
+
+/// Reason of `Ready=False` while a deleted pool's teardown waits for the
+/// profiles that use its VLAN.
+pub const REASON_VLAN_IN_USE: &str = "PoolVlanInUse";
+
+/// Seconds after which a teardown waiting for profiles looks again.
+pub const VLAN_IN_USE_RETRY_S: u64 = 30;
 
 /// Reconciles one VRF-backed pool object (see the module docs).
 ///
@@ -99,6 +125,27 @@ fn sync_once<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
         }
     };
     let Some(spec) = object.spec.metal.clone() else {
+        // Its Metal resources exist but spec.metal is gone (the webhook
+        // refuses that): say so rather than orphan them silently.
+        let cur = step::read_state(ctx.kv, id)?;
+        let held = matches!(owner(cur.as_ref(), o.meta().uid.as_deref()), Owner::Mine)
+            && cur.as_ref().is_some_and(Progress::holds_anything);
+        if held && !o.meta().deleting() {
+            let e = Error::new(
+                Kind::Invalid,
+                "MetalSpecChanged",
+                "cannot be removed: the pool's Metal resources exist (delete the pool to tear them down)",
+            )
+            .with_field("spec.metal");
+            write_pool_status(
+                kube,
+                r,
+                &o.typed,
+                None,
+                Ready::no(e.reason(), &e.to_string(), now),
+            )?;
+            return Ok(Outcome::new(StepResult::Failed, e.to_string()));
+        }
         return Ok(Outcome::new(
             StepResult::Ignored,
             format!("pool {} is not VRF-backed (no spec.metal)", id.display()),
@@ -117,7 +164,16 @@ fn sync_once<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
                 "the pool is being deleted and holds no metal-ipam finalizer",
             ));
         }
-        if let Err(e) = ops::delete_pool(ctx, id) {
+        // From here on nothing is created or registered for the pool.
+        if step::begin_teardown(ctx, id, target.uid.as_deref())? == Begun::Gone {
+            // Torn down already (the store deletion came before it).
+            remove_finalizer(kube, r, &o, POOL_FINALIZER)?;
+            return Ok(Outcome::new(
+                StepResult::Deleted,
+                format!("pool {} and its Metal resources deleted", id.display()),
+            ));
+        }
+        if let Err(e) = ops::delete_provisioned_pool(ctx, id) {
             if e.reason() == "PoolInUse" {
                 write_pool_status(
                     kube,
@@ -129,6 +185,34 @@ fn sync_once<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
                 return Ok(Outcome::new(StepResult::Waiting, e.message().to_string()));
             }
             return Err(e);
+        }
+        let progress = step::read_progress(ctx, id)?;
+        let vlan = progress.vlan.as_ref().map(|h| h.id.as_str());
+        let users = vlan_users(kube, id, vlan)?;
+        if !users.is_empty() {
+            let ports = match vlan {
+                Some(v) => metal.vlan_ports(v)?,
+                None => Vec::new(),
+            };
+            let waiting = format!(
+                "the pool's VLAN is still used by MetalNetworkProfile {} (on {} port(s){}): \
+                 nothing is torn down until no profile uses it",
+                users.join(", "),
+                ports.len(),
+                if ports.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {}", ports.join(", "))
+                }
+            );
+            write_pool_status(
+                kube,
+                r,
+                &o.typed,
+                Some(metal_status(&progress, None)),
+                Ready::no(REASON_VLAN_IN_USE, &waiting, now),
+            )?;
+            return Ok(Outcome::new(StepResult::Waiting, waiting).retry_after(VLAN_IN_USE_RETRY_S));
         }
         let report = step::deprovision(ctx, metal, &target)?;
         return match report.phase {
@@ -165,6 +249,18 @@ fn sync_once<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
             format!("pool {} is paused", id.display()),
         ));
     }
+    // The section's rules, deletion policies Metal can carry out included:
+    // checked before anything is created (the webhook may be bypassed).
+    if let Err(e) = spec.validate() {
+        write_pool_status(
+            kube,
+            r,
+            &o.typed,
+            None,
+            Ready::no("InvalidSpec", &e.to_string(), now),
+        )?;
+        return Ok(Outcome::new(StepResult::Failed, e.to_string()));
+    }
     let o = add_finalizer(kube, r, &o, POOL_FINALIZER)?;
     let report = match step::provision(ctx, metal, &target) {
         Ok(r) => r,
@@ -193,7 +289,9 @@ fn sync_once<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
                 Vec::new()
             };
             let cidr = format!("{}/{}", block.0, block.1);
-            match ops::put_provisioned_pool(ctx, object, block, &adoptions) {
+            let uid = target.uid.clone();
+            let may = || step::may_register(ctx.kv, id, uid.as_deref());
+            match ops::put_provisioned_pool(ctx, object, block, &adoptions, &may) {
                 Ok((_, view)) => {
                     let counts = view.to_json()["status"]["ipAddresses"].clone();
                     let mut st = metal_status(&report.progress, Some(&cidr));
@@ -254,4 +352,74 @@ fn metal_status(p: &Progress, block: Option<&str>) -> Map<String, Value> {
     let mut st = Map::new();
     st.insert("metal".into(), Value::Object(m));
     st
+}
+
+/// The `MetalNetworkProfile`s (`namespace/name`, sorted) that put pool
+/// `id`'s VLAN on machines: a VLAN (or native VLAN) named by the pool,
+/// resolved in the profile's namespace as the network step does (a
+/// `GlobalMetalIPPool` by kind), or by the VLAN's id `vlan`. One list of
+/// every namespace's profiles; a profile that does not parse names nothing.
+///
+/// # Errors
+/// The API server's errors.
+pub fn vlan_users<H: HttpClient + ?Sized>(
+    kube: &Kube<'_, H>,
+    id: &PoolId,
+    vlan: Option<&str>,
+) -> Result<Vec<String>> {
+    let resolves = |p: &PoolName, ns: &str| -> bool {
+        let named = match p.kind.as_deref() {
+            Some("GlobalMetalIPPool") => PoolId::global(&p.name),
+            _ => PoolId::of(PoolKind::Namespaced, ns, &p.name),
+        };
+        named == *id
+    };
+    let mut users = Vec::new();
+    for o in kube.list_as::<WithJson<Meta>>(&NETWORK_PROFILES, None)? {
+        let ns = o.meta().namespace.clone().unwrap_or_default();
+        let spec = o.json.get("spec").cloned().unwrap_or(Value::Null);
+        let Ok(profile) = Profile::from_json(&spec) else {
+            continue;
+        };
+        let uses = profile.ports.iter().any(|port| {
+            let refs = port
+                .vlans
+                .iter()
+                .map(|v| (v.id.as_deref(), v.pool.as_ref()))
+                .chain(
+                    port.native_vlan
+                        .iter()
+                        .map(|v| (v.id.as_deref(), v.pool.as_ref())),
+                );
+            refs.into_iter().any(|(vid, pool)| {
+                pool.is_some_and(|p| resolves(p, &ns)) || (vid.is_some() && vid == vlan)
+            })
+        });
+        if uses {
+            users.push(format!("{ns}/{}", o.meta().name));
+        }
+    }
+    users.sort();
+    Ok(users)
+}
+
+/// The webhook's view of the profiles (rule 6 of [`crate::admission`]):
+/// the pool's recorded VLAN from the store, the profiles from the API
+/// server ([`vlan_users`]).
+pub struct KubeProfiles<'a, K: KvStore, H: HttpClient + ?Sized> {
+    /// The store (the progress record).
+    pub kv: &'a K,
+    /// The API server.
+    pub kube: &'a Kube<'a, H>,
+}
+
+impl<K: KvStore, H: HttpClient + ?Sized> ProfileLookup for KubeProfiles<'_, K, H> {
+    fn vlan_users(&self, id: &PoolId) -> Result<Vec<String>> {
+        let p = step::read_state(self.kv, id)?.filter(|p| !p.deleted);
+        let vlan = p
+            .as_ref()
+            .and_then(|p| p.vlan.as_ref())
+            .map(|h| h.id.clone());
+        vlan_users(self.kube, id, vlan.as_deref())
+    }
 }

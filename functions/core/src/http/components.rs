@@ -832,8 +832,15 @@ pub fn admission<K: KvStore, H: HttpClient + ?Sized>(
         return r;
     }
     let machines = KubeMachines(s.kube);
-    let result =
-        store(s).and_then(|ctx| admission::evaluate_with(req.body, &KvPools(ctx.kv), &machines));
+    let result = store(s).and_then(|ctx| {
+        let profiles = s
+            .kube
+            .map(|kube| capi::vrf::KubeProfiles { kv: ctx.kv, kube });
+        let profiles = profiles
+            .as_ref()
+            .map(|p| p as &dyn admission::ProfileLookup);
+        admission::evaluate_with(req.body, &KvPools(ctx.kv), &machines, profiles)
+    });
     match result {
         Ok(r) => {
             let outcome = if r.allowed() { "allowed" } else { "denied" };

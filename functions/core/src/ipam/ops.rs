@@ -681,7 +681,7 @@ pub fn put_pool_with<K: KvStore>(
         )
         .with_field("spec.metal"));
     }
-    register(ctx, object, adoptions)
+    register(ctx, object, adoptions, None)
 }
 
 /// Registers a VRF-backed pool whose Metal resources exist, with the
@@ -690,31 +690,79 @@ pub fn put_pool_with<K: KvStore>(
 /// calls once the gateway is active. A pool without `spec.metal` is
 /// registered as [`put_pool_with`] would.
 ///
+/// `may` is asked inside every compare-and-swap decision on the pool
+/// record, after the record was read and before the swap (the provision
+/// step's `may_register`: the pool is not being torn down). A teardown
+/// records that it started before it deletes the pool from the store with
+/// [`delete_provisioned_pool`], whose write always lands: so a
+/// registration either swaps before that write (which then deletes it) or
+/// its swap fails and its retry is refused (see `kv-schema/README.md`).
+///
 /// # Idempotency
 /// As [`put_pool`].
 ///
 /// # Errors
 /// As [`put_pool`], and 422 when the spec's addresses, prefix or gateway
-/// disagree with the block.
+/// disagree with the block; `may`'s refusal.
 pub fn put_provisioned_pool<K: KvStore>(
     ctx: &Ctx<'_, K>,
     mut object: PoolObject,
     block: (std::net::IpAddr, u8),
     adoptions: &[Adoption],
+    may: &dyn Fn() -> Result<()>,
 ) -> Result<(PutOutcome, PoolView)> {
     object.spec = object.spec.with_block(block.0, block.1)?;
-    register(ctx, object, adoptions)
+    register(ctx, object, adoptions, Some(may))
+}
+
+/// Deletes a VRF-backed pool from the store at the start of its teardown:
+/// as [`delete_pool`], but the swap always happens, a tombstone even over a
+/// tombstone or an absent key, so that a registration whose decision read
+/// the pool before it fails its swap (see [`put_provisioned_pool`]).
+///
+/// # Idempotency
+/// Each call writes a tombstone; the pool stays deleted.
+///
+/// # Errors
+/// 409 `PoolInUse` while addresses are bound; 503 on store failure.
+pub fn delete_provisioned_pool<K: KvStore>(ctx: &Ctx<'_, K>, id: &PoolId) -> Result<()> {
+    kv::update_pool(ctx, id, |current| {
+        if let Some(l) = current {
+            let c = l.state.counts(&l.pool);
+            let bound = c.used + c.out_of_range;
+            if bound > 0 {
+                return Err(Error::conflict(
+                    "PoolInUse",
+                    format!(
+                        "pool {} still has {bound} allocated address(es); release their claims first",
+                        id.display()
+                    ),
+                ));
+            }
+        }
+        Ok(Step::Write(
+            Box::new(Next {
+                pool: None,
+                state: PoolState::default(),
+            }),
+            (),
+        ))
+    })
 }
 
 fn register<K: KvStore>(
     ctx: &Ctx<'_, K>,
     object: PoolObject,
     adoptions: &[Adoption],
+    may: Option<&dyn Fn() -> Result<()>>,
 ) -> Result<(PutOutcome, PoolView)> {
     let pool = object.spec.validate()?;
     let id = object.id.clone();
     let me = ctx.env.token();
     let (result, bindings, taken_at) = kv::update_pool(ctx, &id, |current| {
+        if let Some(may) = may {
+            may()?;
+        }
         let now = ctx.env.now();
         let Some(l) = current else {
             let mut state = PoolState::default();

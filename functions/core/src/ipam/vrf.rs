@@ -10,6 +10,20 @@
 //! `gateway` may be left out: they are then the block, its length and the
 //! block's first address, where Metal puts the gateway.
 //!
+//! The policies must be ones Metal can carry out: Metal refuses to delete a
+//! reservation or a VLAN that a Metal Gateway still uses, and a VRF that
+//! still has reservations, so a retained gateway needs a retained
+//! reservation and VLAN, and a retained reservation a retained VRF
+//! ([`MetalSpec::validate`] refuses the rest, naming the field).
+//!
+//! A resource's section (with the metro) is what its creation or adoption
+//! was decided from: the provision step records it with the resource
+//! ([`MetalSpec::section`]), and a later `spec.metal` that differs there
+//! ([`MetalSpec::changed_field`]) cannot be applied: the webhook refuses it
+//! on `UPDATE` and the step answers `Ready=False` naming the field. The
+//! deletion policy is part of the section: decided once, when the resource
+//! is created or adopted.
+//!
 //! This module checks the section and derives the block; it knows nothing
 //! of the Metal API (see `crate::metal`), the store or Kubernetes.
 //!
@@ -176,17 +190,73 @@ impl MetalSpec {
     /// assert_eq!(m.deletion(Resource::Gateway), DeletionPolicy::Delete);
     /// ```
     pub fn deletion(&self, r: Resource) -> DeletionPolicy {
-        let explicit = match r {
-            Resource::Vrf => self.vrf.deletion_policy,
-            Resource::Reservation => self.reservation.deletion_policy,
-            Resource::Vlan => self.vlan.deletion_policy,
-            Resource::Gateway => self.gateway.deletion_policy,
-        };
-        explicit.unwrap_or(if self.adopted(r) {
+        self.explicit_deletion(r).unwrap_or(if self.adopted(r) {
             DeletionPolicy::Retain
         } else {
             DeletionPolicy::Delete
         })
+    }
+
+    /// The `deletionPolicy` the spec sets for `r`, if any.
+    pub fn explicit_deletion(&self, r: Resource) -> Option<DeletionPolicy> {
+        match r {
+            Resource::Vrf => self.vrf.deletion_policy,
+            Resource::Reservation => self.reservation.deletion_policy,
+            Resource::Vlan => self.vlan.deletion_policy,
+            Resource::Gateway => self.gateway.deletion_policy,
+        }
+    }
+
+    /// What the creation or adoption of `r` is decided from: its section
+    /// of [`MetalSpec::to_json`] (deletion policy included), with the
+    /// `metro` the resources share. Recorded with the resource.
+    ///
+    /// ```
+    /// use metal_ipam_core::ipam::vrf::{MetalSpec, Resource};
+    /// let m = MetalSpec::from_json(&serde_json::json!({"metro": "da",
+    ///     "vlan": {"vxlan": 1010, "deletionPolicy": "Delete"}})).unwrap();
+    /// assert_eq!(m.section(Resource::Vlan),
+    ///     serde_json::json!({"metro": "da", "vxlan": 1010, "deletionPolicy": "Delete"}));
+    /// ```
+    pub fn section(&self, r: Resource) -> Value {
+        let mut m = match self.to_json().get(r.field()) {
+            Some(Value::Object(o)) => o.clone(),
+            _ => Map::new(),
+        };
+        m.insert("metro".into(), self.metro.clone().into());
+        Value::Object(m)
+    }
+
+    /// The first field of `spec.metal` whose value differs from what `r`
+    /// was decided from (`recorded`, a [`MetalSpec::section`]): its path
+    /// (`spec.metal.metro`, `spec.metal.vrf.ipRanges`, …), or `None` when
+    /// nothing differs.
+    ///
+    /// ```
+    /// use metal_ipam_core::ipam::vrf::{MetalSpec, Resource};
+    /// let was = MetalSpec::from_json(&serde_json::json!({"metro": "da", "vrf": {"id": "x"}})).unwrap();
+    /// let mut now = was.clone();
+    /// assert_eq!(now.changed_field(Resource::Vrf, &was.section(Resource::Vrf)), None);
+    /// now.vrf.deletion_policy = Some(metal_ipam_core::ipam::vrf::DeletionPolicy::Delete);
+    /// assert_eq!(now.changed_field(Resource::Vrf, &was.section(Resource::Vrf)).as_deref(),
+    ///     Some("spec.metal.vrf.deletionPolicy"));
+    /// ```
+    pub fn changed_field(&self, r: Resource, recorded: &Value) -> Option<String> {
+        let now = self.section(r);
+        let empty = Map::new();
+        let (now, was) = (
+            now.as_object().unwrap_or(&empty),
+            recorded.as_object().unwrap_or(&empty),
+        );
+        let mut keys: Vec<&String> = now.keys().chain(was.keys()).collect();
+        keys.sort_by_key(|k| (k.as_str() != "metro", k.as_str()));
+        keys.dedup();
+        keys.into_iter()
+            .find(|k| now.get(*k) != was.get(*k))
+            .map(|k| match k.as_str() {
+                "metro" => "spec.metal.metro".to_string(),
+                k => format!("spec.metal.{}.{k}", r.field()),
+            })
     }
 
     /// The block of a reservation to be created: its network address and
@@ -312,7 +382,10 @@ impl MetalSpec {
     ///   IPv6 64), is aligned, and lies in one of a created VRF's ranges;
     /// - an adopted reservation belongs to an existing VRF, so the VRF is
     ///   adopted too; an adopted gateway serves an existing reservation on
-    ///   an existing VLAN, so both are adopted too.
+    ///   an existing VLAN, so both are adopted too;
+    /// - the deletion policies are a teardown Metal can carry out: a
+    ///   retained gateway with a retained reservation and VLAN, a retained
+    ///   reservation with a retained VRF.
     ///
     /// # Errors
     /// 422 naming the first offending field.
@@ -467,6 +540,57 @@ impl MetalSpec {
                 "an adopted gateway serves an existing reservation on an existing VLAN: adopt both too",
             ));
         }
+        self.teardown_possible()
+    }
+
+    /// Whether Metal can carry out the deletion policies: a gateway that
+    /// stays keeps its reservation and its VLAN from being deleted (Metal
+    /// answers 422 "Cannot delete with associated metal gateway"), a
+    /// reservation that stays keeps its VRF (Metal refuses to delete a VRF
+    /// with reservations). Otherwise teardown would be refused by Metal on
+    /// every attempt.
+    ///
+    /// # Errors
+    /// 422 naming the `deletionPolicy` of the resource that stays.
+    fn teardown_possible(&self) -> Result<()> {
+        let keeps = |r: Resource| self.deletion(r) == DeletionPolicy::Retain;
+        let how = |r: Resource| {
+            if self.adopted(r) {
+                "adopted"
+            } else {
+                "created"
+            }
+        };
+        let refuse = |kept: Resource, dep: Resource, why: &str| {
+            Err(Error::invalid(
+                format!("spec.metal.{}.deletionPolicy", kept.field()),
+                format!(
+                    "the {kept} is retained but the {dep} ({}) would be deleted, and {why}: \
+                     set spec.metal.{dep}.deletionPolicy to Retain too, or let the {kept} be deleted",
+                    how(dep),
+                    kept = kept.field(),
+                    dep = dep.field(),
+                ),
+            ))
+        };
+        if keeps(Resource::Gateway) {
+            for dep in [Resource::Reservation, Resource::Vlan] {
+                if !keeps(dep) {
+                    return refuse(
+                        Resource::Gateway,
+                        dep,
+                        "Metal refuses to delete it while the gateway uses it",
+                    );
+                }
+            }
+        }
+        if keeps(Resource::Reservation) && !keeps(Resource::Vrf) {
+            return refuse(
+                Resource::Reservation,
+                Resource::Vrf,
+                "Metal refuses to delete a VRF that still has IP reservations",
+            );
+        }
         Ok(())
     }
 }
@@ -580,8 +704,9 @@ mod tests {
     fn a_section_round_trips_exactly() {
         for v in [
             created(),
-            json!({"metro": "sv", "vrf": {"id": UUID, "deletionPolicy": "Delete"},
-                   "reservation": {"id": UUID}, "vlan": {"vxlan": 1010}, "gateway": {"id": UUID}}),
+            json!({"metro": "sv", "vrf": {"id": UUID},
+                   "reservation": {"id": UUID}, "vlan": {"vxlan": 1010},
+                   "gateway": {"id": UUID, "deletionPolicy": "Delete"}}),
         ] {
             let m = MetalSpec::from_json(&v).unwrap();
             m.validate().unwrap();
@@ -674,6 +799,116 @@ mod tests {
             assert_eq!(e.field(), Some(field), "{patch}: {e}");
             assert_eq!(e.status(), 422);
         }
+    }
+
+    #[test]
+    fn deletion_policies_metal_cannot_carry_out_are_refused_naming_the_field() {
+        let adopted = json!({"metro": "da", "vrf": {"id": UUID}, "reservation": {"id": UUID},
+            "vlan": {"vxlan": 1010}, "gateway": {"id": UUID}});
+        let cases: Vec<(Value, Value, Option<&str>)> = vec![
+            // A retained gateway keeps its reservation and VLAN.
+            (
+                created(),
+                json!({"gateway": {"deletionPolicy": "Retain"}}),
+                Some("spec.metal.gateway.deletionPolicy"),
+            ),
+            (
+                created(),
+                json!({"gateway": {"deletionPolicy": "Retain"},
+                       "reservation": {"deletionPolicy": "Retain"}}),
+                Some("spec.metal.gateway.deletionPolicy"),
+            ),
+            // A retained reservation keeps its VRF.
+            (
+                created(),
+                json!({"reservation": {"deletionPolicy": "Retain"}}),
+                Some("spec.metal.reservation.deletionPolicy"),
+            ),
+            (
+                adopted.clone(),
+                json!({"vrf": {"deletionPolicy": "Delete"}}),
+                Some("spec.metal.reservation.deletionPolicy"),
+            ),
+            (
+                adopted.clone(),
+                json!({"reservation": {"deletionPolicy": "Delete"}}),
+                Some("spec.metal.gateway.deletionPolicy"),
+            ),
+            // What Metal can do.
+            (
+                created(),
+                json!({"gateway": {"deletionPolicy": "Retain"},
+                       "reservation": {"deletionPolicy": "Retain"},
+                       "vlan": {"deletionPolicy": "Retain"},
+                       "vrf": {"deletionPolicy": "Retain"}}),
+                None,
+            ),
+            (
+                created(),
+                json!({"vrf": {"deletionPolicy": "Retain"}}),
+                None,
+            ),
+            (
+                adopted.clone(),
+                json!({"gateway": {"deletionPolicy": "Delete"}}),
+                None,
+            ),
+            (adopted, json!({}), None),
+        ];
+        for (base, patch, field) in cases {
+            let mut v = base.clone();
+            for (k, p) in patch.as_object().unwrap() {
+                for (pk, pv) in p.as_object().unwrap() {
+                    v[k][pk] = pv.clone();
+                }
+            }
+            let got = MetalSpec::from_json(&v).unwrap().validate();
+            match field {
+                Some(f) => {
+                    let e = got.expect_err(f);
+                    assert_eq!(e.field(), Some(f), "{patch}: {e}");
+                    assert!(e.message().contains("Retain too"), "{e}");
+                }
+                None => assert!(got.is_ok(), "{patch}: {got:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_changed_section_names_its_first_changed_field_the_metro_first() {
+        let was = MetalSpec::from_json(&created()).unwrap();
+        let rec = was.section(Resource::Vrf);
+        assert_eq!(was.changed_field(Resource::Vrf, &rec), None);
+        let mut now = was.clone();
+        now.vrf.ip_ranges.push("10.20.0.0/16".into());
+        now.metro = "sv".into();
+        assert_eq!(
+            now.changed_field(Resource::Vrf, &rec).as_deref(),
+            Some("spec.metal.metro")
+        );
+        now.metro = "da".into();
+        assert_eq!(
+            now.changed_field(Resource::Vrf, &rec).as_deref(),
+            Some("spec.metal.vrf.ipRanges")
+        );
+        // Another resource's section is not this one's business.
+        assert_eq!(
+            now.changed_field(Resource::Vlan, &was.section(Resource::Vlan)),
+            None
+        );
+        // A field set where none was, or removed.
+        let mut now = was.clone();
+        now.vlan.deletion_policy = Some(DeletionPolicy::Retain);
+        assert_eq!(
+            now.changed_field(Resource::Vlan, &was.section(Resource::Vlan))
+                .as_deref(),
+            Some("spec.metal.vlan.deletionPolicy")
+        );
+        assert_eq!(
+            was.changed_field(Resource::Vlan, &now.section(Resource::Vlan))
+                .as_deref(),
+            Some("spec.metal.vlan.deletionPolicy")
+        );
     }
 
     #[test]

@@ -151,6 +151,7 @@ pub const USED_PERMISSIONS: &[(&str, &str, &str)] = &[
     ("ipam.metal-ipam.dev", "globalmetalippools", "patch"),
     ("ipam.metal-ipam.dev", "globalmetalippools/status", "patch"),
     ("ipam.metal-ipam.dev", "metalnetworkprofiles", "get"),
+    ("ipam.metal-ipam.dev", "metalnetworkprofiles", "list"),
 ];
 
 /// Page size asked for when listing.

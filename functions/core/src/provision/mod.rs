@@ -1,14 +1,17 @@
 //! Provisioning of VRF-backed pools: bringing a pool's Metal resources
 //! (VRF, IP reservation, VLAN, Metal Gateway) into existence in dependency
 //! order, exactly once across instances and crashes, and tearing them down
-//! in reverse order by their deletion policies.
+//! in reverse order by the deletion policies decided when each was created
+//! or adopted; a deleted pool's record is final (a tombstone naming its
+//! uid), a re-created one starts afresh.
 //!
 //! - [`plan`]: the next action as a pure decision from the spec, the
-//!   recorded progress and the clock.
+//!   recorded progress and the clock; whose the record is.
 //! - [`record`]: the progress record in the store (a
 //!   [`crate::kv::protocol::CasRecord`]).
 //! - [`step`]: [`step::provision`] and [`step::deprovision`], which run the
-//!   plan against Metal and the store, one recorded action at a time.
+//!   plan against Metal and the store, one recorded action at a time, and
+//!   the store decisions they make (public for the interleaving checker).
 //! - [`assign`]: per-claim IP assignments of a VRF-backed pool's addresses
 //!   to the claims' devices, exactly once, removed before release.
 //! - [`poll`]: the Metal event poller's cursor and the devices the new

@@ -1,13 +1,22 @@
-//! The progress record of a VRF-backed pool: which Metal resources it
-//! holds, the creation in progress, the gateway's last state. One record per
-//! pool under `metal/pool/…`, kept with the compare-and-swap protocol of
-//! [`crate::kv::protocol`] (creation guard, writer tokens, read-back, a
+//! The progress record of a VRF-backed pool: which pool incarnation it
+//! belongs to, which Metal resources it holds and what was decided for
+//! them, the creation in progress, the gateway's last state. One record per
+//! pool name under `metal/pool/…`, kept with the compare-and-swap protocol
+//! of [`crate::kv::protocol`] (creation guard, writer tokens, read-back, a
 //! tombstone instead of a delete), so two instances never both record a
-//! creation intent.
+//! creation intent. Its tombstone is content, not absence: it names the
+//! retired uids, for which nothing is recorded again (see
+//! [`super::plan::owner`]).
+//!
+//! Schema version 2 ([`PROGRESS_VERSION`]) added the uid, the retired
+//! uids and the decisions; a version 1 record (written by builds before)
+//! is read as one with no uid and no decisions, and written back as
+//! version 2 by the next write.
 
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
-use super::plan::{Held, Intent, Progress};
+use super::plan::{Decided, Held, Intent, Progress};
 use crate::error::{Error, Result};
 use crate::ipam::pool::PoolId;
 use crate::ipam::vrf::Resource;
@@ -15,8 +24,11 @@ use crate::kv::keys;
 use crate::kv::protocol::{CasRecord, Envelope};
 use crate::kv::records::SwapCheck;
 
-/// Schema version of the progress record.
-pub const PROGRESS_VERSION: u32 = 1;
+/// Schema version of the progress record this build writes.
+pub const PROGRESS_VERSION: u32 = 2;
+
+/// The earlier version this build still reads.
+pub const PROGRESS_VERSION_READ: u32 = 1;
 
 /// A held resource, as stored.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -26,6 +38,12 @@ pub struct HeldRecord {
     pub id: String,
     /// Created by metal-ipam.
     pub created: bool,
+    /// Deleted at teardown (decided when created or adopted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delete: Option<bool>,
+    /// The `spec.metal` section (with the metro) it was made from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec: Option<Value>,
 }
 
 /// A creation intent, as stored.
@@ -38,13 +56,19 @@ pub struct IntentRecord {
     pub token: String,
     /// Unix seconds when it was recorded.
     pub at: u64,
+    /// Deleted at teardown, once created.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delete: Option<bool>,
+    /// The `spec.metal` section (with the metro) it is created from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec: Option<Value>,
 }
 
 /// The value of a `metal/pool/…` key.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ProgressRecord {
-    /// Schema version, [`PROGRESS_VERSION`].
+    /// Schema version, [`PROGRESS_VERSION`] (or 1 when read).
     pub v: u32,
     /// Incremented by every write.
     pub rev: u64,
@@ -55,9 +79,16 @@ pub struct ProgressRecord {
     pub recent_writers: Vec<String>,
     /// Whether swaps on this record are read back.
     pub swap_check: SwapCheck,
+    /// The pool incarnation (object uid) the record belongs to; on a
+    /// tombstone, the one whose teardown wrote it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<String>,
     /// Tombstone: everything was torn down.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub deleted: bool,
+    /// Incarnations whose teardown is complete, oldest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub retired: Vec<String>,
     /// The VRF.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vrf: Option<HeldRecord>,
@@ -88,10 +119,21 @@ fn resource_of(name: &str) -> Result<Resource> {
         .ok_or_else(|| Error::internal(format!("progress record names resource {name:?}")))
 }
 
+fn decided_in(delete: Option<bool>, spec: &Option<Value>) -> Option<Decided> {
+    match (delete, spec) {
+        (Some(delete), Some(spec)) => Some(Decided {
+            delete,
+            spec: spec.clone(),
+        }),
+        _ => None,
+    }
+}
+
 fn held_in(h: &Option<HeldRecord>) -> Option<Held> {
     h.as_ref().map(|h| Held {
         id: h.id.clone(),
         created: h.created,
+        decided: decided_in(h.delete, &h.spec),
     })
 }
 
@@ -99,16 +141,19 @@ fn held_out(h: &Option<Held>) -> Option<HeldRecord> {
     h.as_ref().map(|h| HeldRecord {
         id: h.id.clone(),
         created: h.created,
+        delete: h.decided.as_ref().map(|d| d.delete),
+        spec: h.decided.as_ref().map(|d| d.spec.clone()),
     })
 }
 
 impl ProgressRecord {
-    /// The progress it holds.
+    /// The progress it holds (a tombstone included).
     ///
     /// # Errors
     /// 500 for an intent naming an unknown resource.
     pub fn progress(&self) -> Result<Progress> {
         Ok(Progress {
+            uid: self.uid.clone(),
             vrf: held_in(&self.vrf),
             reservation: held_in(&self.reservation),
             vlan: held_in(&self.vlan),
@@ -120,21 +165,24 @@ impl ProgressRecord {
                     resource: resource_of(&i.resource)?,
                     token: i.token.clone(),
                     at: i.at,
+                    decided: decided_in(i.delete, &i.spec),
                 }),
             },
             deleting: self.deleting,
+            deleted: self.deleted,
+            retired: self.retired.clone(),
         })
     }
 }
 
-/// What a decision asks to write: the new progress, or `None` for the
-/// tombstone.
-pub type NextProgress = Option<Progress>;
-
 impl CasRecord for ProgressRecord {
     type Id = PoolId;
+    /// The whole record, a tombstone included (`deleted`): a decision must
+    /// see whose tombstone it is.
     type View = Progress;
-    type Next = NextProgress;
+    /// What to write; `deleted` writes a tombstone (its uid and the retired
+    /// uids only).
+    type Next = Progress;
 
     fn key(id: &PoolId) -> String {
         keys::metal_pool(id)
@@ -148,9 +196,9 @@ impl CasRecord for ProgressRecord {
     fn decode(bytes: &[u8]) -> Result<Self> {
         let rec: ProgressRecord = serde_json::from_slice(bytes)
             .map_err(|e| Error::internal(format!("unreadable Metal progress record: {e}")))?;
-        if rec.v != PROGRESS_VERSION {
+        if rec.v != PROGRESS_VERSION && rec.v != PROGRESS_VERSION_READ {
             return Err(Error::internal(format!(
-                "Metal progress record has schema version {}, this build reads {PROGRESS_VERSION}",
+                "Metal progress record has schema version {}, this build reads {PROGRESS_VERSION_READ} and {PROGRESS_VERSION}",
                 rec.v
             )));
         }
@@ -168,19 +216,18 @@ impl CasRecord for ProgressRecord {
         }
     }
     fn view(&self, _id: &PoolId) -> Result<Option<Progress>> {
-        if self.deleted {
-            return Ok(None);
-        }
         self.progress().map(Some)
     }
-    fn build(next: &NextProgress, e: Envelope) -> Self {
+    fn build(next: &Progress, e: Envelope) -> Self {
         let mut rec = ProgressRecord {
             v: PROGRESS_VERSION,
             rev: e.rev,
             writer: e.writer,
             recent_writers: e.recent_writers,
             swap_check: e.swap_check,
-            deleted: next.is_none(),
+            uid: next.uid.clone(),
+            deleted: next.deleted,
+            retired: next.retired.clone(),
             vrf: None,
             reservation: None,
             vlan: None,
@@ -189,18 +236,20 @@ impl CasRecord for ProgressRecord {
             intent: None,
             deleting: false,
         };
-        if let Some(p) = next {
-            rec.vrf = held_out(&p.vrf);
-            rec.reservation = held_out(&p.reservation);
-            rec.vlan = held_out(&p.vlan);
-            rec.gateway = held_out(&p.gateway);
-            rec.gateway_state = p.gateway_state.clone();
-            rec.intent = p.intent.as_ref().map(|i| IntentRecord {
+        if !next.deleted {
+            rec.vrf = held_out(&next.vrf);
+            rec.reservation = held_out(&next.reservation);
+            rec.vlan = held_out(&next.vlan);
+            rec.gateway = held_out(&next.gateway);
+            rec.gateway_state = next.gateway_state.clone();
+            rec.intent = next.intent.as_ref().map(|i| IntentRecord {
                 resource: i.resource.field().to_string(),
                 token: i.token.clone(),
                 at: i.at,
+                delete: i.decided.as_ref().map(|d| d.delete),
+                spec: i.decided.as_ref().map(|d| d.spec.clone()),
             });
-            rec.deleting = p.deleting;
+            rec.deleting = next.deleting;
         }
         rec
     }
@@ -213,47 +262,94 @@ mod tests {
     use crate::kv::{Ctx, SwapPolicy};
     use crate::ports::kv::KvStore;
     use crate::testing::{Backend, MemKv, TestEnv};
+    use serde_json::json;
 
     fn progress() -> Progress {
         Progress {
+            uid: Some("u-1".into()),
             vrf: Some(Held {
                 id: "v".into(),
                 created: true,
+                decided: Some(Decided {
+                    delete: true,
+                    spec: json!({"metro": "da", "ipRanges": ["10.0.0.0/16"]}),
+                }),
             }),
             gateway_state: Some("ready".into()),
             intent: Some(Intent {
                 resource: Resource::Reservation,
                 token: "t1".into(),
                 at: 7,
+                decided: Some(Decided {
+                    delete: false,
+                    spec: json!({"metro": "da", "network": "10.0.1.0", "cidr": 29}),
+                }),
             }),
+            retired: vec!["u-0".into()],
             ..Progress::default()
         }
     }
 
-    #[test]
-    fn a_record_round_trips_and_a_tombstone_reads_as_absent() {
-        let e = Envelope {
+    fn envelope() -> Envelope {
+        Envelope {
             rev: 3,
             writer: "w".into(),
             recent_writers: vec!["a".into()],
             swap_check: SwapCheck::Verify,
-        };
-        let rec = ProgressRecord::build(&Some(progress()), e.clone());
+        }
+    }
+
+    #[test]
+    fn a_record_round_trips_and_a_tombstone_keeps_only_whose_it_is() {
+        let rec = ProgressRecord::build(&progress(), envelope());
         let back = ProgressRecord::decode(&rec.encode()).unwrap();
         assert_eq!(back, rec);
         let id = PoolId::namespaced("ns", "p");
         assert_eq!(back.view(&id).unwrap(), Some(progress()));
-        let gone = ProgressRecord::build(&None, e);
+        let gone = progress().tombstone(&["u-1".into()]);
+        let rec = ProgressRecord::build(&gone, envelope());
+        let read = ProgressRecord::decode(&rec.encode())
+            .unwrap()
+            .view(&id)
+            .unwrap()
+            .unwrap();
         assert_eq!(
-            ProgressRecord::decode(&gone.encode())
-                .unwrap()
-                .view(&id)
-                .unwrap(),
-            None
+            read,
+            Progress {
+                uid: Some("u-1".into()),
+                deleted: true,
+                retired: vec!["u-0".into(), "u-1".into()],
+                ..Progress::default()
+            }
         );
         let mut newer = serde_json::to_value(&rec).unwrap();
-        newer["v"] = 2.into();
+        newer["v"] = 3.into();
         assert!(ProgressRecord::decode(newer.to_string().as_bytes()).is_err());
+    }
+
+    #[test]
+    fn a_version_1_record_reads_without_uid_or_decisions() {
+        let v1 = json!({"v": 1, "rev": 2, "writer": "w", "swapCheck": "exact",
+            "vrf": {"id": "v", "created": true}, "deleting": true});
+        let rec = ProgressRecord::decode(v1.to_string().as_bytes()).unwrap();
+        let p = rec.progress().unwrap();
+        assert_eq!(p.uid, None);
+        assert_eq!(p.vrf.unwrap().decided, None);
+        assert!(p.deleting);
+        // Written back as version 2.
+        let again = ProgressRecord::build(&rec.progress().unwrap(), rec.envelope());
+        assert_eq!(again.v, PROGRESS_VERSION);
+    }
+
+    #[test]
+    fn retired_uids_are_bounded_oldest_dropped_first() {
+        let mut p = Progress::default();
+        for i in 0..(crate::provision::plan::MAX_RETIRED + 3) {
+            p = p.tombstone(&[format!("u{i}")]);
+        }
+        assert_eq!(p.retired.len(), crate::provision::plan::MAX_RETIRED);
+        assert_eq!(p.retired[0], "u3");
+        assert_eq!(p.uid.as_deref(), p.retired.last().map(String::as_str));
     }
 
     #[test]
@@ -279,8 +375,9 @@ mod tests {
                         resource: Resource::Vrf,
                         token: me.into(),
                         at: 100,
+                        decided: None,
                     });
-                    Ok(Step::Write(Box::new(Some(next)), true))
+                    Ok(Step::Write(Box::new(next), true))
                 })
                 .unwrap()
             };

@@ -8,14 +8,21 @@
 //! Created resources carry the pool's tag (a gateway, which has no tags,
 //! is found by its reservation): that is how a creation whose answer was
 //! lost is found instead of repeated.
+//!
+//! Every store decision is one compare-and-swap on the progress record
+//! that first checks whose the record is ([`super::plan::owner`]): no write
+//! for an incarnation lands on its tombstone or on another incarnation's
+//! record. The decisions are public for the interleaving checker
+//! (`functions/core/tests/interleavings_provision.rs`), which runs them as
+//! [`provision`] and [`deprovision`] do.
 
 use std::net::IpAddr;
 
 use serde_json::{Map, Value};
 
-use super::plan::{self, Action, Held, Intent, Progress, Teardown};
+use super::plan::{self, owner, Action, Decided, Held, Intent, Owner, Progress, Teardown};
 use super::record::ProgressRecord;
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::ipam::pool::PoolId;
 use crate::ipam::vrf::{MetalSpec, Resource};
 use crate::kv::protocol::{read_record, update_record, Step};
@@ -61,6 +68,15 @@ impl<'a> Target<'a> {
             spec,
             uid: uid.map(str::to_string),
             cluster: cluster.map(str::to_string),
+        }
+    }
+
+    /// The same pool as incarnation `uid` (whose resources carry its tag):
+    /// the target of an earlier incarnation's teardown.
+    pub fn with_uid(&self, uid: Option<&str>) -> Target<'a> {
+        Target {
+            uid: uid.map(str::to_string),
+            ..self.clone()
         }
     }
 
@@ -183,32 +199,65 @@ pub struct Report {
 /// # Errors
 /// Store errors; 500 for an unreadable record.
 pub fn read_progress<K: KvStore>(ctx: &Ctx<'_, K>, id: &PoolId) -> Result<Progress> {
-    Ok(read_record::<K, ProgressRecord>(ctx.kv, id)?.unwrap_or_default())
+    Ok(read_state(ctx.kv, id)?
+        .filter(|p| !p.deleted)
+        .unwrap_or_default())
 }
 
-/// Applies `change` to the recorded progress (one compare-and-swap,
-/// retried); `change` returns `false` to write nothing. Returns whether
-/// it wrote.
-fn record<K: KvStore>(
+/// The record of pool `id` as stored, a tombstone included (one `get`).
+///
+/// # Errors
+/// Store errors; 500 for an unreadable record.
+pub fn read_state<K: KvStore>(kv: &K, id: &PoolId) -> Result<Option<Progress>> {
+    read_record::<K, ProgressRecord>(kv, id)
+}
+
+/// One compare-and-swap on the record (retried): `f` sees the current
+/// record (a tombstone included) and returns what to write, if anything,
+/// and what to answer.
+fn change<K: KvStore, T>(
     ctx: &Ctx<'_, K>,
     id: &PoolId,
-    mut change: impl FnMut(&mut Progress) -> bool,
-) -> Result<bool> {
-    update_record::<K, ProgressRecord, bool>(ctx, id, |cur| {
-        let mut p = cur.cloned().unwrap_or_default();
-        if change(&mut p) {
-            Ok(Step::Write(Box::new(Some(p)), true))
-        } else {
-            Ok(Step::Done(false))
-        }
+    mut f: impl FnMut(Option<&Progress>) -> (Option<Progress>, T),
+) -> Result<T> {
+    update_record::<K, ProgressRecord, T>(ctx, id, |cur| match f(cur) {
+        (Some(next), out) => Ok(Step::Write(Box::new(next), out)),
+        (None, out) => Ok(Step::Done(out)),
     })
+}
+
+/// `cur` as `uid`'s record to write on, if it is (a record that names no
+/// uid gets `uid`; a free one starts fresh when `fresh`); `None` when a
+/// write for `uid` must not land on it.
+fn mine(cur: Option<&Progress>, uid: Option<&str>, fresh: bool) -> Option<Progress> {
+    match owner(cur, uid) {
+        Owner::Mine => {
+            let mut p = cur.cloned().unwrap_or_default();
+            if p.uid.is_none() {
+                p.uid = uid.map(str::to_string);
+            }
+            Some(p)
+        }
+        Owner::Free if fresh => Some(Progress::fresh(cur, uid)),
+        _ => None,
+    }
 }
 
 fn field(r: Resource, f: &str) -> String {
     format!("spec.metal.{}.{f}", r.field())
 }
 
+/// Where [`provision`] stands with whose record it is.
+enum Round {
+    /// Plan again.
+    Again,
+    /// Answer this.
+    Stop(Phase, Box<Progress>),
+}
+
 /// Provisions the pool's Metal resources, up to [`MAX_ROUNDS`] actions.
+/// The record of an earlier incarnation of the pool (another uid) that was
+/// not torn down is torn down first, by its own decisions.
 ///
 /// # Idempotency
 /// Any number of invocations, concurrent or after a crash between any two
@@ -218,87 +267,118 @@ fn field(r: Resource, f: &str) -> String {
 ///
 /// # Errors
 /// 422 naming the `spec.metal` field whose adopted resource is missing or
-/// does not fit; Metal's refusals (409 `MetalRefused`, …); 503 when Metal
-/// is unavailable or a creation's outcome is unknown (the next invocation
-/// looks for it before creating again); store errors.
+/// does not fit, or that changed where it can no longer be applied
+/// (`MetalSpecChanged`); 409 `MetalTearingDown` once the pool's teardown
+/// started, `MetalPoolDeleted` for an incarnation already torn down;
+/// Metal's refusals (409 `MetalRefused`, …); 503 when Metal is unavailable
+/// or a creation's outcome is unknown (the next invocation looks for it
+/// before creating again); store errors.
 pub fn provision<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
     ctx: &Ctx<'_, K>,
     metal: &Metal<'_, H, E>,
     t: &Target<'_>,
 ) -> Result<Report> {
+    let uid = t.uid.as_deref();
     let mut done = Vec::new();
     for _ in 0..MAX_ROUNDS {
-        let progress = read_progress(ctx, t.id)?;
-        if progress.deleting {
-            return Err(Error::conflict(
-                "MetalTearingDown",
-                "the pool's Metal resources are being torn down",
-            ));
-        }
+        let cur = read_state(ctx.kv, t.id)?;
         let now = ctx.env.now();
+        let progress = match owner(cur.as_ref(), uid) {
+            Owner::Retired => {
+                return Err(Error::conflict(
+                    "MetalPoolDeleted",
+                    format!(
+                        "pool {} (uid {}) was deleted and its Metal resources torn down",
+                        t.id.display(),
+                        uid.unwrap_or_default()
+                    ),
+                ))
+            }
+            Owner::Other(v) => {
+                let p = cur.unwrap_or_default();
+                if !p.deleting {
+                    begin_replacing(ctx, t.id, uid)?;
+                    continue;
+                }
+                let earlier = t.with_uid(Some(&v));
+                match teardown_round(ctx, metal, &earlier, &p, std::slice::from_ref(&v), &mut done)? {
+                    Round::Again => continue,
+                    Round::Stop(Phase::InProgress { waiting, retry_after_s }, _) => {
+                        return Ok(Report {
+                            phase: Phase::InProgress {
+                                waiting: format!(
+                                    "tearing down the Metal resources of an earlier pool of this name (uid {v}) first: {waiting}"
+                                ),
+                                retry_after_s,
+                            },
+                            progress: Progress::default(),
+                            done,
+                        })
+                    }
+                    Round::Stop(..) => continue,
+                }
+            }
+            Owner::Mine if cur.as_ref().is_some_and(|p| p.deleting) => {
+                return Err(Error::conflict(
+                    "MetalTearingDown",
+                    "the pool's Metal resources are being torn down",
+                ));
+            }
+            Owner::Mine => cur.unwrap_or_default(),
+            Owner::Free => Progress::default(),
+        };
         match plan::next(t.spec, &progress, now) {
+            Action::Refuse { field, message } => {
+                return Err(
+                    Error::new(ErrorKind::Invalid, "MetalSpecChanged", message).with_field(field)
+                );
+            }
             Action::Adopt(r) => {
                 let id = adopt(metal, t, &progress, r)?;
-                record(ctx, t.id, |p| {
-                    if p.held(r).is_some() {
-                        return false;
-                    }
-                    p.set(
-                        r,
-                        Some(Held {
-                            id: id.clone(),
-                            created: false,
-                        }),
-                    );
-                    true
-                })?;
-                done.push(format!("adopted {} {id}", r.field()));
+                let decided = Decided::of(t.spec, r);
+                if record_adopted(ctx, t.id, uid, r, &id, &decided)? {
+                    done.push(format!("adopted {} {id}", r.field()));
+                }
             }
             Action::Create(r) => {
                 let me = ctx.env.token();
-                let won = claim_intent(ctx, t.id, r, &me, now)?;
-                if !won {
+                let decided = Decided::of(t.spec, r);
+                if !claim_intent(ctx, t.id, uid, r, &me, now, &decided)? {
                     continue; // someone else moved first: plan again
                 }
                 match create(metal, t, &progress, r) {
                     Ok(id) => {
-                        let kept = record_created(ctx, t.id, r, &id)?;
-                        if kept {
-                            done.push(format!("created {} {id}", r.field()));
-                        } else {
-                            // Another instance recorded one after our lease
-                            // ran out: ours is the duplicate.
-                            delete(metal, r, &id)?;
-                            done.push(format!("deleted duplicate {} {id}", r.field()));
-                        }
+                        keep_or_delete(ctx, metal, t, r, &id, &decided, "created", &mut done)?
                     }
                     Err(e) if matches!(e, MetalError::OutcomeUnknown { .. }) => {
                         // It may exist: look now, and otherwise leave the
                         // intent to its lease (the request may land late).
                         if let Some(id) = find_created(metal, t, &progress, r)? {
-                            record_created(ctx, t.id, r, &id)?;
-                            done.push(format!("found {} {id}", r.field()));
+                            keep_or_delete(ctx, metal, t, r, &id, &decided, "found", &mut done)?;
                             continue;
                         }
                         return Err(e.into());
                     }
                     Err(e) => {
                         // Refused or rate limited: nothing was created.
-                        withdraw_intent(ctx, t.id, r, &me)?;
+                        withdraw_intent(ctx, t.id, uid, r, &me)?;
                         return Err(e.into());
                     }
                 }
             }
             Action::FindCreated(r) => {
                 let stale = progress.intent.clone();
+                let decided = stale
+                    .as_ref()
+                    .and_then(|i| i.decided.clone())
+                    .unwrap_or_else(|| Decided::of(t.spec, r));
                 match find_created(metal, t, &progress, r)? {
                     Some(id) => {
-                        record_created(ctx, t.id, r, &id)?;
-                        done.push(format!("found {} {id}", r.field()));
+                        keep_or_delete(ctx, metal, t, r, &id, &decided, "found", &mut done)?
                     }
                     None => {
                         let token = stale.map(|i| i.token).unwrap_or_default();
-                        withdraw_intent(ctx, t.id, r, &token)?;
+                        withdraw_intent(ctx, t.id, uid, r, &token)?;
                         done.push(format!("no {} was created; creating", r.field()));
                     }
                 }
@@ -320,21 +400,7 @@ pub fn provision<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
                     .map(|g| g.id.clone())
                     .unwrap_or_default();
                 let state = metal.get_gateway(&gw)?.map(|g| g.state.unwrap_or_default());
-                record(ctx, t.id, |p| {
-                    if p.gateway.as_ref().map(|g| g.id.as_str()) != Some(gw.as_str()) {
-                        return false;
-                    }
-                    match &state {
-                        // Gone behind our back: create it again.
-                        None => {
-                            p.gateway = None;
-                            p.gateway_state = None;
-                        }
-                        Some(s) if p.gateway_state.as_ref() == Some(s) => return false,
-                        Some(s) => p.gateway_state = Some(s.clone()),
-                    }
-                    true
-                })?;
+                record_gateway(ctx, t.id, uid, &gw, state.clone())?;
                 if state.as_deref() != Some("active") && state.is_some() {
                     return Ok(Report {
                         phase: Phase::InProgress {
@@ -359,6 +425,32 @@ pub fn provision<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
     used_all_rounds(ctx, t.id, done)
 }
 
+/// Records `id`, just created (or found) for `r`; when the record refuses
+/// it (the pool is gone, or another is recorded), deletes it: a duplicate,
+/// or a resource for a pool that no longer exists.
+#[allow(clippy::too_many_arguments)]
+fn keep_or_delete<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
+    ctx: &Ctx<'_, K>,
+    metal: &Metal<'_, H, E>,
+    t: &Target<'_>,
+    r: Resource,
+    id: &str,
+    decided: &Decided,
+    how: &str,
+    done: &mut Vec<String>,
+) -> Result<()> {
+    if record_created(ctx, t.id, t.uid.as_deref(), r, id, decided)? {
+        done.push(format!("{how} {} {id}", r.field()));
+    } else {
+        delete(metal, r, id)?;
+        done.push(format!(
+            "deleted {} {id}: another is recorded, or the pool is gone",
+            r.field()
+        ));
+    }
+    Ok(())
+}
+
 /// The report of an invocation that used its [`MAX_ROUNDS`]: call again.
 fn used_all_rounds<K: KvStore>(ctx: &Ctx<'_, K>, id: &PoolId, done: Vec<String>) -> Result<Report> {
     Ok(Report {
@@ -371,77 +463,356 @@ fn used_all_rounds<K: KvStore>(ctx: &Ctx<'_, K>, id: &PoolId, done: Vec<String>)
     })
 }
 
-/// Records a creation intent for `r` by `token` at `now`, unless `r` is
-/// held or an intent stands: the one compare-and-swap that makes a
-/// creation exclusive. Returns whether it was recorded (this instance may
-/// create `r`).
+/// Records a creation intent for `r` by `token` at `now`, with what was
+/// decided for it: the one compare-and-swap that makes a creation
+/// exclusive. Granted only on `uid`'s record (or a free one, which starts
+/// fresh) that is not being torn down, holds no `r` and no other intent.
+/// Returns whether it was recorded (this instance may create `r`).
 ///
 /// # Errors
 /// Store errors; 503 `Contention`.
+#[allow(clippy::too_many_arguments)]
 pub fn claim_intent<K: KvStore>(
     ctx: &Ctx<'_, K>,
     id: &PoolId,
+    uid: Option<&str>,
     r: Resource,
     token: &str,
     now: u64,
+    decided: &Decided,
 ) -> Result<bool> {
-    record(ctx, id, |p| {
-        if p.held(r).is_some() || p.intent.is_some() {
-            return false;
+    change(ctx, id, |cur| {
+        let Some(mut p) = mine(cur, uid, true) else {
+            return (None, false);
+        };
+        if p.deleting || p.held(r).is_some() || p.intent.is_some() {
+            return (None, false);
         }
         p.intent = Some(Intent {
             resource: r,
             token: token.to_string(),
             at: now,
+            decided: Some(decided.clone()),
         });
-        true
+        (Some(p), true)
     })
 }
 
-/// Records `found` as the pool's `r` (created by metal-ipam), clearing an
-/// intent for `r`, unless `r` is already recorded. Returns whether it
-/// recorded it: `false` means another is held and `found` is a duplicate.
+/// Records `found` as the `r` metal-ipam created for `uid`, with its
+/// decision, clearing an intent for `r`. Accepted on `uid`'s record,
+/// teardown or not (a creation that landed while the teardown waited is
+/// torn down with the rest), unless another `r` is recorded. Refused
+/// (`false`) on a tombstone, a free record or another incarnation's: the
+/// caller deletes `found`, a duplicate or a resource of a pool that is
+/// gone.
 ///
 /// # Errors
 /// Store errors; 503 `Contention`.
 pub fn record_created<K: KvStore>(
     ctx: &Ctx<'_, K>,
     id: &PoolId,
+    uid: Option<&str>,
     r: Resource,
     found: &str,
+    decided: &Decided,
 ) -> Result<bool> {
-    record(ctx, id, |p| {
-        if p.held(r).is_some() {
-            return false;
+    change(ctx, id, |cur| {
+        let Some(mut p) = mine(cur, uid, false) else {
+            return (None, false);
+        };
+        match p.held(r) {
+            Some(h) if h.id != found => (None, false),
+            Some(_) if p.intent.as_ref().is_some_and(|i| i.resource == r) => {
+                p.intent = None;
+                (Some(p), true)
+            }
+            Some(_) => (None, true),
+            None => {
+                p.set(
+                    r,
+                    Some(Held {
+                        id: found.to_string(),
+                        created: true,
+                        decided: Some(decided.clone()),
+                    }),
+                );
+                (Some(p), true)
+            }
+        }
+    })
+}
+
+/// Records the adopted `found` as `uid`'s `r`, with its decision. Refused
+/// (`false`) when the record is not `uid`'s (a free one starts fresh), is
+/// being torn down, or already holds an `r`.
+///
+/// # Errors
+/// Store errors; 503 `Contention`.
+pub fn record_adopted<K: KvStore>(
+    ctx: &Ctx<'_, K>,
+    id: &PoolId,
+    uid: Option<&str>,
+    r: Resource,
+    found: &str,
+    decided: &Decided,
+) -> Result<bool> {
+    change(ctx, id, |cur| {
+        let Some(mut p) = mine(cur, uid, true) else {
+            return (None, false);
+        };
+        if p.deleting || p.held(r).is_some() {
+            return (None, false);
         }
         p.set(
             r,
             Some(Held {
                 id: found.to_string(),
-                created: true,
+                created: false,
+                decided: Some(decided.clone()),
             }),
         );
-        true
+        (Some(p), true)
     })
 }
 
-/// Clears `token`'s intent for `r`, if it still stands (nothing was
-/// created, or nothing was found). Returns whether it did.
+/// Clears `token`'s intent for `r` on `uid`'s record, if it still stands
+/// (nothing was created, or nothing was found). Returns whether it did.
 ///
 /// # Errors
 /// Store errors; 503 `Contention`.
 pub fn withdraw_intent<K: KvStore>(
     ctx: &Ctx<'_, K>,
     id: &PoolId,
+    uid: Option<&str>,
     r: Resource,
     token: &str,
 ) -> Result<bool> {
-    record(ctx, id, |p| match &p.intent {
-        Some(i) if i.resource == r && i.token == token => {
-            p.intent = None;
-            true
+    change(ctx, id, |cur| {
+        let Some(mut p) = mine(cur, uid, false) else {
+            return (None, false);
+        };
+        match &p.intent {
+            Some(i) if i.resource == r && i.token == token => {
+                p.intent = None;
+                (Some(p), true)
+            }
+            _ => (None, false),
         }
-        _ => false,
+    })
+}
+
+/// Records the gateway `gw`'s state as read (`None`: gone behind our back,
+/// so forgotten and created again), on `uid`'s record while it is not torn
+/// down and still holds `gw`.
+///
+/// # Errors
+/// Store errors; 503 `Contention`.
+pub fn record_gateway<K: KvStore>(
+    ctx: &Ctx<'_, K>,
+    id: &PoolId,
+    uid: Option<&str>,
+    gw: &str,
+    state: Option<String>,
+) -> Result<bool> {
+    change(ctx, id, |cur| {
+        let Some(mut p) = mine(cur, uid, false) else {
+            return (None, false);
+        };
+        if p.deleting || p.gateway.as_ref().map(|g| g.id.as_str()) != Some(gw) {
+            return (None, false);
+        }
+        match &state {
+            None => {
+                p.gateway = None;
+                p.gateway_state = None;
+            }
+            Some(s) if p.gateway_state.as_ref() == Some(s) => return (None, false),
+            Some(s) => p.gateway_state = Some(s.clone()),
+        }
+        (Some(p), true)
+    })
+}
+
+/// Whether pool `id`'s incarnation `uid` may be registered in the store:
+/// its record is live and not being torn down. Read (one `get`) inside the
+/// registration's compare-and-swap decision on the pool record (see
+/// `kv-schema/README.md`): a teardown marks the record `deleting` before
+/// it deletes the pool from the store, so a registration either lands
+/// before that deletion (which then removes it) or reads `deleting` and is
+/// refused.
+///
+/// # Errors
+/// 409 `MetalTearingDown` when it may not; store errors.
+pub fn may_register<K: KvStore>(kv: &K, id: &PoolId, uid: Option<&str>) -> Result<()> {
+    let cur = read_state(kv, id)?;
+    match owner(cur.as_ref(), uid) {
+        Owner::Mine if cur.as_ref().is_some_and(|p| !p.deleting) => Ok(()),
+        _ => Err(Error::conflict(
+            "MetalTearingDown",
+            format!(
+                "pool {} is being deleted (or its Metal resources are not its own): it is not registered again",
+                id.display()
+            ),
+        )),
+    }
+}
+
+/// How the teardown of a pool starts ([`begin_teardown`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Begun {
+    /// Nothing is (or is any longer) recorded for the pool: its tombstone
+    /// names its uid.
+    Gone,
+    /// The record is being torn down.
+    Tearing,
+}
+
+/// Starts the teardown of incarnation `uid`: its record, or a free one, or
+/// the leftover of an earlier incarnation, is marked `deleting` (nothing is
+/// created for it any more); with nothing recorded, the tombstone retiring
+/// `uid` is written at once, so that no creation for `uid` can start after
+/// the pool is gone. A record already deleting or retired is left as it is.
+///
+/// # Idempotency
+/// Writes at most once per teardown.
+///
+/// # Errors
+/// Store errors; 503 `Contention`.
+pub fn begin_teardown<K: KvStore>(
+    ctx: &Ctx<'_, K>,
+    id: &PoolId,
+    uid: Option<&str>,
+) -> Result<Begun> {
+    change(ctx, id, |cur| match owner(cur, uid) {
+        Owner::Retired => (None, Begun::Gone),
+        Owner::Free => {
+            let base = cur.cloned().unwrap_or_default();
+            let retire: Vec<String> = uid.map(str::to_string).into_iter().collect();
+            (Some(base.tombstone(&retire)), Begun::Gone)
+        }
+        Owner::Mine | Owner::Other(_) => {
+            let mut p = cur.cloned().unwrap_or_default();
+            if p.deleting && (p.uid.is_some() || uid.is_none()) {
+                return (None, Begun::Tearing);
+            }
+            if p.uid.is_none() {
+                p.uid = uid.map(str::to_string);
+            }
+            p.deleting = true;
+            (Some(p), Begun::Tearing)
+        }
+    })
+}
+
+/// Marks the leftover record of an earlier incarnation `deleting` so that
+/// `uid`'s provisioning can tear it down first. Returns whether the record
+/// is (now) such a leftover being torn down.
+///
+/// # Errors
+/// Store errors; 503 `Contention`.
+pub fn begin_replacing<K: KvStore>(
+    ctx: &Ctx<'_, K>,
+    id: &PoolId,
+    uid: Option<&str>,
+) -> Result<bool> {
+    change(ctx, id, |cur| match owner(cur, uid) {
+        Owner::Other(_) => {
+            let mut p = cur.cloned().unwrap_or_default();
+            if p.deleting {
+                return (None, true);
+            }
+            p.deleting = true;
+            (Some(p), true)
+        }
+        _ => (None, false),
+    })
+}
+
+/// `cur` if it is the record being torn down for `owner`.
+fn tearing(cur: Option<&Progress>, owner: Option<&str>) -> Option<Progress> {
+    cur.filter(|p| !p.deleted && p.deleting && p.uid.as_deref() == owner)
+        .cloned()
+}
+
+/// Records that `r` (id `rid`) was deleted from `owner`'s record being
+/// torn down (a gateway: its deletion requested, awaited next).
+///
+/// # Errors
+/// Store errors; 503 `Contention`.
+pub fn record_deleted<K: KvStore>(
+    ctx: &Ctx<'_, K>,
+    id: &PoolId,
+    owner: Option<&str>,
+    r: Resource,
+    rid: &str,
+) -> Result<bool> {
+    change(ctx, id, |cur| {
+        let Some(mut p) = tearing(cur, owner) else {
+            return (None, false);
+        };
+        if p.held(r).map(|h| h.id.as_str()) != Some(rid) {
+            return (None, false);
+        }
+        if r == Resource::Gateway {
+            if p.gateway_state.as_deref() == Some("deleting") {
+                return (None, true);
+            }
+            p.gateway_state = Some("deleting".into());
+        } else {
+            p.set(r, None);
+        }
+        (Some(p), true)
+    })
+}
+
+/// Forgets `r` (id `rid`) on `owner`'s record being torn down, without
+/// touching it in Metal (a gateway: also once it is gone).
+///
+/// # Errors
+/// Store errors; 503 `Contention`.
+pub fn record_released<K: KvStore>(
+    ctx: &Ctx<'_, K>,
+    id: &PoolId,
+    owner: Option<&str>,
+    r: Resource,
+    rid: &str,
+) -> Result<bool> {
+    change(ctx, id, |cur| {
+        let Some(mut p) = tearing(cur, owner) else {
+            return (None, false);
+        };
+        if p.held(r).map(|h| h.id.as_str()) != Some(rid) {
+            return (None, false);
+        }
+        p.set(r, None);
+        if r == Resource::Gateway {
+            p.gateway_state = None;
+        }
+        (Some(p), true)
+    })
+}
+
+/// Completes the teardown of `owner`'s record: once it holds nothing and no
+/// intent stands, writes the tombstone retiring `retire` (the last names
+/// it). Returns whether the record is (now) that tombstone.
+///
+/// # Errors
+/// Store errors; 503 `Contention`.
+pub fn finish_teardown<K: KvStore>(
+    ctx: &Ctx<'_, K>,
+    id: &PoolId,
+    owner: Option<&str>,
+    retire: &[String],
+) -> Result<bool> {
+    change(ctx, id, |cur| {
+        if let Some(p) = cur.filter(|p| p.deleted) {
+            let all = retire.iter().all(|u| p.retired.contains(u));
+            return (None, all);
+        }
+        match tearing(cur, owner) {
+            Some(p) if !p.holds_anything() => (Some(p.tombstone(retire)), true),
+            _ => (None, false),
+        }
     })
 }
 
@@ -702,9 +1073,18 @@ fn block_of<H: HttpClient + ?Sized, E: Env + ?Sized>(
 }
 
 /// Tears the pool's Metal resources down, up to [`MAX_ROUNDS`] actions:
-/// gateway, reservation, VLAN, VRF, by deletion policy, the gateway gone
-/// before its reservation, and a VLAN to delete unassigned from the ports
-/// still carrying it (`POST /ports/{id}/unassign`) before it is deleted.
+/// gateway, reservation, VLAN, VRF, by the decisions recorded when they were
+/// created or adopted (not by the spec at teardown), the gateway gone before
+/// its reservation, a VLAN to delete unassigned from the ports still
+/// carrying it (`POST /ports/{id}/unassign`) before it is deleted. A live
+/// creation intent is waited out (in progress, retry after the rest of its
+/// lease), then its resource looked for by tag. A resource found absent
+/// counts as deleted. The record ends as a tombstone that retires the
+/// pool's uid: nothing is recorded for it again.
+///
+/// The caller checks first that no profile uses the pool's VLAN
+/// (`capi::vrf`), and marks the teardown ([`begin_teardown`]) before it
+/// deletes the pool from the store.
 ///
 /// # Idempotency
 /// Safe to repeat and to run concurrently: deleting what is already gone
@@ -713,134 +1093,172 @@ fn block_of<H: HttpClient + ?Sized, E: Env + ?Sized>(
 /// nothing.
 ///
 /// # Errors
-/// Metal's refusals (a VLAN that still has ports: 409 `MetalRefused`),
-/// 503 when Metal is unavailable, store errors.
+/// Metal's refusals (409 `MetalRefused`), 503 when Metal is unavailable,
+/// store errors.
 pub fn deprovision<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
     ctx: &Ctx<'_, K>,
     metal: &Metal<'_, H, E>,
     t: &Target<'_>,
 ) -> Result<Report> {
+    let uid = t.uid.as_deref();
     let mut done = Vec::new();
-    // Nothing recorded (never provisioned, or already torn down): done,
-    // without a write.
-    let any = update_record::<K, ProgressRecord, bool>(ctx, t.id, |cur| match cur {
-        None => Ok(Step::Done(false)),
-        Some(p) if p.deleting => Ok(Step::Done(true)),
-        Some(p) => {
-            let mut p = p.clone();
-            p.deleting = true;
-            Ok(Step::Write(Box::new(Some(p)), true))
-        }
-    })?;
-    if !any {
-        return Ok(Report {
+    for _ in 0..MAX_ROUNDS {
+        let cur = read_state(ctx.kv, t.id)?;
+        let gone = |done: Vec<String>| Report {
             phase: Phase::Gone,
             progress: Progress::default(),
             done,
-        });
-    }
-    for _ in 0..MAX_ROUNDS {
-        let progress = read_progress(ctx, t.id)?;
-        match plan::teardown(t.spec, &progress) {
-            Teardown::FindCreated(r) => {
-                let token = progress
-                    .intent
+        };
+        let (p, retire) = match owner(cur.as_ref(), uid) {
+            Owner::Retired => return Ok(gone(done)),
+            Owner::Free => {
+                begin_teardown(ctx, t.id, uid)?;
+                continue;
+            }
+            Owner::Mine | Owner::Other(_)
+                if !cur
                     .as_ref()
-                    .map(|i| i.token.clone())
-                    .unwrap_or_default();
-                match find_created(metal, t, &progress, r)? {
-                    Some(id) => {
-                        record_created(ctx, t.id, r, &id)?;
-                    }
-                    None => {
-                        withdraw_intent(ctx, t.id, r, &token)?;
-                    }
-                }
+                    .is_some_and(|p| p.deleting && (p.uid.is_some() || uid.is_none())) =>
+            {
+                begin_teardown(ctx, t.id, uid)?;
+                continue;
             }
-            Teardown::Delete(r) => {
-                let id = held_id(&progress, r)?;
-                if r == Resource::Vlan {
-                    // Metal refuses to delete a VLAN still on a port:
-                    // unassign it first (Metal's teardown order), then
-                    // delete in the next round.
-                    let ports = metal.vlan_ports(&id)?;
-                    if !ports.is_empty() {
-                        for p in &ports {
-                            metal.unassign_port(p, &id)?;
-                            done.push(format!("unassigned vlan {id} from port {p}"));
-                        }
-                        continue;
-                    }
-                }
-                delete(metal, r, &id)?;
-                record(ctx, t.id, |p| {
-                    if p.held(r).map(|h| h.id.as_str()) != Some(id.as_str()) {
-                        return false;
-                    }
-                    if r == Resource::Gateway {
-                        p.gateway_state = Some("deleting".into());
-                    } else {
-                        p.set(r, None);
-                    }
-                    true
-                })?;
-                done.push(format!("deleted {} {id}", r.field()));
+            Owner::Mine => (cur.unwrap_or_default(), uid.map(str::to_string)),
+            Owner::Other(v) => (cur.unwrap_or_default(), Some(v)),
+        };
+        let mut retire: Vec<String> = retire.into_iter().collect();
+        if let Some(u) = uid {
+            if !retire.iter().any(|r| r == u) {
+                retire.push(u.to_string());
             }
-            Teardown::Release(r) => {
-                let id = held_id(&progress, r)?;
-                record(ctx, t.id, |p| {
-                    if p.held(r).is_none() {
-                        return false;
-                    }
-                    p.set(r, None);
-                    if r == Resource::Gateway {
-                        p.gateway_state = None;
-                    }
-                    true
-                })?;
-                done.push(format!("kept {} {id}", r.field()));
-            }
-            Teardown::AwaitGatewayGone => {
-                let id = held_id(&progress, Resource::Gateway)?;
-                let gone = match metal.get_gateway(&id) {
-                    Ok(None) => true,
-                    // A deleted gateway may answer 403.
-                    Err(e) if e.status() == Some(403) => true,
-                    Ok(Some(_)) => false,
-                    Err(e) => return Err(e.into()),
-                };
-                if !gone {
-                    return Ok(Report {
-                        phase: Phase::InProgress {
-                            waiting: "the Metal Gateway is being deleted".into(),
-                            retry_after_s: GATEWAY_POLL_S,
-                        },
-                        progress,
-                        done,
-                    });
-                }
-                record(ctx, t.id, |p| {
-                    if p.gateway.is_none() {
-                        return false;
-                    }
-                    p.set(Resource::Gateway, None);
-                    p.gateway_state = None;
-                    true
-                })?;
-                done.push(format!("gateway {id} is gone"));
-            }
-            Teardown::Done => {
-                update_record::<K, ProgressRecord, ()>(ctx, t.id, |cur| match cur {
-                    None => Ok(Step::Done(())),
-                    Some(_) => Ok(Step::Write(Box::new(None), ())),
-                })?;
+        }
+        let of = t.with_uid(p.uid.as_deref());
+        match teardown_round(ctx, metal, &of, &p, &retire, &mut done)? {
+            Round::Again => {}
+            Round::Stop(Phase::Gone, _) => return Ok(gone(done)),
+            Round::Stop(phase, progress) => {
                 return Ok(Report {
-                    phase: Phase::Gone,
-                    progress: Progress::default(),
+                    phase,
+                    progress: *progress,
                     done,
-                });
+                })
             }
         }
     }
     used_all_rounds(ctx, t.id, done)
+}
+
+/// One teardown action on `p`, the record being torn down (its uid is
+/// `t`'s), ending with the tombstone retiring `retire`.
+fn teardown_round<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
+    ctx: &Ctx<'_, K>,
+    metal: &Metal<'_, H, E>,
+    t: &Target<'_>,
+    p: &Progress,
+    retire: &[String],
+    done: &mut Vec<String>,
+) -> Result<Round> {
+    let owner = p.uid.as_deref();
+    match plan::teardown(t.spec, p, ctx.env.now()) {
+        Teardown::WaitForCreation(r, s) => {
+            return Ok(Round::Stop(
+                Phase::InProgress {
+                    waiting: format!(
+                        "another instance is creating the {}: it is torn down once recorded",
+                        r.field()
+                    ),
+                    retry_after_s: s,
+                },
+                Box::new(p.clone()),
+            ))
+        }
+        Teardown::FindCreated(r) => {
+            let intent = p.intent.clone();
+            let decided = intent
+                .as_ref()
+                .and_then(|i| i.decided.clone())
+                .unwrap_or_else(|| Decided::of(t.spec, r));
+            match find_created(metal, t, p, r)? {
+                Some(id) => {
+                    if !record_created(ctx, t.id, owner, r, &id, &decided)? {
+                        // The record moved on (another instance finished):
+                        // this one is nobody's.
+                        delete(metal, r, &id)?;
+                    }
+                    done.push(format!("found {} {id}", r.field()));
+                }
+                None => {
+                    let token = intent.map(|i| i.token).unwrap_or_default();
+                    withdraw_intent(ctx, t.id, owner, r, &token)?;
+                    done.push(format!("no {} was created", r.field()));
+                }
+            }
+        }
+        Teardown::Delete(r) => {
+            let id = held_id(p, r)?;
+            if r == Resource::Vlan {
+                // Metal refuses to delete a VLAN still on a port: unassign
+                // it first (Metal's teardown order), then delete in the
+                // next round. A port gone meanwhile counts as unassigned.
+                let ports = metal.vlan_ports(&id)?;
+                if !ports.is_empty() {
+                    for port in &ports {
+                        match metal.unassign_port(port, &id) {
+                            Ok(_) => {}
+                            Err(e) if e.status() == Some(404) => {}
+                            Err(e) => return Err(e.into()),
+                        }
+                        done.push(format!("unassigned vlan {id} from port {port}"));
+                    }
+                    return Ok(Round::Again);
+                }
+            }
+            // Gone already (404) counts as deleted.
+            delete(metal, r, &id)?;
+            record_deleted(ctx, t.id, owner, r, &id)?;
+            done.push(format!("deleted {} {id}", r.field()));
+        }
+        Teardown::Release {
+            resource: r,
+            kept_for,
+        } => {
+            let id = held_id(p, r)?;
+            record_released(ctx, t.id, owner, r, &id)?;
+            done.push(match kept_for {
+                Some(k) => format!(
+                    "kept {} {id}: the retained {} uses it",
+                    r.field(),
+                    k.field()
+                ),
+                None => format!("kept {} {id}", r.field()),
+            });
+        }
+        Teardown::AwaitGatewayGone => {
+            let id = held_id(p, Resource::Gateway)?;
+            let gone = match metal.get_gateway(&id) {
+                Ok(None) => true,
+                // A deleted gateway may answer 403.
+                Err(e) if e.status() == Some(403) => true,
+                Ok(Some(_)) => false,
+                Err(e) => return Err(e.into()),
+            };
+            if !gone {
+                return Ok(Round::Stop(
+                    Phase::InProgress {
+                        waiting: "the Metal Gateway is being deleted".into(),
+                        retry_after_s: GATEWAY_POLL_S,
+                    },
+                    Box::new(p.clone()),
+                ));
+            }
+            record_released(ctx, t.id, owner, Resource::Gateway, &id)?;
+            done.push(format!("gateway {id} is gone"));
+        }
+        Teardown::Done => {
+            if finish_teardown(ctx, t.id, owner, retire)? {
+                return Ok(Round::Stop(Phase::Gone, Box::default()));
+            }
+        }
+    }
+    Ok(Round::Again)
 }
