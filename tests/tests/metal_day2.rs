@@ -370,7 +370,7 @@ async fn sixty_claims_and_thirty_machines_are_polled_to_completion(runtime: Runt
     const UNFIT: usize = 17;
     let kube = FakeKube::start().await;
     let sim = MetalSim::start().await;
-    vlans(&sim).await;
+    sim.create_vlans("da", &[1010, 1011]).await;
     let app = metal_app_on(runtime, &kube, &sim).await.expect("given");
     network_world(&app, &kube).await;
     kube.create(big_pool());
@@ -517,27 +517,6 @@ async fn a_deleted_device_is_seen_however_many_events_came_after(runtime: Runtim
     assert_eq!(sim.violations(), Vec::<String>::new());
 }
 
-/// Creates VLANs 1010 and 1011 in metro `da` through the Metal client.
-async fn vlans(sim: &MetalSim) {
-    use metal_ipam_core::metal::model::VirtualNetworkCreateInput;
-    let cfg = sim.metal_config(metal_ipam_core::metal::retry::RetryPolicy::default());
-    tokio::task::spawn_blocking(move || {
-        let http = metal_ipam_tests::metal_sim::BlockingHttp::new();
-        let env = metal_ipam_core::testing::TestEnv::at(1_000);
-        let m = metal_ipam_core::metal::client::Metal::new(&http, &cfg, &env);
-        for n in [1010u16, 1011] {
-            m.create_vlan(&VirtualNetworkCreateInput {
-                metro: "da".into(),
-                vxlan: Some(n),
-                ..Default::default()
-            })
-            .unwrap();
-        }
-    })
-    .await
-    .unwrap();
-}
-
 /// The ports of `dev` as the simulator has them: (name, network type or
 /// "", VLAN count).
 fn ports(sim: &MetalSim, dev: &str) -> Vec<(String, usize)> {
@@ -611,7 +590,7 @@ async fn one_unfit_machine_changes_nothing_for_the_others(runtime: Runtime) {
     const GOOD: usize = 4;
     let kube = FakeKube::start().await;
     let sim = MetalSim::start().await;
-    vlans(&sim).await;
+    sim.create_vlans("da", &[1010, 1011]).await;
     let app = metal_app_on(runtime, &kube, &sim).await.expect("given");
     network_world(&app, &kube).await;
     // The unfit one first: its device's events come first in the window.

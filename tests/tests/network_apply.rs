@@ -12,7 +12,6 @@ use std::sync::Arc;
 
 use metal_ipam_core::kv::{Ctx, SwapPolicy};
 use metal_ipam_core::metal::client::Metal;
-use metal_ipam_core::metal::model::VirtualNetworkCreateInput;
 use metal_ipam_core::metal::retry::RetryPolicy;
 use metal_ipam_core::network::apply::{self, Phase, Report, POLL_S};
 use metal_ipam_core::network::batch::Direct;
@@ -37,31 +36,11 @@ impl World {
     async fn new(eth_ports: usize) -> World {
         let sim = MetalSim::start_with(SimConfig::default()).await.unwrap();
         sim.add_device(DEV, "da", eth_ports);
-        let cfg = sim.metal_config(RetryPolicy {
-            budget_ms: 2_000,
-            base_ms: 10,
-            cap_ms: 100,
-        });
-        let vlans = tokio::task::spawn_blocking(move || {
-            let http = BlockingHttp::new();
-            let env = TestEnv::at(1_000);
-            let m = Metal::new(&http, &cfg, &env);
-            [1010u16, 1011, 1012, 1013]
-                .iter()
-                .map(|n| {
-                    let v = m
-                        .create_vlan(&VirtualNetworkCreateInput {
-                            metro: "da".into(),
-                            vxlan: Some(*n),
-                            ..Default::default()
-                        })
-                        .unwrap();
-                    (*n, v.id)
-                })
-                .collect()
-        })
-        .await
-        .unwrap();
+        let vlans = sim
+            .create_vlans("da", &[1010, 1011, 1012, 1013])
+            .await
+            .into_iter()
+            .collect();
         sim.clear_requests();
         World {
             sim,

@@ -10,11 +10,9 @@
 //! then go through Spin's own chaining to the private `attach-vlan` and
 //! `detach-vlan` components.
 
-use metal_ipam_core::metal::model::VirtualNetworkCreateInput;
-use metal_ipam_core::metal::retry::RetryPolicy;
 use metal_ipam_tests::fake_kube::FakeKube;
 use metal_ipam_tests::harness::{given, App, Runtime};
-use metal_ipam_tests::metal_sim::{BlockingHttp, MetalSim, SimConfig};
+use metal_ipam_tests::metal_sim::{MetalSim, SimConfig};
 use metal_ipam_tests::vrf_world::metal_app_on;
 use serde_json::{json, Value};
 
@@ -24,22 +22,7 @@ async fn setup(runtime: Runtime) -> (FakeKube, MetalSim, App) {
     let kube = FakeKube::start().await;
     let sim = MetalSim::start_with(SimConfig::default()).await.unwrap();
     sim.add_device(DEV, "da", 2);
-    let cfg = sim.metal_config(RetryPolicy::default());
-    tokio::task::spawn_blocking(move || {
-        let http = BlockingHttp::new();
-        let env = metal_ipam_core::testing::TestEnv::at(1_000);
-        let m = metal_ipam_core::metal::client::Metal::new(&http, &cfg, &env);
-        for n in [1010u16, 1011] {
-            m.create_vlan(&VirtualNetworkCreateInput {
-                metro: "da".into(),
-                vxlan: Some(n),
-                ..Default::default()
-            })
-            .unwrap();
-        }
-    })
-    .await
-    .unwrap();
+    sim.create_vlans("da", &[1010, 1011]).await;
     let app = metal_app_on(runtime, &kube, &sim).await.expect("given");
     kube.create(json!({
         "apiVersion": "ipam.metal-ipam.dev/v1alpha1", "kind": "MetalNetworkProfile",

@@ -9,11 +9,9 @@
 //! definite failure; names from annotations and references are checked;
 //! an apply on a vanished device forgets it.
 
-use metal_ipam_core::metal::model::VirtualNetworkCreateInput;
-use metal_ipam_core::metal::retry::RetryPolicy;
 use metal_ipam_tests::fake_kube::{FakeKube, CLUSTER_GROUP, INFRA_GROUP, IPAM_GROUP, METAL_GROUP};
 use metal_ipam_tests::harness::{given, App, Resp, Runtime};
-use metal_ipam_tests::metal_sim::{BlockingHttp, Fault, MetalSim, SimConfig};
+use metal_ipam_tests::metal_sim::{Fault, MetalSim, SimConfig};
 use metal_ipam_tests::vrf_world::metal_app_on;
 use serde_json::{json, Value};
 
@@ -50,22 +48,7 @@ async fn setup(runtime: Runtime) -> Option<World> {
     let sim = MetalSim::start_with(SimConfig::default()).await.unwrap();
     sim.add_device(DEV, "da", 2);
     sim.add_device(DEV2, "da", 2);
-    let cfg = sim.metal_config(RetryPolicy::default());
-    tokio::task::spawn_blocking(move || {
-        let http = BlockingHttp::new();
-        let env = metal_ipam_core::testing::TestEnv::at(1_000);
-        let m = metal_ipam_core::metal::client::Metal::new(&http, &cfg, &env);
-        for n in [1010u16, 1011, 1012] {
-            m.create_vlan(&VirtualNetworkCreateInput {
-                metro: "da".into(),
-                vxlan: Some(n),
-                ..Default::default()
-            })
-            .unwrap();
-        }
-    })
-    .await
-    .unwrap();
+    sim.create_vlans("da", &[1010, 1011, 1012]).await;
     let app = metal_app_on(runtime, &kube, &sim).await?;
     kube.create(profile("l2", vlans_from("nodes")));
     kube.create(

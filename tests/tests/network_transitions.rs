@@ -44,11 +44,9 @@ use hyper::service::service_fn;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use metal_ipam_core::metal::model::VirtualNetworkCreateInput;
-use metal_ipam_core::metal::retry::RetryPolicy;
 use metal_ipam_tests::fake_kube::{FakeKube, CLUSTER_GROUP, METAL_GROUP};
 use metal_ipam_tests::harness::{App, Resp};
-use metal_ipam_tests::metal_sim::{BlockingHttp, MetalSim, Recorded, SimConfig};
+use metal_ipam_tests::metal_sim::{MetalSim, Recorded, SimConfig};
 use metal_ipam_tests::vrf_world::metal_app;
 use serde_json::{json, Value};
 use tokio::net::TcpListener;
@@ -193,28 +191,12 @@ impl World {
         let kube = FakeKube::start().await;
         let sim = MetalSim::start_with(SimConfig::default()).await.unwrap();
         sim.add_device(DEV, "da", eth);
-        let cfg = sim.metal_config(RetryPolicy::default());
-        let numbers = vxlans.to_vec();
-        let vxlan_of = tokio::task::spawn_blocking(move || {
-            let http = BlockingHttp::new();
-            let env = metal_ipam_core::testing::TestEnv::at(1_000);
-            let m = metal_ipam_core::metal::client::Metal::new(&http, &cfg, &env);
-            numbers
-                .into_iter()
-                .map(|n| {
-                    let v = m
-                        .create_vlan(&VirtualNetworkCreateInput {
-                            metro: "da".into(),
-                            vxlan: Some(n),
-                            ..Default::default()
-                        })
-                        .unwrap();
-                    (v.id, n)
-                })
-                .collect()
-        })
-        .await
-        .unwrap();
+        let vxlan_of = sim
+            .create_vlans("da", vxlans)
+            .await
+            .into_iter()
+            .map(|(n, id)| (id, n))
+            .collect();
         let app = one_build_at_a_time(|| metal_app(&kube, &sim));
         kube.create(
             json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",

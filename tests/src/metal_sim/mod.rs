@@ -418,6 +418,35 @@ impl MetalSim {
         }
     }
 
+    /// Creates VLANs `vxlans` in `metro` through the real Metal client (so
+    /// each request is checked against the spec like any other); their
+    /// `(vxlan, id)` in that order.
+    pub async fn create_vlans(&self, metro: &str, vxlans: &[u16]) -> Vec<(u16, String)> {
+        use metal_ipam_core::metal::model::VirtualNetworkCreateInput;
+        let cfg = self.metal_config(RetryPolicy::default());
+        let (metro, vxlans) = (metro.to_owned(), vxlans.to_vec());
+        tokio::task::spawn_blocking(move || {
+            let http = BlockingHttp::new();
+            let env = metal_ipam_core::testing::TestEnv::at(1_000);
+            let m = metal_ipam_core::metal::client::Metal::new(&http, &cfg, &env);
+            vxlans
+                .into_iter()
+                .map(|n| {
+                    let v = m
+                        .create_vlan(&VirtualNetworkCreateInput {
+                            metro: metro.clone(),
+                            vxlan: Some(n),
+                            ..Default::default()
+                        })
+                        .expect("the simulator creates the VLAN");
+                    (n, v.id)
+                })
+                .collect()
+        })
+        .await
+        .expect("the VLAN task")
+    }
+
     // -- seeding --------------------------------------------------------------
 
     /// Adds an `active` device in `metro` (code) with `eth_ports`

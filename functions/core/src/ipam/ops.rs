@@ -715,6 +715,22 @@ pub fn put_provisioned_pool<K: KvStore>(
     register(ctx, object, adoptions, Some(may))
 }
 
+/// 409 `PoolInUse` unless pool `id`'s record `l` has no address bound.
+fn unbound(id: &PoolId, l: &Loaded) -> Result<()> {
+    let c = l.state.counts(&l.pool);
+    let bound = c.used + c.out_of_range;
+    if bound > 0 {
+        return Err(Error::conflict(
+            "PoolInUse",
+            format!(
+                "pool {} still has {bound} allocated address(es); release their claims first",
+                id.display()
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// Deletes a VRF-backed pool from the store at the start of its teardown:
 /// as [`delete_pool`], but the swap always happens, a tombstone even over a
 /// tombstone or an absent key, so that a registration whose decision read
@@ -728,17 +744,7 @@ pub fn put_provisioned_pool<K: KvStore>(
 pub fn delete_provisioned_pool<K: KvStore>(ctx: &Ctx<'_, K>, id: &PoolId) -> Result<()> {
     kv::update_pool(ctx, id, |current| {
         if let Some(l) = current {
-            let c = l.state.counts(&l.pool);
-            let bound = c.used + c.out_of_range;
-            if bound > 0 {
-                return Err(Error::conflict(
-                    "PoolInUse",
-                    format!(
-                        "pool {} still has {bound} allocated address(es); release their claims first",
-                        id.display()
-                    ),
-                ));
-            }
+            unbound(id, l)?;
         }
         Ok(Step::Write(
             Box::new(Next {
@@ -899,17 +905,7 @@ pub fn delete_pool<K: KvStore>(ctx: &Ctx<'_, K>, id: &PoolId) -> Result<bool> {
         let Some(l) = current else {
             return Ok(Step::Done(false));
         };
-        let c = l.state.counts(&l.pool);
-        let bound = c.used + c.out_of_range;
-        if bound > 0 {
-            return Err(Error::conflict(
-                "PoolInUse",
-                format!(
-                    "pool {} still has {bound} allocated address(es); release their claims first",
-                    id.display()
-                ),
-            ));
-        }
+        unbound(id, l)?;
         Ok(Step::Write(
             Box::new(Next {
                 pool: None,
