@@ -420,9 +420,16 @@ async fn sixty_claims_and_thirty_machines_are_polled_to_completion(runtime: Runt
         .iter()
         .map(|p| p["synced"].as_array().unwrap().len())
         .sum();
-    assert_eq!(synced, 2 * DEVICES, "each claim synced once");
+    // A device's port changes name it again: its claims are synced again,
+    // at no Metal call once converged.
+    assert!(synced >= 2 * DEVICES, "every claim synced: {synced}");
     let a = sim.assignments();
-    assert_eq!(a.len(), 2 * DEVICES, "every claim assigned once");
+    assert_eq!(a.len(), 2 * DEVICES, "every claim assigned");
+    assert_eq!(
+        sim.applied("createIPAssignment"),
+        2 * DEVICES,
+        "each claim assigned once"
+    );
     let mut addresses: Vec<&str> = a.iter().map(|x| x.address.as_str()).collect();
     addresses.sort();
     addresses.dedup();
@@ -440,7 +447,7 @@ async fn sixty_claims_and_thirty_machines_are_polled_to_completion(runtime: Runt
     assert_eq!(unfit.len(), 1, "reported once: {unfit:?}");
     assert!(unfit[0].as_str().unwrap().contains(&format!("m-{UNFIT}")));
     println!(
-        "{} claims and {} machines on {DEVICES} devices: {} polls to converge",
+        "{} claims and {} machines on {DEVICES} devices: {} polls to converge, {synced} claim syncs",
         2 * DEVICES,
         DEVICES - 1,
         polls.len()

@@ -212,19 +212,13 @@ pub fn poll<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
             break;
         }
         let d = p.device.as_str();
-        let now = ctx.env.now();
-        let on_device: Vec<&((String, String), Assignment)> = records
+        // Every open record on the device: on one that went, each is told;
+        // on an active one, each is synced (a converged claim costs no Metal
+        // call, and one whose answer or condition write was lost is
+        // repaired by the next event of its device).
+        let claims: Vec<(String, String)> = records
             .iter()
             .filter(|(_, r)| r.device.as_deref() == Some(d) && !r.closed)
-            .collect();
-        // Every open record on a device that went; on one that is active,
-        // those still waiting for their assignment (an assigned claim has
-        // nothing to do: the events of its own device's port changes name
-        // it again, and reconcile repairs conditions).
-        let claims: Vec<(String, String)> = on_device.iter().map(|(k, _)| k.clone()).collect();
-        let waiting_claims: Vec<(String, String)> = on_device
-            .iter()
-            .filter(|(_, r)| waiting(r, now))
             .map(|(k, _)| k.clone())
             .collect();
         let on = match machines.on(d) {
@@ -234,8 +228,7 @@ pub fn poll<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
                 break;
             }
         };
-        // (A device found gone runs all its open records: a few more.)
-        let fits = waiting_claims.len() <= claims_left && on.len() <= machines_left;
+        let fits = claims.len() <= claims_left && on.len() <= machines_left;
         if !fits && !handled.is_empty() {
             break;
         }
@@ -279,7 +272,7 @@ pub fn poll<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
             }
             crate::network::apply::forget(ctx.kv, d)?;
         } else if active {
-            for (ns, name) in &waiting_claims {
+            for (ns, name) in &claims {
                 sync(&mut report, ns, name);
             }
             for (ns, name, _) in &on {
@@ -297,14 +290,7 @@ pub fn poll<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
             }
         }
         // Not active yet: its next change of state is an event of its own.
-        let ran = if gone {
-            claims.len()
-        } else if active {
-            waiting_claims.len()
-        } else {
-            0
-        };
-        claims_left = claims_left.saturating_sub(ran);
+        claims_left = claims_left.saturating_sub(claims.len());
         machines_left = machines_left.saturating_sub(on.len());
         handled.push(p.clone());
     }
