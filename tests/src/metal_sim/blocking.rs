@@ -97,7 +97,8 @@ impl HttpClient for BlockingHttp {
             .timeout
             .min(Duration::from_millis(deadline.connect_ms.max(1)));
         let response = if Deadline::is_set(&req) {
-            Duration::from_millis(deadline.response_ms.max(1))
+            self.timeout
+                .min(Duration::from_millis(deadline.response_ms.max(1)))
         } else {
             self.timeout
         };
