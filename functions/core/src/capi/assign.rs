@@ -1,6 +1,7 @@
 //! Per-claim Metal IP assignments, the Kubernetes side: which device a
 //! claim's address goes to, the claim's finalizer and `MetalAssigned`
-//! condition. The Metal event poll that drives waiting claims is
+//! condition. The Metal event poll, which syncs every open claim on the
+//! devices its events name and rechecks claims waiting for a device, is
 //! [`super::poll`].
 //!
 //! # The device

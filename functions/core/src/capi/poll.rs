@@ -18,7 +18,8 @@
 //! its condition, the report lists it) and retried by the reconcile run,
 //! which syncs every claim in a VRF-backed pool and every opted-in Machine:
 //! a failure never holds the cursor or the other devices. Metal failing to
-//! answer a device read stops the call (the device stays pending).
+//! answer a device read, or the Machines list failing, stops the call (the
+//! devices not handled stay pending).
 //!
 //! # Idempotency
 //! Handling a device twice (two pollers at once, a crash before `done`)
@@ -172,21 +173,32 @@ fn synced_name(s: &Synced) -> Option<&'static str> {
 /// operations: handling a device twice changes nothing the first did not.
 ///
 /// # Errors
-/// Store errors; Metal or the API server unavailable for the events or the
-/// Machines list (nothing is lost: the events are read again, or the
-/// devices stay pending). Failures of single claims, machines and device
-/// reads are in the report instead.
+/// Store errors; Metal unavailable for the events (nothing is lost: the
+/// events are read again). Failures of single claims, machines, device
+/// reads and the Machines list are in the report instead (the devices not
+/// handled stay pending).
 pub fn poll<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
     ctx: &Ctx<'_, K>,
     kube: &Kube<'_, H>,
     metal: &Metal<'_, H, E>,
     batches: &dyn VlanBatches,
 ) -> Result<PollReport> {
-    let records = record::list(ctx.kv)?;
-    let ingested = poll::ingest(ctx, metal, || known_devices(ctx.kv, &records))?;
-    // The records again only if the ingest may have been another poller's
-    // (they are read once per call otherwise).
+    // The assignment records are listed once per call, and only when there
+    // is work for them: on a resync (every known device), or once devices
+    // are pending or claims waiting for a device are to be rechecked.
+    let mut listed = None;
+    let ingested = poll::ingest(ctx, metal, || {
+        let r = record::list(ctx.kv)?;
+        let known = known_devices(ctx.kv, &r);
+        listed = Some(r);
+        known
+    })?;
     let cur = ingested.cursor;
+    let records = match listed {
+        Some(r) => r,
+        None if cur.pending.is_empty() && !cur.recheck_unplaced => Vec::new(),
+        None => record::list(ctx.kv)?,
+    };
     let mut report = PollReport {
         events: ingested.events,
         resync: ingested.resync,
@@ -199,6 +211,19 @@ pub fn poll<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
     let mut machines_left = MAX_POLL_MACHINES;
     let mut machines = Machines { kube, listed: None };
     let mut handled: Vec<PendingDevice> = Vec::new();
+    let sync_net = |report: &mut PollReport, ns: &str, name: &str| match sync_machine(
+        ctx, kube, metal, batches, ns, name,
+    ) {
+        Ok(s) => {
+            if let Some(n) = synced_name(&s) {
+                report.network.push((format!("{ns}/{name}"), n));
+            }
+            report.network_claims_deleted += s.claims_deleted().unwrap_or(0);
+        }
+        Err(e) => report
+            .errors
+            .push(format!("Machine {ns}/{name} (network): {e}")),
+    };
     let sync = |report: &mut PollReport, ns: &str, name: &str| match sync_claim_assignment(
         ctx, kube, metal, ns, name,
     ) {
@@ -276,17 +301,7 @@ pub fn poll<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
                 sync(&mut report, ns, name);
             }
             for (ns, name, _) in &on {
-                match sync_machine(ctx, kube, metal, batches, ns, name) {
-                    Ok(s) => {
-                        if let Some(n) = synced_name(&s) {
-                            report.network.push((format!("{ns}/{name}"), n));
-                        }
-                        report.network_claims_deleted += s.claims_deleted().unwrap_or(0);
-                    }
-                    Err(e) => report
-                        .errors
-                        .push(format!("Machine {ns}/{name} (network): {e}")),
-                }
+                sync_net(&mut report, ns, name);
             }
         }
         // Not active yet: its next change of state is an event of its own.
@@ -337,16 +352,7 @@ pub fn poll<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
             };
             for (ns, name, _) in on.into_iter().take(machines_left) {
                 machines_left -= 1;
-                match sync_machine(ctx, kube, metal, batches, &ns, &name) {
-                    Ok(s) => {
-                        if let Some(n) = synced_name(&s) {
-                            report.network.push((format!("{ns}/{name}"), n));
-                        }
-                    }
-                    Err(e) => report
-                        .errors
-                        .push(format!("Machine {ns}/{name} (network): {e}")),
-                }
+                sync_net(&mut report, &ns, &name);
             }
         }
     }

@@ -111,15 +111,6 @@ pub fn read<K: KvStore>(kv: &K) -> Result<Option<Cursor>> {
     read_record::<K, CursorRecord>(kv, &())
 }
 
-/// The cursor: the newest ingested event's id, `None` before the first
-/// poll (one `get`).
-///
-/// # Errors
-/// Store errors; 500 for an unreadable record.
-pub fn cursor<K: KvStore>(kv: &K) -> Result<Option<String>> {
-    Ok(read(kv)?.map(|c| c.last))
-}
-
 /// What [`ingest`] did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Ingested {
@@ -127,8 +118,6 @@ pub struct Ingested {
     pub events: usize,
     /// The cursor was not found: every known device was made pending.
     pub resync: bool,
-    /// This call moved the cursor (another poller may have, instead).
-    pub moved: bool,
     /// The record after the ingest (this call's, or another poller's).
     pub cursor: Cursor,
 }
@@ -176,10 +165,10 @@ pub fn ingest<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
         }
     }
     let count = events.len();
-    let (moved, cursor) = update_record::<K, CursorRecord, (bool, Cursor)>(ctx, &(), |cur| {
+    let cursor = update_record::<K, CursorRecord, Cursor>(ctx, &(), |cur| {
         if cur.map(|c| &c.last) != last.as_ref() {
             // Another poller ingested meanwhile: its record stands.
-            return Ok(Step::Done((false, cur.cloned().unwrap_or_default())));
+            return Ok(Step::Done(cur.cloned().unwrap_or_default()));
         }
         let mut next = cur.cloned().unwrap_or_default();
         next.gen += 1;
@@ -194,12 +183,11 @@ pub fn ingest<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
             }
         }
         next.recheck_unplaced |= resync || !named.is_empty();
-        Ok(Step::Write(Box::new(next.clone()), (true, next)))
+        Ok(Step::Write(Box::new(next.clone()), next))
     })?;
     Ok(Ingested {
         events: count,
         resync,
-        moved,
         cursor,
     })
 }
