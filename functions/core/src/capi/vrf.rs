@@ -39,8 +39,7 @@ use serde_json::{json, Map, Value};
 use super::objects::{paused, PoolResource};
 use super::{resource_of, write_pool_status, Outcome, StepResult, POOL_FINALIZER};
 use crate::admission::ProfileLookup;
-use crate::error::{Error, ErrorKind as Kind};
-use crate::error::{ErrorKind, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::ipam::ops;
 use crate::ipam::pool::PoolKind;
 use crate::ipam::pool::{PoolId, PoolObject};
@@ -127,12 +126,16 @@ fn sync_once<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
     let Some(spec) = object.spec.metal.clone() else {
         // Its Metal resources exist but spec.metal is gone (the webhook
         // refuses that): say so rather than orphan them silently.
-        let cur = step::read_state(ctx.kv, id)?;
-        let held = matches!(owner(cur.as_ref(), o.meta().uid.as_deref()), Owner::Mine)
-            && cur.as_ref().is_some_and(Progress::holds_anything);
-        if held && !o.meta().deleting() {
+        let held = || -> Result<bool> {
+            let cur = step::read_state(ctx.kv, id)?;
+            Ok(
+                matches!(owner(cur.as_ref(), o.meta().uid.as_deref()), Owner::Mine)
+                    && cur.as_ref().is_some_and(Progress::holds_anything),
+            )
+        };
+        if !o.meta().deleting() && held()? {
             let e = Error::new(
-                Kind::Invalid,
+                ErrorKind::Invalid,
                 "MetalSpecChanged",
                 "cannot be removed: the pool's Metal resources exist (delete the pool to tear them down)",
             )

@@ -256,15 +256,6 @@ fn is_lease_lost(e: &Error) -> bool {
     e.reason() == "LeaseLost"
 }
 
-/// Whether `device` has an apply record (it was applied to, and not
-/// forgotten).
-///
-/// # Errors
-/// Store errors.
-pub fn has_record<K: KvStore>(kv: &K, device: &str) -> Result<bool> {
-    Ok(kv.get(&ApplyState::key(device))?.is_some())
-}
-
 /// The devices with an apply record, from one key listing (no read).
 ///
 /// # Errors
