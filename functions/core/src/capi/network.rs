@@ -1034,9 +1034,8 @@ impl Synced {
 ///
 /// # Idempotency
 /// As [`apply_machine`] and [`release_machine`]; a Machine without a
-/// profile and without our record costs one read of it (and its
-/// infrastructure machine) and no Metal call; a released one also one
-/// store read.
+/// profile costs one read of it (and its infrastructure machine), one
+/// store read when it has a device, and no Metal call.
 ///
 /// # Errors
 /// Per machine, for the caller to report without stopping: 404

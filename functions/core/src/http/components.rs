@@ -8,7 +8,7 @@
 //! | `allocate` | `POST /v1/claims`; `POST /v1/capi/claims/{ns}/{name}` (claim reconcile) | yes | yes | — |
 //! | `release` | `/v1/claims/{ns}/{name}`; `POST /v1/capi/claims/{ns}/{name}` (claim reconcile) | yes | yes | — |
 //! | `events` | `POST /v1/events` | no | no | `allocate`, `release`, `pools`, `provision`, `assign`, `network` (Machines; a profile's or a `PacketMachine`'s Machines, each) |
-//! | `admission` | `POST /v1/admission/pools`, `POST /v1/admission/network-profiles` | read | yes (lists the Machines of a profile being deleted) | — |
+//! | `admission` | `POST /v1/admission/pools`, `POST /v1/admission/network-profiles` | read | yes (lists the Machines of a profile being deleted, and the profiles using a VRF-backed pool's VLAN on its `DELETE`) | — |
 //! | `reconcile` | `POST /v1/reconcile` | yes | yes | `provision` (each VRF-backed pool), `assign` (each claim in one), `network` (each opted-in Machine) |
 //! | `assign` | `POST /v1/capi/metal/claims/{ns}/{name}` (chained after a claim step that answers `metalAssignment`) and `POST /v1/metal/claims/{ns}/{name}` (public; 202 with `Retry-After` and `Location` while another instance assigns) | yes | yes | — (calls Metal) |
 //! | `poll` | `POST /v1/metal/poll` (CronJob: Metal events after the stored cursor) | yes | yes | `attach-vlan`, `detach-vlan` (a machine's network on a device that became active; calls Metal) |

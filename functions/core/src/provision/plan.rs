@@ -87,7 +87,8 @@ pub struct Held {
     /// Created by metal-ipam (false: adopted).
     pub created: bool,
     /// The decision (absent in records written before it was recorded:
-    /// teardown then reads the policy from the spec, as those builds did).
+    /// teardown then deletes it if the spec's explicit `deletionPolicy` says
+    /// `Delete`, else if metal-ipam created it).
     pub decided: Option<Decided>,
 }
 
