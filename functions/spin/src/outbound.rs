@@ -16,8 +16,8 @@
 use metal_ipam_core::ports::http::{Deadline, TransportError, TransportKind};
 use spin_sdk::wit::wasi::http0_2_0::outgoing_handler;
 use spin_sdk::wit::wasi::http0_2_0::types::{
-    self as wasi_http, ErrorCode, Fields, IncomingBody, Method, OutgoingBody, OutgoingRequest,
-    RequestOptions, Scheme,
+    self as wasi_http, ErrorCode, Fields, IncomingBody, IncomingResponse, Method, OutgoingBody,
+    OutgoingRequest, RequestOptions, Scheme,
 };
 use wasi::io::streams::StreamError;
 
@@ -84,6 +84,44 @@ fn invalid(what: String) -> TransportError {
 pub fn send(req: http::Request<Vec<u8>>) -> Result<http::Response<Vec<u8>>, TransportError> {
     let deadline = Deadline::of(&req);
     let (parts, body) = req.into_parts();
+    let request = outgoing_request(&parts)?;
+    let options = request_options(deadline);
+    let outgoing = request
+        .body()
+        .map_err(|()| invalid("request body already taken".into()))?;
+    let future = outgoing_handler::handle(request, options).map_err(|c| failed(&c))?;
+    {
+        let stream = outgoing
+            .write()
+            .map_err(|()| invalid("request body stream".into()))?;
+        for chunk in body.chunks(CHUNK as usize) {
+            stream
+                .blocking_write_and_flush(chunk)
+                .map_err(|e| stream_failed(e, "writing the request body"))?;
+        }
+    }
+    OutgoingBody::finish(outgoing, None).map_err(|c| failed(&c))?;
+    let response = loop {
+        match future.get() {
+            Some(Ok(Ok(r))) => break r,
+            Some(Ok(Err(code))) => return Err(failed(&code)),
+            Some(Err(())) => {
+                return Err(TransportError::new(
+                    TransportKind::Dropped,
+                    "the response was already taken",
+                ))
+            }
+            None => future.subscribe().block(),
+        }
+    };
+    read_response(response)
+}
+
+/// The outgoing request of `parts`: its headers, method and target.
+///
+/// # Errors
+/// [`TransportKind::Denied`] for headers or a target the runtime refuses.
+fn outgoing_request(parts: &http::request::Parts) -> Result<OutgoingRequest, TransportError> {
     let headers: Vec<(String, Vec<u8>)> = parts
         .headers
         .iter()
@@ -113,42 +151,27 @@ pub fn send(req: http::Request<Vec<u8>>) -> Result<http::Response<Vec<u8>>, Tran
         .and_then(|()| request.set_authority(uri.authority().map(|a| a.as_str())))
         .and_then(|()| request.set_path_with_query(uri.path_and_query().map(|p| p.as_str())));
     set.map_err(|()| invalid(format!("request target {uri} not accepted")))?;
+    Ok(request)
+}
+
+/// The deadline's timeouts; `None` when the runtime refuses one (the
+/// request then goes without them, and its transport's own bound
+/// applies).
+fn request_options(deadline: Deadline) -> Option<RequestOptions> {
     let options = RequestOptions::new();
     let timeouts = options
         .set_connect_timeout(Some(nanos(deadline.connect_ms)))
         .and_then(|()| options.set_first_byte_timeout(Some(nanos(deadline.response_ms))))
         .and_then(|()| options.set_between_bytes_timeout(Some(nanos(deadline.response_ms))));
-    // A runtime that does not support a timeout refuses to set it: the
-    // request then goes without it (and its transport's own bound applies).
-    let options = timeouts.is_ok().then_some(options);
-    let outgoing = request
-        .body()
-        .map_err(|()| invalid("request body already taken".into()))?;
-    let future = outgoing_handler::handle(request, options).map_err(|c| failed(&c))?;
-    {
-        let stream = outgoing
-            .write()
-            .map_err(|()| invalid("request body stream".into()))?;
-        for chunk in body.chunks(CHUNK as usize) {
-            stream
-                .blocking_write_and_flush(chunk)
-                .map_err(|e| stream_failed(e, "writing the request body"))?;
-        }
-    }
-    OutgoingBody::finish(outgoing, None).map_err(|c| failed(&c))?;
-    let response = loop {
-        match future.get() {
-            Some(Ok(Ok(r))) => break r,
-            Some(Ok(Err(code))) => return Err(failed(&code)),
-            Some(Err(())) => {
-                return Err(TransportError::new(
-                    TransportKind::Dropped,
-                    "the response was already taken",
-                ))
-            }
-            None => future.subscribe().block(),
-        }
-    };
+    timeouts.is_ok().then_some(options)
+}
+
+/// The whole answer: status, headers and body read to its end.
+///
+/// # Errors
+/// [`TransportKind::Dropped`] when the body breaks off or the answer is
+/// not HTTP.
+fn read_response(response: IncomingResponse) -> Result<http::Response<Vec<u8>>, TransportError> {
     let mut builder = http::Response::builder().status(response.status());
     for (name, value) in response.headers().entries() {
         builder = builder.header(name, value);

@@ -371,6 +371,10 @@ fn describe(id: &PoolId) -> String {
     }
 }
 
+/// Rules 1–4 on a `CREATE` or `UPDATE`: the object names a pool, its spec
+/// parses and validates, an update keeps its Metal resources' spec and
+/// its allocated addresses, and it overlaps no pool it could share
+/// addresses with (other overlaps and gateway clashes are warnings).
 fn check_write(
     kind: PoolKind,
     req: &Map<String, Value>,
@@ -390,15 +394,9 @@ fn check_write(
         }
     };
     out.pool = Some(id.clone());
-    if out.operation == "UPDATE" {
-        let old_spec = req
-            .get("oldObject")
-            .filter(|o| o.is_object())
-            .map(|o| o.get("spec"));
-        if old_spec.is_some_and(|s| s.is_some() && s == object.get("spec")) {
-            out.outcome = "spec-unchanged";
-            return Ok(());
-        }
+    if out.operation == "UPDATE" && spec_unchanged(req, object) {
+        out.outcome = "spec-unchanged";
+        return Ok(());
     }
     let object_parsed = match PoolObject::parse(&id, object) {
         Ok(o) => o,
@@ -414,8 +412,7 @@ fn check_write(
             return Ok(());
         }
     }
-    let parsed = object_parsed.spec.validate();
-    let pool = match parsed {
+    let pool = match object_parsed.spec.validate() {
         Ok(p) => p,
         Err(e) if e.reason() == BLOCK_UNKNOWN => {
             // The Metal section is valid; the addresses are those of an
@@ -432,68 +429,87 @@ fn check_write(
             return Ok(());
         }
     };
-    if let Some(stored) = pools.get(&id)? {
-        let (dropped, n) = stored.state.dropped_by(&pool, MAX_DROPPED_LISTED);
-        if n > 0 {
-            let list: Vec<String> = dropped
-                .iter()
-                .map(|&a| stored.pool.ip(a).to_string())
-                .collect();
-            out.deny(Denial {
-                code: 422,
-                reason: "AllocatedAddressesDropped",
-                message: format!(
-                    "spec: the change would drop {n} allocated address(es) from {}: {}{}; delete their IPAddressClaims first",
-                    describe(&id),
-                    list.join(", "),
-                    if n > list.len() as u128 { ", …" } else { "" }
-                ),
-                field: Some("spec".into()),
-            });
-            return Ok(());
+    let verdict = match dropped_addresses(&id, &pool, pools)? {
+        Some(d) => Err(d),
+        None => overlaps(&id, &pool, pools.all()?),
+    };
+    match verdict {
+        Ok(warnings) => {
+            out.warnings = warnings;
+            out.outcome = "allowed";
         }
+        Err(d) => out.deny(d),
     }
-    let mut others = pools.all()?;
+    Ok(())
+}
+
+/// Whether an `UPDATE` leaves `spec` as it was (an `oldObject` with the
+/// same `spec`, both present).
+fn spec_unchanged(req: &Map<String, Value>, object: &Value) -> bool {
+    let old_spec = req
+        .get("oldObject")
+        .filter(|o| o.is_object())
+        .map(|o| o.get("spec"));
+    old_spec.is_some_and(|s| s.is_some() && s == object.get("spec"))
+}
+
+/// Rule 3: the denial of a change that drops addresses the registered
+/// pool `id` has allocated, if any.
+///
+/// # Errors
+/// The lookup's.
+fn dropped_addresses(
+    id: &PoolId,
+    pool: &pool::ValidatedPool,
+    pools: &dyn PoolLookup,
+) -> Result<Option<Denial>> {
+    let Some(stored) = pools.get(id)? else {
+        return Ok(None);
+    };
+    let (dropped, n) = stored.state.dropped_by(pool, MAX_DROPPED_LISTED);
+    if n == 0 {
+        return Ok(None);
+    }
+    let list: Vec<String> = dropped
+        .iter()
+        .map(|&a| stored.pool.ip(a).to_string())
+        .collect();
+    Ok(Some(Denial {
+        code: 422,
+        reason: "AllocatedAddressesDropped",
+        message: format!(
+            "spec: the change would drop {n} allocated address(es) from {}: {}{}; delete their IPAddressClaims first",
+            describe(id),
+            list.join(", "),
+            if n > list.len() as u128 { ", …" } else { "" }
+        ),
+        field: Some("spec".into()),
+    }))
+}
+
+/// Rule 4 against every other pool of the family, in id order: the first
+/// overlap with a pool that can serve the same namespace denies; the
+/// others' overlaps and gateway clashes are warnings (at most
+/// `MAX_WARNINGS`, then a count).
+fn overlaps(
+    id: &PoolId,
+    pool: &pool::ValidatedPool,
+    mut others: Vec<Loaded>,
+) -> std::result::Result<Vec<String>, Denial> {
     others.sort_by(|a, b| a.object.id.cmp(&b.object.id));
     let mut warnings = Vec::new();
     for other in &others {
         let oid = &other.object.id;
-        if *oid == id || other.pool.family != pool.family {
+        if oid == id || other.pool.family != pool.family {
             continue;
         }
-        let why = if oid.kind == PoolKind::Global {
-            Some(format!("{}, which serves every namespace", describe(oid)))
-        } else if id.kind == PoolKind::Global {
-            Some(format!(
-                "{} (a GlobalMetalIPPool serves every namespace)",
-                describe(oid)
-            ))
-        } else if oid.namespace == id.namespace {
-            Some(format!("{} of the same namespace", describe(oid)))
-        } else {
-            None
-        };
+        let why = same_scope(id, oid);
         let shared = pool.allocatable.intersection(&other.pool.allocatable);
         let Some(first) = shared.first() else {
             if why.is_some() {
                 // Not an overlap, but a likely mistake: one pool hands out
                 // the other's gateway.
-                let theirs = other.pool.gateway.filter(|g| {
-                    addr_in_family(&pool, *g).is_some_and(|v| pool.allocatable.contains(v))
-                });
-                let ours = pool.gateway.filter(|g| {
-                    addr_in_family(&other.pool, *g)
-                        .is_some_and(|v| other.pool.allocatable.contains(v))
-                });
-                if let Some(g) = theirs {
-                    warnings.push(format!("hands out {g}, the gateway of {}", describe(oid)));
-                }
-                if let Some(g) = ours {
-                    warnings.push(format!(
-                        "its gateway {g} is handed out by {}",
-                        describe(oid)
-                    ));
-                }
+                warnings.extend(gateway_clashes(pool, other));
             }
             continue;
         };
@@ -504,17 +520,16 @@ fn check_write(
         };
         match why {
             Some(why) => {
-                out.deny(Denial {
+                return Err(Denial {
                     code: 422,
                     reason: "PoolOverlap",
                     message: format!(
                         "spec.addresses: {} would share {}{more} with {why}; both could hand out the same address",
-                        describe(&id),
+                        describe(id),
                         pool.ip(first)
                     ),
                     field: Some("spec.addresses".into()),
                 });
-                return Ok(());
             }
             None => warnings.push(format!(
                 "shares {}{more} with {} of another namespace: safe only on separate networks",
@@ -528,9 +543,47 @@ fn check_write(
         warnings.truncate(MAX_WARNINGS);
         warnings.push(format!("and {n} more warning(s) about other pools"));
     }
-    out.warnings = warnings;
-    out.outcome = "allowed";
-    Ok(())
+    Ok(warnings)
+}
+
+/// Why pools `id` and `oid` can hand out addresses to the same namespace
+/// (a phrase naming `oid`), or `None` when they cannot.
+fn same_scope(id: &PoolId, oid: &PoolId) -> Option<String> {
+    if oid.kind == PoolKind::Global {
+        Some(format!("{}, which serves every namespace", describe(oid)))
+    } else if id.kind == PoolKind::Global {
+        Some(format!(
+            "{} (a GlobalMetalIPPool serves every namespace)",
+            describe(oid)
+        ))
+    } else if oid.namespace == id.namespace {
+        Some(format!("{} of the same namespace", describe(oid)))
+    } else {
+        None
+    }
+}
+
+/// The warnings for `pool` handing out `other`'s gateway and the reverse.
+fn gateway_clashes(pool: &pool::ValidatedPool, other: &Loaded) -> Vec<String> {
+    let oid = &other.object.id;
+    let mut warnings = Vec::new();
+    let theirs = other
+        .pool
+        .gateway
+        .filter(|g| addr_in_family(pool, *g).is_some_and(|v| pool.allocatable.contains(v)));
+    let ours = pool.gateway.filter(|g| {
+        addr_in_family(&other.pool, *g).is_some_and(|v| other.pool.allocatable.contains(v))
+    });
+    if let Some(g) = theirs {
+        warnings.push(format!("hands out {g}, the gateway of {}", describe(oid)));
+    }
+    if let Some(g) = ours {
+        warnings.push(format!(
+            "its gateway {g} is handed out by {}",
+            describe(oid)
+        ));
+    }
+    warnings
 }
 
 /// Rule 3's `spec.metal` part: the denial of a change the provisioned
@@ -583,6 +636,8 @@ fn metal_change(
     None
 }
 
+/// Rules 5 and 6 on a `DELETE`: unless annotated to skip, a pool with
+/// bound addresses, or whose VLAN profiles still use, stays.
 fn check_delete(
     kind: PoolKind,
     req: &Map<String, Value>,
@@ -610,11 +665,7 @@ fn check_delete(
         }
     };
     out.pool = Some(id.clone());
-    let skip = meta
-        .and_then(|m| m.get("annotations"))
-        .and_then(Value::as_object)
-        .is_some_and(|a| a.contains_key(SKIP_DELETE_VALIDATION_ANNOTATION));
-    if skip {
+    if has_skip_annotation(meta) {
         out.outcome = "skip-annotation";
         out.warnings.push(format!(
             "deletion not checked for allocated addresses: {SKIP_DELETE_VALIDATION_ANNOTATION} is set"
@@ -622,28 +673,61 @@ fn check_delete(
         return Ok(());
     }
     out.outcome = "allowed";
-    if let Some(stored) = pools.get(&id)? {
-        let c = stored.state.counts(&stored.pool);
-        let bound = c.used.saturating_add(c.out_of_range);
-        if bound > 0 {
-            out.deny(Denial {
-                code: 403,
-                reason: "PoolInUse",
-                message: format!(
-                    "{} still has {bound} allocated address(es); delete their IPAddressClaims first, \
-                     or, to move the pool with clusterctl move, annotate it {SKIP_DELETE_VALIDATION_ANNOTATION}",
-                    describe(&id)
-                ),
-                field: None,
-            });
-            return Ok(());
-        }
+    if let Some(d) = addresses_in_use(&id, pools)? {
+        out.deny(d);
+        return Ok(());
     }
-    // Rule 6: a VRF-backed pool (as the old object says; without one, as
-    // its Metal progress record says) whose VLAN profiles still use.
+    check_vlan_users(&id, old, pools, profiles, out)
+}
+
+/// Whether the object carries [`SKIP_DELETE_VALIDATION_ANNOTATION`].
+fn has_skip_annotation(meta: Option<&Map<String, Value>>) -> bool {
+    meta.and_then(|m| m.get("annotations"))
+        .and_then(Value::as_object)
+        .is_some_and(|a| a.contains_key(SKIP_DELETE_VALIDATION_ANNOTATION))
+}
+
+/// Rule 5: the denial of deleting pool `id` while it has bound addresses.
+///
+/// # Errors
+/// The lookup's.
+fn addresses_in_use(id: &PoolId, pools: &dyn PoolLookup) -> Result<Option<Denial>> {
+    let Some(stored) = pools.get(id)? else {
+        return Ok(None);
+    };
+    let c = stored.state.counts(&stored.pool);
+    let bound = c.used.saturating_add(c.out_of_range);
+    if bound == 0 {
+        return Ok(None);
+    }
+    Ok(Some(Denial {
+        code: 403,
+        reason: "PoolInUse",
+        message: format!(
+            "{} still has {bound} allocated address(es); delete their IPAddressClaims first, \
+             or, to move the pool with clusterctl move, annotate it {SKIP_DELETE_VALIDATION_ANNOTATION}",
+            describe(id)
+        ),
+        field: None,
+    }))
+}
+
+/// Rule 6: a VRF-backed pool (as the old object says; without one, as its
+/// Metal progress record says) whose VLAN profiles still use is denied;
+/// without a profile view, a warning says it was not checked.
+///
+/// # Errors
+/// The lookups'.
+fn check_vlan_users(
+    id: &PoolId,
+    old: Option<&Map<String, Value>>,
+    pools: &dyn PoolLookup,
+    profiles: Option<&dyn ProfileLookup>,
+    out: &mut Reviewed,
+) -> Result<()> {
     let vrf_backed = match old.and_then(|o| o.get("spec")) {
         Some(spec) => spec.get("metal").is_some_and(|m| !m.is_null()),
-        None => pools.metal_progress(&id)?.is_some_and(|p| !p.deleted),
+        None => pools.metal_progress(id)?.is_some_and(|p| !p.deleted),
     };
     if !vrf_backed {
         return Ok(());
@@ -652,11 +736,11 @@ fn check_delete(
         out.warnings.push(format!(
             "not checked whether a MetalNetworkProfile still uses the VLAN of {} (the webhook cannot read them); \
              its teardown waits until none does",
-            describe(&id)
+            describe(id)
         ));
         return Ok(());
     };
-    let users = profiles.vlan_users(&id)?;
+    let users = profiles.vlan_users(id)?;
     if !users.is_empty() {
         out.deny(Denial {
             code: 403,
@@ -664,7 +748,7 @@ fn check_delete(
             message: format!(
                 "{} has its VLAN on machines through MetalNetworkProfile {}; remove the pool from those profiles first, \
                  or, to move the pool with clusterctl move, annotate it {SKIP_DELETE_VALIDATION_ANNOTATION}",
-                describe(&id),
+                describe(id),
                 users.join(", ")
             ),
             field: None,

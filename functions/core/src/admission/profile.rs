@@ -32,9 +32,8 @@ use serde_json::{Map, Value};
 use super::{PoolLookup, Reviewed, SKIP_DELETE_VALIDATION_ANNOTATION};
 use crate::admission::review::Denial;
 use crate::error::{Error, ErrorKind, Result};
-use crate::ipam::pool::{PoolId, PoolKind};
 use crate::kube::names;
-use crate::network::profile::{PoolName, Profile};
+use crate::network::profile::Profile;
 
 /// Reviews a profile write into `out`.
 ///
@@ -89,7 +88,7 @@ pub(super) fn check_write(
             (field, &e.pool, "its elastic IPs are")
         });
         for (field, name, what) in vlan_pools.chain(elastic_pools) {
-            let id = pool_id(name, &namespace);
+            let id = name.id(&namespace);
             let Some(pool) = pools.get(&id)? else {
                 out.warnings.push(format!(
                     "{field}: pool {} is not registered yet; {what} checked when the profile is applied",
@@ -116,13 +115,6 @@ pub(super) fn check_write(
         }
     }
     Ok(())
-}
-
-fn pool_id(p: &PoolName, namespace: &str) -> PoolId {
-    match p.kind.as_deref() {
-        Some("GlobalMetalIPPool") => PoolId::global(&p.name),
-        _ => PoolId::of(PoolKind::Namespaced, namespace, &p.name),
-    }
 }
 
 /// Which Machines use a profile (the API server's Machines, for the

@@ -25,7 +25,7 @@ use super::model::{
 };
 use super::retry::{decide, Attempt, Next, RetryPolicy};
 use crate::error::{Error, ErrorKind};
-use crate::ports::http::{Deadline, HttpClient, TransportKind};
+use crate::ports::http::{Deadline, HttpClient, TransportError, TransportKind};
 use crate::ports::Env;
 
 /// Where the Metal API is, the project, and how to authenticate.
@@ -231,6 +231,40 @@ pub const CONNECT_MS: u64 = 3_000;
 /// near the end of the budget still gets this long.
 pub const MIN_ATTEMPT_MS: u64 = 500;
 
+/// What the retry policy sees of an attempt's result.
+fn attempt_of(result: &Result<http::Response<Vec<u8>>, TransportError>) -> Attempt<'_> {
+    match result {
+        Ok(r) => {
+            let header = |n: &str| r.headers().get(n).and_then(|v| v.to_str().ok());
+            Attempt::Response {
+                status: r.status().as_u16(),
+                retry_after: header("retry-after"),
+                rate_limit_reset: header("x-ratelimit-reset"),
+            }
+        }
+        Err(e) if e.kind.not_sent() => Attempt::NotSent,
+        Err(_) => Attempt::Transport,
+    }
+}
+
+/// The answer to `request`: a 2xx's status and body, else
+/// [`MetalError::Api`] with Metal's messages.
+fn answer(request: String, resp: http::Response<Vec<u8>>) -> Result<(u16, Vec<u8>), MetalError> {
+    let status = resp.status().as_u16();
+    let body = resp.into_body();
+    if (200..300).contains(&status) {
+        return Ok((status, body));
+    }
+    let messages = serde_json::from_slice::<ErrorBody>(&body)
+        .map(|e| e.messages())
+        .unwrap_or_default();
+    Err(MetalError::Api {
+        status,
+        request,
+        messages,
+    })
+}
+
 /// The deadline of one attempt with `left_ms` of the request's budget
 /// left: connecting within [`CONNECT_MS`], the answer within what is left
 /// (at least [`MIN_ATTEMPT_MS`] each). So a request, its waits and retries
@@ -328,23 +362,7 @@ impl<'a, H: HttpClient + ?Sized, E: Env + ?Sized> Metal<'a, H, E> {
         let bytes = body.map(|b| b.to_string().into_bytes()).unwrap_or_default();
         let start = self.env.now_ms();
         for attempt in 1u32.. {
-            let mut b = http::Request::builder()
-                .method(method.clone())
-                .uri(&url)
-                .header("x-auth-token", &self.cfg.token)
-                .header("accept", "application/json")
-                .header(
-                    "user-agent",
-                    concat!("metal-ipam/", env!("CARGO_PKG_VERSION")),
-                );
-            if body.is_some() {
-                b = b.header("content-type", "application/json");
-            }
-            let mut req = b.body(bytes.clone()).map_err(|e| MetalError::Api {
-                status: 0,
-                request: request.clone(),
-                messages: vec![format!("cannot build the request: {e}")],
-            })?;
+            let mut req = self.request(&method, &url, body.is_some(), &bytes, &request)?;
             // This attempt may use what is left of the request's budget.
             let left = self
                 .cfg
@@ -354,52 +372,24 @@ impl<'a, H: HttpClient + ?Sized, E: Env + ?Sized> Metal<'a, H, E> {
             attempt_deadline(left).set(&mut req);
             self.calls.set(self.calls.get() + 1);
             let result = self.http.send(req);
-            if let Err(e) = &result {
-                match e.kind {
-                    TransportKind::Tls => {
-                        return Err(MetalError::Tls {
-                            detail: format!("{request}: {e}"),
-                        })
-                    }
-                    TransportKind::Denied => {
-                        return Err(MetalError::Denied {
-                            detail: format!("{request}: {e}"),
-                        })
-                    }
-                    _ => {}
+            match &result {
+                Err(e) if e.kind == TransportKind::Tls => {
+                    return Err(MetalError::Tls {
+                        detail: format!("{request}: {e}"),
+                    })
                 }
+                Err(e) if e.kind == TransportKind::Denied => {
+                    return Err(MetalError::Denied {
+                        detail: format!("{request}: {e}"),
+                    })
+                }
+                Err(_) => {}
+                Ok(r) => self.note(r),
             }
-            let header = |r: &http::Response<Vec<u8>>, n: &str| {
-                r.headers()
-                    .get(n)
-                    .and_then(|v| v.to_str().ok())
-                    .map(str::to_string)
-            };
-            let (outcome_status, retry_after, reset) = match &result {
-                Ok(r) => {
-                    self.note(r);
-                    (
-                        Some(r.status().as_u16()),
-                        header(r, "retry-after"),
-                        header(r, "x-ratelimit-reset"),
-                    )
-                }
-                Err(_) => (None, None, None),
-            };
-            let outcome = match (outcome_status, &result) {
-                (Some(status), _) => Attempt::Response {
-                    status,
-                    retry_after: retry_after.as_deref(),
-                    rate_limit_reset: reset.as_deref(),
-                },
-                (None, Err(e)) if e.kind.not_sent() => Attempt::NotSent,
-                (None, _) => Attempt::Transport,
-            };
             let elapsed = self.env.now_ms().saturating_sub(start);
-            let last = match (&result, outcome_status) {
-                (Err(e), _) => format!("{request}: {e}"),
-                (Ok(_), Some(s)) => format!("{request}: {s}"),
-                (Ok(_), None) => request.clone(),
+            let last = match &result {
+                Err(e) => format!("{request}: {e}"),
+                Ok(r) => format!("{request}: {}", r.status().as_u16()),
             };
             let now_s = self.env.now();
             match decide(
@@ -409,7 +399,7 @@ impl<'a, H: HttpClient + ?Sized, E: Env + ?Sized> Metal<'a, H, E> {
                 now_s,
                 self.env.random_u64(),
                 repeatable,
-                &outcome,
+                &attempt_of(&result),
             ) {
                 Next::Wait(ms) => self.env.sleep_ms(ms),
                 Next::GiveUp { retry_after_s } => {
@@ -423,23 +413,42 @@ impl<'a, H: HttpClient + ?Sized, E: Env + ?Sized> Metal<'a, H, E> {
                     let Ok(resp) = result else {
                         unreachable!("a lost connection is never an answer")
                     };
-                    let status = resp.status().as_u16();
-                    let body = resp.into_body();
-                    if (200..300).contains(&status) {
-                        return Ok((status, body));
-                    }
-                    let messages = serde_json::from_slice::<ErrorBody>(&body)
-                        .map(|e| e.messages())
-                        .unwrap_or_default();
-                    return Err(MetalError::Api {
-                        status,
-                        request,
-                        messages,
-                    });
+                    return answer(request, resp);
                 }
             }
         }
         unreachable!("the attempt counter does not run out")
+    }
+
+    /// One attempt's request: the token, JSON headers and `bytes`.
+    ///
+    /// # Errors
+    /// [`MetalError::Api`] with status 0 when it cannot be built.
+    fn request(
+        &self,
+        method: &Method,
+        url: &str,
+        has_body: bool,
+        bytes: &[u8],
+        request: &str,
+    ) -> Result<http::Request<Vec<u8>>, MetalError> {
+        let mut b = http::Request::builder()
+            .method(method.clone())
+            .uri(url)
+            .header("x-auth-token", &self.cfg.token)
+            .header("accept", "application/json")
+            .header(
+                "user-agent",
+                concat!("metal-ipam/", env!("CARGO_PKG_VERSION")),
+            );
+        if has_body {
+            b = b.header("content-type", "application/json");
+        }
+        b.body(bytes.to_vec()).map_err(|e| MetalError::Api {
+            status: 0,
+            request: request.to_string(),
+            messages: vec![format!("cannot build the request: {e}")],
+        })
     }
 
     fn json<T: DeserializeOwned>(&self, request: &str, body: &[u8]) -> Result<T, MetalError> {

@@ -62,6 +62,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::kv::protocol::{read_record, update_record, Enveloped, StateRecord, Step as KvStep};
 use crate::kv::Ctx;
 use crate::metal::client::{Metal, MetalError, PortChange};
+use crate::metal::model::VlanBatch;
 use crate::ports::http::HttpClient;
 use crate::ports::kv::KvStore;
 use crate::ports::Env;
@@ -731,6 +732,9 @@ impl Holder<'_> {
     }
 }
 
+/// The apply's loop under the lease: up to [`MAX_ROUNDS`] rounds (within
+/// half the lease) of waiting out the running step or issuing the plan's
+/// next one; the report says what was issued and what remains.
 fn rounds<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
     ctx: &Ctx<'_, K>,
     metal: &Metal<'_, H, E>,
@@ -756,41 +760,7 @@ fn rounds<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
             }
         };
         if let Some(r) = &state.running {
-            let dir = direction(&r.step.action);
-            let batch_id = match (&r.batch, dir) {
-                (Some(b), _) => Some(b.clone()),
-                // A batch whose creation's answer was lost: the port's
-                // unfinished batch is the one (one at a time per port).
-                (None, Some(dir)) => {
-                    let found = batches
-                        .run(dir, &r.step.port_id, &BatchOp::Find {})?
-                        .map(|b| b.id);
-                    if let Some(id) = &found {
-                        set_batch(ctx, device, holder.token, &r.step, id)?;
-                    }
-                    found
-                }
-                (None, None) => None,
-            };
-            let done = match (&batch_id, dir) {
-                (Some(b), Some(dir)) => {
-                    let get = BatchOp::Get { batch: b.clone() };
-                    let batch = batches.run(dir, &r.step.port_id, &get)?;
-                    match batch {
-                        Some(b) if b.state.as_deref() == Some("failed") => {
-                            let msg = b.error_messages.join("; ");
-                            finish(ctx, device, holder.token, Some(msg.clone()))?;
-                            return Err(Error::conflict(
-                                "VlanBatchFailed",
-                                format!("the VLAN batch on {} failed: {msg}", r.step.port),
-                            ));
-                        }
-                        Some(b) => b.finished(),
-                        None => true,
-                    }
-                }
-                _ => effect_shows(&r.step, &observed),
-            };
+            let done = running_done(ctx, batches, device, holder, r, &observed)?;
             if !done && now < r.at.saturating_add(RUNNING_S) {
                 let remaining = plan(&observed, desired)?;
                 return Ok(Report {
@@ -828,6 +798,55 @@ fn rounds<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
         remaining,
         issued,
     })
+}
+
+/// Whether the running step `r` is over: its batch finished or is gone,
+/// or (a port change, or a batch never found) its effect shows in
+/// `observed`.
+///
+/// # Errors
+/// 409 `VlanBatchFailed` (recorded) when Metal failed the batch; the
+/// batch calls' and the store's errors.
+fn running_done<K: KvStore>(
+    ctx: &Ctx<'_, K>,
+    batches: &dyn VlanBatches,
+    device: &str,
+    holder: &Holder<'_>,
+    r: &Running,
+    observed: &Observed,
+) -> Result<bool> {
+    let dir = direction(&r.step.action);
+    let batch_id = match (&r.batch, dir) {
+        (Some(b), _) => Some(b.clone()),
+        // A batch whose creation's answer was lost: the port's
+        // unfinished batch is the one (one at a time per port).
+        (None, Some(dir)) => {
+            let found = batches
+                .run(dir, &r.step.port_id, &BatchOp::Find {})?
+                .map(|b| b.id);
+            if let Some(id) = &found {
+                set_batch(ctx, device, holder.token, &r.step, id)?;
+            }
+            found
+        }
+        (None, None) => None,
+    };
+    let (Some(b), Some(dir)) = (&batch_id, dir) else {
+        return Ok(effect_shows(&r.step, observed));
+    };
+    let get = BatchOp::Get { batch: b.clone() };
+    match batches.run(dir, &r.step.port_id, &get)? {
+        Some(b) if b.state.as_deref() == Some("failed") => {
+            let msg = b.error_messages.join("; ");
+            finish(ctx, device, holder.token, Some(msg.clone()))?;
+            Err(Error::conflict(
+                "VlanBatchFailed",
+                format!("the VLAN batch on {} failed: {msg}", r.step.port),
+            ))
+        }
+        Some(b) => Ok(b.finished()),
+        None => Ok(true),
+    }
 }
 
 /// Records the batch id of `step`, if `step` is still the running step
@@ -938,6 +957,60 @@ pub fn record_step<K: KvStore>(
     Ok(is_async)
 }
 
+/// Makes `step`'s Metal call: a VLAN batch created (answered), or a port
+/// change (no batch).
+///
+/// # Errors
+/// As [`VlanBatches::run`]; a port call's error as [`BatchError::Metal`].
+fn call<H: HttpClient + ?Sized, E: Env + ?Sized>(
+    metal: &Metal<'_, H, E>,
+    batches: &dyn VlanBatches,
+    step: &Step,
+) -> std::result::Result<Option<VlanBatch>, BatchError> {
+    let id = step.port_id.as_str();
+    let create = |dir: Direction, vlans: &[String]| {
+        let op = BatchOp::Create {
+            vlans: vlans.to_vec(),
+        };
+        batches.run(dir, id, &op)
+    };
+    let mode = |change: PortChange| {
+        metal
+            .port_mode(id, change)
+            .map(|_| None)
+            .map_err(BatchError::Metal)
+    };
+    match &step.action {
+        Action::Assign(v) => create(Direction::Attach, v),
+        Action::Unassign(v) => create(Direction::Detach, v),
+        Action::Disbond { bulk } => mode(PortChange::Disbond { bulk: *bulk }),
+        Action::Bond { bulk } => mode(PortChange::Bond { bulk: *bulk }),
+        Action::ConvertLayer2 => mode(PortChange::ConvertLayer2),
+        Action::ConvertLayer3 => mode(PortChange::ConvertLayer3),
+        Action::SetNative(v) => metal
+            .set_native_vlan(id, v)
+            .map(|_| None)
+            .map_err(BatchError::Metal),
+        Action::RemoveNative => metal
+            .remove_native_vlan(id)
+            .map(|_| None)
+            .map_err(BatchError::Metal),
+    }
+}
+
+/// The 409 for Metal refusing `step` with `msg`: `VlanBatchRefused` or
+/// `PortChangeRefused`.
+fn refused(step: &Step, msg: &str) -> Error {
+    let (reason, what) = match &step.action {
+        Action::Assign(_) | Action::Unassign(_) => ("VlanBatchRefused", "the VLAN batch"),
+        _ => ("PortChangeRefused", step.action.name()),
+    };
+    Error::conflict(
+        reason,
+        format!("Metal refused {what} on {}: {msg}", step.port),
+    )
+}
+
 /// Records `step` ([`record_step`]), then makes its call, if the lease
 /// still leaves time for it.
 fn issue<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
@@ -955,37 +1028,8 @@ fn issue<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
     if !holder.may_call(ctx.env.now()) {
         return Err(lease_lost(device));
     }
-    let id = step.port_id.as_str();
-    let create = |dir: Direction, vlans: &[String]| {
-        let op = BatchOp::Create {
-            vlans: vlans.to_vec(),
-        };
-        batches.run(dir, id, &op)
-    };
-    let mode = |change: PortChange| {
-        metal
-            .port_mode(id, change)
-            .map(|_| None)
-            .map_err(BatchError::Metal)
-    };
-    let answer = match &step.action {
-        Action::Assign(v) => create(Direction::Attach, v),
-        Action::Unassign(v) => create(Direction::Detach, v),
-        Action::Disbond { bulk } => mode(PortChange::Disbond { bulk: *bulk }),
-        Action::Bond { bulk } => mode(PortChange::Bond { bulk: *bulk }),
-        Action::ConvertLayer2 => mode(PortChange::ConvertLayer2),
-        Action::ConvertLayer3 => mode(PortChange::ConvertLayer3),
-        Action::SetNative(v) => metal
-            .set_native_vlan(id, v)
-            .map(|_| None)
-            .map_err(BatchError::Metal),
-        Action::RemoveNative => metal
-            .remove_native_vlan(id)
-            .map(|_| None)
-            .map_err(BatchError::Metal),
-    };
     let token = holder.token;
-    match answer {
+    match call(metal, batches, step) {
         Ok(Some(b)) => set_batch(ctx, device, token, &rec, &b.id),
         Ok(None) => Ok(()),
         // A 422: done if a re-read shows the step's effect (Metal's no-op
@@ -1006,14 +1050,7 @@ fn issue<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
             };
             let msg = messages.join("; ");
             finish(ctx, device, token, Some(msg.clone()))?;
-            let (reason, what) = match &step.action {
-                Action::Assign(_) | Action::Unassign(_) => ("VlanBatchRefused", "the VLAN batch"),
-                _ => ("PortChangeRefused", step.action.name()),
-            };
-            Err(Error::conflict(
-                reason,
-                format!("Metal refused {what} on {}: {msg}", step.port),
-            ))
+            Err(refused(step, &msg))
         }
         // The step's component failed before reaching Metal: nothing was
         // made.

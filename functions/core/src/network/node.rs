@@ -12,7 +12,7 @@
 //! VLAN arrives untagged, on the port itself; with two or more, the native
 //! VLAN is untagged and the others tagged, `<port>.<vxlan>`.
 
-use super::profile::{PoolName, Profile, VlanRef};
+use super::profile::{PoolName, PortSpec, Profile, VlanRef};
 use super::render::{Link, NodeNetwork, Route};
 use crate::error::{Error, Result};
 
@@ -59,64 +59,103 @@ pub fn node_network(
     let mut links = Vec::new();
     let mut pending = Vec::new();
     for (i, port) in profile.ports.iter().enumerate() {
-        if port.vlans.is_empty() {
-            continue;
-        }
-        let flags = profile.flags(&port.name);
-        let layer3_bond = port.name.starts_with("bond") && !flags.layer2;
-        let native = match &port.native_vlan {
-            Some(n) => Some(vxlan_of(n).ok_or_else(|| {
-                Error::invalid(
-                    format!("spec.ports[{i}].nativeVLAN"),
-                    "the VLAN's number is not known",
-                )
-            })?),
-            None => None,
-        };
-        let single = port.vlans.len() == 1;
-        for (j, v) in port.vlans.iter().enumerate() {
-            let vxlan = vxlan_of(&v.vlan()).ok_or_else(|| {
-                Error::invalid(
-                    format!("spec.ports[{i}].vlans[{j}]"),
-                    "the VLAN's number is not known",
-                )
-            })?;
-            let untagged = !layer3_bond && (single || native == Some(vxlan));
-            let name = if untagged {
-                port.name.clone()
-            } else {
-                format!("{}.{vxlan}", port.name)
-            };
-            let mut addresses = Vec::new();
-            for a in &v.addresses {
-                match (&a.fixed, &a.pool) {
-                    (Some(s), _) => addresses.push(s.clone()),
-                    (None, Some(pool)) => match address_of(&port.name, Slot::Vlan(j), pool) {
-                        Some(addr) => addresses.push(addr),
-                        None => pending.push(Pending {
-                            link: name.clone(),
-                            pool: pool.name.clone(),
-                        }),
-                    },
-                    (None, None) => {}
-                }
-            }
-            links.push(Link {
-                vlan: (!untagged).then(|| (port.name.clone(), vxlan)),
-                name,
-                addresses,
-                routes: v
-                    .routes
-                    .iter()
-                    .map(|r| Route {
-                        to: r.to.clone(),
-                        via: r.via.clone(),
-                    })
-                    .collect(),
-                mtu: v.mtu,
-            });
+        if !port.vlans.is_empty() {
+            vlan_links(
+                profile,
+                i,
+                port,
+                vxlan_of,
+                address_of,
+                &mut links,
+                &mut pending,
+            )?;
         }
     }
+    links.extend(elastic_link(profile, address_of, &mut pending));
+    Ok((NodeNetwork { links }, pending))
+}
+
+/// The links of port `i`'s VLANs, appended to `links`: untagged on the
+/// port itself when it has one VLAN or it is the native one (never on a
+/// Layer3 bond), else `port.vxlan`; addresses not allocated yet go to
+/// `pending`.
+///
+/// # Errors
+/// 422 naming the VLAN whose number is unknown.
+fn vlan_links(
+    profile: &Profile,
+    i: usize,
+    port: &PortSpec,
+    vxlan_of: &dyn Fn(&VlanRef) -> Option<u16>,
+    address_of: &dyn Fn(&str, Slot, &PoolName) -> Option<String>,
+    links: &mut Vec<Link>,
+    pending: &mut Vec<Pending>,
+) -> Result<()> {
+    let flags = profile.flags(&port.name);
+    let layer3_bond = port.name.starts_with("bond") && !flags.layer2;
+    let native = match &port.native_vlan {
+        Some(n) => Some(vxlan_of(n).ok_or_else(|| {
+            Error::invalid(
+                format!("spec.ports[{i}].nativeVLAN"),
+                "the VLAN's number is not known",
+            )
+        })?),
+        None => None,
+    };
+    let single = port.vlans.len() == 1;
+    for (j, v) in port.vlans.iter().enumerate() {
+        let vxlan = vxlan_of(&v.vlan()).ok_or_else(|| {
+            Error::invalid(
+                format!("spec.ports[{i}].vlans[{j}]"),
+                "the VLAN's number is not known",
+            )
+        })?;
+        let untagged = !layer3_bond && (single || native == Some(vxlan));
+        let name = if untagged {
+            port.name.clone()
+        } else {
+            format!("{}.{vxlan}", port.name)
+        };
+        let mut addresses = Vec::new();
+        for a in &v.addresses {
+            match (&a.fixed, &a.pool) {
+                (Some(s), _) => addresses.push(s.clone()),
+                (None, Some(pool)) => match address_of(&port.name, Slot::Vlan(j), pool) {
+                    Some(addr) => addresses.push(addr),
+                    None => pending.push(Pending {
+                        link: name.clone(),
+                        pool: pool.name.clone(),
+                    }),
+                },
+                (None, None) => {}
+            }
+        }
+        links.push(Link {
+            vlan: (!untagged).then(|| (port.name.clone(), vxlan)),
+            name,
+            addresses,
+            routes: v
+                .routes
+                .iter()
+                .map(|r| Route {
+                    to: r.to.clone(),
+                    via: r.via.clone(),
+                })
+                .collect(),
+            mtu: v.mtu,
+        });
+    }
+    Ok(())
+}
+
+/// The [`ELASTIC_LINK`] with every elastic IP allocated so far (each as
+/// the address alone), `None` when there is none; the others go to
+/// `pending`.
+fn elastic_link(
+    profile: &Profile,
+    address_of: &dyn Fn(&str, Slot, &PoolName) -> Option<String>,
+    pending: &mut Vec<Pending>,
+) -> Option<Link> {
     let mut elastic = Vec::new();
     for port in &profile.ports {
         for (k, e) in port.elastic_ips.iter().enumerate() {
@@ -134,16 +173,13 @@ pub fn node_network(
             }
         }
     }
-    if !elastic.is_empty() {
-        links.push(Link {
-            name: ELASTIC_LINK.to_string(),
-            vlan: None,
-            addresses: elastic,
-            routes: Vec::new(),
-            mtu: None,
-        });
-    }
-    Ok((NodeNetwork { links }, pending))
+    (!elastic.is_empty()).then(|| Link {
+        name: ELASTIC_LINK.to_string(),
+        vlan: None,
+        addresses: elastic,
+        routes: Vec::new(),
+        mtu: None,
+    })
 }
 
 #[cfg(test)]

@@ -32,6 +32,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::error::{Error, Result};
+use crate::ipam::pool::{PoolId, PoolKind};
 use crate::ipam::vrf::is_uuid;
 use crate::kube::names;
 
@@ -99,6 +100,16 @@ pub struct PoolName {
     pub kind: Option<String>,
     /// The pool's name.
     pub name: String,
+}
+
+impl PoolName {
+    /// The pool it names, for a profile in `namespace`.
+    pub fn id(&self, namespace: &str) -> PoolId {
+        match self.kind.as_deref() {
+            Some("GlobalMetalIPPool") => PoolId::global(&self.name),
+            _ => PoolId::of(PoolKind::Namespaced, namespace, &self.name),
+        }
+    }
 }
 
 /// Which VLAN: by UUID, by number in the profile's metro, or the VLAN of a
@@ -385,116 +396,143 @@ impl Profile {
                 ));
             }
         }
-        let eth = self.eth_ports();
-        let groups = bonds(eth);
+        let groups = bonds(self.eth_ports());
         let mut seen: Vec<&str> = Vec::new();
         for (i, p) in self.ports.iter().enumerate() {
-            let f = |k: &str| format!("spec.ports[{i}].{k}");
             let name = p.name.as_str();
             let known = groups
                 .iter()
                 .any(|(b, members)| *b == name || members.contains(&name));
             if !known {
                 return Err(Error::invalid(
-                    f("name"),
+                    format!("spec.ports[{i}].name"),
                     format!(
-                        "{name:?} is not a port of a {eth}-port device (bond0, bond1, eth0–eth3)"
+                        "{name:?} is not a port of a {}-port device (bond0, bond1, eth0–eth3)",
+                        self.eth_ports()
                     ),
                 ));
             }
             if seen.contains(&name) {
                 return Err(Error::invalid(
-                    f("name"),
+                    format!("spec.ports[{i}].name"),
                     format!("{name} is described twice"),
                 ));
             }
             seen.push(name);
-            let is_bond = name.starts_with("bond");
-            if p.layer2.is_some() && !is_bond {
-                return Err(Error::invalid(
-                    f("layer2"),
-                    "layer2 is set on bond ports only (a member follows its bond)",
-                ));
-            }
-            self.check_vlans(i, p)?;
-            for (k, e) in p.elastic_ips.iter().enumerate() {
-                check_pool(&e.pool, &f(&format!("elasticIPs[{k}].pool")))?;
-            }
-            if !p.elastic_ips.is_empty() {
-                let mode = self.modes()["bond0"];
-                let refuse = if !matches!(name, "bond0" | "eth0") {
-                    Some(format!(
-                        "elastic IPs are bound to bond0 or eth0, not {name}"
-                    ))
-                } else if matches!(mode, Mode::Layer2Bonded | Mode::Layer2Individual) {
-                    Some(format!(
-                        "elastic IPs need bond0 in Layer3 or hybrid mode; it is {}",
-                        mode.as_str()
-                    ))
-                } else {
-                    None
-                };
-                if let Some(msg) = refuse {
-                    return Err(Error::invalid(f("elasticIPs"), msg));
-                }
-            }
+            self.check_port(i, p)?;
         }
         for (bond, members) in &groups {
-            let field = |name: &str, k: &str| {
-                let i = self.ports.iter().position(|p| p.name == name).unwrap_or(0);
-                format!("spec.ports[{i}].{k}")
-            };
-            let b = self.flags(bond);
-            if !b.layer2 {
-                if !b.bonded {
-                    return Err(Error::invalid(
-                        field(bond, "bonded"),
-                        format!("a Layer3 {bond} cannot be unbonded (set layer2: true for layer2-individual)"),
-                    ));
-                }
-                if !self.flags(members[0]).bonded {
-                    return Err(Error::invalid(
-                        field(members[0], "bonded"),
-                        format!("{} carries {bond}'s Layer3 addresses and stays bonded; only {} may leave the bond (hybrid)", members[0], members[1]),
-                    ));
-                }
-            } else if members.iter().any(|m| self.flags(m).bonded != b.bonded) {
-                let m = members
-                    .iter()
-                    .find(|m| self.flags(m).bonded != b.bonded)
-                    .unwrap_or(&members[0]);
+            self.check_bonding(bond, members)?;
+            self.check_bond_vlans(bond, members)?;
+        }
+        Ok(())
+    }
+
+    /// Port `i`'s own rules: `layer2` only on a bond, its VLANs, its
+    /// elastic IPs' pools and where elastic IPs may go.
+    fn check_port(&self, i: usize, p: &PortSpec) -> Result<()> {
+        let f = |k: &str| format!("spec.ports[{i}].{k}");
+        let name = p.name.as_str();
+        if p.layer2.is_some() && !name.starts_with("bond") {
+            return Err(Error::invalid(
+                f("layer2"),
+                "layer2 is set on bond ports only (a member follows its bond)",
+            ));
+        }
+        self.check_vlans(i, p)?;
+        for (k, e) in p.elastic_ips.iter().enumerate() {
+            check_pool(&e.pool, &f(&format!("elasticIPs[{k}].pool")))?;
+        }
+        if p.elastic_ips.is_empty() {
+            return Ok(());
+        }
+        let mode = self.modes()["bond0"];
+        let refuse = if !matches!(name, "bond0" | "eth0") {
+            Some(format!(
+                "elastic IPs are bound to bond0 or eth0, not {name}"
+            ))
+        } else if matches!(mode, Mode::Layer2Bonded | Mode::Layer2Individual) {
+            Some(format!(
+                "elastic IPs need bond0 in Layer3 or hybrid mode; it is {}",
+                mode.as_str()
+            ))
+        } else {
+            None
+        };
+        match refuse {
+            Some(msg) => Err(Error::invalid(f("elasticIPs"), msg)),
+            None => Ok(()),
+        }
+    }
+
+    /// The field `k` of port `name`'s entry (entry 0 when it has none).
+    fn port_field(&self, name: &str, k: &str) -> String {
+        let i = self.ports.iter().position(|p| p.name == name).unwrap_or(0);
+        format!("spec.ports[{i}].{k}")
+    }
+
+    /// A bond's bonding rules: a Layer3 bond and its first member stay
+    /// bonded; a layer2 bond's members follow it.
+    fn check_bonding(&self, bond: &str, members: &[&str]) -> Result<()> {
+        let b = self.flags(bond);
+        if !b.layer2 {
+            if !b.bonded {
                 return Err(Error::invalid(
-                    field(m, "bonded"),
-                    format!("the members of a layer2 {bond} are all bonded or all individual, as {bond} is"),
+                    self.port_field(bond, "bonded"),
+                    format!("a Layer3 {bond} cannot be unbonded (set layer2: true for layer2-individual)"),
                 ));
             }
-            let mode = self.modes()[bond];
-            for port in std::iter::once(bond).chain(members.iter()) {
-                let flags = self.flags(port);
-                let Some(spec) = self.port(port) else {
-                    continue;
-                };
-                if spec.vlans.is_empty() {
-                    continue;
-                }
-                let is_bond = port == bond;
-                let refuse = match (is_bond, flags.bonded) {
-                    (true, false) => Some(format!("{port} is not bonded: VLANs go on its members")),
-                    (false, true) => Some(format!("{port} is in {bond}: its VLANs go on {bond}")),
-                    (true, true) if mode == Mode::Hybrid => Some(format!(
-                        "in hybrid mode {bond} stays Layer3 without VLANs; they go on the unbonded member"
-                    )),
-                    _ => None,
-                };
-                if let Some(msg) = refuse {
-                    return Err(Error::invalid(field(port, "vlans"), msg));
-                }
-                if spec.native_vlan.is_some() && is_bond && !flags.layer2 {
-                    return Err(Error::invalid(
-                        field(port, "nativeVLAN"),
-                        "hybrid-bonded tags every VLAN: no native VLAN on a Layer3 bond",
-                    ));
-                }
+            if !self.flags(members[0]).bonded {
+                return Err(Error::invalid(
+                    self.port_field(members[0], "bonded"),
+                    format!("{} carries {bond}'s Layer3 addresses and stays bonded; only {} may leave the bond (hybrid)", members[0], members[1]),
+                ));
+            }
+        } else if members.iter().any(|m| self.flags(m).bonded != b.bonded) {
+            let m = members
+                .iter()
+                .find(|m| self.flags(m).bonded != b.bonded)
+                .unwrap_or(&members[0]);
+            return Err(Error::invalid(
+                self.port_field(m, "bonded"),
+                format!(
+                    "the members of a layer2 {bond} are all bonded or all individual, as {bond} is"
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Where a bond's and its members' VLANs may go: on a bonded bond
+    /// (not in hybrid mode) or an unbonded member; a native VLAN not on a
+    /// Layer3 bond.
+    fn check_bond_vlans(&self, bond: &str, members: &[&str]) -> Result<()> {
+        let mode = self.modes()[bond];
+        for port in std::iter::once(bond).chain(members.iter().copied()) {
+            let flags = self.flags(port);
+            let Some(spec) = self.port(port) else {
+                continue;
+            };
+            if spec.vlans.is_empty() {
+                continue;
+            }
+            let is_bond = port == bond;
+            let refuse = match (is_bond, flags.bonded) {
+                (true, false) => Some(format!("{port} is not bonded: VLANs go on its members")),
+                (false, true) => Some(format!("{port} is in {bond}: its VLANs go on {bond}")),
+                (true, true) if mode == Mode::Hybrid => Some(format!(
+                    "in hybrid mode {bond} stays Layer3 without VLANs; they go on the unbonded member"
+                )),
+                _ => None,
+            };
+            if let Some(msg) = refuse {
+                return Err(Error::invalid(self.port_field(port, "vlans"), msg));
+            }
+            if spec.native_vlan.is_some() && is_bond && !flags.layer2 {
+                return Err(Error::invalid(
+                    self.port_field(port, "nativeVLAN"),
+                    "hybrid-bonded tags every VLAN: no native VLAN on a Layer3 bond",
+                ));
             }
         }
         Ok(())

@@ -250,6 +250,8 @@ fn parse_destination(to: &str) -> Option<IpNet> {
         .or_else(|| to.parse::<IpAddr>().ok().map(IpNet::from))
 }
 
+/// The links of `net` that can be rendered, in order, and a line for each
+/// link, address or route left out and why.
 fn check(net: &NodeNetwork) -> Checks<'_> {
     let mut skipped = Vec::new();
     let mut links: Vec<Checked<'_>> = Vec::new();
@@ -259,24 +261,11 @@ fn check(net: &NodeNetwork) -> Checks<'_> {
             skipped.push(format!("links[{i}]: not a valid interface name"));
             continue;
         }
-        let vlan = match &link.vlan {
-            None => None,
-            Some((parent, id)) => {
-                if !valid_ifname(parent) {
-                    skipped.push(format!(
-                        "links[{i}] ({name}): parent is not a valid interface name"
-                    ));
-                    continue;
-                }
-                if !(1..=4094).contains(id) {
-                    skipped.push(format!("links[{i}] ({name}): VLAN tag not in 1..=4094"));
-                    continue;
-                }
-                if parent == name {
-                    skipped.push(format!("links[{i}] ({name}): is its own parent"));
-                    continue;
-                }
-                Some((parent.as_str(), *id))
+        let vlan = match checked_vlan(link) {
+            Ok(vlan) => vlan,
+            Err(why) => {
+                skipped.push(format!("links[{i}] ({name}): {why}"));
+                continue;
             }
         };
         if links.iter().any(|l| l.name == name) {
@@ -285,39 +274,76 @@ fn check(net: &NodeNetwork) -> Checks<'_> {
             ));
             continue;
         }
-        let mut addresses = Vec::new();
-        for (j, address) in link.addresses.iter().enumerate() {
-            match address.parse::<IpNet>() {
-                Ok(net) => addresses.push(net),
-                Err(_) => skipped.push(format!(
-                    "links[{i}] ({name}): addresses[{j}] is not an IP address with a prefix length"
-                )),
-            }
-        }
-        let mut routes = Vec::new();
-        for (j, route) in link.routes.iter().enumerate() {
-            match (parse_destination(&route.to), route.via.parse::<IpAddr>()) {
-                (Some(to), Ok(via)) if to.addr().is_ipv4() == via.is_ipv4() => {
-                    routes.push((to, via))
-                }
-                (Some(_), Ok(_)) => skipped.push(format!(
-                    "links[{i}] ({name}): routes[{j}] mixes IPv4 and IPv6"
-                )),
-                _ => skipped.push(format!(
-                    "links[{i}] ({name}): routes[{j}] is not a network via an IP address"
-                )),
-            }
-        }
+        let at = format!("links[{i}] ({name})");
         links.push(Checked {
             name,
             vlan,
-            addresses,
-            routes,
+            addresses: checked_addresses(&at, link, &mut skipped),
+            routes: checked_routes(&at, link, &mut skipped),
             mtu: link.mtu,
         });
     }
-    // A VLAN on a VLAN (802.1Q in 802.1Q) is not a Metal thing: the inner
-    // one is left out rather than rendered half-way.
+    Checks {
+        links: without_nested_vlans(links, &mut skipped),
+        skipped,
+    }
+}
+
+/// A link's VLAN `(parent, tag)`, if any, or why it cannot be rendered.
+fn checked_vlan(link: &Link) -> Result<Option<(&str, u16)>, &'static str> {
+    let Some((parent, id)) = &link.vlan else {
+        return Ok(None);
+    };
+    if !valid_ifname(parent) {
+        return Err("parent is not a valid interface name");
+    }
+    if !(1..=4094).contains(id) {
+        return Err("VLAN tag not in 1..=4094");
+    }
+    if *parent == link.name {
+        return Err("is its own parent");
+    }
+    Ok(Some((parent.as_str(), *id)))
+}
+
+/// A link's addresses that parse as `address/prefix`; the others are
+/// listed in `skipped` under `at`.
+fn checked_addresses(at: &str, link: &Link, skipped: &mut Vec<String>) -> Vec<IpNet> {
+    let mut addresses = Vec::new();
+    for (j, address) in link.addresses.iter().enumerate() {
+        match address.parse::<IpNet>() {
+            Ok(net) => addresses.push(net),
+            Err(_) => skipped.push(format!(
+                "{at}: addresses[{j}] is not an IP address with a prefix length"
+            )),
+        }
+    }
+    addresses
+}
+
+/// A link's routes that are a destination via an address of the same
+/// family; the others are listed in `skipped` under `at`.
+fn checked_routes(at: &str, link: &Link, skipped: &mut Vec<String>) -> Vec<(IpNet, IpAddr)> {
+    let mut routes = Vec::new();
+    for (j, route) in link.routes.iter().enumerate() {
+        match (parse_destination(&route.to), route.via.parse::<IpAddr>()) {
+            (Some(to), Ok(via)) if to.addr().is_ipv4() == via.is_ipv4() => routes.push((to, via)),
+            (Some(_), Ok(_)) => skipped.push(format!("{at}: routes[{j}] mixes IPv4 and IPv6")),
+            _ => skipped.push(format!(
+                "{at}: routes[{j}] is not a network via an IP address"
+            )),
+        }
+    }
+    routes
+}
+
+/// `links` without VLANs on VLANs (802.1Q in 802.1Q is not a Metal thing:
+/// the inner one is left out rather than rendered half-way), each listed
+/// in `skipped`.
+fn without_nested_vlans<'a>(
+    links: Vec<Checked<'a>>,
+    skipped: &mut Vec<String>,
+) -> Vec<Checked<'a>> {
     let tagged: Vec<&str> = links
         .iter()
         .filter(|l| l.vlan.is_some())
@@ -335,10 +361,7 @@ fn check(net: &NodeNetwork) -> Checks<'_> {
             _ => kept.push(link),
         }
     }
-    Checks {
-        links: kept,
-        skipped,
-    }
+    kept
 }
 
 /// A bond port (`bond0`, `bond1`): declared under netplan's `bonds:`.

@@ -754,15 +754,8 @@ pub fn assign<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
     if rec.live_intent(now) {
         return Ok(AssignState::InProgress(rec.intent_left(now)));
     }
-    match metal.get_device(&device)? {
-        None => return Ok(AssignState::DeviceGone(device)),
-        Some(d) if d.gone() => return Ok(AssignState::DeviceGone(device)),
-        Some(d) if !d.active() => {
-            return Ok(AssignState::DeviceNotActive(
-                d.state.unwrap_or_else(|| "unknown".into()),
-            ))
-        }
-        Some(_) => {}
+    if let Some(state) = device_unready(metal, &device)? {
+        return Ok(state);
     }
     let token = ctx.env.token();
     if rec.intent.is_some() {
@@ -776,33 +769,72 @@ pub fn assign<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
     } else if !begin(ctx, ns, name, &want.uid, &token, now)? {
         return Ok(AssignState::InProgress(1));
     }
+    post(ctx, metal, labels, &want.uid, &token, &device, &rec.address)
+}
+
+/// Why the address cannot go on `device` now (gone, or not active), if
+/// so.
+///
+/// # Errors
+/// Metal's.
+fn device_unready<H: HttpClient + ?Sized, E: Env + ?Sized>(
+    metal: &Metal<'_, H, E>,
+    device: &str,
+) -> Result<Option<AssignState>> {
+    Ok(match metal.get_device(device)? {
+        None => Some(AssignState::DeviceGone(device.to_string())),
+        Some(d) if d.gone() => Some(AssignState::DeviceGone(device.to_string())),
+        Some(d) if !d.active() => Some(AssignState::DeviceNotActive(
+            d.state.unwrap_or_else(|| "unknown".into()),
+        )),
+        Some(_) => None,
+    })
+}
+
+/// The `POST` of `address` to `device` under the intent `token` holds,
+/// and what its answer means: recorded; a 422 counted as done only when
+/// the device shows the address, else a refusal (recorded); a lost answer
+/// looked for at once, else marked so the next invocation looks first.
+///
+/// # Errors
+/// Metal's (503 `MetalOutcomeUnknown` for a lost answer); store errors.
+fn post<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
+    ctx: &Ctx<'_, K>,
+    metal: &Metal<'_, H, E>,
+    labels: &Labels,
+    uid: &str,
+    token: &str,
+    device: &str,
+    address: &str,
+) -> Result<AssignState> {
+    let (ns, name) = (labels.namespace.as_str(), labels.name.as_str());
     let input = IpAssignmentInput {
-        address: rec.address.clone(),
+        address: address.to_string(),
         customdata: Some(labels.customdata()),
     };
-    match metal.assign_ip(&device, &input) {
-        Ok(a) => record_or_undo(ctx, metal, labels, &want.uid, &token, &a.id),
+    match metal.assign_ip(device, &input) {
+        Ok(a) => record_or_undo(ctx, metal, labels, uid, token, &a.id),
         Err(e @ MetalError::Api { status: 422, .. }) => {
             // "Already assigned" counts only after re-reading the device.
-            if let Some(id) = find_on_device(metal, &device, &rec.address)? {
-                return record_or_undo(ctx, metal, labels, &want.uid, &token, &id);
+            if let Some(id) = find_on_device(metal, device, address)? {
+                return record_or_undo(ctx, metal, labels, uid, token, &id);
             }
             let message = e.to_string();
-            withdraw(ctx, ns, name, &token, Some(&message))?;
+            withdraw(ctx, ns, name, token, Some(&message))?;
             Ok(AssignState::Refused(message))
         }
         Err(e @ MetalError::OutcomeUnknown { .. }) => {
             // The answer was lost: look at once. Not there (yet): the
             // intent ends LOST_ANSWER_S from now rather than after the
             // lease; the next invocation then looks again before posting.
-            if let Ok(Some(id)) = find_on_device(metal, &device, &rec.address) {
-                return record_or_undo(ctx, metal, labels, &want.uid, &token, &id);
+            if let Ok(Some(id)) = find_on_device(metal, device, address) {
+                return record_or_undo(ctx, metal, labels, uid, token, &id);
             }
-            mark_lost(ctx, ns, name, &token, ctx.env.now())?;
+            mark_lost(ctx, ns, name, token, ctx.env.now())?;
             Err(e.into())
         }
         Err(e) => {
-            withdraw(ctx, ns, name, &token, None)?;
+            withdraw(ctx, ns, name, token, None)?;
             Err(e.into())
         }
     }

@@ -388,20 +388,29 @@ fn decided_delete(progress: &Progress, legacy: &MetalSpec, r: Resource) -> bool 
     }
 }
 
+/// What `r` is made on in Metal: a reservation in a VRF, a gateway on a
+/// reservation and a VLAN. Metal refuses to delete a resource while one
+/// made on it exists.
+fn made_on(r: Resource) -> &'static [Resource] {
+    match r {
+        Resource::Vrf | Resource::Vlan => &[],
+        Resource::Reservation => &[Resource::Vrf],
+        Resource::Gateway => &[Resource::Reservation, Resource::Vlan],
+    }
+}
+
 /// The held resource that stays in Metal and keeps `r` from being deleted
-/// (Metal refuses to delete a reservation or VLAN with a gateway, a VRF
-/// with a reservation).
+/// (one made on it, [`made_on`]: a gateway keeps its reservation and VLAN,
+/// a reservation its VRF).
 fn kept_for(progress: &Progress, legacy: &MetalSpec, r: Resource) -> Option<Resource> {
     let stays = |d: Resource| {
         progress.held(d).is_some()
             && (!decided_delete(progress, legacy, d) || kept_for(progress, legacy, d).is_some())
     };
-    let deps: &[Resource] = match r {
-        Resource::Gateway => &[],
-        Resource::Reservation | Resource::Vlan => &[Resource::Gateway],
-        Resource::Vrf => &[Resource::Reservation],
-    };
-    deps.iter().copied().find(|d| stays(*d))
+    Resource::ALL
+        .into_iter()
+        .filter(|d| made_on(*d).contains(&r))
+        .find(|d| stays(*d))
 }
 
 /// The next teardown action given `progress` at `now`: the recorded

@@ -278,151 +278,237 @@ pub fn provision<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
     metal: &Metal<'_, H, E>,
     t: &Target<'_>,
 ) -> Result<Report> {
-    let uid = t.uid.as_deref();
     let mut done = Vec::new();
     for _ in 0..MAX_ROUNDS {
         let cur = read_state(ctx.kv, t.id)?;
         let now = ctx.env.now();
-        let progress = match owner(cur.as_ref(), uid) {
-            Owner::Retired => {
-                return Err(Error::conflict(
-                    "MetalPoolDeleted",
-                    format!(
-                        "pool {} (uid {}) was deleted and its Metal resources torn down",
-                        t.id.display(),
-                        uid.unwrap_or_default()
-                    ),
-                ))
-            }
-            Owner::Other(v) => {
-                let p = cur.unwrap_or_default();
-                if !p.deleting {
-                    begin_replacing(ctx, t.id, uid)?;
-                    continue;
-                }
-                let earlier = t.with_uid(Some(&v));
-                match teardown_round(ctx, metal, &earlier, &p, std::slice::from_ref(&v), &mut done)? {
-                    Round::Again => continue,
-                    Round::Stop(Phase::InProgress { waiting, retry_after_s }, _) => {
-                        return Ok(Report {
-                            phase: Phase::InProgress {
-                                waiting: format!(
-                                    "tearing down the Metal resources of an earlier pool of this name (uid {v}) first: {waiting}"
-                                ),
-                                retry_after_s,
-                            },
-                            progress: Progress::default(),
-                            done,
-                        })
-                    }
-                    Round::Stop(..) => continue,
-                }
-            }
-            Owner::Mine if cur.as_ref().is_some_and(|p| p.deleting) => {
-                return Err(Error::conflict(
-                    "MetalTearingDown",
-                    "the pool's Metal resources are being torn down",
-                ));
-            }
-            Owner::Mine => cur.unwrap_or_default(),
-            Owner::Free => Progress::default(),
-        };
-        match plan::next(t.spec, &progress, now) {
-            Action::Refuse { field, message } => {
-                return Err(
-                    Error::new(ErrorKind::Invalid, "MetalSpecChanged", message).with_field(field)
-                );
-            }
-            Action::Adopt(r) => {
-                let id = adopt(metal, t, &progress, r)?;
-                let decided = Decided::of(t.spec, r);
-                if record_adopted(ctx, t.id, uid, r, &id, &decided)? {
-                    done.push(format!("adopted {} {id}", r.field()));
-                }
-            }
-            Action::Create(r) => {
-                let me = ctx.env.token();
-                let decided = Decided::of(t.spec, r);
-                if !claim_intent(ctx, t.id, uid, r, &me, now, &decided)? {
-                    continue; // someone else moved first: plan again
-                }
-                match create(metal, t, &progress, r) {
-                    Ok(id) => {
-                        keep_or_delete(ctx, metal, t, r, &id, &decided, "created", &mut done)?
-                    }
-                    Err(e) if matches!(e, MetalError::OutcomeUnknown { .. }) => {
-                        // It may exist: look now, and otherwise leave the
-                        // intent to its lease (the request may land late).
-                        if let Some(id) = find_created(metal, t, &progress, r)? {
-                            keep_or_delete(ctx, metal, t, r, &id, &decided, "found", &mut done)?;
-                            continue;
-                        }
-                        return Err(e.into());
-                    }
-                    Err(e) => {
-                        // Refused or rate limited: nothing was created.
-                        withdraw_intent(ctx, t.id, uid, r, &me)?;
-                        return Err(e.into());
-                    }
-                }
-            }
-            Action::FindCreated(r) => {
-                let stale = progress.intent.clone();
-                let decided = stale
-                    .as_ref()
-                    .and_then(|i| i.decided.clone())
-                    .unwrap_or_else(|| Decided::of(t.spec, r));
-                match find_created(metal, t, &progress, r)? {
-                    Some(id) => {
-                        keep_or_delete(ctx, metal, t, r, &id, &decided, "found", &mut done)?
-                    }
-                    None => {
-                        let token = stale.map(|i| i.token).unwrap_or_default();
-                        withdraw_intent(ctx, t.id, uid, r, &token)?;
-                        done.push(format!("no {} was created; creating", r.field()));
-                    }
-                }
-            }
-            Action::WaitForOther(r, s) => {
+        let progress = match whose(ctx, metal, t, cur, &mut done)? {
+            Turn::Plan(p) => *p,
+            Turn::Again => continue,
+            Turn::Wait(phase) => {
                 return Ok(Report {
-                    phase: Phase::InProgress {
-                        waiting: format!("another instance is creating the {}", r.field()),
-                        retry_after_s: s,
-                    },
-                    progress,
+                    phase,
+                    progress: Progress::default(),
                     done,
                 })
             }
-            Action::AwaitGateway => {
-                let gw = progress
-                    .gateway
-                    .as_ref()
-                    .map(|g| g.id.clone())
-                    .unwrap_or_default();
-                let state = metal.get_gateway(&gw)?.map(|g| g.state.unwrap_or_default());
-                record_gateway(ctx, t.id, uid, &gw, state.clone())?;
-                if state.as_deref() != Some("active") && state.is_some() {
-                    return Ok(Report {
-                        phase: Phase::InProgress {
-                            waiting: format!("the Metal Gateway is {}", state.unwrap_or_default()),
-                            retry_after_s: GATEWAY_POLL_S,
-                        },
-                        progress: read_progress(ctx, t.id)?,
-                        done,
-                    });
-                }
-            }
-            Action::Ready => {
-                let block = block_of(metal, &progress)?;
+        };
+        match act(ctx, metal, t, progress, now, &mut done)? {
+            Round::Again => {}
+            Round::Stop(phase, progress) => {
                 return Ok(Report {
-                    phase: Phase::Ready { block },
-                    progress,
+                    phase,
+                    progress: *progress,
                     done,
-                });
+                })
             }
         }
     }
     used_all_rounds(ctx, t.id, done)
+}
+
+/// Whose record [`provision`] works on this round.
+enum Turn {
+    /// This incarnation's record (or a fresh one): plan on it.
+    Plan(Box<Progress>),
+    /// The record changed hands (marked for replacement, or an earlier
+    /// incarnation's teardown moved on): read it again.
+    Again,
+    /// An earlier incarnation's teardown is in progress: answer this.
+    Wait(Phase),
+}
+
+/// Decides whose record `cur` is for `t`: an earlier incarnation's is
+/// marked for replacement, then torn down a round at a time, first.
+///
+/// # Errors
+/// 409 `MetalPoolDeleted` for a retired uid, `MetalTearingDown` once this
+/// incarnation's teardown started; the teardown's errors.
+fn whose<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
+    ctx: &Ctx<'_, K>,
+    metal: &Metal<'_, H, E>,
+    t: &Target<'_>,
+    cur: Option<Progress>,
+    done: &mut Vec<String>,
+) -> Result<Turn> {
+    let uid = t.uid.as_deref();
+    match owner(cur.as_ref(), uid) {
+        Owner::Retired => Err(Error::conflict(
+            "MetalPoolDeleted",
+            format!(
+                "pool {} (uid {}) was deleted and its Metal resources torn down",
+                t.id.display(),
+                uid.unwrap_or_default()
+            ),
+        )),
+        Owner::Other(v) => {
+            let p = cur.unwrap_or_default();
+            if !p.deleting {
+                begin_replacing(ctx, t.id, uid)?;
+                return Ok(Turn::Again);
+            }
+            let earlier = t.with_uid(Some(&v));
+            match teardown_round(ctx, metal, &earlier, &p, std::slice::from_ref(&v), done)? {
+                Round::Stop(Phase::InProgress { waiting, retry_after_s }, _) => {
+                    Ok(Turn::Wait(Phase::InProgress {
+                        waiting: format!(
+                            "tearing down the Metal resources of an earlier pool of this name (uid {v}) first: {waiting}"
+                        ),
+                        retry_after_s,
+                    }))
+                }
+                Round::Again | Round::Stop(..) => Ok(Turn::Again),
+            }
+        }
+        Owner::Mine if cur.as_ref().is_some_and(|p| p.deleting) => Err(Error::conflict(
+            "MetalTearingDown",
+            "the pool's Metal resources are being torn down",
+        )),
+        Owner::Mine => Ok(Turn::Plan(Box::new(cur.unwrap_or_default()))),
+        Owner::Free => Ok(Turn::Plan(Box::default())),
+    }
+}
+
+/// One provisioning action on `progress`, as [`plan::next`] decides at
+/// `now`.
+///
+/// # Errors
+/// As [`provision`].
+fn act<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
+    ctx: &Ctx<'_, K>,
+    metal: &Metal<'_, H, E>,
+    t: &Target<'_>,
+    progress: Progress,
+    now: u64,
+    done: &mut Vec<String>,
+) -> Result<Round> {
+    let uid = t.uid.as_deref();
+    let waiting = |waiting: String, retry_after_s| Phase::InProgress {
+        waiting,
+        retry_after_s,
+    };
+    match plan::next(t.spec, &progress, now) {
+        Action::Refuse { field, message } => {
+            return Err(
+                Error::new(ErrorKind::Invalid, "MetalSpecChanged", message).with_field(field)
+            );
+        }
+        Action::Adopt(r) => {
+            let id = adopt(metal, t, &progress, r)?;
+            let decided = Decided::of(t.spec, r);
+            if record_adopted(ctx, t.id, uid, r, &id, &decided)? {
+                done.push(format!("adopted {} {id}", r.field()));
+            }
+        }
+        Action::Create(r) => create_once(ctx, metal, t, &progress, r, now, done)?,
+        Action::FindCreated(r) => match settle_intent(ctx, metal, t, uid, &progress, r)? {
+            Some((id, true)) => done.push(format!("found {} {id}", r.field())),
+            Some((id, false)) => done.push(format!(
+                "deleted {} {id}: another is recorded, or the pool is gone",
+                r.field()
+            )),
+            None => done.push(format!("no {} was created; creating", r.field())),
+        },
+        Action::WaitForOther(r, s) => {
+            let phase = waiting(format!("another instance is creating the {}", r.field()), s);
+            return Ok(Round::Stop(phase, Box::new(progress)));
+        }
+        Action::AwaitGateway => {
+            let gw = progress
+                .gateway
+                .as_ref()
+                .map(|g| g.id.clone())
+                .unwrap_or_default();
+            let state = metal.get_gateway(&gw)?.map(|g| g.state.unwrap_or_default());
+            record_gateway(ctx, t.id, uid, &gw, state.clone())?;
+            if state.as_deref() != Some("active") && state.is_some() {
+                let phase = waiting(
+                    format!("the Metal Gateway is {}", state.unwrap_or_default()),
+                    GATEWAY_POLL_S,
+                );
+                return Ok(Round::Stop(phase, Box::new(read_progress(ctx, t.id)?)));
+            }
+        }
+        Action::Ready => {
+            let block = block_of(metal, &progress)?;
+            return Ok(Round::Stop(Phase::Ready { block }, Box::new(progress)));
+        }
+    }
+    Ok(Round::Again)
+}
+
+/// Creates `r` under an intent claimed at `now` (none claimed: someone
+/// else moved first, plan again). A creation whose outcome is unknown is
+/// looked for at once; otherwise the intent is left to its lease (the
+/// request may land late). A refusal withdraws the intent.
+///
+/// # Errors
+/// Metal's errors (503 for an unknown outcome); store errors.
+fn create_once<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
+    ctx: &Ctx<'_, K>,
+    metal: &Metal<'_, H, E>,
+    t: &Target<'_>,
+    progress: &Progress,
+    r: Resource,
+    now: u64,
+    done: &mut Vec<String>,
+) -> Result<()> {
+    let uid = t.uid.as_deref();
+    let me = ctx.env.token();
+    let decided = Decided::of(t.spec, r);
+    if !claim_intent(ctx, t.id, uid, r, &me, now, &decided)? {
+        return Ok(());
+    }
+    match create(metal, t, progress, r) {
+        Ok(id) => keep_or_delete(ctx, metal, t, r, &id, &decided, "created", done),
+        Err(e) if matches!(e, MetalError::OutcomeUnknown { .. }) => {
+            match find_created(metal, t, progress, r)? {
+                Some(id) => keep_or_delete(ctx, metal, t, r, &id, &decided, "found", done),
+                None => Err(e.into()),
+            }
+        }
+        Err(e) => {
+            // Refused or rate limited: nothing was created.
+            withdraw_intent(ctx, t.id, uid, r, &me)?;
+            Err(e.into())
+        }
+    }
+}
+
+/// Settles an intent whose lease ran out on `owner`'s record: `r` looked
+/// for by tag ([`find_created`]) and recorded with the intent's decisions (or
+/// deleted when the record refuses it: `Some((id, false))`), or, when
+/// none was made, the intent withdrawn (`None`).
+///
+/// # Errors
+/// Metal's and the store's.
+fn settle_intent<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
+    ctx: &Ctx<'_, K>,
+    metal: &Metal<'_, H, E>,
+    t: &Target<'_>,
+    owner: Option<&str>,
+    p: &Progress,
+    r: Resource,
+) -> Result<Option<(String, bool)>> {
+    let intent = p.intent.clone();
+    let decided = intent
+        .as_ref()
+        .and_then(|i| i.decided.clone())
+        .unwrap_or_else(|| Decided::of(t.spec, r));
+    match find_created(metal, t, p, r)? {
+        Some(id) => {
+            let kept = record_created(ctx, t.id, owner, r, &id, &decided)?;
+            if !kept {
+                delete(metal, r, &id)?;
+            }
+            Ok(Some((id, kept)))
+        }
+        None => {
+            let token = intent.map(|i| i.token).unwrap_or_default();
+            withdraw_intent(ctx, t.id, owner, r, &token)?;
+            Ok(None)
+        }
+    }
 }
 
 /// Records `id`, just created (or found) for `r`; when the record refuses
@@ -824,110 +910,123 @@ fn held_id(progress: &Progress, r: Resource) -> Result<String> {
 }
 
 /// Reads an adopted resource and checks it fits the pool.
+///
+/// # Errors
+/// 422 naming the `spec.metal` field whose resource is missing or does
+/// not fit; 500 when a resource it depends on is not recorded; Metal's.
 fn adopt<H: HttpClient + ?Sized, E: Env + ?Sized>(
     metal: &Metal<'_, H, E>,
     t: &Target<'_>,
     progress: &Progress,
     r: Resource,
 ) -> Result<String> {
-    let s = t.spec;
-    let metro = s.metro.to_ascii_lowercase();
-    let missing = |f: &str, what: String| Error::invalid(field(r, f), what);
+    let invalid = |what: String| Error::invalid(field(r, "id"), what);
     match r {
-        Resource::Vrf => {
-            let id = s.vrf.id.clone().unwrap_or_default();
-            let vrf = metal
-                .get_vrf(&id)?
-                .ok_or_else(|| missing("id", format!("VRF {id} does not exist in the project")))?;
-            let vrf_metro = vrf
-                .metro
-                .and_then(|m| m.code)
-                .map(|c| c.to_ascii_lowercase());
-            if vrf_metro.as_deref().is_some_and(|m| m != metro) {
-                return Err(missing(
-                    "id",
-                    format!(
-                        "VRF {id} is in metro {}, not {metro}",
-                        vrf_metro.unwrap_or_default()
-                    ),
-                ));
-            }
-            if t.belongs_elsewhere(&vrf.tags) {
-                return Err(missing(
-                    "id",
-                    format!("VRF {id} was created for another metal-ipam pool"),
-                ));
-            }
-            Ok(vrf.id)
-        }
+        Resource::Vrf => adopt_vrf(metal, t),
         Resource::Reservation => {
-            let id = s.reservation.id.clone().unwrap_or_default();
+            let id = t.spec.reservation.id.clone().unwrap_or_default();
             let vrf = held_id(progress, Resource::Vrf)?;
             match metal.get_ip(&id)? {
-                Some(IpAddress::Vrf(res)) if t.belongs_elsewhere(&res.tags) => Err(missing(
-                    "id",
+                Some(IpAddress::Vrf(res)) if t.belongs_elsewhere(&res.tags) => Err(invalid(
                     format!("reservation {id} was created for another metal-ipam pool"),
                 )),
                 Some(IpAddress::Vrf(res)) if res.vrf.id() == Some(vrf.as_str()) => Ok(res.id),
-                Some(IpAddress::Vrf(_)) => Err(missing(
-                    "id",
-                    format!("reservation {id} belongs to another VRF than {vrf}"),
-                )),
-                Some(_) => Err(missing("id", format!("{id} is not a VRF IP reservation"))),
-                None => Err(missing("id", format!("reservation {id} does not exist"))),
+                Some(IpAddress::Vrf(_)) => Err(invalid(format!(
+                    "reservation {id} belongs to another VRF than {vrf}"
+                ))),
+                Some(_) => Err(invalid(format!("{id} is not a VRF IP reservation"))),
+                None => Err(invalid(format!("reservation {id} does not exist"))),
             }
         }
-        Resource::Vlan => {
-            let vlan = match (&s.vlan.id, s.vlan.vxlan) {
-                (Some(id), _) => metal.get_vlan(id)?,
-                (None, Some(vxlan)) => metal.find_vlan(vxlan, &metro)?,
-                (None, None) => None,
-            };
-            let vlan = vlan.ok_or_else(|| {
-                let (f, what) = match (&s.vlan.id, s.vlan.vxlan) {
-                    (Some(id), _) => ("id", format!("VLAN {id} does not exist")),
-                    (None, Some(v)) => ("vxlan", format!("no VLAN {v} in metro {metro}")),
-                    _ => ("id", "no VLAN named".to_string()),
-                };
-                missing(f, what)
-            })?;
-            if t.belongs_elsewhere(&vlan.tags) {
-                return Err(missing(
-                    "id",
-                    format!("VLAN {} was created for another metal-ipam pool", vlan.id),
-                ));
-            }
-            if vlan.metro().is_some_and(|m| m != metro) {
-                return Err(missing(
-                    "id",
-                    format!(
-                        "VLAN {} is in metro {}, not {metro}",
-                        vlan.id,
-                        vlan.metro().unwrap_or_default()
-                    ),
-                ));
-            }
-            Ok(vlan.id)
-        }
+        Resource::Vlan => adopt_vlan(metal, t),
         Resource::Gateway => {
-            let id = s.gateway.id.clone().unwrap_or_default();
+            let id = t.spec.gateway.id.clone().unwrap_or_default();
             let gw = metal
                 .get_gateway(&id)?
-                .ok_or_else(|| missing("id", format!("Metal Gateway {id} does not exist")))?;
+                .ok_or_else(|| invalid(format!("Metal Gateway {id} does not exist")))?;
             let res = held_id(progress, Resource::Reservation)?;
             let vlan = held_id(progress, Resource::Vlan)?;
             let on = |x: &Option<crate::metal::model::Ref>, want: &str| {
                 x.as_ref().and_then(|r| r.id()) == Some(want)
             };
             if !on(&gw.ip_reservation, &res) || !on(&gw.virtual_network, &vlan) {
-                return Err(missing(
-                    "id",
-                    format!("Metal Gateway {id} does not serve reservation {res} on VLAN {vlan}"),
-                ));
+                return Err(invalid(format!(
+                    "Metal Gateway {id} does not serve reservation {res} on VLAN {vlan}"
+                )));
             }
             Ok(gw.id)
         }
     }
+}
+
+/// The adopted VRF: it exists, in the pool's metro, not another pool's.
+fn adopt_vrf<H: HttpClient + ?Sized, E: Env + ?Sized>(
+    metal: &Metal<'_, H, E>,
+    t: &Target<'_>,
+) -> Result<String> {
+    let metro = t.spec.metro.to_ascii_lowercase();
+    let invalid = |what: String| Error::invalid(field(Resource::Vrf, "id"), what);
+    let id = t.spec.vrf.id.clone().unwrap_or_default();
+    let vrf = metal
+        .get_vrf(&id)?
+        .ok_or_else(|| invalid(format!("VRF {id} does not exist in the project")))?;
+    let vrf_metro = vrf
+        .metro
+        .and_then(|m| m.code)
+        .map(|c| c.to_ascii_lowercase());
+    if vrf_metro.as_deref().is_some_and(|m| m != metro) {
+        return Err(invalid(format!(
+            "VRF {id} is in metro {}, not {metro}",
+            vrf_metro.unwrap_or_default()
+        )));
+    }
+    if t.belongs_elsewhere(&vrf.tags) {
+        return Err(invalid(format!(
+            "VRF {id} was created for another metal-ipam pool"
+        )));
+    }
+    Ok(vrf.id)
+}
+
+/// The adopted VLAN (by id, or by VXLAN in the pool's metro): it exists,
+/// is not another pool's, and is in the pool's metro.
+fn adopt_vlan<H: HttpClient + ?Sized, E: Env + ?Sized>(
+    metal: &Metal<'_, H, E>,
+    t: &Target<'_>,
+) -> Result<String> {
+    let s = t.spec;
+    let metro = s.metro.to_ascii_lowercase();
+    let invalid = |f: &str, what: String| Error::invalid(field(Resource::Vlan, f), what);
+    let vlan = match (&s.vlan.id, s.vlan.vxlan) {
+        (Some(id), _) => metal.get_vlan(id)?,
+        (None, Some(vxlan)) => metal.find_vlan(vxlan, &metro)?,
+        (None, None) => None,
+    };
+    let vlan = vlan.ok_or_else(|| {
+        let (f, what) = match (&s.vlan.id, s.vlan.vxlan) {
+            (Some(id), _) => ("id", format!("VLAN {id} does not exist")),
+            (None, Some(v)) => ("vxlan", format!("no VLAN {v} in metro {metro}")),
+            _ => ("id", "no VLAN named".to_string()),
+        };
+        invalid(f, what)
+    })?;
+    if t.belongs_elsewhere(&vlan.tags) {
+        return Err(invalid(
+            "id",
+            format!("VLAN {} was created for another metal-ipam pool", vlan.id),
+        ));
+    }
+    if vlan.metro().is_some_and(|m| m != metro) {
+        return Err(invalid(
+            "id",
+            format!(
+                "VLAN {} is in metro {}, not {metro}",
+                vlan.id,
+                vlan.metro().unwrap_or_default()
+            ),
+        ));
+    }
+    Ok(vlan.id)
 }
 
 /// Creates `r` with the pool's tag; returns its id.
@@ -1173,51 +1272,14 @@ fn teardown_round<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
             ))
         }
         Teardown::FindCreated(r) => {
-            let intent = p.intent.clone();
-            let decided = intent
-                .as_ref()
-                .and_then(|i| i.decided.clone())
-                .unwrap_or_else(|| Decided::of(t.spec, r));
-            match find_created(metal, t, p, r)? {
-                Some(id) => {
-                    if !record_created(ctx, t.id, owner, r, &id, &decided)? {
-                        // The record moved on (another instance finished):
-                        // this one is nobody's.
-                        delete(metal, r, &id)?;
-                    }
-                    done.push(format!("found {} {id}", r.field()));
-                }
-                None => {
-                    let token = intent.map(|i| i.token).unwrap_or_default();
-                    withdraw_intent(ctx, t.id, owner, r, &token)?;
-                    done.push(format!("no {} was created", r.field()));
-                }
+            // A duplicate (the record moved on: another instance
+            // finished) is nobody's and deleted; found either way.
+            match settle_intent(ctx, metal, t, owner, p, r)? {
+                Some((id, _)) => done.push(format!("found {} {id}", r.field())),
+                None => done.push(format!("no {} was created", r.field())),
             }
         }
-        Teardown::Delete(r) => {
-            let id = held_id(p, r)?;
-            if r == Resource::Vlan {
-                // Metal refuses to delete a VLAN still on a port: unassign
-                // it first (Metal's teardown order), then delete in the
-                // next round. A port gone meanwhile counts as unassigned.
-                let ports = metal.vlan_ports(&id)?;
-                if !ports.is_empty() {
-                    for port in &ports {
-                        match metal.unassign_port(port, &id) {
-                            Ok(_) => {}
-                            Err(e) if e.status() == Some(404) => {}
-                            Err(e) => return Err(e.into()),
-                        }
-                        done.push(format!("unassigned vlan {id} from port {port}"));
-                    }
-                    return Ok(Round::Again);
-                }
-            }
-            // Gone already (404) counts as deleted.
-            delete(metal, r, &id)?;
-            record_deleted(ctx, t.id, owner, r, &id)?;
-            done.push(format!("deleted {} {id}", r.field()));
-        }
+        Teardown::Delete(r) => return delete_held(ctx, metal, t, p, r, done),
         Teardown::Release {
             resource: r,
             kept_for,
@@ -1233,32 +1295,82 @@ fn teardown_round<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
                 None => format!("kept {} {id}", r.field()),
             });
         }
-        Teardown::AwaitGatewayGone => {
-            let id = held_id(p, Resource::Gateway)?;
-            let gone = match metal.get_gateway(&id) {
-                Ok(None) => true,
-                // A deleted gateway may answer 403.
-                Err(e) if e.status() == Some(403) => true,
-                Ok(Some(_)) => false,
-                Err(e) => return Err(e.into()),
-            };
-            if !gone {
-                return Ok(Round::Stop(
-                    Phase::InProgress {
-                        waiting: "the Metal Gateway is being deleted".into(),
-                        retry_after_s: GATEWAY_POLL_S,
-                    },
-                    Box::new(p.clone()),
-                ));
-            }
-            record_released(ctx, t.id, owner, Resource::Gateway, &id)?;
-            done.push(format!("gateway {id} is gone"));
-        }
+        Teardown::AwaitGatewayGone => return gateway_gone(ctx, metal, t, p, done),
         Teardown::Done => {
             if finish_teardown(ctx, t.id, owner, retire)? {
                 return Ok(Round::Stop(Phase::Gone, Box::default()));
             }
         }
     }
+    Ok(Round::Again)
+}
+
+/// Deletes `r` as recorded on `p` (`t`'s record), and records it gone
+/// (already gone, 404, counts as deleted). A VLAN still on ports is
+/// unassigned from them first (Metal refuses to delete it; its teardown
+/// order), and deleted in the next round; a port gone meanwhile counts as
+/// unassigned.
+///
+/// # Errors
+/// Metal's and the store's.
+fn delete_held<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
+    ctx: &Ctx<'_, K>,
+    metal: &Metal<'_, H, E>,
+    t: &Target<'_>,
+    p: &Progress,
+    r: Resource,
+    done: &mut Vec<String>,
+) -> Result<Round> {
+    let id = held_id(p, r)?;
+    if r == Resource::Vlan {
+        let ports = metal.vlan_ports(&id)?;
+        if !ports.is_empty() {
+            for port in &ports {
+                match metal.unassign_port(port, &id) {
+                    Ok(_) => {}
+                    Err(e) if e.status() == Some(404) => {}
+                    Err(e) => return Err(e.into()),
+                }
+                done.push(format!("unassigned vlan {id} from port {port}"));
+            }
+            return Ok(Round::Again);
+        }
+    }
+    delete(metal, r, &id)?;
+    record_deleted(ctx, t.id, p.uid.as_deref(), r, &id)?;
+    done.push(format!("deleted {} {id}", r.field()));
+    Ok(Round::Again)
+}
+
+/// Waits for the deleted gateway on `p` (`t`'s record) to be gone (a 404,
+/// or the 403 a deleted gateway may answer), then records it released.
+///
+/// # Errors
+/// Metal's and the store's.
+fn gateway_gone<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
+    ctx: &Ctx<'_, K>,
+    metal: &Metal<'_, H, E>,
+    t: &Target<'_>,
+    p: &Progress,
+    done: &mut Vec<String>,
+) -> Result<Round> {
+    let id = held_id(p, Resource::Gateway)?;
+    let gone = match metal.get_gateway(&id) {
+        Ok(None) => true,
+        Err(e) if e.status() == Some(403) => true,
+        Ok(Some(_)) => false,
+        Err(e) => return Err(e.into()),
+    };
+    if !gone {
+        return Ok(Round::Stop(
+            Phase::InProgress {
+                waiting: "the Metal Gateway is being deleted".into(),
+                retry_after_s: GATEWAY_POLL_S,
+            },
+            Box::new(p.clone()),
+        ));
+    }
+    record_released(ctx, t.id, p.uid.as_deref(), Resource::Gateway, &id)?;
+    done.push(format!("gateway {id} is gone"));
     Ok(Round::Again)
 }
