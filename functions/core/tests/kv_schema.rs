@@ -4,7 +4,8 @@
 use std::path::PathBuf;
 
 use metal_ipam_core::ipam::pool::PoolId;
-use metal_ipam_core::kv::{keys, ClaimRecord, Next, PoolRecord};
+use metal_ipam_core::ipam::store::{ClaimRecord, Next, PoolRecord};
+use metal_ipam_core::kv::keys;
 use serde_json::Value;
 
 fn kv_schema_dir() -> PathBuf {

@@ -15,7 +15,8 @@ use crate::ipam::alloc::{
 };
 use crate::ipam::claim::Claim;
 use crate::ipam::pool::{PoolId, PoolKind, PoolObject};
-use crate::kv::{self, addr_in_family, keys, ClaimRecord, Ctx, Loaded, Next, PoolRecord, Step};
+use crate::ipam::store::{self, addr_in_family, ClaimRecord, Loaded, Next, PoolRecord};
+use crate::kv::{keys, Ctx, Step};
 use crate::ports::kv::KvStore;
 
 /// Result of [`allocate`].
@@ -191,7 +192,7 @@ fn bind<K: KvStore>(ctx: &Ctx<'_, K>, claim: &Claim, target: BindTarget) -> Resu
     let ckey = keys::claim(&claim.id.namespace, &claim.id.name);
     let cname = claim.id.display();
     let me = ctx.env.token();
-    let (follow, answer, taken_at) = kv::update_pool(ctx, &claim.pool, |current| {
+    let (follow, answer, taken_at) = store::update_pool(ctx, &claim.pool, |current| {
         let Some(l) = current else {
             // No pool: a binding left from it still answers (two reads).
             if let Some(record) = binding_of(ctx.kv, &ckey, claim)? {
@@ -225,13 +226,13 @@ fn bind_decide<K: KvStore>(
     cname: &str,
     ckey: &str,
     me: &str,
-) -> Result<Step<BindOutcome>> {
+) -> Result<Step<BindOutcome, Next>> {
     let now = ctx.env.now();
     let (mine, seen) = read_claims(ctx.kv, l, cname, ckey)?;
     let mut state = l.state.clone();
     // Intents seen done are dropped by whatever this decision writes.
     state.confirm(&seen);
-    let write = |state: PoolState, out: BindOutcome| -> Step<BindOutcome> {
+    let write = |state: PoolState, out: BindOutcome| -> Step<BindOutcome, Next> {
         Step::Write(
             Box::new(Next {
                 pool: Some((l.object.clone(), l.pool.clone())),
@@ -516,7 +517,7 @@ pub fn release<K: KvStore, G: ReleaseGuard>(
     let pool_id = first.pool_id(namespace)?;
     let me = ctx.env.token();
     let (follow, released, taken_at) =
-        kv::update_pool(ctx, &pool_id, |current| {
+        store::update_pool(ctx, &pool_id, |current| {
             let now = ctx.env.now();
             let Some(l) = current else {
                 // The pool is gone; only the key is left to remove.
@@ -742,7 +743,7 @@ fn unbound(id: &PoolId, l: &Loaded) -> Result<()> {
 /// # Errors
 /// 409 `PoolInUse` while addresses are bound; 503 on store failure.
 pub fn delete_provisioned_pool<K: KvStore>(ctx: &Ctx<'_, K>, id: &PoolId) -> Result<()> {
-    kv::update_pool(ctx, id, |current| {
+    store::update_pool(ctx, id, |current| {
         if let Some(l) = current {
             unbound(id, l)?;
         }
@@ -765,7 +766,7 @@ fn register<K: KvStore>(
     let pool = object.spec.validate()?;
     let id = object.id.clone();
     let me = ctx.env.token();
-    let (result, bindings, taken_at) = kv::update_pool(ctx, &id, |current| {
+    let (result, bindings, taken_at) = store::update_pool(ctx, &id, |current| {
         if let Some(may) = may {
             may()?;
         }
@@ -865,7 +866,7 @@ fn pool_ip(pool: &crate::ipam::pool::ValidatedPool, a: u128) -> String {
 /// # Errors
 /// Store failures (503), unreadable record (500).
 pub fn get_pool<K: KvStore>(kv: &K, id: &PoolId) -> Result<Option<PoolView>> {
-    Ok(kv::read_pool(kv, id)?.as_ref().map(PoolView::of))
+    Ok(store::read_pool(kv, id)?.as_ref().map(PoolView::of))
 }
 
 /// Lists pools, sorted by key; `kind` restricts to one kind. Lists every
@@ -877,7 +878,7 @@ pub fn list_pools<K: KvStore>(kv: &K, kind: Option<PoolKind>) -> Result<Vec<Pool
     let mut ids: Vec<PoolId> = kv
         .list_keys()?
         .iter()
-        .filter_map(|k| keys::parse_pool(k))
+        .filter_map(|k| keys::parse_pool::<PoolId>(k))
         .filter(|id| kind.is_none_or(|k| id.kind == k))
         .collect();
     ids.sort();
@@ -901,7 +902,7 @@ pub fn list_pools<K: KvStore>(kv: &K, kind: Option<PoolKind>) -> Result<Vec<Pool
 /// # Errors
 /// 409 `PoolInUse` while addresses are bound; 503 on store failure.
 pub fn delete_pool<K: KvStore>(ctx: &Ctx<'_, K>, id: &PoolId) -> Result<bool> {
-    kv::update_pool(ctx, id, |current| {
+    store::update_pool(ctx, id, |current| {
         let Some(l) = current else {
             return Ok(Step::Done(false));
         };

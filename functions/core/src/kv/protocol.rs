@@ -1,31 +1,25 @@
-//! The compare-and-swap protocol of a pool record, and the key layout it relies on.
+//! The compare-and-swap protocol of any [`CasRecord`] (the pool record,
+//! the Metal records, a device's network record).
 //!
 //! The full description, with the invariants and the reasoning about each
 //! backend's quirks, is `kv-schema/README.md`; this module is its code.
-//!
-//! # Keys
-//! | Key | Value | Written by |
-//! |---|---|---|
-//! | `pool/ns/<namespace>/<name>` | [`PoolRecord`] (or, for an instant while a pool is first created, a zero counter) | pools, allocate, release |
-//! | `pool/global/<name>` | [`PoolRecord`] | pools, allocate, release |
-//! | `pool-init/ns/<namespace>/<name>`, `pool-init/global/<name>` | counter (creation guard) | pools |
-//! | `claim/<namespace>/<name>` | [`crate::kv::ClaimRecord`] | the owner of the pool's intent for it: allocate (set), release (delete) |
+//! The keys are [`crate::kv::keys`]'s.
 //!
 //! # Protocol
-//! Every change to a pool — registration, update, deletion, allocation,
-//! release — is one read-modify-write of its record with
-//! [`KvStore::cas_read`] / [`KvStore::cas_swap`], retried on conflict. The
-//! claim-key writes a decision owes are intents in the record
-//! ([`crate::ipam::alloc::Intent`], [`crate::ipam::ops`]). Two rules make the swap
+//! Every change to a record is one read-modify-write with
+//! [`KvStore::cas_read`] / [`KvStore::cas_swap`], retried on conflict. (For
+//! a pool, the claim-key writes a decision owes are intents in its record:
+//! `ipam::alloc::Intent`, `ipam::ops`.) Two rules make the swap
 //! exact on Spin's real backends:
 //! 1. **Never swap on an absent key** (Spin's SQLite backend upserts it, so
-//!    two creators would both "win"). A pool key is first brought into
+//!    two creators would both "win"). A record key is first brought into
 //!    existence with `increment(key, 0)` by the one request that won the
 //!    creation guard counter (or, if that winner crashed before making it,
 //!    by a loser at least [`GUARD_STALL_S`] after the stall was first seen:
 //!    [`take_over_creation`]); the swap then replaces that zero counter.
-//!    Pool keys are never deleted afterwards (deletion leaves a tombstone
-//!    record), so every later swap is on an existing key.
+//!    Record keys are never deleted while in use (deletion leaves a
+//!    tombstone, or [`forget_record`] removes key and guard together), so
+//!    every later swap is on an existing key.
 //! 2. **Read back whenever the backend's answer cannot be trusted.** Each
 //!    written record carries a fresh random `writer` token and the 31
 //!    before it, so a read-back tells a landed swap (its token is there,
@@ -38,9 +32,8 @@
 //!    `verify`. The `kv_swap_check = "always"` variable forces the read-back.
 
 use crate::error::{Error, Result};
-use crate::ipam::pool::PoolId;
 use crate::kv::keys;
-use crate::kv::records::{writers_after, written_by, Loaded, Next, PoolRecord, SwapCheck};
+use crate::kv::records::{writers_after, written_by, SwapCheck};
 use crate::ports::kv::{self, KvStore, Swap};
 use crate::ports::Env;
 
@@ -74,9 +67,9 @@ impl SwapPolicy {
 }
 
 /// What a read-modify-write callback decided (`N`: what the record type
-/// builds from, [`CasRecord::Next`]; a pool's [`Next`] by default).
+/// builds from, [`CasRecord::Next`]).
 #[derive(Debug)]
-pub enum Step<T, N = Next> {
+pub enum Step<T, N> {
     /// Nothing to write; return `T`.
     Done(T),
     /// Write `N`, then return `T`.
@@ -102,9 +95,9 @@ pub struct Envelope {
 /// created once through a creation guard (never a swap on an absent key),
 /// never deleted (a tombstone instead), every swap tagged with a writer
 /// token and read back where the backend's answer cannot be trusted. The
-/// pool record is one; Metal and port state records will be others.
+/// pool record, the Metal records and a device's network record are.
 pub trait CasRecord: Sized {
-    /// What identifies one record of this type (e.g. a [`PoolId`]).
+    /// What identifies one record of this type (e.g. a pool id).
     type Id: ?Sized;
     /// What a decision sees: the content, loaded and checked.
     type View;
@@ -230,44 +223,6 @@ impl<S: StateRecord> CasRecord for Enveloped<S> {
     }
 }
 
-impl CasRecord for PoolRecord {
-    type Id = PoolId;
-    type View = Loaded;
-    type Next = Next;
-
-    fn key(id: &PoolId) -> String {
-        keys::pool(id)
-    }
-    fn guard_key(id: &PoolId) -> String {
-        keys::pool_init(id)
-    }
-    fn describe(id: &PoolId) -> String {
-        format!("pool {}", id.display())
-    }
-    fn decode(bytes: &[u8]) -> Result<Self> {
-        PoolRecord::decode(bytes)
-    }
-    fn encode(&self) -> Vec<u8> {
-        PoolRecord::encode(self)
-    }
-    fn envelope(&self) -> Envelope {
-        Envelope {
-            rev: self.rev,
-            writer: self.writer.clone(),
-            recent_writers: self.recent_writers.clone(),
-            swap_check: self.swap_check,
-        }
-    }
-    fn view(&self, id: &PoolId) -> Result<Option<Loaded>> {
-        self.load(id)
-    }
-    fn build(next: &Next, e: Envelope) -> Self {
-        let mut record = PoolRecord::build(next, e.rev, e.writer, e.swap_check);
-        record.recent_writers = e.recent_writers;
-        record
-    }
-}
-
 /// Everything a step needs: the store, the environment and the swap policy.
 pub struct Ctx<'a, K: KvStore> {
     /// The key-value store.
@@ -288,14 +243,6 @@ enum Base {
     },
 }
 
-/// Reads a pool record without starting a swap (one `get`).
-///
-/// # Errors
-/// Store failures (503) and unreadable records (500).
-pub fn read_pool<K: KvStore>(kv: &K, id: &PoolId) -> Result<Option<Loaded>> {
-    read_record::<K, PoolRecord>(kv, id)
-}
-
 /// Reads a record's content without starting a swap (one `get`): `None`
 /// when absent, still the creation placeholder, or a tombstone.
 ///
@@ -307,19 +254,6 @@ pub fn read_record<K: KvStore, R: CasRecord>(kv: &K, id: &R::Id) -> Result<Optio
         Some(b) if kv::is_zero_counter(&b) => Ok(None),
         Some(b) => R::decode(&b)?.view(id),
     }
-}
-
-/// One read-modify-write of a pool record, retried on conflict: the pool
-/// instance of [`update_record`].
-///
-/// # Errors
-/// As [`update_record`].
-pub fn update_pool<K: KvStore, T>(
-    ctx: &Ctx<'_, K>,
-    id: &PoolId,
-    decide: impl FnMut(Option<&Loaded>) -> Result<Step<T>>,
-) -> Result<T> {
-    update_record::<K, PoolRecord, T>(ctx, id, decide)
 }
 
 /// One read-modify-write of a record, retried on conflict.
