@@ -306,7 +306,7 @@ fn fill(kv: &MemKv, env: &TestEnv, cidr: &str, prefix: u8, permille: u128) {
     let l = rec.load(&id).unwrap().unwrap();
     let (first, last) = l.pool.allocatable.ranges()[0];
     let n = (last - first + 1) * permille / 1000;
-    rec.used = vec![format!("{}-{}", l.pool.ip(first), l.pool.ip(first + n - 1))];
+    rec.state.used = vec![format!("{}-{}", l.pool.ip(first), l.pool.ip(first + n - 1))];
     kv.set(&key, &serde_json::to_vec(&rec).unwrap()).unwrap();
 }
 

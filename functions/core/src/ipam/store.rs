@@ -17,7 +17,9 @@ use crate::ipam::alloc::{Cooling, Intent, IntentKind, PoolState};
 use crate::ipam::claim::{AddressView, CapiVersion, Claim, ClaimId, PoolRef};
 use crate::ipam::pool::{PoolId, PoolKind, PoolObject, ValidatedPool};
 use crate::kv::keys::{self, Scoped};
-use crate::kv::protocol::{read_record, update_record, CasRecord, Ctx, Envelope, Step};
+use crate::kv::protocol::{
+    read_record, update_record, CasRecord, Content, Ctx, Envelope, Enveloped, Step,
+};
 use crate::kv::records::{decode_versioned, writers_after, written_by, SwapCheck, RECORD_VERSION};
 use crate::ports::kv::KvStore;
 
@@ -91,25 +93,19 @@ pub struct IntentRecord {
     pub at: u64,
 }
 
-/// The value of a pool key: spec plus allocation state, one document so a
-/// single compare-and-swap covers both.
+/// Schema version of the pool record this build writes: 2, the record in
+/// the generic envelope ([`Enveloped`]). Version 1 (the envelope's fields
+/// and the content side by side, written by builds before) is still read
+/// ([`PoolContent::legacy`]) and written back as version 2 by the next
+/// write.
+pub const POOL_VERSION: u32 = 2;
+
+/// The content of a pool key: spec plus allocation state, one document so
+/// a single compare-and-swap covers both.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct PoolRecord {
-    /// Schema version, [`RECORD_VERSION`].
-    pub v: u32,
-    /// Incremented by every write.
-    pub rev: u64,
-    /// Random token of the last writer (detects silently aborted swaps).
-    pub writer: String,
-    /// Tokens of the writers before it, newest last, at most
-    /// [`crate::kv::RECENT_WRITERS`]: a read-back finding its token here knows its
-    /// swap landed (and a newer one came after) rather than aborted.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub recent_writers: Vec<String>,
-    /// Whether swaps on this record are read back.
-    pub swap_check: SwapCheck,
-    /// Tombstone: the pool was deleted (the key stays, see the module docs).
+pub struct PoolContent {
+    /// Tombstone: the pool was deleted (the key stays, see `kv::protocol`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub deleted: bool,
     /// The pool object (apiVersion, kind, metadata, spec); absent in a tombstone.
@@ -129,6 +125,33 @@ pub struct PoolRecord {
     pub journal: Vec<JournalRecord>,
 }
 
+/// The value of a pool key: [`PoolContent`] in the generic envelope.
+pub type PoolRecord = Enveloped<PoolContent>;
+
+/// A version 1 pool record: the envelope's fields beside the content's.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct PoolRecordV1 {
+    v: u32,
+    rev: u64,
+    writer: String,
+    #[serde(default)]
+    recent_writers: Vec<String>,
+    swap_check: SwapCheck,
+    #[serde(default)]
+    deleted: bool,
+    #[serde(default)]
+    pool: Option<Value>,
+    #[serde(default)]
+    used: Vec<String>,
+    #[serde(default)]
+    cooling: Vec<CoolingRecord>,
+    #[serde(default)]
+    intents: Vec<IntentRecord>,
+    #[serde(default)]
+    journal: Vec<JournalRecord>,
+}
+
 /// A pool as loaded from its record.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Loaded {
@@ -146,35 +169,31 @@ pub struct Loaded {
     pub exact: bool,
 }
 
-impl PoolRecord {
-    /// Decodes a record.
-    ///
-    /// # Errors
-    /// 500 if the bytes are not a version-1 record (corruption or a newer
-    /// writer).
-    pub fn decode(bytes: &[u8]) -> Result<PoolRecord> {
-        decode_versioned(bytes, "pool", |r: &PoolRecord| r.v)
-    }
-
-    /// Encodes the record as compact JSON.
-    pub fn encode(&self) -> Vec<u8> {
-        serde_json::to_vec(self).unwrap_or_default()
-    }
-
-    /// The pool and its state, or `None` for a tombstone.
+impl PoolContent {
+    /// The pool and its state, or `None` for a tombstone; `rev` and `exact`
+    /// are the envelope's.
     ///
     /// # Errors
     /// 500 if the stored object or state does not parse.
-    pub fn load(&self, id: &PoolId) -> Result<Option<Loaded>> {
+    pub fn load(&self, id: &PoolId, rev: u64, exact: bool) -> Result<Option<Loaded>> {
         let Some(obj) = self.pool.as_ref().filter(|_| !self.deleted) else {
             return Ok(None);
         };
-        let object = PoolObject::parse(id, obj).map_err(|e| {
-            Error::internal(format!("stored pool {} is invalid: {e}", id.display()))
-        })?;
-        let pool = object.spec.validate().map_err(|e| {
-            Error::internal(format!("stored pool {} is invalid: {e}", id.display()))
-        })?;
+        let invalid =
+            |e: Error| Error::internal(format!("stored pool {} is invalid: {e}", id.display()));
+        let object = PoolObject::parse(id, obj).map_err(invalid)?;
+        let pool = object.spec.validate().map_err(invalid)?;
+        Ok(Some(Loaded {
+            object,
+            pool,
+            state: self.state()?,
+            rev,
+            exact,
+        }))
+    }
+
+    /// The allocation state it stores.
+    fn state(&self) -> Result<PoolState> {
         let mut state = PoolState::default();
         for u in &self.used {
             let (a, b) = stored_entry(u)?;
@@ -202,13 +221,143 @@ impl PoolRecord {
                 at: i.at,
             });
         }
-        Ok(Some(Loaded {
-            object,
-            pool,
-            state,
-            rev: self.rev,
-            exact: self.swap_check == SwapCheck::Exact,
-        }))
+        Ok(state)
+    }
+
+    /// The content for `next` (see [`Next`]).
+    pub fn build(next: &Next) -> PoolContent {
+        let Some((object, vp)) = &next.pool else {
+            return PoolContent {
+                deleted: true,
+                pool: None,
+                used: Vec::new(),
+                cooling: Vec::new(),
+                intents: Vec::new(),
+                journal: Vec::new(),
+            };
+        };
+        let fmt = |v: u128| from_u128(vp.family, v).to_string();
+        let used = next
+            .state
+            .used
+            .ranges()
+            .iter()
+            .map(|&(a, b)| {
+                if a == b {
+                    fmt(a)
+                } else {
+                    format!("{}-{}", fmt(a), fmt(b))
+                }
+            })
+            .collect();
+        let cooling = next
+            .state
+            .cooling
+            .iter()
+            .map(|c| CoolingRecord {
+                address: fmt(c.address),
+                until: c.until,
+            })
+            .collect();
+        let intents = next
+            .state
+            .intents
+            .iter()
+            .map(|i| IntentRecord {
+                kind: match i.kind {
+                    IntentKind::Bind => IntentKindRecord::Bind,
+                    IntentKind::Unbind => IntentKindRecord::Unbind,
+                },
+                claim: i.claim.clone(),
+                uid: i.uid.clone(),
+                address: fmt(i.address),
+                token: i.token.clone(),
+                owner: i.owner.clone(),
+                at: i.at,
+            })
+            .collect();
+        PoolContent {
+            deleted: false,
+            pool: Some(object.to_json(None)),
+            used,
+            cooling,
+            intents,
+            journal: Vec::new(),
+        }
+    }
+}
+
+impl Content for PoolContent {
+    type Id = PoolId;
+    type View = Loaded;
+    type Next = Next;
+    const VERSION: u32 = POOL_VERSION;
+    const WHAT: &'static str = "pool record";
+
+    fn key(id: &PoolId) -> String {
+        keys::pool(id)
+    }
+    fn guard_key(id: &PoolId) -> String {
+        keys::pool_init(id)
+    }
+    fn describe(id: &PoolId) -> String {
+        format!("pool {}", id.display())
+    }
+    fn view(&self, id: &PoolId, e: &Envelope) -> Result<Option<Loaded>> {
+        self.load(id, e.rev, e.swap_check == SwapCheck::Exact)
+    }
+    fn build(next: &Next) -> Self {
+        PoolContent::build(next)
+    }
+    /// A version 1 record, moved into the envelope.
+    fn legacy(bytes: &[u8]) -> Option<Result<PoolRecord>> {
+        let old: PoolRecordV1 = serde_json::from_slice(bytes).ok()?;
+        if old.v != RECORD_VERSION {
+            return Some(Err(Error::internal(format!(
+                "pool record has schema version {}, this build reads {RECORD_VERSION} and {POOL_VERSION}",
+                old.v
+            ))));
+        }
+        let e = Envelope {
+            rev: old.rev,
+            writer: old.writer,
+            recent_writers: old.recent_writers,
+            swap_check: old.swap_check,
+        };
+        let content = PoolContent {
+            deleted: old.deleted,
+            pool: old.pool,
+            used: old.used,
+            cooling: old.cooling,
+            intents: old.intents,
+            journal: old.journal,
+        };
+        Some(Ok(Enveloped::wrap(content, e)))
+    }
+}
+
+impl PoolRecord {
+    /// Decodes a record, version 2 or 1.
+    ///
+    /// # Errors
+    /// 500 if the bytes are not a pool record this build reads (corruption
+    /// or a newer writer).
+    pub fn decode(bytes: &[u8]) -> Result<PoolRecord> {
+        <PoolRecord as CasRecord>::decode(bytes)
+    }
+
+    /// Encodes the record as compact JSON (always version 2).
+    pub fn encode(&self) -> Vec<u8> {
+        <PoolRecord as CasRecord>::encode(self)
+    }
+
+    /// The pool and its state, or `None` for a tombstone.
+    ///
+    /// # Errors
+    /// 500 if the stored object or state does not parse.
+    pub fn load(&self, id: &PoolId) -> Result<Option<Loaded>> {
+        self.state
+            .load(id, self.rev, self.swap_check == SwapCheck::Exact)
     }
 
     /// Whether the write carrying `token` is this record or one of the
@@ -222,68 +371,15 @@ impl PoolRecord {
         writers_after(&self.writer, &self.recent_writers)
     }
 
-    /// Builds a record for `next` (see [`Next`]).
+    /// Builds a record for `next` (see [`Next`]), with no recent writers.
     pub fn build(next: &Next, rev: u64, writer: String, swap_check: SwapCheck) -> PoolRecord {
-        let (pool, used, cooling, intents) = match &next.pool {
-            None => (None, Vec::new(), Vec::new(), Vec::new()),
-            Some((object, vp)) => {
-                let fam = vp.family;
-                let fmt = |v: u128| from_u128(fam, v).to_string();
-                let used = next
-                    .state
-                    .used
-                    .ranges()
-                    .iter()
-                    .map(|&(a, b)| {
-                        if a == b {
-                            fmt(a)
-                        } else {
-                            format!("{}-{}", fmt(a), fmt(b))
-                        }
-                    })
-                    .collect();
-                let cooling = next
-                    .state
-                    .cooling
-                    .iter()
-                    .map(|c| CoolingRecord {
-                        address: fmt(c.address),
-                        until: c.until,
-                    })
-                    .collect();
-                let intents = next
-                    .state
-                    .intents
-                    .iter()
-                    .map(|i| IntentRecord {
-                        kind: match i.kind {
-                            IntentKind::Bind => IntentKindRecord::Bind,
-                            IntentKind::Unbind => IntentKindRecord::Unbind,
-                        },
-                        claim: i.claim.clone(),
-                        uid: i.uid.clone(),
-                        address: fmt(i.address),
-                        token: i.token.clone(),
-                        owner: i.owner.clone(),
-                        at: i.at,
-                    })
-                    .collect();
-                (Some(object.to_json(None)), used, cooling, intents)
-            }
-        };
-        PoolRecord {
-            v: RECORD_VERSION,
+        let e = Envelope {
             rev,
             writer,
             recent_writers: Vec::new(),
             swap_check,
-            deleted: pool.is_none(),
-            pool,
-            used,
-            cooling,
-            intents,
-            journal: Vec::new(),
-        }
+        };
+        Enveloped::wrap(PoolContent::build(next), e)
     }
 }
 
@@ -466,44 +562,6 @@ fn stored_entry(s: &str) -> Result<(u128, u128)> {
 /// Converts `ip` for `pool`, or `None` when the family differs.
 pub fn addr_in_family(pool: &ValidatedPool, ip: IpAddr) -> Option<u128> {
     (crate::ip::Family::of(ip) == pool.family).then(|| to_u128(ip))
-}
-
-impl CasRecord for PoolRecord {
-    type Id = PoolId;
-    type View = Loaded;
-    type Next = Next;
-
-    fn key(id: &PoolId) -> String {
-        keys::pool(id)
-    }
-    fn guard_key(id: &PoolId) -> String {
-        keys::pool_init(id)
-    }
-    fn describe(id: &PoolId) -> String {
-        format!("pool {}", id.display())
-    }
-    fn decode(bytes: &[u8]) -> Result<Self> {
-        PoolRecord::decode(bytes)
-    }
-    fn encode(&self) -> Vec<u8> {
-        PoolRecord::encode(self)
-    }
-    fn envelope(&self) -> Envelope {
-        Envelope {
-            rev: self.rev,
-            writer: self.writer.clone(),
-            recent_writers: self.recent_writers.clone(),
-            swap_check: self.swap_check,
-        }
-    }
-    fn view(&self, id: &PoolId) -> Result<Option<Loaded>> {
-        self.load(id)
-    }
-    fn build(next: &Next, e: Envelope) -> Self {
-        let mut record = PoolRecord::build(next, e.rev, e.writer, e.swap_check);
-        record.recent_writers = e.recent_writers;
-        record
-    }
 }
 
 /// Reads a pool record without starting a swap (one `get`).

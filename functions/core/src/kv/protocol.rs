@@ -147,7 +147,8 @@ pub trait StateRecord: Clone + serde::Serialize + serde::de::DeserializeOwned {
 
 /// A compare-and-swap record whose content `S` sits under `state` next to
 /// the envelope: `{"v", "rev", "writer", "recentWriters", "swapCheck",
-/// "state"}`. Never a tombstone: `S` says what is left.
+/// "state"}`: the one stored form of every record kept with this protocol.
+/// A tombstone, where a record has one, is content (`S` says what is left).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 #[serde(bound(
@@ -155,7 +156,7 @@ pub trait StateRecord: Clone + serde::Serialize + serde::de::DeserializeOwned {
     deserialize = "S: serde::de::DeserializeOwned"
 ))]
 pub struct Enveloped<S> {
-    /// Schema version, `S::VERSION`.
+    /// Schema version, [`Content::VERSION`] of `S`.
     pub v: u32,
     /// Incremented by every write.
     pub rev: u64,
@@ -170,10 +171,71 @@ pub struct Enveloped<S> {
     pub state: S,
 }
 
-impl<S: StateRecord> CasRecord for Enveloped<S> {
-    type Id = S::Id;
+/// What an [`Enveloped`] record holds, in general: its key family, its
+/// schema version and name, what a decision sees of it ([`Content::View`])
+/// and what a decision asks to write ([`Content::Next`]). A
+/// [`StateRecord`] is the simple case, seen and written as it is stored.
+pub trait Content: Sized + serde::Serialize + serde::de::DeserializeOwned {
+    /// What identifies one record.
+    type Id: ?Sized;
+    /// What a decision sees: the content, loaded and checked.
+    type View;
+    /// What a decision asks to write.
+    type Next;
+    /// Schema version this build writes (`"v"`).
+    const VERSION: u32;
+    /// The record's name in error messages, e.g. `pool record`.
+    const WHAT: &'static str;
+    /// The record's key.
+    fn key(id: &Self::Id) -> String;
+    /// Its creation guard counter's key.
+    fn guard_key(id: &Self::Id) -> String;
+    /// `what` in a 503 `Contention` message.
+    fn describe(id: &Self::Id) -> String;
+    /// What a decision sees (`None` for a tombstone); `envelope` is the
+    /// stored record's.
+    ///
+    /// # Errors
+    /// 500 when the stored content does not load.
+    fn view(&self, id: &Self::Id, envelope: &Envelope) -> Result<Option<Self::View>>;
+    /// The content that replaces the current one.
+    fn build(next: &Self::Next) -> Self;
+    /// A record in a format an earlier build wrote, read into the envelope
+    /// (`None` when `bytes` are not one: the default, for records that
+    /// never had another format). Writes always write the envelope, so the
+    /// next write of a record migrates it.
+    fn legacy(_bytes: &[u8]) -> Option<Result<Enveloped<Self>>> {
+        None
+    }
+}
+
+impl<S: StateRecord> Content for S {
+    type Id = <S as StateRecord>::Id;
     type View = S;
     type Next = S;
+    const VERSION: u32 = <S as StateRecord>::VERSION;
+    const WHAT: &'static str = <S as StateRecord>::WHAT;
+    fn key(id: &Self::Id) -> String {
+        <S as StateRecord>::key(id)
+    }
+    fn guard_key(id: &Self::Id) -> String {
+        <S as StateRecord>::guard_key(id)
+    }
+    fn describe(id: &Self::Id) -> String {
+        <S as StateRecord>::describe(id)
+    }
+    fn view(&self, _: &Self::Id, _: &Envelope) -> Result<Option<S>> {
+        Ok(Some(self.clone()))
+    }
+    fn build(next: &S) -> Self {
+        next.clone()
+    }
+}
+
+impl<S: Content> CasRecord for Enveloped<S> {
+    type Id = S::Id;
+    type View = S::View;
+    type Next = S::Next;
 
     fn key(id: &S::Id) -> String {
         S::key(id)
@@ -185,8 +247,14 @@ impl<S: StateRecord> CasRecord for Enveloped<S> {
         S::describe(id)
     }
     fn decode(bytes: &[u8]) -> Result<Self> {
-        let rec: Enveloped<S> = serde_json::from_slice(bytes)
-            .map_err(|e| Error::internal(format!("unreadable {}: {e}", S::WHAT)))?;
+        let rec: Enveloped<S> = match serde_json::from_slice(bytes) {
+            Ok(rec) => rec,
+            Err(e) => {
+                return S::legacy(bytes).unwrap_or_else(|| {
+                    Err(Error::internal(format!("unreadable {}: {e}", S::WHAT)))
+                })
+            }
+        };
         if rec.v != S::VERSION {
             return Err(Error::internal(format!(
                 "{} has schema version {}, this build reads {}",
@@ -208,17 +276,24 @@ impl<S: StateRecord> CasRecord for Enveloped<S> {
             swap_check: self.swap_check,
         }
     }
-    fn view(&self, _: &S::Id) -> Result<Option<S>> {
-        Ok(Some(self.state.clone()))
+    fn view(&self, id: &S::Id) -> Result<Option<S::View>> {
+        self.state.view(id, &self.envelope())
     }
-    fn build(next: &S, e: Envelope) -> Self {
+    fn build(next: &S::Next, e: Envelope) -> Self {
+        Enveloped::wrap(S::build(next), e)
+    }
+}
+
+impl<S: Content> Enveloped<S> {
+    /// `state` in the envelope `e`, at this build's version.
+    pub fn wrap(state: S, e: Envelope) -> Self {
         Enveloped {
             v: S::VERSION,
             rev: e.rev,
             writer: e.writer,
             recent_writers: e.recent_writers,
             swap_check: e.swap_check,
-            state: next.clone(),
+            state,
         }
     }
 }
