@@ -358,57 +358,20 @@ pub fn update_record<K: KvStore, R: CasRecord, T>(
     mut decide: impl FnMut(Option<&R::View>) -> Result<Step<T, R::Next>>,
 ) -> Result<T> {
     let key = R::key(id);
-    // Whether this request asked for the creation guard, and won it
-    // (rule 1).
-    let mut guard_asked = false;
-    let mut guard_won = false;
+    let mut guard = Guard::default();
     for attempt in 0..MAX_CAS_ATTEMPTS {
         if attempt > 0 {
             ctx.env.pause(attempt);
         }
         let (cas, current) = ctx.kv.cas_read(&key)?;
-        let (base, view) = match current.as_deref() {
-            None => (Base::Absent, None),
-            Some(b) if kv::is_zero_counter(b) => {
-                let check = if b.len() == 8 {
-                    SwapCheck::Exact
-                } else {
-                    SwapCheck::Verify
-                };
-                (Base::Placeholder(check), None)
-            }
-            Some(b) => {
-                let rec = R::decode(b)?;
-                let view = rec.view(id)?;
-                let e = rec.envelope();
-                (
-                    Base::Record {
-                        rev: e.rev,
-                        swap_check: e.swap_check,
-                        writers: writers_after(&e.writer, &e.recent_writers),
-                    },
-                    view,
-                )
-            }
-        };
+        let (base, view) = read_base::<R>(current.as_deref(), id)?;
         let (next, out) = match decide(view.as_ref())? {
             Step::Done(out) => return Ok(out),
             Step::Write(next, out) => (next, out),
         };
         let (rev, check, writers) = match base {
             Base::Absent => {
-                if !guard_asked {
-                    guard_asked = true;
-                    guard_won = ctx.kv.increment(&R::guard_key(id), 1)? == 1;
-                    if !guard_won {
-                        // Once per request: note the stall, or take the
-                        // creation over from a winner that crashed.
-                        take_over_creation(ctx, &key)?;
-                    }
-                }
-                if guard_won {
-                    ctx.kv.increment(&key, 0)?;
-                }
+                guard.bring_into_existence::<K, R>(ctx, id, &key)?;
                 continue;
             }
             Base::Placeholder(check) => (1, check, Vec::new()),
@@ -453,6 +416,71 @@ pub fn update_record<K: KvStore, R: CasRecord, T>(
             R::describe(id)
         ),
     ))
+}
+
+/// What an attempt read: the base its write builds on, and the content a
+/// decision sees (`None` when absent, the creation placeholder, or a
+/// tombstone).
+fn read_base<R: CasRecord>(current: Option<&[u8]>, id: &R::Id) -> Result<(Base, Option<R::View>)> {
+    Ok(match current {
+        None => (Base::Absent, None),
+        Some(b) if kv::is_zero_counter(b) => {
+            let check = if b.len() == 8 {
+                SwapCheck::Exact
+            } else {
+                SwapCheck::Verify
+            };
+            (Base::Placeholder(check), None)
+        }
+        Some(b) => {
+            let rec = R::decode(b)?;
+            let view = rec.view(id)?;
+            let e = rec.envelope();
+            (
+                Base::Record {
+                    rev: e.rev,
+                    swap_check: e.swap_check,
+                    writers: writers_after(&e.writer, &e.recent_writers),
+                },
+                view,
+            )
+        }
+    })
+}
+
+/// Whether this request asked for a record's creation guard, and won it
+/// (rule 1).
+#[derive(Default)]
+struct Guard {
+    asked: bool,
+    won: bool,
+}
+
+impl Guard {
+    /// For a write that found the key absent: asks for the creation guard
+    /// once per request; the winner makes the key (the zero counter the
+    /// next attempt swaps), a loser notes the stall or takes a crashed
+    /// winner's creation over ([`take_over_creation`]).
+    fn bring_into_existence<K: KvStore, R: CasRecord>(
+        &mut self,
+        ctx: &Ctx<'_, K>,
+        id: &R::Id,
+        key: &str,
+    ) -> Result<()> {
+        if !self.asked {
+            self.asked = true;
+            self.won = ctx.kv.increment(&R::guard_key(id), 1)? == 1;
+            if !self.won {
+                // Once per request: note the stall, or take the creation
+                // over from a winner that crashed.
+                take_over_creation(ctx, key)?;
+            }
+        }
+        if self.won {
+            ctx.kv.increment(key, 0)?;
+        }
+        Ok(())
+    }
 }
 
 /// Whether a read-back shows the write of `writer`: the record it wrote, or
