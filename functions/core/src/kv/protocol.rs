@@ -16,7 +16,7 @@
 //!    existence with `increment(key, 0)` by the one request that won the
 //!    creation guard counter (or, if that winner crashed before making it,
 //!    by a loser at least [`GUARD_STALL_S`] after the stall was first seen:
-//!    [`take_over_creation`]); the swap then replaces that zero counter.
+//!    `take_over_creation`); the swap then replaces that zero counter.
 //!    Record keys are never deleted while in use (deletion leaves a
 //!    tombstone, or [`forget_record`] removes key and guard together), so
 //!    every later swap is on an existing key.
