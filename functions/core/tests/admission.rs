@@ -10,7 +10,8 @@ use metal_ipam_core::ipam::alloc::{AllocRequest, PoolState};
 use metal_ipam_core::ipam::claim::Claim;
 use metal_ipam_core::ipam::ops;
 use metal_ipam_core::ipam::pool::{PoolId, PoolKind, PoolObject};
-use metal_ipam_core::kv::{Ctx, Loaded, SwapPolicy};
+use metal_ipam_core::ipam::store::Loaded;
+use metal_ipam_core::kv::{Ctx, SwapPolicy};
 use metal_ipam_core::testing::{Backend, MemKv, TestEnv};
 use serde_json::{json, Value};
 

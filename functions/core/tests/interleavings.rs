@@ -33,8 +33,9 @@ use metal_ipam_core::ipam::alloc::IntentKind;
 use metal_ipam_core::ipam::claim::Claim;
 use metal_ipam_core::ipam::ops;
 use metal_ipam_core::ipam::pool::{PoolId, PoolObject};
+use metal_ipam_core::ipam::store::{self, ClaimRecord};
 use metal_ipam_core::kv::protocol::GUARD_STALL_S;
-use metal_ipam_core::kv::{self, keys, ClaimRecord, Ctx, SwapPolicy};
+use metal_ipam_core::kv::{keys, Ctx, SwapPolicy};
 use metal_ipam_core::ports::kv::KvStore;
 use metal_ipam_core::ports::Env;
 use metal_ipam_core::provision::assign::MetalAssignmentClosed;
@@ -168,7 +169,7 @@ fn dump(kv: &MemKv) -> String {
 /// release is decided (an `Unbind` intent in the pool) is dead even while
 /// its key still holds it.
 fn bindings(kv: &MemKv) -> BTreeMap<String, ClaimRecord> {
-    let state = kv::read_pool(kv, &PoolId::namespaced(NS, POOL))
+    let state = store::read_pool(kv, &PoolId::namespaced(NS, POOL))
         .unwrap()
         .map(|l| l.state)
         .unwrap_or_default();
@@ -223,7 +224,7 @@ fn check(
             }
         }
         if let Some(view) = &view {
-            let state = kv::read_pool(kv, &id).unwrap().unwrap().state;
+            let state = store::read_pool(kv, &id).unwrap().unwrap().state;
             let cooling: Vec<u128> = state.cooling.iter().map(|c| c.address).collect();
             // Every used address is held: by a live binding, or by a Bind
             // intent whose binding is still to be written, or cooling down.

@@ -4,7 +4,8 @@
 use std::path::PathBuf;
 
 use metal_ipam_core::ipam::pool::PoolId;
-use metal_ipam_core::kv::{keys, ClaimRecord, Next, PoolRecord};
+use metal_ipam_core::ipam::store::{ClaimRecord, Next, PoolRecord};
+use metal_ipam_core::kv::keys;
 use serde_json::Value;
 
 fn kv_schema_dir() -> PathBuf {
@@ -27,7 +28,7 @@ fn examples(prefix: &str) -> Vec<(String, Value)> {
 }
 
 fn pool_id_of(rec: &PoolRecord) -> PoolId {
-    let p = rec.pool.as_ref().unwrap();
+    let p = rec.state.pool.as_ref().unwrap();
     let name = p["metadata"]["name"].as_str().unwrap();
     match p["metadata"]["namespace"].as_str() {
         Some(ns) => PoolId::namespaced(ns, name),
@@ -45,8 +46,8 @@ fn pool_record_examples_round_trip_and_rebuild_identically() {
             v,
             "{file}: decode/encode changed it"
         );
-        if rec.deleted {
-            assert!(rec.pool.is_none());
+        if rec.state.deleted {
+            assert!(rec.state.pool.is_none());
             continue;
         }
         let id = pool_id_of(&rec);
@@ -119,8 +120,8 @@ fn readme_key_table_lists_every_key_the_code_writes() {
         keys::metal_claim_init("<namespace>", "<name>"),
         keys::METAL_POLL.to_string(),
         keys::METAL_POLL_INIT.to_string(),
-        "net/device/<uuid>".to_string(),
-        "net-init/device/<uuid>".to_string(),
+        keys::net_device("<uuid>"),
+        keys::net_device_init("<uuid>"),
     ];
     for k in written {
         assert!(
@@ -144,7 +145,7 @@ fn a_record_with_a_journal_from_an_earlier_version_loads() {
         "journal": [{"claim": "ns/a", "uid": "u", "address": "10.0.0.2", "at": 5}]
     });
     let rec = PoolRecord::decode(&serde_json::to_vec(&old).unwrap()).unwrap();
-    assert_eq!(rec.journal.len(), 1);
+    assert_eq!(rec.state.journal.len(), 1);
     let l = rec
         .load(&PoolId::namespaced("ns", "p"))
         .unwrap()
@@ -212,5 +213,195 @@ fn net_device_examples_round_trip_through_the_record() {
         let rebuilt = ApplyRecord::build(&state, rec.envelope());
         assert_eq!(serde_json::to_value(&rebuilt).unwrap(), v, "{file}");
         assert_eq!(ApplyRecord::key("d"), "net/device/d");
+    }
+}
+
+fn golden(prefix: &str) -> Vec<(String, Vec<u8>)> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden/kv");
+    let mut out: Vec<(String, Vec<u8>)> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with(prefix))
+        .map(|p| {
+            let name = p.file_name().unwrap().to_string_lossy().into_owned();
+            (name, std::fs::read(&p).unwrap())
+        })
+        .collect();
+    out.sort();
+    assert!(!out.is_empty(), "no golden {prefix}* records");
+    out
+}
+
+/// What a record's stored bytes say, compared across a migration: the
+/// envelope's writer, and the content (`state` in the new format, the
+/// fields beside the envelope in the old one).
+fn content_of(v: &Value) -> Value {
+    match v.get("state") {
+        Some(state) => state.clone(),
+        None => {
+            let mut c = v.clone();
+            let m = c.as_object_mut().unwrap();
+            for k in ["v", "rev", "writer", "recentWriters", "swapCheck"] {
+                m.remove(k);
+            }
+            c
+        }
+    }
+}
+
+/// The backends a stored record can meet: `swapCheck: exact` is only
+/// ever written on Spin's SQLite store.
+fn backends_for(old: &Value) -> Vec<metal_ipam_core::testing::Backend> {
+    use metal_ipam_core::testing::Backend;
+    match old["swapCheck"].as_str() {
+        Some("exact") => vec![Backend::SpinSqlite],
+        _ => vec![Backend::SpinSqlite, Backend::Redis, Backend::RedisSpin36],
+    }
+}
+
+/// Pool records written by the build before the envelope (`tests/golden/kv`,
+/// real bytes from its protocol and its golden examples) load, are updated
+/// through the protocol with what they hold, and read back in the new
+/// format (version 2, content under `state`) with the same content, on
+/// every backend's semantics.
+#[test]
+fn golden_old_pool_records_migrate_on_their_next_write() {
+    use metal_ipam_core::ipam::store::{self, POOL_VERSION};
+    use metal_ipam_core::kv::{protocol::Step, Ctx, SwapPolicy};
+    use metal_ipam_core::ports::kv::KvStore;
+    use metal_ipam_core::testing::{MemKv, TestEnv};
+    let mut golden_files = golden("pool-");
+    golden_files.extend(golden("example-pool-"));
+    for (file, bytes) in golden_files {
+        let old: Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(old["v"], 1, "{file}: an old record");
+        let rec = PoolRecord::decode(&bytes).unwrap_or_else(|e| panic!("{file}: {e}"));
+        let id = if rec.state.deleted {
+            PoolId::namespaced("team-a", "old")
+        } else {
+            pool_id_of(&rec)
+        };
+        let before = rec.load(&id).unwrap();
+        for backend in backends_for(&old) {
+            let kv = MemKv::new(backend);
+            let env = TestEnv::at(1_764_440_100);
+            kv.set(&keys::pool(&id), &bytes).unwrap();
+            let ctx = Ctx {
+                kv: &kv,
+                env: &env,
+                swap_policy: SwapPolicy::Auto,
+            };
+            let seen = store::update_pool(&ctx, &id, |cur| {
+                let next = Next {
+                    pool: cur.map(|l| (l.object.clone(), l.pool.clone())),
+                    state: cur.map(|l| l.state.clone()).unwrap_or_default(),
+                };
+                Ok(Step::Write(Box::new(next), cur.cloned()))
+            })
+            .unwrap_or_else(|e| panic!("{file} {backend:?}: {e}"));
+            assert_eq!(seen, before, "{file}: what the decision saw");
+            let stored = kv.get(&keys::pool(&id)).unwrap().unwrap();
+            let new: Value = serde_json::from_slice(&stored).unwrap();
+            assert_eq!(new["v"], POOL_VERSION, "{file} {backend:?}");
+            assert_eq!(new["rev"], old["rev"].as_u64().unwrap() + 1, "{file}");
+            assert_eq!(new["swapCheck"], old["swapCheck"], "{file}");
+            assert!(
+                new["recentWriters"]
+                    .as_array()
+                    .unwrap()
+                    .contains(&old["writer"]),
+                "{file}: the old writer is remembered"
+            );
+            let mut want = content_of(&old);
+            want.as_object_mut().unwrap().remove("journal");
+            assert_eq!(content_of(&new), want, "{file} {backend:?}: same content");
+            let again = store::read_pool(&kv, &id).unwrap();
+            assert_eq!(
+                again.map(|l| (l.object, l.state)),
+                before.clone().map(|l| (l.object, l.state)),
+                "{file} {backend:?}: read back the same"
+            );
+        }
+    }
+}
+
+/// Metal progress records written by the build before the envelope
+/// (version 2, and the version 1 fixture) are updated through the protocol
+/// and read back as version 3 with the same content.
+#[test]
+fn golden_old_progress_records_migrate_on_their_next_write() {
+    use metal_ipam_core::kv::protocol::{read_record, update_record, Step};
+    use metal_ipam_core::kv::{Ctx, SwapPolicy};
+    use metal_ipam_core::ports::kv::KvStore;
+    use metal_ipam_core::provision::record::{ProgressRecord, PROGRESS_VERSION};
+    use metal_ipam_core::testing::{MemKv, TestEnv};
+    let mut golden_files = golden("metal-progress");
+    golden_files.extend(golden("example-metal-progress"));
+    let id = PoolId::namespaced("ns", "vrf-pool");
+    for (file, bytes) in golden_files {
+        let old: Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(old["v"], 2, "{file}: an old record");
+        let before = {
+            use metal_ipam_core::kv::protocol::CasRecord;
+            let rec = ProgressRecord::decode(&bytes).unwrap_or_else(|e| panic!("{file}: {e}"));
+            rec.view(&id).unwrap().unwrap()
+        };
+        for backend in backends_for(&old) {
+            let kv = MemKv::new(backend);
+            let env = TestEnv::at(1_764_440_100);
+            kv.set(&keys::metal_pool(&id), &bytes).unwrap();
+            let ctx = Ctx {
+                kv: &kv,
+                env: &env,
+                swap_policy: SwapPolicy::Auto,
+            };
+            let seen = update_record::<_, ProgressRecord, _>(&ctx, &id, |cur| {
+                let p = cur.cloned().unwrap();
+                Ok(Step::Write(Box::new(p.clone()), p))
+            })
+            .unwrap_or_else(|e| panic!("{file} {backend:?}: {e}"));
+            assert_eq!(seen, before, "{file}: what the decision saw");
+            let stored = kv.get(&keys::metal_pool(&id)).unwrap().unwrap();
+            let new: Value = serde_json::from_slice(&stored).unwrap();
+            assert_eq!(new["v"], PROGRESS_VERSION, "{file} {backend:?}");
+            assert_eq!(new["rev"], old["rev"].as_u64().unwrap() + 1, "{file}");
+            assert_eq!(content_of(&new), content_of(&old), "{file} {backend:?}");
+            let again = read_record::<_, ProgressRecord>(&kv, &id).unwrap();
+            assert_eq!(again, Some(before.clone()), "{file} {backend:?}");
+        }
+    }
+}
+
+/// What an old replica does with a new record: it refuses it (500,
+/// "unknown field `state`") rather than misread it; it never writes over
+/// what it cannot read. Checked here on the old decoder's rules: a record
+/// with the envelope's fields and `deny_unknown_fields` (the shape of the
+/// version 1 pool record and the version 2 progress record).
+#[test]
+fn an_old_reader_refuses_a_new_record() {
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "camelCase", deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct OldEnvelope {
+        v: u32,
+        rev: u64,
+        writer: String,
+        #[serde(default)]
+        recent_writers: Vec<String>,
+        swap_check: String,
+        #[serde(default)]
+        used: Vec<String>,
+        #[serde(default)]
+        uid: Option<String>,
+    }
+    for (file, v) in examples("pool-")
+        .into_iter()
+        .chain(examples("metal-progress"))
+    {
+        let e = serde_json::from_value::<OldEnvelope>(v).err();
+        assert!(
+            e.is_some_and(|e| e.to_string().contains("unknown field `state`")),
+            "{file}"
+        );
     }
 }

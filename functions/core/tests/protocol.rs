@@ -9,8 +9,9 @@ use std::thread;
 use metal_ipam_core::ipam::claim::Claim;
 use metal_ipam_core::ipam::ops::{self, PutOutcome};
 use metal_ipam_core::ipam::pool::{PoolId, PoolObject};
+use metal_ipam_core::ipam::store::PoolRecord;
 use metal_ipam_core::kv::protocol::GUARD_STALL_S;
-use metal_ipam_core::kv::{keys, Ctx, PoolRecord, SwapCheck, SwapPolicy};
+use metal_ipam_core::kv::{keys, Ctx, SwapCheck, SwapPolicy};
 use metal_ipam_core::ports::kv::KvStore;
 use metal_ipam_core::ports::Env;
 use metal_ipam_core::provision::assign::MetalAssignmentClosed;
@@ -305,7 +306,7 @@ fn fill(kv: &MemKv, env: &TestEnv, cidr: &str, prefix: u8, permille: u128) {
     let l = rec.load(&id).unwrap().unwrap();
     let (first, last) = l.pool.allocatable.ranges()[0];
     let n = (last - first + 1) * permille / 1000;
-    rec.used = vec![format!("{}-{}", l.pool.ip(first), l.pool.ip(first + n - 1))];
+    rec.state.used = vec![format!("{}-{}", l.pool.ip(first), l.pool.ip(first + n - 1))];
     kv.set(&key, &serde_json::to_vec(&rec).unwrap()).unwrap();
 }
 
@@ -316,7 +317,7 @@ fn intents(kv: &MemKv, id: &PoolId) -> u32 {
 }
 
 fn steps_pool_state(kv: &MemKv, id: &PoolId) -> metal_ipam_core::ipam::alloc::PoolState {
-    metal_ipam_core::kv::read_pool(kv, id)
+    metal_ipam_core::ipam::store::read_pool(kv, id)
         .unwrap()
         .unwrap()
         .state

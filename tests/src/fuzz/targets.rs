@@ -22,9 +22,10 @@ use metal_ipam_core::http::components::{self, Services};
 use metal_ipam_core::ipam::claim::Claim;
 use metal_ipam_core::ipam::ops;
 use metal_ipam_core::ipam::pool::{PoolId, PoolObject};
+use metal_ipam_core::ipam::store::{self, Loaded};
 use metal_ipam_core::kube::names;
 use metal_ipam_core::kube::{Kube, KubeConfig};
-use metal_ipam_core::kv::{self, Ctx, Loaded, SwapPolicy};
+use metal_ipam_core::kv::{Ctx, SwapPolicy};
 use metal_ipam_core::ports::http::{HttpClient, TransportError, TransportKind};
 use metal_ipam_core::testing::{Backend, MemKv, TestEnv};
 use serde_json::{json, Value};
@@ -322,7 +323,7 @@ impl World {
         }
         let loaded = pools
             .iter()
-            .filter_map(|(id, _)| kv::read_pool(&kv, id).ok().flatten())
+            .filter_map(|(id, _)| store::read_pool(&kv, id).ok().flatten())
             .collect();
         World {
             snapshot: kv.dump(),

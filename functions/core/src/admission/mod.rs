@@ -104,9 +104,10 @@ use serde_json::{Map, Value};
 
 use crate::error::{Error, Result};
 use crate::ipam::pool::{self, PoolId, PoolKind, PoolObject, BLOCK_UNKNOWN};
+use crate::ipam::store::{self, addr_in_family, Loaded};
 use crate::ipam::vrf::Resource;
 use crate::kube::names;
-use crate::kv::{self, addr_in_family, keys, Loaded};
+use crate::kv::keys;
 use crate::ports::kv::KvStore;
 use crate::provision::plan::{owner, Owner, Progress};
 use crate::provision::step::read_state;
@@ -173,14 +174,14 @@ pub struct KvPools<'a, K: KvStore>(pub &'a K);
 
 impl<K: KvStore> PoolLookup for KvPools<'_, K> {
     fn get(&self, id: &PoolId) -> Result<Option<Loaded>> {
-        kv::read_pool(self.0, id)
+        store::read_pool(self.0, id)
     }
 
     fn all(&self) -> Result<Vec<Loaded>> {
         let mut out = Vec::new();
         for key in self.0.list_keys()? {
             if let Some(id) = keys::parse_pool(&key) {
-                if let Some(l) = kv::read_pool(self.0, &id)? {
+                if let Some(l) = store::read_pool(self.0, &id)? {
                     out.push(l);
                 }
             }
@@ -244,7 +245,7 @@ impl Reviewed {
 /// # Examples
 /// ```
 /// use metal_ipam_core::admission::review;
-/// use metal_ipam_core::kv::Loaded;
+/// use metal_ipam_core::ipam::store::Loaded;
 /// let body = serde_json::json!({
 ///     "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
 ///     "request": {"uid": "705ab4f5", "operation": "CREATE", "namespace": "team-a", "name": "nodes",

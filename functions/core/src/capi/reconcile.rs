@@ -36,9 +36,10 @@ use crate::ip::to_u128;
 use crate::ipam::claim::{ClaimObject, IpAddressObject};
 use crate::ipam::ops;
 use crate::ipam::pool::{PoolId, PoolKind};
+use crate::ipam::store::{self, ClaimRecord, Next};
 use crate::kube::object::{Meta, Object, WithJson};
 use crate::kube::{self, Kube};
-use crate::kv::{self, keys, Ctx, Next, Step};
+use crate::kv::{keys, Ctx, Step};
 use crate::ports::http::HttpClient;
 use crate::ports::kv::KvStore;
 
@@ -262,7 +263,7 @@ fn reclaim_leaks<K: KvStore>(
     id: &PoolId,
     in_use: &BTreeSet<u128>,
 ) -> Result<u32> {
-    kv::update_pool(ctx, id, |current| {
+    store::update_pool(ctx, id, |current| {
         let Some(l) = current else {
             return Ok(Step::Done(0));
         };
@@ -303,7 +304,7 @@ fn reclaim_leaks<K: KvStore>(
         let mut bound = BTreeSet::new();
         for (key, value) in claim_keys.iter().zip(values) {
             let Some(bytes) = value else { continue };
-            let Ok(rec) = kv::ClaimRecord::decode(&bytes) else {
+            let Ok(rec) = ClaimRecord::decode(&bytes) else {
                 continue;
             };
             let ns = keys::parse_claim(key).map(|(ns, _)| ns).unwrap_or_default();

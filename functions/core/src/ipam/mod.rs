@@ -9,6 +9,8 @@
 //! - [`claim`]: the CAPI `IPAddressClaim` input and `IPAddress` output.
 //! - [`alloc`]: the allocator as pure state transitions of one pool
 //!   ([`alloc::PoolState`]: used ranges, cooling, intents).
+//! - [`store`]: the pool record and the claim binding as stored, and the
+//!   pool record's read and read-modify-write on [`crate::kv`]'s protocol.
 //! - [`ops`]: the operations (allocate, adopt, release, register and delete
 //!   a pool) over the key-value port, on the protocol of [`crate::kv`].
 //!
@@ -20,4 +22,5 @@ pub mod alloc;
 pub mod claim;
 pub mod ops;
 pub mod pool;
+pub mod store;
 pub mod vrf;

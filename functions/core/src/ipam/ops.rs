@@ -14,8 +14,9 @@ use crate::ipam::alloc::{
     WRITE_DEADLINE_SECONDS,
 };
 use crate::ipam::claim::Claim;
-use crate::ipam::pool::{PoolId, PoolKind, PoolObject};
-use crate::kv::{self, addr_in_family, keys, ClaimRecord, Ctx, Loaded, Next, PoolRecord, Step};
+use crate::ipam::pool::{PoolId, PoolKind, PoolObject, ValidatedPool};
+use crate::ipam::store::{self, addr_in_family, ClaimRecord, Loaded, Next, PoolRecord};
+use crate::kv::{keys, Ctx, Step};
 use crate::ports::kv::KvStore;
 
 /// Result of [`allocate`].
@@ -191,7 +192,7 @@ fn bind<K: KvStore>(ctx: &Ctx<'_, K>, claim: &Claim, target: BindTarget) -> Resu
     let ckey = keys::claim(&claim.id.namespace, &claim.id.name);
     let cname = claim.id.display();
     let me = ctx.env.token();
-    let (follow, answer, taken_at) = kv::update_pool(ctx, &claim.pool, |current| {
+    let (follow, answer, taken_at) = store::update_pool(ctx, &claim.pool, |current| {
         let Some(l) = current else {
             // No pool: a binding left from it still answers (two reads).
             if let Some(record) = binding_of(ctx.kv, &ckey, claim)? {
@@ -215,8 +216,33 @@ fn bind<K: KvStore>(ctx: &Ctx<'_, K>, claim: &Claim, target: BindTarget) -> Resu
     Ok(answer)
 }
 
+/// What one attempt of [`bind`] decides on: the claim, what it asks for,
+/// the pool as read, and this request's token and clock.
+struct BindCtx<'a> {
+    claim: &'a Claim,
+    target: BindTarget,
+    l: &'a Loaded,
+    cname: &'a str,
+    me: &'a str,
+    now: u64,
+}
+
+impl BindCtx<'_> {
+    /// Writes `state` back with the pool as read, answering `out`.
+    fn write(&self, state: PoolState, out: BindOutcome) -> Step<BindOutcome, Next> {
+        Step::Write(
+            Box::new(Next {
+                pool: Some((self.l.object.clone(), self.l.pool.clone())),
+                state,
+            }),
+            out,
+        )
+    }
+}
+
 /// The pure-ish decision of [`bind`] for one attempt (it reads the claim
-/// keys, writes nothing).
+/// keys, writes nothing): a live binding answers (1), else an intent about
+/// the claim decides or is cleared (2), else a new binding (3).
 fn bind_decide<K: KvStore>(
     ctx: &Ctx<'_, K>,
     claim: &Claim,
@@ -225,106 +251,138 @@ fn bind_decide<K: KvStore>(
     cname: &str,
     ckey: &str,
     me: &str,
-) -> Result<Step<BindOutcome>> {
-    let now = ctx.env.now();
+) -> Result<Step<BindOutcome, Next>> {
+    let b = BindCtx {
+        claim,
+        target,
+        l,
+        cname,
+        me,
+        now: ctx.env.now(),
+    };
     let (mine, seen) = read_claims(ctx.kv, l, cname, ckey)?;
     let mut state = l.state.clone();
     // Intents seen done are dropped by whatever this decision writes.
     state.confirm(&seen);
-    let write = |state: PoolState, out: BindOutcome| -> Step<BindOutcome> {
-        Step::Write(
-            Box::new(Next {
-                pool: Some((l.object.clone(), l.pool.clone())),
-                state,
-            }),
-            out,
-        )
-    };
     // 1. A live binding answers.
     if let Some(record) = mine
         .as_ref()
         .filter(|r| !state.is_unbinding(cname, &r.token))
     {
-        check_same_claim(record, claim)?;
-        if let BindTarget::Adopt(ip) = target {
-            if record.address != ip.to_string() {
-                return Err(address_mismatch(claim, &record.address, ip));
-            }
-        }
-        let out = Allocated {
-            record: record.clone(),
-            created: false,
-        };
-        // Nothing of ours to write: confirmed intents wait for the next
-        // decision that writes anyway (an answer costs two reads).
-        return Ok(Step::Done((FollowUp::None, out, 0)));
+        return bind_live(&b, record).map(Step::Done);
     }
     // 2. An intent about this claim.
     if let Some(intent) = state.intent(cname).cloned() {
-        let old = stale(&intent, now);
-        match intent.kind {
-            IntentKind::Bind if intent.uid == claim.id.uid => {
-                if let BindTarget::Adopt(ip) = target {
-                    if addr_in_family(&l.pool, ip) != Some(intent.address) {
-                        let bound = l.pool.ip(intent.address).to_string();
-                        return Err(address_mismatch(claim, &bound, ip));
-                    }
-                }
-                let record = ClaimRecord::new(
-                    claim,
-                    l.pool.ip(intent.address),
-                    &l.pool,
-                    l.object.uid(),
-                    &intent.token,
-                );
-                let out = Allocated {
-                    record: record.clone(),
-                    created: false,
-                };
-                if !old {
-                    // Its owner is writing the binding: same answer, no write.
-                    return Ok(Step::Done((FollowUp::None, out, 0)));
-                }
-                // Its owner gave up (crash or deadline): take it over.
-                if let Some(i) = state.intents.iter_mut().find(|i| i.claim == cname) {
-                    i.owner = me.to_string();
-                    i.at = now;
-                }
-                return Ok(write(state, (FollowUp::Set(Box::new(record)), out, now)));
-            }
-            IntentKind::Bind => {
-                if !old {
-                    return Err(Error::conflict(
-                        "ClaimUidConflict",
-                        format!(
-                            "claim {} is being bound for uid {}; release it before re-creating the claim",
-                            claim.id.display(),
-                            intent.uid
-                        ),
-                    ));
-                }
-                // Its owner gave up and its binding never appeared: that
-                // allocation is over; free its address, then bind ours.
-                state.take_intent(cname);
-                state.release(intent.address, l.pool.grace_seconds, now);
-            }
-            IntentKind::Unbind => {
-                if !old {
-                    return Err(Error::transient(
-                        "ClaimReleasing",
-                        format!(
-                            "claim {} is being released; retry in a moment",
-                            claim.id.display()
-                        ),
-                    ));
-                }
-                // Its owner gave up: our binding replaces the one it was
-                // removing (its address is already freed).
-                state.take_intent(cname);
-            }
+        if let Some(step) = bind_over_intent(&b, &mut state, &intent)? {
+            return Ok(step);
         }
     }
     // 3. A new binding.
+    bind_new(ctx, &b, state)
+}
+
+/// Step 1 of [`bind_decide`]: the claim's live binding is the answer.
+/// Nothing of ours to write: confirmed intents wait for the next decision
+/// that writes anyway (an answer costs two reads).
+fn bind_live(b: &BindCtx<'_>, record: &ClaimRecord) -> Result<BindOutcome> {
+    check_same_claim(record, b.claim)?;
+    if let BindTarget::Adopt(ip) = b.target {
+        if record.address != ip.to_string() {
+            return Err(address_mismatch(b.claim, &record.address, ip));
+        }
+    }
+    let out = Allocated {
+        record: record.clone(),
+        created: false,
+    };
+    Ok((FollowUp::None, out, 0))
+}
+
+/// Step 2 of [`bind_decide`]: an intent about this claim. Its own live
+/// `Bind` answers (or is taken over once stale); another uid's or an
+/// `Unbind` refuses while live; a stale one is cleared from `state` and
+/// `None` lets a new binding be made.
+fn bind_over_intent(
+    b: &BindCtx<'_>,
+    state: &mut PoolState,
+    intent: &Intent,
+) -> Result<Option<Step<BindOutcome, Next>>> {
+    let (claim, l) = (b.claim, b.l);
+    let old = stale(intent, b.now);
+    match intent.kind {
+        IntentKind::Bind if intent.uid == claim.id.uid => {
+            if let BindTarget::Adopt(ip) = b.target {
+                if addr_in_family(&l.pool, ip) != Some(intent.address) {
+                    let bound = l.pool.ip(intent.address).to_string();
+                    return Err(address_mismatch(claim, &bound, ip));
+                }
+            }
+            let record = ClaimRecord::new(
+                claim,
+                l.pool.ip(intent.address),
+                &l.pool,
+                l.object.uid(),
+                &intent.token,
+            );
+            let out = Allocated {
+                record: record.clone(),
+                created: false,
+            };
+            if !old {
+                // Its owner is writing the binding: same answer, no write.
+                return Ok(Some(Step::Done((FollowUp::None, out, 0))));
+            }
+            // Its owner gave up (crash or deadline): take it over.
+            if let Some(i) = state.intents.iter_mut().find(|i| i.claim == b.cname) {
+                i.owner = b.me.to_string();
+                i.at = b.now;
+            }
+            let follow = FollowUp::Set(Box::new(record));
+            Ok(Some(b.write(state.clone(), (follow, out, b.now))))
+        }
+        IntentKind::Bind => {
+            if !old {
+                return Err(Error::conflict(
+                    "ClaimUidConflict",
+                    format!(
+                        "claim {} is being bound for uid {}; release it before re-creating the claim",
+                        claim.id.display(),
+                        intent.uid
+                    ),
+                ));
+            }
+            // Its owner gave up and its binding never appeared: that
+            // allocation is over; free its address, then bind ours.
+            state.take_intent(b.cname);
+            state.release(intent.address, l.pool.grace_seconds, b.now);
+            Ok(None)
+        }
+        IntentKind::Unbind => {
+            if !old {
+                return Err(Error::transient(
+                    "ClaimReleasing",
+                    format!(
+                        "claim {} is being released; retry in a moment",
+                        claim.id.display()
+                    ),
+                ));
+            }
+            // Its owner gave up: our binding replaces the one it was
+            // removing (its address is already freed).
+            state.take_intent(b.cname);
+            Ok(None)
+        }
+    }
+}
+
+/// Step 3 of [`bind_decide`]: a new binding under a fresh `Bind` intent
+/// owned by this request.
+fn bind_new<K: KvStore>(
+    ctx: &Ctx<'_, K>,
+    b: &BindCtx<'_>,
+    mut state: PoolState,
+) -> Result<Step<BindOutcome, Next>> {
+    let (claim, l) = (b.claim, b.l);
     if state.intents.len() >= MAX_INTENTS {
         return Err(Error::transient(
             "Contention",
@@ -334,7 +392,31 @@ fn bind_decide<K: KvStore>(
             ),
         ));
     }
-    let (address, ip) = match target {
+    let (address, ip) = new_address(b, &mut state)?;
+    let tok = ctx.env.token();
+    let record = ClaimRecord::new(claim, ip, &l.pool, l.object.uid(), &tok);
+    state.intents.push(Intent {
+        kind: IntentKind::Bind,
+        claim: b.cname.to_string(),
+        uid: claim.id.uid.clone(),
+        address,
+        token: tok,
+        owner: b.me.to_string(),
+        at: b.now,
+    });
+    let out = Allocated {
+        record: record.clone(),
+        created: true,
+    };
+    Ok(b.write(state, (FollowUp::Set(Box::new(record)), out, b.now)))
+}
+
+/// The address a new binding takes, marked used in `state`: the
+/// allocator's choice (or the requested one), or the adopted one unless
+/// another claim holds it.
+fn new_address(b: &BindCtx<'_>, state: &mut PoolState) -> Result<(u128, std::net::IpAddr)> {
+    let (claim, l) = (b.claim, b.l);
+    match b.target {
         BindTarget::Allocate => {
             let requested = match claim.requested {
                 None => None,
@@ -343,15 +425,15 @@ fn bind_decide<K: KvStore>(
                 }
             };
             let req = AllocRequest {
-                claim: cname,
+                claim: b.cname,
                 claim_name: &claim.id.name,
                 uid: &claim.id.uid,
                 requested,
             };
             let a = state
-                .allocate(&l.pool, &req, now)
+                .allocate(&l.pool, &req, b.now)
                 .map_err(|e| e.into_error(&l.pool, &claim.pool.display()))?;
-            (a, l.pool.ip(a))
+            Ok((a, l.pool.ip(a)))
         }
         BindTarget::Adopt(ip) => {
             let v = addr_in_family(&l.pool, ip).ok_or_else(|| other_family(ip, claim))?;
@@ -368,25 +450,9 @@ fn bind_decide<K: KvStore>(
                 ));
             }
             state.adopt(v);
-            (v, ip)
+            Ok((v, ip))
         }
-    };
-    let tok = ctx.env.token();
-    let record = ClaimRecord::new(claim, ip, &l.pool, l.object.uid(), &tok);
-    state.intents.push(Intent {
-        kind: IntentKind::Bind,
-        claim: cname.to_string(),
-        uid: claim.id.uid.clone(),
-        address,
-        token: tok,
-        owner: me.to_string(),
-        at: now,
-    });
-    let out = Allocated {
-        record: record.clone(),
-        created: true,
-    };
-    Ok(write(state, (FollowUp::Set(Box::new(record)), out, now)))
+    }
 }
 
 /// The binding stored at `ckey`, if any, after checking it belongs to this
@@ -516,7 +582,7 @@ pub fn release<K: KvStore, G: ReleaseGuard>(
     let pool_id = first.pool_id(namespace)?;
     let me = ctx.env.token();
     let (follow, released, taken_at) =
-        kv::update_pool(ctx, &pool_id, |current| {
+        store::update_pool(ctx, &pool_id, |current| {
             let now = ctx.env.now();
             let Some(l) = current else {
                 // The pool is gone; only the key is left to remove.
@@ -742,7 +808,7 @@ fn unbound(id: &PoolId, l: &Loaded) -> Result<()> {
 /// # Errors
 /// 409 `PoolInUse` while addresses are bound; 503 on store failure.
 pub fn delete_provisioned_pool<K: KvStore>(ctx: &Ctx<'_, K>, id: &PoolId) -> Result<()> {
-    kv::update_pool(ctx, id, |current| {
+    store::update_pool(ctx, id, |current| {
         if let Some(l) = current {
             unbound(id, l)?;
         }
@@ -756,6 +822,13 @@ pub fn delete_provisioned_pool<K: KvStore>(ctx: &Ctx<'_, K>, id: &PoolId) -> Res
     })
 }
 
+/// What [`register`] decided: the answer, the adopted claims' bindings it
+/// owes (key, record), and when it took their intents.
+type Registered = ((PutOutcome, PoolView), Vec<(String, ClaimRecord)>, u64);
+
+/// Registers or updates a pool (after `may`, the caller's gate, agrees);
+/// a new pool takes `adoptions` over under `Bind` intents of this request,
+/// whose bindings it then writes.
 fn register<K: KvStore>(
     ctx: &Ctx<'_, K>,
     object: PoolObject,
@@ -765,88 +838,15 @@ fn register<K: KvStore>(
     let pool = object.spec.validate()?;
     let id = object.id.clone();
     let me = ctx.env.token();
-    let (result, bindings, taken_at) = kv::update_pool(ctx, &id, |current| {
+    let (result, bindings, taken_at) = store::update_pool(ctx, &id, |current| {
         if let Some(may) = may {
             may()?;
         }
         let now = ctx.env.now();
-        let Some(l) = current else {
-            let mut state = PoolState::default();
-            let mut bindings = Vec::new();
-            for a in adoptions {
-                let cname = a.claim.id.display();
-                let Some(v) = addr_in_family(&pool, a.address) else {
-                    continue;
-                };
-                if state.intent(&cname).is_some() {
-                    continue; // one address per claim: the first IPAddress wins
-                }
-                state.adopt(v);
-                let tok = ctx.env.token();
-                bindings.push((
-                    keys::claim(&a.claim.id.namespace, &a.claim.id.name),
-                    ClaimRecord::new(&a.claim, a.address, &pool, object.uid(), &tok),
-                ));
-                state.intents.push(Intent {
-                    kind: IntentKind::Bind,
-                    claim: cname,
-                    uid: a.claim.id.uid.clone(),
-                    address: v,
-                    token: tok,
-                    owner: me.clone(),
-                    at: now,
-                });
-            }
-            let view = PoolView {
-                object: object.clone(),
-                counts: state.counts(&pool),
-            };
-            return Ok(Step::Write(
-                Box::new(Next {
-                    pool: Some((object.clone(), pool.clone())),
-                    state,
-                }),
-                ((PutOutcome::Created, view), bindings, now),
-            ));
-        };
-        let (dropped, n) = l.state.dropped_by(&pool, 10);
-        if n > 0 {
-            let list: Vec<String> = dropped.iter().map(|&a| pool_ip(&l.pool, a)).collect();
-            return Err(Error::conflict(
-                "AllocatedAddressesDropped",
-                format!(
-                    "the update would drop {n} allocated address(es) from pool {}: {}{}; release them first",
-                    id.display(),
-                    list.join(", "),
-                    if n > list.len() as u128 { ", …" } else { "" }
-                ),
-            ));
+        match current {
+            None => Ok(register_new(ctx, &object, &pool, adoptions, &me, now)),
+            Some(l) => register_update(&object, &pool, l),
         }
-        let mut state = l.state.clone();
-        let outside: Vec<u128> = state
-            .cooling
-            .iter()
-            .map(|c| c.address)
-            .filter(|a| !pool.allocatable.contains(*a))
-            .collect();
-        for a in outside {
-            state.cooling.retain(|c| c.address != a);
-            state.used.remove(a);
-        }
-        let view = PoolView {
-            object: object.clone(),
-            counts: state.counts(&pool),
-        };
-        if object == l.object && state == l.state {
-            return Ok(Step::Done(((PutOutcome::Unchanged, view), Vec::new(), 0)));
-        }
-        Ok(Step::Write(
-            Box::new(Next {
-                pool: Some((object.clone(), pool.clone())),
-                state,
-            }),
-            ((PutOutcome::Updated, view), Vec::new(), 0),
-        ))
     })?;
     // The adopted claims' bindings: this request owns their Bind intents.
     for (key, record) in &bindings {
@@ -854,6 +854,104 @@ fn register<K: KvStore>(
         ctx.kv.set(key, &record.encode())?;
     }
     Ok(result)
+}
+
+/// [`register`]'s decision for a pool not yet stored: its adoptions, one
+/// address per claim (the first `IPAddress` wins), each under a `Bind`
+/// intent owned by `me`.
+fn register_new<K: KvStore>(
+    ctx: &Ctx<'_, K>,
+    object: &PoolObject,
+    pool: &ValidatedPool,
+    adoptions: &[Adoption],
+    me: &str,
+    now: u64,
+) -> Step<Registered, Next> {
+    let mut state = PoolState::default();
+    let mut bindings = Vec::new();
+    for a in adoptions {
+        let cname = a.claim.id.display();
+        let Some(v) = addr_in_family(pool, a.address) else {
+            continue;
+        };
+        if state.intent(&cname).is_some() {
+            continue; // one address per claim: the first IPAddress wins
+        }
+        state.adopt(v);
+        let tok = ctx.env.token();
+        bindings.push((
+            keys::claim(&a.claim.id.namespace, &a.claim.id.name),
+            ClaimRecord::new(&a.claim, a.address, pool, object.uid(), &tok),
+        ));
+        state.intents.push(Intent {
+            kind: IntentKind::Bind,
+            claim: cname,
+            uid: a.claim.id.uid.clone(),
+            address: v,
+            token: tok,
+            owner: me.to_string(),
+            at: now,
+        });
+    }
+    let view = PoolView {
+        object: object.clone(),
+        counts: state.counts(pool),
+    };
+    Step::Write(
+        Box::new(Next {
+            pool: Some((object.clone(), pool.clone())),
+            state,
+        }),
+        ((PutOutcome::Created, view), bindings, now),
+    )
+}
+
+/// [`register`]'s decision for a stored pool: refused when the new spec
+/// would drop allocated addresses; cooling addresses outside it are freed;
+/// nothing written when nothing changed.
+fn register_update(
+    object: &PoolObject,
+    pool: &ValidatedPool,
+    l: &Loaded,
+) -> Result<Step<Registered, Next>> {
+    let (dropped, n) = l.state.dropped_by(pool, 10);
+    if n > 0 {
+        let list: Vec<String> = dropped.iter().map(|&a| pool_ip(&l.pool, a)).collect();
+        return Err(Error::conflict(
+            "AllocatedAddressesDropped",
+            format!(
+                "the update would drop {n} allocated address(es) from pool {}: {}{}; release them first",
+                object.id.display(),
+                list.join(", "),
+                if n > list.len() as u128 { ", …" } else { "" }
+            ),
+        ));
+    }
+    let mut state = l.state.clone();
+    let outside: Vec<u128> = state
+        .cooling
+        .iter()
+        .map(|c| c.address)
+        .filter(|a| !pool.allocatable.contains(*a))
+        .collect();
+    for a in outside {
+        state.cooling.retain(|c| c.address != a);
+        state.used.remove(a);
+    }
+    let view = PoolView {
+        object: object.clone(),
+        counts: state.counts(pool),
+    };
+    if *object == l.object && state == l.state {
+        return Ok(Step::Done(((PutOutcome::Unchanged, view), Vec::new(), 0)));
+    }
+    Ok(Step::Write(
+        Box::new(Next {
+            pool: Some((object.clone(), pool.clone())),
+            state,
+        }),
+        ((PutOutcome::Updated, view), Vec::new(), 0),
+    ))
 }
 
 fn pool_ip(pool: &crate::ipam::pool::ValidatedPool, a: u128) -> String {
@@ -865,7 +963,7 @@ fn pool_ip(pool: &crate::ipam::pool::ValidatedPool, a: u128) -> String {
 /// # Errors
 /// Store failures (503), unreadable record (500).
 pub fn get_pool<K: KvStore>(kv: &K, id: &PoolId) -> Result<Option<PoolView>> {
-    Ok(kv::read_pool(kv, id)?.as_ref().map(PoolView::of))
+    Ok(store::read_pool(kv, id)?.as_ref().map(PoolView::of))
 }
 
 /// Lists pools, sorted by key; `kind` restricts to one kind. Lists every
@@ -877,7 +975,7 @@ pub fn list_pools<K: KvStore>(kv: &K, kind: Option<PoolKind>) -> Result<Vec<Pool
     let mut ids: Vec<PoolId> = kv
         .list_keys()?
         .iter()
-        .filter_map(|k| keys::parse_pool(k))
+        .filter_map(|k| keys::parse_pool::<PoolId>(k))
         .filter(|id| kind.is_none_or(|k| id.kind == k))
         .collect();
     ids.sort();
@@ -901,7 +999,7 @@ pub fn list_pools<K: KvStore>(kv: &K, kind: Option<PoolKind>) -> Result<Vec<Pool
 /// # Errors
 /// 409 `PoolInUse` while addresses are bound; 503 on store failure.
 pub fn delete_pool<K: KvStore>(ctx: &Ctx<'_, K>, id: &PoolId) -> Result<bool> {
-    kv::update_pool(ctx, id, |current| {
+    store::update_pool(ctx, id, |current| {
         let Some(l) = current else {
             return Ok(Step::Done(false));
         };

@@ -16,16 +16,10 @@ use crate::ip::{from_u128, subnet_bounds, to_u128, Family, RangeSet};
 use crate::ipam::vrf::MetalSpec;
 use crate::kube::names;
 
-/// API group of our pool kinds.
-pub const GROUP: &str = "ipam.metal-ipam.dev";
-/// API version of our pool kinds.
-pub const VERSION: &str = "v1alpha1";
-/// `apiVersion` of our pool objects.
-pub const API_VERSION: &str = "ipam.metal-ipam.dev/v1alpha1";
-/// Kind of the namespaced pool.
-pub const KIND_NAMESPACED: &str = "MetalIPPool";
-/// Kind of the cluster-wide pool.
-pub const KIND_GLOBAL: &str = "GlobalMetalIPPool";
+/// Our API group, version and pool kinds: `kube`'s resource table owns them.
+pub use crate::kube::{
+    API_VERSION, GROUP, KIND_GLOBAL_POOL as KIND_GLOBAL, KIND_POOL as KIND_NAMESPACED, VERSION,
+};
 
 /// Most entries `spec.addresses` may list, and separately most entries
 /// `spec.excludedAddresses` may list (each entry an IP, a range `a-b` or a

@@ -27,6 +27,17 @@ pub const DEADLINE: Deadline = Deadline {
     response_ms: 10_000,
 };
 
+/// API group of our kinds (the pool kinds, `MetalNetworkProfile`).
+pub const GROUP: &str = "ipam.metal-ipam.dev";
+/// API version of our kinds.
+pub const VERSION: &str = "v1alpha1";
+/// `apiVersion` of our objects.
+pub const API_VERSION: &str = "ipam.metal-ipam.dev/v1alpha1";
+/// Kind of the namespaced pool.
+pub const KIND_POOL: &str = "MetalIPPool";
+/// Kind of the cluster-wide pool.
+pub const KIND_GLOBAL_POOL: &str = "GlobalMetalIPPool";
+
 /// A Kubernetes resource type metal-ipam reads or writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Resource {
@@ -78,19 +89,19 @@ pub const CLUSTERS: Resource = Resource {
 
 /// Our `MetalIPPool`.
 pub const METAL_IP_POOLS: Resource = Resource {
-    group: crate::ipam::pool::GROUP,
-    version: crate::ipam::pool::VERSION,
+    group: GROUP,
+    version: VERSION,
     plural: "metalippools",
-    kind: crate::ipam::pool::KIND_NAMESPACED,
+    kind: KIND_POOL,
     namespaced: true,
 };
 
 /// Our `GlobalMetalIPPool`.
 pub const GLOBAL_METAL_IP_POOLS: Resource = Resource {
-    group: crate::ipam::pool::GROUP,
-    version: crate::ipam::pool::VERSION,
+    group: GROUP,
+    version: VERSION,
     plural: "globalmetalippools",
-    kind: crate::ipam::pool::KIND_GLOBAL,
+    kind: KIND_GLOBAL_POOL,
     namespaced: false,
 };
 
@@ -116,8 +127,8 @@ pub const PACKET_MACHINES: Resource = Resource {
 
 /// Our `MetalNetworkProfile` (a machine's per-port networking).
 pub const NETWORK_PROFILES: Resource = Resource {
-    group: crate::ipam::pool::GROUP,
-    version: crate::ipam::pool::VERSION,
+    group: GROUP,
+    version: VERSION,
     plural: "metalnetworkprofiles",
     kind: "MetalNetworkProfile",
     namespaced: true,

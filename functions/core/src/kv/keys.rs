@@ -2,16 +2,35 @@
 //!
 //! | Family | Key | Value |
 //! |---|---|---|
-//! | pool record | `pool/ns/<namespace>/<name>`, `pool/global/<name>` | [`crate::kv::PoolRecord`] |
+//! | pool record | `pool/ns/<namespace>/<name>`, `pool/global/<name>` | `ipam::store::PoolRecord` |
 //! | creation guard | `pool-init/ns/<namespace>/<name>`, `pool-init/global/<name>` | counter |
-//! | claim binding | `claim/<namespace>/<name>` | [`crate::kv::ClaimRecord`] |
-//! | Metal progress | `metal/pool/ns/<namespace>/<name>`, `metal/pool/global/<name>` | [`crate::provision::record::ProgressRecord`] |
+//! | claim binding | `claim/<namespace>/<name>` | `ipam::store::ClaimRecord` |
+//! | Metal progress | `metal/pool/ns/<namespace>/<name>`, `metal/pool/global/<name>` | `provision::record::ProgressRecord` |
 //! | its creation guard | `metal-init/pool/ns/<namespace>/<name>`, `metal-init/pool/global/<name>` | counter |
+//! | Metal assignment | `metal/claim/<namespace>/<name>`, guard `metal-init/claim/…` | `provision::assign::AssignmentRecord` |
+//! | Metal poll cursor | `metal/poll`, guard `metal-init/poll` | `provision::poll::CursorRecord` |
+//! | network apply | `net/device/<uuid>`, guard `net-init/device/<uuid>` | `network::apply::ApplyRecord` |
+//! | creation stall | `guard-stall/<record key>` | Unix seconds (text) |
 //!
-//! Names are validated ([`crate::kube::names`]) before they become part
+//! Why every family is here rather than beside its record: one table shows
+//! that no two families share a prefix, and that no key string is built
+//! anywhere else. The module knows strings only: the pool-scoped families
+//! take anything [`Scoped`] (the pool id implements it in `ipam::store`),
+//! so `kv` imports nothing of the domains it stores.
+//!
+//! Names are validated (`kube::names`) before they become part
 //! of a key, so a `/` cannot alias another object's key.
 
-use crate::ipam::pool::{PoolId, PoolKind};
+/// An object named in a namespace or cluster-wide: what the pool-scoped
+/// families (`pool/…`, `pool-init/…`, `metal/pool/…`) are keyed by.
+pub trait Scoped: Sized {
+    /// Its namespace, `None` when cluster-wide.
+    fn namespace(&self) -> Option<&str>;
+    /// Its name.
+    fn name(&self) -> &str;
+    /// The object a key names (for the parsers).
+    fn from_parts(namespace: Option<&str>, name: &str) -> Self;
+}
 
 /// Prefix of every pool record key.
 pub const POOL_PREFIX: &str = "pool/";
@@ -20,10 +39,10 @@ pub const CLAIM_PREFIX: &str = "claim/";
 /// Prefix of every pool creation guard key.
 pub const POOL_INIT_PREFIX: &str = "pool-init/";
 
-fn pool_suffix(id: &PoolId) -> String {
-    match &id.namespace {
-        Some(ns) => format!("ns/{ns}/{}", id.name),
-        None => format!("global/{}", id.name),
+fn pool_suffix(id: &impl Scoped) -> String {
+    match id.namespace() {
+        Some(ns) => format!("ns/{ns}/{}", id.name()),
+        None => format!("global/{}", id.name()),
     }
 }
 
@@ -36,12 +55,12 @@ fn pool_suffix(id: &PoolId) -> String {
 /// assert_eq!(keys::pool(&PoolId::global("g")), "pool/global/g");
 /// assert_eq!(keys::parse_pool("pool/ns/a/b"), Some(PoolId::namespaced("a", "b")));
 /// ```
-pub fn pool(id: &PoolId) -> String {
+pub fn pool(id: &impl Scoped) -> String {
     format!("{POOL_PREFIX}{}", pool_suffix(id))
 }
 
 /// The creation guard counter of a pool.
-pub fn pool_init(id: &PoolId) -> String {
+pub fn pool_init(id: &impl Scoped) -> String {
     format!("{POOL_INIT_PREFIX}{}", pool_suffix(id))
 }
 
@@ -54,14 +73,14 @@ pub const METAL_POOL_PREFIX: &str = "metal/pool/";
 /// ```
 /// use metal_ipam_core::{ipam::pool::PoolId, kv::keys};
 /// assert_eq!(keys::metal_pool(&PoolId::namespaced("a", "b")), "metal/pool/ns/a/b");
-/// assert_eq!(keys::parse_pool(&keys::metal_pool(&PoolId::global("g"))), None);
+/// assert_eq!(keys::parse_pool::<PoolId>(&keys::metal_pool(&PoolId::global("g"))), None);
 /// ```
-pub fn metal_pool(id: &PoolId) -> String {
+pub fn metal_pool(id: &impl Scoped) -> String {
     format!("{METAL_POOL_PREFIX}{}", pool_suffix(id))
 }
 
 /// The creation guard counter of a Metal progress record.
-pub fn metal_pool_init(id: &PoolId) -> String {
+pub fn metal_pool_init(id: &impl Scoped) -> String {
     format!("metal-init/pool/{}", pool_suffix(id))
 }
 
@@ -127,6 +146,22 @@ pub fn parse_net_device(key: &str) -> Option<&str> {
         .filter(|d| !d.is_empty())
 }
 
+/// `net/device/<uuid>`.
+///
+/// ```
+/// use metal_ipam_core::kv::keys;
+/// assert_eq!(keys::net_device("d-1"), "net/device/d-1");
+/// assert_eq!(keys::net_device_init("d-1"), "net-init/device/d-1");
+/// ```
+pub fn net_device(device: &str) -> String {
+    format!("{NET_DEVICE_PREFIX}{device}")
+}
+
+/// The creation guard counter of a device's network apply record.
+pub fn net_device_init(device: &str) -> String {
+    format!("net-init/device/{device}")
+}
+
 /// `claim/<namespace>/<name>`.
 pub fn claim(namespace: &str, name: &str) -> String {
     format!("{CLAIM_PREFIX}{namespace}/{name}")
@@ -145,20 +180,12 @@ pub fn parse_claim(key: &str) -> Option<(&str, &str)> {
 }
 
 /// The pool a pool record key belongs to.
-pub fn parse_pool(key: &str) -> Option<PoolId> {
+pub fn parse_pool<S: Scoped>(key: &str) -> Option<S> {
     let rest = key.strip_prefix(POOL_PREFIX)?;
     let parts: Vec<&str> = rest.split('/').collect();
     match parts.as_slice() {
-        ["ns", ns, name] => Some(PoolId {
-            kind: PoolKind::Namespaced,
-            namespace: Some(ns.to_string()),
-            name: name.to_string(),
-        }),
-        ["global", name] => Some(PoolId {
-            kind: PoolKind::Global,
-            namespace: None,
-            name: name.to_string(),
-        }),
+        ["ns", ns, name] => Some(S::from_parts(Some(ns), name)),
+        ["global", name] => Some(S::from_parts(None, name)),
         _ => None,
     }
 }

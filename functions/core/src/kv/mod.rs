@@ -1,26 +1,26 @@
-//! The key-value layout and protocol, on the [`crate::ports::kv::KvStore`]
-//! port. `kv-schema/README.md` states the protocol and argues its
-//! invariants; this module is its code.
+//! The generic key-value layer, on the [`crate::ports::kv::KvStore`]
+//! port: the compare-and-swap protocol any record is kept with, its
+//! envelope, and every key family. `kv-schema/README.md` states the
+//! protocol and argues its invariants; this module is its code.
 //!
 //! - [`keys`]: every key family, builder and parser.
-//! - [`records`]: the versioned records (pool record, claim binding).
+//! - [`records`]: what every stored envelope shares (schema version,
+//!   writer tokens, [`SwapCheck`]).
 //! - [`protocol`]: the compare-and-swap read-modify-write of any
-//!   [`CasRecord`] ([`update_record`]; [`update_pool`] for the pool record)
-//!   with its creation guard, tombstones and read-back.
+//!   [`CasRecord`] ([`update_record`], [`read_record`], [`forget_record`])
+//!   with its creation guard, tombstones and read-back; [`Enveloped`], the
+//!   one envelope records are stored in.
 //!
-//! May import [`crate::ip`], [`crate::ipam`]'s pure types ([`crate::ipam::pool`],
-//! [`crate::ipam::claim`], [`crate::ipam::alloc`]) and the [`crate::ports`];
-//! never HTTP or Kubernetes.
+//! The records themselves live with their domain (`ipam::store`,
+//! `provision`, `network::apply`). May import [`crate::error`] and the
+//! [`crate::ports`] only: nothing of the domains it stores.
 
 pub mod keys;
 pub mod protocol;
 pub mod records;
 
 pub use protocol::{
-    read_pool, update_pool, update_record, CasRecord, Ctx, Envelope, Step, SwapPolicy,
-    MAX_CAS_ATTEMPTS,
+    forget_record, read_record, update_record, CasRecord, Ctx, Envelope, Enveloped, StateRecord,
+    Step, SwapPolicy, MAX_CAS_ATTEMPTS,
 };
-pub use records::{
-    addr_in_family, ClaimRecord, CoolingRecord, IntentKindRecord, IntentRecord, JournalRecord,
-    Loaded, Next, PoolRecord, PoolRefRecord, SwapCheck, RECENT_WRITERS, RECORD_VERSION,
-};
+pub use records::{SwapCheck, RECENT_WRITERS, RECORD_VERSION};

@@ -1,31 +1,25 @@
-//! The compare-and-swap protocol of a pool record, and the key layout it relies on.
+//! The compare-and-swap protocol of any [`CasRecord`] (the pool record,
+//! the Metal records, a device's network record).
 //!
 //! The full description, with the invariants and the reasoning about each
 //! backend's quirks, is `kv-schema/README.md`; this module is its code.
-//!
-//! # Keys
-//! | Key | Value | Written by |
-//! |---|---|---|
-//! | `pool/ns/<namespace>/<name>` | [`PoolRecord`] (or, for an instant while a pool is first created, a zero counter) | pools, allocate, release |
-//! | `pool/global/<name>` | [`PoolRecord`] | pools, allocate, release |
-//! | `pool-init/ns/<namespace>/<name>`, `pool-init/global/<name>` | counter (creation guard) | pools |
-//! | `claim/<namespace>/<name>` | [`crate::kv::ClaimRecord`] | the owner of the pool's intent for it: allocate (set), release (delete) |
+//! The keys are [`crate::kv::keys`]'s.
 //!
 //! # Protocol
-//! Every change to a pool — registration, update, deletion, allocation,
-//! release — is one read-modify-write of its record with
-//! [`KvStore::cas_read`] / [`KvStore::cas_swap`], retried on conflict. The
-//! claim-key writes a decision owes are intents in the record
-//! ([`crate::ipam::alloc::Intent`], [`crate::ipam::ops`]). Two rules make the swap
+//! Every change to a record is one read-modify-write with
+//! [`KvStore::cas_read`] / [`KvStore::cas_swap`], retried on conflict. (For
+//! a pool, the claim-key writes a decision owes are intents in its record:
+//! `ipam::alloc::Intent`, `ipam::ops`.) Two rules make the swap
 //! exact on Spin's real backends:
 //! 1. **Never swap on an absent key** (Spin's SQLite backend upserts it, so
-//!    two creators would both "win"). A pool key is first brought into
+//!    two creators would both "win"). A record key is first brought into
 //!    existence with `increment(key, 0)` by the one request that won the
 //!    creation guard counter (or, if that winner crashed before making it,
 //!    by a loser at least [`GUARD_STALL_S`] after the stall was first seen:
-//!    [`take_over_creation`]); the swap then replaces that zero counter.
-//!    Pool keys are never deleted afterwards (deletion leaves a tombstone
-//!    record), so every later swap is on an existing key.
+//!    `take_over_creation`); the swap then replaces that zero counter.
+//!    Record keys are never deleted while in use (deletion leaves a
+//!    tombstone, or [`forget_record`] removes key and guard together), so
+//!    every later swap is on an existing key.
 //! 2. **Read back whenever the backend's answer cannot be trusted.** Each
 //!    written record carries a fresh random `writer` token and the 31
 //!    before it, so a read-back tells a landed swap (its token is there,
@@ -38,9 +32,8 @@
 //!    `verify`. The `kv_swap_check = "always"` variable forces the read-back.
 
 use crate::error::{Error, Result};
-use crate::ipam::pool::PoolId;
 use crate::kv::keys;
-use crate::kv::records::{writers_after, written_by, Loaded, Next, PoolRecord, SwapCheck};
+use crate::kv::records::{writers_after, written_by, SwapCheck};
 use crate::ports::kv::{self, KvStore, Swap};
 use crate::ports::Env;
 
@@ -74,9 +67,9 @@ impl SwapPolicy {
 }
 
 /// What a read-modify-write callback decided (`N`: what the record type
-/// builds from, [`CasRecord::Next`]; a pool's [`Next`] by default).
+/// builds from, [`CasRecord::Next`]).
 #[derive(Debug)]
-pub enum Step<T, N = Next> {
+pub enum Step<T, N> {
     /// Nothing to write; return `T`.
     Done(T),
     /// Write `N`, then return `T`.
@@ -102,9 +95,9 @@ pub struct Envelope {
 /// created once through a creation guard (never a swap on an absent key),
 /// never deleted (a tombstone instead), every swap tagged with a writer
 /// token and read back where the backend's answer cannot be trusted. The
-/// pool record is one; Metal and port state records will be others.
+/// pool record, the Metal records and a device's network record are.
 pub trait CasRecord: Sized {
-    /// What identifies one record of this type (e.g. a [`PoolId`]).
+    /// What identifies one record of this type (e.g. a pool id).
     type Id: ?Sized;
     /// What a decision sees: the content, loaded and checked.
     type View;
@@ -154,7 +147,8 @@ pub trait StateRecord: Clone + serde::Serialize + serde::de::DeserializeOwned {
 
 /// A compare-and-swap record whose content `S` sits under `state` next to
 /// the envelope: `{"v", "rev", "writer", "recentWriters", "swapCheck",
-/// "state"}`. Never a tombstone: `S` says what is left.
+/// "state"}`: the one stored form of every record kept with this protocol.
+/// A tombstone, where a record has one, is content (`S` says what is left).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 #[serde(bound(
@@ -162,7 +156,7 @@ pub trait StateRecord: Clone + serde::Serialize + serde::de::DeserializeOwned {
     deserialize = "S: serde::de::DeserializeOwned"
 ))]
 pub struct Enveloped<S> {
-    /// Schema version, `S::VERSION`.
+    /// Schema version, [`Content::VERSION`] of `S`.
     pub v: u32,
     /// Incremented by every write.
     pub rev: u64,
@@ -177,10 +171,71 @@ pub struct Enveloped<S> {
     pub state: S,
 }
 
-impl<S: StateRecord> CasRecord for Enveloped<S> {
-    type Id = S::Id;
+/// What an [`Enveloped`] record holds, in general: its key family, its
+/// schema version and name, what a decision sees of it ([`Content::View`])
+/// and what a decision asks to write ([`Content::Next`]). A
+/// [`StateRecord`] is the simple case, seen and written as it is stored.
+pub trait Content: Sized + serde::Serialize + serde::de::DeserializeOwned {
+    /// What identifies one record.
+    type Id: ?Sized;
+    /// What a decision sees: the content, loaded and checked.
+    type View;
+    /// What a decision asks to write.
+    type Next;
+    /// Schema version this build writes (`"v"`).
+    const VERSION: u32;
+    /// The record's name in error messages, e.g. `pool record`.
+    const WHAT: &'static str;
+    /// The record's key.
+    fn key(id: &Self::Id) -> String;
+    /// Its creation guard counter's key.
+    fn guard_key(id: &Self::Id) -> String;
+    /// `what` in a 503 `Contention` message.
+    fn describe(id: &Self::Id) -> String;
+    /// What a decision sees (`None` for a tombstone); `envelope` is the
+    /// stored record's.
+    ///
+    /// # Errors
+    /// 500 when the stored content does not load.
+    fn view(&self, id: &Self::Id, envelope: &Envelope) -> Result<Option<Self::View>>;
+    /// The content that replaces the current one.
+    fn build(next: &Self::Next) -> Self;
+    /// A record in a format an earlier build wrote, read into the envelope
+    /// (`None` when `bytes` are not one: the default, for records that
+    /// never had another format). Writes always write the envelope, so the
+    /// next write of a record migrates it.
+    fn legacy(_bytes: &[u8]) -> Option<Result<Enveloped<Self>>> {
+        None
+    }
+}
+
+impl<S: StateRecord> Content for S {
+    type Id = <S as StateRecord>::Id;
     type View = S;
     type Next = S;
+    const VERSION: u32 = <S as StateRecord>::VERSION;
+    const WHAT: &'static str = <S as StateRecord>::WHAT;
+    fn key(id: &Self::Id) -> String {
+        <S as StateRecord>::key(id)
+    }
+    fn guard_key(id: &Self::Id) -> String {
+        <S as StateRecord>::guard_key(id)
+    }
+    fn describe(id: &Self::Id) -> String {
+        <S as StateRecord>::describe(id)
+    }
+    fn view(&self, _: &Self::Id, _: &Envelope) -> Result<Option<S>> {
+        Ok(Some(self.clone()))
+    }
+    fn build(next: &S) -> Self {
+        next.clone()
+    }
+}
+
+impl<S: Content> CasRecord for Enveloped<S> {
+    type Id = S::Id;
+    type View = S::View;
+    type Next = S::Next;
 
     fn key(id: &S::Id) -> String {
         S::key(id)
@@ -192,8 +247,14 @@ impl<S: StateRecord> CasRecord for Enveloped<S> {
         S::describe(id)
     }
     fn decode(bytes: &[u8]) -> Result<Self> {
-        let rec: Enveloped<S> = serde_json::from_slice(bytes)
-            .map_err(|e| Error::internal(format!("unreadable {}: {e}", S::WHAT)))?;
+        let rec: Enveloped<S> = match serde_json::from_slice(bytes) {
+            Ok(rec) => rec,
+            Err(e) => {
+                return S::legacy(bytes).unwrap_or_else(|| {
+                    Err(Error::internal(format!("unreadable {}: {e}", S::WHAT)))
+                })
+            }
+        };
         if rec.v != S::VERSION {
             return Err(Error::internal(format!(
                 "{} has schema version {}, this build reads {}",
@@ -215,56 +276,25 @@ impl<S: StateRecord> CasRecord for Enveloped<S> {
             swap_check: self.swap_check,
         }
     }
-    fn view(&self, _: &S::Id) -> Result<Option<S>> {
-        Ok(Some(self.state.clone()))
+    fn view(&self, id: &S::Id) -> Result<Option<S::View>> {
+        self.state.view(id, &self.envelope())
     }
-    fn build(next: &S, e: Envelope) -> Self {
+    fn build(next: &S::Next, e: Envelope) -> Self {
+        Enveloped::wrap(S::build(next), e)
+    }
+}
+
+impl<S: Content> Enveloped<S> {
+    /// `state` in the envelope `e`, at this build's version.
+    pub fn wrap(state: S, e: Envelope) -> Self {
         Enveloped {
             v: S::VERSION,
             rev: e.rev,
             writer: e.writer,
             recent_writers: e.recent_writers,
             swap_check: e.swap_check,
-            state: next.clone(),
+            state,
         }
-    }
-}
-
-impl CasRecord for PoolRecord {
-    type Id = PoolId;
-    type View = Loaded;
-    type Next = Next;
-
-    fn key(id: &PoolId) -> String {
-        keys::pool(id)
-    }
-    fn guard_key(id: &PoolId) -> String {
-        keys::pool_init(id)
-    }
-    fn describe(id: &PoolId) -> String {
-        format!("pool {}", id.display())
-    }
-    fn decode(bytes: &[u8]) -> Result<Self> {
-        PoolRecord::decode(bytes)
-    }
-    fn encode(&self) -> Vec<u8> {
-        PoolRecord::encode(self)
-    }
-    fn envelope(&self) -> Envelope {
-        Envelope {
-            rev: self.rev,
-            writer: self.writer.clone(),
-            recent_writers: self.recent_writers.clone(),
-            swap_check: self.swap_check,
-        }
-    }
-    fn view(&self, id: &PoolId) -> Result<Option<Loaded>> {
-        self.load(id)
-    }
-    fn build(next: &Next, e: Envelope) -> Self {
-        let mut record = PoolRecord::build(next, e.rev, e.writer, e.swap_check);
-        record.recent_writers = e.recent_writers;
-        record
     }
 }
 
@@ -288,14 +318,6 @@ enum Base {
     },
 }
 
-/// Reads a pool record without starting a swap (one `get`).
-///
-/// # Errors
-/// Store failures (503) and unreadable records (500).
-pub fn read_pool<K: KvStore>(kv: &K, id: &PoolId) -> Result<Option<Loaded>> {
-    read_record::<K, PoolRecord>(kv, id)
-}
-
 /// Reads a record's content without starting a swap (one `get`): `None`
 /// when absent, still the creation placeholder, or a tombstone.
 ///
@@ -307,19 +329,6 @@ pub fn read_record<K: KvStore, R: CasRecord>(kv: &K, id: &R::Id) -> Result<Optio
         Some(b) if kv::is_zero_counter(&b) => Ok(None),
         Some(b) => R::decode(&b)?.view(id),
     }
-}
-
-/// One read-modify-write of a pool record, retried on conflict: the pool
-/// instance of [`update_record`].
-///
-/// # Errors
-/// As [`update_record`].
-pub fn update_pool<K: KvStore, T>(
-    ctx: &Ctx<'_, K>,
-    id: &PoolId,
-    decide: impl FnMut(Option<&Loaded>) -> Result<Step<T>>,
-) -> Result<T> {
-    update_record::<K, PoolRecord, T>(ctx, id, decide)
 }
 
 /// One read-modify-write of a record, retried on conflict.
@@ -349,57 +358,20 @@ pub fn update_record<K: KvStore, R: CasRecord, T>(
     mut decide: impl FnMut(Option<&R::View>) -> Result<Step<T, R::Next>>,
 ) -> Result<T> {
     let key = R::key(id);
-    // Whether this request asked for the creation guard, and won it
-    // (rule 1).
-    let mut guard_asked = false;
-    let mut guard_won = false;
+    let mut guard = Guard::default();
     for attempt in 0..MAX_CAS_ATTEMPTS {
         if attempt > 0 {
             ctx.env.pause(attempt);
         }
         let (cas, current) = ctx.kv.cas_read(&key)?;
-        let (base, view) = match current.as_deref() {
-            None => (Base::Absent, None),
-            Some(b) if kv::is_zero_counter(b) => {
-                let check = if b.len() == 8 {
-                    SwapCheck::Exact
-                } else {
-                    SwapCheck::Verify
-                };
-                (Base::Placeholder(check), None)
-            }
-            Some(b) => {
-                let rec = R::decode(b)?;
-                let view = rec.view(id)?;
-                let e = rec.envelope();
-                (
-                    Base::Record {
-                        rev: e.rev,
-                        swap_check: e.swap_check,
-                        writers: writers_after(&e.writer, &e.recent_writers),
-                    },
-                    view,
-                )
-            }
-        };
+        let (base, view) = read_base::<R>(current.as_deref(), id)?;
         let (next, out) = match decide(view.as_ref())? {
             Step::Done(out) => return Ok(out),
             Step::Write(next, out) => (next, out),
         };
         let (rev, check, writers) = match base {
             Base::Absent => {
-                if !guard_asked {
-                    guard_asked = true;
-                    guard_won = ctx.kv.increment(&R::guard_key(id), 1)? == 1;
-                    if !guard_won {
-                        // Once per request: note the stall, or take the
-                        // creation over from a winner that crashed.
-                        take_over_creation(ctx, &key)?;
-                    }
-                }
-                if guard_won {
-                    ctx.kv.increment(&key, 0)?;
-                }
+                guard.bring_into_existence::<K, R>(ctx, id, &key)?;
                 continue;
             }
             Base::Placeholder(check) => (1, check, Vec::new()),
@@ -444,6 +416,71 @@ pub fn update_record<K: KvStore, R: CasRecord, T>(
             R::describe(id)
         ),
     ))
+}
+
+/// What an attempt read: the base its write builds on, and the content a
+/// decision sees (`None` when absent, the creation placeholder, or a
+/// tombstone).
+fn read_base<R: CasRecord>(current: Option<&[u8]>, id: &R::Id) -> Result<(Base, Option<R::View>)> {
+    Ok(match current {
+        None => (Base::Absent, None),
+        Some(b) if kv::is_zero_counter(b) => {
+            let check = if b.len() == 8 {
+                SwapCheck::Exact
+            } else {
+                SwapCheck::Verify
+            };
+            (Base::Placeholder(check), None)
+        }
+        Some(b) => {
+            let rec = R::decode(b)?;
+            let view = rec.view(id)?;
+            let e = rec.envelope();
+            (
+                Base::Record {
+                    rev: e.rev,
+                    swap_check: e.swap_check,
+                    writers: writers_after(&e.writer, &e.recent_writers),
+                },
+                view,
+            )
+        }
+    })
+}
+
+/// Whether this request asked for a record's creation guard, and won it
+/// (rule 1).
+#[derive(Default)]
+struct Guard {
+    asked: bool,
+    won: bool,
+}
+
+impl Guard {
+    /// For a write that found the key absent: asks for the creation guard
+    /// once per request; the winner makes the key (the zero counter the
+    /// next attempt swaps), a loser notes the stall or takes a crashed
+    /// winner's creation over ([`take_over_creation`]).
+    fn bring_into_existence<K: KvStore, R: CasRecord>(
+        &mut self,
+        ctx: &Ctx<'_, K>,
+        id: &R::Id,
+        key: &str,
+    ) -> Result<()> {
+        if !self.asked {
+            self.asked = true;
+            self.won = ctx.kv.increment(&R::guard_key(id), 1)? == 1;
+            if !self.won {
+                // Once per request: note the stall, or take the creation
+                // over from a winner that crashed.
+                take_over_creation(ctx, key)?;
+            }
+        }
+        if self.won {
+            ctx.kv.increment(key, 0)?;
+        }
+        Ok(())
+    }
 }
 
 /// Whether a read-back shows the write of `writer`: the record it wrote, or

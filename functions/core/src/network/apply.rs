@@ -203,10 +203,10 @@ impl StateRecord for ApplyState {
     const WHAT: &'static str = "network apply record";
 
     fn key(device: &str) -> String {
-        format!("{}{device}", crate::kv::keys::NET_DEVICE_PREFIX)
+        crate::kv::keys::net_device(device)
     }
     fn guard_key(device: &str) -> String {
-        format!("net-init/device/{device}")
+        crate::kv::keys::net_device_init(device)
     }
     fn describe(device: &str) -> String {
         format!("the network of device {device}")

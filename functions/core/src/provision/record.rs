@@ -8,10 +8,11 @@
 //! retired uids, for which nothing is recorded again (see
 //! [`super::plan::owner`]).
 //!
-//! Schema version 2 ([`PROGRESS_VERSION`]) added the uid, the retired
-//! uids and the decisions; a version 1 record (written by builds before)
-//! is read as one with no uid and no decisions, and written back as
-//! version 2 by the next write.
+//! Schema version 3 ([`PROGRESS_VERSION`]) is the record in the generic
+//! envelope ([`Enveloped`]: the content under `state`). Version 2 (the
+//! uid, the retired uids and the decisions beside the envelope's fields)
+//! and version 1 (without uid and decisions) are still read, and written
+//! back as version 3 by the next write.
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -21,14 +22,15 @@ use crate::error::{Error, Result};
 use crate::ipam::pool::PoolId;
 use crate::ipam::vrf::Resource;
 use crate::kv::keys;
-use crate::kv::protocol::{CasRecord, Envelope};
+use crate::kv::protocol::{Content, Envelope, Enveloped};
 use crate::kv::records::SwapCheck;
 
 /// Schema version of the progress record this build writes.
-pub const PROGRESS_VERSION: u32 = 2;
+pub const PROGRESS_VERSION: u32 = 3;
 
-/// The earlier version this build still reads.
-pub const PROGRESS_VERSION_READ: u32 = 1;
+/// The earlier versions this build still reads (envelope and content side
+/// by side).
+pub const PROGRESS_VERSIONS_READ: [u32; 2] = [1, 2];
 
 /// A held resource, as stored.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -64,21 +66,10 @@ pub struct IntentRecord {
     pub spec: Option<Value>,
 }
 
-/// The value of a `metal/pool/…` key.
+/// The content of a `metal/pool/…` key.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct ProgressRecord {
-    /// Schema version, [`PROGRESS_VERSION`] (or 1 when read).
-    pub v: u32,
-    /// Incremented by every write.
-    pub rev: u64,
-    /// Random token of the last writer.
-    pub writer: String,
-    /// Tokens of the writers before it, newest last.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub recent_writers: Vec<String>,
-    /// Whether swaps on this record are read back.
-    pub swap_check: SwapCheck,
+pub struct ProgressContent {
     /// The pool incarnation (object uid) the record belongs to; on a
     /// tombstone, the one whose teardown wrote it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -110,6 +101,67 @@ pub struct ProgressRecord {
     /// Teardown has started.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub deleting: bool,
+}
+
+/// The value of a `metal/pool/…` key: [`ProgressContent`] in the generic
+/// envelope.
+pub type ProgressRecord = Enveloped<ProgressContent>;
+
+/// A version 1 or 2 record: the envelope's fields beside the content's.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ProgressRecordV2 {
+    v: u32,
+    rev: u64,
+    writer: String,
+    #[serde(default)]
+    recent_writers: Vec<String>,
+    swap_check: SwapCheck,
+    #[serde(default)]
+    uid: Option<String>,
+    #[serde(default)]
+    deleted: bool,
+    #[serde(default)]
+    retired: Vec<String>,
+    #[serde(default)]
+    vrf: Option<HeldRecord>,
+    #[serde(default)]
+    reservation: Option<HeldRecord>,
+    #[serde(default)]
+    vlan: Option<HeldRecord>,
+    #[serde(default)]
+    gateway: Option<HeldRecord>,
+    #[serde(default)]
+    gateway_state: Option<String>,
+    #[serde(default)]
+    intent: Option<IntentRecord>,
+    #[serde(default)]
+    deleting: bool,
+}
+
+impl ProgressRecordV2 {
+    /// Moved into the envelope.
+    fn migrate(self) -> ProgressRecord {
+        let e = Envelope {
+            rev: self.rev,
+            writer: self.writer,
+            recent_writers: self.recent_writers,
+            swap_check: self.swap_check,
+        };
+        let content = ProgressContent {
+            uid: self.uid,
+            deleted: self.deleted,
+            retired: self.retired,
+            vrf: self.vrf,
+            reservation: self.reservation,
+            vlan: self.vlan,
+            gateway: self.gateway,
+            gateway_state: self.gateway_state,
+            intent: self.intent,
+            deleting: self.deleting,
+        };
+        Enveloped::wrap(content, e)
+    }
 }
 
 fn resource_of(name: &str) -> Result<Resource> {
@@ -146,7 +198,7 @@ fn held_out(h: &Option<Held>) -> Option<HeldRecord> {
     })
 }
 
-impl ProgressRecord {
+impl ProgressContent {
     /// The progress it holds (a tombstone included).
     ///
     /// # Errors
@@ -175,7 +227,17 @@ impl ProgressRecord {
     }
 }
 
-impl CasRecord for ProgressRecord {
+impl ProgressRecord {
+    /// The progress it holds (a tombstone included).
+    ///
+    /// # Errors
+    /// As [`ProgressContent::progress`].
+    pub fn progress(&self) -> Result<Progress> {
+        self.state.progress()
+    }
+}
+
+impl Content for ProgressContent {
     type Id = PoolId;
     /// The whole record, a tombstone included (`deleted`): a decision must
     /// see whose tombstone it is.
@@ -183,6 +245,8 @@ impl CasRecord for ProgressRecord {
     /// What to write; `deleted` writes a tombstone (its uid and the retired
     /// uids only).
     type Next = Progress;
+    const VERSION: u32 = PROGRESS_VERSION;
+    const WHAT: &'static str = "Metal progress record";
 
     fn key(id: &PoolId) -> String {
         keys::metal_pool(id)
@@ -193,38 +257,11 @@ impl CasRecord for ProgressRecord {
     fn describe(id: &PoolId) -> String {
         format!("the Metal resources of pool {}", id.display())
     }
-    fn decode(bytes: &[u8]) -> Result<Self> {
-        let rec: ProgressRecord = serde_json::from_slice(bytes)
-            .map_err(|e| Error::internal(format!("unreadable Metal progress record: {e}")))?;
-        if rec.v != PROGRESS_VERSION && rec.v != PROGRESS_VERSION_READ {
-            return Err(Error::internal(format!(
-                "Metal progress record has schema version {}, this build reads {PROGRESS_VERSION_READ} and {PROGRESS_VERSION}",
-                rec.v
-            )));
-        }
-        Ok(rec)
-    }
-    fn encode(&self) -> Vec<u8> {
-        serde_json::to_vec(self).unwrap_or_default()
-    }
-    fn envelope(&self) -> Envelope {
-        Envelope {
-            rev: self.rev,
-            writer: self.writer.clone(),
-            recent_writers: self.recent_writers.clone(),
-            swap_check: self.swap_check,
-        }
-    }
-    fn view(&self, _id: &PoolId) -> Result<Option<Progress>> {
+    fn view(&self, _id: &PoolId, _: &Envelope) -> Result<Option<Progress>> {
         self.progress().map(Some)
     }
-    fn build(next: &Progress, e: Envelope) -> Self {
-        let mut rec = ProgressRecord {
-            v: PROGRESS_VERSION,
-            rev: e.rev,
-            writer: e.writer,
-            recent_writers: e.recent_writers,
-            swap_check: e.swap_check,
+    fn build(next: &Progress) -> Self {
+        let mut rec = ProgressContent {
             uid: next.uid.clone(),
             deleted: next.deleted,
             retired: next.retired.clone(),
@@ -253,12 +290,23 @@ impl CasRecord for ProgressRecord {
         }
         rec
     }
+    /// A version 1 or 2 record, moved into the envelope.
+    fn legacy(bytes: &[u8]) -> Option<Result<ProgressRecord>> {
+        let old: ProgressRecordV2 = serde_json::from_slice(bytes).ok()?;
+        if !PROGRESS_VERSIONS_READ.contains(&old.v) {
+            return Some(Err(Error::internal(format!(
+                "Metal progress record has schema version {}, this build reads 1 to {PROGRESS_VERSION}",
+                old.v
+            ))));
+        }
+        Some(Ok(old.migrate()))
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kv::protocol::{update_record, Step};
+    use crate::kv::protocol::{update_record, CasRecord, Step};
     use crate::kv::{Ctx, SwapPolicy};
     use crate::ports::kv::KvStore;
     use crate::testing::{Backend, MemKv, TestEnv};
@@ -323,7 +371,7 @@ mod tests {
             }
         );
         let mut newer = serde_json::to_value(&rec).unwrap();
-        newer["v"] = 3.into();
+        newer["v"] = (PROGRESS_VERSION + 1).into();
         assert!(ProgressRecord::decode(newer.to_string().as_bytes()).is_err());
     }
 

@@ -346,7 +346,7 @@ async fn contender_rows(n: usize, c: &Contender, shared: &Shared) -> Result<Vec<
 fn intents(bytes: &[u8]) -> usize {
     serde_json::from_slice::<Value>(bytes)
         .ok()
-        .and_then(|v| v["intents"].as_array().map(Vec::len))
+        .and_then(|v| v["state"]["intents"].as_array().map(Vec::len))
         .unwrap_or(0)
 }
 

@@ -1,0 +1,589 @@
+//! The IPAM repository: the pool record (spec plus allocation state, one
+//! document so one compare-and-swap covers both) and the claim binding, as
+//! stored, and the pool record's read and read-modify-write on the generic
+//! protocol of [`crate::kv`] ([`read_pool`], [`update_pool`]). Their keys
+//! are built by [`crate::kv::keys`] from a [`PoolId`] (which is
+//! [`Scoped`]). Their JSON Schemas are in `kv-schema/`; a test checks golden
+//! records against both.
+
+use std::net::IpAddr;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::error::{Error, Result};
+use crate::ip::{from_u128, to_u128};
+use crate::ipam::alloc::{Cooling, Intent, IntentKind, PoolState};
+use crate::ipam::claim::{AddressView, CapiVersion, Claim, ClaimId, PoolRef};
+use crate::ipam::pool::{PoolId, PoolKind, PoolObject, ValidatedPool};
+use crate::kv::keys::{self, Scoped};
+use crate::kv::protocol::{
+    read_record, update_record, CasRecord, Content, Ctx, Envelope, Enveloped, Step,
+};
+use crate::kv::records::{decode_versioned, writers_after, written_by, SwapCheck, RECORD_VERSION};
+use crate::ports::kv::KvStore;
+
+impl Scoped for PoolId {
+    fn namespace(&self) -> Option<&str> {
+        self.namespace.as_deref()
+    }
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn from_parts(namespace: Option<&str>, name: &str) -> Self {
+        match namespace {
+            Some(ns) => PoolId::namespaced(ns, name),
+            None => PoolId::global(name),
+        }
+    }
+}
+
+/// A released address in the record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CoolingRecord {
+    /// The address.
+    pub address: String,
+    /// Unix seconds from which it is free.
+    pub until: u64,
+}
+
+/// A journal entry of a record written by an earlier version (read and
+/// ignored: intents replaced the journal).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JournalRecord {
+    /// `namespace/name` of the claim.
+    pub claim: String,
+    /// Its uid.
+    pub uid: String,
+    /// The address it got.
+    pub address: String,
+    /// Unix seconds of the allocation.
+    pub at: u64,
+}
+
+/// What an intent owes the claim key, as stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum IntentKindRecord {
+    /// Write the binding.
+    Bind,
+    /// Remove the binding.
+    Unbind,
+}
+
+/// An intent in the record (see [`crate::ipam::alloc::Intent`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IntentRecord {
+    /// Bind or unbind.
+    pub kind: IntentKindRecord,
+    /// `namespace/name` of the claim.
+    pub claim: String,
+    /// The claim's uid.
+    pub uid: String,
+    /// The address.
+    pub address: String,
+    /// The binding's token.
+    pub token: String,
+    /// Writer token of the request that owes the write.
+    pub owner: String,
+    /// Unix seconds when the owner took it.
+    pub at: u64,
+}
+
+/// Schema version of the pool record this build writes: 2, the record in
+/// the generic envelope ([`Enveloped`]). Version 1 (the envelope's fields
+/// and the content side by side, written by builds before) is still read
+/// ([`PoolContent::legacy`]) and written back as version 2 by the next
+/// write.
+pub const POOL_VERSION: u32 = 2;
+
+/// The content of a pool key: spec plus allocation state, one document so
+/// a single compare-and-swap covers both.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PoolContent {
+    /// Tombstone: the pool was deleted (the key stays, see `kv::protocol`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub deleted: bool,
+    /// The pool object (apiVersion, kind, metadata, spec); absent in a tombstone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool: Option<Value>,
+    /// Addresses bound or cooling down, as `a` or `a-b` entries, ascending.
+    #[serde(default)]
+    pub used: Vec<String>,
+    /// Released addresses in their grace period.
+    #[serde(default)]
+    pub cooling: Vec<CoolingRecord>,
+    /// Claim-key writes still owed, oldest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub intents: Vec<IntentRecord>,
+    /// Written by versions before intents; read and ignored.
+    #[serde(default, skip_serializing)]
+    pub journal: Vec<JournalRecord>,
+}
+
+/// The value of a pool key: [`PoolContent`] in the generic envelope.
+pub type PoolRecord = Enveloped<PoolContent>;
+
+/// A version 1 pool record: the envelope's fields beside the content's.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct PoolRecordV1 {
+    v: u32,
+    rev: u64,
+    writer: String,
+    #[serde(default)]
+    recent_writers: Vec<String>,
+    swap_check: SwapCheck,
+    #[serde(default)]
+    deleted: bool,
+    #[serde(default)]
+    pool: Option<Value>,
+    #[serde(default)]
+    used: Vec<String>,
+    #[serde(default)]
+    cooling: Vec<CoolingRecord>,
+    #[serde(default)]
+    intents: Vec<IntentRecord>,
+    #[serde(default)]
+    journal: Vec<JournalRecord>,
+}
+
+/// A pool as loaded from its record.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Loaded {
+    /// The registered object.
+    pub object: PoolObject,
+    /// Its validated spec.
+    pub pool: ValidatedPool,
+    /// Allocation state.
+    pub state: PoolState,
+    /// Revision of the record.
+    pub rev: u64,
+    /// Whether the backend's swaps are exact (Spin's SQLite store, detected
+    /// when the pool was created). Only there is `get_many` used: Spin
+    /// 3.6's Redis backend sends it as a `KEYS` command, which fails.
+    pub exact: bool,
+}
+
+impl PoolContent {
+    /// The pool and its state, or `None` for a tombstone; `rev` and `exact`
+    /// are the envelope's.
+    ///
+    /// # Errors
+    /// 500 if the stored object or state does not parse.
+    pub fn load(&self, id: &PoolId, rev: u64, exact: bool) -> Result<Option<Loaded>> {
+        let Some(obj) = self.pool.as_ref().filter(|_| !self.deleted) else {
+            return Ok(None);
+        };
+        let invalid =
+            |e: Error| Error::internal(format!("stored pool {} is invalid: {e}", id.display()));
+        let object = PoolObject::parse(id, obj).map_err(invalid)?;
+        let pool = object.spec.validate().map_err(invalid)?;
+        Ok(Some(Loaded {
+            object,
+            pool,
+            state: self.state()?,
+            rev,
+            exact,
+        }))
+    }
+
+    /// The allocation state it stores.
+    fn state(&self) -> Result<PoolState> {
+        let mut state = PoolState::default();
+        for u in &self.used {
+            let (a, b) = stored_entry(u)?;
+            state.used.insert_range(a, b);
+        }
+        for c in &self.cooling {
+            let (a, _) = stored_entry(&c.address)?;
+            state.cooling.push(Cooling {
+                address: a,
+                until: c.until,
+            });
+        }
+        for i in &self.intents {
+            let (a, _) = stored_entry(&i.address)?;
+            state.intents.push(Intent {
+                kind: match i.kind {
+                    IntentKindRecord::Bind => IntentKind::Bind,
+                    IntentKindRecord::Unbind => IntentKind::Unbind,
+                },
+                claim: i.claim.clone(),
+                uid: i.uid.clone(),
+                address: a,
+                token: i.token.clone(),
+                owner: i.owner.clone(),
+                at: i.at,
+            });
+        }
+        Ok(state)
+    }
+
+    /// The content for `next` (see [`Next`]).
+    pub fn build(next: &Next) -> PoolContent {
+        let Some((object, vp)) = &next.pool else {
+            return PoolContent {
+                deleted: true,
+                pool: None,
+                used: Vec::new(),
+                cooling: Vec::new(),
+                intents: Vec::new(),
+                journal: Vec::new(),
+            };
+        };
+        let fmt = |v: u128| from_u128(vp.family, v).to_string();
+        let used = next
+            .state
+            .used
+            .ranges()
+            .iter()
+            .map(|&(a, b)| {
+                if a == b {
+                    fmt(a)
+                } else {
+                    format!("{}-{}", fmt(a), fmt(b))
+                }
+            })
+            .collect();
+        let cooling = next
+            .state
+            .cooling
+            .iter()
+            .map(|c| CoolingRecord {
+                address: fmt(c.address),
+                until: c.until,
+            })
+            .collect();
+        let intents = next
+            .state
+            .intents
+            .iter()
+            .map(|i| IntentRecord {
+                kind: match i.kind {
+                    IntentKind::Bind => IntentKindRecord::Bind,
+                    IntentKind::Unbind => IntentKindRecord::Unbind,
+                },
+                claim: i.claim.clone(),
+                uid: i.uid.clone(),
+                address: fmt(i.address),
+                token: i.token.clone(),
+                owner: i.owner.clone(),
+                at: i.at,
+            })
+            .collect();
+        PoolContent {
+            deleted: false,
+            pool: Some(object.to_json(None)),
+            used,
+            cooling,
+            intents,
+            journal: Vec::new(),
+        }
+    }
+}
+
+impl Content for PoolContent {
+    type Id = PoolId;
+    type View = Loaded;
+    type Next = Next;
+    const VERSION: u32 = POOL_VERSION;
+    const WHAT: &'static str = "pool record";
+
+    fn key(id: &PoolId) -> String {
+        keys::pool(id)
+    }
+    fn guard_key(id: &PoolId) -> String {
+        keys::pool_init(id)
+    }
+    fn describe(id: &PoolId) -> String {
+        format!("pool {}", id.display())
+    }
+    fn view(&self, id: &PoolId, e: &Envelope) -> Result<Option<Loaded>> {
+        self.load(id, e.rev, e.swap_check == SwapCheck::Exact)
+    }
+    fn build(next: &Next) -> Self {
+        PoolContent::build(next)
+    }
+    /// A version 1 record, moved into the envelope.
+    fn legacy(bytes: &[u8]) -> Option<Result<PoolRecord>> {
+        let old: PoolRecordV1 = serde_json::from_slice(bytes).ok()?;
+        if old.v != RECORD_VERSION {
+            return Some(Err(Error::internal(format!(
+                "pool record has schema version {}, this build reads {RECORD_VERSION} and {POOL_VERSION}",
+                old.v
+            ))));
+        }
+        let e = Envelope {
+            rev: old.rev,
+            writer: old.writer,
+            recent_writers: old.recent_writers,
+            swap_check: old.swap_check,
+        };
+        let content = PoolContent {
+            deleted: old.deleted,
+            pool: old.pool,
+            used: old.used,
+            cooling: old.cooling,
+            intents: old.intents,
+            journal: old.journal,
+        };
+        Some(Ok(Enveloped::wrap(content, e)))
+    }
+}
+
+impl PoolRecord {
+    /// Decodes a record, version 2 or 1.
+    ///
+    /// # Errors
+    /// 500 if the bytes are not a pool record this build reads (corruption
+    /// or a newer writer).
+    pub fn decode(bytes: &[u8]) -> Result<PoolRecord> {
+        <PoolRecord as CasRecord>::decode(bytes)
+    }
+
+    /// Encodes the record as compact JSON (always version 2).
+    pub fn encode(&self) -> Vec<u8> {
+        <PoolRecord as CasRecord>::encode(self)
+    }
+
+    /// The pool and its state, or `None` for a tombstone.
+    ///
+    /// # Errors
+    /// 500 if the stored object or state does not parse.
+    pub fn load(&self, id: &PoolId) -> Result<Option<Loaded>> {
+        self.state
+            .load(id, self.rev, self.swap_check == SwapCheck::Exact)
+    }
+
+    /// Whether the write carrying `token` is this record or one of the
+    /// [`crate::kv::RECENT_WRITERS`] before it.
+    pub fn written_by(&self, token: &str) -> bool {
+        written_by(&self.writer, &self.recent_writers, token)
+    }
+
+    /// The `recentWriters` of the record that replaces this one.
+    pub fn writers_after(&self) -> Vec<String> {
+        writers_after(&self.writer, &self.recent_writers)
+    }
+
+    /// Builds a record for `next` (see [`Next`]), with no recent writers.
+    pub fn build(next: &Next, rev: u64, writer: String, swap_check: SwapCheck) -> PoolRecord {
+        let e = Envelope {
+            rev,
+            writer,
+            recent_writers: Vec::new(),
+            swap_check,
+        };
+        Enveloped::wrap(PoolContent::build(next), e)
+    }
+}
+
+/// The state a read-modify-write wants to write.
+#[derive(Debug, Clone)]
+pub struct Next {
+    /// The pool (object and its validated spec), or `None` for a tombstone.
+    pub pool: Option<(PoolObject, ValidatedPool)>,
+    /// Allocation state (ignored for a tombstone).
+    pub state: PoolState,
+}
+
+/// The value of a claim key: the binding of a claim to an address.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ClaimRecord {
+    /// Schema version, [`RECORD_VERSION`].
+    pub v: u32,
+    /// The claim's uid.
+    pub uid: String,
+    /// The claim's apiVersion (the IPAddress is rendered in it).
+    pub api_version: String,
+    /// The claim's `spec.poolRef`, verbatim.
+    pub pool_ref: PoolRefRecord,
+    /// The bound address.
+    pub address: String,
+    /// Prefix length handed out.
+    pub prefix: u8,
+    /// Gateway handed out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gateway: Option<String>,
+    /// The claim's cluster name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_name: Option<String>,
+    /// The pool's uid, when it came from Kubernetes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool_uid: Option<String>,
+    /// The allocation's token, matching the pool's intent for it (empty in
+    /// bindings written before intents).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub token: String,
+}
+
+/// `spec.poolRef` in a [`ClaimRecord`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PoolRefRecord {
+    /// apiGroup.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_group: Option<String>,
+    /// kind.
+    pub kind: String,
+    /// name.
+    pub name: String,
+}
+
+impl From<&PoolRef> for PoolRefRecord {
+    fn from(p: &PoolRef) -> Self {
+        PoolRefRecord {
+            api_group: p.api_group.clone(),
+            kind: p.kind.clone(),
+            name: p.name.clone(),
+        }
+    }
+}
+
+impl PoolRefRecord {
+    /// Back to the API type.
+    pub fn to_pool_ref(&self) -> PoolRef {
+        PoolRef {
+            api_group: self.api_group.clone(),
+            kind: self.kind.clone(),
+            name: self.name.clone(),
+        }
+    }
+}
+
+impl ClaimRecord {
+    /// Decodes a record.
+    ///
+    /// # Errors
+    /// 500 if the bytes are not a version-1 claim record.
+    pub fn decode(bytes: &[u8]) -> Result<ClaimRecord> {
+        decode_versioned(bytes, "claim", |r: &ClaimRecord| r.v)
+    }
+
+    /// Encodes as compact JSON.
+    pub fn encode(&self) -> Vec<u8> {
+        serde_json::to_vec(self).unwrap_or_default()
+    }
+
+    /// The pool this binding is in; `namespace` is the claim's.
+    ///
+    /// # Errors
+    /// 500 if the stored kind is not one of ours.
+    pub fn pool_id(&self, namespace: &str) -> Result<PoolId> {
+        let kind = PoolKind::from_kind_name(&self.pool_ref.kind).ok_or_else(|| {
+            Error::internal(format!(
+                "claim record names pool kind {:?}",
+                self.pool_ref.kind
+            ))
+        })?;
+        Ok(PoolId::of(kind, namespace, &self.pool_ref.name))
+    }
+
+    /// The bound address.
+    ///
+    /// # Errors
+    /// 500 if the stored address does not parse.
+    pub fn ip(&self) -> Result<IpAddr> {
+        self.address
+            .parse()
+            .map_err(|_| Error::internal(format!("claim record address {:?}", self.address)))
+    }
+
+    /// Renders the IPAddress object of this binding.
+    ///
+    /// # Errors
+    /// 500 if the record is inconsistent.
+    pub fn to_ip_address(&self, namespace: &str, name: &str) -> Result<Value> {
+        let version = CapiVersion::parse(&self.api_version).ok_or_else(|| {
+            Error::internal(format!("claim record apiVersion {:?}", self.api_version))
+        })?;
+        let claim = ClaimId {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+            uid: self.uid.clone(),
+        };
+        let pool_ref = self.pool_ref.to_pool_ref();
+        let gateway = match &self.gateway {
+            Some(g) => Some(
+                g.parse()
+                    .map_err(|_| Error::internal(format!("claim record gateway {g:?}")))?,
+            ),
+            None => None,
+        };
+        Ok(AddressView {
+            version,
+            claim: &claim,
+            pool_ref: &pool_ref,
+            pool_uid: self.pool_uid.as_deref(),
+            cluster_name: self.cluster_name.as_deref(),
+            address: self.ip()?,
+            prefix: self.prefix,
+            gateway,
+        }
+        .to_json())
+    }
+
+    /// The binding of `claim` to `address` in `pool`, for the allocation
+    /// identified by `token`.
+    pub fn new(
+        claim: &Claim,
+        address: IpAddr,
+        pool: &ValidatedPool,
+        pool_uid: Option<&str>,
+        token: &str,
+    ) -> Self {
+        ClaimRecord {
+            v: RECORD_VERSION,
+            uid: claim.id.uid.clone(),
+            api_version: claim.version.api_version().to_string(),
+            pool_ref: (&claim.pool_ref).into(),
+            address: address.to_string(),
+            prefix: pool.prefix,
+            gateway: pool.gateway.map(|g| g.to_string()),
+            cluster_name: claim.cluster_name.clone(),
+            pool_uid: pool_uid.map(str::to_string),
+            token: token.to_string(),
+        }
+    }
+}
+
+fn stored_entry(s: &str) -> Result<(u128, u128)> {
+    crate::ipam::pool::parse_entry(s)
+        .map(|(_, a, b)| (a, b))
+        .map_err(|m| Error::internal(format!("stored address entry: {m}")))
+}
+
+/// Converts `ip` for `pool`, or `None` when the family differs.
+pub fn addr_in_family(pool: &ValidatedPool, ip: IpAddr) -> Option<u128> {
+    (crate::ip::Family::of(ip) == pool.family).then(|| to_u128(ip))
+}
+
+/// Reads a pool record without starting a swap (one `get`).
+///
+/// # Errors
+/// Store failures (503) and unreadable records (500).
+pub fn read_pool<K: KvStore>(kv: &K, id: &PoolId) -> Result<Option<Loaded>> {
+    read_record::<K, PoolRecord>(kv, id)
+}
+
+/// One read-modify-write of a pool record, retried on conflict: the pool
+/// instance of [`update_record`].
+///
+/// # Errors
+/// As [`update_record`].
+///
+/// # Idempotency
+/// As `decide`: the protocol applies one decision exactly once.
+pub fn update_pool<K: KvStore, T>(
+    ctx: &Ctx<'_, K>,
+    id: &PoolId,
+    decide: impl FnMut(Option<&Loaded>) -> Result<Step<T, Next>>,
+) -> Result<T> {
+    update_record::<K, PoolRecord, T>(ctx, id, decide)
+}
