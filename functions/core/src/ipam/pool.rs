@@ -243,6 +243,19 @@ fn family_name(f: Family) -> &'static str {
 /// the reservation is read from Metal.
 pub const BLOCK_UNKNOWN: &str = "MetalBlockUnknown";
 
+/// The fields of a pool's `spec` (those [`PoolSpec::from_json`] accepts;
+/// any other is refused as unknown).
+pub const SPEC_FIELDS: &[&str] = &[
+    "addresses",
+    "prefix",
+    "gateway",
+    "excludedAddresses",
+    "allocateReservedIPAddresses",
+    "addressReuseGracePeriodSeconds",
+    "preAllocations",
+    "metal",
+];
+
 /// A pool's `spec` as read: the fields whose absence depends on `metal`
 /// are optional here, checked in [`SpecIn::checked`]; any other field is
 /// refused as unknown.
@@ -1078,6 +1091,22 @@ mod tests {
         ] {
             let e = PoolSpec::from_json(&bad).unwrap_err();
             assert_eq!(e.field(), Some(field), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn spec_fields_lists_what_the_parser_accepts() {
+        for f in SPEC_FIELDS {
+            let mut v = json!({"addresses": ["10.0.0.1"], "prefix": 24});
+            v[*f] = Value::Null;
+            if let Err(e) = PoolSpec::from_json(&v) {
+                assert!(!e.message().contains("unknown field"), "{f}: {e}");
+            }
+        }
+        let e = PoolSpec::from_json(&json!({"colour": 1})).unwrap_err();
+        assert!(e.message().contains("unknown field"), "{e}");
+        for f in SPEC_FIELDS {
+            assert!(e.message().contains(f), "{f} is not among the fields: {e}");
         }
     }
 
