@@ -161,27 +161,9 @@ pub(crate) fn by_object(obj: &Value) -> Result<&'static ResourceType, ApiError> 
 // Small helpers: time, uids, metadata access
 // ---------------------------------------------------------------------------
 
-/// Seconds since the epoch as RFC 3339 UTC (`2026-11-29T18:17:07Z`).
-pub(crate) fn format_rfc3339(secs: u64) -> String {
-    // Howard Hinnant's civil_from_days.
-    let days = i64::try_from(secs / 86_400).expect("a sane date");
-    let rem = secs % 86_400;
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
-}
+/// Seconds since the epoch as RFC 3339 UTC (`2026-11-29T18:17:07Z`): the
+/// core's one formatter.
+pub(crate) use metal_ipam_core::kube::meta::rfc3339 as format_rfc3339;
 
 fn now() -> String {
     let secs = SystemTime::now()

@@ -274,27 +274,8 @@ pub(crate) fn now_rfc3339() -> String {
     rfc3339(secs)
 }
 
-/// Unix seconds as `YYYY-MM-DDThh:mm:ssZ` (proleptic Gregorian calendar).
-pub(crate) fn rfc3339(secs: u64) -> String {
-    let days = i64::try_from(secs / 86_400).unwrap_or(i64::MAX);
-    let rem = secs % 86_400;
-    // Days since 1970-01-01 to a civil date, by 400-year eras.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
-}
+/// Unix seconds as `YYYY-MM-DDThh:mm:ssZ`: the core's one formatter.
+pub(crate) use metal_ipam_core::kube::meta::rfc3339;
 
 fn href(kind: &str, id: &str) -> String {
     format!("{BASE_PATH}/{kind}/{id}")

@@ -3,14 +3,16 @@
 //! views of both objects as the API server returns them
 //! ([`ClaimObject`], [`IpAddressObject`]).
 
+use std::collections::BTreeMap;
 use std::net::IpAddr;
 
-use serde_json::{json, Map, Value};
+use serde::Serialize;
+use serde_json::{Map, Value};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::ipam::pool::{self, PoolId, PoolKind};
 use crate::kube::names;
-use crate::kube::object::{self, metadata, Object, ObjectMeta};
+use crate::kube::object::{self, metadata, MetadataPatch, Object, ObjectMeta, OwnerReference};
 
 /// API group of the CAPI IPAM types.
 pub const CAPI_IPAM_GROUP: &str = "ipam.cluster.x-k8s.io";
@@ -49,9 +51,11 @@ impl CapiVersion {
 
 /// A claim's `spec.poolRef`, kept exactly as given so the IPAddress can
 /// carry an identical copy (the CAPI webhook compares them).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct PoolRef {
     /// `apiGroup` (required in v1beta2, optional in v1beta1).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub api_group: Option<String>,
     /// `kind`.
     pub kind: String,
@@ -74,13 +78,7 @@ impl PoolRef {
 
     /// As JSON, field names as in the CRD.
     pub fn to_json(&self) -> Value {
-        let mut m = Map::new();
-        if let Some(g) = &self.api_group {
-            m.insert("apiGroup".into(), g.clone().into());
-        }
-        m.insert("kind".into(), self.kind.clone().into());
-        m.insert("name".into(), self.name.clone().into());
-        Value::Object(m)
+        serde_json::to_value(self).unwrap_or(Value::Null)
     }
 }
 
@@ -147,17 +145,7 @@ impl Claim {
             .get("metadata")
             .and_then(Value::as_object)
             .ok_or_else(|| Error::invalid("metadata", "is required"))?;
-        let name = meta_str(meta, "name")?;
-        names::check_subdomain(name).map_err(|m| Error::invalid("metadata.name", m))?;
-        let namespace = meta_str(meta, "namespace")?;
-        names::check_label(namespace).map_err(|m| Error::invalid("metadata.namespace", m))?;
-        let uid = meta_str(meta, "uid")?;
-        if uid.len() > 128 || uid.contains(char::is_whitespace) {
-            return Err(Error::invalid(
-                "metadata.uid",
-                "must be a UID without spaces, at most 128 characters",
-            ));
-        }
+        let id = claim_id(meta)?;
         let spec = obj
             .get("spec")
             .and_then(Value::as_object)
@@ -166,68 +154,11 @@ impl Claim {
             .get("poolRef")
             .and_then(Value::as_object)
             .ok_or_else(|| Error::invalid("spec.poolRef", "is required"))?;
-        let api_group = match pr.get("apiGroup") {
-            None | Some(Value::Null) => None,
-            Some(Value::String(s)) => Some(s.clone()),
-            Some(_) => return Err(Error::invalid("spec.poolRef.apiGroup", "must be a string")),
-        };
-        if version == CapiVersion::V1beta2 && api_group.is_none() {
-            return Err(Error::invalid(
-                "spec.poolRef.apiGroup",
-                "is required in v1beta2",
-            ));
-        }
-        let kind = pr
-            .get("kind")
-            .and_then(Value::as_str)
-            .ok_or_else(|| Error::invalid("spec.poolRef.kind", "is required"))?;
-        let pool_name = pr
-            .get("name")
-            .and_then(Value::as_str)
-            .ok_or_else(|| Error::invalid("spec.poolRef.name", "is required"))?;
-        let pool_ref = PoolRef {
-            api_group,
-            kind: kind.to_string(),
-            name: pool_name.to_string(),
-        };
-        let pool_kind = match (
-            pool_ref.api_group.as_deref(),
-            PoolKind::from_kind_name(kind),
-        ) {
-            (Some(pool::GROUP), Some(k)) => k,
-            _ => {
-                return Err(Error::new(
-                    ErrorKind::Invalid,
-                    "UnsupportedPoolRef",
-                    format!(
-                    "spec.poolRef {}/{} is not served by metal-ipam, which serves {}/{} and {}/{}",
-                    pool_ref.api_group.as_deref().unwrap_or(""),
-                    kind,
-                    pool::GROUP,
-                    pool::KIND_NAMESPACED,
-                    pool::GROUP,
-                    pool::KIND_GLOBAL
-                ),
-                )
-                .with_field("spec.poolRef"))
-            }
-        };
-        names::check_subdomain(pool_name).map_err(|m| Error::invalid("spec.poolRef.name", m))?;
-        let pool = PoolId::of(pool_kind, namespace, pool_name);
-        let annotations = meta.get("annotations").and_then(Value::as_object);
-        let requested =
-            match annotations.and_then(|a| a.get(REQUESTED_ADDRESS_ANNOTATION)) {
-                None => None,
-                Some(v) => {
-                    let field = format!("metadata.annotations[{REQUESTED_ADDRESS_ANNOTATION}]");
-                    let s = v
-                        .as_str()
-                        .ok_or_else(|| Error::invalid(&field, "must be a string"))?;
-                    Some(s.trim().parse::<IpAddr>().map_err(|_| {
-                        Error::invalid(&field, format!("{s:?} is not an IP address"))
-                    })?)
-                }
-            };
+        let (pool_ref, pool_kind) = pool_ref(pr, version)?;
+        names::check_subdomain(&pool_ref.name)
+            .map_err(|m| Error::invalid("spec.poolRef.name", m))?;
+        let pool = PoolId::of(pool_kind, &id.namespace, &pool_ref.name);
+        let requested = requested_address(meta)?;
         let cluster_name = spec
             .get("clusterName")
             .and_then(Value::as_str)
@@ -241,17 +172,99 @@ impl Claim {
             .map(str::to_string);
         Ok(Claim {
             version,
-            id: ClaimId {
-                namespace: namespace.to_string(),
-                name: name.to_string(),
-                uid: uid.to_string(),
-            },
+            id,
             pool_ref,
             pool,
             requested,
             cluster_name,
         })
     }
+}
+
+/// A claim's name, namespace and uid, checked.
+fn claim_id(meta: &Map<String, Value>) -> Result<ClaimId> {
+    let name = meta_str(meta, "name")?;
+    names::check_subdomain(name).map_err(|m| Error::invalid("metadata.name", m))?;
+    let namespace = meta_str(meta, "namespace")?;
+    names::check_label(namespace).map_err(|m| Error::invalid("metadata.namespace", m))?;
+    let uid = meta_str(meta, "uid")?;
+    if uid.len() > 128 || uid.contains(char::is_whitespace) {
+        return Err(Error::invalid(
+            "metadata.uid",
+            "must be a UID without spaces, at most 128 characters",
+        ));
+    }
+    Ok(ClaimId {
+        namespace: namespace.to_string(),
+        name: name.to_string(),
+        uid: uid.to_string(),
+    })
+}
+
+/// A claim's `spec.poolRef`, checked field by field, and the pool kind it
+/// names (ours, or `UnsupportedPoolRef`).
+fn pool_ref(pr: &Map<String, Value>, version: CapiVersion) -> Result<(PoolRef, PoolKind)> {
+    let api_group = match pr.get("apiGroup") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(_) => return Err(Error::invalid("spec.poolRef.apiGroup", "must be a string")),
+    };
+    if version == CapiVersion::V1beta2 && api_group.is_none() {
+        return Err(Error::invalid(
+            "spec.poolRef.apiGroup",
+            "is required in v1beta2",
+        ));
+    }
+    let kind = pr
+        .get("kind")
+        .and_then(Value::as_str)
+        .ok_or_else(|| Error::invalid("spec.poolRef.kind", "is required"))?;
+    let pool_name = pr
+        .get("name")
+        .and_then(Value::as_str)
+        .ok_or_else(|| Error::invalid("spec.poolRef.name", "is required"))?;
+    let pool_ref = PoolRef {
+        api_group,
+        kind: kind.to_string(),
+        name: pool_name.to_string(),
+    };
+    match (
+        pool_ref.api_group.as_deref(),
+        PoolKind::from_kind_name(kind),
+    ) {
+        (Some(pool::GROUP), Some(k)) => Ok((pool_ref, k)),
+        _ => Err(Error::new(
+            ErrorKind::Invalid,
+            "UnsupportedPoolRef",
+            format!(
+                "spec.poolRef {}/{} is not served by metal-ipam, which serves {}/{} and {}/{}",
+                pool_ref.api_group.as_deref().unwrap_or(""),
+                kind,
+                pool::GROUP,
+                pool::KIND_NAMESPACED,
+                pool::GROUP,
+                pool::KIND_GLOBAL
+            ),
+        )
+        .with_field("spec.poolRef")),
+    }
+}
+
+/// The address a claim asks for with [`REQUESTED_ADDRESS_ANNOTATION`].
+fn requested_address(meta: &Map<String, Value>) -> Result<Option<IpAddr>> {
+    let annotations = meta.get("annotations").and_then(Value::as_object);
+    let Some(v) = annotations.and_then(|a| a.get(REQUESTED_ADDRESS_ANNOTATION)) else {
+        return Ok(None);
+    };
+    let field = format!("metadata.annotations[{REQUESTED_ADDRESS_ANNOTATION}]");
+    let s = v
+        .as_str()
+        .ok_or_else(|| Error::invalid(&field, "must be a string"))?;
+    let ip = s
+        .trim()
+        .parse::<IpAddr>()
+        .map_err(|_| Error::invalid(&field, format!("{s:?} is not an IP address")))?;
+    Ok(Some(ip))
 }
 
 fn meta_str<'a>(meta: &'a Map<String, Value>, key: &str) -> Result<&'a str> {
@@ -301,52 +314,166 @@ impl AddressView<'_> {
     /// assert_eq!(a["metadata"]["ownerReferences"][0]["controller"], true);
     /// ```
     pub fn to_json(&self) -> Value {
-        let mut owners = vec![json!({
-            "apiVersion": self.version.api_version(),
-            "kind": "IPAddressClaim",
-            "name": self.claim.name,
-            "uid": self.claim.uid,
-            "controller": true,
-            "blockOwnerDeletion": true,
-        })];
-        if let (Some(uid), Some(group)) = (self.pool_uid, self.pool_ref.api_group.as_deref()) {
-            owners.push(json!({
-                "apiVersion": format!("{group}/{}", pool::VERSION),
-                "kind": self.pool_ref.kind,
-                "name": self.pool_ref.name,
-                "uid": uid,
-                "controller": false,
-                "blockOwnerDeletion": true,
-            }));
+        IpAddress::new(self).to_json()
+    }
+}
+
+/// The `IPAddress` metal-ipam writes, serialised as it is sent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct IpAddress {
+    /// The claim's version.
+    pub api_version: &'static str,
+    /// `IPAddress`.
+    pub kind: &'static str,
+    /// Name, namespace, owners, finalizers, cluster-name label.
+    pub metadata: IpAddressMeta,
+    /// Address, prefix, gateway and the two references.
+    pub spec: IpAddressSpecOut,
+}
+
+/// `IPAddress.metadata` as written.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct IpAddressMeta {
+    /// The claim's name.
+    pub name: String,
+    /// The claim's namespace.
+    pub namespace: String,
+    /// Finalizers to create the object with.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub finalizers: Vec<String>,
+    /// The claim (controller) and the pool, when its uid is known.
+    pub owner_references: Vec<OwnerReference>,
+    /// The cluster-name label, when known.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+}
+
+/// `IPAddress.spec` as written.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct IpAddressSpecOut {
+    /// The address.
+    pub address: String,
+    /// Prefix length.
+    pub prefix: u8,
+    /// Gateway.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gateway: Option<String>,
+    /// The claim.
+    pub claim_ref: LocalRef,
+    /// The claim's poolRef, verbatim.
+    pub pool_ref: PoolRef,
+}
+
+impl IpAddress {
+    /// The `IPAddress` of a bound claim (see [`AddressView::to_json`]).
+    pub fn new(v: &AddressView<'_>) -> IpAddress {
+        let mut owners = vec![OwnerReference::owner(
+            v.version.api_version(),
+            "IPAddressClaim",
+            &v.claim.name,
+            &v.claim.uid,
+            true,
+        )];
+        if let (Some(uid), Some(group)) = (v.pool_uid, v.pool_ref.api_group.as_deref()) {
+            owners.push(OwnerReference::owner(
+                &format!("{group}/{}", pool::VERSION),
+                &v.pool_ref.kind,
+                &v.pool_ref.name,
+                uid,
+                false,
+            ));
         }
-        let mut metadata = json!({
-            "name": self.claim.name,
-            "namespace": self.claim.namespace,
-            "ownerReferences": owners,
-        });
-        if let Some(c) = self.cluster_name {
-            metadata["labels"] = json!({ CLUSTER_NAME_LABEL: c });
+        let labels = v
+            .cluster_name
+            .map(|c| BTreeMap::from([(CLUSTER_NAME_LABEL.to_string(), c.to_string())]))
+            .unwrap_or_default();
+        IpAddress {
+            api_version: v.version.api_version(),
+            kind: "IPAddress",
+            metadata: IpAddressMeta {
+                name: v.claim.name.clone(),
+                namespace: v.claim.namespace.clone(),
+                finalizers: Vec::new(),
+                owner_references: owners,
+                labels,
+            },
+            spec: IpAddressSpecOut {
+                address: v.address.to_string(),
+                prefix: v.prefix,
+                gateway: v.gateway.map(|g| g.to_string()),
+                claim_ref: LocalRef {
+                    name: v.claim.name.clone(),
+                },
+                pool_ref: v.pool_ref.clone(),
+            },
         }
-        let mut spec = json!({
-            "address": self.address.to_string(),
-            "prefix": self.prefix,
-            "claimRef": { "name": self.claim.name },
-            "poolRef": self.pool_ref.to_json(),
-        });
-        if let Some(g) = self.gateway {
-            spec["gateway"] = g.to_string().into();
+    }
+
+    /// The object with finalizer `f` (for its creation).
+    pub fn with_finalizer(mut self, f: &str) -> IpAddress {
+        self.metadata.finalizers = vec![f.to_string()];
+        self
+    }
+
+    /// As JSON, to send.
+    pub fn to_json(&self) -> Value {
+        serde_json::to_value(self).unwrap_or(Value::Null)
+    }
+
+    /// Whether `existing` holds another address or names another pool
+    /// than this one (it is then not ours to complete).
+    pub fn conflicts_with(&self, existing: &IpAddressObject) -> bool {
+        existing.spec.address != self.spec.address
+            || existing.spec.pool_ref.as_ref() != Some(&self.spec.pool_ref)
+    }
+
+    /// What `existing` lacks of this object's metadata: finalizer `f`, the
+    /// owner references (added, or replaced by uid), the cluster-name
+    /// label; guarded by its resourceVersion. `None` when it lacks nothing.
+    pub fn metadata_patch(&self, existing: &IpAddressObject, f: &str) -> Option<MetadataPatch> {
+        let m = &existing.metadata;
+        let mut patch = MetadataPatch {
+            resource_version: m.resource_version.clone(),
+            ..MetadataPatch::default()
+        };
+        if !m.has_finalizer(f) {
+            let mut fs = m.finalizers.clone();
+            fs.push(f.to_string());
+            patch.finalizers = Some(fs);
         }
-        json!({
-            "apiVersion": self.version.api_version(),
-            "kind": "IPAddress",
-            "metadata": metadata,
-            "spec": spec,
-        })
+        let mut refs = m.owner_references.clone();
+        let mut refs_changed = false;
+        for want in &self.metadata.owner_references {
+            match refs.iter_mut().find(|r| r.uid == want.uid) {
+                Some(r) if r == want => {}
+                Some(r) => {
+                    *r = want.clone();
+                    refs_changed = true;
+                }
+                None => {
+                    refs.push(want.clone());
+                    refs_changed = true;
+                }
+            }
+        }
+        patch.owner_references = refs_changed.then_some(refs);
+        if let Some(c) = self.metadata.labels.get(CLUSTER_NAME_LABEL) {
+            if m.label(CLUSTER_NAME_LABEL) != Some(c) {
+                patch.labels = Some(BTreeMap::from([(
+                    CLUSTER_NAME_LABEL.to_string(),
+                    c.clone(),
+                )]));
+            }
+        }
+        (!patch.is_empty()).then_some(patch)
     }
 }
 
 /// A reference by name in the same namespace (`claimRef`, `addressRef`).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct LocalRef {
     /// `name`.
     pub name: String,
@@ -473,6 +600,7 @@ impl Object for IpAddressObject {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn claim_json() -> Value {
         json!({

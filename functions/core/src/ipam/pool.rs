@@ -9,11 +9,12 @@
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
+use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::ip::{from_u128, subnet_bounds, to_u128, Family, RangeSet};
-use crate::ipam::vrf::MetalSpec;
+use crate::ipam::vrf::{null_default, parse_at, MetalIn, MetalSpec};
 use crate::kube::names;
 
 /// Our API group, version and pool kinds: `kube`'s resource table owns them.
@@ -236,7 +237,8 @@ fn family_name(f: Family) -> &'static str {
 /// the reservation is read from Metal.
 pub const BLOCK_UNKNOWN: &str = "MetalBlockUnknown";
 
-/// The fields of a pool's `spec`; any other is refused as unknown.
+/// The fields of a pool's `spec` (those [`PoolSpec::from_json`] accepts;
+/// any other is refused as unknown).
 pub const SPEC_FIELDS: &[&str] = &[
     "addresses",
     "prefix",
@@ -248,6 +250,70 @@ pub const SPEC_FIELDS: &[&str] = &[
     "metal",
 ];
 
+/// A pool's `spec` as read: the fields whose absence depends on `metal`
+/// are optional here, checked in [`SpecIn::checked`]; any other field is
+/// refused as unknown.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct SpecIn {
+    addresses: Option<Vec<String>>,
+    prefix: Option<u64>,
+    gateway: Option<String>,
+    #[serde(default, deserialize_with = "null_default")]
+    excluded_addresses: Vec<String>,
+    #[serde(rename = "allocateReservedIPAddresses")]
+    #[serde(default, deserialize_with = "null_default")]
+    allocate_reserved_ip_addresses: bool,
+    address_reuse_grace_period_seconds: Option<u64>,
+    #[serde(default, deserialize_with = "null_default")]
+    pre_allocations: BTreeMap<String, String>,
+    metal: Option<MetalIn>,
+}
+
+impl SpecIn {
+    /// The spec: `addresses` and `prefix` are required unless the pool is
+    /// VRF-backed, the numbers are in range, an empty gateway is none.
+    fn checked(self) -> Result<PoolSpec> {
+        let metal = self.metal.map(MetalIn::checked).transpose()?;
+        let vrf = metal.is_some();
+        let addresses = match self.addresses {
+            Some(a) => a,
+            None if vrf => Vec::new(),
+            None => return Err(Error::invalid("spec.addresses", "is required")),
+        };
+        let prefix = match self.prefix {
+            None if vrf => 0,
+            None => return Err(Error::invalid("spec.prefix", "is required")),
+            Some(p) => u8::try_from(p)
+                .ok()
+                .filter(|p| *p <= 128)
+                .ok_or_else(|| Error::invalid("spec.prefix", "must be an integer from 0 to 128"))?,
+        };
+        let grace = match self.address_reuse_grace_period_seconds {
+            None => 0,
+            Some(g) => u32::try_from(g)
+                .ok()
+                .filter(|g| *g <= i32::MAX as u32)
+                .ok_or_else(|| {
+                    Error::invalid(
+                        "spec.addressReuseGracePeriodSeconds",
+                        "must be an integer from 0 to 2147483647",
+                    )
+                })?,
+        };
+        Ok(PoolSpec {
+            addresses,
+            prefix,
+            gateway: self.gateway.filter(|g| !g.is_empty()),
+            excluded_addresses: self.excluded_addresses,
+            allocate_reserved_ip_addresses: self.allocate_reserved_ip_addresses,
+            address_reuse_grace_period_seconds: grace,
+            pre_allocations: self.pre_allocations,
+            metal,
+        })
+    }
+}
+
 impl PoolSpec {
     /// Parses `spec` from JSON, reporting the exact field of any type error.
     ///
@@ -255,91 +321,7 @@ impl PoolSpec {
     /// 422 `Invalid` with a path like `spec.addresses[1]` for a wrong type,
     /// a missing required field, or an unknown field.
     pub fn from_json(v: &Value) -> Result<PoolSpec> {
-        let obj = v
-            .as_object()
-            .ok_or_else(|| Error::invalid("spec", "must be an object"))?;
-        for k in obj.keys() {
-            if !SPEC_FIELDS.contains(&k.as_str()) {
-                return Err(Error::invalid(format!("spec.{k}"), "unknown field"));
-            }
-        }
-        let metal = match obj.get("metal") {
-            None | Some(Value::Null) => None,
-            Some(m) => Some(MetalSpec::from_json(m)?),
-        };
-        let addresses = match string_list(obj, "addresses")? {
-            Some(a) => a,
-            None if metal.is_some() => Vec::new(),
-            None => return Err(Error::invalid("spec.addresses", "is required")),
-        };
-        let prefix =
-            match obj.get("prefix") {
-                None | Some(Value::Null) if metal.is_some() => 0,
-                None | Some(Value::Null) => {
-                    return Err(Error::invalid("spec.prefix", "is required"));
-                }
-                Some(p) => p.as_u64().filter(|p| *p <= 128).ok_or_else(|| {
-                    Error::invalid("spec.prefix", "must be an integer from 0 to 128")
-                })? as u8,
-            };
-        let gateway = match obj.get("gateway") {
-            None | Some(Value::Null) => None,
-            Some(Value::String(s)) if s.is_empty() => None,
-            Some(Value::String(s)) => Some(s.clone()),
-            Some(_) => return Err(Error::invalid("spec.gateway", "must be a string")),
-        };
-        let excluded_addresses = string_list(obj, "excludedAddresses")?.unwrap_or_default();
-        let allocate_reserved_ip_addresses = match obj.get("allocateReservedIPAddresses") {
-            None | Some(Value::Null) => false,
-            Some(Value::Bool(b)) => *b,
-            Some(_) => {
-                return Err(Error::invalid(
-                    "spec.allocateReservedIPAddresses",
-                    "must be a boolean",
-                ))
-            }
-        };
-        let address_reuse_grace_period_seconds = match obj.get("addressReuseGracePeriodSeconds") {
-            None | Some(Value::Null) => 0,
-            Some(v) => v
-                .as_u64()
-                .filter(|s| *s <= i32::MAX as u64)
-                .ok_or_else(|| {
-                    Error::invalid(
-                        "spec.addressReuseGracePeriodSeconds",
-                        "must be an integer from 0 to 2147483647",
-                    )
-                })? as u32,
-        };
-        let pre_allocations = match obj.get("preAllocations") {
-            None | Some(Value::Null) => BTreeMap::new(),
-            Some(Value::Object(m)) => {
-                let mut out = BTreeMap::new();
-                for (k, v) in m {
-                    let ip = v.as_str().ok_or_else(|| {
-                        Error::invalid(format!("spec.preAllocations.{k}"), "must be a string")
-                    })?;
-                    out.insert(k.clone(), ip.to_string());
-                }
-                out
-            }
-            Some(_) => {
-                return Err(Error::invalid(
-                    "spec.preAllocations",
-                    "must be an object mapping claim names to addresses",
-                ))
-            }
-        };
-        Ok(PoolSpec {
-            addresses,
-            prefix,
-            gateway,
-            excluded_addresses,
-            allocate_reserved_ip_addresses,
-            address_reuse_grace_period_seconds,
-            pre_allocations,
-            metal,
-        })
+        parse_at::<SpecIn>(v, "spec")?.checked()
     }
 
     /// The spec as JSON (CRD field names; empty optional fields omitted,
@@ -504,6 +486,53 @@ impl PoolSpec {
         }
         check_entry_count("spec.addresses", self.addresses.len())?;
         check_entry_count("spec.excludedAddresses", self.excluded_addresses.len())?;
+        let (family, configured) = self.configured()?;
+        let first = configured.first().map_or(0, |r| r.0);
+        let (net, last) = subnet_bounds(family, first, self.prefix);
+        let excluded = ranges(&self.excluded_addresses, "spec.excludedAddresses", family)?;
+        // Sort and sweep: O(n log n) whatever the order of the entries
+        // (inserting or removing them one by one would shift the range list
+        // for each entry, O(n²)).
+        let configured = normalize(configured);
+        let mut allocatable = RangeSet::from_ranges(difference(&configured, &normalize(excluded)));
+        let configured = RangeSet::from_ranges(configured);
+        let gateway = self.gateway_ip(family)?;
+        if !self.allocate_reserved_ip_addresses {
+            let reserved_edges = match family {
+                Family::V4 => self.prefix < 31,
+                Family::V6 => self.prefix < 127,
+            };
+            if reserved_edges {
+                allocatable.remove(net);
+                if family == Family::V4 {
+                    allocatable.remove(last);
+                }
+            }
+            if let Some(g) = gateway {
+                allocatable.remove(to_u128(g));
+            }
+        }
+        let pre_allocations = self.pre_allocated(family, &allocatable)?;
+        // In ascending order of address, so building the set is O(p log p).
+        let mut held: Vec<u128> = pre_allocations.values().copied().collect();
+        held.sort_unstable();
+        let pre_allocated = RangeSet::from_ranges(held.into_iter().map(|v| (v, v)));
+        Ok(ValidatedPool {
+            family,
+            prefix: self.prefix,
+            gateway,
+            configured,
+            allocatable,
+            pre_allocations,
+            pre_allocated,
+            grace_seconds: u64::from(self.address_reuse_grace_period_seconds),
+        })
+    }
+
+    /// `spec.addresses` as ranges, their one family, checked against
+    /// `spec.prefix`: at most the family's bits, every entry inside the
+    /// subnet of the first address.
+    fn configured(&self) -> Result<(Family, Vec<(u128, u128)>)> {
         let mut family = None;
         let mut configured = Vec::with_capacity(self.addresses.len());
         for (i, entry) in self.addresses.iter().enumerate() {
@@ -538,44 +567,29 @@ impl PoolSpec {
                 ));
             }
         }
-        let mut excluded = Vec::with_capacity(self.excluded_addresses.len());
-        for (i, entry) in self.excluded_addresses.iter().enumerate() {
-            let field = format!("spec.excludedAddresses[{i}]");
-            let (f, a, b) = parse_entry(entry).map_err(|m| Error::invalid(&field, m))?;
-            check_family(&mut Some(family), f, &field)?;
-            excluded.push((a, b));
-        }
-        // Sort and sweep: O(n log n) whatever the order of the entries
-        // (inserting or removing them one by one would shift the range list
-        // for each entry, O(n²)).
-        let configured = normalize(configured);
-        let mut allocatable = RangeSet::from_ranges(difference(&configured, &normalize(excluded)));
-        let configured = RangeSet::from_ranges(configured);
-        let gateway = match &self.gateway {
-            None => None,
-            Some(g) => {
-                let ip: IpAddr = g.trim().parse().map_err(|_| {
-                    Error::invalid("spec.gateway", format!("{g:?} is not an IP address"))
-                })?;
-                check_family(&mut Some(family), Family::of(ip), "spec.gateway")?;
-                Some(ip)
-            }
+        Ok((family, configured))
+    }
+
+    /// `spec.gateway`, an address of the pool's family.
+    fn gateway_ip(&self, family: Family) -> Result<Option<IpAddr>> {
+        let Some(g) = &self.gateway else {
+            return Ok(None);
         };
-        if !self.allocate_reserved_ip_addresses {
-            let reserved_edges = match family {
-                Family::V4 => self.prefix < 31,
-                Family::V6 => self.prefix < 127,
-            };
-            if reserved_edges {
-                allocatable.remove(net);
-                if family == Family::V4 {
-                    allocatable.remove(last);
-                }
-            }
-            if let Some(g) = gateway {
-                allocatable.remove(to_u128(g));
-            }
-        }
+        let ip: IpAddr = g
+            .trim()
+            .parse()
+            .map_err(|_| Error::invalid("spec.gateway", format!("{g:?} is not an IP address")))?;
+        check_family(&mut Some(family), Family::of(ip), "spec.gateway")?;
+        Ok(Some(ip))
+    }
+
+    /// `spec.preAllocations`: valid claim names, each an allocatable
+    /// address of its own.
+    fn pre_allocated(
+        &self,
+        family: Family,
+        allocatable: &RangeSet,
+    ) -> Result<BTreeMap<String, u128>> {
         let mut pre_allocations = BTreeMap::new();
         let mut holders: BTreeMap<u128, &str> = BTreeMap::new();
         for (claim, ip) in &self.pre_allocations {
@@ -601,19 +615,20 @@ impl PoolSpec {
             }
             pre_allocations.insert(claim.clone(), v);
         }
-        // In ascending order, so building the set is O(p log p).
-        let pre_allocated = RangeSet::from_ranges(holders.keys().map(|&v| (v, v)));
-        Ok(ValidatedPool {
-            family,
-            prefix: self.prefix,
-            gateway,
-            configured,
-            allocatable,
-            pre_allocations,
-            pre_allocated,
-            grace_seconds: u64::from(self.address_reuse_grace_period_seconds),
-        })
+        Ok(pre_allocations)
     }
+}
+
+/// The entries of the list at `field` as ranges, all of `family`.
+fn ranges(entries: &[String], field: &str, family: Family) -> Result<Vec<(u128, u128)>> {
+    let mut out = Vec::with_capacity(entries.len());
+    for (i, entry) in entries.iter().enumerate() {
+        let field = format!("{field}[{i}]");
+        let (f, a, b) = parse_entry(entry).map_err(|m| Error::invalid(&field, m))?;
+        check_family(&mut Some(family), f, &field)?;
+        out.push((a, b));
+    }
+    Ok(out)
 }
 
 /// 422 when a list has more than [`MAX_ENTRIES`] entries.
@@ -689,26 +704,6 @@ fn check_family(seen: &mut Option<Family>, f: Family, field: &str) -> Result<()>
             *seen = Some(f);
             Ok(())
         }
-    }
-}
-
-fn string_list(obj: &Map<String, Value>, key: &str) -> Result<Option<Vec<String>>> {
-    match obj.get(key) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::Array(items)) => items
-            .iter()
-            .enumerate()
-            .map(|(i, v)| {
-                v.as_str()
-                    .map(str::to_string)
-                    .ok_or_else(|| Error::invalid(format!("spec.{key}[{i}]"), "must be a string"))
-            })
-            .collect::<Result<Vec<_>>>()
-            .map(Some),
-        Some(_) => Err(Error::invalid(
-            format!("spec.{key}"),
-            "must be a list of strings",
-        )),
     }
 }
 
@@ -1090,6 +1085,22 @@ mod tests {
         ] {
             let e = PoolSpec::from_json(&bad).unwrap_err();
             assert_eq!(e.field(), Some(field), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn spec_fields_lists_what_the_parser_accepts() {
+        for f in SPEC_FIELDS {
+            let mut v = json!({"addresses": ["10.0.0.1"], "prefix": 24});
+            v[*f] = Value::Null;
+            if let Err(e) = PoolSpec::from_json(&v) {
+                assert!(!e.message().contains("unknown field"), "{f}: {e}");
+            }
+        }
+        let e = PoolSpec::from_json(&json!({"colour": 1})).unwrap_err();
+        assert!(e.message().contains("unknown field"), "{e}");
+        for f in SPEC_FIELDS {
+            assert!(e.message().contains(f), "{f} is not among the fields: {e}");
         }
     }
 

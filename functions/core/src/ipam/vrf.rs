@@ -40,13 +40,14 @@
 use std::net::IpAddr;
 
 use ipnet::IpNet;
+use serde::{Deserialize, Deserializer};
 use serde_json::{Map, Value};
 
 use crate::error::{Error, Result};
 use crate::ip::Family;
 
 /// What happens to a Metal resource when its pool is deleted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 pub enum DeletionPolicy {
     /// Delete it (the default for resources metal-ipam created).
     Delete,
@@ -55,15 +56,6 @@ pub enum DeletionPolicy {
 }
 
 impl DeletionPolicy {
-    fn parse(v: &Value, field: &str) -> Result<Option<DeletionPolicy>> {
-        match v {
-            Value::Null => Ok(None),
-            Value::String(s) if s == "Delete" => Ok(Some(DeletionPolicy::Delete)),
-            Value::String(s) if s == "Retain" => Ok(Some(DeletionPolicy::Retain)),
-            _ => Err(Error::invalid(field, "must be \"Delete\" or \"Retain\"")),
-        }
-    }
-
     fn name(self) -> &'static str {
         match self {
             DeletionPolicy::Delete => "Delete",
@@ -73,22 +65,26 @@ impl DeletionPolicy {
 }
 
 /// `spec.metal.vrf`.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct VrfSpec {
     /// Adopt this VRF.
     pub id: Option<String>,
     /// Name of a created VRF (default: the pool's name).
     pub name: Option<String>,
     /// `ip_ranges` of a created VRF.
+    #[serde(default, deserialize_with = "null_default")]
     pub ip_ranges: Vec<String>,
     /// `local_asn` of a created VRF.
+    #[serde(rename = "localASN")]
     pub local_asn: Option<u32>,
     /// Explicit deletion policy.
     pub deletion_policy: Option<DeletionPolicy>,
 }
 
 /// `spec.metal.reservation`: the VRF IP reservation that is the block.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct ReservationSpec {
     /// Adopt this reservation.
     pub id: Option<String>,
@@ -101,7 +97,8 @@ pub struct ReservationSpec {
 }
 
 /// `spec.metal.vlan`.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct VlanSpec {
     /// Adopt this VLAN.
     pub id: Option<String>,
@@ -112,7 +109,8 @@ pub struct VlanSpec {
 }
 
 /// `spec.metal.gateway`: the Metal Gateway of the block on the VLAN.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct GatewaySpec {
     /// Adopt this gateway.
     pub id: Option<String>,
@@ -271,66 +269,7 @@ impl MetalSpec {
     /// # Errors
     /// 422 naming the field: a wrong type or an unknown field.
     pub fn from_json(v: &Value) -> Result<MetalSpec> {
-        let m = object(
-            v,
-            "spec.metal",
-            &["metro", "vrf", "reservation", "vlan", "gateway"],
-        )?;
-        let metro = match m.get("metro") {
-            Some(Value::String(s)) => s.clone(),
-            None | Some(Value::Null) => {
-                return Err(Error::invalid("spec.metal.metro", "is required"))
-            }
-            Some(_) => return Err(Error::invalid("spec.metal.metro", "must be a string")),
-        };
-        let part = |k: &str, fields: &[&str]| -> Result<Map<String, Value>> {
-            match m.get(k) {
-                None | Some(Value::Null) => Ok(Map::new()),
-                Some(v) => object(v, &format!("spec.metal.{k}"), fields).cloned(),
-            }
-        };
-        let policy = |o: &Map<String, Value>, k: &str| {
-            DeletionPolicy::parse(
-                o.get("deletionPolicy").unwrap_or(&Value::Null),
-                &format!("spec.metal.{k}.deletionPolicy"),
-            )
-        };
-        let v = part(
-            "vrf",
-            &["id", "name", "ipRanges", "localASN", "deletionPolicy"],
-        )?;
-        let vrf = VrfSpec {
-            id: string(&v, "vrf", "id")?,
-            name: string(&v, "vrf", "name")?,
-            ip_ranges: strings(&v, "vrf", "ipRanges")?,
-            local_asn: integer(&v, "vrf", "localASN", u64::from(u32::MAX))?.map(|n| n as u32),
-            deletion_policy: policy(&v, "vrf")?,
-        };
-        let r = part("reservation", &["id", "network", "cidr", "deletionPolicy"])?;
-        let reservation = ReservationSpec {
-            id: string(&r, "reservation", "id")?,
-            network: string(&r, "reservation", "network")?,
-            cidr: integer(&r, "reservation", "cidr", 128)?.map(|n| n as u8),
-            deletion_policy: policy(&r, "reservation")?,
-        };
-        let l = part("vlan", &["id", "vxlan", "deletionPolicy"])?;
-        let vlan = VlanSpec {
-            id: string(&l, "vlan", "id")?,
-            vxlan: integer(&l, "vlan", "vxlan", 4095)?.map(|n| n as u16),
-            deletion_policy: policy(&l, "vlan")?,
-        };
-        let g = part("gateway", &["id", "deletionPolicy"])?;
-        let gateway = GatewaySpec {
-            id: string(&g, "gateway", "id")?,
-            deletion_policy: policy(&g, "gateway")?,
-        };
-        Ok(MetalSpec {
-            metro,
-            vrf,
-            reservation,
-            vlan,
-            gateway,
-        })
+        parse_at::<MetalIn>(v, "spec.metal")?.checked()
     }
 
     /// The section as JSON (CRD field names, absent fields omitted; empty
@@ -415,7 +354,14 @@ impl MetalSpec {
                 }
             }
         }
-        // VRF.
+        self.check_vrf()?;
+        self.check_reservation()?;
+        self.check_vlan_and_gateway()?;
+        self.teardown_possible()
+    }
+
+    /// `spec.metal.vrf`: adopted or described for creation, its ranges.
+    fn check_vrf(&self) -> Result<()> {
         if self.vrf.id.is_some() {
             for (set, f) in [
                 (self.vrf.name.is_some(), "name"),
@@ -449,7 +395,12 @@ impl MetalSpec {
                 }
             }
         }
-        // Reservation.
+        Ok(())
+    }
+
+    /// `spec.metal.reservation`: adopted in an adopted VRF, or a created
+    /// block that is aligned and inside a created VRF's ranges.
+    fn check_reservation(&self) -> Result<()> {
         if self.reservation.id.is_some() {
             for (set, f) in [
                 (self.reservation.network.is_some(), "network"),
@@ -516,6 +467,11 @@ impl MetalSpec {
                 }
             }
         }
+        Ok(())
+    }
+
+    /// `spec.metal.vlan` and `spec.metal.gateway`.
+    fn check_vlan_and_gateway(&self) -> Result<()> {
         // VLAN.
         if self.vlan.id.is_some() && self.vlan.vxlan.is_some() {
             return Err(Error::invalid(
@@ -540,7 +496,7 @@ impl MetalSpec {
                 "an adopted gateway serves an existing reservation on an existing VLAN: adopt both too",
             ));
         }
-        self.teardown_possible()
+        Ok(())
     }
 
     /// Whether Metal can carry out the deletion policies: a gateway that
@@ -604,54 +560,75 @@ fn adopt_or_create(resource: &str, field: &str) -> Error {
     )
 }
 
-fn object<'a>(v: &'a Value, field: &str, fields: &[&str]) -> Result<&'a Map<String, Value>> {
-    let m = v
-        .as_object()
-        .ok_or_else(|| Error::invalid(field, "must be an object"))?;
-    if let Some(k) = m.keys().find(|k| !fields.contains(&k.as_str())) {
-        return Err(Error::invalid(format!("{field}.{k}"), "unknown field"));
-    }
-    Ok(m)
+/// `spec.metal` as read: the metro is required but checked here, so that
+/// its absence names `spec.metal.metro`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct MetalIn {
+    metro: Option<String>,
+    #[serde(default, deserialize_with = "null_default")]
+    vrf: VrfSpec,
+    #[serde(default, deserialize_with = "null_default")]
+    reservation: ReservationSpec,
+    #[serde(default, deserialize_with = "null_default")]
+    vlan: VlanSpec,
+    #[serde(default, deserialize_with = "null_default")]
+    gateway: GatewaySpec,
 }
 
-fn string(m: &Map<String, Value>, part: &str, k: &str) -> Result<Option<String>> {
-    match m.get(k) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) => Ok(Some(s.clone())),
-        Some(_) => Err(Error::invalid(
-            format!("spec.metal.{part}.{k}"),
-            "must be a string",
+impl MetalIn {
+    /// The spec, with the checks the types leave: the metro is given, the
+    /// numbers are in range.
+    pub(crate) fn checked(self) -> Result<MetalSpec> {
+        let metro = self
+            .metro
+            .ok_or_else(|| Error::invalid("spec.metal.metro", "is required"))?;
+        at_most("spec.metal.reservation.cidr", self.reservation.cidr, 128)?;
+        at_most("spec.metal.vlan.vxlan", self.vlan.vxlan, 4095)?;
+        Ok(MetalSpec {
+            metro,
+            vrf: self.vrf,
+            reservation: self.reservation,
+            vlan: self.vlan,
+            gateway: self.gateway,
+        })
+    }
+}
+
+fn at_most<T: Into<u64>>(field: &str, v: Option<T>, max: u64) -> Result<()> {
+    match v.map(Into::into) {
+        Some(n) if n > max => Err(Error::invalid(
+            field,
+            format!("must be an integer from 0 to {max}"),
         )),
+        _ => Ok(()),
     }
 }
 
-fn strings(m: &Map<String, Value>, part: &str, k: &str) -> Result<Vec<String>> {
-    let field = || format!("spec.metal.{part}.{k}");
-    match m.get(k) {
-        None | Some(Value::Null) => Ok(Vec::new()),
-        Some(Value::Array(a)) => a
-            .iter()
-            .enumerate()
-            .map(|(i, v)| {
-                v.as_str()
-                    .map(str::to_string)
-                    .ok_or_else(|| Error::invalid(format!("{}[{i}]", field()), "must be a string"))
-            })
-            .collect(),
-        Some(_) => Err(Error::invalid(field(), "must be a list of strings")),
-    }
+/// A field that may be absent or `null`: its default then.
+pub(crate) fn null_default<'de, D, T>(d: D) -> std::result::Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de> + Default,
+{
+    Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
 }
 
-fn integer(m: &Map<String, Value>, part: &str, k: &str, max: u64) -> Result<Option<u64>> {
-    match m.get(k) {
-        None | Some(Value::Null) => Ok(None),
-        Some(v) => v.as_u64().filter(|n| *n <= max).map(Some).ok_or_else(|| {
-            Error::invalid(
-                format!("spec.metal.{part}.{k}"),
-                format!("must be an integer from 0 to {max}"),
-            )
-        }),
-    }
+/// Deserialises `v`, the object at `root` (`spec`, `spec.metal`): a
+/// type error or an unknown field is a 422 naming its path under `root`.
+///
+/// # Errors
+/// 422 `Invalid` with the path, e.g. `spec.metal.vrf.ipRanges[0]`.
+pub(crate) fn parse_at<'a, T: Deserialize<'a>>(v: &'a Value, root: &str) -> Result<T> {
+    serde_path_to_error::deserialize(v).map_err(|e| {
+        let path = e.path().to_string();
+        let field = if path == "." {
+            root.to_string()
+        } else {
+            format!("{root}.{path}")
+        };
+        Error::invalid(field, e.into_inner().to_string())
+    })
 }
 
 /// `network/length` with the host bits zero.

@@ -1,10 +1,9 @@
 //! Object metadata mechanics every controller step uses: optimistic
 //! concurrency (`resourceVersion` preconditions and the conflict retry
-//! loop), finalizers, and timestamps.
+//! loop), finalizers (written as a typed `object::MetadataPatch`), and
+//! timestamps.
 
-use serde_json::json;
-
-use super::object::Object;
+use super::object::{MetadataPatch, Object};
 use super::{Kube, Resource};
 use crate::error::{Error, Result};
 use crate::ports::http::HttpClient;
@@ -71,8 +70,12 @@ pub fn set_finalizers<T: Object>(
     finalizers: Vec<String>,
 ) -> Result<T> {
     let m = o.meta();
-    let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": m.resource_version_json()}});
-    let v = kube.merge_patch(r, m.namespace.as_deref(), &m.name, false, &patch)?;
+    let patch = MetadataPatch {
+        finalizers: Some(finalizers),
+        resource_version: m.resource_version.clone(),
+        ..MetadataPatch::default()
+    };
+    let v = kube.merge_patch(r, m.namespace.as_deref(), &m.name, false, &patch.to_json())?;
     Ok(T::from_json(&v))
 }
 
