@@ -336,16 +336,24 @@ impl Step {
     /// # Errors
     /// 400 `Malformed` naming the first field that breaks its rule.
     pub fn check_names(&self) -> Result<()> {
-        for (field, value) in self.fields() {
-            match field {
-                "ns" => names::check_label(value),
-                "name" => names::check_subdomain(value),
-                _ => Ok(()),
-            }
-            .map_err(Error::malformed)?;
+        let fields = self.fields();
+        let field = |f: &str| fields.iter().find(|(n, _)| *n == f).map(|(_, v)| *v);
+        match field("name") {
+            Some(name) => check_object(field("ns"), name),
+            None => Ok(()),
         }
-        Ok(())
     }
+}
+
+/// An object's names as the routes check them: the namespace (if any) a
+/// DNS label, the name a DNS subdomain.
+///
+/// # Errors
+/// 400 `Malformed` naming the first that breaks its rule.
+pub fn check_object(ns: Option<&str>, name: &str) -> Result<()> {
+    ns.map_or(Ok(()), names::check_label)
+        .and_then(|_| names::check_subdomain(name))
+        .map_err(Error::malformed)
 }
 
 /// A chained request: a step and the component it goes to.
@@ -440,7 +448,8 @@ mod tests {
 
     #[test]
     fn answers_read_leniently() {
-        let a = Answer::parse(br#"{"result":"waiting","metalAssignment":true,"retryAfter":5,"x":[1]}"#);
+        let a =
+            Answer::parse(br#"{"result":"waiting","metalAssignment":true,"retryAfter":5,"x":[1]}"#);
         assert_eq!(a.result.as_deref(), Some("waiting"));
         assert!(a.metal_assignment);
         assert_eq!(a.retry_after, Some(5));
