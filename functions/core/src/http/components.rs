@@ -18,6 +18,9 @@
 //!
 //! The `/v1/capi/…` routes have no public trigger in spin.toml: they are
 //! reached by Spin service chaining from `events` (with the API token).
+//! Every path is matched, and every chained path built, with the route
+//! table ([`crate::routes::Step`]); `tests/routes.rs` checks it against
+//! spin.toml.
 //!
 //! Every entry has the same signature (services, request, content type,
 //! header lookup), the one `metal_ipam_spin::serve_component` calls; only
