@@ -218,4 +218,56 @@ mod tests {
             )]
         );
     }
+
+    fn claim_call(component: Component) -> Call {
+        let step = Step::Claim {
+            ns: "ns".into(),
+            name: "c".into(),
+        };
+        Call::new(component, step)
+    }
+
+    /// A claim step's answer decides the assign step (once per event) and
+    /// a release's second run; an expansion's answer, the Machines synced.
+    #[test]
+    fn follow_ups_come_from_the_typed_answer() {
+        let assign = Call::new(
+            Component::Assign,
+            Step::MetalClaim {
+                ns: "ns".into(),
+                name: "c".into(),
+            },
+        );
+        let waiting = Answer::parse(br#"{"result":"waiting","metalAssignment":true}"#);
+        let release = claim_call(Component::Release);
+        let mut assigned = false;
+        assert_eq!(
+            follow_up(&release, &waiting, &mut assigned),
+            [assign.clone(), release.clone()]
+        );
+        assert!(assigned);
+        assert_eq!(follow_up(&release, &waiting, &mut assigned), []);
+        let mut assigned = false;
+        let allocate = claim_call(Component::Allocate);
+        assert_eq!(follow_up(&allocate, &waiting, &mut assigned), [assign]);
+        let plain = Answer::parse(br#"{"result":"bound"}"#);
+        assert_eq!(follow_up(&allocate, &plain, &mut false), []);
+
+        let expand = Call::new(
+            Component::Network,
+            Step::ProfileMachines {
+                ns: "ns".into(),
+                name: "l2".into(),
+            },
+        );
+        let answer = Answer::parse(br#"{"result":"expanded","machines":["m-1","Bad_Name"]}"#);
+        let machine = Step::Machine {
+            ns: "ns".into(),
+            name: "m-1".into(),
+        };
+        assert_eq!(
+            follow_up(&expand, &answer, &mut false),
+            [Call::new(Component::Network, machine)]
+        );
+    }
 }
