@@ -355,8 +355,11 @@ pub fn allocate<K: KvStore>(ctx: &Ctx<'_, K>, token: &str, req: &ApiRequest<'_>)
             ApiResponse::success(200, Some(body), route, "existing")
         };
         if a.created {
-            r.headers
-                .push(("location", format!("/v1/claims/{}", claim_name)));
+            let at = Step::ClaimObject {
+                ns: claim.id.namespace.clone(),
+                name: claim.id.name.clone(),
+            };
+            r.headers.push(("location", at.path()));
         }
         Ok(r.touching("address", a.record.address.clone()))
     });
