@@ -31,6 +31,8 @@
 //! - [`capi`]: the CAPI IPAM contract: claim and pool reconciliation, full
 //!   reconcile; VRF-backed pools and claims' Metal assignments on the
 //!   Kubernetes side, and the Metal event poll.
+//! - [`routes`]: the route table: every route's path, component and
+//!   chaining callers, the typed `Step` built and matched from it.
 //! - [`events`]: the payloads event forwarders post to `/v1/events`.
 //! - [`admission`]: the validating webhook for the pool kinds.
 //! - [`http`]: requests and responses, auth, the plain HTTP API, one entry
@@ -53,6 +55,7 @@ pub mod metal;
 pub mod network;
 pub mod ports;
 pub mod provision;
+pub mod routes;
 #[cfg(feature = "testing")]
 pub mod testing;
 

@@ -1,7 +1,8 @@
 //! Routing: which step components an event is forwarded to, by service
-//! chaining, and on which paths. The `events` component
+//! chaining, and on which paths ([`crate::routes`]'s steps), and what
+//! follows a step from its answer. The `events` component
 //! ([`crate::http::components::events`]) sends the requests; this decides
-//! them from the parsed event alone.
+//! them from the parsed event and the steps' typed answers.
 
 use serde_json::Value;
 
@@ -9,6 +10,7 @@ use super::{Action, ObjectEvent, ObjectKind};
 use crate::ipam::claim::IpAddressSpec;
 use crate::ipam::pool::{PoolId, PoolKind};
 use crate::kube::names;
+use crate::routes::{Answer, Call, Component, Step};
 
 /// Which components and paths an event is forwarded to, by service
 /// chaining, in order.
@@ -36,7 +38,16 @@ use crate::kube::names;
 /// assert_eq!(route_event(&ev), vec![("release", "/v1/capi/claims/ns/m-0".to_string())]);
 /// ```
 pub fn route_event(ev: &ObjectEvent) -> Vec<(&'static str, String)> {
-    let ns = ev.namespace.as_deref().unwrap_or("");
+    calls(ev)
+        .into_iter()
+        .map(|c| (c.component.name(), c.step.path()))
+        .collect()
+}
+
+/// [`route_event`] as typed calls: the steps an event goes to, in order.
+pub fn calls(ev: &ObjectEvent) -> Vec<Call> {
+    let ns = ev.namespace.clone().unwrap_or_default();
+    let name = ev.name.clone();
     // The object is a hint (it may be stale or forged; the steps re-read
     // it): only the fields routing needs are read. (Reading its whole
     // metadata as `kube::object::ObjectMeta` would cost this component
@@ -44,78 +55,129 @@ pub fn route_event(ev: &ObjectEvent) -> Vec<(&'static str, String)> {
     match ev.kind {
         ObjectKind::Claim => {
             let deleting = ev.action == Action::Delete
-                || ev
-                    .object
-                    .as_ref()
-                    .and_then(|o| o.pointer("/metadata/deletionTimestamp"))
-                    .is_some_and(|v| !v.is_null());
-            vec![(
-                if deleting { "release" } else { "allocate" },
-                format!("/v1/capi/claims/{ns}/{}", ev.name),
-            )]
+                || pointer(ev, "/metadata/deletionTimestamp").is_some_and(|v| !v.is_null());
+            let component = if deleting {
+                Component::Release
+            } else {
+                Component::Allocate
+            };
+            vec![Call::new(component, Step::Claim { ns, name })]
         }
-        ObjectKind::IpAddress => {
-            let spec = ev
-                .object
-                .as_ref()
-                .and_then(|o| o.get("spec"))
-                .map(IpAddressSpec::from_json)
-                .unwrap_or_default();
-            let claim = spec
-                .claim_ref
-                .as_ref()
-                .map(|r| r.name.as_str())
-                .filter(|c| names::check_subdomain(c).is_ok())
-                .unwrap_or(&ev.name);
-            let mut out = vec![("allocate", format!("/v1/capi/claims/{ns}/{claim}"))];
-            match spec.our_pool(ns) {
-                Some(PoolId {
-                    namespace: Some(pns),
-                    name,
-                    ..
-                }) => out.push(("pools", format!("/v1/capi/pools/{pns}/{name}"))),
-                Some(PoolId { name, .. }) => {
-                    out.push(("pools", format!("/v1/capi/global-pools/{name}")))
-                }
-                None => {}
-            }
-            out
-        }
+        ObjectKind::IpAddress => ip_address(ev, ns),
         // A Machine's network profile: applied, or released once removed
         // (the step re-reads the Machine; a deleted one needs nothing).
-        ObjectKind::Machine => vec![(
-            "network",
-            format!("/v1/capi/machines/{ns}/{}/network", ev.name),
-        )],
+        ObjectKind::Machine => vec![Call::new(Component::Network, Step::Machine { ns, name })],
         // The Machines it concerns are listed by the network step (the
         // event may be a Reference-mode one, or the object stale).
-        ObjectKind::NetworkProfile => vec![(
-            "network",
-            format!("/v1/capi/network-profiles/{ns}/{}", ev.name),
+        ObjectKind::NetworkProfile => vec![Call::new(
+            Component::Network,
+            Step::ProfileMachines { ns, name },
         )],
-        ObjectKind::PacketMachine => vec![(
-            "network",
-            format!("/v1/capi/packet-machines/{ns}/{}", ev.name),
+        ObjectKind::PacketMachine => vec![Call::new(
+            Component::Network,
+            Step::PacketMachineMachines { ns, name },
         )],
-        ObjectKind::Pool(kind) => {
-            let tail = match kind {
-                PoolKind::Namespaced => format!("pools/{ns}/{}", ev.name),
-                PoolKind::Global => format!("global-pools/{}", ev.name),
-            };
-            let mut out = vec![("pools", format!("/v1/capi/{tail}"))];
-            // A VRF-backed pool is synced by the provision step (the pools
-            // step leaves it alone).
-            let vrf_backed = ev
-                .object
-                .as_ref()
-                .and_then(|o| o.pointer("/spec/metal"))
-                .is_some_and(Value::is_object);
-            if vrf_backed {
-                out.push(("provision", format!("/v1/capi/metal/{tail}")));
-            }
-            out
-        }
+        ObjectKind::Pool(kind) => pool(ev, kind, ns),
     }
+}
+
+fn pointer<'a>(ev: &'a ObjectEvent, at: &str) -> Option<&'a Value> {
+    ev.object.as_ref().and_then(|o| o.pointer(at))
+}
+
+/// An `IPAddress` event: its claim (named in `spec.claimRef`, else the
+/// same name), and its pool's status when the pool is one of ours.
+fn ip_address(ev: &ObjectEvent, ns: String) -> Vec<Call> {
+    let spec = ev
+        .object
+        .as_ref()
+        .and_then(|o| o.get("spec"))
+        .map(IpAddressSpec::from_json)
+        .unwrap_or_default();
+    let claim = spec
+        .claim_ref
+        .as_ref()
+        .map(|r| r.name.as_str())
+        .filter(|c| names::check_subdomain(c).is_ok())
+        .unwrap_or(&ev.name);
+    let mut out = vec![Call::new(
+        Component::Allocate,
+        Step::Claim {
+            ns: ns.clone(),
+            name: claim.to_string(),
+        },
+    )];
+    let pool = match spec.our_pool(&ns) {
+        Some(PoolId {
+            namespace: Some(ns),
+            name,
+            ..
+        }) => Step::Pool { ns, name },
+        Some(PoolId { name, .. }) => Step::GlobalPool { name },
+        None => return out,
+    };
+    out.push(Call::new(Component::Pools, pool));
+    out
+}
+
+/// A pool event: the pools step, and the provision step as well for a
+/// VRF-backed pool (the object has `spec.metal`; the pools step leaves it
+/// alone).
+fn pool(ev: &ObjectEvent, kind: PoolKind, ns: String) -> Vec<Call> {
+    let name = ev.name.clone();
+    let (sync, metal) = match kind {
+        PoolKind::Namespaced => (
+            Step::Pool {
+                ns: ns.clone(),
+                name: name.clone(),
+            },
+            Step::MetalPool { ns, name },
+        ),
+        PoolKind::Global => (
+            Step::GlobalPool { name: name.clone() },
+            Step::MetalGlobalPool { name },
+        ),
+    };
+    let mut out = vec![Call::new(Component::Pools, sync)];
+    if pointer(ev, "/spec/metal").is_some_and(Value::is_object) {
+        out.push(Call::new(Component::Provision, metal));
+    }
+    out
+}
+
+/// What follows a chained call, from its answer: each Machine an expansion
+/// step names (valid names only) is synced by its own call; a claim in a
+/// VRF-backed pool (`metalAssignment`) goes to the assign step, once per
+/// event (`assigned` records it), and a `release` that was `waiting` for
+/// it runs once more after it.
+pub fn follow_up(done: &Call, answer: &Answer, assigned: &mut bool) -> Vec<Call> {
+    let mut out = Vec::new();
+    match &done.step {
+        Step::ProfileMachines { ns, .. } | Step::PacketMachineMachines { ns, .. } => {
+            for m in &answer.machines {
+                if names::check_subdomain(m).is_ok() {
+                    let step = Step::Machine {
+                        ns: ns.clone(),
+                        name: m.clone(),
+                    };
+                    out.push(Call::new(Component::Network, step));
+                }
+            }
+        }
+        Step::Claim { ns, name } if answer.metal_assignment && !*assigned => {
+            *assigned = true;
+            let step = Step::MetalClaim {
+                ns: ns.clone(),
+                name: name.clone(),
+            };
+            out.push(Call::new(Component::Assign, step));
+            if done.component == Component::Release && answer.result.as_deref() == Some("waiting") {
+                out.push(done.clone());
+            }
+        }
+        _ => {}
+    }
+    out
 }
 
 #[cfg(test)]
@@ -154,6 +216,58 @@ mod tests {
                 "network",
                 "/v1/capi/packet-machines/team-a/pm-1".to_string()
             )]
+        );
+    }
+
+    fn claim_call(component: Component) -> Call {
+        let step = Step::Claim {
+            ns: "ns".into(),
+            name: "c".into(),
+        };
+        Call::new(component, step)
+    }
+
+    /// A claim step's answer decides the assign step (once per event) and
+    /// a release's second run; an expansion's answer, the Machines synced.
+    #[test]
+    fn follow_ups_come_from_the_typed_answer() {
+        let assign = Call::new(
+            Component::Assign,
+            Step::MetalClaim {
+                ns: "ns".into(),
+                name: "c".into(),
+            },
+        );
+        let waiting = Answer::parse(br#"{"result":"waiting","metalAssignment":true}"#);
+        let release = claim_call(Component::Release);
+        let mut assigned = false;
+        assert_eq!(
+            follow_up(&release, &waiting, &mut assigned),
+            [assign.clone(), release.clone()]
+        );
+        assert!(assigned);
+        assert_eq!(follow_up(&release, &waiting, &mut assigned), []);
+        let mut assigned = false;
+        let allocate = claim_call(Component::Allocate);
+        assert_eq!(follow_up(&allocate, &waiting, &mut assigned), [assign]);
+        let plain = Answer::parse(br#"{"result":"bound"}"#);
+        assert_eq!(follow_up(&allocate, &plain, &mut false), []);
+
+        let expand = Call::new(
+            Component::Network,
+            Step::ProfileMachines {
+                ns: "ns".into(),
+                name: "l2".into(),
+            },
+        );
+        let answer = Answer::parse(br#"{"result":"expanded","machines":["m-1","Bad_Name"]}"#);
+        let machine = Step::Machine {
+            ns: "ns".into(),
+            name: "m-1".into(),
+        };
+        assert_eq!(
+            follow_up(&expand, &answer, &mut false),
+            [Call::new(Component::Network, machine)]
         );
     }
 }

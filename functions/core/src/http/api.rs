@@ -10,13 +10,14 @@
 use serde_json::{json, Map, Value};
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::http::{auth, method_not_allowed, no_route, segments};
+use crate::http::{auth, method_not_allowed, no_route};
 use crate::ipam::claim::Claim;
 use crate::ipam::ops::{self, PutOutcome};
 use crate::ipam::pool::{PoolId, PoolKind, PoolObject};
 use crate::kube::names;
 use crate::kv::Ctx;
 use crate::ports::kv::{KvStore, OpCounts};
+use crate::routes::{Step, StepKind};
 
 pub use crate::MAX_BODY;
 
@@ -201,7 +202,7 @@ pub(crate) fn parse_json(body: &[u8]) -> Result<Value> {
 }
 
 /// A pool addressed by a path: kind, namespace (namespaced kind) and name.
-type PoolPath<'a> = (PoolKind, Option<&'a str>, &'a str);
+type PoolPath = (PoolKind, Option<String>, String);
 
 fn path_name(kind: &str, v: &str, label: bool) -> Result<String> {
     let check = if label {
@@ -228,18 +229,12 @@ fn authenticate(token: &str, req: &ApiRequest<'_>, route: &'static str) -> Optio
 /// - `DELETE` deletes it (204, also when unknown; 409 `PoolInUse` while
 ///   addresses are allocated).
 pub fn pools<K: KvStore>(ctx: &Ctx<'_, K>, token: &str, req: &ApiRequest<'_>) -> ApiResponse {
-    let segs = segments(req.path);
-    let (route, id_parts): (&'static str, Option<PoolPath<'_>>) = match segs.as_slice() {
-        ["v1", "pools"] => ("/v1/pools", None),
-        ["v1", "global-pools"] => ("/v1/global-pools", None),
-        ["v1", "pools", ns, name] => (
-            "/v1/pools/{namespace}/{name}",
-            Some((PoolKind::Namespaced, Some(*ns), *name)),
-        ),
-        ["v1", "global-pools", name] => (
-            "/v1/global-pools/{name}",
-            Some((PoolKind::Global, None, *name)),
-        ),
+    let step = Step::parse(req.path);
+    let route = step.as_ref().map_or("", Step::template);
+    let id_parts: Option<PoolPath> = match step {
+        Some(Step::Pools {} | Step::GlobalPools {}) => None,
+        Some(Step::PoolObject { ns, name }) => Some((PoolKind::Namespaced, Some(ns), name)),
+        Some(Step::GlobalPoolObject { name }) => Some((PoolKind::Global, None, name)),
         _ => {
             if let Some(r) = authenticate(token, req, "") {
                 return r;
@@ -254,7 +249,7 @@ pub fn pools<K: KvStore>(ctx: &Ctx<'_, K>, token: &str, req: &ApiRequest<'_>) ->
         if req.method != "GET" {
             return method_not_allowed(route, "GET");
         }
-        let filter = (route == "/v1/global-pools").then_some(PoolKind::Global);
+        let filter = (route == StepKind::GlobalPools.route().template).then_some(PoolKind::Global);
         return match ops::list_pools(ctx.kv, filter) {
             Ok(views) => {
                 let n = views.len();
@@ -271,10 +266,10 @@ pub fn pools<K: KvStore>(ctx: &Ctx<'_, K>, token: &str, req: &ApiRequest<'_>) ->
         };
     };
     let id = match (|| -> Result<PoolId> {
-        let name = path_name("name", name, false)?;
+        let name = path_name("name", &name, false)?;
         Ok(match (kind, ns) {
             (PoolKind::Namespaced, Some(ns)) => {
-                PoolId::namespaced(&path_name("namespace", ns, true)?, &name)
+                PoolId::namespaced(&path_name("namespace", &ns, true)?, &name)
             }
             _ => PoolId::global(&name),
         })
@@ -282,6 +277,16 @@ pub fn pools<K: KvStore>(ctx: &Ctx<'_, K>, token: &str, req: &ApiRequest<'_>) ->
         Ok(id) => id,
         Err(e) => return ApiResponse::from_error(&e, route),
     };
+    pool_object(ctx, req, route, (kind, id))
+}
+
+/// `GET`, `PUT` or `DELETE` of one pool (its names already checked).
+fn pool_object<K: KvStore>(
+    ctx: &Ctx<'_, K>,
+    req: &ApiRequest<'_>,
+    route: &'static str,
+    (kind, id): (PoolKind, PoolId),
+) -> ApiResponse {
     let touched = id.display();
     let result = match req.method {
         "GET" => match ops::get_pool(ctx.kv, &id) {
@@ -321,8 +326,8 @@ pub fn pools<K: KvStore>(ctx: &Ctx<'_, K>, token: &str, req: &ApiRequest<'_>) ->
 /// the address was bound by this request, 200 when the claim already had
 /// it. Errors as documented on [`ops::allocate`] and [`Claim::parse`].
 pub fn allocate<K: KvStore>(ctx: &Ctx<'_, K>, token: &str, req: &ApiRequest<'_>) -> ApiResponse {
-    let route = "/v1/claims";
-    if segments(req.path) != ["v1", "claims"] {
+    let route = StepKind::Claims.route().template;
+    if Step::parse(req.path) != Some(Step::Claims {}) {
         if let Some(r) = authenticate(token, req, "") {
             return r;
         }
@@ -350,8 +355,11 @@ pub fn allocate<K: KvStore>(ctx: &Ctx<'_, K>, token: &str, req: &ApiRequest<'_>)
             ApiResponse::success(200, Some(body), route, "existing")
         };
         if a.created {
-            r.headers
-                .push(("location", format!("/v1/claims/{}", claim_name)));
+            let at = Step::ClaimObject {
+                ns: claim.id.namespace.clone(),
+                name: claim.id.name.clone(),
+            };
+            r.headers.push(("location", at.path()));
         }
         Ok(r.touching("address", a.record.address.clone()))
     });
@@ -369,9 +377,8 @@ pub fn allocate<K: KvStore>(ctx: &Ctx<'_, K>, token: &str, req: &ApiRequest<'_>)
 /// - `DELETE` releases its address: 204, also when the claim is unknown. An
 ///   optional `?uid=<uid>` releases only a binding of that uid.
 pub fn claims<K: KvStore>(ctx: &Ctx<'_, K>, token: &str, req: &ApiRequest<'_>) -> ApiResponse {
-    let route = "/v1/claims/{namespace}/{name}";
-    let segs = segments(req.path);
-    let ["v1", "claims", ns, name] = segs.as_slice() else {
+    let route = StepKind::ClaimObject.route().template;
+    let Some(Step::ClaimObject { ns, name }) = Step::parse(req.path) else {
         if let Some(r) = authenticate(token, req, "") {
             return r;
         }
@@ -380,8 +387,8 @@ pub fn claims<K: KvStore>(ctx: &Ctx<'_, K>, token: &str, req: &ApiRequest<'_>) -
     if let Some(r) = authenticate(token, req, route) {
         return r;
     }
-    let (ns, name) = match path_name("namespace", ns, true)
-        .and_then(|ns| Ok((ns, path_name("name", name, false)?)))
+    let (ns, name) = match path_name("namespace", &ns, true)
+        .and_then(|ns| Ok((ns, path_name("name", &name, false)?)))
     {
         Ok(v) => v,
         Err(e) => return ApiResponse::from_error(&e, route),

@@ -18,6 +18,9 @@
 //!
 //! The `/v1/capi/…` routes have no public trigger in spin.toml: they are
 //! reached by Spin service chaining from `events` (with the API token).
+//! Every path is matched, and every chained path built, with the route
+//! table ([`crate::routes::Step`]); `tests/routes.rs` checks it against
+//! spin.toml.
 //!
 //! Every entry has the same signature (services, request, content type,
 //! header lookup), the one `metal_ipam_spin::serve_component` calls; only
@@ -31,9 +34,8 @@ use crate::capi::reconcile;
 use crate::error::{Error, ErrorKind, Result};
 use crate::events::{self, Outcome};
 use crate::http::api::{self, ApiRequest, ApiResponse};
-use crate::http::{auth, method_not_allowed, no_route, segments};
+use crate::http::{auth, method_not_allowed, no_route};
 use crate::ipam::pool::{PoolId, PoolKind};
-use crate::kube::names;
 use crate::kube::Kube;
 use crate::kv::Ctx;
 use crate::metal::client::{Metal, MetalError};
@@ -41,6 +43,7 @@ use crate::network::batch::{self, BatchOp, Chained, Direction};
 use crate::ports::http::{Deadline, HttpClient};
 use crate::ports::kv::KvStore;
 use crate::ports::Env;
+use crate::routes::{check_object, Answer, Call, Component, Step, StepKind};
 
 /// What a component has at hand for one request.
 pub struct Services<'a, K: KvStore, H: HttpClient + ?Sized> {
@@ -79,19 +82,19 @@ fn kube<'a, K: KvStore, H: HttpClient + ?Sized>(s: &Services<'a, K, H>) -> Resul
 }
 
 /// The checks every single-purpose route makes, in order: authentication
-/// (`auth`, already decided by the caller), the exact path (`None` when the
-/// caller already matched it), and the method (`POST`). Returns the error
-/// response, if any.
+/// (`auth`, already decided by the caller), the exact route (`None` when
+/// the caller already matched it), and the method (`POST`). Returns the
+/// error response, if any.
 fn guard(
     auth: Result<()>,
     req: &ApiRequest<'_>,
     route: &'static str,
-    path: Option<&[&str]>,
+    kind: Option<StepKind>,
 ) -> Option<ApiResponse> {
     if let Err(e) = auth {
         return Some(ApiResponse::from_error(&e, route));
     }
-    if path.is_some_and(|p| segments(req.path) != p) {
+    if kind.is_some_and(|k| Step::parse(req.path).map(|s| s.kind()) != Some(k)) {
         return Some(no_route(req.path));
     }
     if req.method != "POST" {
@@ -143,7 +146,7 @@ fn capi_claim<K: KvStore, H: HttpClient + ?Sized>(
     ns: &str,
     name: &str,
 ) -> ApiResponse {
-    let route = "/v1/capi/claims/{namespace}/{name}";
+    let route = StepKind::Claim.route().template;
     if let Some(r) = guard(
         auth::check_bearer(s.api_token, req.authorization),
         req,
@@ -152,9 +155,7 @@ fn capi_claim<K: KvStore, H: HttpClient + ?Sized>(
     ) {
         return r;
     }
-    let checked = names::check_label(ns)
-        .and_then(|_| names::check_subdomain(name))
-        .map_err(Error::malformed);
+    let checked = check_object(Some(ns), name);
     let result = checked.and_then(|_| capi::reconcile_claim(store(s)?, kube(s)?, ns, name));
     outcome_response(route, result, "claim", format!("{ns}/{name}"))
 }
@@ -178,10 +179,7 @@ fn pool_step<K: KvStore, H: HttpClient + ?Sized>(
         return r;
     }
     let id = capi::pool_id_of(kind, ns, name);
-    let checked = ns
-        .map_or(Ok(()), names::check_label)
-        .and_then(|_| names::check_subdomain(name))
-        .map_err(Error::malformed);
+    let checked = check_object(ns, name);
     let result = checked.and_then(|_| step(&id));
     let retry_after = result.as_ref().ok().and_then(|o| o.retry_after);
     let r = outcome_response(route, result, "pool", id.display());
@@ -189,11 +187,15 @@ fn pool_step<K: KvStore, H: HttpClient + ?Sized>(
         // Only the VRF-backed pool step waits; its public route is where
         // to POST again for the next step and the status.
         Some(secs) => {
+            let name = name.to_string();
             let location = match ns {
-                Some(ns) => format!("/v1/metal/pools/{ns}/{name}"),
-                None => format!("/v1/metal/global-pools/{name}"),
+                Some(ns) => Step::MetalPoolStatus {
+                    ns: ns.into(),
+                    name,
+                },
+                None => Step::MetalGlobalPoolStatus { name },
             };
-            accepted(r, secs, location)
+            accepted(r, secs, location.path())
         }
         None => r,
     }
@@ -208,9 +210,11 @@ fn capi_pool<K: KvStore, H: HttpClient + ?Sized>(
     name: &str,
 ) -> ApiResponse {
     let route = match kind {
-        PoolKind::Namespaced => "/v1/capi/pools/{namespace}/{name}",
-        PoolKind::Global => "/v1/capi/global-pools/{name}",
-    };
+        PoolKind::Namespaced => StepKind::Pool,
+        PoolKind::Global => StepKind::GlobalPool,
+    }
+    .route()
+    .template;
     pool_step(s, req, route, (kind, ns, name), |id| {
         capi::sync_pool(store(s)?, kube(s)?, id)
     })
@@ -228,9 +232,11 @@ fn metal_pool<K: KvStore, H: HttpClient + ?Sized>(
     name: &str,
 ) -> ApiResponse {
     let route = match kind {
-        PoolKind::Namespaced => "/v1/capi/metal/pools/{namespace}/{name}",
-        PoolKind::Global => "/v1/capi/metal/global-pools/{name}",
-    };
+        PoolKind::Namespaced => StepKind::MetalPool,
+        PoolKind::Global => StepKind::MetalGlobalPool,
+    }
+    .route()
+    .template;
     pool_step(s, req, route, (kind, ns, name), |id| {
         capi::vrf::sync_vrf_pool(store(s)?, kube(s)?, metal_of(s)?, id)
     })
@@ -249,12 +255,12 @@ pub fn provision<K: KvStore, H: HttpClient + ?Sized>(
     }
     // The chained step route and its public twin (the status URL a 202
     // names): the same step, the same API token.
-    match segments(req.path).as_slice() {
-        ["v1", "capi", "metal", "pools", ns, name] | ["v1", "metal", "pools", ns, name] => {
-            metal_pool(s, req, PoolKind::Namespaced, Some(ns), name)
+    match Step::parse_for(Component::Provision, req.path) {
+        Some(Step::MetalPool { ns, name } | Step::MetalPoolStatus { ns, name }) => {
+            metal_pool(s, req, PoolKind::Namespaced, Some(&ns), &name)
         }
-        ["v1", "capi", "metal", "global-pools", name] | ["v1", "metal", "global-pools", name] => {
-            metal_pool(s, req, PoolKind::Global, None, name)
+        Some(Step::MetalGlobalPool { name } | Step::MetalGlobalPoolStatus { name }) => {
+            metal_pool(s, req, PoolKind::Global, None, &name)
         }
         _ => no_route(req.path),
     }
@@ -282,7 +288,11 @@ fn metal_claim<K: KvStore, H: HttpClient + ?Sized>(
     ns: &str,
     name: &str,
 ) -> ApiResponse {
-    let route = "/v1/metal/claims/{namespace}/{name}";
+    let status = Step::MetalClaimStatus {
+        ns: ns.into(),
+        name: name.into(),
+    };
+    let route = status.template();
     if let Some(r) = guard(
         auth::check_bearer(s.api_token, req.authorization),
         req,
@@ -291,16 +301,14 @@ fn metal_claim<K: KvStore, H: HttpClient + ?Sized>(
     ) {
         return r;
     }
-    let checked = names::check_label(ns)
-        .and_then(|_| names::check_subdomain(name))
-        .map_err(Error::malformed);
+    let checked = status.check_names();
     let result = checked.and_then(|_| {
         capi::assign::sync_claim_assignment(store(s)?, kube(s)?, metal_of(s)?, ns, name)
     });
     let retry_after = result.as_ref().ok().and_then(|o| o.retry_after);
     let r = outcome_response(route, result, "claim", format!("{ns}/{name}"));
     match retry_after {
-        Some(secs) => accepted(r, secs, format!("/v1/metal/claims/{ns}/{name}")),
+        Some(secs) => accepted(r, secs, status.path()),
         None => r,
     }
 }
@@ -315,9 +323,9 @@ pub fn assign<K: KvStore, H: HttpClient + ?Sized>(
     if let Some(r) = authenticated(s, req) {
         return r;
     }
-    match segments(req.path).as_slice() {
-        ["v1", "capi", "metal", "claims", ns, name] | ["v1", "metal", "claims", ns, name] => {
-            metal_claim(s, req, ns, name)
+    match Step::parse_for(Component::Assign, req.path) {
+        Some(Step::MetalClaim { ns, name } | Step::MetalClaimStatus { ns, name }) => {
+            metal_claim(s, req, &ns, &name)
         }
         _ => no_route(req.path),
     }
@@ -341,12 +349,12 @@ pub fn poll<K: KvStore, H: HttpClient + ?Sized>(
     if let Some(r) = authenticated(s, req) {
         return r;
     }
-    let route = "/v1/metal/poll";
+    let route = StepKind::MetalPoll.route().template;
     if let Some(r) = guard(
         auth::check_bearer(s.api_token, req.authorization),
         req,
         route,
-        Some(&["v1", "metal", "poll"]),
+        Some(StepKind::MetalPoll),
     ) {
         return r;
     }
@@ -395,109 +403,130 @@ pub fn network<K: KvStore, H: HttpClient + ?Sized>(
     if let Some(r) = authenticated(s, req) {
         return r;
     }
-    let (ns, name, what) = match segments(req.path).as_slice() {
-        ["v1", "machines", ns, name, what @ ("network" | "netconfig")] => {
-            (ns.to_string(), name.to_string(), *what)
+    let step = match Step::parse_for(Component::Network, req.path) {
+        Some(Step::Machine { ns, name }) => return machine_sync(s, req, &ns, &name),
+        Some(Step::ProfileMachines { ns, name }) => {
+            return machines_of(s, req, Concerned::Profile, &ns, &name)
         }
-        ["v1", "capi", "machines", ns, name, "network"] => return machine_sync(s, req, ns, name),
-        ["v1", "capi", "network-profiles", ns, name] => {
-            return machines_of(s, req, Concerned::Profile, ns, name)
+        Some(Step::PacketMachineMachines { ns, name }) => {
+            return machines_of(s, req, Concerned::PacketMachine, &ns, &name)
         }
-        ["v1", "capi", "packet-machines", ns, name] => {
-            return machines_of(s, req, Concerned::PacketMachine, ns, name)
-        }
-        _ => return no_route(req.path),
+        Some(step) => step,
+        None => return no_route(req.path),
     };
-    let route = if what == "network" {
-        "/v1/machines/{namespace}/{name}/network"
-    } else {
-        "/v1/machines/{namespace}/{name}/netconfig"
-    };
-    let allowed = if what == "network" {
-        "POST, DELETE"
-    } else {
-        "GET"
-    };
+    let (route, netconfig) = (step.template(), step.kind() == StepKind::MachineNetconfig);
+    let allowed = if netconfig { "GET" } else { "POST, DELETE" };
     if let Err(e) = auth::check_bearer(s.api_token, req.authorization) {
         return ApiResponse::from_error(&e, route);
     }
     if !allowed.split(", ").any(|m| m == req.method) {
         return method_not_allowed(route, allowed);
     }
-    let checked = names::check_label(&ns)
-        .and_then(|_| names::check_subdomain(&name))
-        .map_err(Error::malformed);
+    let (Step::MachineNetwork { ns, name } | Step::MachineNetconfig { ns, name }) = &step else {
+        return no_route(req.path);
+    };
     let machine = format!("{ns}/{name}");
     let fail = |e: Error| ApiResponse::from_error(&e, route).touching("machine", machine.clone());
-    if let Err(e) = checked {
-        return fail(e);
-    }
-    let services = || -> Result<_> { Ok((store(s)?, kube(s)?, metal_of(s)?)) };
+    let services = || -> Result<_> {
+        step.check_names()?;
+        Ok((store(s)?, kube(s)?, metal_of(s)?))
+    };
     let (ctx, kube, metal) = match services() {
         Ok(x) => x,
         Err(e) => return fail(e),
     };
-    if what == "netconfig" {
-        let format = match capi::network::format_of(req.query) {
-            Ok(f) => f,
-            Err(e) => return fail(e),
-        };
-        return match capi::network::netconfig(ctx, kube, metal, &ns, &name, format) {
-            Ok((text, pending)) => {
-                let content_type = match format {
-                    crate::network::render::Format::Shell => "text/x-shellscript",
-                    crate::network::render::Format::Ifupdown => "text/plain; charset=utf-8",
-                    _ => "application/yaml",
-                };
-                let mut r = ApiResponse::success(200, None, route, "rendered");
-                r.text = Some((content_type, text));
-                r.headers
-                    .push(("x-metal-ipam-pending", pending.len().to_string()));
-                r.touching("machine", machine)
-            }
-            Err(e) => fail(e),
-        };
-    }
-    if req.method == "DELETE" {
-        return match capi::network::release_machine(ctx, kube, metal, &chained(s), &ns, &name) {
-            Ok((report, deleted)) => {
-                let outcome = if report
-                    .as_ref()
-                    .is_some_and(|r| r.phase.retry_after().is_some())
-                {
-                    "releasing"
-                } else {
-                    "released"
-                };
-                let done = json!({"phase": "converged", "remaining": [], "issued": []});
-                network_answer(route, outcome, report.as_ref(), done, &ns, &name)
-                    .with_member("claimsDeleted", deleted.into())
-            }
-            Err(e) => fail(e),
-        };
-    }
-    let dry_run = req.query.split('&').any(|kv| kv == "dryRun=true");
-    if dry_run {
-        return match capi::network::plan_machine(ctx, kube, metal, &ns, &name) {
-            Ok(plan) => {
-                ApiResponse::success(200, Some(plan), route, "planned").touching("machine", machine)
-            }
-            Err(e) => fail(e),
-        };
-    }
-    match capi::network::apply_machine(ctx, kube, metal, &chained(s), &ns, &name) {
-        Ok((report, device)) => network_answer(
-            route,
-            report.phase.name(),
-            Some(&report),
-            json!({}),
-            &ns,
-            &name,
-        )
-        .with_member("device", device.clone().into())
-        .touching("device", device),
-        Err(e) => fail(e),
-    }
+    let at = MachineAt {
+        route,
+        ns,
+        name,
+        chained: chained(s),
+    };
+    let answer = if netconfig {
+        netconfig_answer(ctx, kube, metal, &at, req.query)
+    } else if req.method == "DELETE" {
+        release_answer(ctx, kube, metal, &at)
+    } else if req.query.split('&').any(|kv| kv == "dryRun=true") {
+        capi::network::plan_machine(ctx, kube, metal, ns, name).map(|plan| {
+            ApiResponse::success(200, Some(plan), route, "planned")
+                .touching("machine", machine.clone())
+        })
+    } else {
+        apply_answer(ctx, kube, metal, &at)
+    };
+    answer.unwrap_or_else(fail)
+}
+
+/// The machine a public network route is about, and what its answers need.
+struct MachineAt<'a, H: HttpClient + ?Sized> {
+    route: &'static str,
+    ns: &'a str,
+    name: &'a str,
+    chained: Chained<'a, H>,
+}
+
+type MetalOf<'a, H> = Metal<'a, H, dyn Env + 'a>;
+
+/// `GET …/netconfig?format=`: the node's configuration as text.
+fn netconfig_answer<K: KvStore, H: HttpClient + ?Sized>(
+    ctx: &Ctx<'_, K>,
+    kube: &Kube<'_, H>,
+    metal: &MetalOf<'_, H>,
+    at: &MachineAt<'_, H>,
+    query: &str,
+) -> Result<ApiResponse> {
+    let format = capi::network::format_of(query)?;
+    let (text, pending) = capi::network::netconfig(ctx, kube, metal, at.ns, at.name, format)?;
+    let content_type = match format {
+        crate::network::render::Format::Shell => "text/x-shellscript",
+        crate::network::render::Format::Ifupdown => "text/plain; charset=utf-8",
+        _ => "application/yaml",
+    };
+    let mut r = ApiResponse::success(200, None, at.route, "rendered");
+    r.text = Some((content_type, text));
+    r.headers
+        .push(("x-metal-ipam-pending", pending.len().to_string()));
+    Ok(r.touching("machine", format!("{}/{}", at.ns, at.name)))
+}
+
+/// `DELETE …/network`: release the machine's network.
+fn release_answer<K: KvStore, H: HttpClient + ?Sized>(
+    ctx: &Ctx<'_, K>,
+    kube: &Kube<'_, H>,
+    metal: &MetalOf<'_, H>,
+    at: &MachineAt<'_, H>,
+) -> Result<ApiResponse> {
+    let (report, deleted) =
+        capi::network::release_machine(ctx, kube, metal, &at.chained, at.ns, at.name)?;
+    let outcome = if report
+        .as_ref()
+        .is_some_and(|r| r.phase.retry_after().is_some())
+    {
+        "releasing"
+    } else {
+        "released"
+    };
+    let done = json!({"phase": "converged", "remaining": [], "issued": []});
+    Ok(
+        network_answer(at.route, outcome, report.as_ref(), done, at.ns, at.name)
+            .with_member("claimsDeleted", deleted.into()),
+    )
+}
+
+/// `POST …/network`: apply the machine's profile.
+fn apply_answer<K: KvStore, H: HttpClient + ?Sized>(
+    ctx: &Ctx<'_, K>,
+    kube: &Kube<'_, H>,
+    metal: &MetalOf<'_, H>,
+    at: &MachineAt<'_, H>,
+) -> Result<ApiResponse> {
+    let (report, device) =
+        capi::network::apply_machine(ctx, kube, metal, &at.chained, at.ns, at.name)?;
+    let phase = report.phase.name();
+    Ok(
+        network_answer(at.route, phase, Some(&report), json!({}), at.ns, at.name)
+            .with_member("device", device.clone().into())
+            .touching("device", device),
+    )
 }
 
 /// `POST /v1/capi/machines/{ns}/{name}/network` (chained from `events`
@@ -514,7 +543,7 @@ fn machine_sync<K: KvStore, H: HttpClient + ?Sized>(
     ns: &str,
     name: &str,
 ) -> ApiResponse {
-    let route = "/v1/capi/machines/{namespace}/{name}/network";
+    let route = StepKind::Machine.route().template;
     if let Some(r) = guard(
         auth::check_bearer(s.api_token, req.authorization),
         req,
@@ -524,9 +553,7 @@ fn machine_sync<K: KvStore, H: HttpClient + ?Sized>(
         return r;
     }
     let machine = format!("{ns}/{name}");
-    let checked = names::check_label(ns)
-        .and_then(|_| names::check_subdomain(name))
-        .map_err(Error::malformed);
+    let checked = check_object(Some(ns), name);
     let result = checked.and_then(|_| {
         let (ctx, kube, metal) = (store(s)?, kube(s)?, metal_of(s)?);
         capi::network::sync_machine(ctx, kube, metal, &chained(s), ns, name)
@@ -567,9 +594,11 @@ fn machines_of<K: KvStore, H: HttpClient + ?Sized>(
     name: &str,
 ) -> ApiResponse {
     let route = match what {
-        Concerned::Profile => "/v1/capi/network-profiles/{namespace}/{name}",
-        Concerned::PacketMachine => "/v1/capi/packet-machines/{namespace}/{name}",
-    };
+        Concerned::Profile => StepKind::ProfileMachines,
+        Concerned::PacketMachine => StepKind::PacketMachineMachines,
+    }
+    .route()
+    .template;
     if let Some(r) = guard(
         auth::check_bearer(s.api_token, req.authorization),
         req,
@@ -578,9 +607,7 @@ fn machines_of<K: KvStore, H: HttpClient + ?Sized>(
     ) {
         return r;
     }
-    let checked = names::check_label(ns)
-        .and_then(|_| names::check_subdomain(name))
-        .map_err(Error::malformed);
+    let checked = check_object(Some(ns), name);
     let result = checked.and_then(|_| {
         let kube = kube(s)?;
         match what {
@@ -620,7 +647,13 @@ fn network_answer(
     body["machine"] = machine.clone().into();
     let r = ApiResponse::success(200, Some(body), route, outcome).touching("machine", machine);
     match report.and_then(|r| r.phase.retry_after()) {
-        Some(secs) => accepted(r, secs, format!("/v1/machines/{ns}/{name}/network")),
+        Some(secs) => {
+            let status = Step::MachineNetwork {
+                ns: ns.into(),
+                name: name.into(),
+            };
+            accepted(r, secs, status.path())
+        }
         None => r,
     }
 }
@@ -669,9 +702,9 @@ fn vlan_batch<K: KvStore, H: HttpClient + ?Sized>(
     req: &ApiRequest<'_>,
     dir: Direction,
 ) -> ApiResponse {
-    let route = "/v1/metal/ports/{port}/vlan-batches";
-    let port = match segments(req.path).as_slice() {
-        ["v1", "metal", "ports", port, "vlan-batches"] => port.to_string(),
+    let route = StepKind::VlanBatch.route().template;
+    let port = match Step::parse(req.path) {
+        Some(Step::VlanBatch { port }) => port,
         _ => return no_route(req.path),
     };
     if let Some(r) = guard(
@@ -755,11 +788,9 @@ pub fn pools<K: KvStore, H: HttpClient + ?Sized>(
     if let Some(r) = authenticated(s, req) {
         return r;
     }
-    match segments(req.path).as_slice() {
-        ["v1", "capi", "pools", ns, name] => {
-            capi_pool(s, req, PoolKind::Namespaced, Some(ns), name)
-        }
-        ["v1", "capi", "global-pools", name] => capi_pool(s, req, PoolKind::Global, None, name),
+    match Step::parse_for(Component::Pools, req.path) {
+        Some(Step::Pool { ns, name }) => capi_pool(s, req, PoolKind::Namespaced, Some(&ns), &name),
+        Some(Step::GlobalPool { name }) => capi_pool(s, req, PoolKind::Global, None, &name),
         _ => with_store(s, req, api::pools),
     }
 }
@@ -771,8 +802,8 @@ fn claim_component<K: KvStore, H: HttpClient + ?Sized>(
     req: &ApiRequest<'_>,
     plain: impl FnOnce(&Ctx<'_, K>, &str, &ApiRequest<'_>) -> ApiResponse,
 ) -> ApiResponse {
-    match segments(req.path).as_slice() {
-        ["v1", "capi", "claims", ns, name] => capi_claim(s, req, ns, name),
+    match Step::parse(req.path) {
+        Some(Step::Claim { ns, name }) => capi_claim(s, req, &ns, &name),
         _ => with_store(s, req, plain),
     }
 }
@@ -818,10 +849,9 @@ pub fn admission<K: KvStore, H: HttpClient + ?Sized>(
     }
     // One review function for both kinds (it dispatches on request.kind);
     // a route per webhook so each is registered for its resources only.
-    let route = match segments(req.path).as_slice() {
-        ["v1", "admission", "network-profiles"] => "/v1/admission/network-profiles",
-        ["v1", "admission", "pools"] => "/v1/admission/pools",
-        _ => return no_route(req.path),
+    let route = match Step::parse_for(Component::Admission, req.path) {
+        Some(step) => step.template(),
+        None => return no_route(req.path),
     };
     if let Some(r) = guard(
         auth::check_bearer(s.api_token, req.authorization),
@@ -882,12 +912,12 @@ pub fn reconcile<K: KvStore, H: HttpClient + ?Sized>(
     if let Some(r) = authenticated(s, req) {
         return r;
     }
-    let route = "/v1/reconcile";
+    let route = StepKind::Reconcile.route().template;
     if let Some(r) = guard(
         auth::check_bearer(s.api_token, req.authorization),
         req,
         route,
-        Some(&["v1", "reconcile"]),
+        Some(StepKind::Reconcile),
     ) {
         return r;
     }
@@ -895,66 +925,7 @@ pub fn reconcile<K: KvStore, H: HttpClient + ?Sized>(
         Ok(report) => report,
         Err(e) => return ApiResponse::from_error(&e, route),
     };
-    // VRF-backed pools are the provision step's: drive each one (Metal's
-    // asynchrony means an event alone may not finish them).
-    let pools: Vec<(String, String)> = std::mem::take(&mut report.vrf_pools)
-        .into_iter()
-        .map(|id| {
-            let path = match &id.namespace {
-                Some(ns) => format!("/v1/capi/metal/pools/{ns}/{}", id.name),
-                None => format!("/v1/capi/metal/global-pools/{}", id.name),
-            };
-            (id.display(), path)
-        })
-        .collect();
-    let provisioned = forward_all(s, "provision", ("pool", "pool"), pools, &mut report.errors);
-    // Claims in VRF-backed pools: their Metal assignments are the assign
-    // step's.
-    let claims: Vec<(String, String)> = std::mem::take(&mut report.metal_claims)
-        .into_iter()
-        .map(|(ns, name)| {
-            (
-                format!("{ns}/{name}"),
-                format!("/v1/capi/metal/claims/{ns}/{name}"),
-            )
-        })
-        .collect();
-    let assigned = forward_all(
-        s,
-        "assign",
-        ("claim", "IPAddressClaim"),
-        claims,
-        &mut report.errors,
-    );
-    // Opted-in Machines: the network step converges each (without it a
-    // lost Machine event, or a profile edit, would never reach them). Any
-    // error is the machine's to report: a network that does not converge
-    // (a missing profile, a frozen device, a VLAN not there) is one.
-    let machines: Vec<(String, String)> = std::mem::take(&mut report.machines)
-        .into_iter()
-        .map(|(ns, name)| {
-            (
-                format!("{ns}/{name}"),
-                format!("/v1/capi/machines/{ns}/{name}/network"),
-            )
-        })
-        .collect();
-    let network = forward_each(
-        s,
-        "network",
-        ("machine", "Machine"),
-        machines,
-        400,
-        &mut report.errors,
-    );
-    let mut body = report.to_json();
-    if !provisioned.is_empty() {
-        body["provision"] = Value::Array(provisioned);
-    }
-    if !assigned.is_empty() {
-        body["assign"] = Value::Array(assigned);
-    }
-    body["network"] = Value::Array(network);
+    let body = chain_reconciled(s, &mut report);
     // Errors on single objects make the run a 500 (with the report), so
     // a CronJob shows the failure; the rest of the run still happened.
     with_errors(
@@ -965,33 +936,87 @@ pub fn reconcile<K: KvStore, H: HttpClient + ?Sized>(
     )
 }
 
-/// Forwards each `(object, path)` to `component`; returns one
-/// `{<key>: object, "status", "result"}` per request and adds the failures
-/// (5xx, unreachable) to `errors` as `<kind> <object> (<component>): …`.
-fn forward_all<K: KvStore, H: HttpClient + ?Sized>(
+/// The chained steps of a full reconciliation, and its report as JSON
+/// with what each answered (`provision`, `assign`, `network`).
+fn chain_reconciled<K: KvStore, H: HttpClient + ?Sized>(
     s: &Services<'_, K, H>,
-    component: &str,
-    what: (&str, &str),
-    requests: Vec<(String, String)>,
-    errors: &mut Vec<String>,
-) -> Vec<Value> {
-    forward_each(s, component, what, requests, 500, errors)
+    report: &mut reconcile::Report,
+) -> Value {
+    // VRF-backed pools are the provision step's: drive each one (Metal's
+    // asynchrony means an event alone may not finish them).
+    let pools: Vec<(String, Call)> = std::mem::take(&mut report.vrf_pools)
+        .into_iter()
+        .map(|id| {
+            let step = match &id.namespace {
+                Some(ns) => Step::MetalPool {
+                    ns: ns.clone(),
+                    name: id.name.clone(),
+                },
+                None => Step::MetalGlobalPool {
+                    name: id.name.clone(),
+                },
+            };
+            (id.display(), Call::new(Component::Provision, step))
+        })
+        .collect();
+    let provisioned = forward_each(s, ("pool", "pool"), pools, 500, &mut report.errors);
+    // Claims in VRF-backed pools: their Metal assignments are the assign
+    // step's.
+    let claims = std::mem::take(&mut report.metal_claims)
+        .into_iter()
+        .map(|(ns, name)| {
+            let object = format!("{ns}/{name}");
+            (
+                object,
+                Call::new(Component::Assign, Step::MetalClaim { ns, name }),
+            )
+        })
+        .collect();
+    let what = ("claim", "IPAddressClaim");
+    let assigned = forward_each(s, what, claims, 500, &mut report.errors);
+    // Opted-in Machines: the network step converges each (without it a
+    // lost Machine event, or a profile edit, would never reach them). Any
+    // error is the machine's to report: a network that does not converge
+    // (a missing profile, a frozen device, a VLAN not there) is one.
+    let machines = std::mem::take(&mut report.machines)
+        .into_iter()
+        .map(|(ns, name)| {
+            let object = format!("{ns}/{name}");
+            (
+                object,
+                Call::new(Component::Network, Step::Machine { ns, name }),
+            )
+        })
+        .collect();
+    let what = ("machine", "Machine");
+    let network = forward_each(s, what, machines, 400, &mut report.errors);
+    let mut body = report.to_json();
+    if !provisioned.is_empty() {
+        body["provision"] = Value::Array(provisioned);
+    }
+    if !assigned.is_empty() {
+        body["assign"] = Value::Array(assigned);
+    }
+    body["network"] = Value::Array(network);
+    body
 }
 
-/// [`forward_all`], counting every status from `failed_from` on as a
-/// failure.
+/// Forwards each `(object, call)`; returns one `{<key>: object, "status",
+/// "result"}` per request and adds the failures (a status from
+/// `failed_from` on, unreachable) to `errors` as
+/// `<kind> <object> (<component>): …`.
 fn forward_each<K: KvStore, H: HttpClient + ?Sized>(
     s: &Services<'_, K, H>,
-    component: &str,
     (key, kind): (&str, &str),
-    requests: Vec<(String, String)>,
+    requests: Vec<(String, Call)>,
     failed_from: u16,
     errors: &mut Vec<String>,
 ) -> Vec<Value> {
     let mut out = Vec::new();
-    for (object, path) in requests {
-        match forward(s, component, &path) {
-            Ok((status, body)) => {
+    for (object, call) in requests {
+        let component = call.component.name();
+        match forward(s, &call) {
+            Ok((status, body, _)) => {
                 if status >= failed_from {
                     errors.push(format!(
                         "{kind} {object} ({component}): {status} {}",
@@ -1062,27 +1087,9 @@ pub fn events<K: KvStore, H: HttpClient + ?Sized>(
     content_type: Option<&str>,
     header: &dyn Fn(&str) -> Option<String>,
 ) -> ApiResponse {
-    let route = "/v1/events";
-    let bearer_ok = auth::check_bearer(s.api_token, req.authorization).is_ok()
-        || (!s.events_token.is_empty()
-            && auth::check_bearer(s.events_token, req.authorization).is_ok());
-    let ce_ok = !s.events_token.is_empty()
-        && events::presented_token(content_type, header, req.body)
-            .is_some_and(|t| auth::constant_time_eq(t.as_bytes(), s.events_token.as_bytes()));
-    let authenticated = if bearer_ok || ce_ok {
-        Ok(())
-    } else {
-        Err(auth::check_bearer(s.api_token, req.authorization)
-            .err()
-            .unwrap_or_else(|| {
-                Error::new(
-                    ErrorKind::Unauthorized,
-                    "Unauthorized",
-                    "the bearer token is not valid",
-                )
-            }))
-    };
-    if let Some(r) = guard(authenticated, req, route, Some(&["v1", "events"])) {
+    let route = StepKind::Events.route().template;
+    let authenticated = event_auth(s, req, content_type, header);
+    if let Some(r) = guard(authenticated, req, route, Some(StepKind::Events)) {
         return r;
     }
     let parsed = match events::parse(content_type, header, req.body) {
@@ -1102,97 +1109,140 @@ pub fn events<K: KvStore, H: HttpClient + ?Sized>(
         Outcome::Object(ev) => ev,
     };
     let object = format!("{} {}", ev.kind.kind_name(), ev.display());
-    let mut steps_done = Vec::new();
-    let mut worst: u16 = 200;
-    // A step still working (202): the longest wait it asked for.
-    let mut in_progress: Option<u64> = None;
-    let mut first_component = "";
-    let mut queue: std::collections::VecDeque<(&'static str, String)> =
-        events::route::route_event(&ev).into();
-    let mut assigned = false;
-    while let Some((component, path)) = queue.pop_front() {
-        if first_component.is_empty() {
-            first_component = component;
+    let run = match run_chain(s, events::route::calls(&ev)) {
+        Ok(run) => run,
+        Err(e) => {
+            let mut r = ApiResponse::from_error(&e, route);
+            r.objects.push(("object", object));
+            return r;
         }
-        let (status, body) = match forward(s, component, &path) {
-            Ok(v) => v,
-            Err(e) => {
-                let mut r = ApiResponse::from_error(&e, route);
-                r.objects.push(("object", object));
-                return r;
-            }
-        };
-        // A profile's or a PacketMachine's event: each Machine it concerns
-        // is synced by its own chained request.
-        if path.starts_with("/v1/capi/network-profiles/")
-            || path.starts_with("/v1/capi/packet-machines/")
-        {
-            let ns = ev.namespace.as_deref().unwrap_or_default();
-            for m in body["machines"].as_array().into_iter().flatten() {
-                let Some(m) = m.as_str().filter(|m| names::check_subdomain(m).is_ok()) else {
-                    continue;
-                };
-                queue.push_back(("network", format!("/v1/capi/machines/{ns}/{m}/network")));
-            }
-        }
-        // A claim in a VRF-backed pool: its Metal assignment is the assign
-        // step's, once per event; a release that waited for it runs again.
-        if let Some(tail) = path.strip_prefix("/v1/capi/claims/") {
-            if body.get("metalAssignment") == Some(&Value::Bool(true)) && !assigned {
-                assigned = true;
-                queue.push_back(("assign", format!("/v1/capi/metal/claims/{tail}")));
-                if component == "release" && body["result"] == "waiting" {
-                    queue.push_back(("release", path.clone()));
-                }
-            }
-        }
-        worst = worst.max(status);
-        if status == 202 {
-            let wait = body.get("retryAfter").and_then(Value::as_u64).unwrap_or(1);
-            in_progress = Some(in_progress.unwrap_or(0).max(wait));
-        }
-        steps_done.push(json!({"step": component, "path": path, "status": status, "result": body}));
-    }
-    let first = steps_done.first().cloned().unwrap_or(Value::Null);
-    let mut r = ok(
+    };
+    let first = run.steps.first().cloned().unwrap_or(Value::Null);
+    let r = ok(
         route,
         "forwarded",
         json!({"result": "forwarded", "format": ev.format.name(), "object": object,
                "step": first["step"], "stepStatus": first["status"], "stepResult": first["result"],
-               "steps": steps_done}),
+               "steps": run.steps}),
     );
-    if worst >= 500 {
-        // Let the forwarder retry: a step failed transiently.
-        r.status = if worst == 503 { 503 } else { 502 };
-        r.outcome = "step-failed";
-        r.headers.push(("retry-after", "1".to_string()));
-        r.detail = Some(format!("a step answered {worst}"));
-    } else if worst >= 400 {
-        r.outcome = "step-refused";
-        r.detail = Some(format!("a step answered {worst}"));
-    } else if let Some(wait) = in_progress {
-        // A step is waiting on Metal: have the forwarder deliver the event
-        // again after the wait (forwarders retry 503s, not 2xx).
-        r.status = 503;
-        r.outcome = "step-in-progress";
-        r.headers.push(("retry-after", wait.to_string()));
-        r.detail = Some(format!("a step is in progress; deliver again in {wait} s"));
-    }
+    let mut r = run.status_of(r);
     r.objects.push(("object", object));
-    r.objects.push(("step", first_component.to_string()));
+    r.objects.push(("step", run.first_component.to_string()));
     r
 }
 
-/// Sends one chained request to `component` and returns its status and body.
+/// `/v1/events` takes the API token or the events token, as a bearer
+/// token or the `metalipamtoken` CloudEvents extension.
+fn event_auth<K: KvStore, H: HttpClient + ?Sized>(
+    s: &Services<'_, K, H>,
+    req: &ApiRequest<'_>,
+    content_type: Option<&str>,
+    header: &dyn Fn(&str) -> Option<String>,
+) -> Result<()> {
+    let bearer_ok = auth::check_bearer(s.api_token, req.authorization).is_ok()
+        || (!s.events_token.is_empty()
+            && auth::check_bearer(s.events_token, req.authorization).is_ok());
+    let ce_ok = !s.events_token.is_empty()
+        && events::presented_token(content_type, header, req.body)
+            .is_some_and(|t| auth::constant_time_eq(t.as_bytes(), s.events_token.as_bytes()));
+    if bearer_ok || ce_ok {
+        return Ok(());
+    }
+    Err(auth::check_bearer(s.api_token, req.authorization)
+        .err()
+        .unwrap_or_else(|| {
+            Error::new(
+                ErrorKind::Unauthorized,
+                "Unauthorized",
+                "the bearer token is not valid",
+            )
+        }))
+}
+
+/// What an event's chained steps did.
+struct ChainRun {
+    /// `{step, path, status, result}` per call, in order.
+    steps: Vec<Value>,
+    /// The worst status any step answered.
+    worst: u16,
+    /// A step still working (202): the longest wait it asked for.
+    in_progress: Option<u64>,
+    /// The component of the first call.
+    first_component: &'static str,
+}
+
+/// Runs `calls` and what follows each from its answer
+/// ([`events::route::follow_up`]), in order.
+///
+/// # Errors
+/// 503 `StepUnavailable` when a step cannot be reached (the calls before
+/// it stay done).
+fn run_chain<K: KvStore, H: HttpClient + ?Sized>(
+    s: &Services<'_, K, H>,
+    calls: Vec<Call>,
+) -> Result<ChainRun> {
+    let mut run = ChainRun {
+        steps: Vec::new(),
+        worst: 200,
+        in_progress: None,
+        first_component: "",
+    };
+    let mut queue: std::collections::VecDeque<Call> = calls.into();
+    let mut assigned = false;
+    while let Some(call) = queue.pop_front() {
+        let component = call.component.name();
+        if run.first_component.is_empty() {
+            run.first_component = component;
+        }
+        let (status, body, answer) = forward(s, &call)?;
+        queue.extend(events::route::follow_up(&call, &answer, &mut assigned));
+        run.worst = run.worst.max(status);
+        if status == 202 {
+            let wait = answer.retry_after.unwrap_or(1);
+            run.in_progress = Some(run.in_progress.unwrap_or(0).max(wait));
+        }
+        let path = call.step.path();
+        run.steps
+            .push(json!({"step": component, "path": path, "status": status, "result": body}));
+    }
+    Ok(run)
+}
+
+impl ChainRun {
+    /// `r` with the status the run calls for: a 5xx step → 502 (503 as
+    /// it is) so the forwarder retries; a 4xx step → `step-refused`; a
+    /// step in progress → 503 with its `Retry-After` (forwarders retry
+    /// 503s, not 2xx).
+    fn status_of(&self, mut r: ApiResponse) -> ApiResponse {
+        let worst = self.worst;
+        if worst >= 500 {
+            r.status = if worst == 503 { 503 } else { 502 };
+            r.outcome = "step-failed";
+            r.headers.push(("retry-after", "1".to_string()));
+            r.detail = Some(format!("a step answered {worst}"));
+        } else if worst >= 400 {
+            r.outcome = "step-refused";
+            r.detail = Some(format!("a step answered {worst}"));
+        } else if let Some(wait) = self.in_progress {
+            r.status = 503;
+            r.outcome = "step-in-progress";
+            r.headers.push(("retry-after", wait.to_string()));
+            r.detail = Some(format!("a step is in progress; deliver again in {wait} s"));
+        }
+        r
+    }
+}
+
+/// Sends one chained request and returns its status, its body and what
+/// chaining reads of it.
 fn forward<K: KvStore, H: HttpClient + ?Sized>(
     s: &Services<'_, K, H>,
-    component: &str,
-    path: &str,
-) -> Result<(u16, Value)> {
-    let url = format!("http://{component}.spin.internal{path}");
+    call: &Call,
+) -> Result<(u16, Value, Answer)> {
+    let component = call.component.name();
     let mut request = http::Request::builder()
         .method("POST")
-        .uri(&url)
+        .uri(call.url())
         .header("authorization", format!("Bearer {}", s.api_token))
         .body(Vec::new())
         .map_err(|e| Error::internal(e.to_string()))?;
@@ -1205,7 +1255,8 @@ fn forward<K: KvStore, H: HttpClient + ?Sized>(
         .with_detail(e.to_string())
     })?;
     let body: Value = serde_json::from_slice(resp.body()).unwrap_or(Value::Null);
-    Ok((resp.status().as_u16(), body))
+    let answer = Answer::parse(resp.body());
+    Ok((resp.status().as_u16(), body, answer))
 }
 
 fn ok(route: &'static str, outcome: &'static str, body: Value) -> ApiResponse {

@@ -18,12 +18,6 @@ pub mod components;
 use crate::error::{Error, ErrorKind};
 use api::ApiResponse;
 
-/// The segments of a path after the leading `/`, ignoring one trailing
-/// `/`: `/v1/pools/a/b` → `["v1", "pools", "a", "b"]`.
-pub(crate) fn segments(path: &str) -> Vec<&str> {
-    path.trim_end_matches('/').split('/').skip(1).collect()
-}
-
 /// 405 `MethodNotAllowed` with the `Allow` header listing `allowed`.
 pub(crate) fn method_not_allowed(route: &'static str, allowed: &str) -> ApiResponse {
     let e = Error::new(
