@@ -5,11 +5,8 @@
 //! [`super::poll`].
 //!
 //! # The device
-//! The annotation [`DEVICE_ANNOTATION`] on the claim (`equinixmetal://<uuid>`
-//! or a bare uuid) wins; otherwise the claim's owners are followed: a CAPI
-//! `Machine` or a CAPP `PacketMachine` whose `spec.providerID` is
-//! `equinixmetal://<uuid>` (the owner's uid must match the reference, so a
-//! re-created machine of the same name is not mistaken for it). No device
+//! [`super::device::resolve_device`]: the claim's annotation
+//! [`DEVICE_ANNOTATION`], else its machine owners' provider ID. No device
 //! yet: the claim stays bound, `MetalAssigned=False DeviceUnknown`, and the
 //! poll retries it when a device becomes active.
 //!
@@ -26,14 +23,16 @@
 
 use serde_json::json;
 
-use super::objects::{paused, ClusterObject, MachineObject};
+pub use super::device::DEVICE_ANNOTATION;
+use super::device::{resolve_device, DeviceRef};
+use super::objects::{paused, ClusterObject};
 use super::{Outcome, StepResult};
 use crate::error::Result;
 use crate::ipam::claim::ClaimObject;
 use crate::ipam::ops;
 use crate::kube::conditions::{with_condition, Ready};
 use crate::kube::meta::{add_finalizer, remove_finalizer, retrying};
-use crate::kube::{self, Kube, Resource};
+use crate::kube::{self, Kube};
 use crate::kv::Ctx;
 use crate::metal::client::Metal;
 use crate::ports::http::HttpClient;
@@ -45,97 +44,9 @@ use crate::provision::assign::{self, AssignState, Labels, UnassignState, Want};
 /// may be assigned to a device in Metal.
 pub const ASSIGNMENT_FINALIZER: &str = "ipam.metal-ipam.dev/metal-assignment";
 
-/// Annotation on a claim naming its device (`equinixmetal://<uuid>` or
-/// the uuid), for claims whose owners do not lead to one.
-pub const DEVICE_ANNOTATION: &str = "ipam.metal-ipam.dev/device";
-
 /// The condition type on claims saying whether the address is assigned to
 /// the device in Metal.
 pub const CONDITION: &str = "MetalAssigned";
-
-/// The device id a provider ID names: `equinixmetal://<uuid>` or a bare
-/// uuid (what CAPP and the cloud controller write).
-///
-/// ```
-/// use metal_ipam_core::capi::assign::device_of;
-/// assert_eq!(device_of("equinixmetal://9f1c2a4e-7b3d-4c55-9e0a-1b2c3d4e5f60"),
-///     Some("9f1c2a4e-7b3d-4c55-9e0a-1b2c3d4e5f60"));
-/// assert_eq!(device_of("9f1c2a4e-7b3d-4c55-9e0a-1b2c3d4e5f60"), Some("9f1c2a4e-7b3d-4c55-9e0a-1b2c3d4e5f60"));
-/// assert_eq!(device_of("aws:///us-east-1a/i-0abc"), None);
-/// assert_eq!(device_of("equinixmetal://"), None);
-/// assert_eq!(device_of("equinixmetal://../x"), None);
-/// ```
-pub fn device_of(provider_id: &str) -> Option<&str> {
-    let id = provider_id
-        .strip_prefix("equinixmetal://")
-        .unwrap_or(provider_id);
-    let ok =
-        !id.is_empty() && id.len() <= 64 && id.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-');
-    ok.then_some(id)
-}
-
-/// Where a claim's device comes from.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum DeviceRef {
-    Known(String),
-    Unknown,
-    Invalid(String),
-}
-
-fn machine_resource(api_version: &str, kind: &str) -> Option<&'static Resource> {
-    let group = api_version.split('/').next().unwrap_or_default();
-    match (group, kind) {
-        ("cluster.x-k8s.io", "Machine") => Some(&kube::MACHINES),
-        ("infrastructure.cluster.x-k8s.io", "PacketMachine") => Some(&kube::PACKET_MACHINES),
-        _ => None,
-    }
-}
-
-fn resolve_device<H: HttpClient + ?Sized>(
-    kube: &Kube<'_, H>,
-    claim: &ClaimObject,
-) -> Result<DeviceRef> {
-    let m = &claim.metadata;
-    if let Some(a) = m.annotation(DEVICE_ANNOTATION) {
-        return Ok(match device_of(a) {
-            Some(d) => DeviceRef::Known(d.to_string()),
-            None => DeviceRef::Invalid(format!(
-                "annotation {DEVICE_ANNOTATION} is {a:?}, not equinixmetal://<uuid>"
-            )),
-        });
-    }
-    for owner in &m.owner_references {
-        let Some(r) = machine_resource(&owner.api_version, &owner.kind) else {
-            continue;
-        };
-        // A name from an object goes into an API path only once it is a
-        // valid Kubernetes name.
-        if let Err(e) = crate::kube::names::check_subdomain(&owner.name) {
-            return Ok(DeviceRef::Invalid(format!(
-                "owner {} {:?} is not a valid name: {e}",
-                owner.kind, owner.name
-            )));
-        }
-        let machine: Option<MachineObject> = kube.get_as(r, m.namespace.as_deref(), &owner.name)?;
-        let Some(machine) = machine.filter(|o| o.metadata.uid.as_deref() == Some(&owner.uid))
-        else {
-            continue;
-        };
-        match machine.provider_id.as_deref() {
-            None => continue,
-            Some(p) => {
-                return Ok(match device_of(p) {
-                    Some(d) => DeviceRef::Known(d.to_string()),
-                    None => DeviceRef::Invalid(format!(
-                        "{} {} has spec.providerID {p:?}, not equinixmetal://<uuid>",
-                        owner.kind, owner.name
-                    )),
-                })
-            }
-        }
-    }
-    Ok(DeviceRef::Unknown)
-}
 
 /// Writes the claim's `MetalAssigned` condition if it differs.
 fn write_condition<H: HttpClient + ?Sized>(

@@ -37,6 +37,7 @@
 //! `status.ipAddresses` and a `Ready` condition.
 
 pub mod assign;
+pub mod device;
 pub mod network;
 pub mod objects;
 pub mod poll;

@@ -76,7 +76,7 @@ use std::collections::BTreeSet;
 
 use serde_json::{json, Value};
 
-use super::assign::device_of;
+use super::device::{device_in, device_of, provider_of};
 use super::objects::MachineObject;
 use crate::error::{Error, ErrorKind, Result};
 use crate::ipam::pool::{PoolId, PoolKind};
@@ -160,33 +160,6 @@ fn annotation_of(
         )
     })?;
     Ok(Some(value.to_string()))
-}
-
-/// The provider ID of the Machine, else of its infrastructure machine.
-fn provider_of<'a>(
-    machine: &'a MachineObject,
-    infra: Option<&'a MachineObject>,
-) -> Option<&'a str> {
-    machine
-        .provider_id
-        .as_deref()
-        .or_else(|| infra.and_then(|i| i.provider_id.as_deref()))
-}
-
-/// The device the provider ID names, if any.
-///
-/// # Errors
-/// 422 for a provider ID that is not Metal's.
-fn device_in(machine: &MachineObject, infra: Option<&MachineObject>) -> Result<Option<String>> {
-    match provider_of(machine, infra) {
-        None => Ok(None),
-        Some(p) => Ok(Some(device_of(p).map(str::to_string).ok_or_else(|| {
-            Error::invalid(
-                "spec.providerID",
-                format!("{p:?} is not equinixmetal://<uuid>"),
-            )
-        })?)),
-    }
 }
 
 /// What a machine's networking needs: its profile and its device.

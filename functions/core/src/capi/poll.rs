@@ -27,7 +27,8 @@
 
 use serde_json::{json, Value};
 
-use super::assign::{device_of, sync_claim_assignment};
+use super::assign::sync_claim_assignment;
+use super::device::device_of;
 use super::network::{delete_claims, sync_machine, Synced};
 use super::objects::MachineObject;
 use crate::error::Result;
