@@ -47,7 +47,7 @@ use crate::ipam::vrf::Resource;
 use crate::kube::conditions::Ready;
 use crate::kube::meta::{add_finalizer, remove_finalizer, retrying};
 use crate::kube::object::{Meta, Object, WithJson};
-use crate::kube::{Kube, NETWORK_PROFILES};
+use crate::kube::{Kube, Resource as KubeResource, NETWORK_PROFILES};
 use crate::kv::Ctx;
 use crate::metal::client::Metal;
 use crate::network::profile::{PoolName, Profile};
@@ -93,6 +93,53 @@ pub fn sync_vrf_pool<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
     Ok(out)
 }
 
+/// The pool object being synced, and what every status write needs.
+struct Pool<'o> {
+    id: &'o PoolId,
+    r: &'static KubeResource,
+    o: &'o WithJson<PoolResource>,
+    now: u64,
+}
+
+impl Pool<'_> {
+    /// Writes `status` (`fields` beside `Ready`) if it differs.
+    fn status<H: HttpClient + ?Sized>(
+        &self,
+        kube: &Kube<'_, H>,
+        fields: Option<Map<String, Value>>,
+        cond: Ready<'_>,
+    ) -> Result<bool> {
+        write_pool_status(kube, self.r, &self.o.typed, fields, cond)
+    }
+
+    /// `Ready=False reason` with `msg`, and the step `failed`.
+    fn failed<H: HttpClient + ?Sized>(
+        &self,
+        kube: &Kube<'_, H>,
+        reason: &str,
+        msg: &str,
+        out: String,
+    ) -> Result<Outcome> {
+        self.status(kube, None, Ready::no(reason, msg, self.now))?;
+        Ok(Outcome::new(StepResult::Failed, out))
+    }
+
+    /// `Ready=False reason` with `status.metal` from `progress`, and the
+    /// step `waiting`, to run again after `retry_after_s`.
+    fn waiting<H: HttpClient + ?Sized>(
+        &self,
+        kube: &Kube<'_, H>,
+        progress: &Progress,
+        reason: &str,
+        msg: String,
+        retry_after_s: u64,
+    ) -> Result<Outcome> {
+        let cond = Ready::no(reason, &msg, self.now);
+        self.status(kube, Some(metal_status(progress, None)), cond)?;
+        Ok(Outcome::new(StepResult::Waiting, msg).retry_after(retry_after_s))
+    }
+}
+
 fn sync_once<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
     ctx: &Ctx<'_, K>,
     kube: &Kube<'_, H>,
@@ -100,59 +147,23 @@ fn sync_once<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
     id: &PoolId,
 ) -> Result<Outcome> {
     let r = resource_of(id.kind);
-    let ns = id.namespace.as_deref();
-    let now = ctx.env.now();
-    let Some(o) = kube.get_as::<WithJson<PoolResource>>(r, ns, &id.name)? else {
+    let Some(o) = kube.get_as::<WithJson<PoolResource>>(r, id.namespace.as_deref(), &id.name)?
+    else {
         return Ok(Outcome::new(
             StepResult::Absent,
             format!("pool {} does not exist", id.display()),
         ));
     };
+    let now = ctx.env.now();
+    let pool = Pool { id, r, o: &o, now };
+    let deleting = o.meta().deleting();
     let object = match PoolObject::parse(id, &o.json) {
         Ok(p) => p,
-        Err(e) => {
-            if !o.meta().deleting() {
-                write_pool_status(
-                    kube,
-                    r,
-                    &o.typed,
-                    None,
-                    Ready::no("InvalidSpec", &e.to_string(), now),
-                )?;
-            }
-            return Ok(Outcome::new(StepResult::Failed, e.to_string()));
-        }
+        Err(e) if deleting => return Ok(Outcome::new(StepResult::Failed, e.to_string())),
+        Err(e) => return pool.failed(kube, "InvalidSpec", &e.to_string(), e.to_string()),
     };
     let Some(spec) = object.spec.metal.clone() else {
-        // Its Metal resources exist but spec.metal is gone (the webhook
-        // refuses that): say so rather than orphan them silently.
-        let held = || -> Result<bool> {
-            let cur = step::read_state(ctx.kv, id)?;
-            Ok(
-                matches!(owner(cur.as_ref(), o.meta().uid.as_deref()), Owner::Mine)
-                    && cur.as_ref().is_some_and(Progress::holds_anything),
-            )
-        };
-        if !o.meta().deleting() && held()? {
-            let e = Error::new(
-                ErrorKind::Invalid,
-                "MetalSpecChanged",
-                "cannot be removed: the pool's Metal resources exist (delete the pool to tear them down)",
-            )
-            .with_field("spec.metal");
-            write_pool_status(
-                kube,
-                r,
-                &o.typed,
-                None,
-                Ready::no(e.reason(), &e.to_string(), now),
-            )?;
-            return Ok(Outcome::new(StepResult::Failed, e.to_string()));
-        }
-        return Ok(Outcome::new(
-            StepResult::Ignored,
-            format!("pool {} is not VRF-backed (no spec.metal)", id.display()),
-        ));
+        return no_spec_metal(ctx, kube, &pool);
     };
     let target = Target::new(
         id,
@@ -160,91 +171,8 @@ fn sync_once<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
         o.meta().uid.as_deref(),
         o.meta().label(crate::ipam::claim::CLUSTER_NAME_LABEL),
     );
-    if o.meta().deleting() {
-        if !o.meta().has_finalizer(POOL_FINALIZER) {
-            return Ok(Outcome::new(
-                StepResult::Absent,
-                "the pool is being deleted and holds no metal-ipam finalizer",
-            ));
-        }
-        // From here on nothing is created or registered for the pool.
-        if step::begin_teardown(ctx, id, target.uid.as_deref())? == Begun::Gone {
-            // Torn down already (the store deletion came before it).
-            remove_finalizer(kube, r, &o, POOL_FINALIZER)?;
-            return Ok(Outcome::new(
-                StepResult::Deleted,
-                format!("pool {} and its Metal resources deleted", id.display()),
-            ));
-        }
-        if let Err(e) = ops::delete_provisioned_pool(ctx, id) {
-            if e.reason() == "PoolInUse" {
-                write_pool_status(
-                    kube,
-                    r,
-                    &o.typed,
-                    None,
-                    Ready::no("PoolInUse", e.message(), now),
-                )?;
-                return Ok(Outcome::new(StepResult::Waiting, e.message().to_string()));
-            }
-            return Err(e);
-        }
-        let progress = step::read_progress(ctx, id)?;
-        let vlan = progress.vlan.as_ref().map(|h| h.id.as_str());
-        let users = vlan_users(kube, id, vlan)?;
-        if !users.is_empty() {
-            let ports = match vlan {
-                Some(v) => metal.vlan_ports(v)?,
-                None => Vec::new(),
-            };
-            let waiting = format!(
-                "the pool's VLAN is still used by MetalNetworkProfile {} (on {} port(s){}): \
-                 nothing is torn down until no profile uses it",
-                users.join(", "),
-                ports.len(),
-                if ports.is_empty() {
-                    String::new()
-                } else {
-                    format!(": {}", ports.join(", "))
-                }
-            );
-            write_pool_status(
-                kube,
-                r,
-                &o.typed,
-                Some(metal_status(&progress, None)),
-                Ready::no(REASON_VLAN_IN_USE, &waiting, now),
-            )?;
-            return Ok(Outcome::new(StepResult::Waiting, waiting).retry_after(VLAN_IN_USE_RETRY_S));
-        }
-        let report = step::deprovision(ctx, metal, &target)?;
-        return match report.phase {
-            Phase::Gone => {
-                remove_finalizer(kube, r, &o, POOL_FINALIZER)?;
-                Ok(Outcome::new(
-                    StepResult::Deleted,
-                    format!(
-                        "pool {} and its Metal resources deleted ({})",
-                        id.display(),
-                        report.done.join(", ")
-                    ),
-                ))
-            }
-            Phase::InProgress {
-                waiting,
-                retry_after_s,
-            } => {
-                write_pool_status(
-                    kube,
-                    r,
-                    &o.typed,
-                    Some(metal_status(&report.progress, None)),
-                    Ready::no("MetalTearingDown", &waiting, now),
-                )?;
-                Ok(Outcome::new(StepResult::Waiting, waiting).retry_after(retry_after_s))
-            }
-            Phase::Ready { .. } => unreachable!("teardown never reports ready"),
-        };
+    if deleting {
+        return teardown(ctx, kube, metal, &pool, &target);
     }
     if paused(&o) {
         return Ok(Outcome::new(
@@ -255,17 +183,162 @@ fn sync_once<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
     // The section's rules, deletion policies Metal can carry out included:
     // checked before anything is created (the webhook may be bypassed).
     if let Err(e) = spec.validate() {
-        write_pool_status(
-            kube,
-            r,
-            &o.typed,
-            None,
-            Ready::no("InvalidSpec", &e.to_string(), now),
-        )?;
-        return Ok(Outcome::new(StepResult::Failed, e.to_string()));
+        return pool.failed(kube, "InvalidSpec", &e.to_string(), e.to_string());
     }
     let o = add_finalizer(kube, r, &o, POOL_FINALIZER)?;
-    let report = match step::provision(ctx, metal, &target) {
+    provision(ctx, kube, metal, &Pool { o: &o, ..pool }, object, &target)
+}
+
+/// A pool without `spec.metal`: not this step's (`ignored`), unless its
+/// Metal resources exist (`spec.metal` removed behind the webhook's back):
+/// `Ready=False MetalSpecChanged` rather than orphaning them silently.
+fn no_spec_metal<K: KvStore, H: HttpClient + ?Sized>(
+    ctx: &Ctx<'_, K>,
+    kube: &Kube<'_, H>,
+    pool: &Pool<'_>,
+) -> Result<Outcome> {
+    let meta = pool.o.meta();
+    let held = || -> Result<bool> {
+        let cur = step::read_state(ctx.kv, pool.id)?;
+        Ok(
+            matches!(owner(cur.as_ref(), meta.uid.as_deref()), Owner::Mine)
+                && cur.as_ref().is_some_and(Progress::holds_anything),
+        )
+    };
+    if !meta.deleting() && held()? {
+        let e = Error::new(
+            ErrorKind::Invalid,
+            "MetalSpecChanged",
+            "cannot be removed: the pool's Metal resources exist (delete the pool to tear them down)",
+        )
+        .with_field("spec.metal");
+        return pool.failed(kube, e.reason(), &e.to_string(), e.to_string());
+    }
+    Ok(Outcome::new(
+        StepResult::Ignored,
+        format!(
+            "pool {} is not VRF-backed (no spec.metal)",
+            pool.id.display()
+        ),
+    ))
+}
+
+/// The deleting pool: teardown marked, store deletion, profiles waited
+/// for, Metal teardown, finalizer removed (see the module docs, step 2).
+fn teardown<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
+    ctx: &Ctx<'_, K>,
+    kube: &Kube<'_, H>,
+    metal: &Metal<'_, H, E>,
+    pool: &Pool<'_>,
+    target: &Target,
+) -> Result<Outcome> {
+    let (id, o) = (pool.id, pool.o);
+    if !o.meta().has_finalizer(POOL_FINALIZER) {
+        return Ok(Outcome::new(
+            StepResult::Absent,
+            "the pool is being deleted and holds no metal-ipam finalizer",
+        ));
+    }
+    // From here on nothing is created or registered for the pool.
+    if step::begin_teardown(ctx, id, target.uid.as_deref())? == Begun::Gone {
+        // Torn down already (the store deletion came before it).
+        remove_finalizer(kube, pool.r, o, POOL_FINALIZER)?;
+        return Ok(Outcome::new(
+            StepResult::Deleted,
+            format!("pool {} and its Metal resources deleted", id.display()),
+        ));
+    }
+    if let Err(e) = ops::delete_provisioned_pool(ctx, id) {
+        if e.reason() == "PoolInUse" {
+            let cond = Ready::no("PoolInUse", e.message(), pool.now);
+            pool.status(kube, None, cond)?;
+            return Ok(Outcome::new(StepResult::Waiting, e.message().to_string()));
+        }
+        return Err(e);
+    }
+    if let Some(waiting) = vlan_in_use(ctx, kube, metal, pool)? {
+        return Ok(waiting);
+    }
+    let report = step::deprovision(ctx, metal, target)?;
+    match report.phase {
+        Phase::Gone => {
+            remove_finalizer(kube, pool.r, o, POOL_FINALIZER)?;
+            Ok(Outcome::new(
+                StepResult::Deleted,
+                format!(
+                    "pool {} and its Metal resources deleted ({})",
+                    id.display(),
+                    report.done.join(", ")
+                ),
+            ))
+        }
+        Phase::InProgress {
+            waiting,
+            retry_after_s,
+        } => pool.waiting(
+            kube,
+            &report.progress,
+            "MetalTearingDown",
+            waiting,
+            retry_after_s,
+        ),
+        Phase::Ready { .. } => unreachable!("teardown never reports ready"),
+    }
+}
+
+/// A teardown waiting while `MetalNetworkProfile`s put the pool's VLAN on
+/// machines (`Ready=False PoolVlanInUse` naming them); `None` when none
+/// does.
+fn vlan_in_use<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
+    ctx: &Ctx<'_, K>,
+    kube: &Kube<'_, H>,
+    metal: &Metal<'_, H, E>,
+    pool: &Pool<'_>,
+) -> Result<Option<Outcome>> {
+    let progress = step::read_progress(ctx, pool.id)?;
+    let vlan = progress.vlan.as_ref().map(|h| h.id.as_str());
+    let users = vlan_users(kube, pool.id, vlan)?;
+    if users.is_empty() {
+        return Ok(None);
+    }
+    let ports = match vlan {
+        Some(v) => metal.vlan_ports(v)?,
+        None => Vec::new(),
+    };
+    let waiting = format!(
+        "the pool's VLAN is still used by MetalNetworkProfile {} (on {} port(s){}): \
+         nothing is torn down until no profile uses it",
+        users.join(", "),
+        ports.len(),
+        if ports.is_empty() {
+            String::new()
+        } else {
+            format!(": {}", ports.join(", "))
+        }
+    );
+    pool.waiting(
+        kube,
+        &progress,
+        REASON_VLAN_IN_USE,
+        waiting,
+        VLAN_IN_USE_RETRY_S,
+    )
+    .map(Some)
+}
+
+/// The live pool, finalizer held: provision (adopt or create, one recorded
+/// action per round), then register once ready (see the module docs,
+/// step 3). Metal's refusals and a resource that does not fit are
+/// `Ready=False` naming them.
+fn provision<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
+    ctx: &Ctx<'_, K>,
+    kube: &Kube<'_, H>,
+    metal: &Metal<'_, H, E>,
+    pool: &Pool<'_>,
+    object: PoolObject,
+    target: &Target,
+) -> Result<Outcome> {
+    let report = match step::provision(ctx, metal, target) {
         Ok(r) => r,
         Err(e)
             if matches!(
@@ -273,65 +346,64 @@ fn sync_once<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
                 ErrorKind::Invalid | ErrorKind::Conflict | ErrorKind::NotFound
             ) =>
         {
-            write_pool_status(
-                kube,
-                r,
-                &o.typed,
-                None,
-                Ready::no(e.reason(), &e.to_string(), now),
-            )?;
-            return Ok(Outcome::new(StepResult::Failed, e.to_string()));
+            return pool.failed(kube, e.reason(), &e.to_string(), e.to_string());
         }
         Err(e) => return Err(e),
     };
     match report.phase {
         Phase::Ready { block } => {
-            let adoptions = if ops::get_pool(ctx.kv, id)?.is_none() {
-                super::adoptions_for(kube, id)?
-            } else {
-                Vec::new()
-            };
-            let cidr = format!("{}/{}", block.0, block.1);
-            let uid = target.uid.clone();
-            let may = || step::may_register(ctx.kv, id, uid.as_deref());
-            match ops::put_provisioned_pool(ctx, object, block, &adoptions, &may) {
-                Ok((_, view)) => {
-                    let counts = view.to_json()["status"]["ipAddresses"].clone();
-                    let mut st = metal_status(&report.progress, Some(&cidr));
-                    st.insert("ipAddresses".into(), counts);
-                    write_pool_status(kube, r, &o.typed, Some(st), Ready::yes("PoolReady", now))?;
-                    Ok(Outcome::new(
-                        StepResult::Synced,
-                        format!("pool {} is ready on {cidr}", id.display()),
-                    ))
-                }
-                Err(e) if matches!(e.kind(), ErrorKind::Invalid | ErrorKind::Conflict) => {
-                    write_pool_status(
-                        kube,
-                        r,
-                        &o.typed,
-                        None,
-                        Ready::no(e.reason(), e.message(), now),
-                    )?;
-                    Ok(Outcome::new(StepResult::Failed, e.to_string()))
-                }
-                Err(e) => Err(e),
-            }
+            let uid = target.uid.as_deref();
+            register(ctx, kube, pool, object, (block, uid), &report.progress)
         }
         Phase::InProgress {
             waiting,
             retry_after_s,
-        } => {
-            write_pool_status(
-                kube,
-                r,
-                &o.typed,
-                Some(metal_status(&report.progress, None)),
-                Ready::no(REASON_PROVISIONING, &waiting, now),
-            )?;
-            Ok(Outcome::new(StepResult::Waiting, waiting).retry_after(retry_after_s))
-        }
+        } => pool.waiting(
+            kube,
+            &report.progress,
+            REASON_PROVISIONING,
+            waiting,
+            retry_after_s,
+        ),
         Phase::Gone => unreachable!("provisioning never reports gone"),
+    }
+}
+
+/// Every resource exists and the gateway is active: the pool registered
+/// with `block`'s addresses (adopting its `IPAddress`es when the store
+/// does not know it), under the registration gate for the incarnation
+/// `uid`, and `Ready=True`.
+fn register<K: KvStore, H: HttpClient + ?Sized>(
+    ctx: &Ctx<'_, K>,
+    kube: &Kube<'_, H>,
+    pool: &Pool<'_>,
+    object: PoolObject,
+    (block, uid): ((std::net::IpAddr, u8), Option<&str>),
+    progress: &Progress,
+) -> Result<Outcome> {
+    let id = pool.id;
+    let adoptions = if ops::get_pool(ctx.kv, id)?.is_none() {
+        super::adoptions_for(kube, id)?
+    } else {
+        Vec::new()
+    };
+    let cidr = format!("{}/{}", block.0, block.1);
+    let may = || step::may_register(ctx.kv, id, uid);
+    match ops::put_provisioned_pool(ctx, object, block, &adoptions, &may) {
+        Ok((_, view)) => {
+            let counts = view.to_json()["status"]["ipAddresses"].clone();
+            let mut st = metal_status(progress, Some(&cidr));
+            st.insert("ipAddresses".into(), counts);
+            pool.status(kube, Some(st), Ready::yes("PoolReady", pool.now))?;
+            Ok(Outcome::new(
+                StepResult::Synced,
+                format!("pool {} is ready on {cidr}", id.display()),
+            ))
+        }
+        Err(e) if matches!(e.kind(), ErrorKind::Invalid | ErrorKind::Conflict) => {
+            pool.failed(kube, e.reason(), e.message(), e.to_string())
+        }
+        Err(e) => Err(e),
     }
 }
 
