@@ -33,7 +33,7 @@ use crate::ipam::ops;
 use crate::kube::conditions::{with_condition, Ready};
 use crate::kube::meta::{add_finalizer, remove_finalizer, retrying};
 use crate::kube::{self, Kube};
-use crate::kv::Ctx;
+use crate::kv::{ClaimRecord, Ctx};
 use crate::metal::client::Metal;
 use crate::ports::http::HttpClient;
 use crate::ports::kv::KvStore;
@@ -118,26 +118,11 @@ fn sync_once<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
 ) -> Result<Outcome> {
     let claim: Option<ClaimObject> = kube.get_as(&kube::CLAIMS, Some(ns), name)?;
     let Some(claim) = claim else {
-        // Gone without our finalizer's help: remove what the record holds.
-        return Ok(match assign::read(ctx.kv, ns, name)? {
-            Some(rec) if !rec.closed => unassigned(
-                assign::unassign(ctx, metal, ns, name, &rec.uid)?,
-                "the claim no longer exists",
-            ),
-            _ => Outcome::new(StepResult::Absent, "the claim does not exist"),
-        });
+        return gone(ctx, metal, ns, name);
     };
     let uid = claim.metadata.uid.clone().unwrap_or_default();
     if claim.metadata.deleting() {
-        // With or without our finalizer (someone may have removed it): the
-        // address is not released while the record holds an assignment.
-        let state = assign::unassign(ctx, metal, ns, name, &uid)?;
-        if matches!(state, UnassignState::Done { .. })
-            && claim.metadata.has_finalizer(ASSIGNMENT_FINALIZER)
-        {
-            remove_finalizer(kube, &kube::CLAIMS, &claim, ASSIGNMENT_FINALIZER)?;
-        }
-        return Ok(unassigned(state, "the claim is being deleted"));
+        return cleanup(ctx, kube, metal, &claim, (ns, name, &uid));
     }
     if paused(&claim) {
         return Ok(Outcome::new(StepResult::Paused, "the claim is paused"));
@@ -166,21 +151,6 @@ fn sync_once<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
             ));
         }
     }
-    let now = ctx.env.now();
-    let address = binding.ip()?;
-    let device = match resolve_device(kube, &claim)? {
-        DeviceRef::Known(d) => Some(d),
-        DeviceRef::Unknown => None,
-        DeviceRef::Invalid(msg) => {
-            write_condition(kube, &claim, Ready::no("InvalidDevice", &msg, now))?;
-            return Ok(Outcome::new(StepResult::Failed, msg).with_address(binding.address));
-        }
-    };
-    let want = Want {
-        uid: uid.clone(),
-        address,
-        device: device.clone(),
-    };
     let labels = Labels {
         namespace: ns.to_string(),
         name: name.to_string(),
@@ -188,68 +158,155 @@ fn sync_once<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
         pool: format!("{} {}", pool_id.kind.kind_name(), pool_id.display()),
         cluster: binding.cluster_name.clone(),
     };
-    let claim = if device.is_some() {
-        add_finalizer(kube, &kube::CLAIMS, &claim, ASSIGNMENT_FINALIZER)?
-    } else {
-        claim
+    act(ctx, kube, metal, claim, &binding, labels)
+}
+
+/// The claim is gone without our finalizer's help: remove what the record
+/// holds.
+fn gone<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
+    ctx: &Ctx<'_, K>,
+    metal: &Metal<'_, H, E>,
+    ns: &str,
+    name: &str,
+) -> Result<Outcome> {
+    Ok(match assign::read(ctx.kv, ns, name)? {
+        Some(rec) if !rec.closed => unassigned(
+            assign::unassign(ctx, metal, ns, name, &rec.uid)?,
+            "the claim no longer exists",
+        ),
+        _ => Outcome::new(StepResult::Absent, "the claim does not exist"),
+    })
+}
+
+/// The claim is being deleted: with or without our finalizer (someone may
+/// have removed it), the address is not released while the record holds
+/// an assignment; the finalizer goes once the assignment is removed.
+fn cleanup<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
+    ctx: &Ctx<'_, K>,
+    kube: &Kube<'_, H>,
+    metal: &Metal<'_, H, E>,
+    claim: &ClaimObject,
+    (ns, name, uid): (&str, &str, &str),
+) -> Result<Outcome> {
+    let state = assign::unassign(ctx, metal, ns, name, uid)?;
+    let held = claim.metadata.has_finalizer(ASSIGNMENT_FINALIZER);
+    if matches!(state, UnassignState::Done { .. }) && held {
+        remove_finalizer(kube, &kube::CLAIMS, claim, ASSIGNMENT_FINALIZER)?;
+    }
+    Ok(unassigned(state, "the claim is being deleted"))
+}
+
+/// The live, bound claim of a VRF-backed pool: its device resolved, the
+/// finalizer added before any assignment, the assignment made (or the
+/// record prepared while no device is known), the condition written.
+fn act<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
+    ctx: &Ctx<'_, K>,
+    kube: &Kube<'_, H>,
+    metal: &Metal<'_, H, E>,
+    claim: ClaimObject,
+    binding: &ClaimRecord,
+    labels: Labels,
+) -> Result<Outcome> {
+    let now = ctx.env.now();
+    let address = binding.ip()?;
+    let device = match resolve_device(kube, &claim)? {
+        DeviceRef::Known(d) => Some(d),
+        DeviceRef::Unknown => None,
+        DeviceRef::Invalid(msg) => {
+            write_condition(kube, &claim, Ready::no("InvalidDevice", &msg, now))?;
+            return Ok(Outcome::new(StepResult::Failed, msg).with_address(&binding.address));
+        }
     };
-    let state = if device.is_some() {
-        assign::assign(ctx, metal, &want, &labels)?
-    } else {
-        assign::prepare(ctx, ns, name, &want)?;
-        AssignState::DeviceUnknown
+    let want = Want {
+        uid: labels.uid.clone(),
+        address,
+        device: device.clone(),
     };
-    let with = |o: Outcome| o.with_address(binding.address.clone());
-    let (cond, out) = match &state {
-        AssignState::Assigned(id) => {
-            let msg = format!(
-                "{} is assigned to device {} (Metal assignment {id})",
-                binding.address,
-                device.as_deref().unwrap_or("?")
-            );
-            let out = Outcome::new(StepResult::Bound, msg.clone());
-            (Some(("Assigned", true, msg)), out)
+    let claim = match &device {
+        Some(_) => add_finalizer(kube, &kube::CLAIMS, &claim, ASSIGNMENT_FINALIZER)?,
+        None => claim,
+    };
+    let state = match &device {
+        Some(_) => assign::assign(ctx, metal, &want, &labels)?,
+        None => {
+            assign::prepare(ctx, &labels.namespace, &labels.name, &want)?;
+            AssignState::DeviceUnknown
         }
-        AssignState::DeviceUnknown => {
-            let msg = format!("no device yet: waiting for the owning machine's spec.providerID or the {DEVICE_ANNOTATION} annotation");
-            (
-                Some(("DeviceUnknown", false, msg.clone())),
-                Outcome::new(StepResult::Waiting, msg),
-            )
-        }
-        AssignState::DeviceGone(d) => {
-            let msg = format!("device {d} does not exist in Metal");
-            (
-                Some(("DeviceNotFound", false, msg.clone())),
-                Outcome::new(StepResult::Waiting, msg),
-            )
-        }
-        AssignState::DeviceDeleted(d) => {
-            let msg = format!(
-                "device {d} was deleted; its assignment went with it (the claim is assigned again once it names another device)"
-            );
-            (
-                Some(("DeviceDeleted", false, msg.clone())),
-                Outcome::new(StepResult::Waiting, msg),
-            )
-        }
-        AssignState::DeviceNotActive(s) => {
-            let msg = format!(
-                "device {} is {s}; the assignment is made when it is active",
-                device.as_deref().unwrap_or("?")
-            );
-            (
-                Some(("DeviceNotActive", false, msg.clone())),
-                Outcome::new(StepResult::Waiting, msg),
-            )
-        }
-        AssignState::Refused(m) => {
-            let msg = format!("Metal refused the assignment: {m}");
-            (
-                Some(("AssignmentRefused", false, msg.clone())),
-                Outcome::new(StepResult::Failed, msg),
-            )
-        }
+    };
+    conclude(
+        kube,
+        &claim,
+        &state,
+        (&binding.address, device.as_deref()),
+        now,
+    )
+}
+
+/// The condition for `state` written (when it has one), and the step's
+/// outcome.
+fn conclude<H: HttpClient + ?Sized>(
+    kube: &Kube<'_, H>,
+    claim: &ClaimObject,
+    state: &AssignState,
+    (address, device): (&str, Option<&str>),
+    now: u64,
+) -> Result<Outcome> {
+    let (cond, out) = verdict(state, address, device);
+    if let Some((reason, ok)) = cond {
+        let c = Ready {
+            status: ok,
+            reason,
+            message: &out.message,
+            now,
+        };
+        write_condition(kube, claim, c)?;
+    }
+    Ok(out.with_address(address))
+}
+
+/// What an assignment state means: the `MetalAssigned` condition's reason
+/// and status (none for a passing state), and the step's outcome, whose
+/// message is the condition's.
+fn verdict(
+    state: &AssignState,
+    address: &str,
+    device: Option<&str>,
+) -> (Option<(&'static str, bool)>, Outcome) {
+    let device = device.unwrap_or("?");
+    let waiting = |reason, msg: String| {
+        (
+            Some((reason, false)),
+            Outcome::new(StepResult::Waiting, msg),
+        )
+    };
+    match state {
+        AssignState::Assigned(id) => (
+            Some(("Assigned", true)),
+            Outcome::new(
+                StepResult::Bound,
+                format!("{address} is assigned to device {device} (Metal assignment {id})"),
+            ),
+        ),
+        AssignState::DeviceUnknown => waiting(
+            "DeviceUnknown",
+            format!("no device yet: waiting for the owning machine's spec.providerID or the {DEVICE_ANNOTATION} annotation"),
+        ),
+        AssignState::DeviceGone(d) => waiting(
+            "DeviceNotFound",
+            format!("device {d} does not exist in Metal"),
+        ),
+        AssignState::DeviceDeleted(d) => waiting(
+            "DeviceDeleted",
+            format!("device {d} was deleted; its assignment went with it (the claim is assigned again once it names another device)"),
+        ),
+        AssignState::DeviceNotActive(s) => waiting(
+            "DeviceNotActive",
+            format!("device {device} is {s}; the assignment is made when it is active"),
+        ),
+        AssignState::Refused(m) => (
+            Some(("AssignmentRefused", false)),
+            Outcome::new(StepResult::Failed, format!("Metal refused the assignment: {m}")),
+        ),
         AssignState::InProgress(s) => (
             None,
             Outcome::new(StepResult::Waiting, "an assignment is in progress").retry_after(*s),
@@ -261,15 +318,5 @@ fn sync_once<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
                 "the claim's assignment was closed (the claim is going)",
             ),
         ),
-    };
-    if let Some((reason, ok, msg)) = cond {
-        let c = Ready {
-            status: ok,
-            reason,
-            message: &msg,
-            now,
-        };
-        write_condition(kube, &claim, c)?;
     }
-    Ok(with(out))
 }
