@@ -53,6 +53,7 @@ pub mod metal;
 pub mod network;
 pub mod ports;
 pub mod provision;
+pub mod reconcile;
 #[cfg(feature = "testing")]
 pub mod testing;
 
