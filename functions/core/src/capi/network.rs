@@ -78,7 +78,7 @@ use serde_json::{json, Value};
 
 use super::device::{device_in, device_of, provider_of};
 use super::objects::MachineObject;
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{Error, ErrorKind, Known, Result};
 use crate::ipam::pool::{PoolId, PoolKind};
 use crate::ipam::vrf::Resource as MetalResource;
 use crate::kube::object::{metadata, Object, ObjectMeta};
@@ -198,7 +198,7 @@ pub fn read_machine<H: HttpClient + ?Sized>(
     })?;
     let profile_name = annotation_of(ns, name, &machine, infra.as_ref())?.ok_or_else(|| {
         Error::conflict(
-            "NoNetworkProfile",
+            Known::NoNetworkProfile.as_str(),
             format!("Machine {ns}/{name} has no {PROFILE_ANNOTATION} annotation (nor its infrastructure machine)"),
         )
     })?;

@@ -31,7 +31,7 @@ use serde_json::{json, Value};
 
 use crate::capi::objects::PoolResource;
 use crate::capi::{self, Outcome};
-use crate::error::Result;
+use crate::error::{Known, Result};
 use crate::ip::to_u128;
 use crate::ipam::claim::{ClaimObject, IpAddressObject};
 use crate::ipam::ops;
@@ -289,7 +289,7 @@ fn release_binding<K: KvStore, H: HttpClient + ?Sized>(
         // Still assigned to a device in Metal: the assign step removes that
         // first (forwarded by the `reconcile` component); the next run
         // releases the binding.
-        Err(e) if e.reason() == "MetalAssignmentHeld" => {
+        Err(e) if e.is(Known::MetalAssignmentHeld) => {
             report.metal_claims.push((ns.to_string(), name.to_string()));
         }
         Err(e) => report.errors.push(format!("binding {ns}/{name}: {e}")),

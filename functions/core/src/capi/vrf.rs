@@ -34,18 +34,19 @@
 //! Metal resources exist: `spec.metal` was removed (the webhook refuses
 //! that), which is `Ready=False MetalSpecChanged`.
 
+use std::cell::Cell;
+
 use serde_json::{json, Map, Value};
 
 use super::objects::{paused, PoolResource};
-use super::{resource_of, write_pool_status, Outcome, StepResult, POOL_FINALIZER};
+use super::{resource_of, write_pool_status, POOL_FINALIZER};
 use crate::admission::ProfileLookup;
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{Error, ErrorKind, Known, Result};
 use crate::ipam::ops;
 use crate::ipam::pool::PoolKind;
 use crate::ipam::pool::{PoolId, PoolObject};
-use crate::ipam::vrf::Resource;
+use crate::ipam::vrf::{MetalSpec, Resource};
 use crate::kube::conditions::Ready;
-use crate::kube::meta::{add_finalizer, remove_finalizer, retrying};
 use crate::kube::object::{Meta, Object, WithJson};
 use crate::kube::{Kube, Resource as KubeResource, NETWORK_PROFILES};
 use crate::kv::Ctx;
@@ -56,6 +57,9 @@ use crate::ports::kv::KvStore;
 use crate::ports::Env;
 use crate::provision::plan::{owner, Owner, Progress};
 use crate::provision::step::{self, Begun, Phase, Target};
+use crate::reconcile::{
+    self, Cleanup, Condition, Handler, Order, Outcome, Reason, StepResult, Verdict,
+};
 
 /// Reason of `Ready=False` while Metal resources are being provisioned.
 pub const REASON_PROVISIONING: &str = "MetalProvisioning";
@@ -87,225 +91,238 @@ pub fn sync_vrf_pool<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
     metal: &Metal<'_, H, E>,
     id: &PoolId,
 ) -> Result<Outcome> {
-    let before = kube.calls();
-    let mut out = retrying(|| sync_once(ctx, kube, metal, id))?;
-    out.kube_calls = kube.calls() - before;
-    Ok(out)
-}
-
-/// The pool object being synced, and what every status write needs.
-struct Pool<'o> {
-    id: &'o PoolId,
-    r: &'static KubeResource,
-    o: &'o WithJson<PoolResource>,
-    now: u64,
-}
-
-impl Pool<'_> {
-    /// Writes `status` (`fields` beside `Ready`) if it differs.
-    fn status<H: HttpClient + ?Sized>(
-        &self,
-        kube: &Kube<'_, H>,
-        fields: Option<Map<String, Value>>,
-        cond: Ready<'_>,
-    ) -> Result<bool> {
-        write_pool_status(kube, self.r, &self.o.typed, fields, cond)
-    }
-
-    /// `Ready=False reason` with `msg`, and the step `failed`.
-    fn failed<H: HttpClient + ?Sized>(
-        &self,
-        kube: &Kube<'_, H>,
-        reason: &str,
-        msg: &str,
-        out: String,
-    ) -> Result<Outcome> {
-        self.status(kube, None, Ready::no(reason, msg, self.now))?;
-        Ok(Outcome::new(StepResult::Failed, out))
-    }
-
-    /// `Ready=False reason` with `status.metal` from `progress`, and the
-    /// step `waiting`, to run again after `retry_after_s`.
-    fn waiting<H: HttpClient + ?Sized>(
-        &self,
-        kube: &Kube<'_, H>,
-        progress: &Progress,
-        reason: &str,
-        msg: String,
-        retry_after_s: u64,
-    ) -> Result<Outcome> {
-        let cond = Ready::no(reason, &msg, self.now);
-        self.status(kube, Some(metal_status(progress, None)), cond)?;
-        Ok(Outcome::new(StepResult::Waiting, msg).retry_after(retry_after_s))
-    }
-}
-
-fn sync_once<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
-    ctx: &Ctx<'_, K>,
-    kube: &Kube<'_, H>,
-    metal: &Metal<'_, H, E>,
-    id: &PoolId,
-) -> Result<Outcome> {
-    let r = resource_of(id.kind);
-    let Some(o) = kube.get_as::<WithJson<PoolResource>>(r, id.namespace.as_deref(), &id.name)?
-    else {
-        return Ok(Outcome::new(
-            StepResult::Absent,
-            format!("pool {} does not exist", id.display()),
-        ));
-    };
-    let now = ctx.env.now();
-    let pool = Pool { id, r, o: &o, now };
-    let deleting = o.meta().deleting();
-    let object = match PoolObject::parse(id, &o.json) {
-        Ok(p) => p,
-        Err(e) if deleting => return Ok(Outcome::new(StepResult::Failed, e.to_string())),
-        Err(e) => return pool.failed(kube, "InvalidSpec", &e.to_string(), e.to_string()),
-    };
-    let Some(spec) = object.spec.metal.clone() else {
-        return no_spec_metal(ctx, kube, &pool);
-    };
-    let target = Target::new(
+    reconcile::run(&VrfPool {
+        ctx,
+        kube,
+        metal,
         id,
-        &spec,
-        o.meta().uid.as_deref(),
-        o.meta().label(crate::ipam::claim::CLUSTER_NAME_LABEL),
-    );
-    if deleting {
-        return teardown(ctx, kube, metal, &pool, &target);
-    }
-    if paused(&o) {
-        return Ok(Outcome::new(
-            StepResult::Paused,
-            format!("pool {} is paused", id.display()),
-        ));
-    }
-    // The section's rules, deletion policies Metal can carry out included:
-    // checked before anything is created (the webhook may be bypassed).
-    if let Err(e) = spec.validate() {
-        return pool.failed(kube, "InvalidSpec", &e.to_string(), e.to_string());
-    }
-    let o = add_finalizer(kube, r, &o, POOL_FINALIZER)?;
-    provision(ctx, kube, metal, &Pool { o: &o, ..pool }, object, &target)
+        now: Cell::new(0),
+    })
 }
 
-/// A pool without `spec.metal`: not this step's (`ignored`), unless its
-/// Metal resources exist (`spec.metal` removed behind the webhook's back):
-/// `Ready=False MetalSpecChanged` rather than orphaning them silently.
-fn no_spec_metal<K: KvStore, H: HttpClient + ?Sized>(
-    ctx: &Ctx<'_, K>,
-    kube: &Kube<'_, H>,
-    pool: &Pool<'_>,
-) -> Result<Outcome> {
-    let meta = pool.o.meta();
-    let held = || -> Result<bool> {
-        let cur = step::read_state(ctx.kv, pool.id)?;
-        Ok(
-            matches!(owner(cur.as_ref(), meta.uid.as_deref()), Owner::Mine)
-                && cur.as_ref().is_some_and(Progress::holds_anything),
-        )
-    };
-    if !meta.deleting() && held()? {
-        let e = Error::new(
-            ErrorKind::Invalid,
-            "MetalSpecChanged",
-            "cannot be removed: the pool's Metal resources exist (delete the pool to tear them down)",
-        )
-        .with_field("spec.metal");
-        return pool.failed(kube, e.reason(), &e.to_string(), e.to_string());
-    }
-    Ok(Outcome::new(
-        StepResult::Ignored,
-        format!(
-            "pool {} is not VRF-backed (no spec.metal)",
-            pool.id.display()
-        ),
-    ))
+/// One VRF-backed pool's reconciliation on the kit.
+///
+/// Order: [`Order::DeletionFirst`] — a deleted pool is torn down even while
+/// paused (its Metal resources are billable). Finalizer:
+/// [`POOL_FINALIZER`]; a deleting pool without it is not ours to tear
+/// down. Verdicts: `Ready=True PoolReady`; `Ready=False` with
+/// `InvalidSpec`, `MetalSpecChanged`, Metal's refusals (`failed`),
+/// `MetalProvisioning`, `PoolInUse`, `PoolVlanInUse`, `MetalTearingDown`
+/// (`waiting`); `status.metal` beside them once resources are recorded.
+struct VrfPool<'r, 'a, K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized> {
+    ctx: &'r Ctx<'a, K>,
+    kube: &'r Kube<'a, H>,
+    metal: &'r Metal<'a, H, E>,
+    id: &'r PoolId,
+    /// The clock when the object was read (the conditions' time).
+    now: Cell<u64>,
 }
 
-/// The deleting pool: teardown marked, store deletion, profiles waited
-/// for, Metal teardown, finalizer removed (see the module docs, step 2).
+/// A pool object with `spec.metal`, parsed.
+struct Parsed {
+    object: PoolObject,
+    spec: MetalSpec,
+    /// Why `spec.metal` breaks the section's rules (deletion policies
+    /// Metal can carry out included): refused before anything is created,
+    /// even the finalizer (the webhook may be bypassed).
+    invalid: Option<String>,
+}
+
+/// `status` fields beside the condition (`metal`, `ipAddresses`).
+type Fields = Option<Map<String, Value>>;
+
+impl<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized> VrfPool<'_, '_, K, H, E> {
+    fn target<'p>(&'p self, o: &WithJson<PoolResource>, spec: &'p MetalSpec) -> Target<'p> {
+        let m = o.meta();
+        let cluster = m.label(crate::ipam::claim::CLUSTER_NAME_LABEL);
+        Target::new(self.id, spec, m.uid.as_deref(), cluster)
+    }
+
+    /// Without `spec.metal`: not this step's (`ignored`), unless its Metal
+    /// resources exist (`spec.metal` removed behind the webhook's back):
+    /// `MetalSpecChanged` rather than orphaning them silently.
+    fn no_spec_metal(&self, o: &WithJson<PoolResource>) -> Result<Verdict<Fields>> {
+        let meta = o.meta();
+        let held = || -> Result<bool> {
+            let cur = step::read_state(self.ctx.kv, self.id)?;
+            Ok(
+                matches!(owner(cur.as_ref(), meta.uid.as_deref()), Owner::Mine)
+                    && cur.as_ref().is_some_and(Progress::holds_anything),
+            )
+        };
+        if !meta.deleting() && held()? {
+            let e = Error::new(
+                ErrorKind::Invalid,
+                "MetalSpecChanged",
+                "cannot be removed: the pool's Metal resources exist (delete the pool to tear them down)",
+            )
+            .with_field("spec.metal");
+            return Ok(Verdict::not_ready(
+                Reason::Other(e.reason()),
+                e.to_string(),
+                None,
+            ));
+        }
+        let id = self.id.display();
+        let msg = format!("pool {id} is not VRF-backed (no spec.metal)");
+        Ok(Verdict::just(StepResult::Ignored, msg))
+    }
+}
+
+impl<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized> Handler<H> for VrfPool<'_, '_, K, H, E> {
+    type Object = WithJson<PoolResource>;
+    type Parsed = Parsed;
+    type Status = Fields;
+    const ORDER: Order = Order::DeletionFirst;
+    const NOUN: &'static str = "pool";
+    const CLEANUP_NEEDS_FINALIZER: bool = true;
+
+    fn kube(&self) -> &Kube<'_, H> {
+        self.kube
+    }
+    fn resource(&self) -> &'static KubeResource {
+        resource_of(self.id.kind)
+    }
+    fn finalizer(&self) -> &'static str {
+        POOL_FINALIZER
+    }
+
+    fn read(&self, _first: bool) -> Result<Option<Self::Object>> {
+        self.now.set(self.ctx.env.now());
+        let (r, id) = (self.resource(), self.id);
+        Ok(self.kube.get_as(r, id.namespace.as_deref(), &id.name)?)
+    }
+
+    fn gone(&self) -> Result<Outcome> {
+        // Its finalizer kept it until its resources were torn down.
+        let msg = format!("pool {} does not exist", self.id.display());
+        Ok(Outcome::new(StepResult::Absent, msg))
+    }
+
+    fn parse(&self, o: &Self::Object) -> Result<Result<Parsed, Verdict<Fields>>> {
+        let object = match PoolObject::parse(self.id, &o.json) {
+            Ok(p) => p,
+            Err(e) => {
+                return Ok(Err(Verdict::not_ready(
+                    Reason::InvalidSpec,
+                    e.to_string(),
+                    None,
+                )))
+            }
+        };
+        let Some(spec) = object.spec.metal.clone() else {
+            return self.no_spec_metal(o).map(Err);
+        };
+        let invalid = spec.validate().err().map(|e| e.to_string());
+        Ok(Ok(Parsed {
+            object,
+            spec,
+            invalid,
+        }))
+    }
+
+    fn paused(&self, o: &Self::Object, _: &mut Parsed) -> Result<Option<Outcome>> {
+        let msg = || format!("pool {} is paused", self.id.display());
+        Ok(paused(o).then(|| Outcome::new(StepResult::Paused, msg())))
+    }
+
+    fn cleanup(&self, o: &Self::Object, p: &Parsed) -> Result<Cleanup<Fields>> {
+        teardown(self, &self.target(o, &p.spec))
+    }
+
+    fn keeps_finalizer(&self, _: &Self::Object, p: &Parsed) -> bool {
+        p.invalid.is_none()
+    }
+
+    fn apply(&self, o: &Self::Object, p: Parsed) -> Result<Verdict<Fields>> {
+        if let Some(e) = p.invalid {
+            return Ok(Verdict::not_ready(Reason::InvalidSpec, e, None));
+        }
+        provision(self, &self.target(o, &p.spec), p.object)
+    }
+
+    fn write_status(&self, o: &Self::Object, c: &Condition, s: &Fields) -> Result<bool> {
+        let ready = Ready {
+            status: c.ok,
+            reason: c.reason.as_str(),
+            message: &c.message,
+            now: self.now.get(),
+        };
+        write_pool_status(self.kube, self.resource(), &o.typed, s.clone(), ready)
+    }
+}
+
+/// `Ready=False reason` with `status.metal` from `progress`: the step
+/// waits `retry_after_s`.
+fn waiting(
+    progress: &Progress,
+    reason: Reason,
+    msg: String,
+    retry_after_s: u64,
+) -> Verdict<Fields> {
+    let fields = Some(metal_status(progress, None));
+    Verdict::not_ready(reason, msg, fields).map_outcome(|o| o.retry_after(retry_after_s))
+}
+
+/// The deleting pool, finalizer held: teardown marked, store deletion,
+/// profiles waited for, Metal teardown (see the module docs, step 2).
 fn teardown<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
-    ctx: &Ctx<'_, K>,
-    kube: &Kube<'_, H>,
-    metal: &Metal<'_, H, E>,
-    pool: &Pool<'_>,
+    h: &VrfPool<'_, '_, K, H, E>,
     target: &Target,
-) -> Result<Outcome> {
-    let (id, o) = (pool.id, pool.o);
-    if !o.meta().has_finalizer(POOL_FINALIZER) {
-        return Ok(Outcome::new(
-            StepResult::Absent,
-            "the pool is being deleted and holds no metal-ipam finalizer",
-        ));
-    }
+) -> Result<Cleanup<Fields>> {
+    let (ctx, id) = (h.ctx, h.id);
+    let deleted = |more: String| {
+        let msg = format!(
+            "pool {} and its Metal resources deleted{more}",
+            id.display()
+        );
+        Ok(Cleanup::Done(Outcome::new(StepResult::Deleted, msg)))
+    };
     // From here on nothing is created or registered for the pool.
     if step::begin_teardown(ctx, id, target.uid.as_deref())? == Begun::Gone {
         // Torn down already (the store deletion came before it).
-        remove_finalizer(kube, pool.r, o, POOL_FINALIZER)?;
-        return Ok(Outcome::new(
-            StepResult::Deleted,
-            format!("pool {} and its Metal resources deleted", id.display()),
-        ));
+        return deleted(String::new());
     }
     if let Err(e) = ops::delete_provisioned_pool(ctx, id) {
-        if e.reason() == "PoolInUse" {
-            let cond = Ready::no("PoolInUse", e.message(), pool.now);
-            pool.status(kube, None, cond)?;
-            return Ok(Outcome::new(StepResult::Waiting, e.message().to_string()));
+        if e.is(Known::PoolInUse) {
+            let v = Verdict::not_ready(Reason::PoolInUse, e.message(), None);
+            return Ok(Cleanup::Pending(v));
         }
         return Err(e);
     }
-    if let Some(waiting) = vlan_in_use(ctx, kube, metal, pool)? {
-        return Ok(waiting);
+    if let Some(v) = vlan_in_use(h)? {
+        return Ok(Cleanup::Pending(v));
     }
-    let report = step::deprovision(ctx, metal, target)?;
+    let report = step::deprovision(ctx, h.metal, target)?;
     match report.phase {
-        Phase::Gone => {
-            remove_finalizer(kube, pool.r, o, POOL_FINALIZER)?;
-            Ok(Outcome::new(
-                StepResult::Deleted,
-                format!(
-                    "pool {} and its Metal resources deleted ({})",
-                    id.display(),
-                    report.done.join(", ")
-                ),
-            ))
-        }
+        Phase::Gone => deleted(format!(" ({})", report.done.join(", "))),
         Phase::InProgress {
-            waiting,
+            waiting: w,
             retry_after_s,
-        } => pool.waiting(
-            kube,
-            &report.progress,
-            "MetalTearingDown",
-            waiting,
-            retry_after_s,
-        ),
+        } => {
+            let v = waiting(&report.progress, Reason::MetalTearingDown, w, retry_after_s);
+            Ok(Cleanup::Pending(v))
+        }
         Phase::Ready { .. } => unreachable!("teardown never reports ready"),
     }
 }
 
 /// A teardown waiting while `MetalNetworkProfile`s put the pool's VLAN on
-/// machines (`Ready=False PoolVlanInUse` naming them); `None` when none
-/// does.
+/// machines (`PoolVlanInUse` naming them); `None` when none does.
 fn vlan_in_use<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
-    ctx: &Ctx<'_, K>,
-    kube: &Kube<'_, H>,
-    metal: &Metal<'_, H, E>,
-    pool: &Pool<'_>,
-) -> Result<Option<Outcome>> {
-    let progress = step::read_progress(ctx, pool.id)?;
+    h: &VrfPool<'_, '_, K, H, E>,
+) -> Result<Option<Verdict<Fields>>> {
+    let progress = step::read_progress(h.ctx, h.id)?;
     let vlan = progress.vlan.as_ref().map(|h| h.id.as_str());
-    let users = vlan_users(kube, pool.id, vlan)?;
+    let users = vlan_users(h.kube, h.id, vlan)?;
     if users.is_empty() {
         return Ok(None);
     }
     let ports = match vlan {
-        Some(v) => metal.vlan_ports(v)?,
+        Some(v) => h.metal.vlan_ports(v)?,
         None => Vec::new(),
     };
-    let waiting = format!(
+    let msg = format!(
         "the pool's VLAN is still used by MetalNetworkProfile {} (on {} port(s){}): \
          nothing is torn down until no profile uses it",
         users.join(", "),
@@ -316,29 +333,20 @@ fn vlan_in_use<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
             format!(": {}", ports.join(", "))
         }
     );
-    pool.waiting(
-        kube,
-        &progress,
-        REASON_VLAN_IN_USE,
-        waiting,
-        VLAN_IN_USE_RETRY_S,
-    )
-    .map(Some)
+    let reason = Reason::PoolVlanInUse;
+    Ok(Some(waiting(&progress, reason, msg, VLAN_IN_USE_RETRY_S)))
 }
 
 /// The live pool, finalizer held: provision (adopt or create, one recorded
 /// action per round), then register once ready (see the module docs,
 /// step 3). Metal's refusals and a resource that does not fit are
-/// `Ready=False` naming them.
+/// verdicts naming them.
 fn provision<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
-    ctx: &Ctx<'_, K>,
-    kube: &Kube<'_, H>,
-    metal: &Metal<'_, H, E>,
-    pool: &Pool<'_>,
-    object: PoolObject,
+    h: &VrfPool<'_, '_, K, H, E>,
     target: &Target,
-) -> Result<Outcome> {
-    let report = match step::provision(ctx, metal, target) {
+    object: PoolObject,
+) -> Result<Verdict<Fields>> {
+    let report = match step::provision(h.ctx, h.metal, target) {
         Ok(r) => r,
         Err(e)
             if matches!(
@@ -346,25 +354,28 @@ fn provision<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
                 ErrorKind::Invalid | ErrorKind::Conflict | ErrorKind::NotFound
             ) =>
         {
-            return pool.failed(kube, e.reason(), &e.to_string(), e.to_string());
+            return Ok(Verdict::not_ready(
+                Reason::Other(e.reason()),
+                e.to_string(),
+                None,
+            ));
         }
         Err(e) => return Err(e),
     };
     match report.phase {
         Phase::Ready { block } => {
             let uid = target.uid.as_deref();
-            register(ctx, kube, pool, object, (block, uid), &report.progress)
+            register(h, object, (block, uid), &report.progress)
         }
         Phase::InProgress {
-            waiting,
+            waiting: w,
             retry_after_s,
-        } => pool.waiting(
-            kube,
+        } => Ok(waiting(
             &report.progress,
-            REASON_PROVISIONING,
-            waiting,
+            Reason::MetalProvisioning,
+            w,
             retry_after_s,
-        ),
+        )),
         Phase::Gone => unreachable!("provisioning never reports gone"),
     }
 }
@@ -373,17 +384,15 @@ fn provision<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
 /// with `block`'s addresses (adopting its `IPAddress`es when the store
 /// does not know it), under the registration gate for the incarnation
 /// `uid`, and `Ready=True`.
-fn register<K: KvStore, H: HttpClient + ?Sized>(
-    ctx: &Ctx<'_, K>,
-    kube: &Kube<'_, H>,
-    pool: &Pool<'_>,
+fn register<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
+    h: &VrfPool<'_, '_, K, H, E>,
     object: PoolObject,
     (block, uid): ((std::net::IpAddr, u8), Option<&str>),
     progress: &Progress,
-) -> Result<Outcome> {
-    let id = pool.id;
+) -> Result<Verdict<Fields>> {
+    let (ctx, id) = (h.ctx, h.id);
     let adoptions = if ops::get_pool(ctx.kv, id)?.is_none() {
-        super::adoptions_for(kube, id)?
+        super::adoptions_for(h.kube, id)?
     } else {
         Vec::new()
     };
@@ -394,14 +403,14 @@ fn register<K: KvStore, H: HttpClient + ?Sized>(
             let counts = view.to_json()["status"]["ipAddresses"].clone();
             let mut st = metal_status(progress, Some(&cidr));
             st.insert("ipAddresses".into(), counts);
-            pool.status(kube, Some(st), Ready::yes("PoolReady", pool.now))?;
-            Ok(Outcome::new(
-                StepResult::Synced,
-                format!("pool {} is ready on {cidr}", id.display()),
-            ))
+            let msg = format!("pool {} is ready on {cidr}", id.display());
+            let out = Outcome::new(StepResult::Synced, msg);
+            Ok(Verdict::ready(Reason::PoolReady, Some(st), out))
         }
         Err(e) if matches!(e.kind(), ErrorKind::Invalid | ErrorKind::Conflict) => {
-            pool.failed(kube, e.reason(), e.message(), e.to_string())
+            let out = Outcome::new(StepResult::Failed, e.to_string());
+            let v = Verdict::not_ready(Reason::Other(e.reason()), e.message(), None);
+            Ok(v.map_outcome(|_| out))
         }
         Err(e) => Err(e),
     }
