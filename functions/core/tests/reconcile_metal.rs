@@ -2,7 +2,7 @@
 //! answers: each test names one lifecycle path and the exact requests it
 //! makes, in order (a request out of order fails the test).
 
-use metal_ipam_core::capi::{vrf, StepResult};
+use metal_ipam_core::capi::{assign, vrf, StepResult};
 use metal_ipam_core::ipam::pool::PoolId;
 use metal_ipam_core::kube::{Kube, KubeConfig};
 use metal_ipam_core::kv::{Ctx, SwapPolicy};
@@ -18,6 +18,15 @@ fn kube_cfg() -> KubeConfig {
     KubeConfig {
         base_url: "https://kube.test".into(),
         token: "t".into(),
+    }
+}
+
+fn metal_cfg() -> MetalConfig {
+    MetalConfig {
+        base_url: "https://metal.test".into(),
+        token: "t".into(),
+        project_id: "project".into(),
+        retry: RetryPolicy::default(),
     }
 }
 
@@ -45,12 +54,7 @@ fn sync_vrf(http: &ScriptedHttp) -> metal_ipam_core::capi::Outcome {
         swap_policy: SwapPolicy::Auto,
     };
     let kube = Kube::new(http, &cfg);
-    let mcfg = MetalConfig {
-        base_url: "https://metal.test".into(),
-        token: "t".into(),
-        project_id: "project".into(),
-        retry: RetryPolicy::default(),
-    };
+    let mcfg = metal_cfg();
     let metal = Metal::new(http, &mcfg, &env);
     vrf::sync_vrf_pool(&ctx, &kube, &metal, &PoolId::namespaced("ns", "p")).unwrap()
 }
@@ -98,4 +102,39 @@ fn an_invalid_spec_metal_gets_its_condition_and_no_finalizer() {
     assert_eq!(status["conditions"][0]["reason"], "InvalidSpec");
     assert_eq!(status["conditions"][0]["status"], "False");
     http.assert_done();
+}
+
+const CLAIMS: &str = "/apis/ipam.cluster.x-k8s.io/v1beta2/namespaces/ns/ipaddressclaims";
+
+/// Deletion first: a paused claim being deleted, nothing assigned for it,
+/// loses the assignment finalizer (only ours), last.
+#[test]
+fn a_paused_deleting_claim_with_nothing_assigned_loses_its_assignment_finalizer() {
+    let deleting = json!({"apiVersion": "ipam.cluster.x-k8s.io/v1beta2", "kind": "IPAddressClaim",
+        "metadata": {"name": "c", "namespace": "ns", "uid": "u-1", "resourceVersion": "7",
+                     "deletionTimestamp": "2026-01-01T00:00:00Z",
+                     "finalizers": [assign::ASSIGNMENT_FINALIZER, "other/keep"],
+                     "annotations": {"cluster.x-k8s.io/paused": ""}},
+        "spec": {"poolRef": {"apiGroup": "ipam.metal-ipam.dev", "kind": "MetalIPPool", "name": "p"}}});
+    let http = ScriptedHttp::new(vec![
+        (&format!("GET {CLAIMS}/c"), Reply::json(200, deleting)),
+        (
+            &format!("PATCH {CLAIMS}/c?fieldValidation=Strict"),
+            Reply::status(404),
+        ),
+    ]);
+    let (kv, env, cfg) = (MemKv::new(Backend::SpinSqlite), TestEnv::at(1000), kube_cfg());
+    let ctx = Ctx {
+        kv: &kv,
+        env: &env,
+        swap_policy: SwapPolicy::Auto,
+    };
+    let kube = Kube::new(&http, &cfg);
+    let mcfg = metal_cfg();
+    let metal = Metal::new(&http, &mcfg, &env);
+    let out = assign::sync_claim_assignment(&ctx, &kube, &metal, "ns", "c").unwrap();
+    assert_eq!((out.result, out.kube_calls), (StepResult::Released, 2));
+    http.assert_done();
+    let patch = http.sent()[1].json();
+    assert_eq!(patch["metadata"]["finalizers"], json!(["other/keep"]));
 }

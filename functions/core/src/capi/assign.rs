@@ -21,24 +21,27 @@
 //! finalizer. For a claim deleted without its finalizers, release waits
 //! on the record instead.
 
+use std::cell::Cell;
+
 use serde_json::json;
 
 pub use super::device::DEVICE_ANNOTATION;
 use super::device::{resolve_device, DeviceRef};
 use super::objects::{paused, ClusterObject};
-use super::{Outcome, StepResult};
 use crate::error::Result;
 use crate::ipam::claim::ClaimObject;
 use crate::ipam::ops;
 use crate::kube::conditions::{with_condition, Ready};
-use crate::kube::meta::{add_finalizer, remove_finalizer, retrying};
-use crate::kube::{self, Kube};
+use crate::kube::{self, Kube, Resource};
 use crate::kv::{ClaimRecord, Ctx};
 use crate::metal::client::Metal;
 use crate::ports::http::HttpClient;
 use crate::ports::kv::KvStore;
 use crate::ports::Env;
 use crate::provision::assign::{self, AssignState, Labels, UnassignState, Want};
+use crate::reconcile::{
+    self, Cleanup, Condition, Handler, Order, Outcome, Reason, StepResult, Verdict,
+};
 
 /// Finalizer on claims in VRF-backed pools: held while the claim's address
 /// may be assigned to a device in Metal.
@@ -85,10 +88,14 @@ pub fn sync_claim_assignment<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized
     ns: &str,
     name: &str,
 ) -> Result<Outcome> {
-    let before = kube.calls();
-    let mut out = retrying(|| sync_once(ctx, kube, metal, ns, name))?;
-    out.kube_calls = kube.calls() - before;
-    Ok(out)
+    reconcile::run(&Assignment {
+        ctx,
+        kube,
+        metal,
+        ns,
+        name,
+        now: Cell::new(0),
+    })
 }
 
 fn unassigned(state: UnassignState, what: &str) -> Outcome {
@@ -109,165 +116,210 @@ fn unassigned(state: UnassignState, what: &str) -> Outcome {
     }
 }
 
-fn sync_once<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
-    ctx: &Ctx<'_, K>,
-    kube: &Kube<'_, H>,
-    metal: &Metal<'_, H, E>,
-    ns: &str,
-    name: &str,
-) -> Result<Outcome> {
-    let claim: Option<ClaimObject> = kube.get_as(&kube::CLAIMS, Some(ns), name)?;
-    let Some(claim) = claim else {
-        return gone(ctx, metal, ns, name);
-    };
-    let uid = claim.metadata.uid.clone().unwrap_or_default();
-    if claim.metadata.deleting() {
-        return cleanup(ctx, kube, metal, &claim, (ns, name, &uid));
-    }
-    if paused(&claim) {
-        return Ok(Outcome::new(StepResult::Paused, "the claim is paused"));
-    }
-    let Some(binding) = ops::get_claim(ctx.kv, ns, name)?.filter(|b| b.uid == uid) else {
-        return Ok(Outcome::new(
-            StepResult::Waiting,
-            "the claim is not bound yet",
-        ));
-    };
-    let pool_id = binding.pool_id(ns)?;
-    let vrf_backed =
-        ops::get_pool(ctx.kv, &pool_id)?.is_some_and(|p| p.object.spec.metal.is_some());
-    if !vrf_backed {
-        return Ok(Outcome::new(
-            StepResult::Ignored,
-            format!("pool {} is not VRF-backed", pool_id.display()),
-        ));
-    }
-    if let Some(cluster) = &binding.cluster_name {
-        let c: Option<ClusterObject> = kube.get_as(&kube::CLUSTERS, Some(ns), cluster)?;
-        if c.is_some_and(|c| c.is_paused()) {
-            return Ok(Outcome::new(
-                StepResult::Paused,
-                format!("Cluster {ns}/{cluster} is paused"),
-            ));
-        }
-    }
-    let labels = Labels {
-        namespace: ns.to_string(),
-        name: name.to_string(),
-        uid,
-        pool: format!("{} {}", pool_id.kind.kind_name(), pool_id.display()),
-        cluster: binding.cluster_name.clone(),
-    };
-    act(ctx, kube, metal, claim, &binding, labels)
+/// One claim's Metal assignment on the kit.
+///
+/// Order: [`Order::DeletionFirst`] — a deleting claim's assignment is
+/// removed even while paused (the address is not released before). The
+/// finalizer [`ASSIGNMENT_FINALIZER`] is added only once the claim has a
+/// device (before the assignment); the cleanup runs with or without it
+/// (someone may have removed it: the record still holds the assignment).
+/// Verdicts: the `MetalAssigned` condition (`Assigned`, `DeviceUnknown`,
+/// `DeviceNotFound`, `DeviceDeleted`, `DeviceNotActive`: `waiting`;
+/// `AssignmentRefused`, `InvalidDevice`: `failed`), or none while an
+/// assignment is in progress or closed.
+struct Assignment<'r, 'a, K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized> {
+    ctx: &'r Ctx<'a, K>,
+    kube: &'r Kube<'a, H>,
+    metal: &'r Metal<'a, H, E>,
+    ns: &'r str,
+    name: &'r str,
+    /// The clock when the claim was read (the condition's time).
+    now: Cell<u64>,
 }
 
-/// The claim is gone without our finalizer's help: remove what the record
-/// holds.
-fn gone<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
-    ctx: &Ctx<'_, K>,
-    metal: &Metal<'_, H, E>,
-    ns: &str,
-    name: &str,
-) -> Result<Outcome> {
-    Ok(match assign::read(ctx.kv, ns, name)? {
-        Some(rec) if !rec.closed => unassigned(
-            assign::unassign(ctx, metal, ns, name, &rec.uid)?,
-            "the claim no longer exists",
-        ),
-        _ => Outcome::new(StepResult::Absent, "the claim does not exist"),
-    })
+/// What the gates before acting found (filled by [`Handler::paused`]).
+#[derive(Default)]
+struct Gates {
+    /// The claim's binding and the labels of its assignment.
+    bound: Option<(ClaimRecord, Labels)>,
+    /// The claim's device.
+    device: Option<DeviceRef>,
 }
 
-/// The claim is being deleted: with or without our finalizer (someone may
-/// have removed it), the address is not released while the record holds
-/// an assignment; the finalizer goes once the assignment is removed.
-fn cleanup<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
-    ctx: &Ctx<'_, K>,
-    kube: &Kube<'_, H>,
-    metal: &Metal<'_, H, E>,
-    claim: &ClaimObject,
-    (ns, name, uid): (&str, &str, &str),
-) -> Result<Outcome> {
-    let state = assign::unassign(ctx, metal, ns, name, uid)?;
-    let held = claim.metadata.has_finalizer(ASSIGNMENT_FINALIZER);
-    if matches!(state, UnassignState::Done { .. }) && held {
-        remove_finalizer(kube, &kube::CLAIMS, claim, ASSIGNMENT_FINALIZER)?;
-    }
-    Ok(unassigned(state, "the claim is being deleted"))
-}
-
-/// The live, bound claim of a VRF-backed pool: its device resolved, the
-/// finalizer added before any assignment, the assignment made (or the
-/// record prepared while no device is known), the condition written.
-fn act<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
-    ctx: &Ctx<'_, K>,
-    kube: &Kube<'_, H>,
-    metal: &Metal<'_, H, E>,
-    claim: ClaimObject,
-    binding: &ClaimRecord,
-    labels: Labels,
-) -> Result<Outcome> {
-    let now = ctx.env.now();
-    let address = binding.ip()?;
-    let device = match resolve_device(kube, &claim)? {
-        DeviceRef::Known(d) => Some(d),
-        DeviceRef::Unknown => None,
-        DeviceRef::Invalid(msg) => {
-            write_condition(kube, &claim, Ready::no("InvalidDevice", &msg, now))?;
-            return Ok(Outcome::new(StepResult::Failed, msg).with_address(&binding.address));
-        }
-    };
-    let want = Want {
-        uid: labels.uid.clone(),
-        address,
-        device: device.clone(),
-    };
-    let claim = match &device {
-        Some(_) => add_finalizer(kube, &kube::CLAIMS, &claim, ASSIGNMENT_FINALIZER)?,
-        None => claim,
-    };
-    let state = match &device {
-        Some(_) => assign::assign(ctx, metal, &want, &labels)?,
-        None => {
-            assign::prepare(ctx, &labels.namespace, &labels.name, &want)?;
-            AssignState::DeviceUnknown
-        }
-    };
-    conclude(
-        kube,
-        &claim,
-        &state,
-        (&binding.address, device.as_deref()),
-        now,
-    )
-}
-
-/// The condition for `state` written (when it has one), and the step's
-/// outcome.
-fn conclude<H: HttpClient + ?Sized>(
-    kube: &Kube<'_, H>,
-    claim: &ClaimObject,
-    state: &AssignState,
-    (address, device): (&str, Option<&str>),
-    now: u64,
-) -> Result<Outcome> {
-    let (cond, out) = verdict(state, address, device);
-    if let Some((reason, ok)) = cond {
-        let c = Ready {
-            status: ok,
-            reason,
-            message: &out.message,
-            now,
+impl<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized> Assignment<'_, '_, K, H, E> {
+    /// The gates after the claim's own pause: bound (else `waiting`), in a
+    /// VRF-backed pool (else `ignored`), its Cluster not paused; then the
+    /// device resolved.
+    fn gates(&self, uid: &str, claim: &ClaimObject, g: &mut Gates) -> Result<Option<Outcome>> {
+        let (ns, kv) = (self.ns, self.ctx.kv);
+        let Some(binding) = ops::get_claim(kv, ns, self.name)?.filter(|b| b.uid == uid) else {
+            let msg = "the claim is not bound yet";
+            return Ok(Some(Outcome::new(StepResult::Waiting, msg)));
         };
-        write_condition(kube, claim, c)?;
+        let pool_id = binding.pool_id(ns)?;
+        let vrf_backed =
+            ops::get_pool(kv, &pool_id)?.is_some_and(|p| p.object.spec.metal.is_some());
+        if !vrf_backed {
+            let msg = format!("pool {} is not VRF-backed", pool_id.display());
+            return Ok(Some(Outcome::new(StepResult::Ignored, msg)));
+        }
+        if let Some(cluster) = &binding.cluster_name {
+            let c: Option<ClusterObject> = self.kube.get_as(&kube::CLUSTERS, Some(ns), cluster)?;
+            if c.is_some_and(|c| c.is_paused()) {
+                let msg = format!("Cluster {ns}/{cluster} is paused");
+                return Ok(Some(Outcome::new(StepResult::Paused, msg)));
+            }
+        }
+        let labels = Labels {
+            namespace: ns.to_string(),
+            name: self.name.to_string(),
+            uid: uid.to_string(),
+            pool: format!("{} {}", pool_id.kind.kind_name(), pool_id.display()),
+            cluster: binding.cluster_name.clone(),
+        };
+        // The address is read before the device is looked for.
+        binding.ip()?;
+        g.bound = Some((binding, labels));
+        g.device = Some(resolve_device(self.kube, claim)?);
+        Ok(None)
     }
-    Ok(out.with_address(address))
 }
 
-/// What an assignment state means: the `MetalAssigned` condition's reason
-/// and status (none for a passing state), and the step's outcome, whose
-/// message is the condition's.
-fn verdict(
+impl<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized> Handler<H>
+    for Assignment<'_, '_, K, H, E>
+{
+    type Object = ClaimObject;
+    type Parsed = Gates;
+    type Status = ();
+    const ORDER: Order = Order::DeletionFirst;
+    const NOUN: &'static str = "claim";
+    const CLEANUP_NEEDS_FINALIZER: bool = false;
+
+    fn kube(&self) -> &Kube<'_, H> {
+        self.kube
+    }
+    fn resource(&self) -> &'static Resource {
+        &kube::CLAIMS
+    }
+    fn finalizer(&self) -> &'static str {
+        ASSIGNMENT_FINALIZER
+    }
+
+    fn read(&self, _first: bool) -> Result<Option<ClaimObject>> {
+        self.now.set(self.ctx.env.now());
+        Ok(self.kube.get_as(&kube::CLAIMS, Some(self.ns), self.name)?)
+    }
+
+    /// Gone without our finalizer's help: remove what the record holds.
+    fn gone(&self) -> Result<Outcome> {
+        let (ctx, ns, name) = (self.ctx, self.ns, self.name);
+        Ok(match assign::read(ctx.kv, ns, name)? {
+            Some(rec) if !rec.closed => unassigned(
+                assign::unassign(ctx, self.metal, ns, name, &rec.uid)?,
+                "the claim no longer exists",
+            ),
+            _ => Outcome::new(StepResult::Absent, "the claim does not exist"),
+        })
+    }
+
+    fn parse(&self, _: &ClaimObject) -> Result<Result<Gates, Verdict<()>>> {
+        Ok(Ok(Gates::default()))
+    }
+
+    fn paused(&self, o: &ClaimObject, g: &mut Gates) -> Result<Option<Outcome>> {
+        if paused(o) {
+            return Ok(Some(Outcome::new(
+                StepResult::Paused,
+                "the claim is paused",
+            )));
+        }
+        self.gates(o.metadata.uid.as_deref().unwrap_or_default(), o, g)
+    }
+
+    /// The address is not released while the record holds an assignment.
+    fn cleanup(&self, o: &ClaimObject, _: &Gates) -> Result<Cleanup<()>> {
+        let uid = o.metadata.uid.as_deref().unwrap_or_default();
+        let state = assign::unassign(self.ctx, self.metal, self.ns, self.name, uid)?;
+        let done = matches!(state, UnassignState::Done { .. });
+        let out = unassigned(state, "the claim is being deleted");
+        Ok(if done {
+            Cleanup::Done(out)
+        } else {
+            Cleanup::Pending(Verdict::answer(out))
+        })
+    }
+
+    fn keeps_finalizer(&self, _: &ClaimObject, g: &Gates) -> bool {
+        matches!(g.device, Some(DeviceRef::Known(_)))
+    }
+
+    fn apply(&self, _: &ClaimObject, g: Gates) -> Result<Verdict<()>> {
+        let (Some((binding, labels)), Some(device)) = (g.bound, g.device) else {
+            unreachable!("the gates passed: bound, device resolved");
+        };
+        let address = binding.address.as_str();
+        let device = match device {
+            DeviceRef::Known(d) => Some(d),
+            DeviceRef::Unknown => None,
+            DeviceRef::Invalid(msg) => {
+                let out = Outcome::new(StepResult::Failed, msg.clone()).with_address(address);
+                return Ok(condition("InvalidDevice", false, msg, out));
+            }
+        };
+        let want = Want {
+            uid: labels.uid.clone(),
+            address: binding.ip()?,
+            device: device.clone(),
+        };
+        let state = match &device {
+            Some(_) => assign::assign(self.ctx, self.metal, &want, &labels)?,
+            None => {
+                assign::prepare(self.ctx, self.ns, self.name, &want)?;
+                AssignState::DeviceUnknown
+            }
+        };
+        Ok(verdict(&state, address, device.as_deref()))
+    }
+
+    fn write_status(&self, o: &ClaimObject, c: &Condition, _: &()) -> Result<bool> {
+        let ready = Ready {
+            status: c.ok,
+            reason: c.reason.as_str(),
+            message: &c.message,
+            now: self.now.get(),
+        };
+        write_condition(self.kube, o, ready)
+    }
+}
+
+/// The `MetalAssigned` condition `reason` (`ok`) with `message`, and `out`.
+fn condition(reason: &'static str, ok: bool, message: String, out: Outcome) -> Verdict<()> {
+    let c = Condition {
+        ok,
+        reason: Reason::Other(reason),
+        message,
+    };
+    Verdict {
+        status: Some((c, ())),
+        outcome: out,
+    }
+}
+
+/// What an assignment state means: the `MetalAssigned` condition (none
+/// for a passing state) and the step's outcome, whose message is the
+/// condition's, with the address.
+fn verdict(state: &AssignState, address: &str, device: Option<&str>) -> Verdict<()> {
+    let (cond, out) = table(state, address, device);
+    let out = out.with_address(address);
+    match cond {
+        Some((reason, ok)) => condition(reason, ok, out.message.clone(), out),
+        None => Verdict::answer(out),
+    }
+}
+
+/// The table behind [`verdict`]: the condition's reason and status, and
+/// the outcome.
+fn table(
     state: &AssignState,
     address: &str,
     device: Option<&str>,
