@@ -60,6 +60,44 @@ impl ErrorKind {
     }
 }
 
+/// The reasons code decides on (not only reports): created and matched
+/// through this enum ([`Error::is`], [`Known::as_str`]), so a control-flow
+/// decision never compares a string spelled twice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Known {
+    /// A pool cannot go: addresses are allocated from it. 409.
+    PoolInUse,
+    /// A claim's `poolRef` names a kind or group metal-ipam does not serve. 422.
+    UnsupportedPoolRef,
+    /// A Machine names no network profile. 404.
+    NoNetworkProfile,
+    /// An address cannot be released: its Metal assignment exists. 409.
+    MetalAssignmentHeld,
+    /// The object changed since it was read (409): re-read and retry.
+    KubeConflict,
+    /// The object vanished between a read and a write (404).
+    KubeNotFound,
+}
+
+impl Known {
+    /// The stable reason string.
+    ///
+    /// ```
+    /// use metal_ipam_core::error::Known;
+    /// assert_eq!(Known::PoolInUse.as_str(), "PoolInUse");
+    /// ```
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Known::PoolInUse => "PoolInUse",
+            Known::UnsupportedPoolRef => "UnsupportedPoolRef",
+            Known::NoNetworkProfile => "NoNetworkProfile",
+            Known::MetalAssignmentHeld => "MetalAssignmentHeld",
+            Known::KubeConflict => "KubeConflict",
+            Known::KubeNotFound => "KubeNotFound",
+        }
+    }
+}
+
 /// A metal-ipam error: kind, stable reason, message and optional field path.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Error {
@@ -168,6 +206,11 @@ impl Error {
     /// The kind, which decides the HTTP status.
     pub fn kind(&self) -> ErrorKind {
         self.kind
+    }
+
+    /// Whether this error has the [`Known`] reason `k`.
+    pub fn is(&self, k: Known) -> bool {
+        self.reason == k.as_str()
     }
 
     /// The stable machine-readable reason, e.g. `PoolExhausted`.

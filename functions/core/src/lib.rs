@@ -55,6 +55,7 @@ pub mod metal;
 pub mod network;
 pub mod ports;
 pub mod provision;
+pub mod reconcile;
 pub mod routes;
 #[cfg(feature = "testing")]
 pub mod testing;

@@ -5,11 +5,8 @@
 //! [`super::poll`].
 //!
 //! # The device
-//! The annotation [`DEVICE_ANNOTATION`] on the claim (`equinixmetal://<uuid>`
-//! or a bare uuid) wins; otherwise the claim's owners are followed: a CAPI
-//! `Machine` or a CAPP `PacketMachine` whose `spec.providerID` is
-//! `equinixmetal://<uuid>` (the owner's uid must match the reference, so a
-//! re-created machine of the same name is not mistaken for it). No device
+//! [`super::device::resolve_device`]: the claim's annotation
+//! [`DEVICE_ANNOTATION`], else its machine owners' provider ID. No device
 //! yet: the claim stays bound, `MetalAssigned=False DeviceUnknown`, and the
 //! poll retries it when a device becomes active.
 //!
@@ -24,118 +21,35 @@
 //! finalizer. For a claim deleted without its finalizers, release waits
 //! on the record instead.
 
+use std::cell::Cell;
+
 use serde_json::json;
 
-use super::objects::{paused, ClusterObject, MachineObject};
-use super::{Outcome, StepResult};
+pub use super::device::DEVICE_ANNOTATION;
+use super::device::{resolve_device, DeviceRef};
+use super::objects::{paused, ClusterObject};
 use crate::error::Result;
 use crate::ipam::claim::ClaimObject;
 use crate::ipam::ops;
 use crate::kube::conditions::{with_condition, Ready};
-use crate::kube::meta::{add_finalizer, remove_finalizer, retrying};
 use crate::kube::{self, Kube, Resource};
-use crate::kv::Ctx;
+use crate::kv::{ClaimRecord, Ctx};
 use crate::metal::client::Metal;
 use crate::ports::http::HttpClient;
 use crate::ports::kv::KvStore;
 use crate::ports::Env;
 use crate::provision::assign::{self, AssignState, Labels, UnassignState, Want};
+use crate::reconcile::{
+    self, Cleanup, Condition, Handler, Order, Outcome, Reason, StepResult, Verdict,
+};
 
 /// Finalizer on claims in VRF-backed pools: held while the claim's address
 /// may be assigned to a device in Metal.
 pub const ASSIGNMENT_FINALIZER: &str = "ipam.metal-ipam.dev/metal-assignment";
 
-/// Annotation on a claim naming its device (`equinixmetal://<uuid>` or
-/// the uuid), for claims whose owners do not lead to one.
-pub const DEVICE_ANNOTATION: &str = "ipam.metal-ipam.dev/device";
-
 /// The condition type on claims saying whether the address is assigned to
 /// the device in Metal.
 pub const CONDITION: &str = "MetalAssigned";
-
-/// The device id a provider ID names: `equinixmetal://<uuid>` or a bare
-/// uuid (what CAPP and the cloud controller write).
-///
-/// ```
-/// use metal_ipam_core::capi::assign::device_of;
-/// assert_eq!(device_of("equinixmetal://9f1c2a4e-7b3d-4c55-9e0a-1b2c3d4e5f60"),
-///     Some("9f1c2a4e-7b3d-4c55-9e0a-1b2c3d4e5f60"));
-/// assert_eq!(device_of("9f1c2a4e-7b3d-4c55-9e0a-1b2c3d4e5f60"), Some("9f1c2a4e-7b3d-4c55-9e0a-1b2c3d4e5f60"));
-/// assert_eq!(device_of("aws:///us-east-1a/i-0abc"), None);
-/// assert_eq!(device_of("equinixmetal://"), None);
-/// assert_eq!(device_of("equinixmetal://../x"), None);
-/// ```
-pub fn device_of(provider_id: &str) -> Option<&str> {
-    let id = provider_id
-        .strip_prefix("equinixmetal://")
-        .unwrap_or(provider_id);
-    let ok =
-        !id.is_empty() && id.len() <= 64 && id.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-');
-    ok.then_some(id)
-}
-
-/// Where a claim's device comes from.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum DeviceRef {
-    Known(String),
-    Unknown,
-    Invalid(String),
-}
-
-fn machine_resource(api_version: &str, kind: &str) -> Option<&'static Resource> {
-    let group = api_version.split('/').next().unwrap_or_default();
-    match (group, kind) {
-        ("cluster.x-k8s.io", "Machine") => Some(&kube::MACHINES),
-        ("infrastructure.cluster.x-k8s.io", "PacketMachine") => Some(&kube::PACKET_MACHINES),
-        _ => None,
-    }
-}
-
-fn resolve_device<H: HttpClient + ?Sized>(
-    kube: &Kube<'_, H>,
-    claim: &ClaimObject,
-) -> Result<DeviceRef> {
-    let m = &claim.metadata;
-    if let Some(a) = m.annotation(DEVICE_ANNOTATION) {
-        return Ok(match device_of(a) {
-            Some(d) => DeviceRef::Known(d.to_string()),
-            None => DeviceRef::Invalid(format!(
-                "annotation {DEVICE_ANNOTATION} is {a:?}, not equinixmetal://<uuid>"
-            )),
-        });
-    }
-    for owner in &m.owner_references {
-        let Some(r) = machine_resource(&owner.api_version, &owner.kind) else {
-            continue;
-        };
-        // A name from an object goes into an API path only once it is a
-        // valid Kubernetes name.
-        if let Err(e) = crate::kube::names::check_subdomain(&owner.name) {
-            return Ok(DeviceRef::Invalid(format!(
-                "owner {} {:?} is not a valid name: {e}",
-                owner.kind, owner.name
-            )));
-        }
-        let machine: Option<MachineObject> = kube.get_as(r, m.namespace.as_deref(), &owner.name)?;
-        let Some(machine) = machine.filter(|o| o.metadata.uid.as_deref() == Some(&owner.uid))
-        else {
-            continue;
-        };
-        match machine.provider_id.as_deref() {
-            None => continue,
-            Some(p) => {
-                return Ok(match device_of(p) {
-                    Some(d) => DeviceRef::Known(d.to_string()),
-                    None => DeviceRef::Invalid(format!(
-                        "{} {} has spec.providerID {p:?}, not equinixmetal://<uuid>",
-                        owner.kind, owner.name
-                    )),
-                })
-            }
-        }
-    }
-    Ok(DeviceRef::Unknown)
-}
 
 /// Writes the claim's `MetalAssigned` condition if it differs.
 fn write_condition<H: HttpClient + ?Sized>(
@@ -174,10 +88,14 @@ pub fn sync_claim_assignment<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized
     ns: &str,
     name: &str,
 ) -> Result<Outcome> {
-    let before = kube.calls();
-    let mut out = retrying(|| sync_once(ctx, kube, metal, ns, name))?;
-    out.kube_calls = kube.calls() - before;
-    Ok(out)
+    reconcile::run(&Assignment {
+        ctx,
+        kube,
+        metal,
+        ns,
+        name,
+        now: Cell::new(0),
+    })
 }
 
 fn unassigned(state: UnassignState, what: &str) -> Outcome {
@@ -198,147 +116,249 @@ fn unassigned(state: UnassignState, what: &str) -> Outcome {
     }
 }
 
-fn sync_once<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
-    ctx: &Ctx<'_, K>,
-    kube: &Kube<'_, H>,
-    metal: &Metal<'_, H, E>,
-    ns: &str,
-    name: &str,
-) -> Result<Outcome> {
-    let claim: Option<ClaimObject> = kube.get_as(&kube::CLAIMS, Some(ns), name)?;
-    let Some(claim) = claim else {
-        // Gone without our finalizer's help: remove what the record holds.
-        return Ok(match assign::read(ctx.kv, ns, name)? {
+/// One claim's Metal assignment on the kit.
+///
+/// Order: [`Order::DeletionFirst`] — a deleting claim's assignment is
+/// removed even while paused (the address is not released before). The
+/// finalizer [`ASSIGNMENT_FINALIZER`] is added only once the claim has a
+/// device (before the assignment); the cleanup runs with or without it
+/// (someone may have removed it: the record still holds the assignment).
+/// Verdicts: the `MetalAssigned` condition (`Assigned`, `DeviceUnknown`,
+/// `DeviceNotFound`, `DeviceDeleted`, `DeviceNotActive`: `waiting`;
+/// `AssignmentRefused`, `InvalidDevice`: `failed`), or none while an
+/// assignment is in progress or closed.
+struct Assignment<'r, 'a, K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized> {
+    ctx: &'r Ctx<'a, K>,
+    kube: &'r Kube<'a, H>,
+    metal: &'r Metal<'a, H, E>,
+    ns: &'r str,
+    name: &'r str,
+    /// The clock when the claim was read (the condition's time).
+    now: Cell<u64>,
+}
+
+/// What the gates before acting found (filled by [`Handler::paused`]).
+#[derive(Default)]
+struct Gates {
+    /// The claim's binding and the labels of its assignment.
+    bound: Option<(ClaimRecord, Labels)>,
+    /// The claim's device.
+    device: Option<DeviceRef>,
+}
+
+impl<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized> Assignment<'_, '_, K, H, E> {
+    /// The gates after the claim's own pause: bound (else `waiting`), in a
+    /// VRF-backed pool (else `ignored`), its Cluster not paused; then the
+    /// device resolved.
+    fn gates(&self, uid: &str, claim: &ClaimObject, g: &mut Gates) -> Result<Option<Outcome>> {
+        let (ns, kv) = (self.ns, self.ctx.kv);
+        let Some(binding) = ops::get_claim(kv, ns, self.name)?.filter(|b| b.uid == uid) else {
+            let msg = "the claim is not bound yet";
+            return Ok(Some(Outcome::new(StepResult::Waiting, msg)));
+        };
+        let pool_id = binding.pool_id(ns)?;
+        let vrf_backed =
+            ops::get_pool(kv, &pool_id)?.is_some_and(|p| p.object.spec.metal.is_some());
+        if !vrf_backed {
+            let msg = format!("pool {} is not VRF-backed", pool_id.display());
+            return Ok(Some(Outcome::new(StepResult::Ignored, msg)));
+        }
+        if let Some(cluster) = &binding.cluster_name {
+            let c: Option<ClusterObject> = self.kube.get_as(&kube::CLUSTERS, Some(ns), cluster)?;
+            if c.is_some_and(|c| c.is_paused()) {
+                let msg = format!("Cluster {ns}/{cluster} is paused");
+                return Ok(Some(Outcome::new(StepResult::Paused, msg)));
+            }
+        }
+        let labels = Labels {
+            namespace: ns.to_string(),
+            name: self.name.to_string(),
+            uid: uid.to_string(),
+            pool: format!("{} {}", pool_id.kind.kind_name(), pool_id.display()),
+            cluster: binding.cluster_name.clone(),
+        };
+        // The address is read before the device is looked for.
+        binding.ip()?;
+        g.bound = Some((binding, labels));
+        g.device = Some(resolve_device(self.kube, claim)?);
+        Ok(None)
+    }
+}
+
+impl<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized> Handler<H>
+    for Assignment<'_, '_, K, H, E>
+{
+    type Object = ClaimObject;
+    type Parsed = Gates;
+    type Status = ();
+    const ORDER: Order = Order::DeletionFirst;
+    const NOUN: &'static str = "claim";
+    const CLEANUP_NEEDS_FINALIZER: bool = false;
+
+    fn kube(&self) -> &Kube<'_, H> {
+        self.kube
+    }
+    fn resource(&self) -> &'static Resource {
+        &kube::CLAIMS
+    }
+    fn finalizer(&self) -> &'static str {
+        ASSIGNMENT_FINALIZER
+    }
+
+    fn read(&self, _first: bool) -> Result<Option<ClaimObject>> {
+        self.now.set(self.ctx.env.now());
+        Ok(self.kube.get_as(&kube::CLAIMS, Some(self.ns), self.name)?)
+    }
+
+    /// Gone without our finalizer's help: remove what the record holds.
+    fn gone(&self) -> Result<Outcome> {
+        let (ctx, ns, name) = (self.ctx, self.ns, self.name);
+        Ok(match assign::read(ctx.kv, ns, name)? {
             Some(rec) if !rec.closed => unassigned(
-                assign::unassign(ctx, metal, ns, name, &rec.uid)?,
+                assign::unassign(ctx, self.metal, ns, name, &rec.uid)?,
                 "the claim no longer exists",
             ),
             _ => Outcome::new(StepResult::Absent, "the claim does not exist"),
-        });
-    };
-    let uid = claim.metadata.uid.clone().unwrap_or_default();
-    if claim.metadata.deleting() {
-        // With or without our finalizer (someone may have removed it): the
-        // address is not released while the record holds an assignment.
-        let state = assign::unassign(ctx, metal, ns, name, &uid)?;
-        if matches!(state, UnassignState::Done { .. })
-            && claim.metadata.has_finalizer(ASSIGNMENT_FINALIZER)
-        {
-            remove_finalizer(kube, &kube::CLAIMS, &claim, ASSIGNMENT_FINALIZER)?;
-        }
-        return Ok(unassigned(state, "the claim is being deleted"));
+        })
     }
-    if paused(&claim) {
-        return Ok(Outcome::new(StepResult::Paused, "the claim is paused"));
+
+    fn parse(&self, _: &ClaimObject) -> Result<Result<Gates, Verdict<()>>> {
+        Ok(Ok(Gates::default()))
     }
-    let Some(binding) = ops::get_claim(ctx.kv, ns, name)?.filter(|b| b.uid == uid) else {
-        return Ok(Outcome::new(
-            StepResult::Waiting,
-            "the claim is not bound yet",
-        ));
-    };
-    let pool_id = binding.pool_id(ns)?;
-    let vrf_backed =
-        ops::get_pool(ctx.kv, &pool_id)?.is_some_and(|p| p.object.spec.metal.is_some());
-    if !vrf_backed {
-        return Ok(Outcome::new(
-            StepResult::Ignored,
-            format!("pool {} is not VRF-backed", pool_id.display()),
-        ));
-    }
-    if let Some(cluster) = &binding.cluster_name {
-        let c: Option<ClusterObject> = kube.get_as(&kube::CLUSTERS, Some(ns), cluster)?;
-        if c.is_some_and(|c| c.is_paused()) {
-            return Ok(Outcome::new(
+
+    fn paused(&self, o: &ClaimObject, g: &mut Gates) -> Result<Option<Outcome>> {
+        if paused(o) {
+            return Ok(Some(Outcome::new(
                 StepResult::Paused,
-                format!("Cluster {ns}/{cluster} is paused"),
-            ));
+                "the claim is paused",
+            )));
         }
+        self.gates(o.metadata.uid.as_deref().unwrap_or_default(), o, g)
     }
-    let now = ctx.env.now();
-    let address = binding.ip()?;
-    let device = match resolve_device(kube, &claim)? {
-        DeviceRef::Known(d) => Some(d),
-        DeviceRef::Unknown => None,
-        DeviceRef::Invalid(msg) => {
-            write_condition(kube, &claim, Ready::no("InvalidDevice", &msg, now))?;
-            return Ok(Outcome::new(StepResult::Failed, msg).with_address(binding.address));
-        }
+
+    /// The address is not released while the record holds an assignment.
+    fn cleanup(&self, o: &ClaimObject, _: &Gates) -> Result<Cleanup<()>> {
+        let uid = o.metadata.uid.as_deref().unwrap_or_default();
+        let state = assign::unassign(self.ctx, self.metal, self.ns, self.name, uid)?;
+        let done = matches!(state, UnassignState::Done { .. });
+        let out = unassigned(state, "the claim is being deleted");
+        Ok(if done {
+            Cleanup::Done(out)
+        } else {
+            Cleanup::Pending(Verdict::answer(out))
+        })
+    }
+
+    fn keeps_finalizer(&self, _: &ClaimObject, g: &Gates) -> bool {
+        matches!(g.device, Some(DeviceRef::Known(_)))
+    }
+
+    fn apply(&self, _: &ClaimObject, g: Gates) -> Result<Verdict<()>> {
+        let (Some((binding, labels)), Some(device)) = (g.bound, g.device) else {
+            unreachable!("the gates passed: bound, device resolved");
+        };
+        let address = binding.address.as_str();
+        let device = match device {
+            DeviceRef::Known(d) => Some(d),
+            DeviceRef::Unknown => None,
+            DeviceRef::Invalid(msg) => {
+                let out = Outcome::new(StepResult::Failed, msg.clone()).with_address(address);
+                return Ok(condition("InvalidDevice", false, msg, out));
+            }
+        };
+        let want = Want {
+            uid: labels.uid.clone(),
+            address: binding.ip()?,
+            device: device.clone(),
+        };
+        let state = match &device {
+            Some(_) => assign::assign(self.ctx, self.metal, &want, &labels)?,
+            None => {
+                assign::prepare(self.ctx, self.ns, self.name, &want)?;
+                AssignState::DeviceUnknown
+            }
+        };
+        Ok(verdict(&state, address, device.as_deref()))
+    }
+
+    fn write_status(&self, o: &ClaimObject, c: &Condition, _: &()) -> Result<bool> {
+        let ready = Ready {
+            status: c.ok,
+            reason: c.reason.as_str(),
+            message: &c.message,
+            now: self.now.get(),
+        };
+        write_condition(self.kube, o, ready)
+    }
+}
+
+/// The `MetalAssigned` condition `reason` (`ok`) with `message`, and `out`.
+fn condition(reason: &'static str, ok: bool, message: String, out: Outcome) -> Verdict<()> {
+    let c = Condition {
+        ok,
+        reason: Reason::Other(reason),
+        message,
     };
-    let want = Want {
-        uid: uid.clone(),
-        address,
-        device: device.clone(),
+    Verdict {
+        status: Some((c, ())),
+        outcome: out,
+    }
+}
+
+/// What an assignment state means: the `MetalAssigned` condition (none
+/// for a passing state) and the step's outcome, whose message is the
+/// condition's, with the address.
+fn verdict(state: &AssignState, address: &str, device: Option<&str>) -> Verdict<()> {
+    let (cond, out) = table(state, address, device);
+    let out = out.with_address(address);
+    match cond {
+        Some((reason, ok)) => condition(reason, ok, out.message.clone(), out),
+        None => Verdict::answer(out),
+    }
+}
+
+/// The table behind [`verdict`]: the condition's reason and status, and
+/// the outcome.
+fn table(
+    state: &AssignState,
+    address: &str,
+    device: Option<&str>,
+) -> (Option<(&'static str, bool)>, Outcome) {
+    let device = device.unwrap_or("?");
+    let waiting = |reason, msg: String| {
+        (
+            Some((reason, false)),
+            Outcome::new(StepResult::Waiting, msg),
+        )
     };
-    let labels = Labels {
-        namespace: ns.to_string(),
-        name: name.to_string(),
-        uid,
-        pool: format!("{} {}", pool_id.kind.kind_name(), pool_id.display()),
-        cluster: binding.cluster_name.clone(),
-    };
-    let claim = if device.is_some() {
-        add_finalizer(kube, &kube::CLAIMS, &claim, ASSIGNMENT_FINALIZER)?
-    } else {
-        claim
-    };
-    let state = if device.is_some() {
-        assign::assign(ctx, metal, &want, &labels)?
-    } else {
-        assign::prepare(ctx, ns, name, &want)?;
-        AssignState::DeviceUnknown
-    };
-    let with = |o: Outcome| o.with_address(binding.address.clone());
-    let (cond, out) = match &state {
-        AssignState::Assigned(id) => {
-            let msg = format!(
-                "{} is assigned to device {} (Metal assignment {id})",
-                binding.address,
-                device.as_deref().unwrap_or("?")
-            );
-            let out = Outcome::new(StepResult::Bound, msg.clone());
-            (Some(("Assigned", true, msg)), out)
-        }
-        AssignState::DeviceUnknown => {
-            let msg = format!("no device yet: waiting for the owning machine's spec.providerID or the {DEVICE_ANNOTATION} annotation");
-            (
-                Some(("DeviceUnknown", false, msg.clone())),
-                Outcome::new(StepResult::Waiting, msg),
-            )
-        }
-        AssignState::DeviceGone(d) => {
-            let msg = format!("device {d} does not exist in Metal");
-            (
-                Some(("DeviceNotFound", false, msg.clone())),
-                Outcome::new(StepResult::Waiting, msg),
-            )
-        }
-        AssignState::DeviceDeleted(d) => {
-            let msg = format!(
-                "device {d} was deleted; its assignment went with it (the claim is assigned again once it names another device)"
-            );
-            (
-                Some(("DeviceDeleted", false, msg.clone())),
-                Outcome::new(StepResult::Waiting, msg),
-            )
-        }
-        AssignState::DeviceNotActive(s) => {
-            let msg = format!(
-                "device {} is {s}; the assignment is made when it is active",
-                device.as_deref().unwrap_or("?")
-            );
-            (
-                Some(("DeviceNotActive", false, msg.clone())),
-                Outcome::new(StepResult::Waiting, msg),
-            )
-        }
-        AssignState::Refused(m) => {
-            let msg = format!("Metal refused the assignment: {m}");
-            (
-                Some(("AssignmentRefused", false, msg.clone())),
-                Outcome::new(StepResult::Failed, msg),
-            )
-        }
+    match state {
+        AssignState::Assigned(id) => (
+            Some(("Assigned", true)),
+            Outcome::new(
+                StepResult::Bound,
+                format!("{address} is assigned to device {device} (Metal assignment {id})"),
+            ),
+        ),
+        AssignState::DeviceUnknown => waiting(
+            "DeviceUnknown",
+            format!("no device yet: waiting for the owning machine's spec.providerID or the {DEVICE_ANNOTATION} annotation"),
+        ),
+        AssignState::DeviceGone(d) => waiting(
+            "DeviceNotFound",
+            format!("device {d} does not exist in Metal"),
+        ),
+        AssignState::DeviceDeleted(d) => waiting(
+            "DeviceDeleted",
+            format!("device {d} was deleted; its assignment went with it (the claim is assigned again once it names another device)"),
+        ),
+        AssignState::DeviceNotActive(s) => waiting(
+            "DeviceNotActive",
+            format!("device {device} is {s}; the assignment is made when it is active"),
+        ),
+        AssignState::Refused(m) => (
+            Some(("AssignmentRefused", false)),
+            Outcome::new(StepResult::Failed, format!("Metal refused the assignment: {m}")),
+        ),
         AssignState::InProgress(s) => (
             None,
             Outcome::new(StepResult::Waiting, "an assignment is in progress").retry_after(*s),
@@ -350,15 +370,5 @@ fn sync_once<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
                 "the claim's assignment was closed (the claim is going)",
             ),
         ),
-    };
-    if let Some((reason, ok, msg)) = cond {
-        let c = Ready {
-            status: ok,
-            reason,
-            message: &msg,
-            now,
-        };
-        write_condition(kube, &claim, c)?;
     }
-    Ok(with(out))
 }

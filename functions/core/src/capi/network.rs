@@ -76,9 +76,9 @@ use std::collections::BTreeSet;
 
 use serde_json::{json, Value};
 
-use super::assign::device_of;
+use super::device::{device_in, device_of, provider_of};
 use super::objects::MachineObject;
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{Error, ErrorKind, Known, Result};
 use crate::ipam::pool::{PoolId, PoolKind};
 use crate::ipam::vrf::Resource as MetalResource;
 use crate::kube::object::{metadata, Object, ObjectMeta};
@@ -162,33 +162,6 @@ fn annotation_of(
     Ok(Some(value.to_string()))
 }
 
-/// The provider ID of the Machine, else of its infrastructure machine.
-fn provider_of<'a>(
-    machine: &'a MachineObject,
-    infra: Option<&'a MachineObject>,
-) -> Option<&'a str> {
-    machine
-        .provider_id
-        .as_deref()
-        .or_else(|| infra.and_then(|i| i.provider_id.as_deref()))
-}
-
-/// The device the provider ID names, if any.
-///
-/// # Errors
-/// 422 for a provider ID that is not Metal's.
-fn device_in(machine: &MachineObject, infra: Option<&MachineObject>) -> Result<Option<String>> {
-    match provider_of(machine, infra) {
-        None => Ok(None),
-        Some(p) => Ok(Some(device_of(p).map(str::to_string).ok_or_else(|| {
-            Error::invalid(
-                "spec.providerID",
-                format!("{p:?} is not equinixmetal://<uuid>"),
-            )
-        })?)),
-    }
-}
-
 /// What a machine's networking needs: its profile and its device.
 #[derive(Debug, Clone, PartialEq)]
 pub struct MachineNetwork {
@@ -225,7 +198,7 @@ pub fn read_machine<H: HttpClient + ?Sized>(
     })?;
     let profile_name = annotation_of(ns, name, &machine, infra.as_ref())?.ok_or_else(|| {
         Error::conflict(
-            "NoNetworkProfile",
+            Known::NoNetworkProfile.as_str(),
             format!("Machine {ns}/{name} has no {PROFILE_ANNOTATION} annotation (nor its infrastructure machine)"),
         )
     })?;

@@ -27,7 +27,8 @@
 
 use serde_json::{json, Value};
 
-use super::assign::{device_of, sync_claim_assignment};
+use super::assign::sync_claim_assignment;
+use super::device::device_of;
 use super::network::{delete_claims, sync_machine, Synced};
 use super::objects::MachineObject;
 use crate::error::Result;
@@ -166,6 +167,191 @@ fn synced_name(s: &Synced) -> Option<&'static str> {
     }
 }
 
+/// One call's work: the steps it runs, what it reports, the budgets left.
+struct Run<'r, 'a, K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized> {
+    ctx: &'r Ctx<'a, K>,
+    kube: &'r Kube<'a, H>,
+    metal: &'r Metal<'a, H, E>,
+    batches: &'r dyn VlanBatches,
+    report: PollReport,
+    machines: Machines<'r, 'a, H>,
+    started: u64,
+    claims_left: usize,
+    machines_left: usize,
+}
+
+impl<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized> Run<'_, '_, K, H, E> {
+    fn out_of_time(&self) -> bool {
+        self.ctx.env.now() >= self.started.saturating_add(POLL_TIME_S)
+    }
+
+    /// The claim step for `ns/name`, its result or error reported.
+    fn sync(&mut self, ns: &str, name: &str) {
+        match sync_claim_assignment(self.ctx, self.kube, self.metal, ns, name) {
+            Ok(o) => self
+                .report
+                .synced
+                .push((format!("{ns}/{name}"), o.result.as_str())),
+            Err(e) => self.report.errors.push(format!("claim {ns}/{name}: {e}")),
+        }
+    }
+
+    /// The machine network step for `ns/name`, its result or error reported.
+    fn sync_net(&mut self, ns: &str, name: &str) {
+        let r = &mut self.report;
+        match sync_machine(self.ctx, self.kube, self.metal, self.batches, ns, name) {
+            Ok(s) => {
+                if let Some(n) = synced_name(&s) {
+                    r.network.push((format!("{ns}/{name}"), n));
+                }
+                r.network_claims_deleted += s.claims_deleted().unwrap_or(0);
+            }
+            Err(e) => r.errors.push(format!("Machine {ns}/{name} (network): {e}")),
+        }
+    }
+
+    /// Handles the pending devices oldest first within the budgets; returns
+    /// those handled. Stops when Metal or the Machines list fails.
+    fn devices(
+        &mut self,
+        pending: &[PendingDevice],
+        records: &[((String, String), Assignment)],
+    ) -> Result<Vec<PendingDevice>> {
+        let mut handled: Vec<PendingDevice> = Vec::new();
+        for p in pending {
+            if self.out_of_time() {
+                break;
+            }
+            let d = p.device.as_str();
+            // Every open record on the device: on one that went, each is
+            // told; on an active one, each is synced (a converged claim costs
+            // no Metal call, and one whose answer or condition write was
+            // lost is repaired by the next event of its device).
+            let claims: Vec<(String, String)> = records
+                .iter()
+                .filter(|(_, r)| r.device.as_deref() == Some(d) && !r.closed)
+                .map(|(k, _)| k.clone())
+                .collect();
+            let on = match self.machines.on(d) {
+                Ok(m) => m,
+                Err(e) => {
+                    self.report.errors.push(format!("Machines: {e}"));
+                    break;
+                }
+            };
+            let fits = claims.len() <= self.claims_left && on.len() <= self.machines_left;
+            if !fits && !handled.is_empty() {
+                break;
+            }
+            let device = match self.metal.get_device(d) {
+                Ok(x) => x,
+                Err(e) => {
+                    // Metal is not answering: stop; the device stays pending.
+                    let e = crate::error::Error::from(e);
+                    self.report.errors.push(format!("device {d}: {e}"));
+                    break;
+                }
+            };
+            self.report.devices += 1;
+            if device.as_ref().is_none_or(|x| x.gone()) {
+                self.gone(d, &claims, &on)?;
+            } else if device.as_ref().is_some_and(|x| x.active()) {
+                for (ns, name) in &claims {
+                    self.sync(ns, name);
+                }
+                for (ns, name, _) in &on {
+                    self.sync_net(ns, name);
+                }
+            }
+            // Not active yet: its next change of state is an event of its own.
+            self.claims_left = self.claims_left.saturating_sub(claims.len());
+            self.machines_left = self.machines_left.saturating_sub(on.len());
+            handled.push(p.clone());
+        }
+        Ok(handled)
+    }
+
+    /// Device `d` is gone: its claims told (and synced: the condition says
+    /// `DeviceDeleted`, a deleting claim finishes its release), its
+    /// Machines' per-VLAN claims deleted, its apply record forgotten.
+    fn gone(
+        &mut self,
+        d: &str,
+        claims: &[(String, String)],
+        on: &[(String, String, String)],
+    ) -> Result<()> {
+        for (ns, name) in claims {
+            match record::device_deleted(self.ctx, ns, name, d) {
+                Ok(true) => self.report.device_deleted.push(format!("{ns}/{name}")),
+                Ok(false) => {}
+                Err(e) => {
+                    self.report.errors.push(format!("claim {ns}/{name}: {e}"));
+                    continue;
+                }
+            }
+            self.sync(ns, name);
+        }
+        for (ns, name, uid) in on {
+            let r = &mut self.report;
+            match delete_claims(self.kube, ns, name, uid) {
+                Ok(n) => {
+                    r.network.push((format!("{ns}/{name}"), "released"));
+                    r.network_claims_deleted += n;
+                }
+                Err(e) => r.errors.push(format!("Machine {ns}/{name} (network): {e}")),
+            }
+        }
+        crate::network::apply::forget(self.ctx.kv, d)
+    }
+
+    /// Claims whose owner had no provider ID yet, rechecked after a device
+    /// was named (theirs may be it), in rotating order when they are more
+    /// than the budget left; `Some(gen)` when every one was.
+    fn unplaced(&mut self, records: &[((String, String), Assignment)], gen: u64) -> Option<u64> {
+        let now = self.ctx.env.now();
+        let unplaced: Vec<&(String, String)> = records
+            .iter()
+            .filter(|(_, r)| r.device.is_none() && waiting(r, now))
+            .map(|(k, _)| k)
+            .collect();
+        let n = unplaced.len();
+        let take = n.min(self.claims_left);
+        let start = if n == 0 {
+            0
+        } else {
+            (gen as usize).wrapping_mul(self.claims_left.max(1)) % n
+        };
+        for i in 0..take {
+            let (ns, name) = unplaced[(start + i) % n];
+            self.sync(ns, name);
+        }
+        (take == n).then_some(gen)
+    }
+
+    /// Applies left with a step running continue here (their device had no
+    /// event of its own), within the machines' budget.
+    fn running_applies(&mut self, handled: &[PendingDevice]) -> Result<()> {
+        let running = crate::network::apply::running_devices(self.ctx.kv)?;
+        for d in running {
+            if self.machines_left == 0 || handled.iter().any(|p| p.device == d) {
+                continue;
+            }
+            let on = match self.machines.on(&d) {
+                Ok(m) => m,
+                Err(e) => {
+                    self.report.errors.push(format!("Machines: {e}"));
+                    break;
+                }
+            };
+            for (ns, name, _) in on.into_iter().take(self.machines_left) {
+                self.machines_left -= 1;
+                self.sync_net(&ns, &name);
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Handles the Metal events after the cursor (see the module docs).
 ///
 /// # Idempotency
@@ -199,164 +385,32 @@ pub fn poll<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
         None if cur.pending.is_empty() && !cur.recheck_unplaced => Vec::new(),
         None => record::list(ctx.kv)?,
     };
-    let mut report = PollReport {
-        events: ingested.events,
-        resync: ingested.resync,
-        cursor: (!cur.last.is_empty()).then(|| cur.last.clone()),
-        ..PollReport::default()
+    let mut run = Run {
+        ctx,
+        kube,
+        metal,
+        batches,
+        report: PollReport {
+            events: ingested.events,
+            resync: ingested.resync,
+            cursor: (!cur.last.is_empty()).then(|| cur.last.clone()),
+            ..PollReport::default()
+        },
+        machines: Machines { kube, listed: None },
+        started: ctx.env.now(),
+        claims_left: MAX_POLL_CLAIMS,
+        machines_left: MAX_POLL_MACHINES,
     };
-    let started = ctx.env.now();
-    let out_of_time = || ctx.env.now() >= started.saturating_add(POLL_TIME_S);
-    let mut claims_left = MAX_POLL_CLAIMS;
-    let mut machines_left = MAX_POLL_MACHINES;
-    let mut machines = Machines { kube, listed: None };
-    let mut handled: Vec<PendingDevice> = Vec::new();
-    let sync_net = |report: &mut PollReport, ns: &str, name: &str| match sync_machine(
-        ctx, kube, metal, batches, ns, name,
-    ) {
-        Ok(s) => {
-            if let Some(n) = synced_name(&s) {
-                report.network.push((format!("{ns}/{name}"), n));
-            }
-            report.network_claims_deleted += s.claims_deleted().unwrap_or(0);
-        }
-        Err(e) => report
-            .errors
-            .push(format!("Machine {ns}/{name} (network): {e}")),
-    };
-    let sync = |report: &mut PollReport, ns: &str, name: &str| match sync_claim_assignment(
-        ctx, kube, metal, ns, name,
-    ) {
-        Ok(o) => report
-            .synced
-            .push((format!("{ns}/{name}"), o.result.as_str())),
-        Err(e) => report.errors.push(format!("claim {ns}/{name}: {e}")),
-    };
-    for p in &cur.pending {
-        if out_of_time() {
-            break;
-        }
-        let d = p.device.as_str();
-        // Every open record on the device: on one that went, each is told;
-        // on an active one, each is synced (a converged claim costs no Metal
-        // call, and one whose answer or condition write was lost is
-        // repaired by the next event of its device).
-        let claims: Vec<(String, String)> = records
-            .iter()
-            .filter(|(_, r)| r.device.as_deref() == Some(d) && !r.closed)
-            .map(|(k, _)| k.clone())
-            .collect();
-        let on = match machines.on(d) {
-            Ok(m) => m,
-            Err(e) => {
-                report.errors.push(format!("Machines: {e}"));
-                break;
-            }
-        };
-        let fits = claims.len() <= claims_left && on.len() <= machines_left;
-        if !fits && !handled.is_empty() {
-            break;
-        }
-        let device = match metal.get_device(d) {
-            Ok(x) => x,
-            Err(e) => {
-                // Metal is not answering: stop; the device stays pending.
-                report
-                    .errors
-                    .push(format!("device {d}: {}", crate::error::Error::from(e)));
-                break;
-            }
-        };
-        report.devices += 1;
-        let gone = device.as_ref().is_none_or(|x| x.gone());
-        let active = device.as_ref().is_some_and(|x| x.active());
-        if gone {
-            for (ns, name) in &claims {
-                match record::device_deleted(ctx, ns, name, d) {
-                    Ok(true) => report.device_deleted.push(format!("{ns}/{name}")),
-                    Ok(false) => {}
-                    Err(e) => {
-                        report.errors.push(format!("claim {ns}/{name}: {e}"));
-                        continue;
-                    }
-                }
-                // The claim's condition says so (DeviceDeleted); a deleting
-                // claim finishes its release.
-                sync(&mut report, ns, name);
-            }
-            for (ns, name, uid) in &on {
-                match delete_claims(kube, ns, name, uid) {
-                    Ok(n) => {
-                        report.network.push((format!("{ns}/{name}"), "released"));
-                        report.network_claims_deleted += n;
-                    }
-                    Err(e) => report
-                        .errors
-                        .push(format!("Machine {ns}/{name} (network): {e}")),
-                }
-            }
-            crate::network::apply::forget(ctx.kv, d)?;
-        } else if active {
-            for (ns, name) in &claims {
-                sync(&mut report, ns, name);
-            }
-            for (ns, name, _) in &on {
-                sync_net(&mut report, ns, name);
-            }
-        }
-        // Not active yet: its next change of state is an event of its own.
-        claims_left = claims_left.saturating_sub(claims.len());
-        machines_left = machines_left.saturating_sub(on.len());
-        handled.push(p.clone());
-    }
-    // Claims whose owner had no provider ID yet: rechecked after a device
-    // was named (theirs may be it), in rotating order when they are more
-    // than the budget left.
+    let handled = run.devices(&cur.pending, &records)?;
     let mut unplaced_done = None;
-    if cur.recheck_unplaced && !out_of_time() {
-        let now = ctx.env.now();
-        let unplaced: Vec<&(String, String)> = records
-            .iter()
-            .filter(|(_, r)| r.device.is_none() && waiting(r, now))
-            .map(|(k, _)| k)
-            .collect();
-        let n = unplaced.len();
-        let take = n.min(claims_left);
-        let start = if n == 0 {
-            0
-        } else {
-            (cur.gen as usize).wrapping_mul(claims_left.max(1)) % n
-        };
-        for i in 0..take {
-            let (ns, name) = unplaced[(start + i) % n];
-            sync(&mut report, ns, name);
-        }
-        if take == n {
-            unplaced_done = Some(cur.gen);
-        }
+    if cur.recheck_unplaced && !run.out_of_time() {
+        unplaced_done = run.unplaced(&records, cur.gen);
     }
-    // Applies left with a step running continue here (their device had no
-    // event of its own), within the machines' budget.
-    if machines_left > 0 && !out_of_time() {
-        let running = crate::network::apply::running_devices(ctx.kv)?;
-        for d in running {
-            if machines_left == 0 || handled.iter().any(|p| p.device == d) {
-                continue;
-            }
-            let on = match machines.on(&d) {
-                Ok(m) => m,
-                Err(e) => {
-                    report.errors.push(format!("Machines: {e}"));
-                    break;
-                }
-            };
-            for (ns, name, _) in on.into_iter().take(machines_left) {
-                machines_left -= 1;
-                sync_net(&mut report, &ns, &name);
-            }
-        }
+    if run.machines_left > 0 && !run.out_of_time() {
+        run.running_applies(&handled)?;
     }
     let after = poll::done(ctx, &handled, unplaced_done)?;
+    let mut report = run.report;
     report.pending = after.pending.len();
     report.more = !after.pending.is_empty() || after.recheck_unplaced;
     Ok(report)

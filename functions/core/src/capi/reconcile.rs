@@ -31,7 +31,7 @@ use serde_json::{json, Value};
 
 use crate::capi::objects::PoolResource;
 use crate::capi::{self, Outcome};
-use crate::error::Result;
+use crate::error::{Known, Result};
 use crate::ip::to_u128;
 use crate::ipam::claim::{ClaimObject, IpAddressObject};
 use crate::ipam::ops;
@@ -105,7 +105,46 @@ pub fn reconcile_all<K: KvStore, H: HttpClient + ?Sized>(
 ) -> Result<Report> {
     let before = kube.calls();
     let mut report = Report::default();
+    let pool_objects = sync_pools(ctx, kube, &mut report)?;
+    let claims = reconcile_claims(ctx, kube, pool_objects, &mut report)?;
+    // Pools that came from Kubernetes carry its uid; pools registered
+    // through the plain HTTP API do not, and their bindings are not ours to
+    // judge against the API server.
+    let pools = ops::list_pools(ctx.kv, None)?;
+    let managed: BTreeSet<PoolId> = pools
+        .iter()
+        .filter(|v| v.object.uid().is_some())
+        .map(|v| v.object.id.clone())
+        .collect();
+    release_stale(ctx, kube, &managed, &claims, &mut report)?;
+    let mut in_use = claims.in_use;
+    for view in pools {
+        let id = view.object.id.clone();
+        let holding = in_use.remove(&id).unwrap_or_default();
+        match reclaim_leaks(ctx, &id, &holding) {
+            Ok(n) => report.leaks_reclaimed += n,
+            Err(e) => report.errors.push(format!("pool {}: {e}", id.display())),
+        }
+    }
+    // Machines: those to sync, from the claims listed above.
+    let listed = claims.snapshot.claims.values().map(|c| c.meta());
+    match capi::network::machines_to_sync(ctx, kube, listed) {
+        Ok(m) => {
+            report.machines = m.machines;
+            report.network_claims_deleted = u32::try_from(m.claims_deleted).unwrap_or(u32::MAX);
+        }
+        Err(e) => report.errors.push(format!("Machines (network): {e}")),
+    }
+    report.kube_calls = kube.calls() - before;
+    Ok(report)
+}
 
+/// Step 1: every pool listed and synced; the listed objects by id.
+fn sync_pools<K: KvStore, H: HttpClient + ?Sized>(
+    ctx: &Ctx<'_, K>,
+    kube: &Kube<'_, H>,
+    report: &mut Report,
+) -> Result<BTreeMap<PoolId, PoolResource>> {
     let mut pool_objects: BTreeMap<PoolId, PoolResource> = BTreeMap::new();
     for (kind, r) in [
         (PoolKind::Namespaced, &kube::METAL_IP_POOLS),
@@ -129,9 +168,29 @@ pub fn reconcile_all<K: KvStore, H: HttpClient + ?Sized>(
             pool_objects.insert(id, p);
         }
     }
+    Ok(pool_objects)
+}
 
-    // One list of claims and one of IPAddresses serve every claim's first
-    // reconciliation attempt; a conflict makes that claim's retry read fresh.
+/// What the claim lists showed.
+struct Listed {
+    /// The lists, as the claims' first attempts read them.
+    snapshot: capi::Snapshot,
+    /// (namespace, name, uid) of every live claim.
+    live: BTreeSet<(String, String, String)>,
+    /// Addresses that `IPAddress` objects hold, by pool: reconcile never
+    /// frees one of them (neither as a stale binding nor as a leak).
+    in_use: BTreeMap<PoolId, BTreeSet<u128>>,
+}
+
+/// Step 2: every claim listed and reconciled (one list of claims and one
+/// of `IPAddress`es serve every claim's first attempt; a conflict makes
+/// that claim's retry read fresh).
+fn reconcile_claims<K: KvStore, H: HttpClient + ?Sized>(
+    ctx: &Ctx<'_, K>,
+    kube: &Kube<'_, H>,
+    pool_objects: BTreeMap<PoolId, PoolResource>,
+    report: &mut Report,
+) -> Result<Listed> {
     let claims: Vec<WithJson<ClaimObject>> = kube.list_as(&kube::CLAIMS, None)?;
     let addresses: Vec<IpAddressObject> = kube.list_as(&kube::IP_ADDRESSES, None)?;
     let mut live: BTreeSet<(String, String, String)> = BTreeSet::new();
@@ -147,8 +206,6 @@ pub fn reconcile_all<K: KvStore, H: HttpClient + ?Sized>(
         live.insert((ns.clone(), m.name.clone(), uid));
         names.push((ns, m.name.clone()));
     }
-    // Addresses that IPAddress objects hold, by pool: reconcile never frees
-    // one of them (neither as a stale binding nor as a leak).
     let mut in_use: BTreeMap<PoolId, BTreeSet<u128>> = BTreeMap::new();
     for a in &addresses {
         if let Some((id, v)) = ip_address_of(a) {
@@ -169,19 +226,23 @@ pub fn reconcile_all<K: KvStore, H: HttpClient + ?Sized>(
                 .push(format!("IPAddressClaim {ns}/{name}: {e}")),
         }
     }
+    Ok(Listed {
+        snapshot,
+        live,
+        in_use,
+    })
+}
 
-    // Pools that came from Kubernetes carry its uid; pools registered
-    // through the plain HTTP API do not, and their bindings are not ours to
-    // judge against the API server.
-    let pools = ops::list_pools(ctx.kv, None)?;
-    let managed: BTreeSet<PoolId> = pools
-        .iter()
-        .filter(|v| v.object.uid().is_some())
-        .map(|v| v.object.id.clone())
-        .collect();
-
-    // Bindings without a live claim. (What bindings hold is read again by
-    // the leak reclaim below, after each pool record.)
+/// Step 3: bindings without a live claim released, in `managed` pools,
+/// unless an `IPAddress` holds the address. (What bindings hold is read
+/// again by the leak reclaim, after each pool record.)
+fn release_stale<K: KvStore, H: HttpClient + ?Sized>(
+    ctx: &Ctx<'_, K>,
+    kube: &Kube<'_, H>,
+    managed: &BTreeSet<PoolId>,
+    listed: &Listed,
+    report: &mut Report,
+) -> Result<()> {
     for key in ctx.kv.list_keys()? {
         let Some((ns, name)) = keys::parse_claim(&key) else {
             continue;
@@ -191,56 +252,49 @@ pub fn reconcile_all<K: KvStore, H: HttpClient + ?Sized>(
         };
         let Ok(pool) = rec.pool_id(ns) else { continue };
         let address = rec.ip().ok().map(to_u128);
+        let held = |a: u128| listed.in_use.get(&pool).is_some_and(|s| s.contains(&a));
         if managed.contains(&pool)
-            && !live.contains(&(ns.to_string(), name.to_string(), rec.uid.clone()))
-            && !address.is_some_and(|a| in_use.get(&pool).is_some_and(|s| s.contains(&a)))
+            && !listed
+                .live
+                .contains(&(ns.to_string(), name.to_string(), rec.uid.clone()))
+            && !address.is_some_and(held)
         {
-            // The claim list is a snapshot: a claim created (and bound by an
-            // event on another replica) since then is not in it. Re-read
-            // this claim before judging its binding.
-            match kube.get_as::<Meta>(&kube::CLAIMS, Some(ns), name) {
-                Ok(Some(c)) if c.metadata.uid.as_deref() == Some(rec.uid.as_str()) => continue,
-                Ok(_) => {}
-                Err(e) => {
-                    let e = crate::error::Error::from(e);
-                    report.errors.push(format!("binding {ns}/{name}: {e}"));
-                    continue;
-                }
-            }
-            match crate::provision::assign::release(ctx, ns, name, Some(&rec.uid)) {
-                Ok(Some(_)) => report.bindings_released += 1,
-                Ok(None) => {}
-                // Still assigned to a device in Metal: the assign step
-                // removes that first (forwarded below); the next run
-                // releases the binding.
-                Err(e) if e.reason() == "MetalAssignmentHeld" => {
-                    report.metal_claims.push((ns.to_string(), name.to_string()));
-                }
-                Err(e) => report.errors.push(format!("binding {ns}/{name}: {e}")),
-            }
+            release_binding(ctx, kube, (ns, name), &rec.uid, report);
         }
     }
+    Ok(())
+}
 
-    for view in pools {
-        let id = view.object.id.clone();
-        let holding = in_use.remove(&id).unwrap_or_default();
-        match reclaim_leaks(ctx, &id, &holding) {
-            Ok(n) => report.leaks_reclaimed += n,
-            Err(e) => report.errors.push(format!("pool {}: {e}", id.display())),
+/// The binding of `ns/name` (claim `uid`) released, after re-reading the
+/// claim: the claim list is a snapshot, and a claim created (and bound by
+/// an event on another replica) since then is not in it.
+fn release_binding<K: KvStore, H: HttpClient + ?Sized>(
+    ctx: &Ctx<'_, K>,
+    kube: &Kube<'_, H>,
+    (ns, name): (&str, &str),
+    uid: &str,
+    report: &mut Report,
+) {
+    match kube.get_as::<Meta>(&kube::CLAIMS, Some(ns), name) {
+        Ok(Some(c)) if c.metadata.uid.as_deref() == Some(uid) => return,
+        Ok(_) => {}
+        Err(e) => {
+            let e = crate::error::Error::from(e);
+            report.errors.push(format!("binding {ns}/{name}: {e}"));
+            return;
         }
     }
-
-    // Machines: those to sync, from the claims listed above.
-    let listed = snapshot.claims.values().map(|c| c.meta());
-    match capi::network::machines_to_sync(ctx, kube, listed) {
-        Ok(m) => {
-            report.machines = m.machines;
-            report.network_claims_deleted = u32::try_from(m.claims_deleted).unwrap_or(u32::MAX);
+    match crate::provision::assign::release(ctx, ns, name, Some(uid)) {
+        Ok(Some(_)) => report.bindings_released += 1,
+        Ok(None) => {}
+        // Still assigned to a device in Metal: the assign step removes that
+        // first (forwarded by the `reconcile` component); the next run
+        // releases the binding.
+        Err(e) if e.is(Known::MetalAssignmentHeld) => {
+            report.metal_claims.push((ns.to_string(), name.to_string()));
         }
-        Err(e) => report.errors.push(format!("Machines (network): {e}")),
+        Err(e) => report.errors.push(format!("binding {ns}/{name}: {e}")),
     }
-    report.kube_calls = kube.calls() - before;
-    Ok(report)
 }
 
 /// The pool and address an `IPAddress` object holds, when it is one of ours.

@@ -34,20 +34,21 @@
 //! Metal resources exist: `spec.metal` was removed (the webhook refuses
 //! that), which is `Ready=False MetalSpecChanged`.
 
+use std::cell::Cell;
+
 use serde_json::{json, Map, Value};
 
 use super::objects::{paused, PoolResource};
-use super::{resource_of, write_pool_status, Outcome, StepResult, POOL_FINALIZER};
+use super::{resource_of, write_pool_status, POOL_FINALIZER};
 use crate::admission::ProfileLookup;
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{Error, ErrorKind, Known, Result};
 use crate::ipam::ops;
 use crate::ipam::pool::PoolKind;
 use crate::ipam::pool::{PoolId, PoolObject};
-use crate::ipam::vrf::Resource;
+use crate::ipam::vrf::{MetalSpec, Resource};
 use crate::kube::conditions::Ready;
-use crate::kube::meta::{add_finalizer, remove_finalizer, retrying};
 use crate::kube::object::{Meta, Object, WithJson};
-use crate::kube::{Kube, NETWORK_PROFILES};
+use crate::kube::{Kube, Resource as KubeResource, NETWORK_PROFILES};
 use crate::kv::Ctx;
 use crate::metal::client::Metal;
 use crate::network::profile::{PoolName, Profile};
@@ -56,6 +57,9 @@ use crate::ports::kv::KvStore;
 use crate::ports::Env;
 use crate::provision::plan::{owner, Owner, Progress};
 use crate::provision::step::{self, Begun, Phase, Target};
+use crate::reconcile::{
+    self, Cleanup, Condition, Handler, Order, Outcome, Reason, StepResult, Verdict,
+};
 
 /// Reason of `Ready=False` while Metal resources are being provisioned.
 pub const REASON_PROVISIONING: &str = "MetalProvisioning";
@@ -87,185 +91,262 @@ pub fn sync_vrf_pool<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
     metal: &Metal<'_, H, E>,
     id: &PoolId,
 ) -> Result<Outcome> {
-    let before = kube.calls();
-    let mut out = retrying(|| sync_once(ctx, kube, metal, id))?;
-    out.kube_calls = kube.calls() - before;
-    Ok(out)
+    reconcile::run(&VrfPool {
+        ctx,
+        kube,
+        metal,
+        id,
+        now: Cell::new(0),
+    })
 }
 
-fn sync_once<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
-    ctx: &Ctx<'_, K>,
-    kube: &Kube<'_, H>,
-    metal: &Metal<'_, H, E>,
-    id: &PoolId,
-) -> Result<Outcome> {
-    let r = resource_of(id.kind);
-    let ns = id.namespace.as_deref();
-    let now = ctx.env.now();
-    let Some(o) = kube.get_as::<WithJson<PoolResource>>(r, ns, &id.name)? else {
-        return Ok(Outcome::new(
-            StepResult::Absent,
-            format!("pool {} does not exist", id.display()),
-        ));
-    };
-    let object = match PoolObject::parse(id, &o.json) {
-        Ok(p) => p,
-        Err(e) => {
-            if !o.meta().deleting() {
-                write_pool_status(
-                    kube,
-                    r,
-                    &o.typed,
-                    None,
-                    Ready::no("InvalidSpec", &e.to_string(), now),
-                )?;
-            }
-            return Ok(Outcome::new(StepResult::Failed, e.to_string()));
-        }
-    };
-    let Some(spec) = object.spec.metal.clone() else {
-        // Its Metal resources exist but spec.metal is gone (the webhook
-        // refuses that): say so rather than orphan them silently.
+/// One VRF-backed pool's reconciliation on the kit.
+///
+/// Order: [`Order::DeletionFirst`] — a deleted pool is torn down even while
+/// paused (its Metal resources are billable). Finalizer:
+/// [`POOL_FINALIZER`]; a deleting pool without it is not ours to tear
+/// down. Verdicts: `Ready=True PoolReady`; `Ready=False` with
+/// `InvalidSpec`, `MetalSpecChanged`, Metal's refusals (`failed`),
+/// `MetalProvisioning`, `PoolInUse`, `PoolVlanInUse`, `MetalTearingDown`
+/// (`waiting`); `status.metal` beside them once resources are recorded.
+struct VrfPool<'r, 'a, K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized> {
+    ctx: &'r Ctx<'a, K>,
+    kube: &'r Kube<'a, H>,
+    metal: &'r Metal<'a, H, E>,
+    id: &'r PoolId,
+    /// The clock when the object was read (the conditions' time).
+    now: Cell<u64>,
+}
+
+/// A pool object with `spec.metal`, parsed.
+struct Parsed {
+    object: PoolObject,
+    spec: MetalSpec,
+    /// Why `spec.metal` breaks the section's rules (deletion policies
+    /// Metal can carry out included): refused before anything is created,
+    /// even the finalizer (the webhook may be bypassed).
+    invalid: Option<String>,
+}
+
+/// `status` fields beside the condition (`metal`, `ipAddresses`).
+type Fields = Option<Map<String, Value>>;
+
+impl<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized> VrfPool<'_, '_, K, H, E> {
+    fn target<'p>(&'p self, o: &WithJson<PoolResource>, spec: &'p MetalSpec) -> Target<'p> {
+        let m = o.meta();
+        let cluster = m.label(crate::ipam::claim::CLUSTER_NAME_LABEL);
+        Target::new(self.id, spec, m.uid.as_deref(), cluster)
+    }
+
+    /// Without `spec.metal`: not this step's (`ignored`), unless its Metal
+    /// resources exist (`spec.metal` removed behind the webhook's back):
+    /// `MetalSpecChanged` rather than orphaning them silently.
+    fn no_spec_metal(&self, o: &WithJson<PoolResource>) -> Result<Verdict<Fields>> {
+        let meta = o.meta();
         let held = || -> Result<bool> {
-            let cur = step::read_state(ctx.kv, id)?;
+            let cur = step::read_state(self.ctx.kv, self.id)?;
             Ok(
-                matches!(owner(cur.as_ref(), o.meta().uid.as_deref()), Owner::Mine)
+                matches!(owner(cur.as_ref(), meta.uid.as_deref()), Owner::Mine)
                     && cur.as_ref().is_some_and(Progress::holds_anything),
             )
         };
-        if !o.meta().deleting() && held()? {
+        if !meta.deleting() && held()? {
             let e = Error::new(
                 ErrorKind::Invalid,
                 "MetalSpecChanged",
                 "cannot be removed: the pool's Metal resources exist (delete the pool to tear them down)",
             )
             .with_field("spec.metal");
-            write_pool_status(
-                kube,
-                r,
-                &o.typed,
+            return Ok(Verdict::not_ready(
+                Reason::Other(e.reason()),
+                e.to_string(),
                 None,
-                Ready::no(e.reason(), &e.to_string(), now),
-            )?;
-            return Ok(Outcome::new(StepResult::Failed, e.to_string()));
-        }
-        return Ok(Outcome::new(
-            StepResult::Ignored,
-            format!("pool {} is not VRF-backed (no spec.metal)", id.display()),
-        ));
-    };
-    let target = Target::new(
-        id,
-        &spec,
-        o.meta().uid.as_deref(),
-        o.meta().label(crate::ipam::claim::CLUSTER_NAME_LABEL),
-    );
-    if o.meta().deleting() {
-        if !o.meta().has_finalizer(POOL_FINALIZER) {
-            return Ok(Outcome::new(
-                StepResult::Absent,
-                "the pool is being deleted and holds no metal-ipam finalizer",
             ));
         }
-        // From here on nothing is created or registered for the pool.
-        if step::begin_teardown(ctx, id, target.uid.as_deref())? == Begun::Gone {
-            // Torn down already (the store deletion came before it).
-            remove_finalizer(kube, r, &o, POOL_FINALIZER)?;
-            return Ok(Outcome::new(
-                StepResult::Deleted,
-                format!("pool {} and its Metal resources deleted", id.display()),
-            ));
-        }
-        if let Err(e) = ops::delete_provisioned_pool(ctx, id) {
-            if e.reason() == "PoolInUse" {
-                write_pool_status(
-                    kube,
-                    r,
-                    &o.typed,
+        let id = self.id.display();
+        let msg = format!("pool {id} is not VRF-backed (no spec.metal)");
+        Ok(Verdict::just(StepResult::Ignored, msg))
+    }
+}
+
+impl<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized> Handler<H> for VrfPool<'_, '_, K, H, E> {
+    type Object = WithJson<PoolResource>;
+    type Parsed = Parsed;
+    type Status = Fields;
+    const ORDER: Order = Order::DeletionFirst;
+    const NOUN: &'static str = "pool";
+    const CLEANUP_NEEDS_FINALIZER: bool = true;
+
+    fn kube(&self) -> &Kube<'_, H> {
+        self.kube
+    }
+    fn resource(&self) -> &'static KubeResource {
+        resource_of(self.id.kind)
+    }
+    fn finalizer(&self) -> &'static str {
+        POOL_FINALIZER
+    }
+
+    fn read(&self, _first: bool) -> Result<Option<Self::Object>> {
+        self.now.set(self.ctx.env.now());
+        let (r, id) = (self.resource(), self.id);
+        Ok(self.kube.get_as(r, id.namespace.as_deref(), &id.name)?)
+    }
+
+    fn gone(&self) -> Result<Outcome> {
+        // Its finalizer kept it until its resources were torn down.
+        let msg = format!("pool {} does not exist", self.id.display());
+        Ok(Outcome::new(StepResult::Absent, msg))
+    }
+
+    fn parse(&self, o: &Self::Object) -> Result<Result<Parsed, Verdict<Fields>>> {
+        let object = match PoolObject::parse(self.id, &o.json) {
+            Ok(p) => p,
+            Err(e) => {
+                return Ok(Err(Verdict::not_ready(
+                    Reason::InvalidSpec,
+                    e.to_string(),
                     None,
-                    Ready::no("PoolInUse", e.message(), now),
-                )?;
-                return Ok(Outcome::new(StepResult::Waiting, e.message().to_string()));
+                )))
             }
-            return Err(e);
-        }
-        let progress = step::read_progress(ctx, id)?;
-        let vlan = progress.vlan.as_ref().map(|h| h.id.as_str());
-        let users = vlan_users(kube, id, vlan)?;
-        if !users.is_empty() {
-            let ports = match vlan {
-                Some(v) => metal.vlan_ports(v)?,
-                None => Vec::new(),
-            };
-            let waiting = format!(
-                "the pool's VLAN is still used by MetalNetworkProfile {} (on {} port(s){}): \
-                 nothing is torn down until no profile uses it",
-                users.join(", "),
-                ports.len(),
-                if ports.is_empty() {
-                    String::new()
-                } else {
-                    format!(": {}", ports.join(", "))
-                }
-            );
-            write_pool_status(
-                kube,
-                r,
-                &o.typed,
-                Some(metal_status(&progress, None)),
-                Ready::no(REASON_VLAN_IN_USE, &waiting, now),
-            )?;
-            return Ok(Outcome::new(StepResult::Waiting, waiting).retry_after(VLAN_IN_USE_RETRY_S));
-        }
-        let report = step::deprovision(ctx, metal, &target)?;
-        return match report.phase {
-            Phase::Gone => {
-                remove_finalizer(kube, r, &o, POOL_FINALIZER)?;
-                Ok(Outcome::new(
-                    StepResult::Deleted,
-                    format!(
-                        "pool {} and its Metal resources deleted ({})",
-                        id.display(),
-                        report.done.join(", ")
-                    ),
-                ))
-            }
-            Phase::InProgress {
-                waiting,
-                retry_after_s,
-            } => {
-                write_pool_status(
-                    kube,
-                    r,
-                    &o.typed,
-                    Some(metal_status(&report.progress, None)),
-                    Ready::no("MetalTearingDown", &waiting, now),
-                )?;
-                Ok(Outcome::new(StepResult::Waiting, waiting).retry_after(retry_after_s))
-            }
-            Phase::Ready { .. } => unreachable!("teardown never reports ready"),
         };
+        let Some(spec) = object.spec.metal.clone() else {
+            return self.no_spec_metal(o).map(Err);
+        };
+        let invalid = spec.validate().err().map(|e| e.to_string());
+        Ok(Ok(Parsed {
+            object,
+            spec,
+            invalid,
+        }))
     }
-    if paused(&o) {
-        return Ok(Outcome::new(
-            StepResult::Paused,
-            format!("pool {} is paused", id.display()),
-        ));
+
+    fn paused(&self, o: &Self::Object, _: &mut Parsed) -> Result<Option<Outcome>> {
+        let msg = || format!("pool {} is paused", self.id.display());
+        Ok(paused(o).then(|| Outcome::new(StepResult::Paused, msg())))
     }
-    // The section's rules, deletion policies Metal can carry out included:
-    // checked before anything is created (the webhook may be bypassed).
-    if let Err(e) = spec.validate() {
-        write_pool_status(
-            kube,
-            r,
-            &o.typed,
-            None,
-            Ready::no("InvalidSpec", &e.to_string(), now),
-        )?;
-        return Ok(Outcome::new(StepResult::Failed, e.to_string()));
+
+    fn cleanup(&self, o: &Self::Object, p: &Parsed) -> Result<Cleanup<Fields>> {
+        teardown(self, &self.target(o, &p.spec))
     }
-    let o = add_finalizer(kube, r, &o, POOL_FINALIZER)?;
-    let report = match step::provision(ctx, metal, &target) {
+
+    fn keeps_finalizer(&self, _: &Self::Object, p: &Parsed) -> bool {
+        p.invalid.is_none()
+    }
+
+    fn apply(&self, o: &Self::Object, p: Parsed) -> Result<Verdict<Fields>> {
+        if let Some(e) = p.invalid {
+            return Ok(Verdict::not_ready(Reason::InvalidSpec, e, None));
+        }
+        provision(self, &self.target(o, &p.spec), p.object)
+    }
+
+    fn write_status(&self, o: &Self::Object, c: &Condition, s: &Fields) -> Result<bool> {
+        let ready = Ready {
+            status: c.ok,
+            reason: c.reason.as_str(),
+            message: &c.message,
+            now: self.now.get(),
+        };
+        write_pool_status(self.kube, self.resource(), &o.typed, s.clone(), ready)
+    }
+}
+
+/// `Ready=False reason` with `status.metal` from `progress`: the step
+/// waits `retry_after_s`.
+fn waiting(
+    progress: &Progress,
+    reason: Reason,
+    msg: String,
+    retry_after_s: u64,
+) -> Verdict<Fields> {
+    let fields = Some(metal_status(progress, None));
+    Verdict::not_ready(reason, msg, fields).map_outcome(|o| o.retry_after(retry_after_s))
+}
+
+/// The deleting pool, finalizer held: teardown marked, store deletion,
+/// profiles waited for, Metal teardown (see the module docs, step 2).
+fn teardown<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
+    h: &VrfPool<'_, '_, K, H, E>,
+    target: &Target,
+) -> Result<Cleanup<Fields>> {
+    let (ctx, id) = (h.ctx, h.id);
+    let deleted = |more: String| {
+        let msg = format!(
+            "pool {} and its Metal resources deleted{more}",
+            id.display()
+        );
+        Ok(Cleanup::Done(Outcome::new(StepResult::Deleted, msg)))
+    };
+    // From here on nothing is created or registered for the pool.
+    if step::begin_teardown(ctx, id, target.uid.as_deref())? == Begun::Gone {
+        // Torn down already (the store deletion came before it).
+        return deleted(String::new());
+    }
+    if let Err(e) = ops::delete_provisioned_pool(ctx, id) {
+        if e.is(Known::PoolInUse) {
+            let v = Verdict::not_ready(Reason::PoolInUse, e.message(), None);
+            return Ok(Cleanup::Pending(v));
+        }
+        return Err(e);
+    }
+    if let Some(v) = vlan_in_use(h)? {
+        return Ok(Cleanup::Pending(v));
+    }
+    let report = step::deprovision(ctx, h.metal, target)?;
+    match report.phase {
+        Phase::Gone => deleted(format!(" ({})", report.done.join(", "))),
+        Phase::InProgress {
+            waiting: w,
+            retry_after_s,
+        } => {
+            let v = waiting(&report.progress, Reason::MetalTearingDown, w, retry_after_s);
+            Ok(Cleanup::Pending(v))
+        }
+        Phase::Ready { .. } => unreachable!("teardown never reports ready"),
+    }
+}
+
+/// A teardown waiting while `MetalNetworkProfile`s put the pool's VLAN on
+/// machines (`PoolVlanInUse` naming them); `None` when none does.
+fn vlan_in_use<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
+    h: &VrfPool<'_, '_, K, H, E>,
+) -> Result<Option<Verdict<Fields>>> {
+    let progress = step::read_progress(h.ctx, h.id)?;
+    let vlan = progress.vlan.as_ref().map(|h| h.id.as_str());
+    let users = vlan_users(h.kube, h.id, vlan)?;
+    if users.is_empty() {
+        return Ok(None);
+    }
+    let ports = match vlan {
+        Some(v) => h.metal.vlan_ports(v)?,
+        None => Vec::new(),
+    };
+    let msg = format!(
+        "the pool's VLAN is still used by MetalNetworkProfile {} (on {} port(s){}): \
+         nothing is torn down until no profile uses it",
+        users.join(", "),
+        ports.len(),
+        if ports.is_empty() {
+            String::new()
+        } else {
+            format!(": {}", ports.join(", "))
+        }
+    );
+    let reason = Reason::PoolVlanInUse;
+    Ok(Some(waiting(&progress, reason, msg, VLAN_IN_USE_RETRY_S)))
+}
+
+/// The live pool, finalizer held: provision (adopt or create, one recorded
+/// action per round), then register once ready (see the module docs,
+/// step 3). Metal's refusals and a resource that does not fit are
+/// verdicts naming them.
+fn provision<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
+    h: &VrfPool<'_, '_, K, H, E>,
+    target: &Target,
+    object: PoolObject,
+) -> Result<Verdict<Fields>> {
+    let report = match step::provision(h.ctx, h.metal, target) {
         Ok(r) => r,
         Err(e)
             if matches!(
@@ -273,65 +354,65 @@ fn sync_once<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
                 ErrorKind::Invalid | ErrorKind::Conflict | ErrorKind::NotFound
             ) =>
         {
-            write_pool_status(
-                kube,
-                r,
-                &o.typed,
+            return Ok(Verdict::not_ready(
+                Reason::Other(e.reason()),
+                e.to_string(),
                 None,
-                Ready::no(e.reason(), &e.to_string(), now),
-            )?;
-            return Ok(Outcome::new(StepResult::Failed, e.to_string()));
+            ));
         }
         Err(e) => return Err(e),
     };
     match report.phase {
         Phase::Ready { block } => {
-            let adoptions = if ops::get_pool(ctx.kv, id)?.is_none() {
-                super::adoptions_for(kube, id)?
-            } else {
-                Vec::new()
-            };
-            let cidr = format!("{}/{}", block.0, block.1);
-            let uid = target.uid.clone();
-            let may = || step::may_register(ctx.kv, id, uid.as_deref());
-            match ops::put_provisioned_pool(ctx, object, block, &adoptions, &may) {
-                Ok((_, view)) => {
-                    let counts = view.to_json()["status"]["ipAddresses"].clone();
-                    let mut st = metal_status(&report.progress, Some(&cidr));
-                    st.insert("ipAddresses".into(), counts);
-                    write_pool_status(kube, r, &o.typed, Some(st), Ready::yes("PoolReady", now))?;
-                    Ok(Outcome::new(
-                        StepResult::Synced,
-                        format!("pool {} is ready on {cidr}", id.display()),
-                    ))
-                }
-                Err(e) if matches!(e.kind(), ErrorKind::Invalid | ErrorKind::Conflict) => {
-                    write_pool_status(
-                        kube,
-                        r,
-                        &o.typed,
-                        None,
-                        Ready::no(e.reason(), e.message(), now),
-                    )?;
-                    Ok(Outcome::new(StepResult::Failed, e.to_string()))
-                }
-                Err(e) => Err(e),
-            }
+            let uid = target.uid.as_deref();
+            register(h, object, (block, uid), &report.progress)
         }
         Phase::InProgress {
-            waiting,
+            waiting: w,
             retry_after_s,
-        } => {
-            write_pool_status(
-                kube,
-                r,
-                &o.typed,
-                Some(metal_status(&report.progress, None)),
-                Ready::no(REASON_PROVISIONING, &waiting, now),
-            )?;
-            Ok(Outcome::new(StepResult::Waiting, waiting).retry_after(retry_after_s))
-        }
+        } => Ok(waiting(
+            &report.progress,
+            Reason::MetalProvisioning,
+            w,
+            retry_after_s,
+        )),
         Phase::Gone => unreachable!("provisioning never reports gone"),
+    }
+}
+
+/// Every resource exists and the gateway is active: the pool registered
+/// with `block`'s addresses (adopting its `IPAddress`es when the store
+/// does not know it), under the registration gate for the incarnation
+/// `uid`, and `Ready=True`.
+fn register<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
+    h: &VrfPool<'_, '_, K, H, E>,
+    object: PoolObject,
+    (block, uid): ((std::net::IpAddr, u8), Option<&str>),
+    progress: &Progress,
+) -> Result<Verdict<Fields>> {
+    let (ctx, id) = (h.ctx, h.id);
+    let adoptions = if ops::get_pool(ctx.kv, id)?.is_none() {
+        super::adoptions_for(h.kube, id)?
+    } else {
+        Vec::new()
+    };
+    let cidr = format!("{}/{}", block.0, block.1);
+    let may = || step::may_register(ctx.kv, id, uid);
+    match ops::put_provisioned_pool(ctx, object, block, &adoptions, &may) {
+        Ok((_, view)) => {
+            let counts = view.to_json()["status"]["ipAddresses"].clone();
+            let mut st = metal_status(progress, Some(&cidr));
+            st.insert("ipAddresses".into(), counts);
+            let msg = format!("pool {} is ready on {cidr}", id.display());
+            let out = Outcome::new(StepResult::Synced, msg);
+            Ok(Verdict::ready(Reason::PoolReady, Some(st), out))
+        }
+        Err(e) if matches!(e.kind(), ErrorKind::Invalid | ErrorKind::Conflict) => {
+            let out = Outcome::new(StepResult::Failed, e.to_string());
+            let v = Verdict::not_ready(Reason::Other(e.reason()), e.message(), None);
+            Ok(v.map_outcome(|_| out))
+        }
+        Err(e) => Err(e),
     }
 }
 

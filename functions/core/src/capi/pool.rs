@@ -1,0 +1,167 @@
+//! The plain pool handler on the reconcile kit: register the spec (adopting
+//! the pool's `IPAddress` objects when the store does not know it), keep
+//! our finalizer while addresses are allocated, write the status counts.
+//! VRF-backed pools are [`crate::capi::vrf`]'s.
+//!
+//! Order: [`Order::DeletionFirst`] — a deleted pool is removed from the
+//! store even while paused (nothing is allocated from a deleting pool).
+
+use serde_json::{Map, Value};
+
+use super::objects::{paused, PoolResource};
+use super::{adoptions_for, resource_of, write_pool_status};
+use crate::error::{Known, Result};
+use crate::ipam::ops;
+use crate::ipam::pool::{PoolId, PoolObject};
+use crate::kube::conditions::Ready;
+use crate::kube::object::WithJson;
+use crate::kube::{Kube, Resource};
+use crate::kv::Ctx;
+use crate::ports::http::HttpClient;
+use crate::ports::kv::KvStore;
+use crate::reconcile::{
+    self, Cleanup, Condition, Handler, Order, Outcome, Reason, StepResult, Verdict,
+};
+
+/// One pool's reconciliation.
+pub(super) struct PoolHandler<'c, 'k, 'a, K: KvStore, H: HttpClient + ?Sized> {
+    pub ctx: &'c Ctx<'c, K>,
+    pub kube: &'k Kube<'a, H>,
+    pub id: &'c PoolId,
+}
+
+impl<K: KvStore, H: HttpClient + ?Sized> Handler<H> for PoolHandler<'_, '_, '_, K, H> {
+    type Object = WithJson<PoolResource>;
+    /// The spec is parsed in [`Handler::apply`]: a deleting pool is
+    /// removed whatever its spec says.
+    type Parsed = ();
+    /// `status` fields written beside the condition.
+    type Status = Map<String, Value>;
+    const ORDER: Order = Order::DeletionFirst;
+    const NOUN: &'static str = "pool";
+    const CLEANUP_NEEDS_FINALIZER: bool = false;
+
+    fn kube(&self) -> &Kube<'_, H> {
+        self.kube
+    }
+    fn resource(&self) -> &'static Resource {
+        resource_of(self.id.kind)
+    }
+    fn finalizer(&self) -> &'static str {
+        super::POOL_FINALIZER
+    }
+
+    fn read(&self, _first: bool) -> Result<Option<Self::Object>> {
+        let id = self.id;
+        Ok(self
+            .kube
+            .get_as(resource_of(id.kind), id.namespace.as_deref(), &id.name)?)
+    }
+
+    fn gone(&self) -> Result<Outcome> {
+        let id = self.id.display();
+        Ok(match ops::delete_pool(self.ctx, self.id) {
+            Ok(true) => Outcome::new(StepResult::Deleted, format!("pool {id} no longer exists")),
+            Ok(false) => Outcome::new(StepResult::Absent, format!("pool {id} does not exist")),
+            Err(e) if e.is(Known::PoolInUse) => Outcome::new(
+                StepResult::Kept,
+                format!(
+                    "pool {id} was removed from Kubernetes while addresses are allocated; kept in the store: {}",
+                    e.message()
+                ),
+            ),
+            Err(e) => return Err(e),
+        })
+    }
+
+    fn parse(&self, o: &Self::Object) -> Result<Result<(), Verdict<Self::Status>>> {
+        // Registered, synced and deleted by the provision step, after its
+        // Metal resources (capi::vrf).
+        Ok(if o.typed.vrf_backed {
+            Err(Verdict::just(
+                StepResult::Ignored,
+                format!(
+                    "pool {} is VRF-backed: the provision step syncs it",
+                    self.id.display()
+                ),
+            ))
+        } else {
+            Ok(())
+        })
+    }
+
+    fn paused(&self, o: &Self::Object, _: &mut ()) -> Result<Option<Outcome>> {
+        Ok(paused(o).then(|| {
+            Outcome::new(
+                StepResult::Paused,
+                format!("pool {} is paused", self.id.display()),
+            )
+        }))
+    }
+
+    fn cleanup(&self, _o: &Self::Object, _: &()) -> Result<Cleanup<Self::Status>> {
+        match ops::delete_pool(self.ctx, self.id) {
+            Ok(_) => Ok(Cleanup::Done(Outcome::new(
+                StepResult::Deleted,
+                format!("pool {} deleted", self.id.display()),
+            ))),
+            Err(e) if e.is(Known::PoolInUse) => Ok(Cleanup::Pending(Verdict::not_ready(
+                Reason::PoolInUse,
+                e.message(),
+                Map::new(),
+            ))),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn apply(&self, o: &Self::Object, _: ()) -> Result<Verdict<Self::Status>> {
+        let (ctx, id) = (self.ctx, self.id);
+        let object = match PoolObject::parse(id, &o.json) {
+            Ok(p) => p,
+            Err(e) => {
+                return Ok(Verdict::not_ready(
+                    Reason::InvalidSpec,
+                    e.to_string(),
+                    Map::new(),
+                ))
+            }
+        };
+        let adoptions = if ops::get_pool(ctx.kv, id)?.is_none() {
+            adoptions_for(self.kube, id)?
+        } else {
+            Vec::new()
+        };
+        match ops::put_pool_with(ctx, object, &adoptions) {
+            Ok((_, view)) => {
+                let counts = view.to_json()["status"]["ipAddresses"].clone();
+                let fields = Map::from_iter([("ipAddresses".to_string(), counts)]);
+                let message = format!(
+                    "pool {} registered ({} adopted)",
+                    id.display(),
+                    adoptions.len()
+                );
+                let out = Outcome::new(StepResult::Synced, message);
+                Ok(Verdict::ready(Reason::PoolReady, fields, out))
+            }
+            Err(e) if reconcile::is_verdict(e.kind()) && e.kind() != crate::ErrorKind::NotFound => {
+                let out = Outcome::new(StepResult::Failed, e.to_string());
+                Ok(
+                    Verdict::not_ready(Reason::Other(e.reason()), e.message(), Map::new())
+                        .map_outcome(|_| out),
+                )
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    fn write_status(&self, o: &Self::Object, c: &Condition, s: &Self::Status) -> Result<bool> {
+        let ready = Ready {
+            status: c.ok,
+            reason: c.reason.as_str(),
+            message: &c.message,
+            now: self.ctx.env.now(),
+        };
+        let fields = (!s.is_empty()).then(|| s.clone());
+        write_pool_status(self.kube, self.resource(), &o.typed, fields, ready)
+    }
+}
