@@ -8,6 +8,23 @@
 //! this crate for the one-screen map and where Metal and port networking
 //! go).
 //!
+//! # Start here: the reconcile kit
+//! Every Kubernetes object metal-ipam reconciles goes through one
+//! lifecycle, [`reconcile::run`]: read → gone → parse → pause and deletion
+//! in the handler's [`reconcile::Order`] → finalizer → act → condition and
+//! answer. Each kind is a [`reconcile::Handler`]:
+//! - [`capi::claim::ClaimHandler`]: `IPAddressClaim` → address and
+//!   `IPAddress`;
+//! - [`capi::pool::PoolHandler`]: plain pools → the store and their counts;
+//! - [`capi::vrf`]: VRF-backed pools → their Metal VRF, reservation, VLAN
+//!   and gateway;
+//! - [`capi::assign`]: a claim's Metal IP assignment to its device;
+//! - [`capi::network`]: a Machine's port networking from its profile.
+//!
+//! [`capi::poll`] (the Metal event poll) and [`capi::reconcile`] (the full
+//! reconcile) drive these handlers; [`http::components`] is where the
+//! components call them.
+//!
 //! # Modules, by concept (inner first)
 //! - [`error`]: the one [`Error`] type; [`ErrorKind::status`] is the only
 //!   error → HTTP status map.
@@ -28,6 +45,8 @@
 //! - [`provision`]: VRF-backed pools' Metal resources, provisioned in
 //!   order and exactly once, torn down by policy; claims' IP assignments to
 //!   their devices, exactly once; the Metal event cursor.
+//! - [`reconcile`]: the lifecycle skeleton, the [`reconcile::Handler`]
+//!   trait, typed verdicts and condition reasons.
 //! - [`capi`]: the CAPI IPAM contract: claim and pool reconciliation, full
 //!   reconcile; VRF-backed pools and claims' Metal assignments on the
 //!   Kubernetes side, and the Metal event poll.

@@ -28,19 +28,24 @@ use crate::reconcile::{
 
 /// One claim's reconciliation: `ns/name`, read from the API server or,
 /// on the first attempt, from a full reconcile's snapshot.
-pub(super) struct ClaimHandler<'c, 'k, 'a, K: KvStore, H: HttpClient + ?Sized> {
+pub struct ClaimHandler<'c, 'k, 'a, K: KvStore, H: HttpClient + ?Sized> {
+    /// The store and environment.
     pub ctx: &'c Ctx<'c, K>,
+    /// The API server.
     pub kube: &'k Kube<'a, H>,
+    /// The claim's namespace.
     pub ns: &'c str,
+    /// The claim's name.
     pub name: &'c str,
+    /// A full reconcile's lists, read on the first attempt.
     pub snapshot: Option<&'c Snapshot>,
     /// Whether this attempt may read from the snapshot.
     pub first: Cell<bool>,
 }
 
-/// What the handler works with: the claim as parsed, its `metadata` view,
+/// What the handler works with: the claim as parsed,
 /// and its pool's object once the pause check has read it.
-pub(super) struct Parsed {
+pub struct Parsed {
     claim: Claim,
     pool: Option<PoolResource>,
 }

@@ -37,12 +37,12 @@
 //! `status.ipAddresses` and a `Ready` condition.
 
 pub mod assign;
-mod claim;
+pub mod claim;
 pub mod device;
 pub mod network;
 pub mod objects;
 pub mod poll;
-mod pool;
+pub mod pool;
 pub mod reconcile;
 pub mod vrf;
 

@@ -24,9 +24,12 @@ use crate::reconcile::{
 };
 
 /// One pool's reconciliation.
-pub(super) struct PoolHandler<'c, 'k, 'a, K: KvStore, H: HttpClient + ?Sized> {
+pub struct PoolHandler<'c, 'k, 'a, K: KvStore, H: HttpClient + ?Sized> {
+    /// The store and environment.
     pub ctx: &'c Ctx<'c, K>,
+    /// The API server.
     pub kube: &'k Kube<'a, H>,
+    /// The pool.
     pub id: &'c PoolId,
 }
 
