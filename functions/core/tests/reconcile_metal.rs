@@ -123,7 +123,11 @@ fn a_paused_deleting_claim_with_nothing_assigned_loses_its_assignment_finalizer(
             Reply::status(404),
         ),
     ]);
-    let (kv, env, cfg) = (MemKv::new(Backend::SpinSqlite), TestEnv::at(1000), kube_cfg());
+    let (kv, env, cfg) = (
+        MemKv::new(Backend::SpinSqlite),
+        TestEnv::at(1000),
+        kube_cfg(),
+    );
     let ctx = Ctx {
         kv: &kv,
         env: &env,

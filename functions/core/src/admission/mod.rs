@@ -107,7 +107,9 @@ use crate::ipam::pool::{self, PoolId, PoolKind, PoolObject, BLOCK_UNKNOWN};
 use crate::ipam::store::{self, addr_in_family, Loaded};
 use crate::ipam::vrf::Resource;
 use crate::kube::names;
+use crate::kube::Kube;
 use crate::kv::keys;
+use crate::ports::http::HttpClient;
 use crate::ports::kv::KvStore;
 use crate::provision::plan::{owner, Owner, Progress};
 use crate::provision::step::read_state;
@@ -154,6 +156,27 @@ pub trait ProfileLookup {
     /// # Errors
     /// The API server's and the store's errors.
     fn vlan_users(&self, id: &PoolId) -> Result<Vec<String>>;
+}
+
+/// The webhook's view of the profiles (rule 6 of [`crate::admission`]):
+/// the pool's recorded VLAN from the store, the profiles from the API
+/// server ([`crate::capi::vrf::vlan_users`]).
+pub struct KubeProfiles<'a, K: KvStore, H: HttpClient + ?Sized> {
+    /// The store (the progress record).
+    pub kv: &'a K,
+    /// The API server.
+    pub kube: &'a Kube<'a, H>,
+}
+
+impl<K: KvStore, H: HttpClient + ?Sized> ProfileLookup for KubeProfiles<'_, K, H> {
+    fn vlan_users(&self, id: &PoolId) -> Result<Vec<String>> {
+        let p = read_state(self.kv, id)?.filter(|p| !p.deleted);
+        let vlan = p
+            .as_ref()
+            .and_then(|p| p.vlan.as_ref())
+            .map(|h| h.id.clone());
+        crate::capi::vrf::vlan_users(self.kube, id, vlan.as_deref())
+    }
 }
 
 /// A fixed set of pools (tests, snapshots).

@@ -40,7 +40,6 @@ use serde_json::{json, Map, Value};
 
 use super::objects::{paused, PoolResource};
 use super::{resource_of, write_pool_status, POOL_FINALIZER};
-use crate::admission::ProfileLookup;
 use crate::error::{Error, ErrorKind, Known, Result};
 use crate::ipam::ops;
 use crate::ipam::pool::PoolKind;
@@ -485,25 +484,4 @@ pub fn vlan_users<H: HttpClient + ?Sized>(
     }
     users.sort();
     Ok(users)
-}
-
-/// The webhook's view of the profiles (rule 6 of [`crate::admission`]):
-/// the pool's recorded VLAN from the store, the profiles from the API
-/// server ([`vlan_users`]).
-pub struct KubeProfiles<'a, K: KvStore, H: HttpClient + ?Sized> {
-    /// The store (the progress record).
-    pub kv: &'a K,
-    /// The API server.
-    pub kube: &'a Kube<'a, H>,
-}
-
-impl<K: KvStore, H: HttpClient + ?Sized> ProfileLookup for KubeProfiles<'_, K, H> {
-    fn vlan_users(&self, id: &PoolId) -> Result<Vec<String>> {
-        let p = step::read_state(self.kv, id)?.filter(|p| !p.deleted);
-        let vlan = p
-            .as_ref()
-            .and_then(|p| p.vlan.as_ref())
-            .map(|h| h.id.clone());
-        vlan_users(self.kube, id, vlan.as_deref())
-    }
 }

@@ -865,7 +865,7 @@ pub fn admission<K: KvStore, H: HttpClient + ?Sized>(
     let result = store(s).and_then(|ctx| {
         let profiles = s
             .kube
-            .map(|kube| capi::vrf::KubeProfiles { kv: ctx.kv, kube });
+            .map(|kube| admission::KubeProfiles { kv: ctx.kv, kube });
         let profiles = profiles
             .as_ref()
             .map(|p| p as &dyn admission::ProfileLookup);
