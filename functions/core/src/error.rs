@@ -77,6 +77,12 @@ pub enum Known {
     KubeConflict,
     /// The object vanished between a read and a write (404).
     KubeNotFound,
+    /// A network apply's lease ended or passed to another instance. 409.
+    LeaseLost,
+    /// A claim's Metal assignment record is not closed for its uid. 409.
+    MetalAssignmentOpen,
+    /// A VRF-backed pool's addresses come from a reservation not read yet. 422.
+    MetalBlockUnknown,
 }
 
 impl Known {
@@ -94,6 +100,9 @@ impl Known {
             Known::MetalAssignmentHeld => "MetalAssignmentHeld",
             Known::KubeConflict => "KubeConflict",
             Known::KubeNotFound => "KubeNotFound",
+            Known::LeaseLost => "LeaseLost",
+            Known::MetalAssignmentOpen => "MetalAssignmentOpen",
+            Known::MetalBlockUnknown => "MetalBlockUnknown",
         }
     }
 }

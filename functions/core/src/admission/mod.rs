@@ -102,8 +102,8 @@ pub use review::{Denial, REVIEW_API_VERSION};
 
 use serde_json::{Map, Value};
 
-use crate::error::{Error, Result};
-use crate::ipam::pool::{self, PoolId, PoolKind, PoolObject, BLOCK_UNKNOWN};
+use crate::error::{Error, Known, Result};
+use crate::ipam::pool::{self, PoolId, PoolKind, PoolObject};
 use crate::ipam::store::{self, addr_in_family, Loaded};
 use crate::ipam::vrf::Resource;
 use crate::kube::names;
@@ -438,7 +438,7 @@ fn check_write(
     }
     let pool = match object_parsed.spec.validate() {
         Ok(p) => p,
-        Err(e) if e.reason() == BLOCK_UNKNOWN => {
+        Err(e) if e.is(Known::MetalBlockUnknown) => {
             // The Metal section is valid; the addresses are those of an
             // adopted reservation, checked when it is read from Metal.
             out.warnings = vec![format!(

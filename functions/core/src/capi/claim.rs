@@ -211,7 +211,7 @@ fn bind<K: KvStore, H: HttpClient + ?Sized>(
     let claim = p.claim;
     let Some(ip) = live_address(h, &claim)? else {
         return Err(Error::transient(
-            "KubeConflict",
+            Known::KubeConflict.as_str(),
             "the IPAddress is still being deleted",
         ));
     };

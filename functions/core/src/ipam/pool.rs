@@ -12,7 +12,7 @@ use std::net::IpAddr;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{Error, ErrorKind, Known, Result};
 use crate::ip::{from_u128, subnet_bounds, to_u128, Family, RangeSet};
 use crate::ipam::vrf::{null_default, parse_at, MetalIn, MetalSpec};
 use crate::kube::names;
@@ -235,7 +235,7 @@ fn family_name(f: Family) -> &'static str {
 /// Reason of the error [`PoolSpec::validate`] gives for a VRF-backed pool
 /// whose addresses are those of an adopted reservation, not known until
 /// the reservation is read from Metal.
-pub const BLOCK_UNKNOWN: &str = "MetalBlockUnknown";
+pub const BLOCK_UNKNOWN: &str = Known::MetalBlockUnknown.as_str();
 
 /// The fields of a pool's `spec` (those [`PoolSpec::from_json`] accepts;
 /// any other is refused as unknown).

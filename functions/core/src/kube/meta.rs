@@ -5,7 +5,7 @@
 
 use super::object::{MetadataPatch, Object};
 use super::{Kube, Resource};
-use crate::error::{Error, Result};
+use crate::error::{Error, Known, Result};
 use crate::ports::http::HttpClient;
 
 /// How often a step re-reads and retries after a 409.
@@ -21,11 +21,11 @@ pub fn retrying<T>(mut f: impl FnMut() -> Result<T>) -> Result<T> {
     let mut last = None;
     for _ in 0..CONFLICT_RETRIES {
         match f() {
-            Err(e) if matches!(e.reason(), "KubeConflict" | "KubeNotFound") => last = Some(e),
+            Err(e) if e.is(Known::KubeConflict) || e.is(Known::KubeNotFound) => last = Some(e),
             other => return other,
         }
     }
-    Err(last.unwrap_or_else(|| Error::transient("KubeConflict", "retry")))
+    Err(last.unwrap_or_else(|| Error::transient(Known::KubeConflict.as_str(), "retry")))
 }
 
 /// Formats Unix seconds as an RFC 3339 UTC timestamp.
@@ -123,7 +123,7 @@ pub fn remove_finalizer<T: Object + Clone>(
         Ok(v) => Ok(Some(v)),
         // Removing the last finalizer of a deleting object removes it; a
         // server may then answer 404 or 200 with the final state.
-        Err(e) if e.reason() == "KubeNotFound" => Ok(None),
+        Err(e) if e.is(Known::KubeNotFound) => Ok(None),
         Err(e) => Err(e),
     }
 }

@@ -16,7 +16,7 @@ pub mod object;
 
 use serde_json::Value;
 
-use crate::error::{Error, ErrorKind};
+use crate::error::{Error, ErrorKind, Known};
 use crate::ports::http::{Deadline, HttpClient, TransportKind};
 use object::Object;
 
@@ -198,13 +198,13 @@ impl From<KubeError> for Error {
         match e {
             KubeError::Conflict(m) => Error::new(
                 ErrorKind::Transient,
-                "KubeConflict",
+                Known::KubeConflict.as_str(),
                 "the object changed concurrently; retry",
             )
             .with_detail(m),
             KubeError::NotFound(m) => Error::new(
                 ErrorKind::Transient,
-                "KubeNotFound",
+                Known::KubeNotFound.as_str(),
                 "an object vanished concurrently; retry",
             )
             .with_detail(m),

@@ -58,7 +58,7 @@ use serde_json::{json, Value};
 use super::batch::{BatchError, BatchOp, Direction, VlanBatches};
 use super::plan::{plan, Action, Desired, Observed, Step};
 use super::profile::Mode;
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{Error, ErrorKind, Known, Result};
 use crate::kv::protocol::{read_record, update_record, Enveloped, StateRecord, Step as KvStep};
 use crate::kv::Ctx;
 use crate::metal::client::{Metal, MetalError, PortChange};
@@ -247,14 +247,14 @@ fn change<K: KvStore, T>(
 /// What a holder's write finds when the lease is no longer its own.
 fn lease_lost(device: &str) -> Error {
     Error::conflict(
-        "LeaseLost",
+        Known::LeaseLost.as_str(),
         format!("the lease on device {device} ended or passed to another instance"),
     )
 }
 
 /// Whether an error is [`lease_lost`]'s.
 fn is_lease_lost(e: &Error) -> bool {
-    e.reason() == "LeaseLost"
+    e.is(Known::LeaseLost)
 }
 
 /// The devices with an apply record, from one key listing (no read).

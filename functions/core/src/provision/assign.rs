@@ -31,7 +31,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::plan::INTENT_LEASE_S;
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{Error, ErrorKind, Known, Result};
 use crate::ip::Family;
 use crate::ipam::ops;
 use crate::ipam::store::ClaimRecord;
@@ -556,7 +556,7 @@ impl ops::ReleaseGuard for MetalAssignmentClosed {
             Some(r) if r.uid == uid && r.closed => Ok(()),
             Some(r) if r.uid == uid && r.holds() => Err(held(ns, name, &r)),
             _ => Err(Error::conflict(
-                "MetalAssignmentOpen",
+                Known::MetalAssignmentOpen.as_str(),
                 format!(
                     "the Metal assignment record of claim {ns}/{name} is not closed for uid {uid}"
                 ),
@@ -585,7 +585,7 @@ pub fn release<K: KvStore>(
     uid: Option<&str>,
 ) -> Result<Option<ClaimRecord>> {
     match ops::release(ctx, ns, name, uid, &MetalAssignmentClosed) {
-        Err(e) if e.reason() == "MetalAssignmentOpen" => {}
+        Err(e) if e.is(Known::MetalAssignmentOpen) => {}
         other => return other,
     }
     let Some(binding) = ops::get_claim(ctx.kv, ns, name)? else {
