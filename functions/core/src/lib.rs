@@ -19,7 +19,8 @@
 //! - [`capi::vrf`]: VRF-backed pools → their Metal VRF, reservation, VLAN
 //!   and gateway;
 //! - [`capi::assign`]: a claim's Metal IP assignment to its device;
-//! - [`capi::network`]: a Machine's port networking from its profile.
+//! - [`capi::machine`]: a Machine's port networking from its profile
+//!   ([`capi::network`] holds the machinery).
 //!
 //! [`capi::poll`] (the Metal event poll) and [`capi::reconcile`] (the full
 //! reconcile) drive these handlers; [`http::components`] is where the

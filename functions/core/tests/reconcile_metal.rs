@@ -2,12 +2,13 @@
 //! answers: each test names one lifecycle path and the exact requests it
 //! makes, in order (a request out of order fails the test).
 
-use metal_ipam_core::capi::{assign, vrf, StepResult};
+use metal_ipam_core::capi::{assign, machine, vrf, StepResult};
 use metal_ipam_core::ipam::pool::PoolId;
 use metal_ipam_core::kube::{Kube, KubeConfig};
 use metal_ipam_core::kv::{Ctx, SwapPolicy};
 use metal_ipam_core::metal::client::{Metal, MetalConfig};
 use metal_ipam_core::metal::retry::RetryPolicy;
+use metal_ipam_core::network::batch::Direct;
 use metal_ipam_core::testing::{Backend, MemKv, Reply, ScriptedHttp, TestEnv};
 use serde_json::{json, Value};
 
@@ -141,4 +142,83 @@ fn a_paused_deleting_claim_with_nothing_assigned_loses_its_assignment_finalizer(
     http.assert_done();
     let patch = http.sent()[1].json();
     assert_eq!(patch["metadata"]["finalizers"], json!(["other/keep"]));
+}
+
+const MACHINES: &str = "/apis/cluster.x-k8s.io/v1beta2/namespaces/ns/machines";
+const PROFILES: &str = "/apis/ipam.metal-ipam.dev/v1alpha1/namespaces/ns/metalnetworkprofiles";
+const PROFILE: &str = "ipam.metal-ipam.dev/network-profile";
+
+/// A Machine `ns/m` with `extra_meta` and `spec`.
+fn machine(extra_meta: Value, spec: Value) -> Value {
+    let mut meta = json!({"name": "m", "namespace": "ns", "uid": "m-1", "resourceVersion": "7"});
+    for (k, v) in extra_meta.as_object().unwrap() {
+        meta[k] = v.clone();
+    }
+    json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine", "metadata": meta,
+           "spec": spec})
+}
+
+/// Runs the machine network step for `ns/m` against `http`, on `kv`.
+fn sync_net(http: &ScriptedHttp, kv: &MemKv) -> metal_ipam_core::Result<machine::Synced> {
+    let (env, cfg, mcfg) = (TestEnv::at(1000), kube_cfg(), metal_cfg());
+    let ctx = Ctx {
+        kv,
+        env: &env,
+        swap_policy: SwapPolicy::Auto,
+    };
+    let kube = Kube::new(http, &cfg);
+    let metal = Metal::new(http, &mcfg, &env);
+    machine::sync_machine(&ctx, &kube, &metal, &Direct(&metal), "ns", "m")
+}
+
+/// Deletion first, no finalizer of ours: a deleting Machine is absent at
+/// once, even with an annotation that is not a name (nothing is parsed,
+/// the store is not read).
+#[test]
+fn a_deleting_machine_is_absent_without_being_parsed() {
+    let deleting = machine(
+        json!({"deletionTimestamp": "2026-01-01T00:00:00Z",
+               "annotations": {PROFILE: "Not A Name"}}),
+        json!({"providerID": "equinixmetal://d-1"}),
+    );
+    let http = ScriptedHttp::new(vec![(
+        &format!("GET {MACHINES}/m"),
+        Reply::json(200, deleting),
+    )]);
+    let kv = MemKv::new(Backend::SpinSqlite);
+    assert_eq!(sync_net(&http, &kv).unwrap(), machine::Synced::Absent);
+    http.assert_done();
+    let none = metal_ipam_core::ports::kv::OpCounts::default();
+    assert_eq!(
+        kv.counts(),
+        none,
+        "a deleting Machine costs no store operation"
+    );
+}
+
+/// A live Machine that opted into nothing and has no device: ignored after
+/// one read, no finalizer added, no Metal call.
+#[test]
+fn a_machine_without_a_profile_or_device_is_ignored_after_one_read() {
+    let live = machine(json!({}), json!({}));
+    let http = ScriptedHttp::new(vec![(&format!("GET {MACHINES}/m"), Reply::json(200, live))]);
+    let kv = MemKv::new(Backend::SpinSqlite);
+    assert_eq!(sync_net(&http, &kv).unwrap(), machine::Synced::Ignored);
+    http.assert_done();
+}
+
+/// A Machine naming a profile that does not exist: 404 `ProfileNotFound`
+/// naming it, and nothing written (no claim, no finalizer).
+#[test]
+fn a_missing_profile_is_an_error_naming_it_and_nothing_is_written() {
+    let live = machine(json!({"annotations": {PROFILE: "web"}}), json!({}));
+    let http = ScriptedHttp::new(vec![
+        (&format!("GET {MACHINES}/m"), Reply::json(200, live)),
+        (&format!("GET {PROFILES}/web"), Reply::status(404)),
+    ]);
+    let kv = MemKv::new(Backend::SpinSqlite);
+    let e = sync_net(&http, &kv).unwrap_err();
+    assert_eq!((e.status(), e.reason()), (404, "ProfileNotFound"));
+    assert!(e.to_string().contains("MetalNetworkProfile ns/web"), "{e}");
+    http.assert_done();
 }

@@ -202,8 +202,8 @@ impl<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized> Handler<H>
     fn resource(&self) -> &'static Resource {
         &kube::CLAIMS
     }
-    fn finalizer(&self) -> &'static str {
-        ASSIGNMENT_FINALIZER
+    fn finalizer(&self) -> Option<&'static str> {
+        Some(ASSIGNMENT_FINALIZER)
     }
 
     fn read(&self, _first: bool) -> Result<Option<ClaimObject>> {

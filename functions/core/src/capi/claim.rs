@@ -79,8 +79,8 @@ impl<K: KvStore, H: HttpClient + ?Sized> Handler<H> for ClaimHandler<'_, '_, '_,
     fn resource(&self) -> &'static Resource {
         &kube::CLAIMS
     }
-    fn finalizer(&self) -> &'static str {
-        CLAIM_FINALIZER
+    fn finalizer(&self) -> Option<&'static str> {
+        Some(CLAIM_FINALIZER)
     }
 
     fn read(&self, first: bool) -> Result<Option<Self::Object>> {

@@ -39,6 +39,7 @@
 pub mod assign;
 pub mod claim;
 pub mod device;
+pub mod machine;
 pub mod network;
 pub mod objects;
 pub mod poll;

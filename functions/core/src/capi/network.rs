@@ -2,7 +2,7 @@
 //! profile a machine opted into, its device, the profile's VLANs resolved
 //! in Metal, its per-VLAN claims, then the plan (`dryRun`), the apply, the
 //! release, or the node's OS configuration ([`crate::network`] does the
-//! work). [`sync_machine`] is the one entry that converges one Machine
+//! work). [`sync_machine`](super::machine::sync_machine) is the one entry that converges one Machine
 //! (events, reconcile and the Metal poll call it).
 //!
 //! # Opting in
@@ -24,7 +24,7 @@
 //! - `DELETE /v1/machines/{ns}/{name}/network` ([`release_machine`]): the
 //!   release is recorded in the device's apply record (`released`, with the
 //!   annotation the Machine had), so events, reconcile and the poll leave
-//!   the device alone ([`Synced::ReleasedByOperator`], no Metal call) until
+//!   the device alone ([`Synced::ReleasedByOperator`](super::machine::Synced::ReleasedByOperator), no Metal call) until
 //!   the annotation changes (another profile: applied again) or is removed
 //!   (the record is forgotten), or `POST …/network` asks to apply again.
 //!   (A Machine without a device yet has nothing applied: DELETE only
@@ -37,7 +37,7 @@
 //! `ProfileNotFound` for the machine. The webhook refuses deleting a profile
 //! that Machines use (see [`crate::admission`]). A device that is gone
 //! counts as released: its apply record is forgotten and the Machine's
-//! claims deleted ([`Synced::DeviceGone`]).
+//! claims deleted ([`Synced::DeviceGone`](super::machine::Synced::DeviceGone)).
 //!
 //! # Per-VLAN claims
 //! Every pool address of the profile (a VLAN's `addresses[].pool`, an
@@ -115,7 +115,7 @@ fn not_found(reason: &'static str, msg: String) -> Error {
 /// # Errors
 /// 422 when `spec.infrastructureRef.name` is not a Kubernetes name; API
 /// server errors.
-fn machine_and_infra<H: HttpClient + ?Sized>(
+pub(super) fn machine_and_infra<H: HttpClient + ?Sized>(
     kube: &Kube<'_, H>,
     ns: &str,
     name: &str,
@@ -140,7 +140,7 @@ fn machine_and_infra<H: HttpClient + ?Sized>(
 
 /// The profile annotation of the Machine, else of its infrastructure
 /// machine, checked as a name.
-fn annotation_of(
+pub(super) fn annotation_of(
     ns: &str,
     name: &str,
     machine: &MachineObject,
@@ -208,7 +208,7 @@ pub fn read_machine<H: HttpClient + ?Sized>(
 
 /// The profile `profile_name` read and checked, for a Machine already read
 /// (`device`: where its network is, for the message of a missing profile).
-fn network_of<H: HttpClient + ?Sized>(
+pub(super) fn network_of<H: HttpClient + ?Sized>(
     kube: &Kube<'_, H>,
     ns: &str,
     machine: &MachineObject,
@@ -785,7 +785,7 @@ pub fn plan_machine<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
 }
 
 /// What applying a profile to a device came to.
-enum Outcome {
+pub(super) enum OnDevice {
     /// The apply ran (converged or in progress).
     Applied(Report),
     /// The operator released the device meanwhile (nothing called).
@@ -798,7 +798,7 @@ enum Outcome {
 /// converged) the stale claims deleted. A device found gone is forgotten
 /// and the machine's claims deleted.
 #[allow(clippy::too_many_arguments)]
-fn apply_on_device<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
+pub(super) fn apply_on_device<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
     ctx: &Ctx<'_, K>,
     kube: &Kube<'_, H>,
     metal: &Metal<'_, H, E>,
@@ -807,29 +807,29 @@ fn apply_on_device<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
     name: &str,
     m: &MachineNetwork,
     device: &str,
-) -> Result<Outcome> {
+) -> Result<OnDevice> {
     let Some(observed) = apply::observe_device(metal, device)? else {
         apply::forget(ctx.kv, device)?;
-        return Ok(Outcome::Gone(delete_claims(kube, ns, name, &m.uid)?));
+        return Ok(OnDevice::Gone(delete_claims(kube, ns, name, &m.uid)?));
     };
     // The per-VLAN claims first: their addresses are allocated while the
     // device is on its way.
     let claims = ensure_claims(kube, ns, name, m)?;
     let desired = desired_on(ctx, metal, ns, m, &observed)?;
     let Some(report) = apply::apply_profile(ctx, metal, batches, device, &desired)? else {
-        return Ok(Outcome::Released);
+        return Ok(OnDevice::Released);
     };
     if report.phase == apply::Phase::Converged {
         delete_stale(kube, ns, &claims.stale)?;
     }
-    Ok(Outcome::Applied(report))
+    Ok(OnDevice::Applied(report))
 }
 
 /// Applies the machine's profile to its device (see
 /// [`crate::network::apply::apply`]; VLAN batches through `batches`): what
 /// `POST …/network` asks, explicitly, so it withdraws an operator's
 /// release of the device first. (Events, reconcile and the poll use
-/// [`sync_machine`], which honours that release.)
+/// [`sync_machine`](super::machine::sync_machine), which honours that release.)
 ///
 /// # Idempotency
 /// As [`crate::network::apply::apply`]: a converged device makes no
@@ -851,8 +851,8 @@ pub fn apply_machine<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
     let device = device_or_conflict(&m, ns, name)?;
     apply::clear_released(ctx, &device)?;
     match apply_on_device(ctx, kube, metal, batches, ns, name, &m, &device)? {
-        Outcome::Applied(r) => Ok((r, device)),
-        Outcome::Released => Ok((
+        OnDevice::Applied(r) => Ok((r, device)),
+        OnDevice::Released => Ok((
             Report {
                 phase: apply::Phase::InProgress {
                     waiting: "the operator released this device meanwhile".into(),
@@ -863,7 +863,7 @@ pub fn apply_machine<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
             },
             device,
         )),
-        Outcome::Gone(_) => Err(apply::device_not_found(&device)),
+        OnDevice::Gone(_) => Err(apply::device_not_found(&device)),
     }
 }
 
@@ -871,7 +871,7 @@ pub fn apply_machine<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
 /// (the same apply, towards [`Desired::teardown`]), then the machine's
 /// claims deleted. `(report, claims deleted)`: `report` is `None` when the
 /// device is gone; in progress while a step runs (no claim deleted yet).
-fn release_device<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
+pub(super) fn release_device<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
     ctx: &Ctx<'_, K>,
     kube: &Kube<'_, H>,
     metal: &Metal<'_, H, E>,
@@ -936,159 +936,6 @@ pub fn release_machine<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
         apply::release_done(ctx, &device)?;
     }
     Ok((report, deleted))
-}
-
-/// What [`sync_machine`] did with a Machine.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Synced {
-    /// The Machine is gone, or going (its claims go with it, its device
-    /// is released by the Metal poll once deleted): nothing to do.
-    Absent,
-    /// No profile, and nothing of ours on its device: nothing to do.
-    Ignored,
-    /// A profile but no device yet: its claims made; the Metal poll (or
-    /// the next sync) applies it once the device is active.
-    WaitingForDevice,
-    /// The profile applied (converged or in progress).
-    Applied(Report),
-    /// The annotation removed from a machine whose device we configured,
-    /// or the operator's release not done yet: released (`None` once
-    /// done, with the claims deleted).
-    Released(Option<Report>, usize),
-    /// The operator released the device (`DELETE …/network`) and the
-    /// annotation is as it was then: left alone, no Metal call.
-    ReleasedByOperator,
-    /// The device is gone: its record forgotten, the Machine's claims
-    /// deleted (how many).
-    DeviceGone(usize),
-}
-
-impl Synced {
-    /// `absent`, `ignored`, `waiting-for-device`, `converged`,
-    /// `in-progress`, `releasing`, `released`, `released-by-operator` or
-    /// `device-gone` (bodies, logs, reports).
-    pub fn result(&self) -> &'static str {
-        match self {
-            Synced::Absent => "absent",
-            Synced::Ignored => "ignored",
-            Synced::WaitingForDevice => "waiting-for-device",
-            Synced::Applied(r) => r.phase.name(),
-            Synced::Released(Some(_), _) => "releasing",
-            Synced::Released(None, _) => "released",
-            Synced::ReleasedByOperator => "released-by-operator",
-            Synced::DeviceGone(_) => "device-gone",
-        }
-    }
-
-    /// The apply's report, when one ran.
-    pub fn report(&self) -> Option<&Report> {
-        match self {
-            Synced::Applied(r) | Synced::Released(Some(r), _) => Some(r),
-            _ => None,
-        }
-    }
-
-    /// Claims deleted, by a release or for a device that is gone.
-    pub fn claims_deleted(&self) -> Option<usize> {
-        match self {
-            Synced::Released(_, n) | Synced::DeviceGone(n) => Some(*n),
-            _ => None,
-        }
-    }
-}
-
-/// Converges one Machine's network (the one entry events, reconcile and
-/// the Metal poll use): applies its profile; leaves alone a device the
-/// operator released (`DELETE …/network`) while the annotation is as it
-/// was; releases the network when the annotation was removed from a
-/// machine whose device carries our apply record; keeps the network as it
-/// is when the profile is missing (an error naming it); treats a device
-/// that is gone as released. See the module docs.
-///
-/// # Idempotency
-/// As [`apply_machine`] and [`release_machine`]; a Machine without a
-/// profile costs one read of it (and its infrastructure machine), one
-/// store read when it has a device, and no Metal call.
-///
-/// # Errors
-/// Per machine, for the caller to report without stopping: 404
-/// `ProfileNotFound` (the network is left as it is), `VlanNotFound`; 422
-/// for an annotation, infrastructure reference or provider ID that is not
-/// valid, or a profile that does not validate; 409 `NetworkFrozen`,
-/// `VlanBatchFailed`, `VlanBatchRefused`, `PortChangeRefused`; Metal, store
-/// and API server errors.
-pub fn sync_machine<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
-    ctx: &Ctx<'_, K>,
-    kube: &Kube<'_, H>,
-    metal: &Metal<'_, H, E>,
-    batches: &dyn VlanBatches,
-    ns: &str,
-    name: &str,
-) -> Result<Synced> {
-    let Some((machine, infra)) = machine_and_infra(kube, ns, name)? else {
-        return Ok(Synced::Absent);
-    };
-    if machine.metadata.deleting() {
-        return Ok(Synced::Absent);
-    }
-    let uid = machine.metadata.uid.clone().unwrap_or_default();
-    let annotation = annotation_of(ns, name, &machine, infra.as_ref())?;
-    let device = device_in(&machine, infra.as_ref())?;
-    let record = match &device {
-        Some(d) => apply::read_existing(ctx.kv, d)?,
-        None => None,
-    };
-    let Some(profile_name) = annotation else {
-        // Opted out: release what we configured, then forget the record.
-        let (Some(d), Some(rec)) = (&device, record) else {
-            return Ok(Synced::Ignored);
-        };
-        if rec.released.as_ref().is_some_and(|r| r.done) {
-            apply::forget(ctx.kv, d)?;
-            return Ok(Synced::Ignored);
-        }
-        let (report, deleted) = release_device(ctx, kube, metal, batches, (ns, name, &uid), d)?;
-        let done = report
-            .as_ref()
-            .is_none_or(|r| r.phase == apply::Phase::Converged);
-        if !done {
-            return Ok(Synced::Released(report, deleted));
-        }
-        apply::forget(ctx.kv, d)?;
-        return Ok(Synced::Released(None, deleted));
-    };
-    if let (Some(d), Some(released)) = (&device, record.as_ref().and_then(|r| r.released.as_ref()))
-    {
-        if released.profile.as_deref() == Some(profile_name.as_str()) {
-            if released.done {
-                return Ok(Synced::ReleasedByOperator);
-            }
-            // The operator's release, not finished: carry it on.
-            let (report, deleted) = release_device(ctx, kube, metal, batches, (ns, name, &uid), d)?;
-            return match report {
-                Some(r) if r.phase == apply::Phase::Converged => {
-                    apply::release_done(ctx, d)?;
-                    Ok(Synced::Released(None, deleted))
-                }
-                Some(r) => Ok(Synced::Released(Some(r), deleted)),
-                None => Ok(Synced::DeviceGone(deleted)),
-            };
-        }
-        // The annotation changed since: the release is withdrawn.
-        apply::clear_released(ctx, d)?;
-    }
-    let applied = record.is_some().then_some(device.as_deref()).flatten();
-    let m = network_of(kube, ns, &machine, profile_name, device.clone(), applied)?;
-    let Some(d) = &device else {
-        let claims = ensure_claims(kube, ns, name, &m)?;
-        delete_stale(kube, ns, &claims.stale)?;
-        return Ok(Synced::WaitingForDevice);
-    };
-    match apply_on_device(ctx, kube, metal, batches, ns, name, &m, d)? {
-        Outcome::Applied(r) => Ok(Synced::Applied(r)),
-        Outcome::Released => Ok(Synced::ReleasedByOperator),
-        Outcome::Gone(n) => Ok(Synced::DeviceGone(n)),
-    }
 }
 
 // ---------------------------------------------------------------------------

@@ -29,7 +29,8 @@ use serde_json::{json, Value};
 
 use super::assign::sync_claim_assignment;
 use super::device::device_of;
-use super::network::{delete_claims, sync_machine, Synced};
+use super::machine::{sync_machine, Synced};
+use super::network::delete_claims;
 use super::objects::MachineObject;
 use crate::error::Result;
 use crate::kube::{self, Kube};

@@ -50,8 +50,8 @@ impl<K: KvStore, H: HttpClient + ?Sized> Handler<H> for PoolHandler<'_, '_, '_, 
     fn resource(&self) -> &'static Resource {
         resource_of(self.id.kind)
     }
-    fn finalizer(&self) -> &'static str {
-        super::POOL_FINALIZER
+    fn finalizer(&self) -> Option<&'static str> {
+        Some(super::POOL_FINALIZER)
     }
 
     fn read(&self, _first: bool) -> Result<Option<Self::Object>> {

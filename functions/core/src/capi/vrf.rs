@@ -182,8 +182,8 @@ impl<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized> Handler<H> for VrfPool
     fn resource(&self) -> &'static KubeResource {
         resource_of(self.id.kind)
     }
-    fn finalizer(&self) -> &'static str {
-        POOL_FINALIZER
+    fn finalizer(&self) -> Option<&'static str> {
+        Some(POOL_FINALIZER)
     }
 
     fn read(&self, _first: bool) -> Result<Option<Self::Object>> {

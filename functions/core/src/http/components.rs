@@ -531,7 +531,7 @@ fn apply_answer<K: KvStore, H: HttpClient + ?Sized>(
 
 /// `POST /v1/capi/machines/{ns}/{name}/network` (chained from `events`
 /// and `reconcile`): converges one Machine's network
-/// ([`capi::network::sync_machine`]). 200 with `result` (`absent`,
+/// ([`capi::machine::sync_machine`]). 200 with `result` (`absent`,
 /// `ignored`, `waiting-for-device`, `converged`, `released`,
 /// `released-by-operator`, `device-gone`), 202 with `Retry-After` while a
 /// step runs (the forwarder delivers the event again); a machine whose
@@ -556,7 +556,7 @@ fn machine_sync<K: KvStore, H: HttpClient + ?Sized>(
     let checked = check_object(Some(ns), name);
     let result = checked.and_then(|_| {
         let (ctx, kube, metal) = (store(s)?, kube(s)?, metal_of(s)?);
-        capi::network::sync_machine(ctx, kube, metal, &chained(s), ns, name)
+        capi::machine::sync_machine(ctx, kube, metal, &chained(s), ns, name)
     });
     let synced = match result {
         Ok(x) => x,

@@ -10,7 +10,7 @@
 //! Handlers: the IPAM claim and the plain pool ([`crate::capi`]), the
 //! VRF-backed pool ([`crate::capi::vrf`]), the Metal assignment
 //! ([`crate::capi::assign`]) and the machine network
-//! ([`crate::capi::network`]).
+//! ([`crate::capi::machine`]).
 //!
 //! # Expected flow
 //! 1. [`Handler::read`] the object fresh (or from a full reconcile's
@@ -24,9 +24,9 @@
 //!    contract's rule for claims) or [`Order::DeletionFirst`] (a deleted
 //!    pool is torn down even when paused: its resources are billable).
 //!    [`Handler::paused`] says whether and why the object waits.
-//! 4. Deleting: when the handler keeps a finalizer
-//!    ([`Handler::finalizer`]) and [`Handler::CLEANUP_NEEDS_FINALIZER`], an
-//!    object without it is not ours to clean up. Otherwise
+//! 4. Deleting: when [`Handler::CLEANUP_NEEDS_FINALIZER`], an object
+//!    without our [`Handler::finalizer`] (or of a kind we hold none on) is
+//!    not ours to clean up. Otherwise
 //!    [`Handler::cleanup`] runs; when it reports [`Cleanup::Done`], the
 //!    finalizer is removed, last.
 //! 5. Live: the finalizer is added first (when [`Handler::keeps_finalizer`]
@@ -373,8 +373,9 @@ pub trait Handler<H: HttpClient + ?Sized> {
     fn kube(&self) -> &Kube<'_, H>;
     /// The object's resource (for finalizer patches).
     fn resource(&self) -> &'static Resource;
-    /// Our finalizer on this kind.
-    fn finalizer(&self) -> &'static str;
+    /// Our finalizer on this kind; `None` for a kind we never hold (a
+    /// Machine: nothing of ours has to be released before it goes).
+    fn finalizer(&self) -> Option<&'static str>;
 
     /// Reads the object; `first` is true on the first attempt only (a
     /// snapshot may be used then).
@@ -460,7 +461,8 @@ fn once<H: HttpClient + ?Sized, X: Handler<H>>(h: &X, first: bool) -> Result<Out
         }
     }
     if deleting {
-        if X::CLEANUP_NEEDS_FINALIZER && !o.meta().has_finalizer(h.finalizer()) {
+        let held = h.finalizer().is_some_and(|f| o.meta().has_finalizer(f));
+        if X::CLEANUP_NEEDS_FINALIZER && !held {
             return Ok(Outcome::new(
                 StepResult::Absent,
                 format!(
@@ -471,16 +473,17 @@ fn once<H: HttpClient + ?Sized, X: Handler<H>>(h: &X, first: bool) -> Result<Out
         }
         return match h.cleanup(&o, &p)? {
             Cleanup::Done(out) => {
-                remove_finalizer(h.kube(), h.resource(), &o, h.finalizer())?;
+                if let Some(f) = h.finalizer() {
+                    remove_finalizer(h.kube(), h.resource(), &o, f)?;
+                }
                 Ok(out)
             }
             Cleanup::Pending(v) => finish(h, &o, v),
         };
     }
-    let o = if h.keeps_finalizer(&o, &p) {
-        add_finalizer(h.kube(), h.resource(), &o, h.finalizer())?
-    } else {
-        o
+    let o = match h.finalizer() {
+        Some(f) if h.keeps_finalizer(&o, &p) => add_finalizer(h.kube(), h.resource(), &o, f)?,
+        _ => o,
     };
     let v = h.apply(&o, p)?;
     finish(h, &o, v)
