@@ -84,7 +84,7 @@ fn claim_record_examples_round_trip_and_render() {
         let rec = ClaimRecord::decode(&serde_json::to_vec(&v).unwrap())
             .unwrap_or_else(|e| panic!("{file}: {e}"));
         assert_eq!(serde_json::to_value(&rec).unwrap(), v, "{file}");
-        let ip = rec.to_ip_address("ns", "claim-name").unwrap();
+        let ip = rec.to_ip_address("ns", "claim-name").unwrap().to_json();
         assert_eq!(ip["spec"]["address"], v["address"]);
         assert_eq!(ip["apiVersion"], v["apiVersion"]);
     }

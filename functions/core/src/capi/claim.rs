@@ -6,6 +6,7 @@
 //! deleting or not (its cluster may be being moved).
 
 use std::cell::Cell;
+use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use serde_json::{json, Map, Value};
@@ -13,11 +14,11 @@ use serde_json::{json, Map, Value};
 use super::objects::{paused, PoolResource};
 use super::{Reader, Snapshot, ADDRESS_FINALIZER, CLAIM_FINALIZER};
 use crate::error::{Error, ErrorKind, Known, Result};
-use crate::ipam::claim::{Claim, ClaimObject, IpAddressObject, CLUSTER_NAME_LABEL};
+use crate::ipam::claim::{Claim, ClaimObject, IpAddress, IpAddressObject, CLUSTER_NAME_LABEL};
 use crate::ipam::ops;
 use crate::kube::conditions::{with_ready, Ready};
 use crate::kube::meta::{remove_finalizer, rfc3339};
-use crate::kube::object::{Object, OwnerReference, WithJson};
+use crate::kube::object::{MetadataPatch, WithJson};
 use crate::kube::{self, Kube, Resource};
 use crate::kv::Ctx;
 use crate::ports::http::HttpClient;
@@ -237,15 +238,17 @@ fn bind<K: KvStore, H: HttpClient + ?Sized>(
                 .map_outcome(|o| Outcome { message, ..o }));
         }
     };
-    let mut desired = record.to_ip_address(ns, name)?;
-    desired["metadata"]["finalizers"] = json!([ADDRESS_FINALIZER]);
+    let want = record
+        .to_ip_address(ns, name)?
+        .with_finalizer(ADDRESS_FINALIZER);
     match ip {
         None => {
-            kube.create(&kube::IP_ADDRESSES, Some(ns), &desired)?;
+            kube.create(&kube::IP_ADDRESSES, Some(ns), &want.to_json())?;
         }
         Some(o) => {
-            let want = IpAddressObject::from_json(&desired);
-            if o.spec.address != record.address || o.spec.pool_ref != want.spec.pool_ref {
+            if o.spec.address != record.address
+                || o.spec.pool_ref.as_ref() != Some(&want.spec.pool_ref)
+            {
                 let msg = format!(
                     "IPAddress {ns}/{name} exists with {} in another pool or with another address than the claim's {}",
                     if o.spec.address.is_empty() { "?" } else { &o.spec.address },
@@ -296,14 +299,17 @@ fn live_address<K: KvStore, H: HttpClient + ?Sized>(
 fn complete_address_metadata<H: HttpClient + ?Sized>(
     kube: &Kube<'_, H>,
     o: &IpAddressObject,
-    desired: &IpAddressObject,
+    desired: &IpAddress,
 ) -> Result<()> {
     let m = &o.metadata;
-    let mut patch = Map::new();
+    let mut patch = MetadataPatch {
+        resource_version: m.resource_version.clone(),
+        ..MetadataPatch::default()
+    };
     if !m.has_finalizer(ADDRESS_FINALIZER) {
         let mut fs = m.finalizers.clone();
         fs.push(ADDRESS_FINALIZER.to_string());
-        patch.insert("finalizers".into(), json!(fs));
+        patch.finalizers = Some(fs);
     }
     let mut refs = m.owner_references.clone();
     let mut refs_changed = false;
@@ -320,28 +326,20 @@ fn complete_address_metadata<H: HttpClient + ?Sized>(
             }
         }
     }
-    if refs_changed {
-        patch.insert(
-            "ownerReferences".into(),
-            refs.iter().map(OwnerReference::to_json).collect(),
-        );
-    }
-    if let Some(c) = desired.metadata.label(CLUSTER_NAME_LABEL) {
+    patch.owner_references = refs_changed.then_some(refs);
+    if let Some(c) = desired.metadata.labels.get(CLUSTER_NAME_LABEL) {
         if m.label(CLUSTER_NAME_LABEL) != Some(c) {
-            patch.insert("labels".into(), json!({ CLUSTER_NAME_LABEL: c }));
+            patch.labels = Some(BTreeMap::from([(
+                CLUSTER_NAME_LABEL.to_string(),
+                c.clone(),
+            )]));
         }
     }
     if patch.is_empty() {
         return Ok(());
     }
-    patch.insert("resourceVersion".into(), m.resource_version_json());
-    kube.merge_patch(
-        &kube::IP_ADDRESSES,
-        m.namespace.as_deref(),
-        &m.name,
-        false,
-        &json!({"metadata": patch}),
-    )?;
+    let ns = m.namespace.as_deref();
+    kube.merge_patch(&kube::IP_ADDRESSES, ns, &m.name, false, &patch.to_json())?;
     Ok(())
 }
 

@@ -72,16 +72,18 @@
 //! /projects/{id}/virtual-networks?metro=`, by number **and** metro); `pool`
 //! is the VLAN the VRF-backed pool holds (its provisioning record).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
+use serde::Serialize;
 use serde_json::{json, Value};
 
 use super::device::{device_in, device_of, provider_of};
 use super::objects::MachineObject;
 use crate::error::{Error, ErrorKind, Known, Result};
+use crate::ipam::claim::{PoolRef, CLUSTER_NAME_LABEL};
 use crate::ipam::pool::{PoolId, PoolKind};
 use crate::ipam::vrf::Resource as MetalResource;
-use crate::kube::object::{metadata, Object, ObjectMeta};
+use crate::kube::object::{metadata, Object, ObjectMeta, OwnerReference};
 use crate::kube::{self, names, Kube, KubeError};
 use crate::kv::Ctx;
 use crate::metal::client::Metal;
@@ -525,25 +527,82 @@ pub fn ensure_claims<H: HttpClient + ?Sized>(
             // Ours already (or still going: created again once gone).
             continue;
         }
-        let claim = s.claim_name(name);
-        let mut labels = json!({MACHINE_LABEL: machine_label(name), SLOT_LABEL: s.key});
-        if let Some(c) = &m.cluster {
-            labels[crate::ipam::claim::CLUSTER_NAME_LABEL] = c.clone().into();
-        }
-        let object = json!({"apiVersion": kube::CLAIMS.api_version(), "kind": "IPAddressClaim",
-            "metadata": {"name": claim, "namespace": ns, "labels": labels,
-                "annotations": {SLOT_ANNOTATION: s.identity},
-                "ownerReferences": [{"apiVersion": kube::MACHINES.api_version(), "kind": "Machine",
-                    "name": name, "uid": m.uid, "controller": true, "blockOwnerDeletion": true}]},
-            "spec": {"poolRef": {"apiGroup": crate::ipam::pool::GROUP,
-                "kind": s.pool.kind.as_deref().unwrap_or("MetalIPPool"), "name": s.pool.name}}});
-        match kube.create(&kube::CLAIMS, Some(ns), &object) {
+        let object = NewClaim::for_slot(s, ns, name, m);
+        match kube.create(&kube::CLAIMS, Some(ns), &object.to_json()) {
             Ok(_) => out.created += 1,
             Err(KubeError::Conflict(_)) => {}
             Err(e) => return Err(e.into()),
         }
     }
     Ok(out)
+}
+
+/// A per-VLAN `IPAddressClaim` as created: labelled with its machine and
+/// slot, owned (controller) by the Machine, its `poolRef` the slot's pool.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct NewClaim {
+    api_version: String,
+    kind: &'static str,
+    metadata: NewClaimMeta,
+    spec: NewClaimSpec,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct NewClaimMeta {
+    name: String,
+    namespace: String,
+    labels: BTreeMap<String, String>,
+    annotations: BTreeMap<String, String>,
+    owner_references: Vec<OwnerReference>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct NewClaimSpec {
+    pool_ref: PoolRef,
+}
+
+impl NewClaim {
+    fn for_slot(s: &PoolSlot<'_>, ns: &str, machine: &str, m: &MachineNetwork) -> NewClaim {
+        let mut labels = BTreeMap::from([
+            (MACHINE_LABEL.to_string(), machine_label(machine)),
+            (SLOT_LABEL.to_string(), s.key.clone()),
+        ]);
+        if let Some(c) = &m.cluster {
+            labels.insert(CLUSTER_NAME_LABEL.to_string(), c.clone());
+        }
+        let owner = OwnerReference::owner(
+            &kube::MACHINES.api_version(),
+            "Machine",
+            machine,
+            &m.uid,
+            true,
+        );
+        NewClaim {
+            api_version: kube::CLAIMS.api_version(),
+            kind: "IPAddressClaim",
+            metadata: NewClaimMeta {
+                name: s.claim_name(machine),
+                namespace: ns.to_string(),
+                labels,
+                annotations: BTreeMap::from([(SLOT_ANNOTATION.to_string(), s.identity.clone())]),
+                owner_references: vec![owner],
+            },
+            spec: NewClaimSpec {
+                pool_ref: PoolRef {
+                    api_group: Some(crate::ipam::pool::GROUP.to_string()),
+                    kind: s.pool.kind.as_deref().unwrap_or("MetalIPPool").to_string(),
+                    name: s.pool.name.clone(),
+                },
+            },
+        }
+    }
+
+    fn to_json(&self) -> Value {
+        serde_json::to_value(self).unwrap_or(Value::Null)
+    }
 }
 
 /// Deletes claims [`ensure_claims`] found stale (their addresses are

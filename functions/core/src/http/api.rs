@@ -348,7 +348,8 @@ pub fn allocate<K: KvStore>(ctx: &Ctx<'_, K>, token: &str, req: &ApiRequest<'_>)
     let result = ops::allocate(ctx, &claim).and_then(|a| {
         let body = a
             .record
-            .to_ip_address(&claim.id.namespace, &claim.id.name)?;
+            .to_ip_address(&claim.id.namespace, &claim.id.name)?
+            .to_json();
         let mut r = if a.created {
             ApiResponse::success(201, Some(body), route, "allocated")
         } else {
@@ -396,12 +397,13 @@ pub fn claims<K: KvStore>(ctx: &Ctx<'_, K>, token: &str, req: &ApiRequest<'_>) -
     let touched = format!("{ns}/{name}");
     let result = match req.method {
         "GET" => ops::get_claim(ctx.kv, &ns, &name).and_then(|rec| match rec {
-            Some(rec) => {
-                Ok(
-                    ApiResponse::success(200, Some(rec.to_ip_address(&ns, &name)?), route, "read")
-                        .touching("address", rec.address),
-                )
-            }
+            Some(rec) => Ok(ApiResponse::success(
+                200,
+                Some(rec.to_ip_address(&ns, &name)?.to_json()),
+                route,
+                "read",
+            )
+            .touching("address", rec.address)),
             None => Err(Error::not_found(
                 "ClaimNotFound",
                 format!("claim {touched} has no address"),

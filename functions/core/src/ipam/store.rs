@@ -14,7 +14,7 @@ use serde_json::Value;
 use crate::error::{Error, Result};
 use crate::ip::{from_u128, to_u128};
 use crate::ipam::alloc::{Cooling, Intent, IntentKind, PoolState};
-use crate::ipam::claim::{AddressView, CapiVersion, Claim, ClaimId, PoolRef};
+use crate::ipam::claim::{AddressView, CapiVersion, Claim, ClaimId, IpAddress, PoolRef};
 use crate::ipam::pool::{PoolId, PoolKind, PoolObject, ValidatedPool};
 use crate::kv::keys::{self, Scoped};
 use crate::kv::protocol::{
@@ -499,7 +499,7 @@ impl ClaimRecord {
     ///
     /// # Errors
     /// 500 if the record is inconsistent.
-    pub fn to_ip_address(&self, namespace: &str, name: &str) -> Result<Value> {
+    pub fn to_ip_address(&self, namespace: &str, name: &str) -> Result<IpAddress> {
         let version = CapiVersion::parse(&self.api_version).ok_or_else(|| {
             Error::internal(format!("claim record apiVersion {:?}", self.api_version))
         })?;
@@ -516,7 +516,7 @@ impl ClaimRecord {
             ),
             None => None,
         };
-        Ok(AddressView {
+        Ok(IpAddress::new(&AddressView {
             version,
             claim: &claim,
             pool_ref: &pool_ref,
@@ -525,8 +525,7 @@ impl ClaimRecord {
             address: self.ip()?,
             prefix: self.prefix,
             gateway,
-        }
-        .to_json())
+        }))
     }
 
     /// The binding of `claim` to `address` in `pool`, for the allocation
