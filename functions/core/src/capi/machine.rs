@@ -176,7 +176,7 @@ impl<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized> MachineHandler<'_, '_,
         Verdict::answer(out)
     }
 
-    fn uid<'o>(o: &'o MachineObject) -> &'o str {
+    fn uid(o: &MachineObject) -> &str {
         o.metadata.uid.as_deref().unwrap_or_default()
     }
 

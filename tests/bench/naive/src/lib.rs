@@ -91,6 +91,8 @@ fn allocate<K: KvStore, H: HttpClient + ?Sized>(
         &keys::claim(&claim.id.namespace, &claim.id.name),
         &binding.encode(),
     )?;
-    let ip = binding.to_ip_address(&claim.id.namespace, &claim.id.name)?;
+    let ip = binding
+        .to_ip_address(&claim.id.namespace, &claim.id.name)?
+        .to_json();
     Ok(ApiResponse::success(201, Some(ip), ROUTE, "allocated"))
 }
