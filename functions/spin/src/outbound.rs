@@ -13,7 +13,7 @@
 //! tell a timeout (the request may have been processed) from a TLS failure
 //! or a refused connection (nothing was sent).
 
-use metal_ipam_core::ports::http::{Deadline, TransportError, TransportKind};
+use metal_ipam_core::ports::http::{headers, Deadline, TransportError, TransportKind};
 use spin_sdk::wit::wasi::http0_2_0::outgoing_handler;
 use spin_sdk::wit::wasi::http0_2_0::types::{
     self as wasi_http, ErrorCode, Fields, IncomingBody, IncomingResponse, Method, OutgoingBody,
@@ -173,8 +173,15 @@ fn request_options(deadline: Deadline) -> Option<RequestOptions> {
 /// not HTTP.
 fn read_response(response: IncomingResponse) -> Result<http::Response<Vec<u8>>, TransportError> {
     let mut builder = http::Response::builder().status(response.status());
+    // Only the headers the core reads, by their constant names: parsing
+    // arbitrary names would link `http`'s name parser into every component.
     for (name, value) in response.headers().entries() {
-        builder = builder.header(name, value);
+        if let Some(n) = headers::READ
+            .iter()
+            .find(|n| n.as_str().eq_ignore_ascii_case(&name))
+        {
+            builder = builder.header(n.clone(), value);
+        }
     }
     let incoming = response
         .consume()

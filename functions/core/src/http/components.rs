@@ -40,7 +40,7 @@ use crate::kube::Kube;
 use crate::kv::Ctx;
 use crate::metal::client::{Metal, MetalError};
 use crate::network::batch::{self, BatchOp, Chained, Direction};
-use crate::ports::http::{Deadline, HttpClient};
+use crate::ports::http::{headers, Deadline, HttpClient};
 use crate::ports::kv::KvStore;
 use crate::ports::Env;
 use crate::routes::{check_object, Answer, Call, Component, Step, StepKind};
@@ -1243,7 +1243,7 @@ fn forward<K: KvStore, H: HttpClient + ?Sized>(
     let mut request = http::Request::builder()
         .method("POST")
         .uri(call.url())
-        .header("authorization", format!("Bearer {}", s.api_token))
+        .header(headers::AUTHORIZATION, format!("Bearer {}", s.api_token))
         .body(Vec::new())
         .map_err(|e| Error::internal(e.to_string()))?;
     Deadline::CHAINED.set(&mut request);

@@ -17,7 +17,7 @@ pub mod object;
 use serde_json::Value;
 
 use crate::error::{Error, ErrorKind, Known};
-use crate::ports::http::{Deadline, HttpClient, TransportKind};
+use crate::ports::http::{headers, Deadline, HttpClient, TransportKind};
 use object::Object;
 
 /// The deadline of every request to the API server: connected within 3 s,
@@ -310,10 +310,10 @@ impl<'a, H: HttpClient + ?Sized> Kube<'a, H> {
         let mut b = http::Request::builder()
             .method(method)
             .uri(&url)
-            .header("authorization", format!("Bearer {}", self.cfg.token))
-            .header("accept", "application/json");
+            .header(headers::AUTHORIZATION, format!("Bearer {}", self.cfg.token))
+            .header(headers::ACCEPT, "application/json");
         if let Some(ct) = content_type {
-            b = b.header("content-type", ct);
+            b = b.header(headers::CONTENT_TYPE, ct);
         }
         let bytes = body
             .map(|v| serde_json::to_vec(v).unwrap_or_default())

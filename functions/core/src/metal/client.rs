@@ -12,6 +12,7 @@
 
 use std::cell::{Cell, RefCell};
 
+use http::header::HeaderName;
 use http::Method;
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use serde::de::DeserializeOwned;
@@ -25,7 +26,7 @@ use super::model::{
 };
 use super::retry::{decide, Attempt, Next, RetryPolicy};
 use crate::error::{Error, ErrorKind};
-use crate::ports::http::{Deadline, HttpClient, TransportError, TransportKind};
+use crate::ports::http::{headers, Deadline, HttpClient, TransportError, TransportKind};
 use crate::ports::Env;
 
 /// Where the Metal API is, the project, and how to authenticate.
@@ -235,11 +236,11 @@ pub const MIN_ATTEMPT_MS: u64 = 500;
 fn attempt_of(result: &Result<http::Response<Vec<u8>>, TransportError>) -> Attempt<'_> {
     match result {
         Ok(r) => {
-            let header = |n: &str| r.headers().get(n).and_then(|v| v.to_str().ok());
+            let header = |n: &HeaderName| r.headers().get(n).and_then(|v| v.to_str().ok());
             Attempt::Response {
                 status: r.status().as_u16(),
-                retry_after: header("retry-after"),
-                rate_limit_reset: header("x-ratelimit-reset"),
+                retry_after: header(&headers::RETRY_AFTER),
+                rate_limit_reset: header(&headers::X_RATELIMIT_RESET),
             }
         }
         Err(e) if e.kind.not_sent() => Attempt::NotSent,
@@ -333,8 +334,8 @@ impl<'a, H: HttpClient + ?Sized, E: Env + ?Sized> Metal<'a, H, E> {
     }
 
     fn note(&self, resp: &http::Response<Vec<u8>>) {
-        for name in ["deprecation", "sunset"] {
-            if let Some(v) = resp.headers().get(name).and_then(|v| v.to_str().ok()) {
+        for name in [headers::DEPRECATION, headers::SUNSET] {
+            if let Some(v) = resp.headers().get(&name).and_then(|v| v.to_str().ok()) {
                 let n = format!("{name}: {v}");
                 let mut notices = self.notices.borrow_mut();
                 if !notices.contains(&n) {
@@ -435,14 +436,14 @@ impl<'a, H: HttpClient + ?Sized, E: Env + ?Sized> Metal<'a, H, E> {
         let mut b = http::Request::builder()
             .method(method.clone())
             .uri(url)
-            .header("x-auth-token", &self.cfg.token)
-            .header("accept", "application/json")
+            .header(headers::X_AUTH_TOKEN, &self.cfg.token)
+            .header(headers::ACCEPT, "application/json")
             .header(
-                "user-agent",
+                headers::USER_AGENT,
                 concat!("metal-ipam/", env!("CARGO_PKG_VERSION")),
             );
         if has_body {
-            b = b.header("content-type", "application/json");
+            b = b.header(headers::CONTENT_TYPE, "application/json");
         }
         b.body(bytes.to_vec()).map_err(|e| MetalError::Api {
             status: 0,

@@ -33,7 +33,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::ipam::vrf::is_uuid;
 use crate::metal::client::{Metal, MetalError};
 use crate::metal::model::{VlanBatch, VlanBatchInput, VlanBatchItem};
-use crate::ports::http::{Deadline, HttpClient};
+use crate::ports::http::{headers, Deadline, HttpClient};
 use crate::ports::Env;
 
 /// Which way a batch moves VLANs.
@@ -254,8 +254,8 @@ impl<H: HttpClient + ?Sized> VlanBatches for Chained<'_, H> {
         let mut request = http::Request::builder()
             .method("POST")
             .uri(&url)
-            .header("authorization", format!("Bearer {}", self.api_token))
-            .header("content-type", "application/json")
+            .header(headers::AUTHORIZATION, format!("Bearer {}", self.api_token))
+            .header(headers::CONTENT_TYPE, "application/json")
             .body(body)
             .map_err(|e| MetalError::Malformed {
                 detail: e.to_string(),

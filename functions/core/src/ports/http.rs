@@ -10,6 +10,34 @@
 
 use std::fmt;
 
+/// The header names metal-ipam sends and reads, as constants, so that no
+/// name is parsed at run time (`http`'s parser of arbitrary names is
+/// ≈ 17 KB of every component's wasm).
+pub mod headers {
+    use http::header::HeaderName;
+
+    pub use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, RETRY_AFTER, USER_AGENT};
+
+    /// Metal's API token.
+    pub const X_AUTH_TOKEN: HeaderName = HeaderName::from_static("x-auth-token");
+    /// Metal's rate-limit reset (seconds).
+    pub const X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
+    /// A deprecation notice (RFC 9745).
+    pub const DEPRECATION: HeaderName = HeaderName::from_static("deprecation");
+    /// A sunset notice (RFC 8594).
+    pub const SUNSET: HeaderName = HeaderName::from_static("sunset");
+
+    /// The response headers the core reads. A shell passes these on and
+    /// may drop any other (nothing in the core reads them).
+    pub const READ: [HeaderName; 5] = [
+        CONTENT_TYPE,
+        RETRY_AFTER,
+        X_RATELIMIT_RESET,
+        DEPRECATION,
+        SUNSET,
+    ];
+}
+
 /// Why a request produced no HTTP response. Decides what the caller does:
 /// retry, look before repeating a POST, or stop and say what is wrong.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
