@@ -35,6 +35,7 @@ use crate::metal::client::{Metal, MetalError};
 use crate::metal::model::{VlanBatch, VlanBatchInput, VlanBatchItem};
 use crate::ports::http::{headers, Deadline, HttpClient};
 use crate::ports::Env;
+use crate::routes::Step;
 
 /// Which way a batch moves VLANs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -213,9 +214,12 @@ impl<H: HttpClient + ?Sized, E: Env + ?Sized> VlanBatches for Direct<'_, H, E> {
     }
 }
 
-/// The path of a port's batch step on its component.
+/// The path of a port's batch step on its component (the route table's).
 pub fn step_path(port_id: &str) -> String {
-    format!("/v1/metal/ports/{port_id}/vlan-batches")
+    Step::VlanBatch {
+        port: port_id.to_string(),
+    }
+    .path()
 }
 
 /// The success body of a step: the port, the op and the batch (or null).
