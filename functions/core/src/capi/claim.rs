@@ -6,7 +6,6 @@
 //! deleting or not (its cluster may be being moved).
 
 use std::cell::Cell;
-use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use serde_json::{json, Map, Value};
@@ -14,11 +13,11 @@ use serde_json::{json, Map, Value};
 use super::objects::{paused, PoolResource};
 use super::{Reader, Snapshot, ADDRESS_FINALIZER, CLAIM_FINALIZER};
 use crate::error::{Error, ErrorKind, Known, Result};
-use crate::ipam::claim::{Claim, ClaimObject, IpAddress, IpAddressObject, CLUSTER_NAME_LABEL};
+use crate::ipam::claim::{Claim, ClaimObject, IpAddressObject};
 use crate::ipam::ops;
 use crate::kube::conditions::{with_ready, Ready};
 use crate::kube::meta::{remove_finalizer, rfc3339};
-use crate::kube::object::{MetadataPatch, WithJson};
+use crate::kube::object::WithJson;
 use crate::kube::{self, Kube, Resource};
 use crate::kv::Ctx;
 use crate::ports::http::HttpClient;
@@ -246,9 +245,7 @@ fn bind<K: KvStore, H: HttpClient + ?Sized>(
             kube.create(&kube::IP_ADDRESSES, Some(ns), &want.to_json())?;
         }
         Some(o) => {
-            if o.spec.address != record.address
-                || o.spec.pool_ref.as_ref() != Some(&want.spec.pool_ref)
-            {
+            if want.conflicts_with(&o) {
                 let msg = format!(
                     "IPAddress {ns}/{name} exists with {} in another pool or with another address than the claim's {}",
                     if o.spec.address.is_empty() { "?" } else { &o.spec.address },
@@ -256,7 +253,11 @@ fn bind<K: KvStore, H: HttpClient + ?Sized>(
                 );
                 return Ok(Verdict::not_ready(Reason::AllocationFailed, msg, None));
             }
-            complete_address_metadata(kube, &o, &want)?;
+            if let Some(patch) = want.metadata_patch(&o, ADDRESS_FINALIZER) {
+                let m = &o.metadata;
+                let ns = m.namespace.as_deref();
+                kube.merge_patch(&kube::IP_ADDRESSES, ns, &m.name, false, &patch.to_json())?;
+            }
         }
     }
     let vrf_backed = p.pool.is_some_and(|p| p.vrf_backed);
@@ -292,55 +293,6 @@ fn live_address<K: KvStore, H: HttpClient + ?Sized>(
         }
     }
     Ok(Some(ip))
-}
-
-/// Adds what an existing IPAddress lacks: our finalizer, the owner
-/// references, the cluster-name label (one guarded patch, or none).
-fn complete_address_metadata<H: HttpClient + ?Sized>(
-    kube: &Kube<'_, H>,
-    o: &IpAddressObject,
-    desired: &IpAddress,
-) -> Result<()> {
-    let m = &o.metadata;
-    let mut patch = MetadataPatch {
-        resource_version: m.resource_version.clone(),
-        ..MetadataPatch::default()
-    };
-    if !m.has_finalizer(ADDRESS_FINALIZER) {
-        let mut fs = m.finalizers.clone();
-        fs.push(ADDRESS_FINALIZER.to_string());
-        patch.finalizers = Some(fs);
-    }
-    let mut refs = m.owner_references.clone();
-    let mut refs_changed = false;
-    for want in &desired.metadata.owner_references {
-        match refs.iter_mut().find(|r| r.uid == want.uid) {
-            Some(r) if r == want => {}
-            Some(r) => {
-                *r = want.clone();
-                refs_changed = true;
-            }
-            None => {
-                refs.push(want.clone());
-                refs_changed = true;
-            }
-        }
-    }
-    patch.owner_references = refs_changed.then_some(refs);
-    if let Some(c) = desired.metadata.labels.get(CLUSTER_NAME_LABEL) {
-        if m.label(CLUSTER_NAME_LABEL) != Some(c) {
-            patch.labels = Some(BTreeMap::from([(
-                CLUSTER_NAME_LABEL.to_string(),
-                c.clone(),
-            )]));
-        }
-    }
-    if patch.is_empty() {
-        return Ok(());
-    }
-    let ns = m.namespace.as_deref();
-    kube.merge_patch(&kube::IP_ADDRESSES, ns, &m.name, false, &patch.to_json())?;
-    Ok(())
 }
 
 /// The deleting claim (holding our finalizer): its Metal assignment goes
