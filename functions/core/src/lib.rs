@@ -73,6 +73,7 @@ pub mod kube;
 pub mod kv;
 pub mod metal;
 pub mod network;
+pub mod observe;
 pub mod ports;
 pub mod provision;
 pub mod reconcile;

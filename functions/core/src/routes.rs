@@ -44,11 +44,15 @@ pub enum Component {
     DetachVlan,
     /// `poll`.
     Poll,
+    /// `metrics`.
+    Metrics,
+    /// `ui`.
+    Ui,
 }
 
 impl Component {
     /// Every component.
-    pub const ALL: [Component; 13] = [
+    pub const ALL: [Component; 15] = [
         Self::Healthz,
         Self::Pools,
         Self::Allocate,
@@ -62,6 +66,8 @@ impl Component {
         Self::AttachVlan,
         Self::DetachVlan,
         Self::Poll,
+        Self::Metrics,
+        Self::Ui,
     ];
 
     /// The component's name in `spin.toml` (and its chaining host,
@@ -81,6 +87,8 @@ impl Component {
             Self::AttachVlan => "attach-vlan",
             Self::DetachVlan => "detach-vlan",
             Self::Poll => "poll",
+            Self::Metrics => "metrics",
+            Self::Ui => "ui",
         }
     }
 }
@@ -251,6 +259,31 @@ table! {
     /// One claim's binding.
     ClaimObject { ns, name } = "/v1/claims/{namespace}/{name}",
         served_by [Release], chained_from [], public true;
+    /// The Prometheus exposition.
+    Metrics {} = "/v1/metrics",
+        served_by [Metrics], chained_from [], public true;
+    /// The browser view's page (HTML).
+    UiPage {} = "/ui",
+        served_by [Ui], chained_from [], public true;
+    /// The browser view's static files (`app.css`, `app.js`).
+    UiAsset { file } = "/ui/{file}",
+        served_by [Ui], chained_from [], public true;
+    /// The browser view's data: the overview (pools, poll, reconcile).
+    UiOverview {} = "/ui/api/overview",
+        served_by [Ui], chained_from [], public true;
+    /// The browser view's data: one namespaced pool's addresses.
+    UiPool { ns, name } = "/ui/api/pools/{namespace}/{name}",
+        served_by [Ui], chained_from [], public true;
+    /// The browser view's data: one global pool's addresses.
+    UiGlobalPool { name } = "/ui/api/global-pools/{name}",
+        served_by [Ui], chained_from [], public true;
+    /// The browser view's data: the machines.
+    UiMachines {} = "/ui/api/machines",
+        served_by [Ui], chained_from [], public true;
+    /// The browser view's data: search by address, claim or machine
+    /// (`?q=`).
+    UiSearch {} = "/ui/api/search",
+        served_by [Ui], chained_from [], public true;
     /// Liveness.
     Healthz {} = "/healthz",
         served_by [Healthz], chained_from [], public true;

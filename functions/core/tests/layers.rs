@@ -18,6 +18,7 @@ const LAYERS: &[&[&str]] = &[
     &["kube", "metal"],
     &["ipam", "routes"],
     &["network", "provision"],
+    &["observe"],
     &["reconcile"],
     &["capi"],
     &["events", "admission"],

@@ -54,6 +54,9 @@ use crate::kv::SpinKv;
 
 /// Variable: the token accepted on `/v1/events` besides the API token.
 pub const VAR_EVENTS_TOKEN: &str = "events_token";
+/// Variable: the token accepted besides the API token on the read-only
+/// routes (`/v1/metrics`, `/ui/api/…`); only `metrics` and `ui` declare it.
+pub const VAR_READ_TOKEN: &str = "read_token";
 /// Variable: the Kubernetes API base URL.
 pub const VAR_K8S_API_URL: &str = "k8s_api_url";
 /// Variable: the Kubernetes bearer token (a ServiceAccount token).
@@ -90,6 +93,8 @@ pub struct AppConfig {
     pub api_token: String,
     /// `events_token` (optional), without surrounding whitespace.
     pub events_token: String,
+    /// `read_token` (optional), without surrounding whitespace.
+    pub read_token: String,
     /// `kv_swap_check` (optional, `auto`).
     pub swap_policy: SwapPolicy,
     /// Kubernetes access, when both `k8s_api_url` and `k8s_token` are set.
@@ -165,6 +170,7 @@ impl AppConfig {
         Ok(AppConfig {
             api_token: api_token.to_string(),
             events_token: optional(VAR_EVENTS_TOKEN)?.trim().to_string(),
+            read_token: optional(VAR_READ_TOKEN)?.trim().to_string(),
             swap_policy,
             kube,
             metal,
@@ -203,7 +209,11 @@ pub fn admit(
 ) -> Result<AppConfig, Box<ApiResponse>> {
     let config = AppConfig::load(vars).map_err(|e| e.response())?;
     if let Err(e) = auth::check_bearer(&config.api_token, parts.authorization.as_deref()) {
-        if config.events_token.is_empty() {
+        // A read token is checked by the core, on the read-only routes only.
+        if config.events_token.is_empty()
+            && (config.read_token.is_empty()
+                || auth::check_bearer(&config.read_token, parts.authorization.as_deref()).is_err())
+        {
             return Err(Box::new(ApiResponse::from_error(&e, "")));
         }
     }
@@ -273,6 +283,7 @@ pub fn dispatch_component<K: KvStore, H: HttpClient>(
         http,
         api_token: &config.api_token,
         events_token: &config.events_token,
+        read_token: &config.read_token,
         metal: metal.as_ref(),
     };
     let header = |name: &str| parts.header(name).map(str::to_string);

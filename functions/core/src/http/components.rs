@@ -57,6 +57,9 @@ pub struct Services<'a, K: KvStore, H: HttpClient + ?Sized> {
     pub api_token: &'a str,
     /// The events token (accepted on `/v1/events` only; empty = none).
     pub events_token: &'a str,
+    /// The read token (accepted on the read-only routes, `metrics` and
+    /// `ui`'s data; empty = none).
+    pub read_token: &'a str,
     /// The Metal client (`None` when the component has no Metal token).
     pub metal: Option<&'a Metal<'a, H, dyn Env + 'a>>,
 }
@@ -793,6 +796,130 @@ pub fn pools<K: KvStore, H: HttpClient + ?Sized>(
         Some(Step::GlobalPool { name }) => capi_pool(s, req, PoolKind::Global, None, &name),
         _ => with_store(s, req, api::pools),
     }
+}
+
+/// Authentication on the read-only routes: the API token or, when one is
+/// configured, the read token; before anything else, as everywhere.
+fn read_authenticated<K: KvStore, H: HttpClient + ?Sized>(
+    s: &Services<'_, K, H>,
+    req: &ApiRequest<'_>,
+) -> Option<ApiResponse> {
+    let api = auth::check_bearer(s.api_token, req.authorization);
+    if api.is_ok()
+        || (!s.read_token.is_empty() && auth::check_bearer(s.read_token, req.authorization).is_ok())
+    {
+        return None;
+    }
+    api.err().map(|e| ApiResponse::from_error(&e, ""))
+}
+
+/// Headers of every answer of the read-only components: nothing cached,
+/// nothing sniffed, no referrer, not framed.
+fn read_only_headers(r: &mut ApiResponse) {
+    r.headers.push(("cache-control", "no-store".to_string()));
+    r.headers.push(("x-content-type-options", "nosniff".to_string()));
+    r.headers.push(("referrer-policy", "no-referrer".to_string()));
+    r.headers.push(("x-frame-options", "DENY".to_string()));
+}
+
+/// The `metrics` component: `GET /v1/metrics`, the Prometheus exposition
+/// (text format 0.0.4), with the API token or the read token.
+pub fn metrics<K: KvStore, H: HttpClient + ?Sized>(
+    s: &Services<'_, K, H>,
+    req: &ApiRequest<'_>,
+    _content_type: Option<&str>,
+    _header: &dyn Fn(&str) -> Option<String>,
+) -> ApiResponse {
+    const ROUTE: &str = "/v1/metrics";
+    if let Some(r) = read_authenticated(s, req) {
+        return r;
+    }
+    if Step::parse_for(Component::Metrics, req.path).is_none() {
+        return no_route(req.path);
+    }
+    if req.method != "GET" {
+        return method_not_allowed(ROUTE, "GET");
+    }
+    let mut r = match store(s).and_then(|ctx| crate::observe::metrics::scrape(ctx)) {
+        Ok(text) => {
+            let mut r = ApiResponse::success(200, None, ROUTE, "scraped");
+            r.text = Some((crate::observe::metrics::CONTENT_TYPE, text));
+            r
+        }
+        Err(e) => ApiResponse::from_error(&e, ROUTE),
+    };
+    read_only_headers(&mut r);
+    r
+}
+
+/// The `ui` component: the browser view's page and files (no data in
+/// them: served without a token) and its data routes under `/ui/api/`
+/// (the API token or the read token, sent by the page from `fetch`).
+pub fn ui<K: KvStore, H: HttpClient + ?Sized>(
+    s: &Services<'_, K, H>,
+    req: &ApiRequest<'_>,
+    _content_type: Option<&str>,
+    _header: &dyn Fn(&str) -> Option<String>,
+) -> ApiResponse {
+    use crate::observe::{ui, view};
+    let step = Step::parse_for(Component::Ui, req.path);
+    let is_file = matches!(step, Some(Step::UiPage {} | Step::UiAsset { .. }));
+    if !is_file {
+        if let Some(r) = read_authenticated(s, req) {
+            return r;
+        }
+    }
+    let Some(step) = step else {
+        return no_route(req.path);
+    };
+    let route = step.template();
+    if req.method != "GET" {
+        return method_not_allowed(route, "GET");
+    }
+    let file = |f: Option<(&'static str, &'static str)>| match f {
+        Some((content_type, text)) => {
+            let mut r = ApiResponse::success(200, None, route, "served");
+            r.text = Some((content_type, text.to_string()));
+            r.headers
+                .push(("content-security-policy", ui::CONTENT_SECURITY_POLICY.to_string()));
+            r
+        }
+        None => no_route(req.path),
+    };
+    let data = |v: Result<Option<Value>>, what: String| match v {
+        Ok(Some(v)) => ApiResponse::success(200, Some(v), route, "read").touching("view", what),
+        Ok(None) => ApiResponse::from_error(
+            &Error::not_found("NotFound", format!("{what} is not in the store")),
+            route,
+        ),
+        Err(e) => ApiResponse::from_error(&e, route),
+    };
+    let mut r = match &step {
+        Step::UiPage {} => file(Some(ui::page())),
+        Step::UiAsset { file: f } => file(ui::asset(f)),
+        _ => match store(s) {
+            Err(e) => ApiResponse::from_error(&e, route),
+            Ok(ctx) => match step {
+                Step::UiOverview {} => data(view::overview(ctx).map(Some), "overview".into()),
+                Step::UiPool { ns, name } => {
+                    let id = PoolId::namespaced(&ns, &name);
+                    data(view::pool(ctx, &id), id.display())
+                }
+                Step::UiGlobalPool { name } => {
+                    let id = PoolId::global(&name);
+                    data(view::pool(ctx, &id), id.display())
+                }
+                Step::UiMachines {} => data(view::machines(ctx).map(Some), "machines".into()),
+                Step::UiSearch {} => data(
+                    view::search(ctx, req.query).map(Some),
+                    "search".into(),
+                ),
+                _ => no_route(req.path),
+            },
+        },
+    };
+    read_only_headers(&mut r);
+    r
 }
 
 /// The claim step route both claim components serve, else `plain` (their

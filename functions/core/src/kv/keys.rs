@@ -11,6 +11,10 @@
 //! | Metal poll cursor | `metal/poll`, guard `metal-init/poll` | `provision::poll::CursorRecord` |
 //! | network apply | `net/device/<uuid>`, guard `net-init/device/<uuid>` | `network::apply::ApplyRecord` |
 //! | creation stall | `guard-stall/<record key>` | Unix seconds (text) |
+//! | observation summary | `obs/summary` | `observe::summary::Summary` (blind `set`, last writer wins) |
+//! | request counter | `obs/req/<signature>` | counter (`observe::counters`) |
+//! | counter registry | `obs/signatures`, guard `obs-init/signatures` | `observe::counters::Registry` |
+//! | dropped requests | `obs/dropped` | counter |
 //!
 //! Why every family is here rather than beside its record: one table shows
 //! that no two families share a prefix, and that no key string is built
@@ -161,6 +165,32 @@ pub fn net_device(device: &str) -> String {
 pub fn net_device_init(device: &str) -> String {
     format!("net-init/device/{device}")
 }
+
+/// `obs/summary`: what the last full reconcile saw (claims waiting,
+/// machines, assignments), for the metrics and the browser view.
+pub const OBS_SUMMARY: &str = "obs/summary";
+
+/// Prefix of the request counters (`observe::counters`).
+pub const OBS_REQ_PREFIX: &str = "obs/req/";
+
+/// `obs/req/<signature>`: how many requests had this signature.
+///
+/// ```
+/// use metal_ipam_core::kv::keys;
+/// assert_eq!(keys::obs_request("allocate|200"), "obs/req/allocate|200");
+/// ```
+pub fn obs_request(signature: &str) -> String {
+    format!("{OBS_REQ_PREFIX}{signature}")
+}
+
+/// `obs/signatures`: the registry of request signatures seen.
+pub const OBS_SIGNATURES: &str = "obs/signatures";
+
+/// The creation guard counter of the signature registry.
+pub const OBS_SIGNATURES_INIT: &str = "obs-init/signatures";
+
+/// `obs/dropped`: requests not counted by signature (registry full).
+pub const OBS_DROPPED: &str = "obs/dropped";
 
 /// `claim/<namespace>/<name>`.
 pub fn claim(namespace: &str, name: &str) -> String {

@@ -1,0 +1,144 @@
+//! The observation summary: what the last full reconcile saw that no
+//! per-pool record holds — claims waiting per pool and reason, machines
+//! (network mode per port, VLANs, addresses, phase), Metal assignment
+//! states — so that a scrape or a page reads one key instead of listing
+//! every claim and machine.
+//!
+//! Written by `capi::reconcile` at the end of each run with a blind `set`
+//! (last writer wins: it is an observation, never read for a decision, so
+//! a lost write is replaced by the next run's); read by [`super::metrics`]
+//! and [`super::view`]. As fresh as the last reconcile run (`at`).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::Result;
+use crate::kv::keys;
+use crate::ports::kv::KvStore;
+
+/// Schema version of the summary record.
+pub const SUMMARY_VERSION: u32 = 1;
+
+/// Most machines the summary lists (the counts cover them all).
+pub const MAX_MACHINES: usize = 5000;
+
+/// A pool, as the summary names it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PoolName {
+    /// `MetalIPPool` or `GlobalMetalIPPool` (the claim's `poolRef.kind`).
+    pub kind: String,
+    /// Namespace (empty for a global pool).
+    #[serde(default)]
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+}
+
+/// Claims of one pool waiting for an address, for one reason.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Waiting {
+    /// The pool the claims name.
+    pub pool: PoolName,
+    /// Their `Ready=False` reason (e.g. `PoolExhausted`, `PoolNotFound`).
+    pub reason: String,
+    /// How many.
+    pub count: u32,
+}
+
+/// One port of a machine, as its profile configures it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PortRow {
+    /// The port (`bond0`, `eth1`).
+    pub port: String,
+    /// The network mode (`layer3`, `hybrid`, `layer2-bonded`, …).
+    pub mode: String,
+    /// VLANs (VXLAN ids) on the port.
+    #[serde(default)]
+    pub vlans: Vec<u32>,
+}
+
+/// A machine opted into a network profile.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MachineRow {
+    /// The Machine's namespace.
+    pub namespace: String,
+    /// The Machine's name.
+    pub name: String,
+    /// Its cluster (`spec.clusterName`), when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<String>,
+    /// The network profile it opted into.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<String>,
+    /// The Metal device, once known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device: Option<String>,
+    /// The machine step's result: `converged`, `in-progress`, `failed`,
+    /// `waiting-for-device`, `released`, … (`capi::machine::Synced::result`),
+    /// or `error` when the step failed.
+    pub phase: String,
+    /// Ports with their mode and VLANs.
+    #[serde(default)]
+    pub ports: Vec<PortRow>,
+    /// Per-VLAN addresses (`10.1.0.5/24`), by VLAN.
+    #[serde(default)]
+    pub addresses: BTreeMap<String, String>,
+    /// The last failure, when the phase is `failed` or `error`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// The value of `obs/summary`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct Summary {
+    /// Schema version, [`SUMMARY_VERSION`].
+    pub v: u32,
+    /// Unix seconds when the reconcile run that wrote it ended.
+    pub at: u64,
+    /// The run's duration in milliseconds.
+    #[serde(default)]
+    pub duration_ms: u64,
+    /// Errors the run reported.
+    #[serde(default)]
+    pub errors: u32,
+    /// Claims waiting, per pool and reason (only non-zero counts).
+    #[serde(default)]
+    pub waiting: Vec<Waiting>,
+    /// Machines opted into a profile (at most [`MAX_MACHINES`]).
+    #[serde(default)]
+    pub machines: Vec<MachineRow>,
+    /// Machines left out of `machines` past [`MAX_MACHINES`].
+    #[serde(default)]
+    pub machines_omitted: u32,
+    /// Claims' Metal assignment records by state (`assigned`,
+    /// `assigning`, `unassigning`, `held`, …).
+    #[serde(default)]
+    pub assignments: BTreeMap<String, u32>,
+}
+
+/// Reads the summary; `None` before the first reconcile run (or when the
+/// stored one cannot be read: it is only an observation).
+///
+/// # Errors
+/// The store failed.
+pub fn read<K: KvStore>(kv: &K) -> Result<Option<Summary>> {
+    Ok(kv
+        .get(keys::OBS_SUMMARY)?
+        .and_then(|b| serde_json::from_slice(&b).ok()))
+}
+
+/// Writes the summary (one `set`; last writer wins).
+///
+/// # Errors
+/// The store failed.
+pub fn write<K: KvStore>(kv: &K, summary: &Summary) -> Result<()> {
+    let bytes = serde_json::to_vec(summary).expect("a summary serialises");
+    kv.set(keys::OBS_SUMMARY, &bytes)?;
+    Ok(())
+}
