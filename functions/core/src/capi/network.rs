@@ -81,6 +81,7 @@ use super::device::{device_in, device_of, provider_of};
 use super::objects::MachineObject;
 use crate::error::{Error, ErrorKind, Known, Result};
 use crate::ipam::claim::{PoolRef, CLUSTER_NAME_LABEL};
+use crate::ipam::ops;
 use crate::ipam::pool::{PoolId, PoolKind};
 use crate::ipam::vrf::Resource as MetalResource;
 use crate::kube::object::{metadata, Object, ObjectMeta, OwnerReference};
@@ -91,8 +92,9 @@ use crate::network::apply::{self, Report};
 use crate::network::batch::VlanBatches;
 use crate::network::node::{node_network, Pending, Slot};
 use crate::network::plan::{Desired, Observed, Step};
-use crate::network::profile::{PoolName, Profile, VlanRef};
+use crate::network::profile::{bonds, PoolName, Profile, VlanRef};
 use crate::network::render::{render, Format};
+use crate::observe::summary::{MachineRow, PortRow};
 use crate::ports::http::HttpClient;
 use crate::ports::kv::KvStore;
 use crate::ports::Env;
@@ -1113,6 +1115,10 @@ pub struct ToSync {
     /// has no record of ours (claims made while a Machine waited for its
     /// device, then its annotation removed).
     pub claims_deleted: usize,
+    /// The Machines to sync as the observation summary lists them, in the
+    /// order of `machines` (phase left empty: the network step's answer
+    /// gives it); each profile is read once per run.
+    pub rows: Vec<MachineRow>,
 }
 
 /// The Machines a full reconciliation syncs (see [`ToSync`]), from two
@@ -1132,8 +1138,10 @@ pub fn machines_to_sync<'c, K: KvStore, H: HttpClient + ?Sized>(
 ) -> Result<ToSync> {
     let machines = machines_with_profiles(kube, None)?;
     let recorded: BTreeSet<String> = apply::devices(ctx.kv)?.into_iter().collect();
+    let claims: Vec<&ObjectMeta> = claims.collect();
     let mut out = ToSync::default();
     let mut idle: Vec<(String, String, String)> = Vec::new();
+    let mut profiles = BTreeMap::new();
     for Listed {
         machine: m,
         profile,
@@ -1143,6 +1151,8 @@ pub fn machines_to_sync<'c, K: KvStore, H: HttpClient + ?Sized>(
         let ns = m.metadata.namespace.clone().unwrap_or_default();
         let name = m.metadata.name.clone();
         if profile.is_some() || device.as_ref().is_some_and(|d| recorded.contains(d)) {
+            let row = machine_row(ctx, kube, &mut profiles, (m, profile, device), &claims);
+            out.rows.push(row);
             out.machines.push((ns, name));
         } else if let Some(uid) = &m.metadata.uid {
             idle.push((ns, name, uid.clone()));
@@ -1164,6 +1174,84 @@ pub fn machines_to_sync<'c, K: KvStore, H: HttpClient + ?Sized>(
         }
     }
     Ok(out)
+}
+
+/// A Machine to sync as the observation summary lists it: its profile's
+/// bonds with their modes and VLANs (each profile read once per run,
+/// `profiles`) and the addresses its per-VLAN claims are bound to.
+fn machine_row<K: KvStore, H: HttpClient + ?Sized>(
+    ctx: &Ctx<'_, K>,
+    kube: &Kube<'_, H>,
+    profiles: &mut BTreeMap<(String, String), std::result::Result<Profile, String>>,
+    (m, profile, device): (&MachineObject, &Option<String>, &Option<String>),
+    claims: &[&ObjectMeta],
+) -> MachineRow {
+    let ns = m.metadata.namespace.clone().unwrap_or_default();
+    let name = m.metadata.name.clone();
+    let mut row = MachineRow {
+        namespace: ns.clone(),
+        name: name.clone(),
+        cluster: m.cluster.clone(),
+        profile: profile.clone(),
+        device: device.clone(),
+        phase: String::new(),
+        ports: Vec::new(),
+        addresses: BTreeMap::new(),
+        error: None,
+    };
+    if let Some(p) = profile {
+        let read = profiles.entry((ns.clone(), p.clone())).or_insert_with(|| {
+            let object = kube
+                .get(&kube::NETWORK_PROFILES, Some(&ns), p)
+                .map_err(|e| Error::from(e).to_string())?
+                .ok_or_else(|| format!("MetalNetworkProfile {ns}/{p} does not exist"))?;
+            Profile::from_json(object.get("spec").unwrap_or(&Value::Null))
+                .map_err(|e| e.to_string())
+        });
+        match read {
+            Ok(profile) => row.ports = port_rows(profile),
+            Err(e) => row.error = Some(e.clone()),
+        }
+    }
+    let label = machine_label(&name);
+    for c in claims.iter().filter(|c| {
+        c.namespace.as_deref() == Some(ns.as_str())
+            && !c.deleting()
+            && (c.label(MACHINE_LABEL) == Some(label.as_str()) || named_for(&c.name, &name))
+    }) {
+        if let Ok(Some(b)) = ops::get_claim(ctx.kv, &ns, &c.name) {
+            row.addresses
+                .insert(c.name.clone(), format!("{}/{}", b.address, b.prefix));
+        }
+    }
+    row
+}
+
+/// A profile's bonds with their modes and the VLANs on each bond and its
+/// members.
+fn port_rows(profile: &Profile) -> Vec<PortRow> {
+    let modes = profile.modes();
+    bonds(profile.eth_ports())
+        .into_iter()
+        .map(|(bond, members)| {
+            let vlans = std::iter::once(bond)
+                .chain(members)
+                .filter_map(|p| profile.port(p))
+                .flat_map(|p| &p.vlans)
+                .map(|v| match (v.vxlan, &v.pool, &v.id) {
+                    (Some(n), _, _) => n.to_string(),
+                    (None, Some(pool), _) => format!("pool {}", pool.name),
+                    (None, None, Some(id)) => format!("id {id}"),
+                    (None, None, None) => "?".to_string(),
+                })
+                .collect();
+            PortRow {
+                port: bond.to_string(),
+                mode: modes.get(bond).map_or("layer3", |m| m.as_str()).to_string(),
+                vlans,
+            }
+        })
+        .collect()
 }
 
 // ---------------------------------------------------------------------------

@@ -414,5 +414,12 @@ pub fn poll<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
     let mut report = run.report;
     report.pending = after.pending.len();
     report.more = !after.pending.is_empty() || after.recheck_unplaced;
+    crate::observe::summary::record_poll(
+        ctx.kv,
+        ctx.env.now(),
+        report.events as u64,
+        report.pending as u64,
+        report.errors.len() as u64,
+    )?;
     Ok(report)
 }

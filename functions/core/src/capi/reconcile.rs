@@ -40,6 +40,7 @@ use crate::ipam::store::{self, ClaimRecord, Next};
 use crate::kube::object::{Meta, Object, WithJson};
 use crate::kube::{self, Kube};
 use crate::kv::{keys, Ctx, Step};
+use crate::observe::summary::{self, PoolName, Summary, Waiting};
 use crate::ports::http::HttpClient;
 use crate::ports::kv::KvStore;
 
@@ -69,6 +70,15 @@ pub struct Report {
     pub machines: Vec<(String, String)>,
     /// Profile claims deleted of Machines no longer opted in.
     pub network_claims_deleted: u32,
+    /// Claims left waiting or failed, by their pool (`poolRef` kind,
+    /// namespace — empty for a cluster-wide kind — and name) and the reason
+    /// of their `Ready=False` condition: the observation summary's
+    /// `waiting` (`observe::summary`).
+    pub waiting: BTreeMap<(String, String, String, String), u32>,
+    /// The Machines to sync as the observation summary lists them (the
+    /// `reconcile` component fills in each one's phase from the network
+    /// step's answer).
+    pub machine_rows: Vec<summary::MachineRow>,
 }
 
 impl Report {
@@ -82,6 +92,73 @@ impl Report {
             "networkClaimsDeleted": self.network_claims_deleted,
             "errors": self.errors,
             "kubeCalls": self.kube_calls,
+        })
+    }
+
+    /// The observation summary of this run (`observe::summary`), ended at
+    /// `now` after `duration_ms`: the claims waiting, the Machines with the
+    /// phase the network step answered for each (`network`: the
+    /// `{"machine", "status", "result"}` entries of the run's answer; a
+    /// Machine without an answer, or with an error status, is `error`),
+    /// and the Metal assignment records by state (listed from the store).
+    ///
+    /// # Errors
+    /// The store failed listing the assignment records.
+    pub fn summary<K: KvStore>(
+        &self,
+        kv: &K,
+        network: &[Value],
+        now: u64,
+        duration_ms: u64,
+    ) -> Result<Summary> {
+        let mut assignments: BTreeMap<String, u32> = BTreeMap::new();
+        for (_, a) in crate::provision::assign::list(kv)? {
+            *assignments
+                .entry(a.state_name(now).to_string())
+                .or_default() += 1;
+        }
+        let answers: BTreeMap<&str, &Value> = network
+            .iter()
+            .filter_map(|e| Some((e["machine"].as_str()?, e)))
+            .collect();
+        let mut machines = self.machine_rows.clone();
+        for row in &mut machines {
+            let answer = answers.get(format!("{}/{}", row.namespace, row.name).as_str());
+            let ok = answer.is_some_and(|a| a["status"].as_u64().is_some_and(|s| s < 400));
+            row.phase = match answer.and_then(|a| a["result"].as_str()) {
+                Some(r) if ok => r.to_string(),
+                _ => "error".to_string(),
+            };
+            if !ok && row.error.is_none() {
+                row.error = answer
+                    .and_then(|a| a["reason"].as_str())
+                    .map(str::to_string)
+                    .or_else(|| Some("no answer from the network step".to_string()));
+            }
+        }
+        let omitted = machines.len().saturating_sub(summary::MAX_MACHINES);
+        machines.truncate(summary::MAX_MACHINES);
+        Ok(Summary {
+            v: summary::SUMMARY_VERSION,
+            at: now,
+            duration_ms,
+            errors: u32::try_from(self.errors.len()).unwrap_or(u32::MAX),
+            waiting: self
+                .waiting
+                .iter()
+                .map(|((kind, namespace, name, reason), n)| Waiting {
+                    pool: PoolName {
+                        kind: kind.clone(),
+                        namespace: namespace.clone(),
+                        name: name.clone(),
+                    },
+                    reason: reason.clone(),
+                    count: *n,
+                })
+                .collect(),
+            machines,
+            machines_omitted: u32::try_from(omitted).unwrap_or(u32::MAX),
+            assignments,
         })
     }
 
@@ -131,6 +208,7 @@ pub fn reconcile_all<K: KvStore, H: HttpClient + ?Sized>(
     match capi::network::machines_to_sync(ctx, kube, listed) {
         Ok(m) => {
             report.machines = m.machines;
+            report.machine_rows = m.rows;
             report.network_claims_deleted = u32::try_from(m.claims_deleted).unwrap_or(u32::MAX);
         }
         Err(e) => report.errors.push(format!("Machines (network): {e}")),
@@ -212,11 +290,31 @@ fn reconcile_claims<K: KvStore, H: HttpClient + ?Sized>(
             in_use.entry(id).or_default().insert(v);
         }
     }
+    let pool_refs: BTreeMap<(String, String), (String, String)> = claims
+        .iter()
+        .map(|c| {
+            let m = c.meta();
+            let r = &c.json["spec"]["poolRef"];
+            let field = |f: &str| r[f].as_str().unwrap_or_default().to_string();
+            let key = (m.namespace.clone().unwrap_or_default(), m.name.clone());
+            (key, (field("kind"), field("name")))
+        })
+        .collect();
     let snapshot = capi::Snapshot::new(claims, addresses, pool_objects);
     for (ns, name) in names {
         match capi::reconcile_claim_in(ctx, kube, &ns, &name, Some(&snapshot)) {
             Ok(o) => {
                 Report::count(&mut report.claims, &o);
+                if let (Some(reason), Some((kind, pool))) =
+                    (o.reason, pool_refs.get(&(ns.clone(), name.clone())))
+                {
+                    let pool_ns = match PoolKind::from_kind_name(kind) {
+                        Some(PoolKind::Global) => String::new(),
+                        _ => ns.clone(),
+                    };
+                    let key = (kind.clone(), pool_ns, pool.clone(), reason.to_string());
+                    *report.waiting.entry(key).or_default() += 1;
+                }
                 if o.metal_assignment {
                     report.metal_claims.push((ns.clone(), name.clone()));
                 }

@@ -817,8 +817,10 @@ fn read_authenticated<K: KvStore, H: HttpClient + ?Sized>(
 /// nothing sniffed, no referrer, not framed.
 fn read_only_headers(r: &mut ApiResponse) {
     r.headers.push(("cache-control", "no-store".to_string()));
-    r.headers.push(("x-content-type-options", "nosniff".to_string()));
-    r.headers.push(("referrer-policy", "no-referrer".to_string()));
+    r.headers
+        .push(("x-content-type-options", "nosniff".to_string()));
+    r.headers
+        .push(("referrer-policy", "no-referrer".to_string()));
     r.headers.push(("x-frame-options", "DENY".to_string()));
 }
 
@@ -880,8 +882,10 @@ pub fn ui<K: KvStore, H: HttpClient + ?Sized>(
         Some((content_type, text)) => {
             let mut r = ApiResponse::success(200, None, route, "served");
             r.text = Some((content_type, text.to_string()));
-            r.headers
-                .push(("content-security-policy", ui::CONTENT_SECURITY_POLICY.to_string()));
+            r.headers.push((
+                "content-security-policy",
+                ui::CONTENT_SECURITY_POLICY.to_string(),
+            ));
             r
         }
         None => no_route(req.path),
@@ -910,10 +914,7 @@ pub fn ui<K: KvStore, H: HttpClient + ?Sized>(
                     data(view::pool(ctx, &id), id.display())
                 }
                 Step::UiMachines {} => data(view::machines(ctx).map(Some), "machines".into()),
-                Step::UiSearch {} => data(
-                    view::search(ctx, req.query).map(Some),
-                    "search".into(),
-                ),
+                Step::UiSearch {} => data(view::search(ctx, req.query).map(Some), "search".into()),
                 _ => no_route(req.path),
             },
         },
@@ -1048,11 +1049,26 @@ pub fn reconcile<K: KvStore, H: HttpClient + ?Sized>(
     ) {
         return r;
     }
-    let mut report = match store(s).and_then(|ctx| reconcile::reconcile_all(ctx, kube(s)?)) {
+    let ctx = match store(s) {
+        Ok(ctx) => ctx,
+        Err(e) => return ApiResponse::from_error(&e, route),
+    };
+    let started = ctx.env.now_ms();
+    let mut report = match kube(s).and_then(|kube| reconcile::reconcile_all(ctx, kube)) {
         Ok(report) => report,
         Err(e) => return ApiResponse::from_error(&e, route),
     };
     let body = chain_reconciled(s, &mut report);
+    // What the run saw, for the metrics and the browser view: an
+    // observation, so a store failure here is reported, not fatal.
+    let network = body["network"].as_array().map_or(&[][..], Vec::as_slice);
+    let (now, took) = (ctx.env.now(), ctx.env.now_ms().saturating_sub(started));
+    if let Err(e) = report
+        .summary(ctx.kv, network, now, took)
+        .and_then(|sum| crate::observe::summary::write(ctx.kv, &sum))
+    {
+        report.errors.push(format!("observation summary: {e}"));
+    }
     // Errors on single objects make the run a 500 (with the report), so
     // a CronJob shows the failure; the rest of the run still happened.
     with_errors(

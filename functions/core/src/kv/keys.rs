@@ -12,6 +12,7 @@
 //! | network apply | `net/device/<uuid>`, guard `net-init/device/<uuid>` | `network::apply::ApplyRecord` |
 //! | creation stall | `guard-stall/<record key>` | Unix seconds (text) |
 //! | observation summary | `obs/summary` | `observe::summary::Summary` (blind `set`, last writer wins) |
+//! | poll observation | `obs/poll` | `observe::summary::PollSeen` (blind `set`, last writer wins) |
 //! | request counter | `obs/req/<signature>` | counter (`observe::counters`) |
 //! | counter registry | `obs/signatures`, guard `obs-init/signatures` | `observe::counters::Registry` |
 //! | dropped requests | `obs/dropped` | counter |
@@ -169,6 +170,9 @@ pub fn net_device_init(device: &str) -> String {
 /// `obs/summary`: what the last full reconcile saw (claims waiting,
 /// machines, assignments), for the metrics and the browser view.
 pub const OBS_SUMMARY: &str = "obs/summary";
+
+/// `obs/poll`: what the last successful Metal event poll saw.
+pub const OBS_POLL: &str = "obs/poll";
 
 /// Prefix of the request counters (`observe::counters`).
 pub const OBS_REQ_PREFIX: &str = "obs/req/";

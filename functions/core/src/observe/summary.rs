@@ -4,6 +4,9 @@
 //! states — so that a scrape or a page reads one key instead of listing
 //! every claim and machine.
 //!
+//! [`PollSeen`] is the same for the Metal event poll: written by
+//! `capi::poll` at the end of each successful call.
+//!
 //! Written by `capi::reconcile` at the end of each run with a blind `set`
 //! (last writer wins: it is an observation, never read for a decision, so
 //! a lost write is replaced by the next run's); read by [`super::metrics`]
@@ -48,17 +51,21 @@ pub struct Waiting {
     pub count: u32,
 }
 
-/// One port of a machine, as its profile configures it.
+/// One bond of a machine (the unit Metal's network modes apply to), as
+/// its profile configures it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PortRow {
-    /// The port (`bond0`, `eth1`).
+    /// The bond (`bond0`, `bond1`).
     pub port: String,
-    /// The network mode (`layer3`, `hybrid`, `layer2-bonded`, …).
+    /// Its network mode (`network::profile::Mode::as_str`: `layer3`,
+    /// `hybrid`, `layer2-bonded`, …).
     pub mode: String,
-    /// VLANs (VXLAN ids) on the port.
+    /// The VLANs on the bond and its members, as the profile names them:
+    /// the VXLAN number (`1010`), `pool <name>` (a VRF-backed pool's VLAN)
+    /// or `id <uuid>`.
     #[serde(default)]
-    pub vlans: Vec<u32>,
+    pub vlans: Vec<String>,
 }
 
 /// A machine opted into a network profile.
@@ -85,7 +92,7 @@ pub struct MachineRow {
     /// Ports with their mode and VLANs.
     #[serde(default)]
     pub ports: Vec<PortRow>,
-    /// Per-VLAN addresses (`10.1.0.5/24`), by VLAN.
+    /// Per-VLAN addresses (`10.1.0.5/24`), by the per-VLAN claim's name.
     #[serde(default)]
     pub addresses: BTreeMap<String, String>,
     /// The last failure, when the phase is `failed` or `error`.
@@ -141,4 +148,67 @@ pub fn write<K: KvStore>(kv: &K, summary: &Summary) -> Result<()> {
     let bytes = serde_json::to_vec(summary).expect("a summary serialises");
     kv.set(keys::OBS_SUMMARY, &bytes)?;
     Ok(())
+}
+
+/// The value of `obs/poll`: what the last successful Metal event poll saw.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct PollSeen {
+    /// Unix seconds when the last successful poll ended.
+    pub at: u64,
+    /// Unix seconds when a poll last moved the cursor (ingested events);
+    /// 0 before any did.
+    #[serde(default)]
+    pub cursor_moved_at: u64,
+    /// Events that poll ingested.
+    #[serde(default)]
+    pub events: u64,
+    /// Devices named by events and not handled yet after it.
+    #[serde(default)]
+    pub pending: u64,
+    /// Failures on single claims and machines it reported.
+    #[serde(default)]
+    pub errors: u64,
+}
+
+/// Reads the poll observation; `None` before the first successful poll
+/// (or when the stored one cannot be read).
+///
+/// # Errors
+/// The store failed.
+pub fn read_poll<K: KvStore>(kv: &K) -> Result<Option<PollSeen>> {
+    Ok(kv
+        .get(keys::OBS_POLL)?
+        .and_then(|b| serde_json::from_slice(&b).ok()))
+}
+
+/// Records a successful poll at `now` that ingested `events` events and
+/// left `pending` devices (one `get`, one `set`; last writer wins). The
+/// cursor's last move is kept from the record before when this poll
+/// ingested nothing.
+///
+/// # Errors
+/// The store failed.
+pub fn record_poll<K: KvStore>(
+    kv: &K,
+    now: u64,
+    events: u64,
+    pending: u64,
+    errors: u64,
+) -> Result<PollSeen> {
+    let before = read_poll(kv)?.unwrap_or_default();
+    let seen = PollSeen {
+        at: now,
+        cursor_moved_at: if events > 0 {
+            now
+        } else {
+            before.cursor_moved_at
+        },
+        events,
+        pending,
+        errors,
+    };
+    let bytes = serde_json::to_vec(&seen).expect("a poll observation serialises");
+    kv.set(keys::OBS_POLL, &bytes)?;
+    Ok(seen)
 }

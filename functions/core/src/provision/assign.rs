@@ -116,6 +116,38 @@ pub struct Assignment {
 }
 
 impl Assignment {
+    /// The record's state in one word, for the metrics and the browser
+    /// view: `closed`, `device-gone`, `refused`, `assigned`, `assigning`
+    /// (an intent stands at `now`), `waiting-for-device` or `pending`.
+    ///
+    /// ```
+    /// use metal_ipam_core::provision::assign::Assignment;
+    /// let mut a = Assignment { uid: "u".into(), address: "10.0.0.5/32".into(), device: None,
+    ///     assignment: None, intent: None, refused: None, device_gone: false, closed: false };
+    /// assert_eq!(a.state_name(0), "waiting-for-device");
+    /// a.device = Some("d".into());
+    /// assert_eq!(a.state_name(0), "pending");
+    /// a.assignment = Some("as-1".into());
+    /// assert_eq!(a.state_name(0), "assigned");
+    /// ```
+    pub fn state_name(&self, now: u64) -> &'static str {
+        if self.closed {
+            "closed"
+        } else if self.device_gone {
+            "device-gone"
+        } else if self.refused.is_some() {
+            "refused"
+        } else if self.assignment.is_some() {
+            "assigned"
+        } else if self.live_intent(now) {
+            "assigning"
+        } else if self.device.is_none() {
+            "waiting-for-device"
+        } else {
+            "pending"
+        }
+    }
+
     /// Whether an intent stands that has not ended at `now` (its lease, or
     /// [`LOST_ANSWER_S`] after its answer was lost).
     pub fn live_intent(&self, now: u64) -> bool {

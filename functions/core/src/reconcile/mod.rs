@@ -134,6 +134,10 @@ pub struct Outcome {
     /// `assign` step's (run it after this one; a `waiting` release runs
     /// again after it).
     pub metal_assignment: bool,
+    /// The reason of the `Ready=False` condition the step wrote, if it
+    /// wrote one (what a full reconcile counts claims waiting by; not in
+    /// the answer's JSON, whose `message` says it).
+    pub reason: Option<&'static str>,
 }
 
 impl Outcome {
@@ -146,6 +150,7 @@ impl Outcome {
             kube_calls: 0,
             retry_after: None,
             metal_assignment: false,
+            reason: None,
         }
     }
 
@@ -312,7 +317,8 @@ impl<S> Verdict<S> {
     /// [`Reason::result`] and its message `message`.
     pub fn not_ready(reason: Reason, message: impl Into<String>, fields: S) -> Self {
         let message = message.into();
-        let outcome = Outcome::new(reason.result(), message.clone());
+        let mut outcome = Outcome::new(reason.result(), message.clone());
+        outcome.reason = Some(reason.as_str());
         let c = Condition {
             ok: false,
             reason,
