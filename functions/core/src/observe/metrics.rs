@@ -3,11 +3,13 @@
 //!
 //! What a scrape reads, and nothing else (no `list_keys`, no claim, no
 //! machine): the pool index (1 `get`), each indexed pool's record (1
-//! `get` per pool) and, for a VRF-backed pool, its Metal progress record
-//! (1 `get`), the summary (1), the poll cursor (1), the signature registry
-//! (1), each signature's counter (1 `increment(key, 0)` each) and
-//! `obs/dropped` (1): **P + V + S + 5** operations for P pools, V of them
-//! VRF-backed, S signatures, whatever the number of claims or machines. A
+//! `get` per pool) and, for a VRF-backed pool or an indexed pool without a
+//! live record (a VRF-backed pool being provisioned, a deleted pool), its
+//! Metal progress record (1 `get`), the summary (1), the poll cursor (1),
+//! the signature registry (1), each signature's counter (1
+//! `increment(key, 0)` each) and `obs/dropped` (1): **P + V + S + 5**
+//! operations for P indexed pools, V of them VRF-backed or without a live
+//! record, S signatures, whatever the number of claims or machines. A
 //! store written before the pool index costs one listing, once.
 //!
 //! The encoder is hand-written (families, HELP/TYPE once each, label and
@@ -250,6 +252,13 @@ fn pools<K: KvStore>(ctx: &Ctx<'_, K>, x: &mut Exposition) -> Result<usize> {
     let mut n = 0;
     for id in ops::pool_ids(ctx)? {
         let Some(l) = store::read_pool(ctx.kv, &id)? else {
+            // Not registered (yet, or any more): a VRF-backed pool being
+            // provisioned has only its Metal progress.
+            if let Some(p) = read_record::<_, ProgressRecord>(ctx.kv, &id)? {
+                if !p.deleted {
+                    metal_samples(x, &id, &p);
+                }
+            }
             continue;
         };
         n += 1;
