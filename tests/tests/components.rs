@@ -175,10 +175,7 @@ async fn bad_input_is_a_clear_4xx_and_changes_nothing(app: App) {
         // The request counters (observe::counters) count rejections too.
         .filter(|k| !k.starts_with("obs/") && !k.starts_with("obs-init/"))
         .collect();
-    assert!(
-        written.is_empty(),
-        "no key written by rejected requests"
-    );
+    assert!(written.is_empty(), "no key written by rejected requests");
     assert!(
         r.body["message"].as_str().unwrap().len() > 5,
         "a human message: {}",
@@ -473,7 +470,7 @@ async fn stored_records_match_the_kv_schema(app: App) {
             "pool" => &pool_schema,
             "claim" => &claim_schema,
             "pool-init" | "pool-index-init" | "obs-init" => continue, // counters
-            "obs" if key.starts_with("obs/req/") => continue, // request counters
+            "obs" if key.starts_with("obs/req/") => continue,         // request counters
             "pool-index" | "obs" if key == "pool-index" || key == "obs/signatures" => {
                 &registry_schema
             }

@@ -318,7 +318,8 @@ impl Signature {
         };
         let last = parts.len() - 1;
         if let Some(k) = parts.get(5).and_then(|k| k.strip_prefix('k')) {
-            if !(cut && last == 5) && !k.is_empty() {
+            let complete = !(cut && last == 5);
+            if complete && !k.is_empty() {
                 for (i, n) in k.split(',').enumerate().take(5) {
                     s.calls.kube[i] = n.parse().ok()?;
                 }
