@@ -264,6 +264,22 @@ impl App {
         }
     }
 
+    /// Asserts that `r` made `n` key-value operations besides its request
+    /// counting (`observe::counters`: one `increment`, and at a power of two
+    /// of its signature's count the registry's `cas_read`, plus a
+    /// `cas_swap` the first time: 1 to 3 more on the test host, whose
+    /// swaps are exact), where they are counted.
+    #[track_caller]
+    pub fn assert_counted_kv_ops(&self, r: &Resp, n: u64, what: &str) {
+        if self.counts_kv_ops() {
+            assert!(
+                (n + 1..=n + 3).contains(&r.kv_ops),
+                "{what}: {} operations, expected {n} + 1..=3 for the request counter",
+                r.kv_ops
+            );
+        }
+    }
+
     /// The in-process test host.
     ///
     /// # Panics

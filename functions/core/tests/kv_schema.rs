@@ -122,11 +122,33 @@ fn readme_key_table_lists_every_key_the_code_writes() {
         keys::METAL_POLL_INIT.to_string(),
         keys::net_device("<uuid>"),
         keys::net_device_init("<uuid>"),
+        keys::POOL_INDEX.to_string(),
+        keys::POOL_INDEX_INIT.to_string(),
+        keys::obs_request("<signature>"),
+        keys::OBS_SIGNATURES.to_string(),
+        keys::OBS_SIGNATURES_INIT.to_string(),
+        keys::OBS_DROPPED.to_string(),
+        keys::OBS_SUMMARY.to_string(),
     ];
     for k in written {
         assert!(
             readme.contains(&format!("`{k}`")),
             "kv-schema/README.md does not document {k}"
+        );
+    }
+}
+
+#[test]
+fn registry_examples_round_trip_through_the_record() {
+    use metal_ipam_core::kv::registry::RegistryRecord;
+    use metal_ipam_core::kv::CasRecord;
+    for (file, v) in examples("registry-") {
+        let bytes = serde_json::to_vec(&v).unwrap();
+        let rec = RegistryRecord::decode(&bytes).unwrap_or_else(|e| panic!("{file}: {e}"));
+        assert_eq!(
+            serde_json::from_slice::<Value>(&rec.encode()).unwrap(),
+            v,
+            "{file}"
         );
     }
 }

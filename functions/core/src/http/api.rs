@@ -250,7 +250,7 @@ pub fn pools<K: KvStore>(ctx: &Ctx<'_, K>, token: &str, req: &ApiRequest<'_>) ->
             return method_not_allowed(route, "GET");
         }
         let filter = (route == StepKind::GlobalPools.route().template).then_some(PoolKind::Global);
-        return match ops::list_pools(ctx.kv, filter) {
+        return match ops::list_pools_in(ctx, filter) {
             Ok(views) => {
                 let n = views.len();
                 let items: Vec<Value> = views.iter().map(|v| v.to_json()).collect();

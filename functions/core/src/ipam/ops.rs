@@ -16,6 +16,7 @@ use crate::ipam::alloc::{
 use crate::ipam::claim::Claim;
 use crate::ipam::pool::{PoolId, PoolKind, PoolObject, ValidatedPool};
 use crate::ipam::store::{self, addr_in_family, ClaimRecord, Loaded, Next, PoolRecord};
+use crate::kv::registry::{self, Added, RegistryId};
 use crate::kv::{keys, Ctx, Step};
 use crate::ports::kv::KvStore;
 
@@ -837,6 +838,9 @@ fn register<K: KvStore>(
 ) -> Result<(PutOutcome, PoolView)> {
     let pool = object.spec.validate()?;
     let id = object.id.clone();
+    // Indexed before the record is written: a crash in between leaves an
+    // index entry without a record, which readers skip.
+    index_pool(ctx, &id)?;
     let me = ctx.env.token();
     let (result, bindings, taken_at) = store::update_pool(ctx, &id, |current| {
         if let Some(may) = may {
@@ -966,21 +970,127 @@ pub fn get_pool<K: KvStore>(kv: &K, id: &PoolId) -> Result<Option<PoolView>> {
     Ok(store::read_pool(kv, id)?.as_ref().map(PoolView::of))
 }
 
-/// Lists pools, sorted by key; `kind` restricts to one kind. Lists every
-/// key of the store once (never used on allocation paths).
+/// The pool index (`pool-index`): the key of every pool record ever
+/// written, so pools are listed without listing the store.
+pub const POOL_INDEX: RegistryId = RegistryId {
+    key: keys::POOL_INDEX,
+    guard: keys::POOL_INDEX_INIT,
+};
+
+/// Most pools the index holds (a record of about 50 bytes each stays well
+/// under a store's 1 MB value limit); a pool past it is refused.
+pub const MAX_POOLS: usize = 10_000;
+
+/// Adds pool `id` to the index unless it is there (one `get` when it is).
+/// When the index does not exist yet (a store written before it), it is
+/// created from one listing of the store's pool keys (once per store).
+///
+/// # Errors
+/// 409 `TooManyPools` past [`MAX_POOLS`]; store failures.
+pub fn index_pool<K: KvStore>(ctx: &Ctx<'_, K>, id: &PoolId) -> Result<()> {
+    let key = keys::pool(id);
+    let added = match registry::read(ctx.kv, &POOL_INDEX)? {
+        Some(members) if members.contains(&key) => return Ok(()),
+        Some(_) => registry::add(ctx, &POOL_INDEX, &[&key], MAX_POOLS)?,
+        None => migrate_index(ctx, Some(&key))?,
+    };
+    if added == Added::Full {
+        return Err(Error::conflict(
+            "TooManyPools",
+            format!("the store holds {MAX_POOLS} pools, the most it indexes"),
+        ));
+    }
+    Ok(())
+}
+
+/// Creates the pool index from one listing of the store (with `extra`).
+fn migrate_index<K: KvStore>(ctx: &Ctx<'_, K>, extra: Option<&str>) -> Result<Added> {
+    let listed: Vec<String> = ctx
+        .kv
+        .list_keys()?
+        .into_iter()
+        .filter(|k| keys::parse_pool::<PoolId>(k).is_some())
+        .collect();
+    let mut members: Vec<&str> = listed.iter().map(String::as_str).collect();
+    members.extend(extra);
+    registry::add(ctx, &POOL_INDEX, &members, usize::MAX)
+}
+
+/// The ids of every pool the index lists (deleted ones included), sorted;
+/// `None` when the index does not exist yet. One `get`.
+///
+/// # Errors
+/// Store failures (503), an unreadable index (500).
+pub fn indexed_pools<K: KvStore>(kv: &K) -> Result<Option<Vec<PoolId>>> {
+    let Some(members) = registry::read(kv, &POOL_INDEX)? else {
+        return Ok(None);
+    };
+    let mut ids: Vec<PoolId> = members
+        .iter()
+        .filter_map(|k| keys::parse_pool::<PoolId>(k))
+        .collect();
+    ids.sort();
+    Ok(Some(ids))
+}
+
+/// [`indexed_pools`], creating the index first when it does not exist
+/// (one listing of the store, once per store).
+///
+/// # Errors
+/// Store failures (503), an unreadable index (500).
+pub fn pool_ids<K: KvStore>(ctx: &Ctx<'_, K>) -> Result<Vec<PoolId>> {
+    if let Some(ids) = indexed_pools(ctx.kv)? {
+        return Ok(ids);
+    }
+    migrate_index(ctx, None)?;
+    Ok(indexed_pools(ctx.kv)?.unwrap_or_default())
+}
+
+/// Lists pools, sorted by key; `kind` restricts to one kind. Reads the pool
+/// index, then each pool (tombstones skipped); without an index (a store
+/// written before it), lists the store's keys instead, without writing.
 ///
 /// # Errors
 /// Store failures (503), unreadable records (500).
 pub fn list_pools<K: KvStore>(kv: &K, kind: Option<PoolKind>) -> Result<Vec<PoolView>> {
-    let mut ids: Vec<PoolId> = kv
-        .list_keys()?
-        .iter()
-        .filter_map(|k| keys::parse_pool::<PoolId>(k))
-        .filter(|id| kind.is_none_or(|k| id.kind == k))
-        .collect();
-    ids.sort();
+    let ids = match indexed_pools(kv)? {
+        Some(ids) => ids,
+        None => {
+            let mut ids: Vec<PoolId> = kv
+                .list_keys()?
+                .iter()
+                .filter_map(|k| keys::parse_pool::<PoolId>(k))
+                .collect();
+            ids.sort();
+            ids
+        }
+    };
+    read_pools(kv, ids, kind)
+}
+
+/// [`list_pools`], creating the index when it does not exist
+/// ([`pool_ids`]).
+///
+/// # Errors
+/// As [`list_pools`].
+pub fn list_pools_in<K: KvStore>(
+    ctx: &Ctx<'_, K>,
+    kind: Option<PoolKind>,
+) -> Result<Vec<PoolView>> {
+    let ids = pool_ids(ctx)?;
+    read_pools(ctx.kv, ids, kind)
+}
+
+fn read_pools<K: KvStore>(
+    kv: &K,
+    ids: Vec<PoolId>,
+    kind: Option<PoolKind>,
+) -> Result<Vec<PoolView>> {
     let mut out = Vec::new();
-    for id in ids {
+    for id in ids
+        .into_iter()
+        .filter(|id| kind.is_none_or(|k| id.kind == k))
+    {
         if let Some(v) = get_pool(kv, &id)? {
             out.push(v);
         }

@@ -16,6 +16,7 @@
 //! | request counter | `obs/req/<signature>` | counter (`observe::counters`) |
 //! | counter registry | `obs/signatures`, guard `obs-init/signatures` | `observe::counters::Registry` |
 //! | dropped requests | `obs/dropped` | counter |
+//! | pool index | `pool-index`, guard `pool-index-init` | `kv::registry::RegistryRecord` (pool record keys) |
 //!
 //! Why every family is here rather than beside its record: one table shows
 //! that no two families share a prefix, and that no key string is built
@@ -195,6 +196,13 @@ pub const OBS_SIGNATURES_INIT: &str = "obs-init/signatures";
 
 /// `obs/dropped`: requests not counted by signature (registry full).
 pub const OBS_DROPPED: &str = "obs/dropped";
+
+/// `pool-index`: the registry (`kv::registry`) of every pool record key
+/// ever written, so pools are listed without listing the store.
+pub const POOL_INDEX: &str = "pool-index";
+
+/// The creation guard counter of the pool index.
+pub const POOL_INDEX_INIT: &str = "pool-index-init";
 
 /// `claim/<namespace>/<name>`.
 pub fn claim(namespace: &str, name: &str) -> String {

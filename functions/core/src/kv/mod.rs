@@ -10,6 +10,8 @@
 //!   [`CasRecord`] ([`update_record`], [`read_record`], [`forget_record`])
 //!   with its creation guard, tombstones and read-back; [`Enveloped`], the
 //!   one envelope records are stored in.
+//! - [`registry`]: an add-only set of strings in one record (the request
+//!   signatures, the pool index), so a family is found without listing.
 //!
 //! The records themselves live with their domain (`ipam::store`,
 //! `provision`, `network::apply`). May import [`crate::error`] and the
@@ -18,6 +20,7 @@
 pub mod keys;
 pub mod protocol;
 pub mod records;
+pub mod registry;
 
 pub use protocol::{
     forget_record, read_record, update_record, CasRecord, Ctx, Envelope, Enveloped, StateRecord,

@@ -408,6 +408,7 @@ pub fn update_record<K: KvStore, R: CasRecord, T>(
         if written {
             return Ok(out);
         }
+        ctx.kv.note_conflict();
     }
     Err(Error::transient(
         "Contention",

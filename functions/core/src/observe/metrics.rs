@@ -1,16 +1,607 @@
-//! (being written) The Prometheus exposition.
+//! The Prometheus exposition (text format 0.0.4) of `GET /v1/metrics`:
+//! [`scrape`] reads a bounded set of keys and renders every family.
+//!
+//! What a scrape reads, and nothing else (no `list_keys`, no claim, no
+//! machine): the pool index (1 `get`), each indexed pool's record (1
+//! `get` per pool) and, for a VRF-backed pool or an indexed pool without a
+//! live record (a VRF-backed pool being provisioned, a deleted pool), its
+//! Metal progress record (1 `get`), the summary (1), the poll cursor (1),
+//! the signature registry (1), each signature's counter (1
+//! `increment(key, 0)` each) and `obs/dropped` (1): **P + V + S + 5**
+//! operations for P indexed pools, V of them VRF-backed or without a live
+//! record, S signatures, whatever the number of claims or machines. A
+//! store written before the pool index costs one listing, once.
+//!
+//! The encoder is hand-written (families, HELP/TYPE once each, label and
+//! help escaping): the `prometheus` crate would bring a registry, atomics
+//! and protobuf-shaped types for a few hundred lines of text, and every
+//! component's wasm links the core.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use serde_json::Value;
 
 use crate::error::Result;
-use crate::kv::Ctx;
-use crate::ports::kv::KvStore;
+use crate::ip::Family;
+use crate::ipam::ops;
+use crate::ipam::pool::PoolId;
+use crate::ipam::store;
+use crate::kv::{keys, read_record, Ctx};
+use crate::observe::counters::{self, CLASSES, METAL_OPS};
+use crate::observe::summary;
+use crate::ports::kv::{CountingKv, KvStore};
+use crate::provision::plan::Progress;
+use crate::provision::record::ProgressRecord;
 
 /// The exposition's content type (text format 0.0.4).
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
-/// The exposition.
+/// A metric family being built: its samples are kept together, so each
+/// family is rendered once, HELP and TYPE first.
+struct FamilyText {
+    kind: &'static str,
+    help: &'static str,
+    samples: Vec<(String, String)>,
+}
+
+/// An exposition under construction: families in the order first named.
+#[derive(Default)]
+pub struct Exposition {
+    order: Vec<&'static str>,
+    families: BTreeMap<&'static str, FamilyText>,
+}
+
+/// `\` → `\\`, `"` → `\"`, newline → `\n` (label values).
+///
+/// ```
+/// use metal_ipam_core::observe::metrics::escape_label;
+/// assert_eq!(escape_label("a\\b\"c\nd"), "a\\\\b\\\"c\\nd");
+/// ```
+pub fn escape_label(v: &str) -> String {
+    let mut out = String::with_capacity(v.len());
+    for c in v.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+fn escape_help(v: &str) -> String {
+    v.replace('\\', "\\\\").replace('\n', "\\n")
+}
+
+impl Exposition {
+    /// Declares family `name` (`gauge` or `counter`) with its help text;
+    /// a family declared twice keeps its first declaration.
+    pub fn family(&mut self, name: &'static str, kind: &'static str, help: &'static str) {
+        if !self.families.contains_key(name) {
+            self.order.push(name);
+            self.families.insert(
+                name,
+                FamilyText {
+                    kind,
+                    help,
+                    samples: Vec::new(),
+                },
+            );
+        }
+    }
+
+    /// Adds a sample of family `name` (declared first, else ignored).
+    pub fn sample(&mut self, name: &'static str, labels: &[(&str, &str)], value: impl ToString) {
+        let Some(f) = self.families.get_mut(name) else {
+            debug_assert!(false, "undeclared family {name}");
+            return;
+        };
+        let labels = if labels.is_empty() {
+            String::new()
+        } else {
+            let inner: Vec<String> = labels
+                .iter()
+                .map(|(k, v)| format!("{k}=\"{}\"", escape_label(v)))
+                .collect();
+            format!("{{{}}}", inner.join(","))
+        };
+        f.samples.push((labels, value.to_string()));
+    }
+
+    /// The text: each family's HELP and TYPE lines, then its samples.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        for name in &self.order {
+            let f = &self.families[name];
+            let _ = writeln!(out, "# HELP {name} {}", escape_help(f.help));
+            let _ = writeln!(out, "# TYPE {name} {}", f.kind);
+            for (labels, value) in &f.samples {
+                let _ = writeln!(out, "{name}{labels} {value}");
+            }
+        }
+        out
+    }
+}
+
+const GAUGE: &str = "gauge";
+const COUNTER: &str = "counter";
+
+/// Seconds as a sample value (`1.5`, `0`).
+fn seconds(ms: u64) -> String {
+    format!("{}", ms as f64 / 1000.0)
+}
+
+/// The exposition: pools, VRF-backed pools' Metal resources, the last
+/// reconcile's summary, the poll cursor, the request counters and the
+/// scrape's own cost (see the module docs for what it reads).
 ///
 /// # Errors
-/// The store failed.
-pub fn scrape<K: KvStore>(_ctx: &Ctx<'_, K>) -> Result<String> {
-    Ok(String::new())
+/// Store failures (503), an unreadable pool index or registry (500).
+pub fn scrape<K: KvStore>(ctx: &Ctx<'_, K>) -> Result<String> {
+    let kv = CountingKv::new(ctx.kv);
+    let counted = Ctx {
+        kv: &kv,
+        env: ctx.env,
+        swap_policy: ctx.swap_policy,
+    };
+    let mut x = Exposition::default();
+    let pools = pools(&counted, &mut x)?;
+    summary_families(&kv, &mut x)?;
+    poll_families(&kv, ctx.env.now(), &mut x)?;
+    counter_families(&kv, &mut x)?;
+    x.family(
+        "metal_ipam_scrape_kv_operations",
+        GAUGE,
+        "Key-value operations this scrape made.",
+    );
+    x.sample("metal_ipam_scrape_kv_operations", &[], kv.counts().total());
+    x.family(
+        "metal_ipam_scrape_pools",
+        GAUGE,
+        "Pools this scrape reported (live records in the pool index).",
+    );
+    x.sample("metal_ipam_scrape_pools", &[], pools);
+    Ok(x.render())
+}
+
+const POOL_GAUGES: [(&str, &str); 7] = [
+    (
+        "metal_ipam_pool_capacity",
+        "Allocatable addresses in the pool's current spec (status.ipAddresses.total).",
+    ),
+    (
+        "metal_ipam_pool_used",
+        "Addresses bound to claims inside the pool's spec (status.ipAddresses.used).",
+    ),
+    (
+        "metal_ipam_pool_free",
+        "Allocatable addresses neither bound nor cooling down (status.ipAddresses.free).",
+    ),
+    (
+        "metal_ipam_pool_cooling",
+        "Released addresses still in their reuse grace period.",
+    ),
+    (
+        "metal_ipam_pool_out_of_range",
+        "Addresses bound to claims outside the pool's current spec (status.ipAddresses.outOfRange).",
+    ),
+    (
+        "metal_ipam_pool_ready",
+        "1 when the pool serves claims: a live, valid record (and for a VRF-backed pool, its Metal resources ready), else 0.",
+    ),
+    (
+        "metal_ipam_pool_exhausted",
+        "1 when the pool has no free address, else 0.",
+    ),
+];
+
+/// Phase of a VRF-backed pool's Metal resources, from its progress record.
+fn phase_of(p: &Progress) -> &'static str {
+    let all = p.vrf.is_some() && p.reservation.is_some() && p.vlan.is_some() && p.gateway.is_some();
+    if p.deleted {
+        "deleted"
+    } else if p.deleting {
+        "deleting"
+    } else if all && p.gateway_state.as_deref() == Some("active") {
+        "ready"
+    } else {
+        "provisioning"
+    }
+}
+
+/// State of one Metal resource of a progress record.
+fn resource_state(p: &Progress, field: &str) -> String {
+    let held = match field {
+        "vrf" => &p.vrf,
+        "reservation" => &p.reservation,
+        "vlan" => &p.vlan,
+        _ => &p.gateway,
+    };
+    match held {
+        Some(_) if p.deleting || p.deleted => "deleting".into(),
+        Some(_) if field == "gateway" => p.gateway_state.clone().unwrap_or_else(|| "held".into()),
+        Some(_) => "held".into(),
+        None if p
+            .intent
+            .as_ref()
+            .is_some_and(|i| i.resource.field() == field) =>
+        {
+            "creating".into()
+        }
+        None => "absent".into(),
+    }
+}
+
+/// The pool families; returns how many pools were reported.
+fn pools<K: KvStore>(ctx: &Ctx<'_, K>, x: &mut Exposition) -> Result<usize> {
+    for (name, help) in POOL_GAUGES {
+        x.family(name, GAUGE, help);
+    }
+    x.family(
+        "metal_ipam_metal_resource",
+        GAUGE,
+        "1 for each Metal resource (vrf, reservation, vlan, gateway) of a VRF-backed pool, labelled with its state.",
+    );
+    x.family(
+        "metal_ipam_metal_pool_phase",
+        GAUGE,
+        "1 for a VRF-backed pool's Metal provisioning phase (provisioning, ready, deleting, deleted).",
+    );
+    let mut n = 0;
+    for id in ops::pool_ids(ctx)? {
+        let Some(l) = store::read_pool(ctx.kv, &id)? else {
+            // Not registered (yet, or any more): a VRF-backed pool being
+            // provisioned has only its Metal progress.
+            if let Some(p) = read_record::<_, ProgressRecord>(ctx.kv, &id)? {
+                if !p.deleted {
+                    metal_samples(x, &id, &p);
+                }
+            }
+            continue;
+        };
+        n += 1;
+        let c = l.state.counts(&l.pool);
+        let vrf = l.object.spec.metal.is_some();
+        let progress = if vrf {
+            read_record::<_, ProgressRecord>(ctx.kv, &id)?
+        } else {
+            None
+        };
+        let ready = !vrf || progress.as_ref().is_some_and(|p| phase_of(p) == "ready");
+        let ns = id.namespace.clone().unwrap_or_default();
+        let kind = id.kind.kind_name();
+        let family = match l.pool.family {
+            Family::V4 => "ipv4",
+            Family::V6 => "ipv6",
+        };
+        let labels = [
+            ("namespace", ns.as_str()),
+            ("name", id.name.as_str()),
+            ("kind", kind),
+            ("family", family),
+            ("vrf", if vrf { "true" } else { "false" }),
+        ];
+        let values = [
+            c.total,
+            c.used,
+            c.free,
+            c.cooling,
+            c.out_of_range,
+            u128::from(ready),
+            u128::from(c.free == 0),
+        ];
+        for ((name, _), v) in POOL_GAUGES.iter().zip(values) {
+            x.sample(name, &labels, v);
+        }
+        if let Some(p) = &progress {
+            metal_samples(x, &id, p);
+        }
+    }
+    Ok(n)
+}
+
+fn metal_samples(x: &mut Exposition, id: &PoolId, p: &Progress) {
+    let ns = id.namespace.clone().unwrap_or_default();
+    let kind = id.kind.kind_name();
+    for resource in ["vrf", "reservation", "vlan", "gateway"] {
+        let state = resource_state(p, resource);
+        x.sample(
+            "metal_ipam_metal_resource",
+            &[
+                ("namespace", &ns),
+                ("name", &id.name),
+                ("kind", kind),
+                ("resource", resource),
+                ("state", &state),
+            ],
+            1,
+        );
+    }
+    x.sample(
+        "metal_ipam_metal_pool_phase",
+        &[
+            ("namespace", &ns),
+            ("name", &id.name),
+            ("kind", kind),
+            ("phase", phase_of(p)),
+        ],
+        1,
+    );
+}
+
+/// The families read from the summary the last full reconcile wrote.
+fn summary_families<K: KvStore>(kv: &K, x: &mut Exposition) -> Result<()> {
+    let s = summary::read(kv)?;
+    x.family(
+        "metal_ipam_pool_claims_waiting",
+        GAUGE,
+        "Claims of a pool waiting for an address, by their Ready=False reason (as of the last reconcile).",
+    );
+    x.family(
+        "metal_ipam_machines",
+        GAUGE,
+        "Machines opted into a network profile, by phase and by the network mode of their ports: a machine counts once per distinct mode of its ports (mode none without ports), so the sum over modes may exceed the machines (as of the last reconcile).",
+    );
+    x.family(
+        "metal_ipam_metal_assignments",
+        GAUGE,
+        "Claims' Metal IP assignment records by state (as of the last reconcile).",
+    );
+    x.family(
+        "metal_ipam_reconcile_last_run_timestamp_seconds",
+        GAUGE,
+        "Unix time when the last full reconcile ended.",
+    );
+    x.family(
+        "metal_ipam_reconcile_errors",
+        GAUGE,
+        "Errors the last full reconcile reported.",
+    );
+    x.family(
+        "metal_ipam_reconcile_duration_seconds",
+        GAUGE,
+        "Duration of the last full reconcile.",
+    );
+    let Some(s) = s else {
+        return Ok(());
+    };
+    for w in &s.waiting {
+        x.sample(
+            "metal_ipam_pool_claims_waiting",
+            &[
+                ("namespace", &w.pool.namespace),
+                ("name", &w.pool.name),
+                ("kind", &w.pool.kind),
+                ("reason", &w.reason),
+            ],
+            w.count,
+        );
+    }
+    let mut machines: BTreeMap<(&str, &str), u64> = BTreeMap::new();
+    for m in &s.machines {
+        let mut modes: Vec<&str> = m.ports.iter().map(|p| p.mode.as_str()).collect();
+        modes.sort_unstable();
+        modes.dedup();
+        if modes.is_empty() {
+            modes.push("none");
+        }
+        for mode in modes {
+            *machines.entry((m.phase.as_str(), mode)).or_default() += 1;
+        }
+    }
+    for ((phase, mode), n) in machines {
+        x.sample(
+            "metal_ipam_machines",
+            &[("phase", phase), ("mode", mode)],
+            n,
+        );
+    }
+    for (state, n) in &s.assignments {
+        x.sample("metal_ipam_metal_assignments", &[("state", state)], n);
+    }
+    x.sample("metal_ipam_reconcile_last_run_timestamp_seconds", &[], s.at);
+    x.sample("metal_ipam_reconcile_errors", &[], s.errors);
+    x.sample(
+        "metal_ipam_reconcile_duration_seconds",
+        &[],
+        seconds(s.duration_ms),
+    );
+    Ok(())
+}
+
+/// The poll families, from the cursor record read as JSON: `polledAt`
+/// and `lastAt` (Unix seconds of the last successful poll and of the
+/// newest event read) when the cursor has them, `pending` otherwise.
+fn poll_families<K: KvStore>(kv: &K, now: u64, x: &mut Exposition) -> Result<()> {
+    x.family(
+        "metal_ipam_poll_last_success_timestamp_seconds",
+        GAUGE,
+        "Unix time of the Metal event poll's last successful run.",
+    );
+    x.family(
+        "metal_ipam_poll_cursor_age_seconds",
+        GAUGE,
+        "Seconds since the newest Metal event the poll has read was created.",
+    );
+    x.family(
+        "metal_ipam_poll_events_behind",
+        GAUGE,
+        "Devices named by ingested Metal events and not handled yet (the cursor's pending list).",
+    );
+    let state = kv
+        .get(keys::METAL_POLL)?
+        .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+        .and_then(|v| v.get("state").cloned());
+    let Some(state) = state else {
+        return Ok(());
+    };
+    let field = |name: &str| state.get(name).and_then(Value::as_u64).filter(|v| *v > 0);
+    if let Some(at) = field("polledAt") {
+        x.sample("metal_ipam_poll_last_success_timestamp_seconds", &[], at);
+    }
+    if let Some(at) = field("lastAt") {
+        x.sample(
+            "metal_ipam_poll_cursor_age_seconds",
+            &[],
+            now.saturating_sub(at),
+        );
+    }
+    let pending = state
+        .get("pending")
+        .and_then(Value::as_array)
+        .map_or(0, Vec::len);
+    x.sample("metal_ipam_poll_events_behind", &[], pending);
+    Ok(())
+}
+
+/// The request counters, summed from the signatures.
+fn counter_families<K: KvStore>(kv: &K, x: &mut Exposition) -> Result<()> {
+    let (sigs, dropped) = counters::read_all(kv)?;
+    let mut requests: BTreeMap<(&str, &str, u16), u64> = BTreeMap::new();
+    let mut conflicts: BTreeMap<&str, u64> = BTreeMap::new();
+    let mut contention: BTreeMap<&str, u64> = BTreeMap::new();
+    let mut metal: BTreeMap<(usize, usize), u64> = BTreeMap::new();
+    let mut kube = [0u64; 5];
+    let (mut allocations, mut releases) = (0u64, 0u64);
+    for (s, n) in &sigs {
+        let n = *n;
+        *requests
+            .entry((s.component.as_str(), s.route.as_str(), s.status))
+            .or_default() += n;
+        *conflicts.entry(s.component.as_str()).or_default() += u64::from(s.conflicts) * n;
+        if s.reason == "Contention" {
+            *contention.entry(s.component.as_str()).or_default() += n;
+        }
+        match s.outcome.as_str() {
+            "allocated" => allocations += n,
+            "released" if s.component != "network" => releases += n,
+            _ => {}
+        }
+        for (i, c) in s.calls.kube.iter().enumerate() {
+            kube[i] += u64::from(*c) * n;
+        }
+        for (k, c) in &s.calls.metal {
+            *metal.entry(*k).or_default() += u64::from(*c) * n;
+        }
+    }
+    x.family(
+        "metal_ipam_requests_total",
+        COUNTER,
+        "Requests answered by components with a store, by component, route template and status.",
+    );
+    for ((component, route, status), n) in requests {
+        let status = status.to_string();
+        x.sample(
+            "metal_ipam_requests_total",
+            &[
+                ("component", component),
+                ("route", route),
+                ("status", &status),
+            ],
+            n,
+        );
+    }
+    x.family(
+        "metal_ipam_allocations_total",
+        COUNTER,
+        "Addresses allocated by the plain HTTP API (answers with outcome allocated).",
+    );
+    x.sample("metal_ipam_allocations_total", &[], allocations);
+    x.family(
+        "metal_ipam_releases_total",
+        COUNTER,
+        "Addresses released (answers with outcome released, machine releases excluded).",
+    );
+    x.sample("metal_ipam_releases_total", &[], releases);
+    x.family(
+        "metal_ipam_kv_cas_conflicts_total",
+        COUNTER,
+        "Compare-and-swap writes that did not land (another writer came first), by component.",
+    );
+    for (component, n) in conflicts {
+        x.sample(
+            "metal_ipam_kv_cas_conflicts_total",
+            &[("component", component)],
+            n,
+        );
+    }
+    x.family(
+        "metal_ipam_contention_answers_total",
+        COUNTER,
+        "Answers 503 Contention (a record changed by too many requests at once), by component.",
+    );
+    for (component, n) in contention {
+        x.sample(
+            "metal_ipam_contention_answers_total",
+            &[("component", component)],
+            n,
+        );
+    }
+    x.family(
+        "metal_ipam_metal_calls_total",
+        COUNTER,
+        "Equinix Metal API calls by operation (method and path template) and status class (error: no response).",
+    );
+    for ((op, class), n) in metal {
+        x.sample(
+            "metal_ipam_metal_calls_total",
+            &[("operation", METAL_OPS[op]), ("class", CLASSES[class])],
+            n,
+        );
+    }
+    x.family(
+        "metal_ipam_kube_calls_total",
+        COUNTER,
+        "Kubernetes API calls by status class (error: no response).",
+    );
+    for (class, n) in CLASSES.iter().zip(kube) {
+        x.sample("metal_ipam_kube_calls_total", &[("class", class)], n);
+    }
+    x.family(
+        "metal_ipam_metrics_unregistered_requests_total",
+        COUNTER,
+        "Requests whose signature the full registry could not take (not in the other request counters).",
+    );
+    x.sample(
+        "metal_ipam_metrics_unregistered_requests_total",
+        &[],
+        dropped,
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn families_have_help_and_type_once_and_samples_together() {
+        let mut x = Exposition::default();
+        x.family("a_total", COUNTER, "A help\\with \"quotes\"\nand lines.");
+        x.family("b", GAUGE, "B.");
+        x.sample("a_total", &[("l", "x\"y")], 1);
+        x.sample("b", &[], 2);
+        x.sample("a_total", &[("l", "p\\q\nr")], 3);
+        x.family("a_total", GAUGE, "ignored");
+        let text = x.render();
+        assert_eq!(
+            text,
+            "# HELP a_total A help\\\\with \"quotes\"\\nand lines.\n\
+             # TYPE a_total counter\n\
+             a_total{l=\"x\\\"y\"} 1\n\
+             a_total{l=\"p\\\\q\\nr\"} 3\n\
+             # HELP b B.\n\
+             # TYPE b gauge\n\
+             b 2\n"
+        );
+        assert_eq!(text.matches("# TYPE a_total").count(), 1);
+    }
+
+    #[test]
+    fn seconds_are_decimal() {
+        assert_eq!(seconds(1500), "1.5");
+        assert_eq!(seconds(0), "0");
+    }
 }

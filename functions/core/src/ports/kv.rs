@@ -133,6 +133,45 @@ pub trait KvStore {
     /// # Errors
     /// Backend failure.
     fn cas_swap(&self, cas: Self::Cas, value: &[u8]) -> Result<Swap, KvError>;
+
+    /// Told by the protocol (`kv::protocol::update_record`) that a swap did
+    /// not land: reported `Failed` on a record whose swaps are exact, or
+    /// not found on read-back. Not a store operation: a store ignores it,
+    /// [`CountingKv`] counts it (the request counters' CAS conflicts).
+    fn note_conflict(&self) {}
+}
+
+/// A borrowed store is a store (so a caller can wrap one it was lent, e.g.
+/// in a [`CountingKv`]).
+impl<K: KvStore> KvStore for &K {
+    type Cas = K::Cas;
+    fn get(&self, key: &str) -> Result<Option<Vec<u8>>, KvError> {
+        (**self).get(key)
+    }
+    fn set(&self, key: &str, value: &[u8]) -> Result<(), KvError> {
+        (**self).set(key, value)
+    }
+    fn delete(&self, key: &str) -> Result<(), KvError> {
+        (**self).delete(key)
+    }
+    fn get_many(&self, keys: &[String]) -> Result<Vec<Option<Vec<u8>>>, KvError> {
+        (**self).get_many(keys)
+    }
+    fn list_keys(&self) -> Result<Vec<String>, KvError> {
+        (**self).list_keys()
+    }
+    fn increment(&self, key: &str, delta: i64) -> Result<i64, KvError> {
+        (**self).increment(key, delta)
+    }
+    fn cas_read(&self, key: &str) -> Result<(Self::Cas, Option<Vec<u8>>), KvError> {
+        (**self).cas_read(key)
+    }
+    fn cas_swap(&self, cas: Self::Cas, value: &[u8]) -> Result<Swap, KvError> {
+        (**self).cas_swap(cas, value)
+    }
+    fn note_conflict(&self) {
+        (**self).note_conflict();
+    }
 }
 
 /// Whether `bytes` is what `increment(key, 0)` leaves in an absent key:
@@ -181,6 +220,7 @@ impl OpCounts {
 pub struct CountingKv<K> {
     inner: K,
     counts: std::cell::Cell<OpCounts>,
+    conflicts: std::cell::Cell<u32>,
 }
 
 impl<K> CountingKv<K> {
@@ -189,12 +229,18 @@ impl<K> CountingKv<K> {
         CountingKv {
             inner,
             counts: std::cell::Cell::new(OpCounts::default()),
+            conflicts: std::cell::Cell::new(0),
         }
     }
 
     /// The counts so far.
     pub fn counts(&self) -> OpCounts {
         self.counts.get()
+    }
+
+    /// Swaps that did not land so far ([`KvStore::note_conflict`]).
+    pub fn conflicts(&self) -> u32 {
+        self.conflicts.get()
     }
 
     /// The wrapped store.
@@ -250,5 +296,10 @@ impl<K: KvStore> KvStore for CountingKv<K> {
     fn cas_swap(&self, cas: Self::Cas, value: &[u8]) -> Result<Swap, KvError> {
         self.bump(|c| c.cas_swap += 1);
         self.inner.cas_swap(cas, value)
+    }
+
+    fn note_conflict(&self) {
+        self.conflicts.set(self.conflicts.get() + 1);
+        self.inner.note_conflict();
     }
 }

@@ -279,8 +279,15 @@ pub fn provision<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
     t: &Target<'_>,
 ) -> Result<Report> {
     let mut done = Vec::new();
+    let mut indexed = false;
     for _ in 0..MAX_ROUNDS {
         let cur = read_state(ctx.kv, t.id)?;
+        if cur.is_none() && !indexed {
+            // In the pool index before its first record is written, so the
+            // metrics see a VRF-backed pool while it is being provisioned.
+            crate::ipam::ops::index_pool(ctx, t.id)?;
+            indexed = true;
+        }
         let now = ctx.env.now();
         let progress = match whose(ctx, metal, t, cur, &mut done)? {
             Turn::Plan(p) => *p,

@@ -59,6 +59,9 @@
 //!    `--before DIR`): two host processes per store, SQLite and Redis,
 //!    concurrency 1, 8 and 32, throughput ratios, duplicates handed out
 //!    and the largest pool record during each burst; see [`versus`].
+//! 8. **The metrics scrape**: 100 pools (20 with `--quick`) with two
+//!    claims each on a SQLite file, then 200 scrapes of `GET /v1/metrics`:
+//!    latency percentiles and key-value operations; see [`scrape`].
 //! 7. **The Metal poll**: 30 devices (10 with `--quick`) with two claims
 //!    each turn active in one window of events, then are deleted; each
 //!    `POST /v1/metal/poll` timed, with its claims and its Kubernetes and
@@ -79,6 +82,7 @@
 //! (the last line of stdout) with the same figures, for scripts.
 
 mod poll;
+mod scrape;
 mod versus;
 
 use std::collections::BTreeMap;
@@ -108,11 +112,12 @@ const RETRY_503_AFTER: Duration = Duration::from_millis(10);
 /// A claim answered 503 more often than this aborts the bench.
 const MAX_503_PER_CLAIM: u32 = 50;
 
-const USAGE: &str = "usage: bench [--quick] [--versus-only] [--poll-only] [--only LIST] [--before DIR]
+const USAGE: &str = "usage: bench [--quick] [--versus-only] [--poll-only] [--scrape-only] [--only LIST] [--before DIR]
 
 --quick        smaller numbers (N=300, a /20 for the fill, 200 claims per comparison row), for a smoke run
 --versus-only  only section 6 (ours versus the naive allocator)
 --poll-only    only section 7 (the Metal poll)
+--scrape-only  only section 8 (the metrics scrape)
 --only LIST    section 6's allocators, comma-separated: ours, naive, before (default: all)
 --before DIR   also run the build in DIR (its spin.toml and target/, e.g. a git worktree
                of an earlier commit after `cargo build-wasm` there) in section 6";
@@ -127,6 +132,8 @@ struct Config {
     versus_only: bool,
     /// Run section 7 only (`--poll-only`).
     poll_only: bool,
+    /// Run section 8 only (`--scrape-only`).
+    scrape_only: bool,
     /// Section 6's allocators (`--only ours,naive`; all when empty).
     only: Vec<String>,
     /// Claims per row of section 6.
@@ -150,6 +157,7 @@ impl Config {
         let mut before = None;
         let mut versus_only = false;
         let mut poll_only = false;
+        let mut scrape_only = false;
         let mut only = Vec::new();
         let mut args = std::env::args().skip(1);
         while let Some(arg) = args.next() {
@@ -157,6 +165,7 @@ impl Config {
                 "--quick" => quick = true,
                 "--versus-only" => versus_only = true,
                 "--poll-only" => poll_only = true,
+                "--scrape-only" => scrape_only = true,
                 "--only" => {
                     only = args
                         .next()
@@ -183,6 +192,7 @@ impl Config {
                 before,
                 versus_only,
                 poll_only,
+                scrape_only,
                 only: only.clone(),
                 versus_n: 200,
                 n: 300,
@@ -198,6 +208,7 @@ impl Config {
                 before,
                 versus_only,
                 poll_only,
+                scrape_only,
                 only,
                 versus_n: 1000,
                 n: 2000,
@@ -955,6 +966,16 @@ async fn main() -> Result<()> {
         );
         return Ok(());
     }
+    let scrape_pools = if cfg.quick { 20 } else { 100 };
+    if cfg.scrape_only {
+        let s = scrape::run(scrape_pools, 200).await?;
+        let summary = scrape::print(&s);
+        println!(
+            "{}",
+            json!({"bench": "metal-ipam", "quick": cfg.quick, "scrape": summary})
+        );
+        return Ok(());
+    }
     if cfg.versus_only {
         let rows = versus::run(cfg.versus_n, &contenders).await?;
         let summary = versus::print(cfg.versus_n, &rows);
@@ -1022,6 +1043,9 @@ async fn main() -> Result<()> {
     let phases = poll::run(devices).await?;
     let poll_json = poll::print(devices, &phases);
 
+    eprintln!("8. metrics scrape");
+    let scrape_json = scrape::print(&scrape::run(scrape_pools, 200).await?);
+
     let total = started.elapsed();
     println!(
         "total {:.1} s (component compile {:.2} s)",
@@ -1065,6 +1089,7 @@ async fn main() -> Result<()> {
         },
         "versus": versus,
         "poll": poll_json,
+        "scrape": scrape_json,
         "compile_s": r3(compile.as_secs_f64()),
         "total_s": r3(total.as_secs_f64()),
     });

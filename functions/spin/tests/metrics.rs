@@ -1,0 +1,369 @@
+//! The metrics through the shell ([`dispatch_component`], so the request
+//! counters' hook runs): values after allocations in three pools, the
+//! allocation's KV cost with and without counting, the scrape's cost
+//! against the number of claims, and the exposition through `promtool`.
+
+use std::collections::BTreeMap;
+
+use metal_ipam_core::http::api::{self, ApiRequest, ApiResponse};
+use metal_ipam_core::http::components;
+use metal_ipam_core::kv::{Ctx, SwapPolicy};
+use metal_ipam_core::ports::http::{HttpClient, TransportError};
+use metal_ipam_core::ports::kv::{CountingKv, KvError, OpCounts};
+use metal_ipam_core::testing::{Backend, MemKv, TestEnv};
+use metal_ipam_spin::{dispatch_component, AppConfig, ComponentHandler, RequestParts};
+use serde_json::{json, Value};
+
+const TOKEN: &str = "api-t0ken";
+const READ: &str = "read-t0ken";
+
+#[derive(Clone, Copy)]
+struct NoHttp;
+impl HttpClient for NoHttp {
+    fn send(&self, _: http::Request<Vec<u8>>) -> Result<http::Response<Vec<u8>>, TransportError> {
+        panic!("no outbound call expected")
+    }
+}
+
+struct World {
+    kv: MemKv,
+    env: TestEnv,
+    config: AppConfig,
+}
+
+impl World {
+    fn new(backend: Backend) -> World {
+        World {
+            kv: MemKv::new(backend),
+            env: TestEnv::at(1_700_000_000),
+            config: AppConfig {
+                api_token: TOKEN.into(),
+                events_token: String::new(),
+                read_token: READ.into(),
+                swap_policy: SwapPolicy::Auto,
+                kube: None,
+                metal: None,
+            },
+        }
+    }
+
+    fn call<'a>(
+        &'a self,
+        component: &str,
+        handler: ComponentHandler<&'a MemKv, NoHttp>,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        body: Option<Value>,
+    ) -> (ApiResponse, OpCounts) {
+        let body = body.map(|b| b.to_string()).unwrap_or_default();
+        let mut headers = Vec::new();
+        if let Some(t) = token {
+            headers.push((
+                "authorization".to_string(),
+                format!("Bearer {t}").into_bytes(),
+            ));
+        }
+        if !body.is_empty() {
+            headers.push(("content-type".to_string(), b"application/json".to_vec()));
+        }
+        let parts = RequestParts::new(method, path, headers);
+        let open = || Ok::<_, KvError>(&self.kv);
+        dispatch_component(
+            component,
+            &parts,
+            body.as_bytes(),
+            &self.config,
+            Some(&open),
+            &self.env,
+            &NoHttp,
+            handler,
+        )
+    }
+
+    fn put_pool(&self, name: &str, addresses: &str) {
+        let (r, _) = self.call(
+            "pools",
+            components::pools,
+            "PUT",
+            &format!("/v1/pools/team-a/{name}"),
+            Some(TOKEN),
+            Some(pool(name, addresses)),
+        );
+        assert!(r.status < 300, "{:?}", r.body);
+    }
+
+    fn allocate(&self, name: &str, pool: &str) -> (ApiResponse, OpCounts) {
+        self.call(
+            "allocate",
+            components::allocate,
+            "POST",
+            "/v1/claims",
+            Some(TOKEN),
+            Some(claim(name, pool)),
+        )
+    }
+
+    fn scrape(&self, token: Option<&str>) -> ApiResponse {
+        self.call(
+            "metrics",
+            components::metrics,
+            "GET",
+            "/v1/metrics",
+            token,
+            None,
+        )
+        .0
+    }
+
+    fn text(&self) -> String {
+        let r = self.scrape(Some(TOKEN));
+        assert_eq!(r.status, 200, "{:?}", r.body);
+        r.text.expect("a text body").1
+    }
+}
+
+fn pool(name: &str, addresses: &str) -> Value {
+    json!({"apiVersion": "ipam.metal-ipam.dev/v1alpha1", "kind": "MetalIPPool",
+           "metadata": {"name": name, "namespace": "team-a"},
+           "spec": {"addresses": [addresses], "prefix": 16}})
+}
+
+fn claim(name: &str, pool: &str) -> Value {
+    json!({"apiVersion": "ipam.cluster.x-k8s.io/v1beta2", "kind": "IPAddressClaim",
+           "metadata": {"name": name, "namespace": "team-a", "uid": format!("uid-{name}")},
+           "spec": {"poolRef": {"apiGroup": "ipam.metal-ipam.dev", "kind": "MetalIPPool", "name": pool}}})
+}
+
+/// The samples of an exposition: `name{labels}` → value.
+fn samples(text: &str) -> BTreeMap<String, f64> {
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .map(|l| {
+            let (k, v) = l.rsplit_once(' ').expect("name value");
+            (k.to_string(), v.parse().expect("a number"))
+        })
+        .collect()
+}
+
+fn used(name: &str) -> String {
+    format!("metal_ipam_pool_used{{namespace=\"team-a\",name=\"{name}\",kind=\"MetalIPPool\",family=\"ipv4\",vrf=\"false\"}}")
+}
+
+#[test]
+fn a_scrape_reports_each_pool_and_the_requests_made() {
+    for backend in [Backend::SpinSqlite, Backend::Redis, Backend::RedisSpin36] {
+        let w = World::new(backend);
+        for (i, p) in ["p0", "p1", "p2"].iter().enumerate() {
+            w.put_pool(p, &format!("10.{i}.0.1-10.{i}.0.250"));
+        }
+        let mut allocations = 0;
+        for (i, p) in ["p0", "p1", "p2"].iter().enumerate() {
+            for n in 0..=i {
+                let (r, _) = w.allocate(&format!("{p}-m{n}"), p);
+                assert_eq!(r.status, 201, "{:?}", r.body);
+                allocations += 1;
+            }
+        }
+        let (r, _) = w.call(
+            "release",
+            components::release,
+            "DELETE",
+            "/v1/claims/team-a/p2-m2",
+            Some(TOKEN),
+            None,
+        );
+        assert_eq!(r.status, 204, "{:?}", r.body);
+        let s = samples(&w.text());
+        assert_eq!(s[&used("p0")], 1.0, "{backend:?}");
+        assert_eq!(s[&used("p1")], 2.0, "{backend:?}");
+        assert_eq!(s[&used("p2")], 2.0, "{backend:?}");
+        assert_eq!(s["metal_ipam_scrape_pools"], 3.0);
+        assert_eq!(s["metal_ipam_allocations_total"], f64::from(allocations));
+        assert_eq!(s["metal_ipam_releases_total"], 1.0);
+        let req = |c: &str, route: &str, status: u16| {
+            s.get(&format!(
+                "metal_ipam_requests_total{{component=\"{c}\",route=\"{route}\",status=\"{status}\"}}"
+            ))
+            .copied()
+            .unwrap_or(0.0)
+        };
+        assert_eq!(
+            req("allocate", "/v1/claims", 201),
+            f64::from(allocations),
+            "{backend:?}"
+        );
+        assert_eq!(
+            req("pools", "/v1/pools/{namespace}/{name}", 201)
+                + req("pools", "/v1/pools/{namespace}/{name}", 200),
+            3.0,
+            "{s:?}"
+        );
+        assert_eq!(
+            req("release", "/v1/claims/{namespace}/{name}", 204),
+            1.0,
+            "{s:?}"
+        );
+        // This scrape is not in its own exposition; the next one counts it.
+        assert_eq!(req("metrics", "/v1/metrics", 200), 0.0);
+        let s = samples(&w.text());
+        assert_eq!(req_of(&s, "metrics", "/v1/metrics", 200), 1.0);
+        assert_eq!(s["metal_ipam_metrics_unregistered_requests_total"], 0.0);
+    }
+}
+
+fn req_of(s: &BTreeMap<String, f64>, c: &str, route: &str, status: u16) -> f64 {
+    s.get(&format!(
+        "metal_ipam_requests_total{{component=\"{c}\",route=\"{route}\",status=\"{status}\"}}"
+    ))
+    .copied()
+    .unwrap_or(0.0)
+}
+
+#[test]
+fn the_metrics_take_the_api_token_or_the_read_token() {
+    let w = World::new(Backend::SpinSqlite);
+    assert_eq!(w.scrape(None).status, 401);
+    assert_eq!(w.scrape(Some("wrong")).status, 401);
+    let r = w.scrape(Some(READ));
+    assert_eq!(r.status, 200);
+    let (ct, _) = r.text.unwrap();
+    assert_eq!(ct, "text/plain; version=0.0.4; charset=utf-8");
+    // The read token opens nothing else.
+    let (r, _) = w.call(
+        "pools",
+        components::pools,
+        "GET",
+        "/v1/pools",
+        Some(READ),
+        None,
+    );
+    assert_eq!(r.status, 401);
+}
+
+/// An allocation's KV operations through the shell (counted) against the
+/// same allocation without the shell (the core's API alone): exactly one
+/// more once the signature is registered, except at the powers of two of
+/// its count, which read (and the first time create) the registry.
+#[test]
+fn counting_costs_an_allocation_one_kv_operation() {
+    for backend in [Backend::SpinSqlite, Backend::Redis, Backend::RedisSpin36] {
+        let w = World::new(backend);
+        w.put_pool("p", "10.9.0.1-10.9.255.250");
+        let bare = |name: &str| {
+            let kv = CountingKv::new(&w.kv);
+            let ctx = Ctx {
+                kv: &kv,
+                env: &w.env,
+                swap_policy: SwapPolicy::Auto,
+            };
+            let body = claim(name, "p").to_string();
+            let req = ApiRequest {
+                method: "POST",
+                path: "/v1/claims",
+                query: "",
+                authorization: Some("Bearer api-t0ken"),
+                body: body.as_bytes(),
+            };
+            let r = api::allocate(&ctx, TOKEN, &req);
+            assert_eq!(r.status, 201);
+            kv.counts().total()
+        };
+        let mut lines = Vec::new();
+        for n in 1..=9u32 {
+            let before = bare(&format!("b{n}"));
+            let (r, after) = w.allocate(&format!("c{n}"), "p");
+            assert_eq!(r.status, 201);
+            let extra = after.total() as i64 - before as i64;
+            lines.push(format!("n={n}: {before} → {} (+{extra})", after.total()));
+            if !n.is_power_of_two() {
+                assert_eq!(extra, 1, "{backend:?} {lines:?}");
+            } else if n > 1 {
+                // The registration check: one cas_read of the registry.
+                assert_eq!(extra, 2, "{backend:?} {lines:?}");
+            }
+        }
+        println!("{backend:?}: allocation KV ops without → with counting: {lines:#?}");
+    }
+}
+
+/// The scrape reads the same keys with 10 claims in a pool as with 1000.
+#[test]
+fn the_scrape_cost_does_not_depend_on_the_claims() {
+    let ops = |claims: usize| {
+        let w = World::new(Backend::SpinSqlite);
+        w.put_pool("p", "10.8.0.1-10.8.255.250");
+        w.put_pool("q", "10.7.0.1-10.7.0.9");
+        let ctx = Ctx {
+            kv: &w.kv,
+            env: &w.env,
+            swap_policy: SwapPolicy::Auto,
+        };
+        for n in 0..claims {
+            let body = claim(&format!("m{n}"), "p").to_string();
+            let req = ApiRequest {
+                method: "POST",
+                path: "/v1/claims",
+                query: "",
+                authorization: Some("Bearer api-t0ken"),
+                body: body.as_bytes(),
+            };
+            assert_eq!(api::allocate(&ctx, TOKEN, &req).status, 201);
+        }
+        w.text();
+        let text = w.text();
+        let s = samples(&text);
+        assert_eq!(s[&used("p")], claims as f64);
+        (
+            s["metal_ipam_scrape_kv_operations"],
+            w.kv.counts().list_keys,
+        )
+    };
+    let (small, _) = ops(10);
+    let (large, _) = ops(1000);
+    assert_eq!(small, large);
+    // P + V + S + 5: 2 pools, 0 VRF, 2 signatures (pools, metrics).
+    assert_eq!(small, 2.0 + 0.0 + 2.0 + 5.0);
+}
+
+/// The exposition passes `promtool check metrics` (skipped with a note
+/// when promtool is missing, unless `CI` is set).
+#[test]
+fn the_exposition_passes_promtool() {
+    let promtool = std::env::var("PROMTOOL").unwrap_or_else(|_| "promtool".into());
+    let w = World::new(Backend::SpinSqlite);
+    w.put_pool("p", "10.6.0.1-10.6.0.9");
+    w.allocate("m0", "p");
+    w.text();
+    let text = w.text();
+    let child = std::process::Command::new(&promtool)
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn();
+    let mut child = match child {
+        Ok(c) => c,
+        Err(e) if std::env::var_os("CI").is_some() => {
+            panic!("promtool is required in CI (Debian package prometheus): {e}")
+        }
+        Err(e) => {
+            println!("note: promtool not found ({e}); skipping the exposition check");
+            return;
+        }
+    };
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "promtool check metrics failed:\n{}{}\n--- exposition ---\n{text}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
