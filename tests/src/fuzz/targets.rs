@@ -364,6 +364,7 @@ impl World {
             http: &http,
             api_token: API_TOKEN,
             events_token: EVENTS_TOKEN,
+            read_token: "",
             metal: None,
         };
         let req = ApiRequest {
