@@ -36,7 +36,7 @@ use serde_json::{json, Value};
 
 const READ: &str = "browser-read-token-51d0";
 const DEADLINE: Duration = Duration::from_secs(20);
-const ELEMENT: &str = "element-6066-11e4-a4d3-ecd3b0f8b4b1";
+const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
 
 /// Serves `app` on a loopback port (each request handed to the test
 /// host), for the browser.
