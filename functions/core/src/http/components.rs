@@ -854,42 +854,63 @@ pub fn metrics<K: KvStore, H: HttpClient + ?Sized>(
     r
 }
 
+/// The browser view's page and files (`/ui`, `/ui/{file}`), answered
+/// without a token and without the store (they hold no data); `None` for
+/// any other path (the data routes, [`ui`]). Non-GET → 405, an unknown
+/// file → 404. The Spin shell serves these before its token check.
+pub fn ui_file(req: &ApiRequest<'_>) -> Option<ApiResponse> {
+    use crate::observe::ui;
+    let step = Step::parse_for(Component::Ui, req.path)
+        .filter(|s| matches!(s, Step::UiPage {} | Step::UiAsset { .. }))?;
+    let route = step.template();
+    let mut r = if req.method != "GET" {
+        method_not_allowed(route, "GET")
+    } else {
+        let f = match &step {
+            Step::UiAsset { file } => ui::asset(file),
+            _ => Some(ui::page()),
+        };
+        match f {
+            Some((content_type, text)) => {
+                let mut r = ApiResponse::success(200, None, route, "served");
+                r.text = Some((content_type, text.to_string()));
+                r
+            }
+            None => no_route(req.path),
+        }
+    };
+    r.headers.push((
+        "content-security-policy",
+        ui::CONTENT_SECURITY_POLICY.to_string(),
+    ));
+    read_only_headers(&mut r);
+    Some(r)
+}
+
 /// The `ui` component: the browser view's page and files (no data in
-/// them: served without a token) and its data routes under `/ui/api/`
-/// (the API token or the read token, sent by the page from `fetch`).
+/// them: served without a token, [`ui_file`]) and its data routes under
+/// `/ui/api/` (the API token or the read token, sent by the page from
+/// `fetch`; checked before anything else).
 pub fn ui<K: KvStore, H: HttpClient + ?Sized>(
     s: &Services<'_, K, H>,
     req: &ApiRequest<'_>,
     _content_type: Option<&str>,
     _header: &dyn Fn(&str) -> Option<String>,
 ) -> ApiResponse {
-    use crate::observe::{ui, view};
-    let step = Step::parse_for(Component::Ui, req.path);
-    let is_file = matches!(step, Some(Step::UiPage {} | Step::UiAsset { .. }));
-    if !is_file {
-        if let Some(r) = read_authenticated(s, req) {
-            return r;
-        }
+    use crate::observe::view;
+    if let Some(r) = ui_file(req) {
+        return r;
     }
-    let Some(step) = step else {
+    if let Some(r) = read_authenticated(s, req) {
+        return r;
+    }
+    let Some(step) = Step::parse_for(Component::Ui, req.path) else {
         return no_route(req.path);
     };
     let route = step.template();
     if req.method != "GET" {
         return method_not_allowed(route, "GET");
     }
-    let file = |f: Option<(&'static str, &'static str)>| match f {
-        Some((content_type, text)) => {
-            let mut r = ApiResponse::success(200, None, route, "served");
-            r.text = Some((content_type, text.to_string()));
-            r.headers.push((
-                "content-security-policy",
-                ui::CONTENT_SECURITY_POLICY.to_string(),
-            ));
-            r
-        }
-        None => no_route(req.path),
-    };
     let data = |v: Result<Option<Value>>, what: String| match v {
         Ok(Some(v)) => ApiResponse::success(200, Some(v), route, "read").touching("view", what),
         Ok(None) => ApiResponse::from_error(
@@ -898,25 +919,21 @@ pub fn ui<K: KvStore, H: HttpClient + ?Sized>(
         ),
         Err(e) => ApiResponse::from_error(&e, route),
     };
-    let mut r = match &step {
-        Step::UiPage {} => file(Some(ui::page())),
-        Step::UiAsset { file: f } => file(ui::asset(f)),
-        _ => match store(s) {
-            Err(e) => ApiResponse::from_error(&e, route),
-            Ok(ctx) => match step {
-                Step::UiOverview {} => data(view::overview(ctx).map(Some), "overview".into()),
-                Step::UiPool { ns, name } => {
-                    let id = PoolId::namespaced(&ns, &name);
-                    data(view::pool(ctx, &id), id.display())
-                }
-                Step::UiGlobalPool { name } => {
-                    let id = PoolId::global(&name);
-                    data(view::pool(ctx, &id), id.display())
-                }
-                Step::UiMachines {} => data(view::machines(ctx).map(Some), "machines".into()),
-                Step::UiSearch {} => data(view::search(ctx, req.query).map(Some), "search".into()),
-                _ => no_route(req.path),
-            },
+    let mut r = match store(s) {
+        Err(e) => ApiResponse::from_error(&e, route),
+        Ok(ctx) => match step {
+            Step::UiOverview {} => data(view::overview(ctx).map(Some), "overview".into()),
+            Step::UiPool { ns, name } => {
+                let id = PoolId::namespaced(&ns, &name);
+                data(view::pool(ctx, &id), id.display())
+            }
+            Step::UiGlobalPool { name } => {
+                let id = PoolId::global(&name);
+                data(view::pool(ctx, &id), id.display())
+            }
+            Step::UiMachines {} => data(view::machines(ctx).map(Some), "machines".into()),
+            Step::UiSearch {} => data(view::search(ctx, req.query).map(Some), "search".into()),
+            _ => no_route(req.path),
         },
     };
     read_only_headers(&mut r);

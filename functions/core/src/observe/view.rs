@@ -1,40 +1,545 @@
-//! (being written) The browser view's data.
+//! The browser view's data (JSON), read from the store; nothing here
+//! writes.
+//!
+//! - [`overview`]: every pool with its counts (one read per pool, through
+//!   [`ops::list_pools`]), the Metal poll cursor, the last reconcile run.
+//!   Never reads a claim binding.
+//! - [`pool`]: one pool's addresses and their holders, free ranges,
+//!   cooling addresses and, for a VRF-backed pool, its Metal resources.
+//!   The holders are the claim bindings naming the pool: the page lists
+//!   the `claim/` keys and reads each binding, so it costs O(claims) reads
+//!   — on demand, for one pool, never in the overview.
+//! - [`machines`]: the machines of the observation summary (as fresh as
+//!   the last reconcile run).
+//! - [`search`]: an address, a claim name or a machine name (O(pools +
+//!   claims) reads, on demand), at most [`MAX_RESULTS`] results.
+//!
+//! The machine holding an address is known only from the summary's
+//! per-VLAN addresses; the owner of a plain CAPI claim is not in the store
+//! (`machine` is then `null`, shown as "—").
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
 
 use serde_json::{json, Value};
 
-use crate::error::Result;
-use crate::ipam::pool::PoolId;
-use crate::kv::Ctx;
+use crate::error::{Error, Result};
+use crate::ip::Family;
+use crate::ipam::ops::{self, PoolView};
+use crate::ipam::pool::{PoolId, ValidatedPool};
+use crate::ipam::store::{self, ClaimRecord};
+use crate::kv::{keys, Ctx};
+use crate::observe::summary::{self, Summary};
 use crate::ports::kv::KvStore;
+use crate::provision::{plan, poll, step};
 
-/// The overview.
-///
-/// # Errors
-/// The store failed.
-pub fn overview<K: KvStore>(_ctx: &Ctx<'_, K>) -> Result<Value> {
-    Ok(json!({}))
+/// Most address rows a pool page lists (the counts cover them all).
+pub const MAX_ADDRESS_ROWS: usize = 1000;
+
+/// Most free ranges a pool page lists.
+pub const MAX_FREE_RANGES: usize = 200;
+
+/// Most search results.
+pub const MAX_RESULTS: usize = 50;
+
+/// Longest search query, in bytes (after percent-decoding).
+pub const MAX_QUERY: usize = 400;
+
+/// A count as a JSON number (saturating: an IPv6 pool's capacity may pass
+/// `u64`).
+fn count(v: u128) -> u64 {
+    u64::try_from(v).unwrap_or(u64::MAX)
 }
 
-/// One pool.
-///
-/// # Errors
-/// The store failed.
-pub fn pool<K: KvStore>(_ctx: &Ctx<'_, K>, _id: &PoolId) -> Result<Option<Value>> {
-    Ok(None)
+/// `used / total` in percent, one decimal.
+fn percent(used: u128, total: u128) -> f64 {
+    if total == 0 {
+        return 0.0;
+    }
+    // Precision loss is fine for a percentage.
+    #[allow(clippy::cast_precision_loss)]
+    let p = used as f64 * 100.0 / total as f64;
+    (p * 10.0).round() / 10.0
 }
 
-/// The machines.
-///
-/// # Errors
-/// The store failed.
-pub fn machines<K: KvStore>(_ctx: &Ctx<'_, K>) -> Result<Value> {
-    Ok(json!({}))
+/// The pool's id as the page names it: `ns/name`, or `name` for a global
+/// pool.
+fn pool_ref(id: &PoolId) -> String {
+    match &id.namespace {
+        Some(ns) => format!("{ns}/{}", id.name),
+        None => id.name.clone(),
+    }
 }
 
-/// Search.
+fn family_name(f: Family) -> &'static str {
+    match f {
+        Family::V4 => "IPv4",
+        Family::V6 => "IPv6",
+    }
+}
+
+/// One pool's row: id, kind, family, VRF-backed, counts, utilisation.
+fn pool_row(v: &PoolView, family: Option<Family>) -> Value {
+    let id = &v.object.id;
+    let c = &v.counts;
+    json!({
+        "id": pool_ref(id),
+        "namespace": id.namespace,
+        "name": id.name,
+        "kind": id.kind.kind_name(),
+        "family": family.map(family_name),
+        "vrfBacked": v.object.spec.metal.is_some(),
+        "total": count(c.total),
+        "used": count(c.used),
+        "free": count(c.free),
+        "outOfRange": count(c.out_of_range),
+        "cooling": count(c.cooling),
+        "utilisation": percent(c.used, c.total),
+    })
+}
+
+/// The overview: pools (with counts), the Metal poll cursor and the last
+/// reconcile run.
+///
+/// ```json
+/// {"pools": [{"id": "ns/p", "namespace": "ns", "name": "p", "kind": "MetalIPPool",
+///   "family": "IPv4", "vrfBacked": false, "total": 10, "used": 2, "free": 8,
+///   "outOfRange": 0, "cooling": 0, "utilisation": 20.0}],
+///  "poll": null | {"last": "…", "gen": 3, "pending": 0},
+///  "reconcile": null | {"at": 1700000000, "durationMs": 12, "errors": 0,
+///   "machines": 2, "waiting": [...], "assignments": {...}},
+///  "now": 1700000100}
+/// ```
 ///
 /// # Errors
-/// The store failed.
-pub fn search<K: KvStore>(_ctx: &Ctx<'_, K>, _query: &str) -> Result<Value> {
-    Ok(json!({}))
+/// The store failed (503) or a record is unreadable (500).
+pub fn overview<K: KvStore>(ctx: &Ctx<'_, K>) -> Result<Value> {
+    let pools: Vec<Value> = ops::list_pools(ctx.kv, None)?
+        .iter()
+        .map(|v| pool_row(v, v.object.spec.validate().ok().map(|p| p.family)))
+        .collect();
+    let poll = poll::read(ctx.kv)?
+        .map(|c| json!({"last": c.last, "gen": c.gen, "pending": c.pending.len()}));
+    let reconcile = summary::read(ctx.kv)?.map(|s| {
+        json!({
+            "at": s.at,
+            "durationMs": s.duration_ms,
+            "errors": s.errors,
+            "machines": s.machines.len() + s.machines_omitted as usize,
+            "waiting": s.waiting,
+            "assignments": s.assignments,
+        })
+    });
+    Ok(json!({
+        "pools": pools,
+        "poll": poll,
+        "reconcile": reconcile,
+        "now": ctx.env.now(),
+    }))
+}
+
+/// Every claim binding: `(namespace, name, record)`, sorted by key
+/// (lists every key once, then one read per claim).
+fn claims<K: KvStore>(kv: &K) -> Result<Vec<(String, String, ClaimRecord)>> {
+    let mut names: Vec<(String, String)> = kv
+        .list_keys()?
+        .iter()
+        .filter_map(|k| keys::parse_claim(k).map(|(ns, n)| (ns.to_string(), n.to_string())))
+        .collect();
+    names.sort();
+    let mut out = Vec::new();
+    for (ns, name) in names {
+        if let Some(r) = ops::get_claim(kv, &ns, &name)? {
+            out.push((ns, name, r));
+        }
+    }
+    Ok(out)
+}
+
+/// Machine addresses from the summary: address (without prefix) →
+/// `ns/name` of the machine.
+fn machine_addresses(s: Option<&Summary>) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    for m in s.map(|s| s.machines.as_slice()).unwrap_or_default() {
+        for a in m.addresses.values() {
+            let ip = a.split('/').next().unwrap_or(a);
+            out.insert(ip.to_string(), format!("{}/{}", m.namespace, m.name));
+        }
+    }
+    out
+}
+
+/// A range as text: `a` or `a-b`.
+fn range_text(pool: &ValidatedPool, (a, b): (u128, u128)) -> String {
+    if a == b {
+        pool.ip(a).to_string()
+    } else {
+        format!("{}-{}", pool.ip(a), pool.ip(b))
+    }
+}
+
+/// A held Metal resource: id, created or adopted.
+fn held(h: Option<&plan::Held>) -> Value {
+    h.map_or(Value::Null, |h| json!({"id": h.id, "created": h.created}))
+}
+
+/// A VRF-backed pool's Metal resources and phase, from its progress
+/// record.
+fn metal<K: KvStore>(kv: &K, id: &PoolId) -> Result<Value> {
+    let Some(p) = step::read_state(kv, id)? else {
+        return Ok(
+            json!({"phase": "not started", "vrf": null, "reservation": null,
+            "vlan": null, "gateway": null, "gatewayState": null}),
+        );
+    };
+    let gateway_ready =
+        p.gateway.is_some() && matches!(p.gateway_state.as_deref(), Some("ready" | "active"));
+    let phase = if p.deleted {
+        "deleted".to_string()
+    } else if p.deleting {
+        "deleting".to_string()
+    } else if let Some(i) = &p.intent {
+        format!("creating {}", format!("{:?}", i.resource).to_lowercase())
+    } else if gateway_ready {
+        "ready".to_string()
+    } else {
+        "provisioning".to_string()
+    };
+    Ok(json!({
+        "phase": phase,
+        "vrf": held(p.vrf.as_ref()),
+        "reservation": held(p.reservation.as_ref()),
+        "vlan": held(p.vlan.as_ref()),
+        "gateway": held(p.gateway.as_ref()),
+        "gatewayState": p.gateway_state,
+    }))
+}
+
+/// One pool: its row, spec, addresses with holders, free ranges, cooling
+/// addresses and (VRF-backed) Metal resources; `None` when the pool is not
+/// in the store. Lists the claim keys to find the holders: O(claims) reads.
+///
+/// `addresses[]`: `{"address", "state": "bound"|"cooling"|"pending",
+/// "inRange", "claim", "cluster", "ipAddress", "machine", "until"}`
+/// (at most [`MAX_ADDRESS_ROWS`]); `free[]`: ranges `a` or `a-b` (at most
+/// [`MAX_FREE_RANGES`]).
+///
+/// # Errors
+/// The store failed (503) or a record is unreadable (500).
+pub fn pool<K: KvStore>(ctx: &Ctx<'_, K>, id: &PoolId) -> Result<Option<Value>> {
+    let Some(l) = store::read_pool(ctx.kv, id)? else {
+        return Ok(None);
+    };
+    let view = ops::get_pool(ctx.kv, id)?.unwrap_or(PoolView {
+        object: l.object.clone(),
+        counts: l.state.counts(&l.pool),
+    });
+    let summary = summary::read(ctx.kv)?;
+    let machines = machine_addresses(summary.as_ref());
+    let mut holders: BTreeMap<u128, (String, String, ClaimRecord)> = BTreeMap::new();
+    for (ns, name, r) in claims(ctx.kv)? {
+        if r.pool_id(&ns).ok().as_ref() != Some(id) {
+            continue;
+        }
+        if let Some(v) = r
+            .ip()
+            .ok()
+            .and_then(|ip| store::addr_in_family(&l.pool, ip))
+        {
+            holders.insert(v, (ns, name, r));
+        }
+    }
+    let cooling: BTreeMap<u128, u64> = l
+        .state
+        .cooling
+        .iter()
+        .map(|c| (c.address, c.until))
+        .collect();
+    let mut rows = Vec::new();
+    let mut omitted: u128 = 0;
+    for &(a, b) in l.state.used.ranges() {
+        let n = b - a + 1;
+        let room = MAX_ADDRESS_ROWS.saturating_sub(rows.len()) as u128;
+        if room < n {
+            omitted += n - room;
+        }
+        for v in (a..=b).take(usize::try_from(room.min(n)).unwrap_or(0)) {
+            let address = l.pool.ip(v).to_string();
+            let holder = holders.get(&v);
+            let until = cooling.get(&v);
+            let state = if until.is_some() {
+                "cooling"
+            } else if holder.is_some() {
+                "bound"
+            } else {
+                "pending"
+            };
+            rows.push(json!({
+                "address": address,
+                "state": state,
+                "inRange": l.pool.allocatable.contains(v),
+                "claim": holder.map(|(ns, n, _)| format!("{ns}/{n}")),
+                "cluster": holder.and_then(|(_, _, r)| r.cluster_name.clone()),
+                "ipAddress": holder.map(|(ns, n, _)| format!("{ns}/{n}")),
+                "machine": machines.get(&address),
+                "until": until,
+            }));
+        }
+    }
+    let mut free = l.pool.allocatable.clone();
+    free.subtract(&l.state.used);
+    let free_ranges: Vec<String> = free
+        .ranges()
+        .iter()
+        .take(MAX_FREE_RANGES)
+        .map(|&r| range_text(&l.pool, r))
+        .collect();
+    let cooling_rows: Vec<Value> = l
+        .state
+        .cooling
+        .iter()
+        .map(|c| json!({"address": l.pool.ip(c.address).to_string(), "until": c.until}))
+        .collect();
+    let spec = &l.object.spec;
+    let metal = if spec.metal.is_some() {
+        metal(ctx.kv, id)?
+    } else {
+        Value::Null
+    };
+    Ok(Some(json!({
+        "pool": pool_row(&view, Some(l.pool.family)),
+        "spec": {
+            "addresses": spec.addresses,
+            "excludedAddresses": spec.excluded_addresses,
+            "prefix": l.pool.prefix,
+            "gateway": l.pool.gateway.map(|g| g.to_string()),
+            "graceSeconds": l.pool.grace_seconds,
+        },
+        "addresses": rows,
+        "addressesOmitted": count(omitted),
+        "free": free_ranges,
+        "freeRangesOmitted": free.ranges().len().saturating_sub(MAX_FREE_RANGES),
+        "cooling": cooling_rows,
+        "metal": metal,
+        "machinesAsOf": summary.as_ref().map(|s| s.at),
+        "now": ctx.env.now(),
+    })))
+}
+
+/// The machines of the last reconcile run: `{"asOf": null | unix seconds,
+/// "machines": [MachineRow…], "omitted": n}` (`asOf` null: no reconcile run
+/// yet).
+///
+/// # Errors
+/// The store failed (503).
+pub fn machines<K: KvStore>(ctx: &Ctx<'_, K>) -> Result<Value> {
+    Ok(match summary::read(ctx.kv)? {
+        Some(s) => json!({
+            "asOf": s.at,
+            "machines": s.machines,
+            "omitted": s.machines_omitted,
+        }),
+        None => json!({"asOf": null, "machines": [], "omitted": 0}),
+    })
+}
+
+/// Decodes `application/x-www-form-urlencoded` text (`+` is a space).
+fn form_decode(s: &str) -> Result<String> {
+    let s = s.replace('+', " ");
+    percent_encoding::percent_decode_str(&s)
+        .decode_utf8()
+        .map(std::borrow::Cow::into_owned)
+        .map_err(|_| Error::invalid("q", "the query is not UTF-8"))
+}
+
+/// The `q` parameter of a query string, percent-decoded and trimmed.
+///
+/// # Errors
+/// 422 when absent, empty, longer than [`MAX_QUERY`] bytes or not UTF-8.
+pub fn query_param(query: &str) -> Result<String> {
+    let raw = query
+        .split('&')
+        .find_map(|p| p.strip_prefix("q="))
+        .unwrap_or("");
+    // Bound the work before decoding (a decoded byte takes at most 3).
+    if raw.len() > 3 * MAX_QUERY {
+        return Err(Error::invalid(
+            "q",
+            format!("the query is longer than {MAX_QUERY} bytes"),
+        ));
+    }
+    let q = form_decode(raw)?;
+    let q = q.trim();
+    if q.is_empty() {
+        return Err(Error::invalid(
+            "q",
+            "the query is empty: give an address, a claim or a machine name",
+        ));
+    }
+    if q.len() > MAX_QUERY {
+        return Err(Error::invalid(
+            "q",
+            format!("the query is longer than {MAX_QUERY} bytes"),
+        ));
+    }
+    Ok(q.to_string())
+}
+
+/// What an address is in one pool.
+fn address_result(
+    l: &store::Loaded,
+    v: u128,
+    holder: Option<&(String, String, ClaimRecord)>,
+) -> Option<(&'static str, Option<u64>)> {
+    let until = l
+        .state
+        .cooling
+        .iter()
+        .find(|c| c.address == v)
+        .map(|c| c.until);
+    if until.is_some() {
+        return Some(("cooling", until));
+    }
+    if l.state.used.contains(v) {
+        return Some((if holder.is_some() { "bound" } else { "pending" }, None));
+    }
+    if l.pool.allocatable.contains(v) {
+        return Some(("free", None));
+    }
+    if l.pool.configured.contains(v) {
+        return Some(("excluded", None));
+    }
+    None
+}
+
+/// Search: an address (exact; which pool has it in range or bound, which
+/// claim holds it, cooling or free), a claim (`ns/name` substring,
+/// case-insensitive) or a machine (`ns/name` substring, from the summary).
+/// `query` is the request's query string; its `q` parameter is the search.
+///
+/// `{"query", "results": [{"type": "address"|"claim"|"machine", …}],
+/// "truncated"}`, at most [`MAX_RESULTS`] results.
+///
+/// # Errors
+/// 422 for a bad query ([`query_param`]); the store failed (503).
+pub fn search<K: KvStore>(ctx: &Ctx<'_, K>, query: &str) -> Result<Value> {
+    let q = query_param(query)?;
+    let needle = q.to_lowercase();
+    let summary = summary::read(ctx.kv)?;
+    let machine_of = machine_addresses(summary.as_ref());
+    let claims = claims(ctx.kv)?;
+    let mut results: Vec<Value> = Vec::new();
+    let mut truncated = false;
+    let mut push = |results: &mut Vec<Value>, v: Value| {
+        if results.len() < MAX_RESULTS {
+            results.push(v);
+        } else {
+            truncated = true;
+        }
+    };
+    if let Ok(ip) = q.parse::<IpAddr>() {
+        let wanted = ip.to_string();
+        for v in ops::list_pools(ctx.kv, None)? {
+            let id = &v.object.id;
+            let Some(l) = store::read_pool(ctx.kv, id)? else {
+                continue;
+            };
+            let Some(a) = store::addr_in_family(&l.pool, ip) else {
+                continue;
+            };
+            let holder = claims
+                .iter()
+                .find(|(ns, _, r)| r.pool_id(ns).ok().as_ref() == Some(id) && r.address == wanted);
+            if let Some((state, until)) = address_result(&l, a, holder) {
+                push(
+                    &mut results,
+                    json!({
+                        "type": "address",
+                        "address": wanted,
+                        "pool": pool_ref(id),
+                        "poolKind": id.kind.kind_name(),
+                        "state": state,
+                        "until": until,
+                        "claim": holder.map(|(ns, n, _)| format!("{ns}/{n}")),
+                        "cluster": holder.and_then(|(_, _, r)| r.cluster_name.clone()),
+                        "machine": machine_of.get(&wanted),
+                    }),
+                );
+            }
+        }
+    }
+    for (ns, name, r) in &claims {
+        let full = format!("{ns}/{name}");
+        if full.to_lowercase().contains(&needle) {
+            push(
+                &mut results,
+                json!({
+                    "type": "claim",
+                    "claim": full,
+                    "address": r.address,
+                    "pool": r.pool_id(ns).ok().as_ref().map(pool_ref),
+                    "poolKind": r.pool_ref.kind,
+                    "cluster": r.cluster_name,
+                    "machine": machine_of.get(&r.address),
+                }),
+            );
+        }
+    }
+    for m in summary
+        .as_ref()
+        .map(|s| s.machines.as_slice())
+        .unwrap_or_default()
+    {
+        let full = format!("{}/{}", m.namespace, m.name);
+        let has_address = m
+            .addresses
+            .values()
+            .any(|a| a.split('/').next() == Some(q.as_str()));
+        if full.to_lowercase().contains(&needle) || has_address {
+            push(
+                &mut results,
+                json!({
+                    "type": "machine",
+                    "machine": full,
+                    "cluster": m.cluster,
+                    "device": m.device,
+                    "phase": m.phase,
+                    "addresses": m.addresses,
+                }),
+            );
+        }
+    }
+    Ok(json!({"query": q, "results": results, "truncated": truncated}))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn query_is_bounded_and_decoded() {
+        assert_eq!(query_param("q=10.0.0.1").unwrap(), "10.0.0.1");
+        assert_eq!(query_param("x=1&q=team-a%2Fm+0").unwrap(), "team-a/m 0");
+        for bad in ["", "q=", "q=+", "q=%FF"] {
+            assert_eq!(query_param(bad).unwrap_err().status(), 422, "{bad}");
+        }
+        assert_eq!(
+            query_param(&format!("q={}", "a".repeat(MAX_QUERY)))
+                .unwrap()
+                .len(),
+            MAX_QUERY
+        );
+        assert_eq!(
+            query_param(&format!("q={}", "a".repeat(MAX_QUERY + 1)))
+                .unwrap_err()
+                .status(),
+            422
+        );
+    }
+
+    #[test]
+    fn percent_rounds() {
+        assert!((percent(1, 3) - 33.3).abs() < 1e-9);
+        assert!(percent(0, 0).abs() < 1e-9);
+    }
 }
