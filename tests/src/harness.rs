@@ -247,6 +247,15 @@ impl App {
         })
     }
 
+    /// `http://127.0.0.1:<port>` of a `spin up` app (what an outside
+    /// client, e.g. Prometheus, connects to); `None` on the in-process host.
+    pub fn base_url(&self) -> Option<&str> {
+        match &self.engine {
+            Engine::Host(_) => None,
+            Engine::Spin(s) => Some(&s.base_url),
+        }
+    }
+
     /// Whether [`Resp::kv_ops`] is counted: only the test host counts
     /// key-value operations (Spin sends no such header), so the cost
     /// assertions are the host's.

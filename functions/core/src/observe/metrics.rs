@@ -5,7 +5,7 @@
 //! machine): the pool index (1 `get`), each indexed pool's record (1
 //! `get` per pool) and, for a VRF-backed pool or an indexed pool without a
 //! live record (a VRF-backed pool being provisioned, a deleted pool), its
-//! Metal progress record (1 `get`), the summary (1), the poll cursor (1),
+//! Metal progress record (1 `get`), the summary (1), the poll observation (1),
 //! the signature registry (1), each signature's counter (1
 //! `increment(key, 0)` each) and `obs/dropped` (1): **P + V + S + 5**
 //! operations for P indexed pools, V of them VRF-backed or without a live
@@ -20,14 +20,12 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use serde_json::Value;
-
 use crate::error::Result;
 use crate::ip::Family;
 use crate::ipam::ops;
 use crate::ipam::pool::PoolId;
 use crate::ipam::store;
-use crate::kv::{keys, read_record, Ctx};
+use crate::kv::{read_record, Ctx};
 use crate::observe::counters::{self, CLASSES, METAL_OPS};
 use crate::observe::summary;
 use crate::ports::kv::{CountingKv, KvStore};
@@ -411,9 +409,9 @@ fn summary_families<K: KvStore>(kv: &K, x: &mut Exposition) -> Result<()> {
     Ok(())
 }
 
-/// The poll families, from the cursor record read as JSON: `polledAt`
-/// and `lastAt` (Unix seconds of the last successful poll and of the
-/// newest event read) when the cursor has them, `pending` otherwise.
+/// The poll families, from the poll observation (`obs/poll`, written by
+/// each successful poll, [`super::summary::PollSeen`]); none before the
+/// first successful poll.
 fn poll_families<K: KvStore>(kv: &K, now: u64, x: &mut Exposition) -> Result<()> {
     x.family(
         "metal_ipam_poll_last_success_timestamp_seconds",
@@ -423,36 +421,29 @@ fn poll_families<K: KvStore>(kv: &K, now: u64, x: &mut Exposition) -> Result<()>
     x.family(
         "metal_ipam_poll_cursor_age_seconds",
         GAUGE,
-        "Seconds since the newest Metal event the poll has read was created.",
+        "Seconds since a poll last moved the event cursor (ingested events).",
     );
     x.family(
         "metal_ipam_poll_events_behind",
         GAUGE,
-        "Devices named by ingested Metal events and not handled yet (the cursor's pending list).",
+        "Devices named by ingested Metal events and not handled yet after the last poll.",
     );
-    let state = kv
-        .get(keys::METAL_POLL)?
-        .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
-        .and_then(|v| v.get("state").cloned());
-    let Some(state) = state else {
+    let Some(seen) = super::summary::read_poll(kv)? else {
         return Ok(());
     };
-    let field = |name: &str| state.get(name).and_then(Value::as_u64).filter(|v| *v > 0);
-    if let Some(at) = field("polledAt") {
-        x.sample("metal_ipam_poll_last_success_timestamp_seconds", &[], at);
-    }
-    if let Some(at) = field("lastAt") {
+    x.sample(
+        "metal_ipam_poll_last_success_timestamp_seconds",
+        &[],
+        seen.at,
+    );
+    if seen.cursor_moved_at > 0 {
         x.sample(
             "metal_ipam_poll_cursor_age_seconds",
             &[],
-            now.saturating_sub(at),
+            now.saturating_sub(seen.cursor_moved_at),
         );
     }
-    let pending = state
-        .get("pending")
-        .and_then(Value::as_array)
-        .map_or(0, Vec::len);
-    x.sample("metal_ipam_poll_events_behind", &[], pending);
+    x.sample("metal_ipam_poll_events_behind", &[], seen.pending);
     Ok(())
 }
 
