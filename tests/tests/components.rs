@@ -609,6 +609,14 @@ fn manifest_grants_each_component_only_what_it_needs() {
                         "metal_token",
                     ],
                 ),
+                // Read-only views: the store only (they count their own
+                // requests and may create the pool index), no outbound
+                // host, the read token beside the API token.
+                "metrics" | "ui" => (
+                    vec!["default"],
+                    vec![],
+                    vec!["api_token", "kv_swap_check", "read_token"],
+                ),
                 other => panic!("unexpected component {other}"),
             };
         assert_eq!(stores, want_stores, "{id}: key_value_stores");
@@ -626,15 +634,17 @@ fn manifest_grants_each_component_only_what_it_needs() {
             "detach-vlan",
             "events",
             "healthz",
+            "metrics",
             "network",
             "poll",
             "pools",
             "provision",
             "reconcile",
-            "release"
+            "release",
+            "ui"
         ]
     );
-    for secret in ["api_token", "events_token", "k8s_token", "metal_token"] {
+    for secret in ["api_token", "events_token", "k8s_token", "metal_token", "read_token"] {
         assert!(
             manifest["variables"][secret]["secret"].as_bool().unwrap(),
             "{secret} is secret"
