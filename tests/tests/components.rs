@@ -644,7 +644,13 @@ fn manifest_grants_each_component_only_what_it_needs() {
             "ui"
         ]
     );
-    for secret in ["api_token", "events_token", "k8s_token", "metal_token", "read_token"] {
+    for secret in [
+        "api_token",
+        "events_token",
+        "k8s_token",
+        "metal_token",
+        "read_token",
+    ] {
         assert!(
             manifest["variables"][secret]["secret"].as_bool().unwrap(),
             "{secret} is secret"
