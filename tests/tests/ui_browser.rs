@@ -418,7 +418,7 @@ async fn seed(app: &App) {
         ports: vec![PortRow {
             port: "bond0".into(),
             mode: "hybrid".into(),
-            vlans: vec![1001, 1002],
+            vlans: vec!["1001".into(), "1002".into()],
         }],
         addresses: BTreeMap::from([("1001".into(), format!("{addr}/24"))]),
         error: None,

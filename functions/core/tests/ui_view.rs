@@ -142,7 +142,7 @@ fn seeded() -> World {
                 ports: vec![PortRow {
                     port: "bond0".into(),
                     mode: "hybrid".into(),
-                    vlans: vec![1001],
+                    vlans: vec!["1001".into()],
                 }],
                 addresses: BTreeMap::from([("1001".into(), "10.20.0.11/24".into())]),
                 error: None,
