@@ -383,6 +383,25 @@ async fn exhaustion_then_release_lets_the_waiting_claim_progress(w: World) {
     assert_eq!(ready(&waiting), ("False".into(), "PoolExhausted".into()));
     assert!(waiting["status"].get("addressRef").is_none());
     assert!(w.address("team-a", "c").is_none());
+    // A full reconcile sees it waiting, and the metrics say so (from the
+    // observation summary the run wrote).
+    let r = w.reconcile().await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let text = w.app.call("GET", "/v1/metrics", None).await.text();
+    let waiting_series = text
+        .lines()
+        .find(|l| {
+            l.starts_with("metal_ipam_pool_claims_waiting{")
+                && l.contains("namespace=\"team-a\"")
+                && l.contains("name=\"nodes\"")
+                && l.contains("reason=\"PoolExhausted\"")
+        })
+        .unwrap_or_else(|| panic!("no waiting claims in:\n{text}"));
+    assert!(waiting_series.ends_with(" 1"), "{waiting_series}");
+    assert!(
+        text.contains("\nmetal_ipam_reconcile_last_run_timestamp_seconds "),
+        "{text}"
+    );
     // Delete claim a: the deletion event releases it and removes both finalizers.
     w.kube
         .delete(IPAM_GROUP, "ipaddressclaims", Some("team-a"), "a");
