@@ -275,6 +275,31 @@ async fn reconcile_applies_profiles_without_machine_events(w: World) {
         r.body
     );
     assert_eq!(w.metal_writes(), Vec::<String>::new());
+    // The run's observation: the metrics count the machine as converged in
+    // its profile's mode, and the browser view lists it.
+    let text = w.app.call("GET", "/v1/metrics", None).await.text();
+    assert!(
+        text.lines()
+            .any(|l| l == "metal_ipam_machines{phase=\"converged\",mode=\"layer2-bonded\"} 1"),
+        "{text}"
+    );
+    let view = w.app.call("GET", "/ui/api/machines", None).await;
+    assert_eq!(view.status, 200, "{}", view.text());
+    let rows = view.body["machines"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let m0 = rows
+        .iter()
+        .find(|m| m["name"] == "m-0")
+        .unwrap_or_else(|| panic!("m-0 in {:#}", view.body));
+    assert_eq!(m0["phase"], "converged", "{m0:#}");
+    assert_eq!(m0["ports"][0]["mode"], "layer2-bonded", "{m0:#}");
+    assert_eq!(
+        m0["ports"][0]["vlans"].as_array().map(Vec::len),
+        Some(2),
+        "{m0:#}"
+    );
     // What one sync of a converged machine costs.
     w.sim.clear_requests();
     w.kube.clear_requests();
