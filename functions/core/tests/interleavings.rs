@@ -144,6 +144,11 @@ fn perform<K: KvStore>(op: Op, kv: &K, env: &SchedEnv) -> Answer {
 
 fn setup(kv: &MemKv, env: &SchedEnv, start: Start) {
     let c = ctx(kv, env);
+    // The pool is in the pool index from the start, so registering it
+    // reads the index once (a yield point) and writes nothing there: the
+    // index's own races and crashes are `interleavings_registry.rs`'s, and
+    // the pool record's invariants do not read the index.
+    ops::index_pool(&c, &PoolId::namespaced(NS, POOL)).unwrap();
     match start {
         Start::NoPool => {}
         Start::Empty => {
