@@ -195,6 +195,18 @@ table! {
     /// Sync a VRF-backed global pool.
     MetalGlobalPool { name } = "/v1/capi/metal/global-pools/{name}",
         served_by [Provision], chained_from [Events, Reconcile], public false;
+    /// Sync a namespaced prefix pool's status.
+    PrefixPool { ns, name } = "/v1/capi/prefix-pools/{namespace}/{name}",
+        served_by [Pools], chained_from [Events], public false;
+    /// Sync a global prefix pool's status.
+    GlobalPrefixPool { name } = "/v1/capi/global-prefix-pools/{name}",
+        served_by [Pools], chained_from [Events], public false;
+    /// Sync a VRF-backed namespaced prefix pool.
+    MetalPrefixPool { ns, name } = "/v1/capi/metal/prefix-pools/{namespace}/{name}",
+        served_by [Provision], chained_from [Events, Reconcile], public false;
+    /// Sync a VRF-backed global prefix pool.
+    MetalGlobalPrefixPool { name } = "/v1/capi/metal/global-prefix-pools/{name}",
+        served_by [Provision], chained_from [Events, Reconcile], public false;
     /// A claim's Metal assignment.
     MetalClaim { ns, name } = "/v1/capi/metal/claims/{namespace}/{name}",
         served_by [Assign], chained_from [Events, Reconcile], public false;
@@ -216,6 +228,12 @@ table! {
         served_by [Provision], chained_from [], public true;
     /// A VRF-backed global pool's step and status.
     MetalGlobalPoolStatus { name } = "/v1/metal/global-pools/{name}",
+        served_by [Provision], chained_from [], public true;
+    /// A VRF-backed namespaced prefix pool's step and status.
+    MetalPrefixPoolStatus { ns, name } = "/v1/metal/prefix-pools/{namespace}/{name}",
+        served_by [Provision], chained_from [], public true;
+    /// A VRF-backed global prefix pool's step and status.
+    MetalGlobalPrefixPoolStatus { name } = "/v1/metal/global-prefix-pools/{name}",
         served_by [Provision], chained_from [], public true;
     /// A claim's Metal assignment, and its status.
     MetalClaimStatus { ns, name } = "/v1/metal/claims/{namespace}/{name}",
@@ -253,6 +271,18 @@ table! {
     /// One global pool.
     GlobalPoolObject { name } = "/v1/global-pools/{name}",
         served_by [Pools], chained_from [], public true;
+    /// The namespaced prefix pools.
+    PrefixPools {} = "/v1/prefix-pools",
+        served_by [Pools], chained_from [], public true;
+    /// The global prefix pools.
+    GlobalPrefixPools {} = "/v1/global-prefix-pools",
+        served_by [Pools], chained_from [], public true;
+    /// One namespaced prefix pool.
+    PrefixPoolObject { ns, name } = "/v1/prefix-pools/{namespace}/{name}",
+        served_by [Pools], chained_from [], public true;
+    /// One global prefix pool.
+    GlobalPrefixPoolObject { name } = "/v1/global-prefix-pools/{name}",
+        served_by [Pools], chained_from [], public true;
     /// Allocate for a claim.
     Claims {} = "/v1/claims",
         served_by [Allocate], chained_from [], public true;
@@ -276,6 +306,12 @@ table! {
         served_by [Ui], chained_from [], public true;
     /// The browser view's data: one global pool's addresses.
     UiGlobalPool { name } = "/ui/api/global-pools/{name}",
+        served_by [Ui], chained_from [], public true;
+    /// The browser view's data: one namespaced prefix pool.
+    UiPrefixPool { ns, name } = "/ui/api/prefix-pools/{namespace}/{name}",
+        served_by [Ui], chained_from [], public true;
+    /// The browser view's data: one global prefix pool.
+    UiGlobalPrefixPool { name } = "/ui/api/global-prefix-pools/{name}",
         served_by [Ui], chained_from [], public true;
     /// The browser view's data: the machines.
     UiMachines {} = "/ui/api/machines",

@@ -9,7 +9,7 @@ use metal_ipam_core::admission::{
 use metal_ipam_core::ipam::alloc::{AllocRequest, PoolState};
 use metal_ipam_core::ipam::claim::Claim;
 use metal_ipam_core::ipam::ops;
-use metal_ipam_core::ipam::pool::{PoolId, PoolKind, PoolObject};
+use metal_ipam_core::ipam::pool::{PoolId, PoolObject};
 use metal_ipam_core::ipam::store::Loaded;
 use metal_ipam_core::kv::{Ctx, SwapPolicy};
 use metal_ipam_core::testing::{Backend, MemKv, TestEnv};
@@ -69,7 +69,7 @@ fn request(
             "uid": "705ab4f5-6393-11e8-b7cc-42010a800002",
             "kind": {"group": "ipam.metal-ipam.dev", "version": "v1alpha1", "kind": id.kind.kind_name()},
             "resource": {"group": "ipam.metal-ipam.dev", "version": "v1alpha1",
-                "resource": match id.kind { PoolKind::Namespaced => "metalippools", PoolKind::Global => "globalmetalippools" }},
+                "resource": id.kind.resource().plural},
             "requestKind": {"group": "ipam.metal-ipam.dev", "version": "v1alpha1", "kind": id.kind.kind_name()},
             "name": id.name,
             "namespace": id.namespace.clone().unwrap_or_default(),

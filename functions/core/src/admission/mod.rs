@@ -100,11 +100,14 @@ pub mod review;
 pub use profile::{MachineLookup, NoMachines};
 pub use review::{Denial, REVIEW_API_VERSION};
 
+use std::net::IpAddr;
+
 use serde_json::{Map, Value};
 
 use crate::error::{Error, Known, Result};
+use crate::ip::{from_u128, to_u128, Family};
 use crate::ipam::pool::{self, PoolId, PoolKind, PoolObject};
-use crate::ipam::store::{self, addr_in_family, Loaded};
+use crate::ipam::store::{self, Loaded};
 use crate::ipam::vrf::Resource;
 use crate::kube::names;
 use crate::kube::Kube;
@@ -375,17 +378,14 @@ fn pool_id(
         .or_else(|| meta.and_then(|m| nonempty(m, "name")))
         .ok_or(NoId::Missing("metadata.name"))?;
     names::check_subdomain(name).map_err(|m| NoId::Invalid(Error::invalid("metadata.name", m)))?;
-    match kind {
-        PoolKind::Global => Ok(PoolId::global(name)),
-        PoolKind::Namespaced => {
-            let ns = nonempty(req, "namespace")
-                .or_else(|| meta.and_then(|m| nonempty(m, "namespace")))
-                .ok_or(NoId::Missing("metadata.namespace"))?;
-            names::check_label(ns)
-                .map_err(|m| NoId::Invalid(Error::invalid("metadata.namespace", m)))?;
-            Ok(PoolId::namespaced(ns, name))
-        }
+    if kind.is_global() {
+        return Ok(PoolId::of(kind, "", name));
     }
+    let ns = nonempty(req, "namespace")
+        .or_else(|| meta.and_then(|m| nonempty(m, "namespace")))
+        .ok_or(NoId::Missing("metadata.namespace"))?;
+    names::check_label(ns).map_err(|m| NoId::Invalid(Error::invalid("metadata.namespace", m)))?;
+    Ok(PoolId::of(kind, ns, name))
 }
 
 fn describe(id: &PoolId) -> String {
@@ -490,7 +490,9 @@ fn dropped_addresses(
     let Some(stored) = pools.get(id)? else {
         return Ok(None);
     };
-    let (dropped, n) = stored.state.dropped_by(pool, MAX_DROPPED_LISTED);
+    let (dropped, n) = stored
+        .state
+        .dropped_by(&stored.pool, pool, MAX_DROPPED_LISTED);
     if n == 0 {
         return Ok(None);
     }
@@ -528,7 +530,10 @@ fn overlaps(
             continue;
         }
         let why = same_scope(id, oid);
-        let shared = pool.allocatable.intersection(&other.pool.allocatable);
+        // In addresses: either pool may hand out sub-prefixes.
+        let shared = pool
+            .addresses_of(&pool.allocatable)
+            .intersection(&other.pool.addresses_of(&other.pool.allocatable));
         let Some(first) = shared.first() else {
             if why.is_some() {
                 // Not an overlap, but a likely mistake: one pool hands out
@@ -548,16 +553,17 @@ fn overlaps(
                     code: 422,
                     reason: "PoolOverlap",
                     message: format!(
-                        "spec.addresses: {} would share {}{more} with {why}; both could hand out the same address",
+                        "{}: {} would share {}{more} with {why}; both could hand out the same address",
+                        list_field(id),
                         describe(id),
-                        pool.ip(first)
+                        from_u128(pool.family, first)
                     ),
-                    field: Some("spec.addresses".into()),
+                    field: Some(list_field(id).into()),
                 });
             }
             None => warnings.push(format!(
                 "shares {}{more} with {} of another namespace: safe only on separate networks",
-                pool.ip(first),
+                from_u128(pool.family, first),
                 describe(oid)
             )),
         }
@@ -573,12 +579,13 @@ fn overlaps(
 /// Why pools `id` and `oid` can hand out addresses to the same namespace
 /// (a phrase naming `oid`), or `None` when they cannot.
 fn same_scope(id: &PoolId, oid: &PoolId) -> Option<String> {
-    if oid.kind == PoolKind::Global {
+    if oid.kind.is_global() {
         Some(format!("{}, which serves every namespace", describe(oid)))
-    } else if id.kind == PoolKind::Global {
+    } else if id.kind.is_global() {
         Some(format!(
-            "{} (a GlobalMetalIPPool serves every namespace)",
-            describe(oid)
+            "{} (a {} serves every namespace)",
+            describe(oid),
+            id.kind.kind_name()
         ))
     } else if oid.namespace == id.namespace {
         Some(format!("{} of the same namespace", describe(oid)))
@@ -587,17 +594,27 @@ fn same_scope(id: &PoolId, oid: &PoolId) -> Option<String> {
     }
 }
 
+/// The spec field listing a pool's addresses: `spec.prefixes` for a
+/// prefix pool.
+fn list_field(id: &PoolId) -> &'static str {
+    if id.kind.is_prefix() {
+        "spec.prefixes"
+    } else {
+        "spec.addresses"
+    }
+}
+
+/// Whether `pool` hands out `g` (in an address or a sub-prefix).
+fn hands_out(pool: &pool::ValidatedPool, g: IpAddr) -> bool {
+    Family::of(g) == pool.family && pool.allocatable.contains(to_u128(g) >> pool.shift)
+}
+
 /// The warnings for `pool` handing out `other`'s gateway and the reverse.
 fn gateway_clashes(pool: &pool::ValidatedPool, other: &Loaded) -> Vec<String> {
     let oid = &other.object.id;
     let mut warnings = Vec::new();
-    let theirs = other
-        .pool
-        .gateway
-        .filter(|g| addr_in_family(pool, *g).is_some_and(|v| pool.allocatable.contains(v)));
-    let ours = pool.gateway.filter(|g| {
-        addr_in_family(&other.pool, *g).is_some_and(|v| other.pool.allocatable.contains(v))
-    });
+    let theirs = other.pool.gateway.filter(|g| hands_out(pool, *g));
+    let ours = pool.gateway.filter(|g| hands_out(&other.pool, *g));
     if let Some(g) = theirs {
         warnings.push(format!("hands out {g}, the gateway of {}", describe(oid)));
     }

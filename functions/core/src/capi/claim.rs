@@ -260,7 +260,11 @@ fn bind<K: KvStore, H: HttpClient + ?Sized>(
             }
         }
     }
-    let vrf_backed = p.pool.is_some_and(|p| p.vrf_backed);
+    // A VRF-backed address pool's addresses are assigned to the claim's
+    // device on Metal (assign step); a prefix pool's sub-prefixes are not:
+    // Metal assigns addresses, and the node routes its sub-prefix itself
+    // (docs/prefix-pools.md).
+    let vrf_backed = p.pool.is_some_and(|p| p.vrf_backed) && !claim.pool.kind.is_prefix();
     let out = Outcome::new(
         StepResult::Bound,
         format!("{ns}/{name} has {}", record.address),

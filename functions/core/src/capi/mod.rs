@@ -45,6 +45,7 @@ pub mod objects;
 pub mod poll;
 pub mod pool;
 pub mod reconcile;
+pub mod steps;
 pub mod vrf;
 
 use std::cell::RefCell;
@@ -163,10 +164,7 @@ impl<H: HttpClient + ?Sized> Reader<'_, '_, '_, H> {
 }
 
 fn resource_of(kind: PoolKind) -> &'static Resource {
-    match kind {
-        PoolKind::Namespaced => &kube::METAL_IP_POOLS,
-        PoolKind::Global => &kube::GLOBAL_METAL_IP_POOLS,
-    }
+    kind.resource()
 }
 
 /// Reconciles one `IPAddressClaim` per the CAPI IPAM contract (see the
@@ -324,8 +322,5 @@ fn write_pool_status<H: HttpClient + ?Sized>(
 
 /// Which pool a pool object's API path names.
 pub fn pool_id_of(kind: PoolKind, ns: Option<&str>, name: &str) -> PoolId {
-    match ns {
-        Some(ns) => PoolId::of(kind, ns, name),
-        None => PoolId::global(name),
-    }
+    PoolId::of(kind, ns.unwrap_or_default(), name)
 }

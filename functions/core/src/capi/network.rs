@@ -82,7 +82,7 @@ use super::objects::MachineObject;
 use crate::error::{Error, ErrorKind, Known, Result};
 use crate::ipam::claim::{PoolRef, CLUSTER_NAME_LABEL};
 use crate::ipam::ops;
-use crate::ipam::pool::{PoolId, PoolKind};
+use crate::ipam::pool::PoolId;
 use crate::ipam::vrf::Resource as MetalResource;
 use crate::kube::object::{metadata, Object, ObjectMeta, OwnerReference};
 use crate::kube::{self, names, Kube, KubeError};
@@ -787,10 +787,7 @@ fn describe(r: &VlanRef) -> String {
 }
 
 fn pool_id(p: &PoolName, ns: &str) -> PoolId {
-    match p.kind.as_deref() {
-        Some("GlobalMetalIPPool") => PoolId::global(&p.name),
-        _ => PoolId::of(PoolKind::Namespaced, ns, &p.name),
-    }
+    p.id(ns)
 }
 
 /// The desired state of the device's ports, from the profile and what

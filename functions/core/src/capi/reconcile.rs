@@ -224,11 +224,8 @@ fn sync_pools<K: KvStore, H: HttpClient + ?Sized>(
     report: &mut Report,
 ) -> Result<BTreeMap<PoolId, PoolResource>> {
     let mut pool_objects: BTreeMap<PoolId, PoolResource> = BTreeMap::new();
-    for (kind, r) in [
-        (PoolKind::Namespaced, &kube::METAL_IP_POOLS),
-        (PoolKind::Global, &kube::GLOBAL_METAL_IP_POOLS),
-    ] {
-        for p in kube.list_as::<PoolResource>(r, None)? {
+    for kind in PoolKind::ALL {
+        for p in kube.list_as::<PoolResource>(kind.resource(), None)? {
             let m = &p.metadata;
             if m.name.is_empty() {
                 continue;
@@ -309,7 +306,7 @@ fn reconcile_claims<K: KvStore, H: HttpClient + ?Sized>(
                     (o.reason, pool_refs.get(&(ns.clone(), name.clone())))
                 {
                     let pool_ns = match PoolKind::from_kind_name(kind) {
-                        Some(PoolKind::Global) => String::new(),
+                        Some(k) if k.is_global() => String::new(),
                         _ => ns.clone(),
                     };
                     let key = (kind.clone(), pool_ns, pool.clone(), reason.to_string());

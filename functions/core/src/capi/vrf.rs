@@ -42,7 +42,6 @@ use super::objects::{paused, PoolResource};
 use super::{resource_of, write_pool_status, POOL_FINALIZER};
 use crate::error::{Error, ErrorKind, Known, Result};
 use crate::ipam::ops;
-use crate::ipam::pool::PoolKind;
 use crate::ipam::pool::{PoolId, PoolObject};
 use crate::ipam::vrf::{MetalSpec, Resource};
 use crate::kube::conditions::Ready;
@@ -450,13 +449,7 @@ pub fn vlan_users<H: HttpClient + ?Sized>(
     id: &PoolId,
     vlan: Option<&str>,
 ) -> Result<Vec<String>> {
-    let resolves = |p: &PoolName, ns: &str| -> bool {
-        let named = match p.kind.as_deref() {
-            Some("GlobalMetalIPPool") => PoolId::global(&p.name),
-            _ => PoolId::of(PoolKind::Namespaced, ns, &p.name),
-        };
-        named == *id
-    };
+    let resolves = |p: &PoolName, ns: &str| -> bool { p.id(ns) == *id };
     let mut users = Vec::new();
     for o in kube.list_as::<WithJson<Meta>>(&NETWORK_PROFILES, None)? {
         let ns = o.meta().namespace.clone().unwrap_or_default();

@@ -174,7 +174,7 @@ impl ObjectKind {
 
     /// Whether objects of this kind live in a namespace.
     pub fn is_namespaced(self) -> bool {
-        self != ObjectKind::Pool(PoolKind::Global)
+        !matches!(self, ObjectKind::Pool(k) if k.is_global())
     }
 
     /// Classifies an `apiVersion` and `kind` (see the module docs).

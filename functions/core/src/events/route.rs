@@ -7,6 +7,7 @@
 use serde_json::Value;
 
 use super::{Action, ObjectEvent, ObjectKind};
+use crate::capi::steps::{pool_steps, PoolSteps};
 use crate::ipam::claim::IpAddressSpec;
 use crate::ipam::pool::{PoolId, PoolKind};
 use crate::kube::names;
@@ -107,16 +108,10 @@ fn ip_address(ev: &ObjectEvent, ns: String) -> Vec<Call> {
             name: claim.to_string(),
         },
     )];
-    let pool = match spec.our_pool(&ns) {
-        Some(PoolId {
-            namespace: Some(ns),
-            name,
-            ..
-        }) => Step::Pool { ns, name },
-        Some(PoolId { name, .. }) => Step::GlobalPool { name },
-        None => return out,
+    let Some(pool) = spec.our_pool(&ns) else {
+        return out;
     };
-    out.push(Call::new(Component::Pools, pool));
+    out.push(Call::new(Component::Pools, pool_steps(&pool).sync));
     out
 }
 
@@ -124,20 +119,7 @@ fn ip_address(ev: &ObjectEvent, ns: String) -> Vec<Call> {
 /// VRF-backed pool (the object has `spec.metal`; the pools step leaves it
 /// alone).
 fn pool(ev: &ObjectEvent, kind: PoolKind, ns: String) -> Vec<Call> {
-    let name = ev.name.clone();
-    let (sync, metal) = match kind {
-        PoolKind::Namespaced => (
-            Step::Pool {
-                ns: ns.clone(),
-                name: name.clone(),
-            },
-            Step::MetalPool { ns, name },
-        ),
-        PoolKind::Global => (
-            Step::GlobalPool { name: name.clone() },
-            Step::MetalGlobalPool { name },
-        ),
-    };
+    let PoolSteps { sync, metal, .. } = pool_steps(&PoolId::of(kind, &ns, &ev.name));
     let mut out = vec![Call::new(Component::Pools, sync)];
     if pointer(ev, "/spec/metal").is_some_and(Value::is_object) {
         out.push(Call::new(Component::Provision, metal));

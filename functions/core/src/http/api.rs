@@ -232,9 +232,18 @@ pub fn pools<K: KvStore>(ctx: &Ctx<'_, K>, token: &str, req: &ApiRequest<'_>) ->
     let step = Step::parse(req.path);
     let route = step.as_ref().map_or("", Step::template);
     let id_parts: Option<PoolPath> = match step {
-        Some(Step::Pools {} | Step::GlobalPools {}) => None,
+        Some(
+            Step::Pools {}
+            | Step::GlobalPools {}
+            | Step::PrefixPools {}
+            | Step::GlobalPrefixPools {},
+        ) => None,
         Some(Step::PoolObject { ns, name }) => Some((PoolKind::Namespaced, Some(ns), name)),
         Some(Step::GlobalPoolObject { name }) => Some((PoolKind::Global, None, name)),
+        Some(Step::PrefixPoolObject { ns, name }) => {
+            Some((PoolKind::NamespacedPrefix, Some(ns), name))
+        }
+        Some(Step::GlobalPrefixPoolObject { name }) => Some((PoolKind::GlobalPrefix, None, name)),
         _ => {
             if let Some(r) = authenticate(token, req, "") {
                 return r;
@@ -249,7 +258,15 @@ pub fn pools<K: KvStore>(ctx: &Ctx<'_, K>, token: &str, req: &ApiRequest<'_>) ->
         if req.method != "GET" {
             return method_not_allowed(route, "GET");
         }
-        let filter = (route == StepKind::GlobalPools.route().template).then_some(PoolKind::Global);
+        // `/v1/pools` lists every pool; the others their own kind.
+        let filter = [
+            (StepKind::GlobalPools, PoolKind::Global),
+            (StepKind::PrefixPools, PoolKind::NamespacedPrefix),
+            (StepKind::GlobalPrefixPools, PoolKind::GlobalPrefix),
+        ]
+        .into_iter()
+        .find(|(k, _)| k.route().template == route)
+        .map(|(_, kind)| kind);
         return match ops::list_pools_in(ctx, filter) {
             Ok(views) => {
                 let n = views.len();
@@ -267,11 +284,9 @@ pub fn pools<K: KvStore>(ctx: &Ctx<'_, K>, token: &str, req: &ApiRequest<'_>) ->
     };
     let id = match (|| -> Result<PoolId> {
         let name = path_name("name", &name, false)?;
-        Ok(match (kind, ns) {
-            (PoolKind::Namespaced, Some(ns)) => {
-                PoolId::namespaced(&path_name("namespace", &ns, true)?, &name)
-            }
-            _ => PoolId::global(&name),
+        Ok(match ns {
+            Some(ns) => PoolId::of(kind, &path_name("namespace", &ns, true)?, &name),
+            None => PoolId::of(kind, "", &name),
         })
     })() {
         Ok(id) => id,

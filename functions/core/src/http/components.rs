@@ -35,7 +35,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::events::{self, Outcome};
 use crate::http::api::{self, ApiRequest, ApiResponse};
 use crate::http::{auth, method_not_allowed, no_route};
-use crate::ipam::pool::{PoolId, PoolKind};
+use crate::ipam::pool::PoolId;
 use crate::kube::Kube;
 use crate::kv::Ctx;
 use crate::metal::client::{Metal, MetalError};
@@ -163,16 +163,18 @@ fn capi_claim<K: KvStore, H: HttpClient + ?Sized>(
     outcome_response(route, result, "claim", format!("{ns}/{name}"))
 }
 
-/// A pool step route: authentication and method, the pool's names
-/// checked, then `step`; 202 with `Retry-After` and `Location` when the
-/// step is waiting on something that takes time (Metal), 200 otherwise.
+/// A pool step route (`step`, one of the routes
+/// [`capi::steps::pool_of_step`] knows): authentication and method, the
+/// pool's names checked, then `run`; 202 with `Retry-After` and `Location`
+/// (the VRF step's public twin) when the step is waiting on something that
+/// takes time (Metal), 200 otherwise.
 fn pool_step<K: KvStore, H: HttpClient + ?Sized>(
     s: &Services<'_, K, H>,
     req: &ApiRequest<'_>,
-    route: &'static str,
-    (kind, ns, name): (PoolKind, Option<&str>, &str),
-    step: impl FnOnce(&PoolId) -> Result<capi::Outcome>,
+    step: &Step,
+    run: impl FnOnce(&PoolId) -> Result<capi::Outcome>,
 ) -> ApiResponse {
+    let route = step.template();
     if let Some(r) = guard(
         auth::check_bearer(s.api_token, req.authorization),
         req,
@@ -181,66 +183,44 @@ fn pool_step<K: KvStore, H: HttpClient + ?Sized>(
     ) {
         return r;
     }
-    let id = capi::pool_id_of(kind, ns, name);
-    let checked = check_object(ns, name);
-    let result = checked.and_then(|_| step(&id));
+    let Some(id) = capi::steps::pool_of_step(step) else {
+        return no_route(req.path);
+    };
+    let checked = check_object(id.namespace.as_deref(), &id.name);
+    let result = checked.and_then(|_| run(&id));
     let retry_after = result.as_ref().ok().and_then(|o| o.retry_after);
     let r = outcome_response(route, result, "pool", id.display());
     match retry_after {
         // Only the VRF-backed pool step waits; its public route is where
         // to POST again for the next step and the status.
         Some(secs) => {
-            let name = name.to_string();
-            let location = match ns {
-                Some(ns) => Step::MetalPoolStatus {
-                    ns: ns.into(),
-                    name,
-                },
-                None => Step::MetalGlobalPoolStatus { name },
-            };
+            let location = capi::steps::pool_steps(&id).metal_status;
             accepted(r, secs, location.path())
         }
         None => r,
     }
 }
 
-/// `POST /v1/capi/pools/{ns}/{name}` or `/v1/capi/global-pools/{name}`.
+/// `POST /v1/capi/pools/{ns}/{name}`, `/v1/capi/global-pools/{name}` and
+/// the prefix pools' twins: sync a pool's status.
 fn capi_pool<K: KvStore, H: HttpClient + ?Sized>(
     s: &Services<'_, K, H>,
     req: &ApiRequest<'_>,
-    kind: PoolKind,
-    ns: Option<&str>,
-    name: &str,
+    step: &Step,
 ) -> ApiResponse {
-    let route = match kind {
-        PoolKind::Namespaced => StepKind::Pool,
-        PoolKind::Global => StepKind::GlobalPool,
-    }
-    .route()
-    .template;
-    pool_step(s, req, route, (kind, ns, name), |id| {
-        capi::sync_pool(store(s)?, kube(s)?, id)
-    })
+    pool_step(s, req, step, |id| capi::sync_pool(store(s)?, kube(s)?, id))
 }
 
-/// `POST /v1/capi/metal/pools/{ns}/{name}` or
-/// `/v1/capi/metal/global-pools/{name}`: sync a VRF-backed pool. Answers
-/// 202 with `Retry-After` while Metal is still working (the caller, or the
-/// next event, runs it again), 200 otherwise.
+/// `POST /v1/capi/metal/pools/{ns}/{name}`,
+/// `/v1/capi/metal/global-pools/{name}` and the prefix pools' twins: sync
+/// a VRF-backed pool. Answers 202 with `Retry-After` while Metal is still
+/// working (the caller, or the next event, runs it again), 200 otherwise.
 fn metal_pool<K: KvStore, H: HttpClient + ?Sized>(
     s: &Services<'_, K, H>,
     req: &ApiRequest<'_>,
-    kind: PoolKind,
-    ns: Option<&str>,
-    name: &str,
+    step: &Step,
 ) -> ApiResponse {
-    let route = match kind {
-        PoolKind::Namespaced => StepKind::MetalPool,
-        PoolKind::Global => StepKind::MetalGlobalPool,
-    }
-    .route()
-    .template;
-    pool_step(s, req, route, (kind, ns, name), |id| {
+    pool_step(s, req, step, |id| {
         capi::vrf::sync_vrf_pool(store(s)?, kube(s)?, metal_of(s)?, id)
     })
 }
@@ -259,13 +239,8 @@ pub fn provision<K: KvStore, H: HttpClient + ?Sized>(
     // The chained step route and its public twin (the status URL a 202
     // names): the same step, the same API token.
     match Step::parse_for(Component::Provision, req.path) {
-        Some(Step::MetalPool { ns, name } | Step::MetalPoolStatus { ns, name }) => {
-            metal_pool(s, req, PoolKind::Namespaced, Some(&ns), &name)
-        }
-        Some(Step::MetalGlobalPool { name } | Step::MetalGlobalPoolStatus { name }) => {
-            metal_pool(s, req, PoolKind::Global, None, &name)
-        }
-        _ => no_route(req.path),
+        Some(step) => metal_pool(s, req, &step),
+        None => no_route(req.path),
     }
 }
 
@@ -792,8 +767,12 @@ pub fn pools<K: KvStore, H: HttpClient + ?Sized>(
         return r;
     }
     match Step::parse_for(Component::Pools, req.path) {
-        Some(Step::Pool { ns, name }) => capi_pool(s, req, PoolKind::Namespaced, Some(&ns), &name),
-        Some(Step::GlobalPool { name }) => capi_pool(s, req, PoolKind::Global, None, &name),
+        Some(
+            step @ (Step::Pool { .. }
+            | Step::GlobalPool { .. }
+            | Step::PrefixPool { .. }
+            | Step::GlobalPrefixPool { .. }),
+        ) => capi_pool(s, req, &step),
         _ => with_store(s, req, api::pools),
     }
 }
@@ -923,14 +902,13 @@ pub fn ui<K: KvStore, H: HttpClient + ?Sized>(
         Err(e) => ApiResponse::from_error(&e, route),
         Ok(ctx) => match step {
             Step::UiOverview {} => data(view::overview(ctx).map(Some), "overview".into()),
-            Step::UiPool { ns, name } => {
-                let id = PoolId::namespaced(&ns, &name);
-                data(view::pool(ctx, &id), id.display())
-            }
-            Step::UiGlobalPool { name } => {
-                let id = PoolId::global(&name);
-                data(view::pool(ctx, &id), id.display())
-            }
+            Step::UiPool { .. }
+            | Step::UiGlobalPool { .. }
+            | Step::UiPrefixPool { .. }
+            | Step::UiGlobalPrefixPool { .. } => match capi::steps::pool_of_step(&step) {
+                Some(id) => data(view::pool(ctx, &id), id.display()),
+                None => no_route(req.path),
+            },
             Step::UiMachines {} => data(view::machines(ctx).map(Some), "machines".into()),
             Step::UiSearch {} => data(view::search(ctx, req.query).map(Some), "search".into()),
             _ => no_route(req.path),
@@ -1107,15 +1085,7 @@ fn chain_reconciled<K: KvStore, H: HttpClient + ?Sized>(
     let pools: Vec<(String, Call)> = std::mem::take(&mut report.vrf_pools)
         .into_iter()
         .map(|id| {
-            let step = match &id.namespace {
-                Some(ns) => Step::MetalPool {
-                    ns: ns.clone(),
-                    name: id.name.clone(),
-                },
-                None => Step::MetalGlobalPool {
-                    name: id.name.clone(),
-                },
-            };
+            let step = capi::steps::pool_steps(&id).metal;
             (id.display(), Call::new(Component::Provision, step))
         })
         .collect();

@@ -370,13 +370,23 @@ impl PoolState {
         before != self.intents.len()
     }
 
-    /// Bound addresses that would fall outside `new_pool`'s allocatable set
-    /// (an update dropping them is refused). At most `limit` are returned.
-    pub fn dropped_by(&self, new_pool: &ValidatedPool, limit: usize) -> (Vec<u128>, u128) {
+    /// Bound values of `old_pool` (this state's pool) that would fall
+    /// outside `new_pool`'s allocatable set (an update dropping them is
+    /// refused). A prefix pool whose allocation length changes drops every
+    /// bound sub-prefix: its values would mean other sub-prefixes. At most
+    /// `limit` are returned, as values of `old_pool`.
+    pub fn dropped_by(
+        &self,
+        old_pool: &ValidatedPool,
+        new_pool: &ValidatedPool,
+        limit: usize,
+    ) -> (Vec<u128>, u128) {
         let mut bound = self.used.clone();
         bound.subtract(&self.cooling_set());
         let mut outside = bound;
-        outside.subtract(&new_pool.allocatable);
+        if old_pool.shift == new_pool.shift {
+            outside.subtract(&new_pool.allocatable);
+        }
         (outside.iter().take(limit).collect(), outside.len())
     }
 

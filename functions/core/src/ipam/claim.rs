@@ -18,6 +18,10 @@ use crate::kube::object::{self, metadata, MetadataPatch, Object, ObjectMeta, Own
 pub const CAPI_IPAM_GROUP: &str = "ipam.cluster.x-k8s.io";
 /// Annotation on a claim asking for one specific address of the pool.
 pub const REQUESTED_ADDRESS_ANNOTATION: &str = "ipam.metal-ipam.dev/requested-address";
+
+/// Annotation asking a prefix pool for a specific sub-prefix (`net/len`,
+/// the length the pool hands out).
+pub const REQUESTED_PREFIX_ANNOTATION: &str = "ipam.metal-ipam.dev/requested-prefix";
 /// Label CAPI puts on objects of a cluster (copied onto the IPAddress).
 pub const CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
 
@@ -113,6 +117,10 @@ pub struct Claim {
     pub pool: PoolId,
     /// Address asked for with [`REQUESTED_ADDRESS_ANNOTATION`].
     pub requested: Option<IpAddr>,
+    /// The length of a requested sub-prefix
+    /// ([`REQUESTED_PREFIX_ANNOTATION`]); the pool refuses another than its
+    /// own.
+    pub requested_len: Option<u8>,
     /// `spec.clusterName`, or the cluster-name label.
     pub cluster_name: Option<String>,
 }
@@ -158,7 +166,20 @@ impl Claim {
         names::check_subdomain(&pool_ref.name)
             .map_err(|m| Error::invalid("spec.poolRef.name", m))?;
         let pool = PoolId::of(pool_kind, &id.namespace, &pool_ref.name);
-        let requested = requested_address(meta)?;
+        let (requested, requested_len) = if pool_kind.is_prefix() {
+            match requested_prefix(meta)? {
+                Some(net) => (Some(net.addr()), Some(net.prefix_len())),
+                None => (requested_address(meta)?, None),
+            }
+        } else {
+            if annotation(meta, REQUESTED_PREFIX_ANNOTATION).is_some() {
+                return Err(Error::invalid(
+                    format!("metadata.annotations[{REQUESTED_PREFIX_ANNOTATION}]"),
+                    format!("is for prefix pools; {} hands out addresses (use {REQUESTED_ADDRESS_ANNOTATION})", pool_kind.kind_name()),
+                ));
+            }
+            (requested_address(meta)?, None)
+        };
         let cluster_name = spec
             .get("clusterName")
             .and_then(Value::as_str)
@@ -176,6 +197,7 @@ impl Claim {
             pool_ref,
             pool,
             requested,
+            requested_len,
             cluster_name,
         })
     }
@@ -237,23 +259,42 @@ fn pool_ref(pr: &Map<String, Value>, version: CapiVersion) -> Result<(PoolRef, P
             ErrorKind::Invalid,
             "UnsupportedPoolRef",
             format!(
-                "spec.poolRef {}/{} is not served by metal-ipam, which serves {}/{} and {}/{}",
+                "spec.poolRef {}/{} is not served by metal-ipam, which serves {}",
                 pool_ref.api_group.as_deref().unwrap_or(""),
                 kind,
-                pool::GROUP,
-                pool::KIND_NAMESPACED,
-                pool::GROUP,
-                pool::KIND_GLOBAL
+                PoolKind::ALL
+                    .map(|k| format!("{}/{}", pool::GROUP, k.kind_name()))
+                    .join(", ")
             ),
         )
         .with_field("spec.poolRef")),
     }
 }
 
+fn annotation<'a>(meta: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
+    meta.get("annotations")
+        .and_then(Value::as_object)
+        .and_then(|a| a.get(key))
+}
+
+/// The sub-prefix a claim asks for with [`REQUESTED_PREFIX_ANNOTATION`]:
+/// a CIDR whose host bits are zero.
+fn requested_prefix(meta: &Map<String, Value>) -> Result<Option<ipnet::IpNet>> {
+    let Some(v) = annotation(meta, REQUESTED_PREFIX_ANNOTATION) else {
+        return Ok(None);
+    };
+    let field = format!("metadata.annotations[{REQUESTED_PREFIX_ANNOTATION}]");
+    let s = v
+        .as_str()
+        .ok_or_else(|| Error::invalid(&field, "must be a string"))?;
+    pool::aligned_cidr(s)
+        .map(Some)
+        .map_err(|m| Error::invalid(&field, m))
+}
+
 /// The address a claim asks for with [`REQUESTED_ADDRESS_ANNOTATION`].
 fn requested_address(meta: &Map<String, Value>) -> Result<Option<IpAddr>> {
-    let annotations = meta.get("annotations").and_then(Value::as_object);
-    let Some(v) = annotations.and_then(|a| a.get(REQUESTED_ADDRESS_ANNOTATION)) else {
+    let Some(v) = annotation(meta, REQUESTED_ADDRESS_ANNOTATION) else {
         return Ok(None);
     };
     let field = format!("metadata.annotations[{REQUESTED_ADDRESS_ANNOTATION}]");

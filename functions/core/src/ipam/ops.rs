@@ -419,6 +419,16 @@ fn new_address(b: &BindCtx<'_>, state: &mut PoolState) -> Result<(u128, std::net
     let (claim, l) = (b.claim, b.l);
     match b.target {
         BindTarget::Allocate => {
+            if let Some(len) = claim.requested_len.filter(|len| *len != l.pool.prefix) {
+                return Err(Error::conflict(
+                    "AddressNotInPool",
+                    format!(
+                        "the claim requests a /{len}, but pool {} hands out /{}",
+                        claim.pool.display(),
+                        l.pool.prefix
+                    ),
+                ));
+            }
             let requested = match claim.requested {
                 None => None,
                 Some(ip) => {
@@ -479,9 +489,14 @@ fn pool_not_found(claim: &Claim) -> Error {
 }
 
 fn other_family(ip: std::net::IpAddr, claim: &Claim) -> Error {
+    let what = if claim.pool.kind.is_prefix() {
+        "is not the network address of a sub-prefix of"
+    } else {
+        "is not of the family of"
+    };
     Error::conflict(
         "AddressNotInPool",
-        format!("{ip} is not of the family of pool {}", claim.pool.display()),
+        format!("{ip} {what} pool {}", claim.pool.display()),
     )
 }
 
@@ -918,7 +933,7 @@ fn register_update(
     pool: &ValidatedPool,
     l: &Loaded,
 ) -> Result<Step<Registered, Next>> {
-    let (dropped, n) = l.state.dropped_by(pool, 10);
+    let (dropped, n) = l.state.dropped_by(&l.pool, pool, 10);
     if n > 0 {
         let list: Vec<String> = dropped.iter().map(|&a| pool_ip(&l.pool, a)).collect();
         return Err(Error::conflict(
@@ -936,7 +951,7 @@ fn register_update(
         .cooling
         .iter()
         .map(|c| c.address)
-        .filter(|a| !pool.allocatable.contains(*a))
+        .filter(|a| l.pool.shift != pool.shift || !pool.allocatable.contains(*a))
         .collect();
     for a in outside {
         state.cooling.retain(|c| c.address != a);

@@ -19,7 +19,9 @@ use crate::kube::names;
 
 /// Our API group, version and pool kinds: `kube`'s resource table owns them.
 pub use crate::kube::{
-    API_VERSION, GROUP, KIND_GLOBAL_POOL as KIND_GLOBAL, KIND_POOL as KIND_NAMESPACED, VERSION,
+    API_VERSION, GROUP, KIND_GLOBAL_POOL as KIND_GLOBAL,
+    KIND_GLOBAL_PREFIX_POOL as KIND_GLOBAL_PREFIX, KIND_POOL as KIND_NAMESPACED,
+    KIND_PREFIX_POOL as KIND_PREFIX, VERSION,
 };
 
 /// Most entries `spec.addresses` may list, and separately most entries
@@ -29,30 +31,79 @@ pub use crate::kube::{
 /// entries.
 pub const MAX_ENTRIES: usize = 1024;
 
-/// Whether a pool is namespaced or cluster-wide.
+/// Which of the four pool kinds: namespaced or cluster-wide, handing out
+/// addresses or sub-prefixes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum PoolKind {
-    /// `MetalIPPool`: serves claims of its own namespace.
+    /// `MetalIPPool`: addresses, to claims of its own namespace.
     Namespaced,
-    /// `GlobalMetalIPPool`: serves claims of every namespace.
+    /// `GlobalMetalIPPool`: addresses, to claims of every namespace.
     Global,
+    /// `MetalPrefixPool`: sub-prefixes, to claims of its own namespace.
+    NamespacedPrefix,
+    /// `GlobalMetalPrefixPool`: sub-prefixes, to claims of every namespace.
+    GlobalPrefix,
 }
 
 impl PoolKind {
+    /// Every kind.
+    pub const ALL: [PoolKind; 4] = [
+        PoolKind::Namespaced,
+        PoolKind::Global,
+        PoolKind::NamespacedPrefix,
+        PoolKind::GlobalPrefix,
+    ];
+
     /// The Kubernetes kind name.
     pub fn kind_name(self) -> &'static str {
         match self {
             PoolKind::Namespaced => KIND_NAMESPACED,
             PoolKind::Global => KIND_GLOBAL,
+            PoolKind::NamespacedPrefix => KIND_PREFIX,
+            PoolKind::GlobalPrefix => KIND_GLOBAL_PREFIX,
         }
     }
 
     /// Parses a kind name (exact, case-sensitive as in Kubernetes).
+    ///
+    /// ```
+    /// use metal_ipam_core::ipam::pool::PoolKind;
+    /// for k in PoolKind::ALL {
+    ///     assert_eq!(PoolKind::from_kind_name(k.kind_name()), Some(k));
+    /// }
+    /// assert_eq!(PoolKind::from_kind_name("InClusterIPPool"), None);
+    /// ```
     pub fn from_kind_name(kind: &str) -> Option<PoolKind> {
-        match kind {
-            KIND_NAMESPACED => Some(PoolKind::Namespaced),
-            KIND_GLOBAL => Some(PoolKind::Global),
-            _ => None,
+        PoolKind::ALL.into_iter().find(|k| k.kind_name() == kind)
+    }
+
+    /// Whether pools of this kind are cluster-wide.
+    pub fn is_global(self) -> bool {
+        matches!(self, PoolKind::Global | PoolKind::GlobalPrefix)
+    }
+
+    /// Whether pools of this kind hand out sub-prefixes.
+    pub fn is_prefix(self) -> bool {
+        matches!(self, PoolKind::NamespacedPrefix | PoolKind::GlobalPrefix)
+    }
+
+    /// The kind of this scope (`global`) and shape (`prefix`).
+    pub fn of_shape(global: bool, prefix: bool) -> PoolKind {
+        match (global, prefix) {
+            (false, false) => PoolKind::Namespaced,
+            (true, false) => PoolKind::Global,
+            (false, true) => PoolKind::NamespacedPrefix,
+            (true, true) => PoolKind::GlobalPrefix,
+        }
+    }
+
+    /// The Kubernetes resource of this kind.
+    pub fn resource(self) -> &'static crate::kube::Resource {
+        match self {
+            PoolKind::Namespaced => &crate::kube::METAL_IP_POOLS,
+            PoolKind::Global => &crate::kube::GLOBAL_METAL_IP_POOLS,
+            PoolKind::NamespacedPrefix => &crate::kube::METAL_PREFIX_POOLS,
+            PoolKind::GlobalPrefix => &crate::kube::GLOBAL_METAL_PREFIX_POOLS,
         }
     }
 }
@@ -100,9 +151,10 @@ impl PoolId {
     /// assert_eq!(PoolId::of(PoolKind::Global, "a", "p"), PoolId::global("p"));
     /// ```
     pub fn of(kind: PoolKind, namespace: &str, name: &str) -> PoolId {
-        match kind {
-            PoolKind::Namespaced => PoolId::namespaced(namespace, name),
-            PoolKind::Global => PoolId::global(name),
+        PoolId {
+            kind,
+            namespace: (!kind.is_global()).then(|| namespace.to_string()),
+            name: name.to_string(),
         }
     }
 
@@ -142,6 +194,10 @@ pub struct PoolSpec {
     /// The Metal resources behind a VRF-backed pool. Such a pool may leave
     /// `addresses` empty and `prefix` 0: they are then its block's.
     pub metal: Option<MetalSpec>,
+    /// A prefix pool's `allocationPrefixLength`: `Some` makes this the spec
+    /// of a prefix pool, whose `prefixes` are kept in `addresses` and
+    /// `excludedPrefixes` in `excluded_addresses` (`prefix` is unused).
+    pub allocation_prefix_length: Option<u8>,
 }
 
 /// A validated pool: everything the allocator needs, precomputed.
@@ -163,17 +219,129 @@ pub struct ValidatedPool {
     pub pre_allocated: RangeSet,
     /// Reuse grace period in seconds.
     pub grace_seconds: u64,
+    /// Bits below the unit the allocator counts in: 0 for an address pool
+    /// (a value is an address), `bits − allocationPrefixLength` for a prefix
+    /// pool (a value is a sub-prefix number, its network address shifted
+    /// right by `shift`). Every set above is in these units.
+    pub shift: u8,
 }
 
 impl ValidatedPool {
-    /// Converts an address value of this pool's family to an [`IpAddr`].
+    /// Converts a value of this pool (an address, or a sub-prefix number)
+    /// to the [`IpAddr`] handed out: the address, or the sub-prefix's
+    /// network address.
+    ///
+    /// ```
+    /// use metal_ipam_core::ipam::pool::PoolSpec;
+    /// let spec = PoolSpec { addresses: vec!["2001:db8::/48".into()],
+    ///     allocation_prefix_length: Some(64), ..Default::default() };
+    /// let pool = spec.validate().unwrap();
+    /// assert_eq!(pool.total(), 65_536);
+    /// let first = pool.allocatable.first().unwrap();
+    /// assert_eq!(pool.ip(first + 5).to_string(), "2001:db8:0:5::");
+    /// ```
     pub fn ip(&self, v: u128) -> IpAddr {
-        from_u128(self.family, v)
+        from_u128(self.family, v << self.shift)
+    }
+
+    /// The value of `ip` in this pool: `None` when its family differs, or,
+    /// in a prefix pool, when it is not the network address of a
+    /// sub-prefix (host bits below the allocation length set).
+    pub fn value_of(&self, ip: IpAddr) -> Option<u128> {
+        if Family::of(ip) != self.family {
+            return None;
+        }
+        let v = to_u128(ip);
+        let low = low_mask(self.shift);
+        (v & low == 0).then(|| v >> self.shift)
+    }
+
+    /// `set` (in this pool's units) as the addresses it covers: a
+    /// sub-prefix covers all of its addresses. Used to compare pools of
+    /// either kind (overlaps are about addresses).
+    pub fn addresses_of(&self, set: &RangeSet) -> RangeSet {
+        if self.shift == 0 {
+            return set.clone();
+        }
+        let low = low_mask(self.shift);
+        RangeSet::from_ranges(
+            set.ranges()
+                .iter()
+                .map(|&(a, b)| (a << self.shift, (b << self.shift) | low)),
+        )
     }
 
     /// Number of addresses that can be handed out (saturating).
     pub fn total(&self) -> u128 {
         self.allocatable.len()
+    }
+}
+
+/// A prefix pool's `prefixes` entry: a CIDR with its host bits zero.
+///
+/// ```
+/// use metal_ipam_core::ipam::pool::aligned_cidr;
+/// assert_eq!(aligned_cidr("fd00::/48").unwrap().to_string(), "fd00::/48");
+/// assert!(aligned_cidr("fd00::1/48").unwrap_err().contains("fd00::/48"));
+/// assert!(aligned_cidr("fd00::1").is_err());
+/// ```
+pub fn aligned_cidr(entry: &str) -> std::result::Result<ipnet::IpNet, String> {
+    let net: ipnet::IpNet = entry
+        .trim()
+        .parse()
+        .map_err(|_| format!("{entry:?} is not a CIDR (address/length)"))?;
+    if net.addr() != net.network() {
+        return Err(format!(
+            "{entry:?} has host bits set: the network is {}",
+            net.trunc()
+        ));
+    }
+    Ok(net)
+}
+
+/// A sub-prefix of length `len` given as `net/len` or as its network
+/// address `net`: the network address.
+///
+/// ```
+/// use metal_ipam_core::ipam::pool::sub_prefix;
+/// assert_eq!(sub_prefix("10.0.0.16/28", 28).unwrap().to_string(), "10.0.0.16");
+/// assert_eq!(sub_prefix("10.0.0.16", 28).unwrap().to_string(), "10.0.0.16");
+/// assert!(sub_prefix("10.0.0.16/29", 28).is_err());
+/// assert!(sub_prefix("10.0.0.17", 28).is_err());
+/// ```
+pub fn sub_prefix(given: &str, len: u8) -> std::result::Result<IpAddr, String> {
+    let net = if given.contains('/') {
+        let n = aligned_cidr(given)?;
+        if n.prefix_len() != len {
+            return Err(format!(
+                "{given:?} is a /{}, but the pool hands out /{len}",
+                n.prefix_len()
+            ));
+        }
+        n
+    } else {
+        let ip: IpAddr = given
+            .trim()
+            .parse()
+            .map_err(|_| format!("{given:?} is not a sub-prefix (net/len or net)"))?;
+        let n = ipnet::IpNet::new(ip, len).map_err(|_| format!("/{len} is too long for {ip}"))?;
+        if n.network() != ip {
+            return Err(format!(
+                "{ip} is not the network address of a /{len} (that is {})",
+                n.network()
+            ));
+        }
+        n
+    };
+    Ok(net.addr())
+}
+
+/// The `shift` low bits set.
+fn low_mask(shift: u8) -> u128 {
+    match shift {
+        0 => 0,
+        128.. => u128::MAX,
+        s => (1u128 << s) - 1,
     }
 }
 
@@ -310,7 +478,72 @@ impl SpecIn {
             address_reuse_grace_period_seconds: grace,
             pre_allocations: self.pre_allocations,
             metal,
+            allocation_prefix_length: None,
         })
+    }
+}
+
+/// The fields of a prefix pool's `spec`.
+pub const PREFIX_SPEC_FIELDS: &[&str] = &[
+    "prefixes",
+    "allocationPrefixLength",
+    "excludedPrefixes",
+    "gateway",
+    "addressReuseGracePeriodSeconds",
+    "preAllocations",
+    "metal",
+];
+
+/// `allocationPrefixLength` when not given (as the in-cluster provider).
+pub const DEFAULT_ALLOCATION_PREFIX_LENGTH: u8 = 64;
+
+/// A prefix pool's `spec` as read.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct PrefixSpecIn {
+    prefixes: Option<Vec<String>>,
+    allocation_prefix_length: Option<u64>,
+    #[serde(default, deserialize_with = "null_default")]
+    excluded_prefixes: Vec<String>,
+    gateway: Option<String>,
+    address_reuse_grace_period_seconds: Option<u64>,
+    #[serde(default, deserialize_with = "null_default")]
+    pre_allocations: BTreeMap<String, String>,
+    metal: Option<MetalIn>,
+}
+
+impl PrefixSpecIn {
+    /// The spec: `prefixes` required unless VRF-backed, the length 1–128.
+    fn checked(self) -> Result<PoolSpec> {
+        let as_address = SpecIn {
+            addresses: self.prefixes.clone(),
+            prefix: Some(0),
+            gateway: self.gateway,
+            excluded_addresses: self.excluded_prefixes,
+            allocate_reserved_ip_addresses: false,
+            address_reuse_grace_period_seconds: self.address_reuse_grace_period_seconds,
+            pre_allocations: self.pre_allocations,
+            metal: self.metal,
+        };
+        let vrf = as_address.metal.is_some();
+        if self.prefixes.is_none() && !vrf {
+            return Err(Error::invalid("spec.prefixes", "is required"));
+        }
+        let len = match self.allocation_prefix_length {
+            None => DEFAULT_ALLOCATION_PREFIX_LENGTH,
+            Some(l) => u8::try_from(l)
+                .ok()
+                .filter(|l| (1..=128).contains(l))
+                .ok_or_else(|| {
+                    Error::invalid(
+                        "spec.allocationPrefixLength",
+                        "must be an integer from 1 to 128",
+                    )
+                })?,
+        };
+        let mut spec = as_address.checked()?;
+        spec.allocation_prefix_length = Some(len);
+        Ok(spec)
     }
 }
 
@@ -324,10 +557,78 @@ impl PoolSpec {
         parse_at::<SpecIn>(v, "spec")?.checked()
     }
 
+    /// Parses the `spec` of a pool of `kind`: a prefix pool's fields
+    /// (`prefixes`, `allocationPrefixLength`, `excludedPrefixes`, …) for
+    /// the prefix kinds, [`PoolSpec::from_json`] otherwise.
+    ///
+    /// # Errors
+    /// As [`PoolSpec::from_json`], with the prefix pool's field names.
+    ///
+    /// ```
+    /// use metal_ipam_core::ipam::pool::{PoolKind, PoolSpec};
+    /// let v = serde_json::json!({"prefixes": ["fd00:1::/48"]});
+    /// let spec = PoolSpec::from_json_as(PoolKind::NamespacedPrefix, &v).unwrap();
+    /// assert_eq!(spec.allocation_prefix_length, Some(64));
+    /// assert_eq!(spec.to_json(), serde_json::json!({"prefixes": ["fd00:1::/48"], "allocationPrefixLength": 64}));
+    /// let bad = serde_json::json!({"prefixes": ["fd00:1::/48"], "allocationPrefixLength": 0});
+    /// assert_eq!(PoolSpec::from_json_as(PoolKind::GlobalPrefix, &bad).unwrap_err().field(), Some("spec.allocationPrefixLength"));
+    /// ```
+    pub fn from_json_as(kind: PoolKind, v: &Value) -> Result<PoolSpec> {
+        if kind.is_prefix() {
+            parse_at::<PrefixSpecIn>(v, "spec")?.checked()
+        } else {
+            PoolSpec::from_json(v)
+        }
+    }
+
+    /// A prefix pool's spec as JSON (the prefix pool's field names).
+    fn prefix_to_json(&self, len: u8) -> Value {
+        let mut m = Map::new();
+        if self.metal.is_none() || !self.addresses.is_empty() {
+            m.insert("prefixes".into(), self.addresses.clone().into());
+        }
+        m.insert("allocationPrefixLength".into(), len.into());
+        if !self.excluded_addresses.is_empty() {
+            m.insert(
+                "excludedPrefixes".into(),
+                self.excluded_addresses.clone().into(),
+            );
+        }
+        if let Some(g) = &self.gateway {
+            m.insert("gateway".into(), g.clone().into());
+        }
+        self.common_to_json(&mut m);
+        Value::Object(m)
+    }
+
+    /// The fields both shapes share: grace period, pre-allocations, metal.
+    fn common_to_json(&self, m: &mut Map<String, Value>) {
+        if self.address_reuse_grace_period_seconds > 0 {
+            m.insert(
+                "addressReuseGracePeriodSeconds".into(),
+                self.address_reuse_grace_period_seconds.into(),
+            );
+        }
+        if !self.pre_allocations.is_empty() {
+            let pa: Map<String, Value> = self
+                .pre_allocations
+                .iter()
+                .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+                .collect();
+            m.insert("preAllocations".into(), Value::Object(pa));
+        }
+        if let Some(metal) = &self.metal {
+            m.insert("metal".into(), metal.to_json());
+        }
+    }
+
     /// The spec as JSON (CRD field names; empty optional fields omitted,
     /// and a VRF-backed pool's `addresses` and `prefix` when left to its
     /// block).
     pub fn to_json(&self) -> Value {
+        if let Some(len) = self.allocation_prefix_length {
+            return self.prefix_to_json(len);
+        }
         let mut m = Map::new();
         let vrf = self.metal.is_some();
         if !vrf || !self.addresses.is_empty() {
@@ -348,23 +649,7 @@ impl PoolSpec {
         if self.allocate_reserved_ip_addresses {
             m.insert("allocateReservedIPAddresses".into(), true.into());
         }
-        if self.address_reuse_grace_period_seconds > 0 {
-            m.insert(
-                "addressReuseGracePeriodSeconds".into(),
-                self.address_reuse_grace_period_seconds.into(),
-            );
-        }
-        if !self.pre_allocations.is_empty() {
-            let pa: Map<String, Value> = self
-                .pre_allocations
-                .iter()
-                .map(|(k, v)| (k.clone(), Value::String(v.clone())))
-                .collect();
-            m.insert("preAllocations".into(), Value::Object(pa));
-        }
-        if let Some(metal) = &self.metal {
-            m.insert("metal".into(), metal.to_json());
-        }
+        self.common_to_json(&mut m);
         Value::Object(m)
     }
 
@@ -409,6 +694,7 @@ impl PoolSpec {
             }
         }
         match out.prefix {
+            _ if out.allocation_prefix_length.is_some() => {}
             0 => out.prefix = cidr,
             p if p == cidr => {}
             p => {
@@ -462,9 +748,10 @@ impl PoolSpec {
         if let Some(metal) = &self.metal {
             metal.validate()?;
             if let Some((net, cidr)) = metal.block() {
-                return self.with_block(net, cidr)?.validate_addresses();
+                return self.with_block(net, cidr)?.validate_shape();
             }
-            if self.addresses.is_empty() || self.prefix == 0 {
+            let known = self.allocation_prefix_length.is_some() || self.prefix != 0;
+            if self.addresses.is_empty() || !known {
                 return Err(Error::new(
                     ErrorKind::Invalid,
                     BLOCK_UNKNOWN,
@@ -473,10 +760,123 @@ impl PoolSpec {
                 .with_field("spec.metal.reservation.id"));
             }
         }
-        self.validate_addresses()
+        self.validate_shape()
     }
 
-    /// [`PoolSpec::validate`] without the Metal section.
+    /// [`PoolSpec::validate`] without the Metal section, for either shape.
+    fn validate_shape(&self) -> Result<ValidatedPool> {
+        match self.allocation_prefix_length {
+            Some(len) => self.validate_prefixes(len),
+            None => self.validate_addresses(),
+        }
+    }
+
+    /// A prefix pool's rules (those of the in-cluster provider's
+    /// `InClusterPrefixPool`, for IPv4 too):
+    /// - `prefixes` is non-empty; every entry is a CIDR whose host bits are
+    ///   zero; all entries, exclusions, the gateway and pre-allocations
+    ///   share one family;
+    /// - `allocationPrefixLength` is at least every prefix's length and at
+    ///   most the family's bits (32 or 128);
+    /// - a sub-prefix overlapping an `excludedPrefixes` entry is never
+    ///   handed out; the gateway is handed out with every sub-prefix and
+    ///   blocks none, except in a VRF-backed pool, where Metal's gateway
+    ///   holds an address of the block and its sub-prefix is not handed
+    ///   out;
+    /// - every pre-allocation is a sub-prefix of the pool (`net/len` with
+    ///   the allocation length, or `net`), given to one claim.
+    fn validate_prefixes(&self, len: u8) -> Result<ValidatedPool> {
+        if self.addresses.is_empty() {
+            return Err(Error::invalid(
+                "spec.prefixes",
+                "must list at least one CIDR",
+            ));
+        }
+        check_entry_count("spec.prefixes", self.addresses.len())?;
+        check_entry_count("spec.excludedPrefixes", self.excluded_addresses.len())?;
+        let mut family = None;
+        let mut nets = Vec::with_capacity(self.addresses.len());
+        for (i, entry) in self.addresses.iter().enumerate() {
+            let field = format!("spec.prefixes[{i}]");
+            let net = aligned_cidr(entry).map_err(|m| Error::invalid(&field, m))?;
+            check_family(&mut family, Family::of(net.addr()), &field)?;
+            nets.push(net);
+        }
+        let family = family.unwrap_or(Family::V6);
+        if len > family.bits() {
+            return Err(Error::invalid(
+                "spec.allocationPrefixLength",
+                format!(
+                    "must be at most {} for {}",
+                    family.bits(),
+                    family_name(family)
+                ),
+            ));
+        }
+        if let Some((i, net)) = nets.iter().enumerate().find(|(_, n)| n.prefix_len() > len) {
+            return Err(Error::invalid(
+                format!("spec.prefixes[{i}]"),
+                format!("{net} is longer than allocationPrefixLength /{len}: it holds no /{len}"),
+            ));
+        }
+        let shift = family.bits() - len;
+        let unit = |(a, b): (u128, u128)| (a >> shift, b >> shift);
+        let configured: Vec<(u128, u128)> = nets
+            .iter()
+            .map(|n| unit(subnet_bounds(family, to_u128(n.addr()), n.prefix_len())))
+            .collect();
+        let mut excluded: Vec<(u128, u128)> =
+            ranges(&self.excluded_addresses, "spec.excludedPrefixes", family)?
+                .into_iter()
+                .map(unit)
+                .collect();
+        let gateway = self.gateway_ip(family)?;
+        if let (Some(g), Some(_)) = (gateway, &self.metal) {
+            let v = to_u128(g) >> shift;
+            excluded.push((v, v));
+        }
+        let configured = normalize(configured);
+        let allocatable = RangeSet::from_ranges(difference(&configured, &normalize(excluded)));
+        let configured = RangeSet::from_ranges(configured);
+        let mut pre_allocations = BTreeMap::new();
+        let mut holders: BTreeMap<u128, &str> = BTreeMap::new();
+        for (claim, given) in &self.pre_allocations {
+            let field = format!("spec.preAllocations.{claim}");
+            names::check_subdomain(claim).map_err(|m| Error::invalid(&field, m))?;
+            let net = sub_prefix(given, len).map_err(|m| Error::invalid(&field, m))?;
+            check_family(&mut Some(family), Family::of(net), &field)?;
+            let v = to_u128(net) >> shift;
+            if !allocatable.contains(v) {
+                return Err(Error::invalid(
+                    &field,
+                    format!("{net}/{len} is not a sub-prefix this pool hands out (outside prefixes, or excluded)"),
+                ));
+            }
+            if holders.insert(v, claim).is_some() {
+                return Err(Error::invalid(
+                    &field,
+                    format!("{net}/{len} is pre-allocated to another claim too"),
+                ));
+            }
+            pre_allocations.insert(claim.clone(), v);
+        }
+        let mut held: Vec<u128> = pre_allocations.values().copied().collect();
+        held.sort_unstable();
+        let pre_allocated = RangeSet::from_ranges(held.into_iter().map(|v| (v, v)));
+        Ok(ValidatedPool {
+            family,
+            prefix: len,
+            gateway,
+            configured,
+            allocatable,
+            pre_allocations,
+            pre_allocated,
+            grace_seconds: u64::from(self.address_reuse_grace_period_seconds),
+            shift,
+        })
+    }
+
+    /// [`PoolSpec::validate`] of an address pool without the Metal section.
     fn validate_addresses(&self) -> Result<ValidatedPool> {
         if self.addresses.is_empty() {
             return Err(Error::invalid(
@@ -526,6 +926,7 @@ impl PoolSpec {
             pre_allocations,
             pre_allocated,
             grace_seconds: u64::from(self.address_reuse_grace_period_seconds),
+            shift: 0,
         })
     }
 
@@ -788,7 +1189,10 @@ impl PoolObject {
             (None, Some(_)) => {
                 return Err(Error::invalid(
                     "metadata.namespace",
-                    "a GlobalMetalIPPool is cluster-scoped and has no namespace",
+                    format!(
+                        "a {} is cluster-scoped and has no namespace",
+                        id.kind.kind_name()
+                    ),
                 ))
             }
             (None, None) => {}
@@ -797,7 +1201,7 @@ impl PoolObject {
         for k in ["managedFields", "resourceVersion", "selfLink"] {
             metadata.remove(k);
         }
-        let spec = PoolSpec::from_json(obj.get("spec").unwrap_or(&Value::Null))?;
+        let spec = PoolSpec::from_json_as(id.kind, obj.get("spec").unwrap_or(&Value::Null))?;
         Ok(PoolObject {
             id: id.clone(),
             metadata,

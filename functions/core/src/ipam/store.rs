@@ -12,7 +12,6 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::error::{Error, Result};
-use crate::ip::{from_u128, to_u128};
 use crate::ipam::alloc::{Cooling, Intent, IntentKind, PoolState};
 use crate::ipam::claim::{AddressView, CapiVersion, Claim, ClaimId, IpAddress, PoolRef};
 use crate::ipam::pool::{PoolId, PoolKind, PoolObject, ValidatedPool};
@@ -30,11 +29,12 @@ impl Scoped for PoolId {
     fn name(&self) -> &str {
         &self.name
     }
-    fn from_parts(namespace: Option<&str>, name: &str) -> Self {
-        match namespace {
-            Some(ns) => PoolId::namespaced(ns, name),
-            None => PoolId::global(name),
-        }
+    fn prefix(&self) -> bool {
+        self.kind.is_prefix()
+    }
+    fn from_parts(prefix: bool, namespace: Option<&str>, name: &str) -> Self {
+        let kind = PoolKind::of_shape(namespace.is_none(), prefix);
+        PoolId::of(kind, namespace.unwrap_or_default(), name)
     }
 }
 
@@ -183,18 +183,22 @@ impl PoolContent {
             |e: Error| Error::internal(format!("stored pool {} is invalid: {e}", id.display()));
         let object = PoolObject::parse(id, obj).map_err(invalid)?;
         let pool = object.spec.validate().map_err(invalid)?;
+        let shift = pool.shift;
         Ok(Some(Loaded {
             object,
             pool,
-            state: self.state()?,
+            state: self.state(shift)?,
             rev,
             exact,
         }))
     }
 
-    /// The allocation state it stores.
-    fn state(&self) -> Result<PoolState> {
+    /// The allocation state it stores: entries are addresses (a prefix
+    /// pool's, sub-prefix network addresses), values are shifted right by
+    /// the pool's `shift` into its units.
+    fn state(&self, shift: u8) -> Result<PoolState> {
         let mut state = PoolState::default();
+        let stored_entry = |s: &str| stored_entry(s).map(|(a, b)| (a >> shift, b >> shift));
         for u in &self.used {
             let (a, b) = stored_entry(u)?;
             state.used.insert_range(a, b);
@@ -236,7 +240,7 @@ impl PoolContent {
                 journal: Vec::new(),
             };
         };
-        let fmt = |v: u128| from_u128(vp.family, v).to_string();
+        let fmt = |v: u128| vp.ip(v).to_string();
         let used = next
             .state
             .used
@@ -560,7 +564,7 @@ fn stored_entry(s: &str) -> Result<(u128, u128)> {
 
 /// Converts `ip` for `pool`, or `None` when the family differs.
 pub fn addr_in_family(pool: &ValidatedPool, ip: IpAddr) -> Option<u128> {
-    (crate::ip::Family::of(ip) == pool.family).then(|| to_u128(ip))
+    pool.value_of(ip)
 }
 
 /// Reads a pool record without starting a swap (one `get`).

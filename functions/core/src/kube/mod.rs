@@ -37,6 +37,10 @@ pub const API_VERSION: &str = "ipam.metal-ipam.dev/v1alpha1";
 pub const KIND_POOL: &str = "MetalIPPool";
 /// Kind of the cluster-wide pool.
 pub const KIND_GLOBAL_POOL: &str = "GlobalMetalIPPool";
+/// Kind of the namespaced prefix pool (a sub-prefix per claim).
+pub const KIND_PREFIX_POOL: &str = "MetalPrefixPool";
+/// Kind of the cluster-wide prefix pool.
+pub const KIND_GLOBAL_PREFIX_POOL: &str = "GlobalMetalPrefixPool";
 
 /// A Kubernetes resource type metal-ipam reads or writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -105,6 +109,24 @@ pub const GLOBAL_METAL_IP_POOLS: Resource = Resource {
     namespaced: false,
 };
 
+/// Our `MetalPrefixPool`.
+pub const METAL_PREFIX_POOLS: Resource = Resource {
+    group: GROUP,
+    version: VERSION,
+    plural: "metalprefixpools",
+    kind: KIND_PREFIX_POOL,
+    namespaced: true,
+};
+
+/// Our `GlobalMetalPrefixPool`.
+pub const GLOBAL_METAL_PREFIX_POOLS: Resource = Resource {
+    group: GROUP,
+    version: VERSION,
+    plural: "globalmetalprefixpools",
+    kind: KIND_GLOBAL_PREFIX_POOL,
+    namespaced: false,
+};
+
 /// CAPI `Machine`: its `spec.providerID` names the Metal device
 /// (`equinixmetal://<uuid>`) of a claim it owns.
 pub const MACHINES: Resource = Resource {
@@ -161,6 +183,18 @@ pub const USED_PERMISSIONS: &[(&str, &str, &str)] = &[
     ("ipam.metal-ipam.dev", "globalmetalippools", "list"),
     ("ipam.metal-ipam.dev", "globalmetalippools", "patch"),
     ("ipam.metal-ipam.dev", "globalmetalippools/status", "patch"),
+    ("ipam.metal-ipam.dev", "metalprefixpools", "get"),
+    ("ipam.metal-ipam.dev", "metalprefixpools", "list"),
+    ("ipam.metal-ipam.dev", "metalprefixpools", "patch"),
+    ("ipam.metal-ipam.dev", "metalprefixpools/status", "patch"),
+    ("ipam.metal-ipam.dev", "globalmetalprefixpools", "get"),
+    ("ipam.metal-ipam.dev", "globalmetalprefixpools", "list"),
+    ("ipam.metal-ipam.dev", "globalmetalprefixpools", "patch"),
+    (
+        "ipam.metal-ipam.dev",
+        "globalmetalprefixpools/status",
+        "patch",
+    ),
     ("ipam.metal-ipam.dev", "metalnetworkprofiles", "get"),
     ("ipam.metal-ipam.dev", "metalnetworkprofiles", "list"),
 ];

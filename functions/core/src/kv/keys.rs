@@ -2,7 +2,7 @@
 //!
 //! | Family | Key | Value |
 //! |---|---|---|
-//! | pool record | `pool/ns/<namespace>/<name>`, `pool/global/<name>` | `ipam::store::PoolRecord` |
+//! | pool record | `pool/ns/<namespace>/<name>`, `pool/global/<name>`; prefix pools `pool/prefix-ns/<namespace>/<name>`, `pool/prefix-global/<name>` | `ipam::store::PoolRecord` |
 //! | creation guard | `pool-init/ns/<namespace>/<name>`, `pool-init/global/<name>` | counter |
 //! | claim binding | `claim/<namespace>/<name>` | `ipam::store::ClaimRecord` |
 //! | Metal progress | `metal/pool/ns/<namespace>/<name>`, `metal/pool/global/<name>` | `provision::record::ProgressRecord` |
@@ -34,8 +34,11 @@ pub trait Scoped: Sized {
     fn namespace(&self) -> Option<&str>;
     /// Its name.
     fn name(&self) -> &str;
+    /// Whether it is of the second shape (a prefix pool), keyed under
+    /// `prefix-ns/…` and `prefix-global/…`.
+    fn prefix(&self) -> bool;
     /// The object a key names (for the parsers).
-    fn from_parts(namespace: Option<&str>, name: &str) -> Self;
+    fn from_parts(prefix: bool, namespace: Option<&str>, name: &str) -> Self;
 }
 
 /// Prefix of every pool record key.
@@ -46,9 +49,10 @@ pub const CLAIM_PREFIX: &str = "claim/";
 pub const POOL_INIT_PREFIX: &str = "pool-init/";
 
 fn pool_suffix(id: &impl Scoped) -> String {
+    let shape = if id.prefix() { "prefix-" } else { "" };
     match id.namespace() {
-        Some(ns) => format!("ns/{ns}/{}", id.name()),
-        None => format!("global/{}", id.name()),
+        Some(ns) => format!("{shape}ns/{ns}/{}", id.name()),
+        None => format!("{shape}global/{}", id.name()),
     }
 }
 
@@ -56,10 +60,17 @@ fn pool_suffix(id: &impl Scoped) -> String {
 ///
 /// # Examples
 /// ```
-/// use metal_ipam_core::{ipam::pool::PoolId, kv::keys};
+/// use metal_ipam_core::{ipam::pool::{PoolId, PoolKind}, kv::keys};
 /// assert_eq!(keys::pool(&PoolId::namespaced("a", "b")), "pool/ns/a/b");
 /// assert_eq!(keys::pool(&PoolId::global("g")), "pool/global/g");
 /// assert_eq!(keys::parse_pool("pool/ns/a/b"), Some(PoolId::namespaced("a", "b")));
+/// // Prefix pools: their own scope words, so a MetalPrefixPool and a
+/// // MetalIPPool of one name are two records.
+/// let p = PoolId::of(PoolKind::NamespacedPrefix, "a", "b");
+/// assert_eq!(keys::pool(&p), "pool/prefix-ns/a/b");
+/// assert_eq!(keys::parse_pool(&keys::pool(&p)), Some(p));
+/// let g = PoolId::of(PoolKind::GlobalPrefix, "", "g");
+/// assert_eq!(keys::parse_pool(&keys::pool(&g)), Some(g));
 /// ```
 pub fn pool(id: &impl Scoped) -> String {
     format!("{POOL_PREFIX}{}", pool_suffix(id))
@@ -226,8 +237,10 @@ pub fn parse_pool<S: Scoped>(key: &str) -> Option<S> {
     let rest = key.strip_prefix(POOL_PREFIX)?;
     let parts: Vec<&str> = rest.split('/').collect();
     match parts.as_slice() {
-        ["ns", ns, name] => Some(S::from_parts(Some(ns), name)),
-        ["global", name] => Some(S::from_parts(None, name)),
+        ["ns", ns, name] => Some(S::from_parts(false, Some(ns), name)),
+        ["global", name] => Some(S::from_parts(false, None, name)),
+        ["prefix-ns", ns, name] => Some(S::from_parts(true, Some(ns), name)),
+        ["prefix-global", name] => Some(S::from_parts(true, None, name)),
         _ => None,
     }
 }

@@ -676,6 +676,15 @@ impl Profile {
 
 fn check_pool(p: &PoolName, field: &str) -> Result<()> {
     if let Some(k) = &p.kind {
+        if PoolKind::from_kind_name(k).is_some_and(PoolKind::is_prefix) {
+            // A VLAN interface needs a host address of the VLAN's subnet;
+            // a prefix pool hands out networks, and Metal routes none of
+            // them to a VLAN (docs/networking.md, "Prefix pools").
+            return Err(Error::invalid(
+                format!("{field}.kind"),
+                format!("{k:?} hands out sub-prefixes, not host addresses: a VLAN's address comes from a MetalIPPool or GlobalMetalIPPool"),
+            ));
+        }
         if k != "MetalIPPool" && k != "GlobalMetalIPPool" {
             return Err(Error::invalid(
                 format!("{field}.kind"),
