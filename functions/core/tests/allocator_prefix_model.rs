@@ -168,10 +168,7 @@ impl Model {
     fn allowed(&self, start: u128) -> bool {
         let iv = self.interval(start);
         start % self.unit() == 0
-            && self
-                .prefixes()
-                .iter()
-                .any(|&(a, b)| a <= iv.0 && iv.1 <= b)
+            && self.prefixes().iter().any(|&(a, b)| a <= iv.0 && iv.1 <= b)
             && !self
                 .g
                 .excluded
@@ -234,8 +231,11 @@ impl Model {
             .filter(|(n, _)| n.as_str() != name)
             .map(|(_, a)| *a)
             .collect();
-        let reserved_hit =
-            |s: u128| reserved.iter().any(|r| Self::overlaps(self.interval(s), self.interval(*r)));
+        let reserved_hit = |s: u128| {
+            reserved
+                .iter()
+                .any(|r| Self::overlaps(self.interval(s), self.interval(*r)))
+        };
         let start = if let Some(&p) = self.pre.get(name) {
             if requested.is_some_and(|r| r != p) {
                 return Err("PreAllocationMismatch");
@@ -433,7 +433,10 @@ fn run(g: PoolGen, ops: Vec<Op>, backend: Backend) -> Result<(), TestCaseError> 
             prop_assert_eq!(rec.as_ref().map(|r| r.address.clone()), want);
             if let Some(r) = rec {
                 let a = metal_ipam_core::ip::to_u128(r.address.parse().unwrap());
-                let iv = (a, a + (1u128 << (u32::from(g.family.bits()) - u32::from(r.prefix))) - 1);
+                let iv = (
+                    a,
+                    a + (1u128 << (u32::from(g.family.bits()) - u32::from(r.prefix))) - 1,
+                );
                 prop_assert!(
                     held.iter().all(|h| !Model::overlaps(*h, iv)),
                     "{} overlaps another bound sub-prefix",
@@ -502,12 +505,18 @@ fn a_slash_32_of_slash_64s_allocates_without_enumerating() {
         .enumerate()
     {
         let got = ops::allocate(&ctx, &claim(&format!("c{i}"), "u", None)).unwrap();
-        assert_eq!((got.record.address.as_str(), got.record.prefix), (*want, 64));
+        assert_eq!(
+            (got.record.address.as_str(), got.record.prefix),
+            (*want, 64)
+        );
     }
     let view = ops::get_pool(&kv, &id).unwrap().unwrap();
     assert_eq!(view.counts.used, 3);
     // The record stores one range for the three, not three entries.
     let raw = kv.dump();
     let record = String::from_utf8_lossy(&raw["pool/prefix-ns/ns/p"]).to_string();
-    assert!(record.contains("\"used\":[\"2001:db8:0:2::-2001:db8:0:4::\"]"), "{record}");
+    assert!(
+        record.contains("\"used\":[\"2001:db8:0:2::-2001:db8:0:4::\"]"),
+        "{record}"
+    );
 }
