@@ -525,3 +525,210 @@ fn a_provisioned_vrf_pool_hands_out_its_block() {
     let e = ops::put_provisioned_pool(&ctx, fixed, block, &[], &may).unwrap_err();
     assert_eq!(e.field(), Some("spec.prefix"));
 }
+
+fn prefix_pool(kind: &str, spec: Value) -> Value {
+    let mut p = json!({"apiVersion": "ipam.metal-ipam.dev/v1alpha1", "kind": kind,
+           "metadata": {"name": "pods"}, "spec": spec});
+    if kind == "MetalPrefixPool" {
+        p["metadata"]["namespace"] = json!("team-a");
+    }
+    p
+}
+
+fn prefix_claim(name: &str, kind: &str, annotations: Option<Value>) -> Value {
+    let mut c = claim(name, &format!("u-{name}"), "pods");
+    c["spec"]["poolRef"]["kind"] = json!(kind);
+    if let Some(a) = annotations {
+        c["metadata"]["annotations"] = a;
+    }
+    c
+}
+
+/// Prefix pools through the HTTP API: registration with the prefix pool's
+/// fields, a sub-prefix per claim rendered as the in-cluster provider does
+/// (`address` the network address, `prefix` the allocation length),
+/// pre-allocations and requested prefixes, counts in sub-prefixes,
+/// exhaustion, the shrink and length change refused while in use, and the
+/// kinds kept apart (a `MetalIPPool` of the same name is another pool).
+#[test]
+fn prefix_pools_hand_out_sub_prefixes() {
+    let w = World::new();
+    let spec = json!({"prefixes": ["fd00:10::/60"], "excludedPrefixes": ["fd00:10:0:1::5"],
+                      "gateway": "fd00:10::1", "preAllocations": {"m-9": "fd00:10:0:7::/64"}});
+    let r = w.call(
+        pools,
+        "PUT",
+        "/v1/prefix-pools/team-a/pods",
+        Some(prefix_pool("MetalPrefixPool", spec.clone())),
+    );
+    assert_eq!(r.status, 201, "{:?}", r.body);
+    let body = r.body.unwrap();
+    assert_eq!(body["spec"]["allocationPrefixLength"], 64);
+    // 16 /64s, one excluded (it holds fd00:10:0:1::5).
+    assert_eq!(body["status"]["ipAddresses"]["total"], 15);
+    // The same name as an address pool is another object.
+    let r = w.call(pools, "GET", "/v1/pools/team-a/pods", None);
+    assert_eq!(r.status, 404);
+    let kind = "MetalPrefixPool";
+    let mut got = Vec::new();
+    for name in ["m-0", "m-1", "m-2"] {
+        let r = w.call(
+            allocate,
+            "POST",
+            "/v1/claims",
+            Some(prefix_claim(name, kind, None)),
+        );
+        assert_eq!(r.status, 201, "{:?}", r.body);
+        let a = r.body.unwrap();
+        assert_eq!(a["spec"]["prefix"], 64);
+        assert_eq!(a["spec"]["gateway"], "fd00:10::1");
+        assert_eq!(a["spec"]["poolRef"]["kind"], kind);
+        got.push(a["spec"]["address"].as_str().unwrap().to_string());
+    }
+    // The lowest free sub-prefixes, skipping the excluded :1::/64.
+    assert_eq!(got, ["fd00:10::", "fd00:10:0:2::", "fd00:10:0:3::"]);
+    // A pre-allocated claim gets its own; a requested prefix is honoured,
+    // and one of another length is refused with a clear reason.
+    let r = w.call(
+        allocate,
+        "POST",
+        "/v1/claims",
+        Some(prefix_claim("m-9", kind, None)),
+    );
+    assert_eq!(r.body.unwrap()["spec"]["address"], "fd00:10:0:7::");
+    let asks = |p: &str| Some(json!({"ipam.metal-ipam.dev/requested-prefix": p}));
+    let r = w.call(
+        allocate,
+        "POST",
+        "/v1/claims",
+        Some(prefix_claim("m-5", kind, asks("fd00:10:0:a::/64"))),
+    );
+    assert_eq!(r.body.unwrap()["spec"]["address"], "fd00:10:0:a::");
+    let r = w.call(
+        allocate,
+        "POST",
+        "/v1/claims",
+        Some(prefix_claim("m-6", kind, asks("fd00:10::/56"))),
+    );
+    assert_eq!((r.status, reason(&r)), (409, "AddressNotInPool"));
+    let r = w.call(
+        allocate,
+        "POST",
+        "/v1/claims",
+        Some(prefix_claim("m-6", kind, asks("fd00:10:0:b::1/64"))),
+    );
+    assert_eq!(r.status, 422, "host bits set: {:?}", r.body);
+    // On an address pool the annotation is refused, not ignored.
+    let mut wrong = prefix_claim("m-7", "MetalIPPool", asks("fd00:10:0:b::/64"));
+    wrong["spec"]["poolRef"]["name"] = json!("other");
+    let r = w.call(allocate, "POST", "/v1/claims", Some(wrong));
+    assert_eq!(r.status, 422);
+    let r = w.call(pools, "GET", "/v1/prefix-pools/team-a/pods", None);
+    let counts = r.body.unwrap()["status"]["ipAddresses"].clone();
+    assert_eq!((counts["used"].clone(), counts["free"].clone()), (json!(5), json!(10)));
+    // Changing the allocation length while sub-prefixes are bound would
+    // give their values other meanings: refused, nothing changed.
+    let mut longer = spec.clone();
+    longer["allocationPrefixLength"] = json!(80);
+    longer.as_object_mut().unwrap().remove("preAllocations");
+    let r = w.call(
+        pools,
+        "PUT",
+        "/v1/prefix-pools/team-a/pods",
+        Some(prefix_pool("MetalPrefixPool", longer)),
+    );
+    assert_eq!((r.status, reason(&r)), (409, "AllocatedAddressesDropped"));
+    // Shrinking below a bound sub-prefix: refused too.
+    let mut shrunk = spec.clone();
+    shrunk["prefixes"] = json!(["fd00:10::/63"]);
+    shrunk.as_object_mut().unwrap().remove("preAllocations");
+    let r = w.call(
+        pools,
+        "PUT",
+        "/v1/prefix-pools/team-a/pods",
+        Some(prefix_pool("MetalPrefixPool", shrunk)),
+    );
+    assert_eq!((r.status, reason(&r)), (409, "AllocatedAddressesDropped"));
+    // Release frees the sub-prefix for the next claim.
+    let r = w.call(claims, "DELETE", "/v1/claims/team-a/m-1", None);
+    assert!(r.status < 300, "{:?}", r.body);
+    let r = w.call(
+        allocate,
+        "POST",
+        "/v1/claims",
+        Some(prefix_claim("m-3", kind, None)),
+    );
+    assert_eq!(r.body.unwrap()["spec"]["address"], "fd00:10:0:2::");
+    // Lists: the kind's own route, and `/v1/pools` with every kind.
+    let r = w.call(pools, "GET", "/v1/prefix-pools", None);
+    assert_eq!(r.body.unwrap()["items"].as_array().unwrap().len(), 1);
+    let r = w.call(pools, "GET", "/v1/global-prefix-pools", None);
+    assert_eq!(r.body.unwrap()["items"].as_array().unwrap().len(), 0);
+}
+
+/// An IPv4 global prefix pool fills up and says so; bad specs are refused
+/// with the field named, before anything is stored.
+#[test]
+fn ipv4_global_prefix_pools_and_their_validation() {
+    let w = World::new();
+    let g = "GlobalMetalPrefixPool";
+    let r = w.call(
+        pools,
+        "PUT",
+        "/v1/global-prefix-pools/pods",
+        Some(prefix_pool(
+            g,
+            json!({"prefixes": ["10.20.0.0/26"], "allocationPrefixLength": 28}),
+        )),
+    );
+    assert_eq!(r.status, 201, "{:?}", r.body);
+    let mut got = Vec::new();
+    for i in 0..4 {
+        let r = w.call(
+            allocate,
+            "POST",
+            "/v1/claims",
+            Some(prefix_claim(&format!("r-{i}"), g, None)),
+        );
+        assert_eq!(r.status, 201, "{:?}", r.body);
+        got.push(r.body.unwrap()["spec"]["address"].as_str().unwrap().to_string());
+    }
+    assert_eq!(got, ["10.20.0.0", "10.20.0.16", "10.20.0.32", "10.20.0.48"]);
+    let r = w.call(
+        allocate,
+        "POST",
+        "/v1/claims",
+        Some(prefix_claim("r-4", g, None)),
+    );
+    assert_eq!(reason(&r), "PoolExhausted");
+    for (spec, field) in [
+        (json!({"prefixes": ["10.20.0.1/26"], "allocationPrefixLength": 28}), "spec.prefixes[0]"),
+        (json!({"prefixes": ["10.30.0.0/26"]}), "spec.allocationPrefixLength"),
+        (json!({"prefixes": ["10.30.0.0/26"], "allocationPrefixLength": 24}), "spec.prefixes[0]"),
+        (json!({"prefixes": ["10.30.0.0/26", "fd00::/64"], "allocationPrefixLength": 28}), "spec.prefixes[1]"),
+        (json!({"allocationPrefixLength": 28}), "spec.prefixes"),
+        (json!({"prefixes": ["10.30.0.0/26"], "allocationPrefixLength": 28, "addresses": []}), "spec.addresses"),
+        (json!({"prefixes": ["10.30.0.0/26"], "allocationPrefixLength": 28,
+                "preAllocations": {"a": "10.30.0.8/28"}}), "spec.preAllocations.a"),
+    ] {
+        let r = w.call(
+            pools,
+            "PUT",
+            "/v1/global-prefix-pools/other",
+            Some({
+                let mut p = prefix_pool(g, spec.clone());
+                p["metadata"]["name"] = json!("other");
+                p
+            }),
+        );
+        assert_eq!(r.status, 422, "{spec}: {:?}", r.body);
+        assert_eq!(
+            r.body.as_ref().unwrap()["field"].as_str(),
+            Some(field),
+            "{spec}: {:?}",
+            r.body
+        );
+    }
+    let r = w.call(pools, "GET", "/v1/global-prefix-pools/other", None);
+    assert_eq!(r.status, 404);
+}
