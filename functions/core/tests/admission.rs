@@ -788,3 +788,64 @@ fn a_profile_in_use_is_not_deleted() {
     let e = evaluate(&delete(json!({})), &no_pools).unwrap_err();
     assert_eq!((e.status(), e.reason()), (500, "KubeNotConfigured"));
 }
+
+fn prefix(ns_: Option<&str>, name: &str) -> PoolId {
+    use metal_ipam_core::ipam::pool::PoolKind;
+    match ns_ {
+        Some(n) => PoolId::of(PoolKind::NamespacedPrefix, n, name),
+        None => PoolId::of(PoolKind::GlobalPrefix, "", name),
+    }
+}
+
+/// Prefix pools are checked against pools of every kind, in addresses: a
+/// sub-prefix overlapping another pool's addresses is an overlap, either
+/// way round; a prefix pool's invalid spec names the prefix pool's field;
+/// shrinking it below a bound sub-prefix, changing its allocation length
+/// while in use, and deleting it while in use are denied.
+#[test]
+fn prefix_pools_follow_the_same_rules_in_addresses() {
+    let nodes = ns("team-a", "nodes");
+    let pods = prefix(Some("team-a"), "pods");
+    let pspec = |p: &[&str], len: u8| json!({"prefixes": p, "allocationPrefixLength": len});
+    // The address pool 10.0.0.200–210 lies in the /28 10.0.0.192/28.
+    let store = vec![stored(&nodes, spec(&["10.0.0.200-10.0.0.210"], 24), 0)];
+    let r = run(&create(&pods, pspec(&["10.0.0.128/25"], 28)), &store);
+    assert_eq!(
+        denied(&r),
+        (
+            422,
+            "PoolOverlap",
+            "spec.prefixes: MetalPrefixPool team-a/pods would share 10.0.0.200 and 10 more addresses with \
+             MetalIPPool team-a/nodes of the same namespace; both could hand out the same address"
+        )
+    );
+    // The reverse: an address pool created over a prefix pool.
+    let store = vec![stored(&pods, pspec(&["10.0.0.128/25"], 28), 0)];
+    let r = run(&create(&nodes, spec(&["10.0.0.200-10.0.0.210"], 24)), &store);
+    assert_eq!(denied(&r).1, "PoolOverlap");
+    // A global prefix pool against a namespaced one.
+    let r = run(
+        &create(&prefix(None, "edge"), pspec(&["10.0.0.0/24"], 26)),
+        &store,
+    );
+    assert_eq!(denied(&r).1, "PoolOverlap");
+    // Disjoint: allowed.
+    let r = run(&create(&prefix(None, "edge"), pspec(&["10.0.1.0/24"], 26)), &store);
+    assert!(r.allowed(), "{:?}", r.to_json());
+    // Invalid: the field is the prefix pool's.
+    let r = run(&create(&pods, pspec(&["10.0.0.129/25"], 28)), &[].to_vec());
+    assert_eq!(denied(&r).0, 422);
+    assert!(denied(&r).2.starts_with("spec.prefixes[0]"), "{}", denied(&r).2);
+    // In use: two /28s bound.
+    let s = pspec(&["10.0.0.128/25"], 28);
+    let store = vec![stored(&pods, s.clone(), 2)];
+    let r = run(&update(&pods, s.clone(), pspec(&["10.0.0.160/27"], 28)), &store);
+    assert_eq!(denied(&r).1, "AllocatedAddressesDropped");
+    let r = run(&update(&pods, s.clone(), pspec(&["10.0.0.128/25"], 29)), &store);
+    assert_eq!(denied(&r).1, "AllocatedAddressesDropped");
+    // Growing keeps them: allowed.
+    let r = run(&update(&pods, s.clone(), pspec(&["10.0.0.0/24"], 28)), &store);
+    assert!(r.allowed(), "{:?}", r.to_json());
+    let r = run(&delete(&pods, pool_json(&pods, s)), &store);
+    assert_eq!(denied(&r).1, "PoolInUse");
+}
