@@ -422,3 +422,94 @@ fn the_progress_record_examples_validate_against_the_schema() {
     }
     assert!(n >= 2, "{n} examples");
 }
+
+/// A VRF-backed prefix pool: the reservation is the prefix it delegates
+/// from. It is provisioned like an address pool (VRF, reservation, VLAN,
+/// gateway, in order); its sub-prefixes are the block's, minus the one
+/// holding Metal's gateway; a claim gets a sub-prefix with the gateway,
+/// and no Metal IP assignment (Metal assigns addresses, not routed
+/// sub-prefixes). A block that cannot be split (an IPv6 VRF reservation is
+/// a /64, and the pool asks for /64s) is refused before Metal is called.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_vrf_backed_prefix_pool_splits_its_block() {
+    use metal_ipam_core::capi::vrf::sync_vrf_pool;
+    use metal_ipam_core::ipam::pool::{PoolId, PoolKind};
+    let w = World::new(Backend::SpinSqlite).await;
+    w.kube.create(serde_json::json!({
+        "apiVersion": "ipam.metal-ipam.dev/v1alpha1", "kind": "MetalPrefixPool",
+        "metadata": {"name": POOL, "namespace": NS},
+        "spec": {"allocationPrefixLength": 29,
+                 "metal": {"metro": "da", "vrf": {"ipRanges": ["10.10.0.0/16"], "localASN": 65000},
+                           "reservation": {"network": "10.10.2.0", "cidr": 26}}}
+    }));
+    let id = PoolId::of(PoolKind::NamespacedPrefix, NS, POOL);
+    let mut settled = None;
+    for i in 1..=8u64 {
+        let id = id.clone();
+        let o = w
+            .spawn(10_000 + i, move |r| sync_vrf_pool(r.ctx, r.kube, r.metal, &id))
+            .await
+            .unwrap()
+            .unwrap();
+        if o.result != StepResult::Waiting {
+            settled = Some(o);
+            break;
+        }
+    }
+    assert_eq!(settled.expect("settled").result, StepResult::Synced);
+    w.assert_one_of_each();
+    let pool = w
+        .kube
+        .get(METAL_GROUP, "metalprefixpools", Some(NS), POOL)
+        .unwrap();
+    assert_eq!(pool["status"]["metal"]["reservation"]["block"], "10.10.2.0/26");
+    // Eight /29s, the first holding the gateway 10.10.2.1.
+    assert_eq!(pool["status"]["ipAddresses"]["total"], 7, "{pool:#}");
+
+    let mut c = claim("m-0");
+    c["spec"]["poolRef"]["kind"] = serde_json::json!("MetalPrefixPool");
+    w.kube.create(c);
+    let (kcfg, _) = w.configs();
+    let kv = w.kv.clone();
+    let out = tokio::task::spawn_blocking(move || {
+        let http = BlockingHttp::new();
+        let env = TestEnv::at(20_000);
+        let ctx = Ctx {
+            kv: kv.as_ref(),
+            env: &env,
+            swap_policy: SwapPolicy::Auto,
+        };
+        capi::reconcile_claim(&ctx, &Kube::new(&http, &kcfg), NS, "m-0")
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(out.result, StepResult::Bound, "{out:?}");
+    assert!(!out.metal_assignment, "no Metal IP assignment for a sub-prefix");
+    let ip = w
+        .kube
+        .get(IPAM_GROUP, "ipaddresses", Some(NS), "m-0")
+        .unwrap();
+    assert_eq!(
+        (ip["spec"]["address"].clone(), ip["spec"]["prefix"].clone(), ip["spec"]["gateway"].clone()),
+        (serde_json::json!("10.10.2.8"), serde_json::json!(29), serde_json::json!("10.10.2.1"))
+    );
+    w.assert_clean();
+
+    // IPv6: Metal's VRF reservations are /64s; /64s of it cannot be split.
+    let spec = serde_json::json!({"metal": {"metro": "da",
+        "vrf": {"ipRanges": ["2001:db8:5::/48"], "localASN": 65000},
+        "reservation": {"network": "2001:db8:5:1::", "cidr": 64}}});
+    let e = metal_ipam_core::ipam::pool::PoolSpec::from_json_as(PoolKind::NamespacedPrefix, &spec)
+        .unwrap()
+        .validate()
+        .unwrap_err();
+    assert_eq!(e.field(), Some("spec.allocationPrefixLength"), "{e}");
+    let mut longer = spec;
+    longer["allocationPrefixLength"] = serde_json::json!(80);
+    let p = metal_ipam_core::ipam::pool::PoolSpec::from_json_as(PoolKind::NamespacedPrefix, &longer)
+        .unwrap()
+        .validate()
+        .unwrap();
+    assert_eq!(p.total(), 65_535, "2^16 /80s but the gateway's");
+}

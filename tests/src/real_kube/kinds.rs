@@ -194,6 +194,8 @@ mod tests {
             (IPAM_GROUP, "ipaddresses", false),
             (METAL_GROUP, "metalippools", true),
             (METAL_GROUP, "globalmetalippools", true),
+            (METAL_GROUP, "metalprefixpools", true),
+            (METAL_GROUP, "globalmetalprefixpools", true),
             (METAL_GROUP, "metalnetworkprofiles", false),
             (CLUSTER_GROUP, "clusters", true),
             (CLUSTER_GROUP, "machines", true),
@@ -202,7 +204,7 @@ mod tests {
             let k = by_plural(group, plural).unwrap_or_else(|| panic!("{plural}.{group}"));
             assert_eq!(k.status, status, "{plural}.{group} status subresource");
         }
-        assert_eq!(kinds().len(), 8);
+        assert_eq!(kinds().len(), 10);
         let claim =
             json!({"apiVersion": "ipam.cluster.x-k8s.io/v1beta2", "kind": "IPAddressClaim"});
         assert_eq!(

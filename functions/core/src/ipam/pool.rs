@@ -748,6 +748,14 @@ impl PoolSpec {
         if let Some(metal) = &self.metal {
             metal.validate()?;
             if let Some((net, cidr)) = metal.block() {
+                if let Some(len) = self.allocation_prefix_length.filter(|l| *l <= cidr) {
+                    // The block's first sub-prefix holds Metal's gateway:
+                    // a sub-prefix as long as the block is all of it.
+                    return Err(Error::invalid(
+                        "spec.allocationPrefixLength",
+                        format!("/{len} does not split the Metal block /{cidr}: a VRF-backed prefix pool hands out sub-prefixes longer than its block (Metal's gateway holds the first)"),
+                    ));
+                }
                 return self.with_block(net, cidr)?.validate_shape();
             }
             let known = self.allocation_prefix_length.is_some() || self.prefix != 0;
