@@ -1,6 +1,8 @@
 //! The CRDs: the Cluster API ones we answer to (vendored in tests/fixtures/crds/),
-//! our own pool CRDs (deploy/crds/) and the examples (deploy/examples/),
-//! checked with the schema validator in `metal_ipam_tests::schema`.
+//! our own pool CRDs (deploy/crds/: address pools and prefix pools) and the
+//! examples (deploy/examples/), checked with the schema validator in
+//! `metal_ipam_tests::schema`. The validator does not evaluate CEL rules
+//! (`x-kubernetes-validations`): for those, only their text is checked here.
 
 use std::path::PathBuf;
 
@@ -12,6 +14,8 @@ const CLAIMS: &str =
 const ADDRESSES: &str = "cluster-api__core_config_crd_bases_ipam.cluster.x-k8s.io_ipaddresses.yaml";
 const IN_CLUSTER_POOLS: &str =
     "cluster-api-ipam-provider-in-cluster__config_crd_bases_ipam.cluster.x-k8s.io_inclusterippools.yaml";
+const IN_CLUSTER_PREFIX_POOLS: &str =
+    "cluster-api-ipam-provider-in-cluster__config_crd_bases_ipam.cluster.x-k8s.io_inclusterprefixpools.yaml";
 
 const OUR_GROUP: &str = "ipam.metal-ipam.dev";
 
@@ -479,9 +483,24 @@ const OUR_CRDS: [(&str, &str, Scope); 2] = [
     ("globalmetalippools", "GlobalMetalIPPool", Scope::Cluster),
 ];
 
+/// The prefix pool kinds (issue 20): a sub-prefix per claim.
+const PREFIX_CRDS: [(&str, &str, Scope); 2] = [
+    ("metalprefixpools", "MetalPrefixPool", Scope::Namespaced),
+    (
+        "globalmetalprefixpools",
+        "GlobalMetalPrefixPool",
+        Scope::Cluster,
+    ),
+];
+
+/// Every pool kind: address pools, then prefix pools.
+fn all_pool_crds() -> impl Iterator<Item = (&'static str, &'static str, Scope)> {
+    OUR_CRDS.into_iter().chain(PREFIX_CRDS)
+}
+
 #[test]
 fn our_crds_have_the_expected_identity_and_labels() {
-    for (plural, kind, scope) in OUR_CRDS {
+    for (plural, kind, scope) in all_pool_crds() {
         let crd = our_crd(plural);
         assert_eq!(crd.name(), format!("{plural}.{OUR_GROUP}"));
         assert_eq!(crd.group(), OUR_GROUP);
@@ -517,7 +536,7 @@ fn our_crds_have_the_expected_identity_and_labels() {
 
 #[test]
 fn our_crds_are_structural_and_documented() {
-    for (plural, _, _) in OUR_CRDS {
+    for (plural, _, _) in all_pool_crds() {
         let crd = our_crd(plural);
         let schema = crd.schema_for("v1alpha1").unwrap();
         assert_eq!(schema.structural_errors(), vec![], "{plural}");
@@ -735,6 +754,19 @@ fn examples_validate_against_their_crds() {
         &our_crd("metalnetworkprofiles"),
         &example("network-profile.yaml"),
     );
+    assert_valid(
+        &our_crd("metalprefixpools"),
+        &example("metalprefixpool.yaml"),
+    );
+    assert_valid(
+        &our_crd("globalmetalprefixpools"),
+        &example("globalmetalprefixpool.yaml"),
+    );
+    assert_valid(
+        &our_crd("metalprefixpools"),
+        &example("vrf-metalprefixpool.yaml"),
+    );
+    assert_valid(&capi_crd(CLAIMS), &example("ipaddressclaim-prefix.yaml"));
 }
 
 #[test]
@@ -965,4 +997,516 @@ fn pool_status_is_checked_too() {
         set("/status/ready", json!(true)),
         &["status.ready"],
     );
+}
+
+// ---------------------------------------------------------------------------
+// The prefix pools (issue 20)
+// ---------------------------------------------------------------------------
+
+/// `node` without any `description`, at any depth: what is left of a schema
+/// once its documentation is set aside.
+fn without_descriptions(node: &Value) -> Value {
+    match node {
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .filter(|(k, _)| k.as_str() != "description")
+                .map(|(k, v)| (k.clone(), without_descriptions(v)))
+                .collect(),
+        ),
+        Value::Array(items) => Value::Array(items.iter().map(without_descriptions).collect()),
+        other => other.clone(),
+    }
+}
+
+#[test]
+fn both_prefix_pool_kinds_share_one_spec_and_status_schema() {
+    let namespaced = our_crd("metalprefixpools");
+    let global = our_crd("globalmetalprefixpools");
+    let (a, b) = (
+        namespaced.schema_for("v1alpha1").unwrap(),
+        global.schema_for("v1alpha1").unwrap(),
+    );
+    assert_eq!(a.at("spec"), b.at("spec"));
+    assert_eq!(a.at("status"), b.at("status"));
+    assert_eq!(
+        namespaced.version("v1alpha1").unwrap().printer_columns,
+        global.version("v1alpha1").unwrap().printer_columns
+    );
+}
+
+#[test]
+fn prefix_pools_share_metal_and_status_with_the_address_pools() {
+    // The same schema as MetalIPPool's; only the descriptions speak of
+    // sub-prefixes rather than addresses.
+    let ip = our_crd("metalippools");
+    let ip = ip.schema_for("v1alpha1").unwrap();
+    for (plural, _, _) in PREFIX_CRDS {
+        let crd = our_crd(plural);
+        let prefix = crd.schema_for("v1alpha1").unwrap();
+        for field in ["spec.metal", "status"] {
+            assert_eq!(
+                without_descriptions(prefix.at(field).unwrap()),
+                without_descriptions(ip.at(field).unwrap()),
+                "{plural}: {field}"
+            );
+        }
+        // Below spec.metal's own description, the text is MetalIPPool's too.
+        for field in [
+            "spec.metal.vrf",
+            "spec.metal.reservation",
+            "spec.metal.vlan",
+        ] {
+            assert_eq!(prefix.at(field), ip.at(field), "{plural}: {field}");
+        }
+    }
+}
+
+#[test]
+fn prefix_spec_mirrors_in_cluster_prefix_pools_plus_ours() {
+    let ours = our_crd("metalprefixpools");
+    let ours = ours.schema_for("v1alpha1").unwrap();
+    let in_cluster = capi_crd(IN_CLUSTER_PREFIX_POOLS);
+    let theirs = in_cluster.schema_for("v1alpha2").unwrap();
+
+    let field_names = |schema: &Value| -> Vec<String> {
+        schema["properties"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .cloned()
+            .collect()
+    };
+    let mut expected = field_names(theirs.at("spec").unwrap());
+    expected.extend([
+        "preAllocations".into(),
+        "addressReuseGracePeriodSeconds".into(),
+        "metal".into(),
+    ]);
+    expected.sort();
+    let mut actual = field_names(ours.at("spec").unwrap());
+    actual.sort();
+    assert_eq!(actual, expected);
+    // prefixes is required as in-cluster's, unless the pool is VRF-backed
+    // (its block is then the prefix).
+    assert_eq!(theirs.at("spec").unwrap()["required"], json!(["prefixes"]));
+    assert_eq!(ours.at("spec").unwrap().get("required"), None);
+    assert_eq!(
+        ours.at("spec").unwrap()["anyOf"],
+        json!([{"required": ["prefixes"]}, {"required": ["metal"]}])
+    );
+    for field in [
+        "spec.prefixes",
+        "spec.allocationPrefixLength",
+        "spec.excludedPrefixes",
+        "spec.gateway",
+        "status.ipAddresses.total",
+        "status.ipAddresses.free",
+        "status.ipAddresses.used",
+        "status.ipAddresses.outOfRange",
+    ] {
+        assert_eq!(
+            ours.at(field).unwrap()["type"],
+            theirs.at(field).unwrap()["type"],
+            "{field}"
+        );
+    }
+    let length = ours.at("spec.allocationPrefixLength").unwrap();
+    let reference = theirs.at("spec.allocationPrefixLength").unwrap();
+    for key in ["default", "minimum", "maximum"] {
+        assert_eq!(length[key], reference[key], "allocationPrefixLength {key}");
+    }
+    assert_eq!(
+        (&length["default"], &length["minimum"], &length["maximum"]),
+        (&json!(64), &json!(1), &json!(128))
+    );
+    for field in ["spec.prefixes", "spec.excludedPrefixes"] {
+        assert_eq!(ours.at(field).unwrap()["maxItems"], 1024, "{field}");
+    }
+    let grace = ours.at("spec.addressReuseGracePeriodSeconds").unwrap();
+    assert_eq!(
+        (&grace["format"], &grace["minimum"], &grace["maximum"]),
+        (&json!("int32"), &json!(0), &json!(2_147_483_647))
+    );
+    assert_eq!(
+        ours.at("spec.preAllocations").unwrap()["additionalProperties"]["type"],
+        "string"
+    );
+}
+
+#[test]
+fn the_ipv4_length_rule_is_a_cel_rule_on_spec() {
+    // The validator here does not run CEL; the rule's text is pinned so that
+    // a change to it is deliberate. A prefix without ':' is IPv4 (every IPv6
+    // text form has one, IPv4-mapped included). The webhook checks the same.
+    for (plural, _, _) in PREFIX_CRDS {
+        let crd = our_crd(plural);
+        let spec = crd.schema_for("v1alpha1").unwrap().at("spec").unwrap();
+        assert_eq!(
+            spec["x-kubernetes-validations"],
+            json!([{
+                "fieldPath": ".allocationPrefixLength",
+                "message": "allocationPrefixLength must be at most 32 for IPv4 prefixes",
+                "rule": "!has(self.prefixes) || !has(self.allocationPrefixLength) || \
+                         self.allocationPrefixLength <= 32 || \
+                         self.prefixes.all(p, p.contains(':'))"
+            }]),
+            "{plural}"
+        );
+    }
+    // What the rule lets through: every example (the IPv4 ones ask for /28
+    // and /29; the VRF one has no prefixes, so the webhook alone judges it).
+    for file in [
+        "metalprefixpool.yaml",
+        "globalmetalprefixpool.yaml",
+        "vrf-metalprefixpool.yaml",
+    ] {
+        let spec = &example(file)["spec"];
+        let length = spec["allocationPrefixLength"].as_u64().unwrap_or(64);
+        let all_v6 = spec["prefixes"]
+            .as_array()
+            .map(|p| p.iter().all(|p| p.as_str().unwrap().contains(':')));
+        assert!(all_v6.is_none_or(|v6| v6 || length <= 32), "{file}");
+    }
+}
+
+#[test]
+fn prefix_printer_columns_match_in_cluster_plus_length_and_age() {
+    for (plural, _, _) in PREFIX_CRDS {
+        let crd = our_crd(plural);
+        let columns: Vec<(&str, &str, &str)> = crd
+            .version("v1alpha1")
+            .unwrap()
+            .printer_columns
+            .iter()
+            .map(|c| (c.name.as_str(), c.type_.as_str(), c.json_path.as_str()))
+            .collect();
+        assert_eq!(
+            columns,
+            [
+                ("Prefixes", "string", ".spec.prefixes"),
+                ("Length", "integer", ".spec.allocationPrefixLength"),
+                ("Total", "integer", ".status.ipAddresses.total"),
+                ("Free", "integer", ".status.ipAddresses.free"),
+                ("Used", "integer", ".status.ipAddresses.used"),
+                ("Age", "date", ".metadata.creationTimestamp"),
+            ],
+            "{plural}"
+        );
+    }
+}
+
+#[test]
+fn prefix_entries_must_look_like_a_cidr() {
+    let crd = our_crd("metalprefixpools");
+    let pool = example("metalprefixpool.yaml");
+    for good in [
+        "2001:db8::/48",
+        "10.20.0.0/22",
+        "::/0",
+        "::ffff:192.0.2.0/120",
+        "2001:0db8:0000:0000:0000:ffff:255.255.255.255/128",
+    ] {
+        let mut p = pool.clone();
+        p["spec"]["prefixes"] = json!([good]);
+        assert_valid(&crd, &p);
+    }
+    // Alignment and one family are the webhook's: the schema sees a CIDR.
+    for bad in [
+        "",
+        "2001:db8::",
+        "2001:db8::1-2001:db8::ff",
+        "2001:db8::/48/64",
+        "2001:db8::/1000",
+        "2001:db8:: /48",
+        "fd00::/48,fd01::/48",
+    ] {
+        assert_rejected(
+            &crd,
+            &pool,
+            set("/spec/prefixes/0", json!(bad)),
+            &["spec.prefixes[0]"],
+        );
+    }
+    // excludedPrefixes takes addresses, ranges and CIDRs, like excludedAddresses.
+    for good in [
+        "2001:db8:100::1",
+        "2001:db8:100::1-2001:db8:100::ff",
+        "2001:db8:100:7::/64",
+    ] {
+        let mut p = pool.clone();
+        p["spec"]["excludedPrefixes"] = json!([good]);
+        assert_valid(&crd, &p);
+    }
+    for bad in ["", "host.example", "2001:db8::/64/64"] {
+        assert_rejected(
+            &crd,
+            &pool,
+            set("/spec/excludedPrefixes/0", json!(bad)),
+            &["spec.excludedPrefixes[0]"],
+        );
+    }
+    // preAllocations: a CIDR or the bare network address, not a range.
+    for good in ["2001:db8:100:5::/64", "2001:db8:100:5::"] {
+        let mut p = pool.clone();
+        p["spec"]["preAllocations"]["web-cp-0-v6"] = json!(good);
+        assert_valid(&crd, &p);
+    }
+    for bad in [
+        "2001:db8:100:5::-2001:db8:100:6::",
+        "",
+        "2001:db8:100:5::/64 ",
+    ] {
+        assert_rejected(
+            &crd,
+            &pool,
+            set("/spec/preAllocations/web-cp-0-v6", json!(bad)),
+            &["spec.preAllocations[web-cp-0-v6]"],
+        );
+    }
+    assert_rejected(
+        &crd,
+        &pool,
+        set("/spec/gateway", json!("fe80::1/64")),
+        &["spec.gateway"],
+    );
+}
+
+#[test]
+fn broken_prefix_pools_are_rejected_with_the_right_paths() {
+    for (plural, file) in [
+        ("metalprefixpools", "metalprefixpool.yaml"),
+        ("globalmetalprefixpools", "globalmetalprefixpool.yaml"),
+    ] {
+        let crd = our_crd(plural);
+        let pool = example(file);
+        assert_valid(&crd, &pool);
+        let check = |edit: Box<dyn FnOnce(&mut Value)>, paths: &[&str]| {
+            assert_rejected(&crd, &pool, edit, paths)
+        };
+        // Required unless metal is set: an anyOf, reported on spec.
+        check(Box::new(remove("/spec/prefixes")), &["spec"]);
+        check(
+            Box::new(set("/spec/prefixes", json!([]))),
+            &["spec.prefixes"],
+        );
+        let too_many: Vec<String> = (0..1025)
+            .map(|i| format!("10.{}.{}.0/24", i / 256, i % 256))
+            .collect();
+        check(
+            Box::new(set("/spec/prefixes", json!(too_many))),
+            &["spec.prefixes"],
+        );
+        let too_many: Vec<String> = (0..1025).map(|i| format!("10.20.0.{}", i % 256)).collect();
+        check(
+            Box::new(set("/spec/excludedPrefixes", json!(too_many))),
+            &["spec.excludedPrefixes"],
+        );
+        // allocationPrefixLength: 1 to 128 (it has a default, so it may be left out).
+        let mut defaulted = pool.clone();
+        defaulted["spec"]
+            .as_object_mut()
+            .unwrap()
+            .remove("allocationPrefixLength");
+        assert_valid(&crd, &defaulted);
+        for bad in [
+            json!(0),
+            json!(129),
+            json!(-1),
+            json!("64"),
+            json!(64.5),
+            json!(null),
+        ] {
+            check(
+                Box::new(set("/spec/allocationPrefixLength", bad)),
+                &["spec.allocationPrefixLength"],
+            );
+        }
+        for good in [1, 128] {
+            let mut p = pool.clone();
+            p["spec"]["allocationPrefixLength"] = json!(good);
+            assert_valid(&crd, &p);
+        }
+        check(
+            Box::new(set("/spec/addressReuseGracePeriodSeconds", json!(-1))),
+            &["spec.addressReuseGracePeriodSeconds"],
+        );
+        check(
+            Box::new(set(
+                "/spec/addressReuseGracePeriodSeconds",
+                json!(2_147_483_648_i64),
+            )),
+            &["spec.addressReuseGracePeriodSeconds"],
+        );
+        // Wrong types.
+        check(
+            Box::new(set("/spec/prefixes", json!("10.20.0.0/22"))),
+            &["spec.prefixes"],
+        );
+        check(
+            Box::new(set("/spec/prefixes/0", json!(22))),
+            &["spec.prefixes[0]"],
+        );
+        check(
+            Box::new(set("/spec/excludedPrefixes", json!("10.20.0.0/28"))),
+            &["spec.excludedPrefixes"],
+        );
+        check(
+            Box::new(set("/spec/preAllocations", json!({"web-cp-1": 20}))),
+            &["spec.preAllocations[web-cp-1]"],
+        );
+        check(
+            Box::new(set("/spec/preAllocations", json!(["10.20.0.16/28"]))),
+            &["spec.preAllocations"],
+        );
+        check(Box::new(set("/spec/gateway", json!(1))), &["spec.gateway"]);
+        check(Box::new(set("/spec/metal", json!("da"))), &["spec.metal"]);
+        // Unknown fields: the address pools' and in-cluster's v1alpha1 names
+        // are not prefix pool fields.
+        for field in [
+            "addresses",
+            "prefix",
+            "excludedAddresses",
+            "allocateReservedIPAddresses",
+            "subnet",
+        ] {
+            let mut broken = pool.clone();
+            broken["spec"][field] = json!(["10.20.0.0/22"]);
+            let result = crd.validate(&broken);
+            assert_eq!(error_paths(result), [format!("spec.{field}")], "{plural}");
+        }
+        check(Box::new(set("/unknown", json!(1))), &["unknown"]);
+        check(
+            Box::new(set("/apiVersion", json!("ipam.cluster.x-k8s.io/v1alpha2"))),
+            &["apiVersion"],
+        );
+    }
+}
+
+#[test]
+fn a_vrf_backed_prefix_pool_needs_no_prefixes() {
+    let crd = our_crd("metalprefixpools");
+    let vrf = example("vrf-metalprefixpool.yaml");
+    assert!(vrf["spec"].get("prefixes").is_none());
+    assert_valid(&crd, &vrf);
+    // prefixes may be given too (within the block; the webhook checks that).
+    let mut both = vrf.clone();
+    both["spec"]["prefixes"] = json!(["10.30.1.0/26"]);
+    assert_valid(&crd, &both);
+    // Neither: refused on spec, as for the address pools.
+    assert_rejected(&crd, &vrf, remove("/spec/metal"), &["spec"]);
+    // metal is checked as MetalIPPool's is.
+    assert_rejected(
+        &crd,
+        &vrf,
+        remove("/spec/metal/metro"),
+        &["spec.metal.metro"],
+    );
+    assert_rejected(
+        &crd,
+        &vrf,
+        set("/spec/metal/vlan/vxlan", json!(4000)),
+        &["spec.metal.vlan.vxlan"],
+    );
+    assert_rejected(
+        &crd,
+        &vrf,
+        set("/spec/metal/reservation/size", json!(26)),
+        &["spec.metal.reservation.size"],
+    );
+}
+
+#[test]
+fn prefix_pool_status_is_checked_too() {
+    let crd = our_crd("metalprefixpools");
+    let mut pool = example("metalprefixpool.yaml");
+    pool["status"] = json!({
+        "ipAddresses": {"total": 65280, "free": 65279, "used": 1, "outOfRange": 0},
+        "conditions": [{
+            "type": "Ready", "status": "True", "reason": "PoolReady", "message": "",
+            "lastTransitionTime": "2026-11-29T18:17:07Z", "observedGeneration": 1
+        }],
+        "metal": {"reservation": {"id": "r", "block": "10.30.1.0/26", "created": true}}
+    });
+    assert_valid(&crd, &pool);
+    assert_rejected(
+        &crd,
+        &pool,
+        remove("/status/ipAddresses/outOfRange"),
+        &["status.ipAddresses.outOfRange"],
+    );
+    assert_rejected(
+        &crd,
+        &pool,
+        set("/status/ipAddresses/total", json!(u64::MAX)),
+        &["status.ipAddresses.total"],
+    );
+    assert_rejected(
+        &crd,
+        &pool,
+        set("/status/conditions/0/status", json!("yes")),
+        &["status.conditions[0].status"],
+    );
+    assert_rejected(
+        &crd,
+        &pool,
+        set("/status/prefixes", json!(1)),
+        &["status.prefixes"],
+    );
+}
+
+#[test]
+fn prefix_examples_fit_together() {
+    let pool = example("metalprefixpool.yaml");
+    let global = example("globalmetalprefixpool.yaml");
+    let vrf = example("vrf-metalprefixpool.yaml");
+    let claim = example("ipaddressclaim-prefix.yaml");
+
+    // The namespaced example: IPv6, a /48 handing out /64s, one exclusion
+    // and one preAllocation.
+    assert!(pool["metadata"]["namespace"].is_string());
+    assert_eq!(pool["spec"]["prefixes"], json!(["2001:db8:100::/48"]));
+    assert_eq!(pool["spec"]["allocationPrefixLength"], 64);
+    assert_eq!(
+        pool["spec"]["excludedPrefixes"].as_array().unwrap().len(),
+        1
+    );
+    assert_eq!(pool["spec"]["preAllocations"].as_object().unwrap().len(), 1);
+    // The global example: cluster-scoped IPv4, /28s of a /22.
+    assert!(global["metadata"].get("namespace").is_none());
+    assert_eq!(global["spec"]["prefixes"], json!(["10.20.0.0/22"]));
+    assert_eq!(global["spec"]["allocationPrefixLength"], 28);
+    // The VRF example: IPv4 /29s of a /26 reservation.
+    assert_eq!(vrf["kind"], "MetalPrefixPool");
+    assert_eq!(vrf["spec"]["allocationPrefixLength"], 29);
+    assert_eq!(vrf["spec"]["metal"]["reservation"]["cidr"], 26);
+    assert!(vrf["spec"]["metal"]["vrf"].is_object());
+    // Its own VRF, VLAN and block: not those of vrf-metalippool.yaml.
+    let vrf_ip = example("vrf-metalippool.yaml");
+    for field in ["vrf", "vlan", "reservation"] {
+        assert_ne!(
+            vrf["spec"]["metal"][field], vrf_ip["spec"]["metal"][field],
+            "{field}"
+        );
+    }
+
+    // The claim points at the namespaced pool, from the pool's namespace …
+    assert_eq!(claim["apiVersion"], "ipam.cluster.x-k8s.io/v1beta2");
+    assert_eq!(
+        claim["spec"]["poolRef"],
+        json!({"apiGroup": OUR_GROUP, "kind": "MetalPrefixPool", "name": pool["metadata"]["name"]})
+    );
+    assert_eq!(
+        claim["metadata"]["namespace"],
+        pool["metadata"]["namespace"]
+    );
+    // … and is the one the pool pre-allocates a /64 for.
+    let name = claim["metadata"]["name"].as_str().unwrap();
+    let pre = pool["spec"]["preAllocations"][name].as_str();
+    assert_eq!(
+        pre,
+        Some("2001:db8:100:5::/64"),
+        "preAllocations should pin {name}"
+    );
+    // Not the address pool example's claim: both can be applied together.
+    assert_ne!(example("ipaddressclaim.yaml")["metadata"]["name"], name);
 }

@@ -639,13 +639,32 @@ fn every_example_validates_against_its_crd() {
 }
 
 #[test]
-fn the_kustomization_applies_both_pool_crds() {
+fn the_kustomization_applies_every_pool_crd() {
     let crds = our_crds();
     let kinds: BTreeSet<&str> = crds.iter().map(Crd::kind).collect();
     assert_eq!(
         kinds,
-        BTreeSet::from(["MetalIPPool", "GlobalMetalIPPool", "MetalNetworkProfile"])
+        BTreeSet::from([
+            "MetalIPPool",
+            "GlobalMetalIPPool",
+            "MetalPrefixPool",
+            "GlobalMetalPrefixPool",
+            "MetalNetworkProfile"
+        ])
     );
+    // Every CRD file in deploy/crds/ is applied (the real-API-server tests
+    // install the directory's files, so the two must agree).
+    let mut files: Vec<String> = std::fs::read_dir(deploy_dir().join("crds"))
+        .unwrap()
+        .map(|e| format!("crds/{}", e.unwrap().file_name().to_string_lossy()))
+        .collect();
+    files.sort();
+    let mut listed: Vec<String> = kustomization_resources()
+        .into_iter()
+        .filter(|f| f.starts_with("crds/"))
+        .collect();
+    listed.sort();
+    assert_eq!(files, listed);
     for crd in &crds {
         assert_eq!(crd.group(), OUR_GROUP);
     }
@@ -1025,6 +1044,33 @@ fn cluster_role_grants_exactly_what_the_code_uses() {
     assert_eq!(sa.value["automountServiceAccountToken"], false);
 }
 
+/// The prefix pool kinds are granted what the address pool kinds are, in
+/// both ClusterRoles: what the code's list (USED_PERMISSIONS) says about
+/// them is checked above; this holds whatever that list says.
+#[test]
+fn prefix_pools_are_granted_what_address_pools_are() {
+    let docs = docs_of("rbac.yaml");
+    for role in [APP, "metal-ipam-event-source"] {
+        let granted = granted(&find(&docs, "ClusterRole", role).value);
+        let of = |plural: &str| -> BTreeSet<(String, String)> {
+            granted
+                .iter()
+                .filter(|(g, r, _)| {
+                    g == OUR_GROUP && (r == plural || r.starts_with(&format!("{plural}/")))
+                })
+                .map(|(_, r, v)| (r.replacen(plural, "*", 1), v.clone()))
+                .collect()
+        };
+        for (ip, prefix) in [
+            ("metalippools", "metalprefixpools"),
+            ("globalmetalippools", "globalmetalprefixpools"),
+        ] {
+            assert!(!of(ip).is_empty(), "{role}: {ip}");
+            assert_eq!(of(prefix), of(ip), "{role}: {prefix} vs {ip}");
+        }
+    }
+}
+
 #[test]
 fn event_source_role_is_read_only_on_the_watched_kinds() {
     let docs = all_docs();
@@ -1052,7 +1098,7 @@ fn event_source_role_is_read_only_on_the_watched_kinds() {
 // ---------------------------------------------------------------------------
 
 #[test]
-fn api_server_source_sends_whole_objects_of_the_seven_kinds_to_events() {
+fn api_server_source_sends_whole_objects_of_the_nine_kinds_to_events() {
     let docs = all_docs();
     let source = only(&docs, "ApiServerSource");
     assert_eq!(source.value["apiVersion"], "sources.knative.dev/v1");
@@ -1079,6 +1125,8 @@ fn api_server_source_sends_whole_objects_of_the_seven_kinds_to_events() {
         ("ipam.cluster.x-k8s.io/v1beta2", "IPAddress"),
         ("ipam.metal-ipam.dev/v1alpha1", "MetalIPPool"),
         ("ipam.metal-ipam.dev/v1alpha1", "GlobalMetalIPPool"),
+        ("ipam.metal-ipam.dev/v1alpha1", "MetalPrefixPool"),
+        ("ipam.metal-ipam.dev/v1alpha1", "GlobalMetalPrefixPool"),
         ("cluster.x-k8s.io/v1beta2", "Machine"),
         ("ipam.metal-ipam.dev/v1alpha1", "MetalNetworkProfile"),
         ("infrastructure.cluster.x-k8s.io/v1beta1", "PacketMachine"),
@@ -1219,7 +1267,7 @@ fn webhook_validates_exactly_our_pools_over_https_with_the_token() {
     assert_eq!(
         string_set(&rule["resources"]),
         plurals,
-        "the two pool plurals, no subresources"
+        "the four pool plurals, no subresources"
     );
     assert_eq!(
         string_set(&rule["operations"]),
@@ -1235,7 +1283,7 @@ fn webhook_validates_exactly_our_pools_over_https_with_the_token() {
     }
     assert_eq!(
         rule["scope"], "*",
-        "one pool kind is namespaced, the other cluster-scoped"
+        "some pool kinds are namespaced, the others cluster-scoped"
     );
 
     // An HTTPS URL (the API server calls webhooks over TLS only; SpinKube
