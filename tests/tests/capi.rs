@@ -730,12 +730,16 @@ metal_ipam_tests::on_every_runtime!(
 /// claim frees its sub-prefix.
 async fn prefix_pools_hand_out_sub_prefixes_by_the_contract(w: World) {
     setup(&w, &["10.9.0.30-10.9.0.40"]).await;
-    let pods = w.kube.create(json!({"apiVersion": "ipam.metal-ipam.dev/v1alpha1",
+    let pods = w
+        .kube
+        .create(json!({"apiVersion": "ipam.metal-ipam.dev/v1alpha1",
         "kind": "MetalPrefixPool", "metadata": {"name": "nodes", "namespace": "team-a"},
         "spec": {"prefixes": ["fd00:9::/60"], "excludedPrefixes": ["fd00:9:0:1::/64"]}}));
     let r = w.event(json!({"type": "ADDED", "object": pods})).await;
     assert_eq!(r.body["stepResult"]["result"], "synced", "{}", r.body);
-    let routed = w.kube.create(json!({"apiVersion": "ipam.metal-ipam.dev/v1alpha1",
+    let routed = w
+        .kube
+        .create(json!({"apiVersion": "ipam.metal-ipam.dev/v1alpha1",
         "kind": "GlobalMetalPrefixPool", "metadata": {"name": "routed"},
         "spec": {"prefixes": ["10.96.0.0/26"], "allocationPrefixLength": 28,
                  "gateway": "10.96.0.1"}}));
@@ -762,15 +766,37 @@ async fn prefix_pools_hand_out_sub_prefixes_by_the_contract(w: World) {
     ] {
         let c = w.kube.create(prefix_claim(name, kind, pool));
         let r = w.event(json!({"type": "ADDED", "object": c})).await;
-        assert_eq!(r.body["stepResult"]["result"], "bound", "{name}: {}", r.body);
+        assert_eq!(
+            r.body["stepResult"]["result"], "bound",
+            "{name}: {}",
+            r.body
+        );
     }
     let spec = |name: &str| w.address("team-a", name).unwrap()["spec"].clone();
-    assert_eq!((spec("p-0")["address"].clone(), spec("p-0")["prefix"].clone()), (json!("fd00:9::"), json!(64)));
-    assert_eq!(spec("p-1")["address"], "fd00:9:0:2::", "the excluded /64 is skipped");
-    assert_eq!(spec("p-2")["address"], "fd00:9:0:3::");
-    assert_eq!(spec("a-0")["address"], "10.9.0.30", "the address pool of the same name");
     assert_eq!(
-        (spec("r-0")["address"].clone(), spec("r-0")["prefix"].clone(), spec("r-0")["gateway"].clone()),
+        (
+            spec("p-0")["address"].clone(),
+            spec("p-0")["prefix"].clone()
+        ),
+        (json!("fd00:9::"), json!(64))
+    );
+    assert_eq!(
+        spec("p-1")["address"],
+        "fd00:9:0:2::",
+        "the excluded /64 is skipped"
+    );
+    assert_eq!(spec("p-2")["address"], "fd00:9:0:3::");
+    assert_eq!(
+        spec("a-0")["address"],
+        "10.9.0.30",
+        "the address pool of the same name"
+    );
+    assert_eq!(
+        (
+            spec("r-0")["address"].clone(),
+            spec("r-0")["prefix"].clone(),
+            spec("r-0")["gateway"].clone()
+        ),
         (json!("10.96.0.0"), json!(28), json!("10.96.0.1"))
     );
     assert_eq!(spec("p-0")["poolRef"]["kind"], "MetalPrefixPool");
@@ -789,15 +815,22 @@ async fn prefix_pools_hand_out_sub_prefixes_by_the_contract(w: World) {
         .delete(IPAM_GROUP, "ipaddressclaims", Some("team-a"), "p-0");
     w.touch("ipaddressclaims", Some("team-a"), "p-0").await;
     assert!(w.address("team-a", "p-0").is_none());
-    w.kube.create(prefix_claim("late", "MetalPrefixPool", "nodes"));
+    w.kube
+        .create(prefix_claim("late", "MetalPrefixPool", "nodes"));
     let fresh = w.fresh_app().await;
     let r = fresh.call("POST", "/v1/reconcile", None).await;
     assert_eq!(r.body["errors"], json!([]), "{}", r.body);
     assert_eq!(spec("p-1")["address"], "fd00:9:0:2::", "kept");
     assert_eq!(spec("p-2")["address"], "fd00:9:0:3::", "kept");
     assert_eq!(spec("r-0")["address"], "10.96.0.0", "kept");
-    assert_eq!(spec("late")["address"], "fd00:9::", "the lowest free sub-prefix");
-    let got = fresh.call("GET", "/v1/prefix-pools/team-a/nodes", None).await;
+    assert_eq!(
+        spec("late")["address"],
+        "fd00:9::",
+        "the lowest free sub-prefix"
+    );
+    let got = fresh
+        .call("GET", "/v1/prefix-pools/team-a/nodes", None)
+        .await;
     assert_eq!(got.body["status"]["ipAddresses"]["used"], 3, "{}", got.body);
     w.assert_schema_clean();
 }

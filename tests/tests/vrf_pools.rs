@@ -447,7 +447,9 @@ async fn a_vrf_backed_prefix_pool_splits_its_block() {
     for i in 1..=8u64 {
         let id = id.clone();
         let o = w
-            .spawn(10_000 + i, move |r| sync_vrf_pool(r.ctx, r.kube, r.metal, &id))
+            .spawn(10_000 + i, move |r| {
+                sync_vrf_pool(r.ctx, r.kube, r.metal, &id)
+            })
             .await
             .unwrap()
             .unwrap();
@@ -462,7 +464,10 @@ async fn a_vrf_backed_prefix_pool_splits_its_block() {
         .kube
         .get(METAL_GROUP, "metalprefixpools", Some(NS), POOL)
         .unwrap();
-    assert_eq!(pool["status"]["metal"]["reservation"]["block"], "10.10.2.0/26");
+    assert_eq!(
+        pool["status"]["metal"]["reservation"]["block"],
+        "10.10.2.0/26"
+    );
     // Eight /29s, the first holding the gateway 10.10.2.1.
     assert_eq!(pool["status"]["ipAddresses"]["total"], 7, "{pool:#}");
 
@@ -485,20 +490,31 @@ async fn a_vrf_backed_prefix_pool_splits_its_block() {
     .unwrap()
     .unwrap();
     assert_eq!(out.result, StepResult::Bound, "{out:?}");
-    assert!(!out.metal_assignment, "no Metal IP assignment for a sub-prefix");
+    assert!(
+        !out.metal_assignment,
+        "no Metal IP assignment for a sub-prefix"
+    );
     let ip = w
         .kube
         .get(IPAM_GROUP, "ipaddresses", Some(NS), "m-0")
         .unwrap();
     assert_eq!(
-        (ip["spec"]["address"].clone(), ip["spec"]["prefix"].clone(), ip["spec"]["gateway"].clone()),
-        (serde_json::json!("10.10.2.8"), serde_json::json!(29), serde_json::json!("10.10.2.1"))
+        (
+            ip["spec"]["address"].clone(),
+            ip["spec"]["prefix"].clone(),
+            ip["spec"]["gateway"].clone()
+        ),
+        (
+            serde_json::json!("10.10.2.8"),
+            serde_json::json!(29),
+            serde_json::json!("10.10.2.1")
+        )
     );
     w.assert_clean();
 
     // IPv6: Metal's VRF reservations are /64s; /64s of it cannot be split.
     let spec = serde_json::json!({"metal": {"metro": "da",
-        "vrf": {"ipRanges": ["2001:db8:5::/48"], "localASN": 65000},
+        "vrf": {"ipRanges": ["2001:db8:5::/60"], "localASN": 65000},
         "reservation": {"network": "2001:db8:5:1::", "cidr": 64}}});
     let e = metal_ipam_core::ipam::pool::PoolSpec::from_json_as(PoolKind::NamespacedPrefix, &spec)
         .unwrap()
@@ -507,9 +523,10 @@ async fn a_vrf_backed_prefix_pool_splits_its_block() {
     assert_eq!(e.field(), Some("spec.allocationPrefixLength"), "{e}");
     let mut longer = spec;
     longer["allocationPrefixLength"] = serde_json::json!(80);
-    let p = metal_ipam_core::ipam::pool::PoolSpec::from_json_as(PoolKind::NamespacedPrefix, &longer)
-        .unwrap()
-        .validate()
-        .unwrap();
+    let p =
+        metal_ipam_core::ipam::pool::PoolSpec::from_json_as(PoolKind::NamespacedPrefix, &longer)
+            .unwrap()
+            .validate()
+            .unwrap();
     assert_eq!(p.total(), 65_535, "2^16 /80s but the gateway's");
 }

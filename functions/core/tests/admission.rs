@@ -821,7 +821,10 @@ fn prefix_pools_follow_the_same_rules_in_addresses() {
     );
     // The reverse: an address pool created over a prefix pool.
     let store = vec![stored(&pods, pspec(&["10.0.0.128/25"], 28), 0)];
-    let r = run(&create(&nodes, spec(&["10.0.0.200-10.0.0.210"], 24)), &store);
+    let r = run(
+        &create(&nodes, spec(&["10.0.0.200-10.0.0.210"], 24)),
+        &store,
+    );
     assert_eq!(denied(&r).1, "PoolOverlap");
     // A global prefix pool against a namespaced one.
     let r = run(
@@ -830,21 +833,37 @@ fn prefix_pools_follow_the_same_rules_in_addresses() {
     );
     assert_eq!(denied(&r).1, "PoolOverlap");
     // Disjoint: allowed.
-    let r = run(&create(&prefix(None, "edge"), pspec(&["10.0.1.0/24"], 26)), &store);
+    let r = run(
+        &create(&prefix(None, "edge"), pspec(&["10.0.1.0/24"], 26)),
+        &store,
+    );
     assert!(r.allowed(), "{:?}", r.to_json());
     // Invalid: the field is the prefix pool's.
     let r = run(&create(&pods, pspec(&["10.0.0.129/25"], 28)), &[].to_vec());
     assert_eq!(denied(&r).0, 422);
-    assert!(denied(&r).2.starts_with("spec.prefixes[0]"), "{}", denied(&r).2);
+    assert!(
+        denied(&r).2.starts_with("spec.prefixes[0]"),
+        "{}",
+        denied(&r).2
+    );
     // In use: two /28s bound.
     let s = pspec(&["10.0.0.128/25"], 28);
     let store = vec![stored(&pods, s.clone(), 2)];
-    let r = run(&update(&pods, s.clone(), pspec(&["10.0.0.160/27"], 28)), &store);
+    let r = run(
+        &update(&pods, s.clone(), pspec(&["10.0.0.160/27"], 28)),
+        &store,
+    );
     assert_eq!(denied(&r).1, "AllocatedAddressesDropped");
-    let r = run(&update(&pods, s.clone(), pspec(&["10.0.0.128/25"], 29)), &store);
+    let r = run(
+        &update(&pods, s.clone(), pspec(&["10.0.0.128/25"], 29)),
+        &store,
+    );
     assert_eq!(denied(&r).1, "AllocatedAddressesDropped");
     // Growing keeps them: allowed.
-    let r = run(&update(&pods, s.clone(), pspec(&["10.0.0.0/24"], 28)), &store);
+    let r = run(
+        &update(&pods, s.clone(), pspec(&["10.0.0.0/24"], 28)),
+        &store,
+    );
     assert!(r.allowed(), "{:?}", r.to_json());
     let r = run(&delete(&pods, pool_json(&pods, s)), &store);
     assert_eq!(denied(&r).1, "PoolInUse");

@@ -625,7 +625,10 @@ fn prefix_pools_hand_out_sub_prefixes() {
     assert_eq!(r.status, 422);
     let r = w.call(pools, "GET", "/v1/prefix-pools/team-a/pods", None);
     let counts = r.body.unwrap()["status"]["ipAddresses"].clone();
-    assert_eq!((counts["used"].clone(), counts["free"].clone()), (json!(5), json!(10)));
+    assert_eq!(
+        (counts["used"].clone(), counts["free"].clone()),
+        (json!(5), json!(10))
+    );
     // Changing the allocation length while sub-prefixes are bound would
     // give their values other meanings: refused, nothing changed.
     let mut longer = spec.clone();
@@ -691,7 +694,12 @@ fn ipv4_global_prefix_pools_and_their_validation() {
             Some(prefix_claim(&format!("r-{i}"), g, None)),
         );
         assert_eq!(r.status, 201, "{:?}", r.body);
-        got.push(r.body.unwrap()["spec"]["address"].as_str().unwrap().to_string());
+        got.push(
+            r.body.unwrap()["spec"]["address"]
+                .as_str()
+                .unwrap()
+                .to_string(),
+        );
     }
     assert_eq!(got, ["10.20.0.0", "10.20.0.16", "10.20.0.32", "10.20.0.48"]);
     let r = w.call(
@@ -702,14 +710,32 @@ fn ipv4_global_prefix_pools_and_their_validation() {
     );
     assert_eq!(reason(&r), "PoolExhausted");
     for (spec, field) in [
-        (json!({"prefixes": ["10.20.0.1/26"], "allocationPrefixLength": 28}), "spec.prefixes[0]"),
-        (json!({"prefixes": ["10.30.0.0/26"]}), "spec.allocationPrefixLength"),
-        (json!({"prefixes": ["10.30.0.0/26"], "allocationPrefixLength": 24}), "spec.prefixes[0]"),
-        (json!({"prefixes": ["10.30.0.0/26", "fd00::/64"], "allocationPrefixLength": 28}), "spec.prefixes[1]"),
+        (
+            json!({"prefixes": ["10.20.0.1/26"], "allocationPrefixLength": 28}),
+            "spec.prefixes[0]",
+        ),
+        (
+            json!({"prefixes": ["10.30.0.0/26"]}),
+            "spec.allocationPrefixLength",
+        ),
+        (
+            json!({"prefixes": ["10.30.0.0/26"], "allocationPrefixLength": 24}),
+            "spec.prefixes[0]",
+        ),
+        (
+            json!({"prefixes": ["10.30.0.0/26", "fd00::/64"], "allocationPrefixLength": 28}),
+            "spec.prefixes[1]",
+        ),
         (json!({"allocationPrefixLength": 28}), "spec.prefixes"),
-        (json!({"prefixes": ["10.30.0.0/26"], "allocationPrefixLength": 28, "addresses": []}), "spec.addresses"),
-        (json!({"prefixes": ["10.30.0.0/26"], "allocationPrefixLength": 28,
-                "preAllocations": {"a": "10.30.0.8/28"}}), "spec.preAllocations.a"),
+        (
+            json!({"prefixes": ["10.30.0.0/26"], "allocationPrefixLength": 28, "addresses": []}),
+            "spec.addresses",
+        ),
+        (
+            json!({"prefixes": ["10.30.0.0/26"], "allocationPrefixLength": 28,
+                "preAllocations": {"a": "10.30.0.8/28"}}),
+            "spec.preAllocations.a",
+        ),
     ] {
         let r = w.call(
             pools,

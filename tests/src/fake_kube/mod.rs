@@ -38,6 +38,8 @@
 //! | `ipam.cluster.x-k8s.io/v1beta2` | `ipaddresses` | namespaced | no | CAPI CRD (tests/fixtures/crds) |
 //! | `ipam.metal-ipam.dev/v1alpha1` | `metalippools` | namespaced | yes | deploy/crds |
 //! | `ipam.metal-ipam.dev/v1alpha1` | `globalmetalippools` | cluster | yes | deploy/crds |
+//! | `ipam.metal-ipam.dev/v1alpha1` | `metalprefixpools` | namespaced | yes | deploy/crds |
+//! | `ipam.metal-ipam.dev/v1alpha1` | `globalmetalprefixpools` | cluster | yes | deploy/crds |
 //! | `cluster.x-k8s.io/v1beta2` | `clusters` | namespaced | yes | none: any object |
 //!
 //! Only v1beta2 of the CAPI IPAM kinds is served. A real API server also

@@ -97,6 +97,14 @@ pub(crate) fn resource_types() -> &'static [ResourceType] {
                 "v1alpha1",
             ),
             ResourceType::from_crd(
+                load(ours.join("ipam.metal-ipam.dev_metalprefixpools.yaml")),
+                "v1alpha1",
+            ),
+            ResourceType::from_crd(
+                load(ours.join("ipam.metal-ipam.dev_globalmetalprefixpools.yaml")),
+                "v1alpha1",
+            ),
+            ResourceType::from_crd(
                 load(ours.join("ipam.metal-ipam.dev_metalnetworkprofiles.yaml")),
                 "v1alpha1",
             ),
