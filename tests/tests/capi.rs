@@ -632,12 +632,13 @@ async fn reconcile_from_an_empty_store_rebuilds_the_same_allocations(w: World) {
     assert_eq!(again.body["claims"]["bound"], 6, "{}", again.body);
     // In steady state a reconcile reads lists, not objects one by one: with
     // pages of 2, about 3 pages of claims and of IPAddresses, one of each
-    // pool kind, the pool itself, the one Cluster, and one list of Machines
-    // and one of PacketMachines (the machines to sync); reading each claim,
-    // Cluster, pool and IPAddress again would take over 30.
+    // of the four pool kinds, the pool itself, the one Cluster, and one
+    // list of Machines and one of PacketMachines (the machines to sync);
+    // reading each claim, Cluster, pool and IPAddress again would take
+    // over 30.
     let calls = again.body["kubeCalls"].as_u64().unwrap();
     assert!(
-        calls <= 14,
+        calls <= 16,
         "{calls} API calls for 6 bound claims: {}",
         again.body
     );
@@ -900,6 +901,23 @@ async fn the_code_uses_exactly_the_permissions_rbac_grants(w: World) {
         .kube
         .get(METAL_GROUP, "globalmetalippools", None, "edge")
         .is_none());
+    // And a prefix pool of each scope: registered, then deleted.
+    for (kind, plural, ns) in [
+        ("MetalPrefixPool", "metalprefixpools", Some("team-a")),
+        ("GlobalMetalPrefixPool", "globalmetalprefixpools", None),
+    ] {
+        let mut p = json!({"apiVersion": "ipam.metal-ipam.dev/v1alpha1", "kind": kind,
+            "metadata": {"name": "pods"}, "spec": {"prefixes": ["fd00:77::/56"]}});
+        if let Some(ns) = ns {
+            p["metadata"]["namespace"] = json!(ns);
+        }
+        let p = w.kube.create(p);
+        let r = w.event(json!({"type": "ADDED", "object": p})).await;
+        assert_eq!(r.body["stepResult"]["result"], "synced", "{}", r.body);
+        w.kube.delete(METAL_GROUP, plural, ns, "pods");
+        w.touch(plural, ns, "pods").await;
+        assert!(w.kube.get(METAL_GROUP, plural, ns, "pods").is_none());
+    }
     let used: BTreeSet<(String, String, String)> =
         w.kube.requests().iter().map(permission_of).collect();
     let granted: BTreeSet<(String, String, String)> = metal_ipam_core::kube::USED_PERMISSIONS

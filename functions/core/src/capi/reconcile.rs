@@ -32,7 +32,7 @@ use serde_json::{json, Value};
 use crate::capi::objects::PoolResource;
 use crate::capi::{self, Outcome};
 use crate::error::{Known, Result};
-use crate::ip::to_u128;
+use crate::ip::{from_u128, to_u128};
 use crate::ipam::claim::{ClaimObject, IpAddressObject};
 use crate::ipam::ops;
 use crate::ipam::pool::{PoolId, PoolKind};
@@ -420,6 +420,12 @@ fn reclaim_leaks<K: KvStore>(
         // intent's, not held by an `IPAddress`. Leaks are rare and few; a
         // pool with a huge bound range and no bindings would be a corrupt
         // store, not a leak to walk.
+        // `in_use` holds addresses; the record, values of its pool (a
+        // prefix pool's are sub-prefix numbers).
+        let in_use: BTreeSet<u128> = in_use
+            .iter()
+            .filter_map(|a| l.pool.value_of(from_u128(l.pool.family, *a)))
+            .collect();
         let cooling: BTreeSet<u128> = l.state.cooling.iter().map(|c| c.address).collect();
         let intents: BTreeSet<u128> = l.state.intents.iter().map(|i| i.address).collect();
         let candidates: Vec<u128> = l
@@ -458,8 +464,8 @@ fn reclaim_leaks<K: KvStore>(
             };
             let ns = keys::parse_claim(key).map(|(ns, _)| ns).unwrap_or_default();
             if rec.pool_id(ns).ok().as_ref() == Some(id) {
-                if let Ok(ip) = rec.ip() {
-                    bound.insert(to_u128(ip));
+                if let Some(v) = rec.ip().ok().and_then(|ip| l.pool.value_of(ip)) {
+                    bound.insert(v);
                 }
             }
         }
