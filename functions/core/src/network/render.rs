@@ -103,6 +103,11 @@ pub enum Format {
     CloudInit,
     /// A POSIX shell script with `ip` commands, idempotent.
     Shell,
+    /// OpenStack `network_data.json`: the node's **whole** configuration,
+    /// which needs what the device is ([`super::network_data`]). `render`
+    /// knows no device: it renders an empty device, on which every link is
+    /// left out; render with [`super::network_data::render`].
+    NetworkData,
 }
 
 /// A route on a link.
@@ -157,13 +162,14 @@ const MAX_IFNAME: usize = 15;
 
 impl Format {
     /// The file this format's output is meant for: [`NETPLAN_PATH`],
-    /// [`IFUPDOWN_PATH`]; `None` for cloud-init (user data) and shell (a
-    /// script to run).
+    /// [`IFUPDOWN_PATH`]; `None` for cloud-init (user data), shell (a
+    /// script to run) and network data (a datasource's, e.g. a config
+    /// drive's `openstack/latest/network_data.json`).
     pub fn path(self) -> Option<&'static str> {
         match self {
             Format::Netplan => Some(NETPLAN_PATH),
             Format::Ifupdown => Some(IFUPDOWN_PATH),
-            Format::CloudInit | Format::Shell => None,
+            Format::CloudInit | Format::Shell | Format::NetworkData => None,
         }
     }
 }
@@ -205,6 +211,11 @@ pub fn render(net: &NodeNetwork, format: Format) -> String {
         Format::Ifupdown => ifupdown(&checked),
         Format::CloudInit => cloud_init(&checked),
         Format::Shell => shell(&checked),
+        // An empty host has no port, so no MAC to miss: never an error.
+        Format::NetworkData => {
+            super::network_data::render(net, &super::network_data::Host::default())
+                .unwrap_or_default()
+        }
     }
 }
 
@@ -213,18 +224,18 @@ pub fn render(net: &NodeNetwork, format: Format) -> String {
 // ---------------------------------------------------------------------------
 
 /// A link whose every rendered value was parsed back.
-struct Checked<'a> {
-    name: &'a str,
-    vlan: Option<(&'a str, u16)>,
-    addresses: Vec<IpNet>,
-    routes: Vec<(IpNet, IpAddr)>,
-    mtu: Option<u32>,
+pub(super) struct Checked<'a> {
+    pub(super) name: &'a str,
+    pub(super) vlan: Option<(&'a str, u16)>,
+    pub(super) addresses: Vec<IpNet>,
+    pub(super) routes: Vec<(IpNet, IpAddr)>,
+    pub(super) mtu: Option<u32>,
 }
 
 /// The links to render, and what was left out (comments without values).
-struct Checks<'a> {
-    links: Vec<Checked<'a>>,
-    skipped: Vec<String>,
+pub(super) struct Checks<'a> {
+    pub(super) links: Vec<Checked<'a>>,
+    pub(super) skipped: Vec<String>,
 }
 
 impl Checks<'_> {
@@ -234,7 +245,7 @@ impl Checks<'_> {
 }
 
 /// A name Linux accepts and no format needs to escape.
-fn valid_ifname(name: &str) -> bool {
+pub(super) fn valid_ifname(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= MAX_IFNAME
         && !name.starts_with(['-', '.'])
@@ -252,7 +263,7 @@ fn parse_destination(to: &str) -> Option<IpNet> {
 
 /// The links of `net` that can be rendered, in order, and a line for each
 /// link, address or route left out and why.
-fn check(net: &NodeNetwork) -> Checks<'_> {
+pub(super) fn check(net: &NodeNetwork) -> Checks<'_> {
     let mut skipped = Vec::new();
     let mut links: Vec<Checked<'_>> = Vec::new();
     for (i, link) in net.links.iter().enumerate() {
