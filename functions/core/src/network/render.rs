@@ -1,10 +1,12 @@
 //! The node's OS network configuration for Layer2 / Hybrid ports: what a
 //! node must configure itself (Metal has no DHCP, and the metadata service
 //! does not tell VLANs), rendered as netplan, ifupdown, cloud-init or a
-//! shell script, from a [`NodeNetwork`] (resolved from the applied state,
-//! or from the profile and the claims before the device exists).
+//! shell script (and, with the device, OpenStack `network_data.json`:
+//! [`super::network_data`]), from a [`NodeNetwork`] (resolved from the
+//! applied state, or from the profile and the claims before the device
+//! exists).
 //!
-//! Only the links metal-ipam adds are rendered: VLAN sub-interfaces
+//! Only the links metal-ipam adds are rendered (but for network data): VLAN sub-interfaces
 //! (`bond0.<vxlan>`, `eth1.<vxlan>`) and untagged addresses on a port that
 //! carries one VLAN untagged (a layer2 port with a single VLAN, or the
 //! native VLAN). The bond and the Layer3 addresses Metal's provisioning
@@ -26,6 +28,13 @@
 //!   (`ip link show X || ip link add …`, `ip addr replace`, `ip link set …
 //!   up`, `ip route replace`); loads `8021q` and persists it in
 //!   [`MODULES_LOAD_PATH`].
+//!
+//! - [`Format::NetworkData`]: OpenStack `network_data.json`, the node's
+//!   **whole** configuration (a datasource's replaces what Metal's
+//!   provisioning wrote), so it needs the device too: rendered by
+//!   [`super::network_data::render`] from a [`NodeNetwork`] and a
+//!   [`super::network_data::Host`]; [`render`] knows no device and leaves
+//!   every link out.
 //!
 //! `8021q` is loaded (and, for cloud-init and shell, persisted) only when
 //! a tagged link is rendered; ifupdown loads it in the VLAN's `pre-up`.
