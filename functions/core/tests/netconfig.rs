@@ -1,11 +1,15 @@
 //! The node's network configuration (`network::render`): golden files per
 //! scenario and format, the netplan and cloud-init YAML parsed back and
-//! checked, every shell script through `shellcheck -s sh`, and hostile
-//! values left out rather than injected.
+//! checked, every shell script through `shellcheck -s sh`, hostile values
+//! left out rather than injected, and each mode's `network_data.json`
+//! through real cloud-init (`convert_net_json`, then its netplan renderer),
+//! compared with our netplan form.
 //!
 //! Golden files: `tests/golden/netconfig/<scenario>.<netplan.yaml|ifupdown|
-//! cloud-init.yaml|sh>`. `UPDATE_GOLDEN=1 cargo test --test netconfig`
-//! rewrites them (then review the diff).
+//! cloud-init.yaml|sh|network-data.json>`. `UPDATE_GOLDEN=1 cargo test
+//! --test netconfig` rewrites them (then review the diff). Without
+//! shellcheck or a python3 with cloud-init those checks are skipped with a
+//! notice; under `CI` they fail.
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -540,4 +544,367 @@ fn yaml_quotes_what_would_not_read_back_as_a_string() {
         cloud["write_files"][1]["content"].as_str(),
         Some(text.as_str())
     );
+}
+
+// ---------------------------------------------------------------------------
+// OpenStack network_data.json: golden files, and what real cloud-init
+// makes of them
+// ---------------------------------------------------------------------------
+
+mod network_data {
+    use super::*;
+    use metal_ipam_core::network::network_data::{
+        render as render_nd, Bond, Host, Layer3Address, PhysicalPort,
+    };
+    use serde_json::Value as Json;
+    use std::collections::BTreeMap;
+
+    const MAC0: &str = "aa:bb:cc:00:00:01";
+    const MAC1: &str = "aa:bb:cc:00:00:02";
+
+    fn ports() -> Vec<PhysicalPort> {
+        vec![
+            PhysicalPort {
+                name: "eth0".into(),
+                mac: Some(MAC0.into()),
+            },
+            PhysicalPort {
+                name: "eth1".into(),
+                mac: Some(MAC1.into()),
+            },
+        ]
+    }
+
+    fn bond0(members: &[&str]) -> Vec<Bond> {
+        vec![Bond {
+            name: "bond0".into(),
+            members: members.iter().map(|m| m.to_string()).collect(),
+        }]
+    }
+
+    /// Metal's management addresses on bond0 (documentation ranges), with
+    /// Metal's routes.
+    fn layer3() -> Vec<Layer3Address> {
+        let a = |address: &str, to: &str, via: &str| Layer3Address {
+            link: "bond0".into(),
+            address: address.parse().unwrap(),
+            routes: vec![(to.parse().unwrap(), via.parse().unwrap())],
+        };
+        vec![
+            a("198.51.100.3/31", "0.0.0.0/0", "198.51.100.2"),
+            a("2001:db8:c500::3/127", "::/0", "2001:db8:c500::2"),
+            a("10.70.12.3/31", "10.0.0.0/8", "10.70.12.2"),
+        ]
+    }
+
+    /// Every bond mode Metal has: the scenario (the other formats' name
+    /// where they have one), the links metal-ipam adds, the device.
+    pub(super) fn scenarios() -> Vec<(&'static str, NodeNetwork, Host)> {
+        let l3 = |members: &[&str]| Host {
+            ports: ports(),
+            bonds: bond0(members),
+            layer3: layer3(),
+            nameservers: vec![],
+        };
+        let l2 = |members: &[&str]| Host {
+            ports: ports(),
+            bonds: bond0(members),
+            ..Host::default()
+        };
+        vec![
+            ("layer3", NodeNetwork::default(), l3(&["eth0", "eth1"])),
+            ("hybrid-bonded", hybrid_bonded(), l3(&["eth0", "eth1"])),
+            (
+                "hybrid-bonded-elastic",
+                hybrid_bonded_elastic(),
+                l3(&["eth0", "eth1"]),
+            ),
+            ("hybrid", hybrid(), l3(&["eth0"])),
+            (
+                "layer2-bonded-native",
+                layer2_bonded_native(),
+                l2(&["eth0", "eth1"]),
+            ),
+            ("layer2-individual", layer2_individual(), l2(&[])),
+        ]
+        .into_iter()
+        .map(|(s, n, mut h)| {
+            h.bonds.retain(|b| !b.members.is_empty());
+            (s, n, h)
+        })
+        .collect()
+    }
+
+    #[test]
+    fn golden_network_data() {
+        let update = std::env::var_os("UPDATE_GOLDEN").is_some_and(|v| v == "1");
+        let mut mismatches = Vec::new();
+        for (scenario, net, host) in scenarios() {
+            let path = golden_dir().join(format!("{scenario}.network-data.json"));
+            let got = render_nd(&net, &host).unwrap();
+            assert_eq!(got, render_nd(&net, &host).unwrap(), "{scenario}");
+            let doc: Json = serde_json::from_str(&got).unwrap();
+            assert!(doc.get("metal_ipam_skipped").is_none(), "{scenario}: {got}");
+            if update {
+                std::fs::write(&path, &got).unwrap();
+                continue;
+            }
+            match std::fs::read_to_string(&path) {
+                Ok(want) if want == got => {}
+                Ok(want) => mismatches.push(format!(
+                    "{}: differs\n--- want\n{want}--- got\n{got}",
+                    path.display()
+                )),
+                Err(e) => mismatches.push(format!("{}: {e}", path.display())),
+            }
+        }
+        assert!(
+            mismatches.is_empty(),
+            "golden files differ (UPDATE_GOLDEN=1 rewrites them):\n{}",
+            mismatches.join("\n")
+        );
+    }
+
+    #[test]
+    fn render_without_a_host_leaves_every_link_out() {
+        let doc: Json =
+            serde_json::from_str(&render(&hybrid_bonded(), Format::NetworkData)).unwrap();
+        assert_eq!(doc["links"], serde_json::json!([]));
+        assert_eq!(doc["metal_ipam_skipped"].as_array().unwrap().len(), 2);
+        assert_eq!(Format::NetworkData.path(), None);
+    }
+
+    // -- Real cloud-init ----------------------------------------------------
+
+    /// Converts `network_data` as a ConfigDrive would (`known_macs`: the
+    /// node's MAC → interface name), then renders the result as netplan:
+    /// `{"v1": <network config v1>, "netplan": "<yaml>"}`.
+    const CONVERT: &str = r#"
+import json, sys
+from cloudinit.sources.helpers.openstack import convert_net_json
+from cloudinit.net.network_state import parse_net_config_data
+from cloudinit.net import netplan
+nd = json.load(sys.stdin)
+v1 = convert_net_json(nd, known_macs=json.loads(sys.argv[1]))
+state = parse_net_config_data(v1)
+r = netplan.Renderer({"netplan_path": "/nonexistent/50-cloud-init.yaml", "postcmds": False})
+print(json.dumps({"v1": v1, "netplan": r._render_content(state)}))
+"#;
+
+    /// A Python that imports cloud-init: `$CLOUD_INIT_PYTHON`, `python3`
+    /// or Debian's `/usr/bin/python3` (a pyenv `python3` first on the PATH
+    /// does not see Debian's packages). `None` when there is none (and CI
+    /// is not set: in CI that fails the test).
+    fn cloud_init_python() -> Option<String> {
+        let candidates = std::env::var("CLOUD_INIT_PYTHON")
+            .into_iter()
+            .chain(["python3".to_string(), "/usr/bin/python3".to_string()]);
+        for py in candidates {
+            let ok = Command::new(&py)
+                .args(["-c", "import cloudinit.sources.helpers.openstack"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success());
+            if ok {
+                return Some(py);
+            }
+        }
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "python3 with cloud-init is not installed, and CI is set: install it \
+             (apt-get install -y --no-install-recommends cloud-init)"
+        );
+        eprintln!("notice: python3 with cloud-init not found; skipping the cloud-init check");
+        None
+    }
+
+    fn convert(py: &str, network_data: &str) -> Json {
+        let macs = serde_json::json!({MAC0: "eth0", MAC1: "eth1"}).to_string();
+        let mut child = Command::new(py)
+            .args(["-c", CONVERT, &macs])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(network_data.as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "cloud-init refused it:\n{}\n{network_data}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    }
+
+    /// One interface as netplan says it: `(link, id)` for a VLAN, its
+    /// addresses, routes `(to, via)` and MTU.
+    #[derive(Debug, Default, PartialEq)]
+    struct Iface {
+        vlan: Option<(String, u64)>,
+        addresses: Vec<String>,
+        routes: Vec<(String, String)>,
+        mtu: Option<u64>,
+    }
+
+    /// Every interface of a netplan document, by name.
+    fn interfaces(netplan: &str) -> BTreeMap<String, Iface> {
+        let doc = yaml(netplan);
+        let mut out = BTreeMap::new();
+        for section in ["ethernets", "bonds", "vlans"] {
+            let Some(m) = doc["network"].get(section).and_then(Value::as_mapping) else {
+                continue;
+            };
+            for (name, v) in m {
+                let iface = Iface {
+                    vlan: v.get("id").map(|id| {
+                        (
+                            v["link"].as_str().unwrap().to_string(),
+                            id.as_u64().unwrap(),
+                        )
+                    }),
+                    addresses: v.get("addresses").map(strings).unwrap_or_default(),
+                    routes: v
+                        .get("routes")
+                        .and_then(Value::as_sequence)
+                        .into_iter()
+                        .flatten()
+                        .map(|r| {
+                            (
+                                r["to"].as_str().unwrap().to_string(),
+                                r["via"].as_str().unwrap().to_string(),
+                            )
+                        })
+                        .collect(),
+                    mtu: v.get("mtu").and_then(Value::as_u64),
+                };
+                out.insert(name.as_str().unwrap().to_string(), iface);
+            }
+        }
+        out
+    }
+
+    /// For every mode: cloud-init accepts the golden network_data.json, and
+    /// what it makes of it carries what our netplan form says (same VLAN
+    /// ids and parents, addresses, routes, MTUs; the elastic IPs, on `lo`
+    /// there, on the Layer3 bond here), plus the device itself: each port
+    /// found by MAC, the bond with its members in Metal's LACP mode,
+    /// Metal's Layer3 addresses and routes on it.
+    #[test]
+    fn cloud_init_accepts_network_data() {
+        let Some(py) = cloud_init_python() else {
+            return;
+        };
+        for (scenario, net, host) in scenarios() {
+            let text =
+                std::fs::read_to_string(golden_dir().join(format!("{scenario}.network-data.json")))
+                    .unwrap_or_else(|e| panic!("{scenario}: {e} (UPDATE_GOLDEN=1 writes it)"));
+            let got = convert(&py, &text);
+            let config = got["v1"]["config"].as_array().unwrap();
+            let by_name = |n: &str| config.iter().find(|c| c["name"] == n);
+
+            // The device: ports by MAC, the bond.
+            for (name, mac) in [("eth0", MAC0), ("eth1", MAC1)] {
+                let c = by_name(name).unwrap_or_else(|| panic!("{scenario}: no {name}"));
+                assert_eq!(
+                    (c["type"].as_str(), c["mac_address"].as_str()),
+                    (Some("physical"), Some(mac)),
+                    "{scenario}"
+                );
+            }
+            let bonds: Vec<&Json> = config.iter().filter(|c| c["type"] == "bond").collect();
+            assert_eq!(bonds.len(), host.bonds.len(), "{scenario}");
+            for (b, want) in bonds.iter().zip(&host.bonds) {
+                assert_eq!(b["name"], want.name.as_str(), "{scenario}");
+                assert_eq!(
+                    b["bond_interfaces"],
+                    serde_json::json!(want.members),
+                    "{scenario}"
+                );
+                assert_eq!(b["params"]["bond_mode"], "802.3ad", "{scenario}");
+                assert_eq!(
+                    b["params"]["bond_xmit_hash_policy"], "layer3+4",
+                    "{scenario}"
+                );
+            }
+
+            // cloud-init's netplan against ours.
+            let theirs = interfaces(got["netplan"].as_str().unwrap());
+            let ours = interfaces(&render(&net, Format::Netplan));
+            for (name, want) in &ours {
+                let on = if name == "lo" { "bond0" } else { name.as_str() };
+                let have = theirs
+                    .get(on)
+                    .unwrap_or_else(|| panic!("{scenario}: cloud-init has no {on}: {theirs:?}"));
+                assert_eq!(have.vlan, want.vlan, "{scenario}: {name}");
+                for a in &want.addresses {
+                    assert!(
+                        have.addresses.contains(a),
+                        "{scenario}: {name}: {a} {have:?}"
+                    );
+                }
+                for r in &want.routes {
+                    assert!(
+                        have.routes.contains(r),
+                        "{scenario}: {name}: {r:?} {have:?}"
+                    );
+                }
+                if want.mtu.is_some() {
+                    assert_eq!(have.mtu, want.mtu, "{scenario}: {name}");
+                }
+            }
+            // Nothing more VLANs than ours.
+            let vlans = |m: &BTreeMap<String, Iface>| {
+                m.iter()
+                    .filter(|(_, i)| i.vlan.is_some())
+                    .map(|(n, i)| (n.clone(), i.vlan.clone()))
+                    .collect::<Vec<_>>()
+            };
+            assert_eq!(vlans(&theirs), vlans(&ours), "{scenario}");
+            // Metal's Layer3 addresses and routes, on the bond.
+            for a in &host.layer3 {
+                let have = &theirs[&a.link];
+                assert!(
+                    have.addresses.contains(&a.address.to_string()),
+                    "{scenario}: {have:?}"
+                );
+                for (to, via) in &a.routes {
+                    assert!(
+                        have.routes.contains(&(to.to_string(), via.to_string())),
+                        "{scenario}: {have:?}"
+                    );
+                }
+            }
+            if host.layer3.is_empty() {
+                assert!(
+                    theirs
+                        .values()
+                        .all(|i| !i.addresses.iter().any(|a| a.starts_with("198.51.100."))),
+                    "{scenario}"
+                );
+            }
+        }
+    }
+
+    /// Resolvers become cloud-init's nameservers.
+    #[test]
+    fn cloud_init_reads_the_resolvers() {
+        let Some(py) = cloud_init_python() else {
+            return;
+        };
+        let (_, net, mut host) = scenarios().remove(0);
+        host.nameservers = vec!["192.0.2.53".parse().unwrap()];
+        let got = convert(&py, &render_nd(&net, &host).unwrap());
+        let config = got["v1"]["config"].as_array().unwrap();
+        assert!(config
+            .iter()
+            .any(|c| c["type"] == "nameserver" && c["address"] == "192.0.2.53"));
+        assert!(got["netplan"].as_str().unwrap().contains("192.0.2.53"));
+    }
 }

@@ -90,6 +90,7 @@ use crate::kv::Ctx;
 use crate::metal::client::Metal;
 use crate::network::apply::{self, Report};
 use crate::network::batch::VlanBatches;
+use crate::network::network_data;
 use crate::network::node::{node_network, Pending, Slot};
 use crate::network::plan::{Desired, Observed, Step};
 use crate::network::profile::{bonds, PoolName, Profile, VlanRef};
@@ -1292,7 +1293,37 @@ pub fn netconfig<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
             .map(|(_, _, a)| a.clone())
     };
     let (net, pending) = node_network(&m.profile, &vxlan_of, &address_of)?;
+    if format == Format::NetworkData {
+        return Ok((network_data_of(metal, &m, ns, name, &net)?, pending));
+    }
     Ok((render(&net, format), pending))
+}
+
+/// `network_data.json` for the machine's device: its ports, MACs and
+/// Layer3 addresses as Metal reports them ([`network_data::host`]).
+///
+/// # Errors
+/// 409 `DeviceUnknown` (no device yet: no MACs), `MacUnknown`; 404
+/// `DeviceNotFound`; Metal errors.
+fn network_data_of<H: HttpClient + ?Sized, E: Env + ?Sized>(
+    metal: &Metal<'_, H, E>,
+    m: &MachineNetwork,
+    ns: &str,
+    name: &str,
+    net: &crate::network::render::NodeNetwork,
+) -> Result<String> {
+    let id = m.device.clone().ok_or_else(|| {
+        Error::conflict(
+            "DeviceUnknown",
+            format!(
+                "Machine {ns}/{name} has no device yet (spec.providerID): network_data.json needs its ports' MAC addresses; use format=netplan, ifupdown, cloud-init or shell meanwhile"
+            ),
+        )
+    })?;
+    let device = metal
+        .device_ports(&id)?
+        .ok_or_else(|| not_found("DeviceNotFound", format!("device {id} does not exist")))?;
+    network_data::render(net, &network_data::host(&m.profile, &device, Vec::new()))
 }
 
 /// `format=` of the netconfig route.
@@ -1302,6 +1333,7 @@ pub fn netconfig<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
 /// use metal_ipam_core::network::render::Format;
 /// assert_eq!(format_of("format=ifupdown").unwrap(), Format::Ifupdown);
 /// assert_eq!(format_of("").unwrap(), Format::Netplan);
+/// assert_eq!(format_of("format=network-data").unwrap(), Format::NetworkData);
 /// assert_eq!(format_of("format=yaml").unwrap_err().status(), 400);
 /// ```
 ///
@@ -1317,8 +1349,9 @@ pub fn format_of(query: &str) -> Result<Format> {
         "ifupdown" => Ok(Format::Ifupdown),
         "cloud-init" => Ok(Format::CloudInit),
         "shell" => Ok(Format::Shell),
+        "network-data" => Ok(Format::NetworkData),
         other => Err(Error::malformed(format!(
-            "format {other:?}: use netplan, ifupdown, cloud-init or shell"
+            "format {other:?}: use netplan, ifupdown, cloud-init, shell or network-data"
         ))),
     }
 }

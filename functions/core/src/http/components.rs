@@ -369,9 +369,12 @@ pub fn poll<K: KvStore, H: HttpClient + ?Sized>(
 ///   changes or a `POST` asks to apply again), the device back to Layer3
 ///   without VLANs (202 while that runs), then the machine's per-VLAN
 ///   claims deleted (200). A `POST` withdraws the release.
-/// - `GET /v1/machines/{ns}/{name}/netconfig?format=netplan|ifupdown|cloud-init|shell`:
+/// - `GET /v1/machines/{ns}/{name}/netconfig?format=netplan|ifupdown|cloud-init|shell|network-data`:
 ///   the node's OS configuration as text (`X-Metal-IPAM-Pending` counts the
-///   pool addresses not rendered yet).
+///   pool addresses not rendered yet); `network-data` is the whole
+///   configuration as OpenStack `network_data.json` (`application/json`;
+///   409 `DeviceUnknown` / `MacUnknown` until the device reports its
+///   ports' MACs).
 pub fn network<K: KvStore, H: HttpClient + ?Sized>(
     s: &Services<'_, K, H>,
     req: &ApiRequest<'_>,
@@ -457,6 +460,7 @@ fn netconfig_answer<K: KvStore, H: HttpClient + ?Sized>(
     let content_type = match format {
         crate::network::render::Format::Shell => "text/x-shellscript",
         crate::network::render::Format::Ifupdown => "text/plain; charset=utf-8",
+        crate::network::render::Format::NetworkData => "application/json",
         _ => "application/yaml",
     };
     let mut r = ApiResponse::success(200, None, at.route, "rendered");

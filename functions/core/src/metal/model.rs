@@ -402,6 +402,27 @@ pub struct Device {
     pub network_ports: Vec<Port>,
     /// Mode changes (bond, disbond, convert) are refused while set.
     pub network_frozen: Option<bool>,
+    /// Its addresses: Metal's management (Layer3) ones and those assigned
+    /// to it.
+    pub ip_addresses: Vec<DeviceIp>,
+}
+
+/// An address of a device as `GET /devices/{id}` lists it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default)]
+pub struct DeviceIp {
+    /// The address.
+    pub address: Option<String>,
+    /// Prefix length.
+    pub cidr: Option<u8>,
+    /// The gateway (management addresses).
+    pub gateway: Option<String>,
+    /// 4 or 6.
+    pub address_family: Option<u8>,
+    /// Public (else private).
+    pub public: Option<bool>,
+    /// One of the addresses Metal gave the device at provisioning.
+    pub management: Option<bool>,
 }
 
 /// A device port: its bond state, mode and VLANs.

@@ -15,6 +15,9 @@
 //!   Metal delivers each VLAN) and addresses.
 //! - [`render`]: the node's VLAN interfaces as netplan, ifupdown,
 //!   cloud-init or shell (pure).
+//! - [`network_data`]: the node's whole configuration as OpenStack
+//!   `network_data.json` (ports, bonds, Metal's Layer3 addresses and the
+//!   VLANs), from the profile and the device (pure).
 //!
 //! May import `ipam` (pool names), `kube::names`, `metal` (ports as Metal
 //! reports them, the client for `apply`), `kv` (the apply record) and the
@@ -22,6 +25,7 @@
 
 pub mod apply;
 pub mod batch;
+pub mod network_data;
 pub mod node;
 pub mod plan;
 pub mod profile;

@@ -1,10 +1,12 @@
 //! The node's OS network configuration for Layer2 / Hybrid ports: what a
 //! node must configure itself (Metal has no DHCP, and the metadata service
 //! does not tell VLANs), rendered as netplan, ifupdown, cloud-init or a
-//! shell script, from a [`NodeNetwork`] (resolved from the applied state,
-//! or from the profile and the claims before the device exists).
+//! shell script (and, with the device, OpenStack `network_data.json`:
+//! [`super::network_data`]), from a [`NodeNetwork`] (resolved from the
+//! applied state, or from the profile and the claims before the device
+//! exists).
 //!
-//! Only the links metal-ipam adds are rendered: VLAN sub-interfaces
+//! Only the links metal-ipam adds are rendered (but for network data): VLAN sub-interfaces
 //! (`bond0.<vxlan>`, `eth1.<vxlan>`) and untagged addresses on a port that
 //! carries one VLAN untagged (a layer2 port with a single VLAN, or the
 //! native VLAN). The bond and the Layer3 addresses Metal's provisioning
@@ -26,6 +28,13 @@
 //!   (`ip link show X || ip link add …`, `ip addr replace`, `ip link set …
 //!   up`, `ip route replace`); loads `8021q` and persists it in
 //!   [`MODULES_LOAD_PATH`].
+//!
+//! - [`Format::NetworkData`]: OpenStack `network_data.json`, the node's
+//!   **whole** configuration (a datasource's replaces what Metal's
+//!   provisioning wrote), so it needs the device too: rendered by
+//!   [`super::network_data::render`] from a [`NodeNetwork`] and a
+//!   [`super::network_data::Host`]; [`render`] knows no device and leaves
+//!   every link out.
 //!
 //! `8021q` is loaded (and, for cloud-init and shell, persisted) only when
 //! a tagged link is rendered; ifupdown loads it in the VLAN's `pre-up`.
@@ -103,6 +112,11 @@ pub enum Format {
     CloudInit,
     /// A POSIX shell script with `ip` commands, idempotent.
     Shell,
+    /// OpenStack `network_data.json`: the node's **whole** configuration,
+    /// which needs what the device is ([`super::network_data`]). `render`
+    /// knows no device: it renders an empty device, on which every link is
+    /// left out; render with [`super::network_data::render`].
+    NetworkData,
 }
 
 /// A route on a link.
@@ -157,13 +171,14 @@ const MAX_IFNAME: usize = 15;
 
 impl Format {
     /// The file this format's output is meant for: [`NETPLAN_PATH`],
-    /// [`IFUPDOWN_PATH`]; `None` for cloud-init (user data) and shell (a
-    /// script to run).
+    /// [`IFUPDOWN_PATH`]; `None` for cloud-init (user data), shell (a
+    /// script to run) and network data (a datasource's, e.g. a config
+    /// drive's `openstack/latest/network_data.json`).
     pub fn path(self) -> Option<&'static str> {
         match self {
             Format::Netplan => Some(NETPLAN_PATH),
             Format::Ifupdown => Some(IFUPDOWN_PATH),
-            Format::CloudInit | Format::Shell => None,
+            Format::CloudInit | Format::Shell | Format::NetworkData => None,
         }
     }
 }
@@ -205,6 +220,11 @@ pub fn render(net: &NodeNetwork, format: Format) -> String {
         Format::Ifupdown => ifupdown(&checked),
         Format::CloudInit => cloud_init(&checked),
         Format::Shell => shell(&checked),
+        // An empty host has no port, so no MAC to miss: never an error.
+        Format::NetworkData => {
+            super::network_data::render(net, &super::network_data::Host::default())
+                .unwrap_or_default()
+        }
     }
 }
 
@@ -213,18 +233,18 @@ pub fn render(net: &NodeNetwork, format: Format) -> String {
 // ---------------------------------------------------------------------------
 
 /// A link whose every rendered value was parsed back.
-struct Checked<'a> {
-    name: &'a str,
-    vlan: Option<(&'a str, u16)>,
-    addresses: Vec<IpNet>,
-    routes: Vec<(IpNet, IpAddr)>,
-    mtu: Option<u32>,
+pub(super) struct Checked<'a> {
+    pub(super) name: &'a str,
+    pub(super) vlan: Option<(&'a str, u16)>,
+    pub(super) addresses: Vec<IpNet>,
+    pub(super) routes: Vec<(IpNet, IpAddr)>,
+    pub(super) mtu: Option<u32>,
 }
 
 /// The links to render, and what was left out (comments without values).
-struct Checks<'a> {
-    links: Vec<Checked<'a>>,
-    skipped: Vec<String>,
+pub(super) struct Checks<'a> {
+    pub(super) links: Vec<Checked<'a>>,
+    pub(super) skipped: Vec<String>,
 }
 
 impl Checks<'_> {
@@ -234,7 +254,7 @@ impl Checks<'_> {
 }
 
 /// A name Linux accepts and no format needs to escape.
-fn valid_ifname(name: &str) -> bool {
+pub(super) fn valid_ifname(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= MAX_IFNAME
         && !name.starts_with(['-', '.'])
@@ -252,7 +272,7 @@ fn parse_destination(to: &str) -> Option<IpNet> {
 
 /// The links of `net` that can be rendered, in order, and a line for each
 /// link, address or route left out and why.
-fn check(net: &NodeNetwork) -> Checks<'_> {
+pub(super) fn check(net: &NodeNetwork) -> Checks<'_> {
     let mut skipped = Vec::new();
     let mut links: Vec<Checked<'_>> = Vec::new();
     for (i, link) in net.links.iter().enumerate() {
