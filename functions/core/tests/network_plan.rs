@@ -781,3 +781,35 @@ fn a_profile_resolves_to_every_port_of_the_device() {
         422
     );
 }
+
+/// A profile takes a VLAN's address, and an elastic IP, from address pools
+/// only: a prefix pool hands out networks, not host addresses (a VRF-backed
+/// prefix pool's VLAN is named by its number instead).
+#[test]
+fn prefix_pools_give_no_host_addresses_to_profiles() {
+    for kind in ["MetalPrefixPool", "GlobalMetalPrefixPool"] {
+        let pool = json!({"kind": kind, "name": "pods"});
+        assert_eq!(
+            refused(
+                json!({"metro": "da", "ports": [{"name": "bond0", "vlans": [{"pool": pool}]}]})
+            ),
+            "spec.ports[0].vlans[0].pool.kind"
+        );
+        assert_eq!(
+            refused(json!({"ports": [{"name": "bond0", "elasticIPs": [{"pool": pool}]}]})),
+            "spec.ports[0].elasticIPs[0].pool.kind"
+        );
+        let e = profile(json!({"ports": [{"name": "bond0", "elasticIPs": [{"pool": pool}]}]}))
+            .unwrap_err();
+        assert!(
+            e.message().contains("sub-prefixes, not host addresses"),
+            "{e}"
+        );
+    }
+    // The address pool kinds stay accepted.
+    for kind in ["MetalIPPool", "GlobalMetalIPPool"] {
+        let pool = json!({"kind": kind, "name": "vrf"});
+        profile(json!({"metro": "da", "ports": [{"name": "bond0", "vlans": [{"pool": pool}]}]}))
+            .unwrap();
+    }
+}

@@ -341,3 +341,59 @@ fn bad_queries_are_422() {
     }
     assert!(view::search(&w.ctx(), &format!("q={}", "a".repeat(view::MAX_QUERY))).is_ok());
 }
+
+/// A prefix pool in the view: its id is marked `+` (the page picks the
+/// prefix routes by it), its rows and free ranges are sub-prefixes
+/// (`net/len`), and searching any address inside a bound sub-prefix finds
+/// its holder.
+#[test]
+fn a_prefix_pool_shows_sub_prefixes_and_is_found_by_an_inner_address() {
+    let w = World::new();
+    w.call(
+        pools,
+        "PUT",
+        "/v1/prefix-pools/team-a/pods",
+        Some(
+            json!({"apiVersion": "ipam.metal-ipam.dev/v1alpha1", "kind": "MetalPrefixPool",
+            "metadata": {"name": "pods", "namespace": "team-a"},
+            "spec": {"prefixes": ["fd00:7::/61"]}}),
+        ),
+    );
+    let mut c = json!({"apiVersion": "ipam.cluster.x-k8s.io/v1beta2", "kind": "IPAddressClaim",
+        "metadata": {"name": "n-0", "namespace": "team-a", "uid": "u0"},
+        "spec": {"poolRef": {"apiGroup": "ipam.metal-ipam.dev", "kind": "MetalPrefixPool", "name": "pods"}}});
+    w.call(allocate, "POST", "/v1/claims", Some(c.clone()));
+    c["metadata"]["name"] = json!("n-1");
+    w.call(allocate, "POST", "/v1/claims", Some(c));
+    let o = view::overview(&w.ctx()).unwrap();
+    let row = &o["pools"][0];
+    assert_eq!(
+        (row["id"].clone(), row["kind"].clone()),
+        (json!("+team-a/pods"), json!("MetalPrefixPool"))
+    );
+    assert_eq!(
+        (row["total"].clone(), row["used"].clone()),
+        (json!(8), json!(2))
+    );
+    let id = PoolId::of(
+        metal_ipam_core::ipam::pool::PoolKind::NamespacedPrefix,
+        "team-a",
+        "pods",
+    );
+    let d = view::pool(&w.ctx(), &id).unwrap().unwrap();
+    assert_eq!(d["addresses"][1]["address"], "fd00:7:0:1::/64");
+    assert_eq!(d["addresses"][1]["claim"], "team-a/n-1");
+    assert_eq!(d["free"], json!(["fd00:7:0:2::/64-fd00:7:0:7::/64"]));
+    let found = view::search(&w.ctx(), "q=fd00:7:0:1::abcd").unwrap();
+    let hit = found["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["type"] == "address")
+        .unwrap_or_else(|| panic!("{found:#}"))
+        .clone();
+    assert_eq!(
+        (hit["claim"].clone(), hit["pool"].clone()),
+        (json!("team-a/n-1"), json!("+team-a/pods"))
+    );
+}

@@ -26,7 +26,7 @@ use serde_json::{json, Value};
 use crate::error::{Error, Result};
 use crate::ip::Family;
 use crate::ipam::ops::{self, PoolView};
-use crate::ipam::pool::{PoolId, ValidatedPool};
+use crate::ipam::pool::PoolId;
 use crate::ipam::store::{self, ClaimRecord};
 use crate::kv::{keys, Ctx};
 use crate::observe::summary::{self, Summary};
@@ -64,10 +64,13 @@ fn percent(used: u128, total: u128) -> f64 {
 
 /// The pool's id as the page names it: `ns/name`, or `name` for a global
 /// pool.
+/// The page's id of a pool: `ns/name` or `name`, with a leading `+` for a
+/// prefix pool (no Kubernetes name starts with `+`).
 fn pool_ref(id: &PoolId) -> String {
+    let shape = if id.kind.is_prefix() { "+" } else { "" };
     match &id.namespace {
-        Some(ns) => format!("{ns}/{}", id.name),
-        None => id.name.clone(),
+        Some(ns) => format!("{shape}{ns}/{}", id.name),
+        None => format!("{shape}{}", id.name),
     }
 }
 
@@ -169,12 +172,23 @@ fn machine_addresses(s: Option<&Summary>) -> BTreeMap<String, String> {
     out
 }
 
-/// A range as text: `a` or `a-b`.
-fn range_text(pool: &ValidatedPool, (a, b): (u128, u128)) -> String {
-    if a == b {
-        pool.ip(a).to_string()
+/// A value of loaded pool `l` as text: the address, or for a prefix pool
+/// the sub-prefix `net/len`.
+fn value_text(l: &store::Loaded, v: u128) -> String {
+    if l.object.id.kind.is_prefix() {
+        format!("{}/{}", l.pool.ip(v), l.pool.prefix)
     } else {
-        format!("{}-{}", pool.ip(a), pool.ip(b))
+        l.pool.ip(v).to_string()
+    }
+}
+
+/// A range as text: `a` or `a-b` (sub-prefixes: `net/len` or
+/// `net/len-net/len`).
+fn range_text(l: &store::Loaded, (a, b): (u128, u128)) -> String {
+    if a == b {
+        value_text(l, a)
+    } else {
+        format!("{}-{}", value_text(l, a), value_text(l, b))
     }
 }
 
@@ -264,7 +278,7 @@ pub fn pool<K: KvStore>(ctx: &Ctx<'_, K>, id: &PoolId) -> Result<Option<Value>> 
             omitted += n - room;
         }
         for v in (a..=b).take(usize::try_from(room.min(n)).unwrap_or(0)) {
-            let address = l.pool.ip(v).to_string();
+            let address = value_text(&l, v);
             let holder = holders.get(&v);
             let until = cooling.get(&v);
             let state = if until.is_some() {
@@ -292,13 +306,13 @@ pub fn pool<K: KvStore>(ctx: &Ctx<'_, K>, id: &PoolId) -> Result<Option<Value>> 
         .ranges()
         .iter()
         .take(MAX_FREE_RANGES)
-        .map(|&r| range_text(&l.pool, r))
+        .map(|&r| range_text(&l, r))
         .collect();
     let cooling_rows: Vec<Value> = l
         .state
         .cooling
         .iter()
-        .map(|c| json!({"address": l.pool.ip(c.address).to_string(), "until": c.until}))
+        .map(|c| json!({"address": value_text(&l, c.address), "until": c.until}))
         .collect();
     let spec = &l.object.spec;
     let metal = if spec.metal.is_some() {
@@ -444,12 +458,15 @@ pub fn search<K: KvStore>(ctx: &Ctx<'_, K>, query: &str) -> Result<Value> {
             let Some(l) = store::read_pool(ctx.kv, id)? else {
                 continue;
             };
-            let Some(a) = store::addr_in_family(&l.pool, ip) else {
+            // In a prefix pool, the sub-prefix containing the address.
+            if crate::ip::Family::of(ip) != l.pool.family {
                 continue;
-            };
+            }
+            let a = crate::ip::to_u128(ip) >> l.pool.shift;
+            let net = l.pool.ip(a).to_string();
             let holder = claims
                 .iter()
-                .find(|(ns, _, r)| r.pool_id(ns).ok().as_ref() == Some(id) && r.address == wanted);
+                .find(|(ns, _, r)| r.pool_id(ns).ok().as_ref() == Some(id) && r.address == net);
             if let Some((state, until)) = address_result(&l, a, holder) {
                 push(
                     &mut results,

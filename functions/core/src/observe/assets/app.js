@@ -148,9 +148,11 @@
     markNav("pools");
     const id = parts.join("/");
     status("Loading pool " + id + "…");
-    const path = parts.length === 2
-      ? "/ui/api/pools/" + parts.map(encodeURIComponent).join("/")
-      : "/ui/api/global-pools/" + encodeURIComponent(parts[0]);
+    // A prefix pool's id starts with "+" (see view.rs, pool_ref).
+    const prefix = parts[0].startsWith("+");
+    const names = [parts[0].replace(/^\+/, "")].concat(parts.slice(1));
+    const path = "/ui/api/" + (names.length === 2 ? "" : "global-") +
+      (prefix ? "prefix-pools/" : "pools/") + names.map(encodeURIComponent).join("/");
     const d = await api(path);
     const p = d.pool;
     const box = $("pool-detail");
