@@ -1,9 +1,11 @@
 //! IPAM: what a pool is and how addresses are handed out, independent of
 //! where the state is kept.
 //!
-//! - [`pool`]: pool objects (`MetalIPPool`, `GlobalMetalIPPool`), their
+//! - [`pool`]: pool objects (`MetalIPPool`, `GlobalMetalIPPool`, and the
+//!   prefix pools `MetalPrefixPool`, `GlobalMetalPrefixPool`), their
 //!   identity ([`pool::PoolId`]) and validation into a
-//!   [`pool::ValidatedPool`].
+//!   [`pool::ValidatedPool`], whose values are addresses or, in a prefix
+//!   pool, sub-prefix numbers (everything below counts in those units).
 //! - [`vrf`]: the `spec.metal` section of a VRF-backed pool (which Metal
 //!   resources, adopted or created, and their deletion policies).
 //! - [`claim`]: the CAPI `IPAddressClaim` input and `IPAddress` output.

@@ -679,7 +679,7 @@ fn check_pool(p: &PoolName, field: &str) -> Result<()> {
         if PoolKind::from_kind_name(k).is_some_and(PoolKind::is_prefix) {
             // A VLAN interface needs a host address of the VLAN's subnet;
             // a prefix pool hands out networks, and Metal routes none of
-            // them to a VLAN (docs/networking.md, "Prefix pools").
+            // them to a VLAN (docs/prefix-pools.md, "Network profiles").
             return Err(Error::invalid(
                 format!("{field}.kind"),
                 format!("{k:?} hands out sub-prefixes, not host addresses: a VLAN's address comes from a MetalIPPool or GlobalMetalIPPool"),
