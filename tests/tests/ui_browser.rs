@@ -408,6 +408,31 @@ async fn seed(app: &App) {
             )),
         )
         .await);
+    // A prefix pool with one claim: its rows are sub-prefixes.
+    ok(&app
+        .call(
+            "PUT",
+            "/v1/prefix-pools/team-a/pods",
+            Some(
+                &json!({"apiVersion": "ipam.metal-ipam.dev/v1alpha1", "kind": "MetalPrefixPool",
+                "metadata": {"name": "pods", "namespace": "team-a"},
+                "spec": {"prefixes": ["fd00:7::/61"]}}),
+            ),
+        )
+        .await);
+    ok(&app
+        .call(
+            "POST",
+            "/v1/claims",
+            Some(&claim(
+                "team-a",
+                "pods-0",
+                "MetalPrefixPool",
+                "pods",
+                "prod",
+            )),
+        )
+        .await);
     let machine = |name: &str, phase: &str, addr: &str| MachineRow {
         namespace: "team-a".into(),
         name: name.into(),
@@ -532,6 +557,22 @@ async fn scenario(b: &Browser, base: &str) -> Result<()> {
         .await?;
     b.wait_shown("#pool-detail").await?;
     b.screenshot("pool-detail").await?;
+
+    // (c') A prefix pool's detail, reached from the list (its id is marked
+    // `+`, which picks the prefix pools' data route).
+    b.goto(&format!("{base}/ui#/pools")).await?;
+    b.click(r#"#pools tr[data-pool="+team-a/pods"] a"#).await?;
+    let row = b
+        .wait_text(r#"#addresses tr[data-address="fd00:7::/64"]"#, |t| {
+            t.contains("pods-0")
+        })
+        .await?;
+    assert!(
+        row.contains("team-a/pods-0") && row.contains("bound"),
+        "{row}"
+    );
+    b.wait_text("#free", |t| t.contains("fd00:7:0:1::/64-fd00:7:0:7::/64"))
+        .await?;
 
     // (d) Search by address, typed into the search box.
     b.goto(&format!("{base}/ui#/search")).await?;

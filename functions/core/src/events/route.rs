@@ -201,6 +201,42 @@ mod tests {
         );
     }
 
+    /// Prefix pools' events reach their own routes: the pools step, and
+    /// the provision step for a VRF-backed one; an `IPAddress` of one, its
+    /// claim and its pool's status.
+    #[test]
+    fn prefix_pools_and_their_claims_reach_their_routes() {
+        let pool = json!({"apiVersion": "ipam.metal-ipam.dev/v1alpha1", "kind": "MetalPrefixPool",
+            "metadata": {"name": "pods", "namespace": "team-a"}, "spec": {"prefixes": ["fd00::/48"]}});
+        assert_eq!(
+            routed(pool),
+            [("pools", "/v1/capi/prefix-pools/team-a/pods".to_string())]
+        );
+        let vrf = json!({"apiVersion": "ipam.metal-ipam.dev/v1alpha1", "kind": "GlobalMetalPrefixPool",
+            "metadata": {"name": "routed"}, "spec": {"metal": {}}});
+        assert_eq!(
+            routed(vrf),
+            [
+                ("pools", "/v1/capi/global-prefix-pools/routed".to_string()),
+                (
+                    "provision",
+                    "/v1/capi/metal/global-prefix-pools/routed".to_string()
+                )
+            ]
+        );
+        let address = json!({"apiVersion": "ipam.cluster.x-k8s.io/v1beta2", "kind": "IPAddress",
+            "metadata": {"name": "n-0", "namespace": "team-a"},
+            "spec": {"address": "10.96.0.16", "prefix": 28, "claimRef": {"name": "n-0"},
+                "poolRef": {"apiGroup": "ipam.metal-ipam.dev", "kind": "GlobalMetalPrefixPool", "name": "routed"}}});
+        assert_eq!(
+            routed(address),
+            [
+                ("allocate", "/v1/capi/claims/team-a/n-0".to_string()),
+                ("pools", "/v1/capi/global-prefix-pools/routed".to_string())
+            ]
+        );
+    }
+
     fn claim_call(component: Component) -> Call {
         let step = Step::Claim {
             ns: "ns".into(),

@@ -220,12 +220,28 @@ pub fn render(net: &NodeNetwork, format: Format) -> String {
         Format::Ifupdown => ifupdown(&checked),
         Format::CloudInit => cloud_init(&checked),
         Format::Shell => shell(&checked),
-        // An empty host has no port, so no MAC to miss: never an error.
-        Format::NetworkData => {
-            super::network_data::render(net, &super::network_data::Host::default())
-                .unwrap_or_default()
-        }
+        Format::NetworkData => without_host(&checked),
     }
+}
+
+/// `network_data.json` without the device: no port, so every link is left
+/// out and listed as skipped (what `network_data::render` does with an
+/// empty host; rendering with the device is `network_data`'s, which builds
+/// on this module, so this one does not call it).
+fn without_host(net: &Checks<'_>) -> String {
+    let skipped: Vec<String> = net
+        .links
+        .iter()
+        .map(|l| format!("{}: the device's ports are not known", l.name))
+        .chain(net.skipped.iter().cloned())
+        .collect();
+    let mut doc = serde_json::json!({"links": [], "networks": [], "services": []});
+    if !skipped.is_empty() {
+        doc["metal_ipam_skipped"] = skipped.into();
+    }
+    let mut text = serde_json::to_string_pretty(&doc).unwrap_or_default();
+    text.push('\n');
+    text
 }
 
 // ---------------------------------------------------------------------------
