@@ -167,7 +167,7 @@ impl Model {
     /// Whether the aligned sub-prefix at `start` may be handed out at all.
     fn allowed(&self, start: u128) -> bool {
         let iv = self.interval(start);
-        start % self.unit() == 0
+        start.is_multiple_of(self.unit())
             && self.prefixes().iter().any(|&(a, b)| a <= iv.0 && iv.1 <= b)
             && !self
                 .g
@@ -221,7 +221,7 @@ impl Model {
         }
         // An address that is not a sub-prefix's network address is refused
         // before anything else (as an address of another family is).
-        if requested.is_some_and(|r| r % self.unit() != 0) {
+        if requested.is_some_and(|r| !r.is_multiple_of(self.unit())) {
             return Err("AddressNotInPool");
         }
         self.expire();
