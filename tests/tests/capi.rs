@@ -1108,3 +1108,46 @@ async fn reconcile_never_frees_a_claim_bound_after_its_list() {
     );
     w.assert_schema_clean();
 }
+
+/// The prefix pool CRDs on the real API server (`KUBEBUILDER_ASSETS`;
+/// skipped without it): `allocationPrefixLength` defaults to 64, and the
+/// CEL rule refuses an IPv4 pool handing out more than /32 (an IPv4 pool
+/// left at the default, too), before any webhook.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_real_api_server_applies_the_prefix_pool_crd_rules() {
+    let Some(cp) = ControlPlane::get() else {
+        eprintln!("skipped: KUBEBUILDER_ASSETS is not set");
+        return;
+    };
+    let s = tokio::task::block_in_place(|| cp.session());
+    let pool = |name: &str, spec: Value| {
+        json!({"apiVersion": "ipam.metal-ipam.dev/v1alpha1", "kind": "GlobalMetalPrefixPool",
+               "metadata": {"name": name}, "spec": spec})
+    };
+    let v6 = s.create(pool("crd-v6", json!({"prefixes": ["fd00:42::/48"]})));
+    assert_eq!(v6["spec"]["allocationPrefixLength"], 64, "defaulted");
+    let v4 = s.create(pool(
+        "crd-v4",
+        json!({"prefixes": ["10.42.0.0/24"], "allocationPrefixLength": 28}),
+    ));
+    assert_eq!(v4["spec"]["allocationPrefixLength"], 28);
+    for (name, spec) in [
+        (
+            "crd-v4-long",
+            json!({"prefixes": ["10.42.1.0/24"], "allocationPrefixLength": 64}),
+        ),
+        ("crd-v4-default", json!({"prefixes": ["10.42.2.0/24"]})),
+    ] {
+        let e = s.try_create(pool(name, spec)).unwrap_err();
+        assert_eq!(e.code, 422, "{e:?}");
+        assert!(
+            e.message
+                .contains("allocationPrefixLength must be at most 32 for IPv4 prefixes"),
+            "{e:?}"
+        );
+    }
+    let e = s
+        .try_create(pool("crd-none", json!({"allocationPrefixLength": 64})))
+        .unwrap_err();
+    assert_eq!(e.code, 422, "prefixes or metal: {e:?}");
+}
