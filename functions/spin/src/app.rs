@@ -333,12 +333,19 @@ pub fn dispatch_component<K: KvStore, H: HttpClient + Clone>(
     (resp, kv.map(|k| k.counts()).unwrap_or_default())
 }
 
+/// A component's routes that need no token and no store (the browser
+/// view's page and files): the answer, or `None` for any other request.
+pub type PublicRoutes = fn(&ApiRequest<'_>) -> Option<ApiResponse>;
+
 /// Steps 2–4 of the pipeline: [`admit`], then [`read_body`] on the stream
 /// `body` returns (called only when the request is admitted, so a refused
-/// request's body is never read), then [`dispatch_component`].
+/// request's body is never read), then [`dispatch_component`]. A request
+/// `public` answers is answered first, like `/healthz`: no token, no store,
+/// its body never read.
 #[allow(clippy::too_many_arguments)]
 pub async fn pipeline<K, H, S, E>(
     component: &str,
+    public: Option<PublicRoutes>,
     parts: &RequestParts,
     body: impl FnOnce() -> S,
     vars: impl Fn(&str) -> Result<String, variables::Error>,
@@ -353,6 +360,9 @@ where
     S: Stream<Item = Result<Vec<u8>, E>>,
     E: std::fmt::Debug,
 {
+    if let Some(r) = public.and_then(|p| p(&parts.api_request(&[]))) {
+        return (r, OpCounts::default());
+    }
     let config = match admit(parts, vars) {
         Ok(c) => c,
         Err(resp) => return (*resp, OpCounts::default()),
@@ -390,12 +400,26 @@ pub async fn serve_component(
     with_store: bool,
     handler: ComponentHandler<SpinKv, SpinHttp>,
 ) {
+    serve_component_public(component, None, req, response_out, with_store, handler).await;
+}
+
+/// [`serve_component`] for a component with routes `public` answers
+/// without a token or the store (see [`pipeline`]); the same log line.
+pub async fn serve_component_public(
+    component: &str,
+    public: Option<PublicRoutes>,
+    req: IncomingRequest,
+    response_out: ResponseOutparam,
+    with_store: bool,
+    handler: ComponentHandler<SpinKv, SpinHttp>,
+) {
     let started = Instant::now();
     let parts = RequestParts::from_incoming(&req);
     let env = SpinEnv::new();
     let open = || SpinKv::open_default();
     let (resp, ops) = pipeline(
         component,
+        public,
         &parts,
         move || req.into_body_stream(),
         spin_variable,
@@ -563,6 +587,7 @@ mod tests {
         let pulled = Cell::new(0);
         let (resp, ops) = block_on(pipeline(
             "pools",
+            None,
             &req.parts,
             || chunks(&req.body, &pulled),
             vars,
@@ -587,6 +612,7 @@ mod tests {
         let pulled = Cell::new(0);
         let (r, ops) = block_on(pipeline(
             "test",
+            None,
             &req.parts,
             || chunks(&req.body, &pulled),
             vars,
@@ -596,6 +622,66 @@ mod tests {
             handler,
         ));
         (r, ops, pulled.get())
+    }
+
+    /// A component's public routes (the browser view's page and files)
+    /// are answered before admission: no token, no store opened, no body
+    /// read; its other routes still need the token, and a public route's
+    /// answer is logged by the same pipeline as any other.
+    #[test]
+    fn public_routes_need_no_token_and_nothing_else() {
+        let opened = Cell::new(0);
+        let kv = MemKv::new(Backend::SpinSqlite);
+        let open = || {
+            opened.set(opened.get() + 1);
+            Ok(Shared(&kv))
+        };
+        let run = |req: &Req| {
+            let env = TestEnv::at(0);
+            let pulled = Cell::new(0);
+            let (r, ops) = block_on(pipeline(
+                "ui",
+                Some(components::ui_file as PublicRoutes),
+                &req.parts,
+                || chunks(&req.body, &pulled),
+                vars(Some("auto"), false),
+                Some(&open),
+                &env,
+                &NoHttp,
+                components::ui,
+            ));
+            (r, ops, pulled.get())
+        };
+        for path in ["http://h/ui", "http://h/ui/app.js", "http://h/ui/app.css"] {
+            let (r, ops, pulled) = run(&request("GET", path, None, "ignored body"));
+            assert_eq!(r.status, 200, "{path}: {:?}", r.body);
+            assert_eq!((ops.total(), pulled), (0, 0), "{path}");
+            let line = r.log_line(
+                "ui",
+                &request("GET", path, None, "").parts.api_request(&[]),
+                1,
+                0.1,
+                ops,
+            );
+            assert!(line.contains("\"outcome\":\"served\""), "{line}");
+        }
+        assert_eq!(opened.get(), 0, "the store is never opened for the page");
+        // A file that is not there: 404, still without a token.
+        let (r, _, _) = run(&request("GET", "http://h/ui/secrets.json", None, ""));
+        assert_eq!(r.status, 404);
+        // The data routes: 401 without the token, 200 with it.
+        let (r, _, _) = run(&request("GET", "http://h/ui/api/overview", None, ""));
+        assert_eq!(r.status, 401);
+        assert_eq!(opened.get(), 0);
+        let bearer = format!("Bearer {TOKEN}");
+        let (r, _, _) = run(&request(
+            "GET",
+            "http://h/ui/api/overview",
+            Some(&bearer),
+            "",
+        ));
+        assert_eq!(r.status, 200, "{:?}", r.body);
+        assert_eq!(opened.get(), 1);
     }
 
     /// One request to `pools` through the whole pipeline.

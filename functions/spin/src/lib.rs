@@ -33,9 +33,9 @@ mod kv;
 mod outbound;
 
 pub use app::{
-    admit, dispatch_component, pipeline, read_body, serve_component, AppConfig, ComponentHandler,
-    SpinHttp, VAR_EVENTS_TOKEN, VAR_K8S_API_URL, VAR_K8S_TOKEN, VAR_METAL_API_URL,
-    VAR_METAL_PROJECT_ID, VAR_METAL_TOKEN,
+    admit, dispatch_component, pipeline, read_body, serve_component, serve_component_public,
+    AppConfig, ComponentHandler, PublicRoutes, SpinHttp, VAR_EVENTS_TOKEN, VAR_K8S_API_URL,
+    VAR_K8S_TOKEN, VAR_METAL_API_URL, VAR_METAL_PROJECT_ID, VAR_METAL_TOKEN,
 };
 pub use env::{backoff, SpinEnv, BACKOFF_BASE, BACKOFF_CAP};
 pub use http::{
