@@ -446,6 +446,53 @@ fn named_for(claim: &str, machine: &str) -> bool {
     })
 }
 
+/// The live claims of every Machine, grouped once so that finding a
+/// Machine's claims costs a lookup, not a pass over every claim: by
+/// (namespace, machine label value) and by (namespace, the machine name
+/// [`named_for`] would accept). A claim is in the first map once and in
+/// the second once per `-` before its `-vlan-`/`-elastic-` part.
+#[derive(Default)]
+struct ClaimsOfMachines<'c> {
+    by_label: BTreeMap<(&'c str, &'c str), Vec<&'c ObjectMeta>>,
+    by_name: BTreeMap<(&'c str, &'c str), Vec<&'c ObjectMeta>>,
+}
+
+impl<'c> ClaimsOfMachines<'c> {
+    fn new(claims: &[&'c ObjectMeta]) -> Self {
+        let mut out = ClaimsOfMachines::default();
+        for &c in claims.iter().filter(|c| !c.deleting()) {
+            let ns = c.namespace.as_deref().unwrap_or_default();
+            if let Some(l) = c.label(MACHINE_LABEL) {
+                out.by_label.entry((ns, l)).or_default().push(c);
+            }
+            for (i, _) in c.name.match_indices('-') {
+                let machine = &c.name[..i];
+                if named_for(&c.name, machine) {
+                    out.by_name.entry((ns, machine)).or_default().push(c);
+                }
+            }
+        }
+        out
+    }
+
+    /// Machine `ns/name`'s claims: its label's, then those named for it
+    /// without the label, each once.
+    fn of(&self, ns: &str, name: &str) -> Vec<&'c ObjectMeta> {
+        let label = machine_label(name);
+        let mut out: Vec<&'c ObjectMeta> = self
+            .by_label
+            .get(&(ns, label.as_str()))
+            .cloned()
+            .unwrap_or_default();
+        for c in self.by_name.get(&(ns, name)).into_iter().flatten() {
+            if c.label(MACHINE_LABEL) != Some(label.as_str()) {
+                out.push(c);
+            }
+        }
+        out
+    }
+}
+
 /// What [`ensure_claims`] found and did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Claims {
@@ -1137,6 +1184,7 @@ pub fn machines_to_sync<'c, K: KvStore, H: HttpClient + ?Sized>(
     let machines = machines_with_profiles(kube, None)?;
     let recorded: BTreeSet<String> = apply::devices(ctx.kv)?.into_iter().collect();
     let claims: Vec<&ObjectMeta> = claims.collect();
+    let grouped = ClaimsOfMachines::new(&claims);
     let mut out = ToSync::default();
     let mut idle: Vec<(String, String, String)> = Vec::new();
     let mut profiles = BTreeMap::new();
@@ -1149,25 +1197,26 @@ pub fn machines_to_sync<'c, K: KvStore, H: HttpClient + ?Sized>(
         let ns = m.metadata.namespace.clone().unwrap_or_default();
         let name = m.metadata.name.clone();
         if profile.is_some() || device.as_ref().is_some_and(|d| recorded.contains(d)) {
-            let row = machine_row(ctx, kube, &mut profiles, (m, profile, device), &claims);
+            let row = machine_row(ctx, kube, &mut profiles, (m, profile, device), &grouped);
             out.rows.push(row);
             out.machines.push((ns, name));
         } else if let Some(uid) = &m.metadata.uid {
             idle.push((ns, name, uid.clone()));
         }
     }
-    for c in claims {
-        if c.deleting() {
-            continue;
+    // The idle Machines' own claims (owned by them), deleted once each, in
+    // the order listed.
+    let mut orphans: BTreeSet<(&str, &str)> = BTreeSet::new();
+    for (ns, name, uid) in &idle {
+        for c in grouped.of(ns, name).into_iter().filter(|c| c.owned_by(uid)) {
+            orphans.insert((ns.as_str(), c.name.as_str()));
         }
+    }
+    for c in claims {
         let ns = c.namespace.as_deref().unwrap_or_default();
-        let orphan = idle.iter().any(|(ins, name, uid)| {
-            ins == ns
-                && c.owned_by(uid)
-                && (c.label(MACHINE_LABEL) == Some(machine_label(name).as_str())
-                    || named_for(&c.name, name))
-        });
-        if orphan && kube.delete(&kube::CLAIMS, Some(ns), &c.name)? {
+        if orphans.contains(&(ns, c.name.as_str()))
+            && kube.delete(&kube::CLAIMS, Some(ns), &c.name)?
+        {
             out.claims_deleted += 1;
         }
     }
@@ -1182,7 +1231,7 @@ fn machine_row<K: KvStore, H: HttpClient + ?Sized>(
     kube: &Kube<'_, H>,
     profiles: &mut BTreeMap<(String, String), std::result::Result<Profile, String>>,
     (m, profile, device): (&MachineObject, &Option<String>, &Option<String>),
-    claims: &[&ObjectMeta],
+    claims: &ClaimsOfMachines<'_>,
 ) -> MachineRow {
     let ns = m.metadata.namespace.clone().unwrap_or_default();
     let name = m.metadata.name.clone();
@@ -1211,12 +1260,7 @@ fn machine_row<K: KvStore, H: HttpClient + ?Sized>(
             Err(e) => row.error = Some(e.clone()),
         }
     }
-    let label = machine_label(&name);
-    for c in claims.iter().filter(|c| {
-        c.namespace.as_deref() == Some(ns.as_str())
-            && !c.deleting()
-            && (c.label(MACHINE_LABEL) == Some(label.as_str()) || named_for(&c.name, &name))
-    }) {
+    for c in claims.of(&ns, &name) {
         if let Ok(Some(b)) = ops::get_claim(ctx.kv, &ns, &c.name) {
             row.addresses
                 .insert(c.name.clone(), format!("{}/{}", b.address, b.prefix));
@@ -1353,5 +1397,68 @@ pub fn format_of(query: &str) -> Result<Format> {
         other => Err(Error::malformed(format!(
             "format {other:?}: use netplan, ifupdown, cloud-init, shell or network-data"
         ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    fn meta(ns: &str, name: &str, label: Option<&str>, deleting: bool) -> ObjectMeta {
+        let mut m = json!({"name": name, "namespace": ns});
+        if let Some(l) = label {
+            m["labels"] = json!({MACHINE_LABEL: l});
+        }
+        if deleting {
+            m["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
+        }
+        ObjectMeta::from_json(&m)
+    }
+
+    proptest! {
+        /// The grouped claims of a Machine are exactly those the one-pass
+        /// filter (the definition) finds: live, same namespace, labelled
+        /// for it or named for it.
+        #[test]
+        fn grouped_claims_are_the_filtered_ones(
+            claims in prop::collection::vec((
+                prop::sample::select(vec!["a", "b"]),
+                prop::sample::select(vec!["m", "m-1", "m-1-vlan-0", "m-vlan-2", "m-1-elastic-0",
+                    "m-vlan-1-vlan-2", "x-vlan-0", "m1-vlan-0", "m-"]),
+                prop::option::of(prop::sample::select(vec!["m", "m-1", "x"])),
+                prop::bool::weighted(0.2),
+            ), 0..12),
+        ) {
+            let metas: Vec<ObjectMeta> = claims
+                .iter()
+                .map(|(ns, name, label, del)| meta(ns, name, *label, *del))
+                .collect();
+            let refs: Vec<&ObjectMeta> = metas.iter().collect();
+            let grouped = ClaimsOfMachines::new(&refs);
+            for ns in ["a", "b"] {
+                for machine in ["m", "m-1", "x", "m1", "m-vlan-1"] {
+                    let label = machine_label(machine);
+                    let want: BTreeSet<*const ObjectMeta> = refs
+                        .iter()
+                        .filter(|c| {
+                            c.namespace.as_deref() == Some(ns)
+                                && !c.deleting()
+                                && (c.label(MACHINE_LABEL) == Some(label.as_str())
+                                    || named_for(&c.name, machine))
+                        })
+                        .map(|c| *c as *const ObjectMeta)
+                        .collect();
+                    let got: Vec<*const ObjectMeta> = grouped
+                        .of(ns, machine)
+                        .into_iter()
+                        .map(|c| c as *const ObjectMeta)
+                        .collect();
+                    prop_assert_eq!(got.len(), want.len(), "each once: {} {}", ns, machine);
+                    prop_assert_eq!(got.into_iter().collect::<BTreeSet<_>>(), want);
+                }
+            }
+        }
     }
 }
