@@ -846,31 +846,8 @@ impl PoolSpec {
         let configured = normalize(configured);
         let allocatable = RangeSet::from_ranges(difference(&configured, &normalize(excluded)));
         let configured = RangeSet::from_ranges(configured);
-        let mut pre_allocations = BTreeMap::new();
-        let mut holders: BTreeMap<u128, &str> = BTreeMap::new();
-        for (claim, given) in &self.pre_allocations {
-            let field = format!("spec.preAllocations.{claim}");
-            names::check_subdomain(claim).map_err(|m| Error::invalid(&field, m))?;
-            let net = sub_prefix(given, len).map_err(|m| Error::invalid(&field, m))?;
-            check_family(&mut Some(family), Family::of(net), &field)?;
-            let v = to_u128(net) >> shift;
-            if !allocatable.contains(v) {
-                return Err(Error::invalid(
-                    &field,
-                    format!("{net}/{len} is not a sub-prefix this pool hands out (outside prefixes, or excluded)"),
-                ));
-            }
-            if holders.insert(v, claim).is_some() {
-                return Err(Error::invalid(
-                    &field,
-                    format!("{net}/{len} is pre-allocated to another claim too"),
-                ));
-            }
-            pre_allocations.insert(claim.clone(), v);
-        }
-        let mut held: Vec<u128> = pre_allocations.values().copied().collect();
-        held.sort_unstable();
-        let pre_allocated = RangeSet::from_ranges(held.into_iter().map(|v| (v, v)));
+        let (pre_allocations, pre_allocated) =
+            self.pre_allocated(family, &allocatable, Some(len))?;
         Ok(ValidatedPool {
             family,
             prefix: len,
@@ -920,11 +897,7 @@ impl PoolSpec {
                 allocatable.remove(to_u128(g));
             }
         }
-        let pre_allocations = self.pre_allocated(family, &allocatable)?;
-        // In ascending order of address, so building the set is O(p log p).
-        let mut held: Vec<u128> = pre_allocations.values().copied().collect();
-        held.sort_unstable();
-        let pre_allocated = RangeSet::from_ranges(held.into_iter().map(|v| (v, v)));
+        let (pre_allocations, pre_allocated) = self.pre_allocated(family, &allocatable, None)?;
         Ok(ValidatedPool {
             family,
             prefix: self.prefix,
@@ -992,39 +965,53 @@ impl PoolSpec {
         Ok(Some(ip))
     }
 
-    /// `spec.preAllocations`: valid claim names, each an allocatable
-    /// address of its own.
+    /// `spec.preAllocations`: valid claim names, each an allocatable value
+    /// of its own: an address, or with `len` (a prefix pool) a sub-prefix
+    /// of that length ([`sub_prefix`]) as its number. Also the set of those
+    /// values.
     fn pre_allocated(
         &self,
         family: Family,
         allocatable: &RangeSet,
-    ) -> Result<BTreeMap<String, u128>> {
+        len: Option<u8>,
+    ) -> Result<(BTreeMap<String, u128>, RangeSet)> {
+        let shift = len.map_or(0, |l| family.bits() - l);
+        let shown = |ip: IpAddr| match len {
+            Some(l) => format!("{ip}/{l}"),
+            None => ip.to_string(),
+        };
         let mut pre_allocations = BTreeMap::new();
         let mut holders: BTreeMap<u128, &str> = BTreeMap::new();
-        for (claim, ip) in &self.pre_allocations {
+        for (claim, given) in &self.pre_allocations {
             let field = format!("spec.preAllocations.{claim}");
             names::check_subdomain(claim).map_err(|m| Error::invalid(&field, m))?;
-            let addr: IpAddr = ip
-                .trim()
-                .parse()
-                .map_err(|_| Error::invalid(&field, format!("{ip:?} is not an IP address")))?;
-            check_family(&mut Some(family), Family::of(addr), &field)?;
-            let v = to_u128(addr);
+            let ip = match len {
+                Some(l) => sub_prefix(given, l).map_err(|m| Error::invalid(&field, m))?,
+                None => given.trim().parse().map_err(|_| {
+                    Error::invalid(&field, format!("{given:?} is not an IP address"))
+                })?,
+            };
+            check_family(&mut Some(family), Family::of(ip), &field)?;
+            let v = to_u128(ip) >> shift;
             if !allocatable.contains(v) {
-                return Err(Error::invalid(
-                    &field,
-                    format!("{addr} is not an allocatable address of this pool (outside addresses, excluded or reserved)"),
-                ));
+                let what = if len.is_some() {
+                    "a sub-prefix this pool hands out (outside prefixes, or excluded)"
+                } else {
+                    "an allocatable address of this pool (outside addresses, excluded or reserved)"
+                };
+                return Err(Error::invalid(&field, format!("{} is not {what}", shown(ip))));
             }
             if holders.insert(v, claim).is_some() {
                 return Err(Error::invalid(
                     &field,
-                    format!("{addr} is pre-allocated to another claim too"),
+                    format!("{} is pre-allocated to another claim too", shown(ip)),
                 ));
             }
             pre_allocations.insert(claim.clone(), v);
         }
-        Ok(pre_allocations)
+        // `holders` is in ascending order, so building the set is O(p log p).
+        let set = RangeSet::from_ranges(holders.into_keys().map(|v| (v, v)));
+        Ok((pre_allocations, set))
     }
 }
 
