@@ -474,21 +474,11 @@ async fn a_vrf_backed_prefix_pool_splits_its_block() {
     let mut c = claim("m-0");
     c["spec"]["poolRef"]["kind"] = serde_json::json!("MetalPrefixPool");
     w.kube.create(c);
-    let (kcfg, _) = w.configs();
-    let kv = w.kv.clone();
-    let out = tokio::task::spawn_blocking(move || {
-        let http = BlockingHttp::new();
-        let env = TestEnv::at(20_000);
-        let ctx = Ctx {
-            kv: kv.as_ref(),
-            env: &env,
-            swap_policy: SwapPolicy::Auto,
-        };
-        capi::reconcile_claim(&ctx, &Kube::new(&http, &kcfg), NS, "m-0")
-    })
-    .await
-    .unwrap()
-    .unwrap();
+    let out = w
+        .spawn(20_000, |r| capi::reconcile_claim(r.ctx, r.kube, NS, "m-0"))
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(out.result, StepResult::Bound, "{out:?}");
     assert!(
         !out.metal_assignment,
