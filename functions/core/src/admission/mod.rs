@@ -105,7 +105,7 @@ use std::net::IpAddr;
 use serde_json::{Map, Value};
 
 use crate::error::{Error, Known, Result};
-use crate::ip::{from_u128, to_u128, Family};
+use crate::ip::from_u128;
 use crate::ipam::pool::{self, PoolId, PoolKind, PoolObject};
 use crate::ipam::store::{self, Loaded};
 use crate::ipam::vrf::Resource;
@@ -606,7 +606,8 @@ fn list_field(id: &PoolId) -> &'static str {
 
 /// Whether `pool` hands out `g` (in an address or a sub-prefix).
 fn hands_out(pool: &pool::ValidatedPool, g: IpAddr) -> bool {
-    Family::of(g) == pool.family && pool.allocatable.contains(to_u128(g) >> pool.shift)
+    pool.value_containing(g)
+        .is_some_and(|v| pool.allocatable.contains(v))
 }
 
 /// The warnings for `pool` handing out `other`'s gateway and the reverse.

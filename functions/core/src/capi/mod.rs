@@ -140,11 +140,9 @@ impl<H: HttpClient + ?Sized> Reader<'_, '_, '_, H> {
     fn pool(&self, id: &PoolId) -> Result<Option<PoolResource>> {
         match self.snap {
             Some(s) => Ok(s.pools.get(id).cloned()),
-            None => {
-                Ok(self
-                    .kube
-                    .get_as(resource_of(id.kind), id.namespace.as_deref(), &id.name)?)
-            }
+            None => Ok(self
+                .kube
+                .get_as(id.kind.resource(), id.namespace.as_deref(), &id.name)?),
         }
     }
 
@@ -161,10 +159,6 @@ impl<H: HttpClient + ?Sized> Reader<'_, '_, '_, H> {
             .insert(Self::key(ns, name), c.clone());
         Ok(c)
     }
-}
-
-fn resource_of(kind: PoolKind) -> &'static Resource {
-    kind.resource()
 }
 
 /// Reconciles one `IPAddressClaim` per the CAPI IPAM contract (see the

@@ -9,7 +9,7 @@
 use serde_json::{Map, Value};
 
 use super::objects::{paused, PoolResource};
-use super::{adoptions_for, resource_of, write_pool_status};
+use super::{adoptions_for, write_pool_status};
 use crate::error::{Known, Result};
 use crate::ipam::ops;
 use crate::ipam::pool::{PoolId, PoolObject};
@@ -48,7 +48,7 @@ impl<K: KvStore, H: HttpClient + ?Sized> Handler<H> for PoolHandler<'_, '_, '_, 
         self.kube
     }
     fn resource(&self) -> &'static Resource {
-        resource_of(self.id.kind)
+        self.id.kind.resource()
     }
     fn finalizer(&self) -> Option<&'static str> {
         Some(super::POOL_FINALIZER)
@@ -58,7 +58,7 @@ impl<K: KvStore, H: HttpClient + ?Sized> Handler<H> for PoolHandler<'_, '_, '_, 
         let id = self.id;
         Ok(self
             .kube
-            .get_as(resource_of(id.kind), id.namespace.as_deref(), &id.name)?)
+            .get_as(id.kind.resource(), id.namespace.as_deref(), &id.name)?)
     }
 
     fn gone(&self) -> Result<Outcome> {

@@ -39,7 +39,7 @@ use std::cell::Cell;
 use serde_json::{json, Map, Value};
 
 use super::objects::{paused, PoolResource};
-use super::{resource_of, write_pool_status, POOL_FINALIZER};
+use super::{write_pool_status, POOL_FINALIZER};
 use crate::error::{Error, ErrorKind, Known, Result};
 use crate::ipam::ops;
 use crate::ipam::pool::{PoolId, PoolObject};
@@ -179,7 +179,7 @@ impl<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized> Handler<H> for VrfPool
         self.kube
     }
     fn resource(&self) -> &'static KubeResource {
-        resource_of(self.id.kind)
+        self.id.kind.resource()
     }
     fn finalizer(&self) -> Option<&'static str> {
         Some(POOL_FINALIZER)

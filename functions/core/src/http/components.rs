@@ -4,7 +4,7 @@
 //!
 //! | Component | Routes | Store | Kubernetes | Chains to |
 //! |---|---|---|---|---|
-//! | `pools` | `/v1/pools…`, `/v1/global-pools…`; `POST /v1/capi/pools/{ns}/{name}`, `POST /v1/capi/global-pools/{name}` (pool sync) | yes | yes | — |
+//! | `pools` | `/v1/pools…`, `/v1/global-pools…`, `/v1/prefix-pools…`, `/v1/global-prefix-pools…`; `POST /v1/capi/pools/{ns}/{name}`, `POST /v1/capi/global-pools/{name}` and their `prefix-pools` twins (pool sync) | yes | yes | — |
 //! | `allocate` | `POST /v1/claims`; `POST /v1/capi/claims/{ns}/{name}` (claim reconcile) | yes | yes | — |
 //! | `release` | `/v1/claims/{ns}/{name}`; `POST /v1/capi/claims/{ns}/{name}` (claim reconcile) | yes | yes | — |
 //! | `events` | `POST /v1/events` | no | no | `allocate`, `release`, `pools`, `provision`, `assign`, `network` (Machines; a profile's or a `PacketMachine`'s Machines, each) |
@@ -14,7 +14,7 @@
 //! | `poll` | `POST /v1/metal/poll` (CronJob: Metal events after the stored cursor) | yes | yes | `attach-vlan`, `detach-vlan` (a machine's network on a device that became active; calls Metal) |
 //! | `network` | `POST`/`DELETE /v1/machines/{ns}/{name}/network` (`?dryRun=true`), `GET /v1/machines/{ns}/{name}/netconfig?format=`; `POST /v1/capi/machines/{ns}/{name}/network` (sync one Machine, chained from `events` and `reconcile`), `POST /v1/capi/network-profiles/{ns}/{name}` and `POST /v1/capi/packet-machines/{ns}/{name}` (the Machines a profile's or a `PacketMachine`'s event concerns, chained from `events`) | yes | yes | `attach-vlan`, `detach-vlan` (VLAN batches; calls Metal for the rest) |
 //! | `attach-vlan`, `detach-vlan` | `POST /v1/metal/ports/{port}/vlan-batches` (private: chained from `network` and `poll`) | no | no | — (calls Metal) |
-//! | `provision` | `POST /v1/capi/metal/pools/{ns}/{name}`, `POST /v1/capi/metal/global-pools/{name}` (VRF-backed pool sync, chained), and the same step at `POST /v1/metal/pools/{ns}/{name}`, `/v1/metal/global-pools/{name}` (public; 202 with `Retry-After` and `Location` while Metal works) | yes | yes | — (calls Metal; with `assign`, `poll`, `network`, `attach-vlan` and `detach-vlan`, the only components with the Metal token) |
+//! | `provision` | `POST /v1/capi/metal/pools/{ns}/{name}`, `POST /v1/capi/metal/global-pools/{name}` and their `prefix-pools` twins (VRF-backed pool sync, chained), and the same step at `POST /v1/metal/pools/{ns}/{name}`, `/v1/metal/global-pools/{name}` (public; 202 with `Retry-After` and `Location` while Metal works) | yes | yes | — (calls Metal; with `assign`, `poll`, `network`, `attach-vlan` and `detach-vlan`, the only components with the Metal token) |
 //!
 //! The `/v1/capi/…` routes have no public trigger in spin.toml: they are
 //! reached by Spin service chaining from `events` (with the API token).

@@ -15,7 +15,7 @@ use crate::ipam::alloc::{
 };
 use crate::ipam::claim::Claim;
 use crate::ipam::pool::{PoolId, PoolKind, PoolObject, ValidatedPool};
-use crate::ipam::store::{self, addr_in_family, ClaimRecord, Loaded, Next, PoolRecord};
+use crate::ipam::store::{self, ClaimRecord, Loaded, Next, PoolRecord};
 use crate::kv::registry::{self, Added, RegistryId};
 use crate::kv::{keys, Ctx, Step};
 use crate::ports::kv::KvStore;
@@ -313,7 +313,7 @@ fn bind_over_intent(
     match intent.kind {
         IntentKind::Bind if intent.uid == claim.id.uid => {
             if let BindTarget::Adopt(ip) = b.target {
-                if addr_in_family(&l.pool, ip) != Some(intent.address) {
+                if l.pool.value_of(ip) != Some(intent.address) {
                     let bound = l.pool.ip(intent.address).to_string();
                     return Err(address_mismatch(claim, &bound, ip));
                 }
@@ -431,9 +431,7 @@ fn new_address(b: &BindCtx<'_>, state: &mut PoolState) -> Result<(u128, std::net
             }
             let requested = match claim.requested {
                 None => None,
-                Some(ip) => {
-                    Some(addr_in_family(&l.pool, ip).ok_or_else(|| other_family(ip, claim))?)
-                }
+                Some(ip) => Some(l.pool.value_of(ip).ok_or_else(|| other_family(ip, claim))?),
             };
             let req = AllocRequest {
                 claim: b.cname,
@@ -447,7 +445,7 @@ fn new_address(b: &BindCtx<'_>, state: &mut PoolState) -> Result<(u128, std::net
             Ok((a, l.pool.ip(a)))
         }
         BindTarget::Adopt(ip) => {
-            let v = addr_in_family(&l.pool, ip).ok_or_else(|| other_family(ip, claim))?;
+            let v = l.pool.value_of(ip).ok_or_else(|| other_family(ip, claim))?;
             if state.used.contains(v) && !state.is_cooling(v) {
                 // Held by another claim's binding or intent: the store has
                 // given it to someone else, and an address has one owner.
@@ -637,7 +635,7 @@ pub fn release<K: KvStore, G: ReleaseGuard>(
                 i.at = now;
                 return Ok(write(state, (FollowUp::Delete, Some(record), now)));
             }
-            if let Some(address) = addr_in_family(&l.pool, record.ip()?) {
+            if let Some(address) = l.pool.value_of(record.ip()?) {
                 state.release(address, l.pool.grace_seconds, now);
                 state.take_intent(&cname);
                 state.intents.push(Intent {
@@ -890,7 +888,7 @@ fn register_new<K: KvStore>(
     let mut bindings = Vec::new();
     for a in adoptions {
         let cname = a.claim.id.display();
-        let Some(v) = addr_in_family(pool, a.address) else {
+        let Some(v) = pool.value_of(a.address) else {
             continue;
         };
         if state.intent(&cname).is_some() {

@@ -256,6 +256,14 @@ impl ValidatedPool {
         (v & low == 0).then(|| v >> self.shift)
     }
 
+    /// The value of the address or sub-prefix that contains `ip` (in a
+    /// prefix pool, any address of a sub-prefix gives its number); `None`
+    /// when the family differs. Whether the pool hands it out is
+    /// `allocatable`'s to say.
+    pub fn value_containing(&self, ip: IpAddr) -> Option<u128> {
+        (Family::of(ip) == self.family).then(|| to_u128(ip) >> self.shift)
+    }
+
     /// `set` (in this pool's units) as the addresses it covers: a
     /// sub-prefix covers all of its addresses. Used to compare pools of
     /// either kind (overlaps are about addresses).
@@ -999,7 +1007,10 @@ impl PoolSpec {
                 } else {
                     "an allocatable address of this pool (outside addresses, excluded or reserved)"
                 };
-                return Err(Error::invalid(&field, format!("{} is not {what}", shown(ip))));
+                return Err(Error::invalid(
+                    &field,
+                    format!("{} is not {what}", shown(ip)),
+                ));
             }
             if holders.insert(v, claim).is_some() {
                 return Err(Error::invalid(

@@ -562,11 +562,6 @@ fn stored_entry(s: &str) -> Result<(u128, u128)> {
         .map_err(|m| Error::internal(format!("stored address entry: {m}")))
 }
 
-/// Converts `ip` for `pool`, or `None` when the family differs.
-pub fn addr_in_family(pool: &ValidatedPool, ip: IpAddr) -> Option<u128> {
-    pool.value_of(ip)
-}
-
 /// Reads a pool record without starting a swap (one `get`).
 ///
 /// # Errors

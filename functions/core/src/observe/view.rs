@@ -255,11 +255,7 @@ pub fn pool<K: KvStore>(ctx: &Ctx<'_, K>, id: &PoolId) -> Result<Option<Value>> 
         if r.pool_id(&ns).ok().as_ref() != Some(id) {
             continue;
         }
-        if let Some(v) = r
-            .ip()
-            .ok()
-            .and_then(|ip| store::addr_in_family(&l.pool, ip))
-        {
+        if let Some(v) = r.ip().ok().and_then(|ip| l.pool.value_of(ip)) {
             holders.insert(v, (ns, name, r));
         }
     }
@@ -459,10 +455,9 @@ pub fn search<K: KvStore>(ctx: &Ctx<'_, K>, query: &str) -> Result<Value> {
                 continue;
             };
             // In a prefix pool, the sub-prefix containing the address.
-            if crate::ip::Family::of(ip) != l.pool.family {
+            let Some(a) = l.pool.value_containing(ip) else {
                 continue;
-            }
-            let a = crate::ip::to_u128(ip) >> l.pool.shift;
+            };
             let net = l.pool.ip(a).to_string();
             let holder = claims
                 .iter()
