@@ -310,8 +310,26 @@ impl HostBuilder {
                 components,
                 kv,
                 variables,
+                clock_offset: Arc::new(AtomicU64::new(0)),
             }),
         })
+    }
+}
+
+/// The wall clock components read: the system's, plus the host's offset
+/// ([`Host::advance_clock`]). Only `wasi:clocks/wall-clock` moves; the
+/// monotonic clock (timeouts, waits) is the system's.
+struct OffsetClock(Arc<AtomicU64>);
+
+impl wasmtime_wasi::HostWallClock for OffsetClock {
+    fn resolution(&self) -> Duration {
+        Duration::from_nanos(1)
+    }
+    fn now(&self) -> Duration {
+        let real = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap_or_default();
+        real + Duration::from_secs(self.0.load(Ordering::Relaxed))
     }
 }
 
@@ -446,6 +464,8 @@ struct HostInner {
     components: HashMap<String, Arc<ComponentRuntime>>,
     kv: KvStores,
     variables: AppVariables,
+    /// Seconds added to the wall clock components read.
+    clock_offset: Arc<AtomicU64>,
 }
 
 /// A loaded application, ready to handle requests. Cheap to clone and to
@@ -560,6 +580,21 @@ impl Host {
     /// The resolved application variables.
     pub fn variables(&self) -> &AppVariables {
         &self.inner.variables
+    }
+
+    /// Moves the wall clock every component of this host reads forward by
+    /// `seconds` (an injected clock for tests: a grace period, a lease or
+    /// months of life pass without waiting). Spin has no such thing: tests
+    /// that use it run on this host only.
+    pub fn advance_clock(&self, seconds: u64) {
+        self.inner
+            .clock_offset
+            .fetch_add(seconds, Ordering::Relaxed);
+    }
+
+    /// Seconds [`Host::advance_clock`] added so far.
+    pub fn clock_offset(&self) -> u64 {
+        self.inner.clock_offset.load(Ordering::Relaxed)
     }
 
     /// Handles one request in-process, without a socket. The request's URI
@@ -790,7 +825,8 @@ impl Host {
         let mut wasi = WasiCtx::builder();
         wasi.stdout(std::io::stderr())
             .stderr(std::io::stderr())
-            .envs(&component.environment);
+            .envs(&component.environment)
+            .wall_clock(OffsetClock(self.inner.clock_offset.clone()));
         let state = InstanceState {
             wasi: wasi.build(),
             http: WasiHttpCtx::new(),
