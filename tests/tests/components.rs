@@ -460,6 +460,9 @@ async fn stored_records_match_the_kv_schema(app: App) {
     let registry_schema: Value =
         serde_json::from_slice(&std::fs::read(dir.join("registry-record.schema.json")).unwrap())
             .unwrap();
+    let index_schema: Value =
+        serde_json::from_slice(&std::fs::read(dir.join("pool-index.schema.json")).unwrap())
+            .unwrap();
     let store = app.store().await;
     let mut seen = BTreeSet::new();
     for key in store.get_keys().await.unwrap() {
@@ -471,9 +474,8 @@ async fn stored_records_match_the_kv_schema(app: App) {
             "claim" => &claim_schema,
             "pool-init" | "pool-index-init" | "obs-init" => continue, // counters
             "obs" if key.starts_with("obs/req/") => continue,         // request counters
-            "pool-index" | "obs" if key == "pool-index" || key == "obs/signatures" => {
-                &registry_schema
-            }
+            "pool-index" => &index_schema,
+            "obs" if key == "obs/signatures" => &registry_schema,
             other => panic!("undocumented key {key} ({other})"),
         };
         let v: Value = serde_json::from_slice(&bytes).unwrap();

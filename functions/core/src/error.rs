@@ -83,6 +83,12 @@ pub enum Known {
     MetalAssignmentOpen,
     /// A VRF-backed pool's addresses come from a reservation not read yet. 422.
     MetalBlockUnknown,
+    /// A stored record does not load (cut short, corrupt, or written by a
+    /// newer build). 500.
+    UnreadableRecord,
+    /// A pool would share addresses with another pool of its address
+    /// space. 409 (422 from the webhook).
+    PoolOverlap,
 }
 
 impl Known {
@@ -103,6 +109,8 @@ impl Known {
             Known::LeaseLost => "LeaseLost",
             Known::MetalAssignmentOpen => "MetalAssignmentOpen",
             Known::MetalBlockUnknown => "MetalBlockUnknown",
+            Known::UnreadableRecord => "UnreadableRecord",
+            Known::PoolOverlap => "PoolOverlap",
         }
     }
 }
@@ -178,6 +186,15 @@ impl Error {
     /// A 500: something that should not happen.
     pub fn internal(message: impl Into<String>) -> Self {
         Self::new(ErrorKind::Internal, "InternalError", message)
+    }
+
+    /// A 500 [`Known::UnreadableRecord`]: a stored record does not load.
+    pub fn unreadable(message: impl Into<String>) -> Self {
+        Self::new(
+            ErrorKind::Internal,
+            Known::UnreadableRecord.as_str(),
+            message,
+        )
     }
 
     /// Attaches the path of the offending field.

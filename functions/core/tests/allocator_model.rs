@@ -433,7 +433,7 @@ fn run(g: PoolGen, ops: Vec<Op>, backend: Backend) -> Result<(), TestCaseError> 
             }
         }
         model.expire();
-        let view = ops::get_pool(&kv, &id).unwrap().unwrap();
+        let view = ops::get_pool(&kv, &id, 0).unwrap().unwrap();
         let bound = model.bound.len() as u128;
         prop_assert_eq!(view.counts.used, bound);
         prop_assert_eq!(view.counts.out_of_range, 0);

@@ -365,7 +365,7 @@ fn run(g: PoolGen, ops: Vec<Op>, backend: Backend) -> Result<(), TestCaseError> 
     )
     .map_err(|e| TestCaseError::fail(format!("parse: {e}")))?;
     ops::put_pool(&ctx, obj).map_err(|e| TestCaseError::fail(format!("put_pool: {e}")))?;
-    let view = ops::get_pool(&kv, &id).unwrap().unwrap();
+    let view = ops::get_pool(&kv, &id, 0).unwrap().unwrap();
     prop_assert_eq!(view.counts.total, all.len() as u128);
 
     let mut uids: Vec<u32> = vec![0; NAMES];
@@ -446,7 +446,7 @@ fn run(g: PoolGen, ops: Vec<Op>, backend: Backend) -> Result<(), TestCaseError> 
             }
         }
         model.expire();
-        let view = ops::get_pool(&kv, &id).unwrap().unwrap();
+        let view = ops::get_pool(&kv, &id, 0).unwrap().unwrap();
         prop_assert_eq!(view.counts.used, model.bound.len() as u128);
         prop_assert_eq!(view.counts.out_of_range, 0);
         prop_assert_eq!(view.counts.total, all.len() as u128);
@@ -498,7 +498,7 @@ fn a_slash_32_of_slash_64s_allocates_without_enumerating() {
     )
     .unwrap();
     ops::put_pool(&ctx, obj).unwrap();
-    let view = ops::get_pool(&kv, &id).unwrap().unwrap();
+    let view = ops::get_pool(&kv, &id, 0).unwrap().unwrap();
     assert_eq!(view.counts.total, (1u128 << 32) - 2);
     for (i, want) in ["2001:db8:0:2::", "2001:db8:0:3::", "2001:db8:0:4::"]
         .iter()
@@ -510,7 +510,7 @@ fn a_slash_32_of_slash_64s_allocates_without_enumerating() {
             (*want, 64)
         );
     }
-    let view = ops::get_pool(&kv, &id).unwrap().unwrap();
+    let view = ops::get_pool(&kv, &id, 0).unwrap().unwrap();
     assert_eq!(view.counts.used, 3);
     // The record stores one range for the three, not three entries.
     let raw = kv.dump();

@@ -190,11 +190,9 @@ fn perform<K: KvStore>(shape: Shape, op: Op, kv: &K, env: &SchedEnv) -> Answer {
 
 fn setup(shape: Shape, kv: &MemKv, env: &SchedEnv, start: Start) {
     let c = ctx(kv, env);
-    // The pool is in the pool index from the start, so registering it
-    // reads the index once (a yield point) and writes nothing there: the
-    // index's own races and crashes are `interleavings_registry.rs`'s, and
-    // the pool record's invariants do not read the index.
-    ops::index_pool(&c, &shape.pool_id()).unwrap();
+    // A registration goes through the pool index (grant, pool write,
+    // settle): its yield points are part of every schedule here; the
+    // index's own races and crashes are `interleavings_index.rs`'s.
     match start {
         Start::NoPool => {}
         Start::Empty => {
@@ -265,7 +263,7 @@ fn check(
         .any(|a| matches!(a, Answer::Released(Some(_))));
     let check_store = |phase: &str| -> Result<(), String> {
         let b = bindings(shape, kv);
-        let view = ops::get_pool(kv, &id).map_err(|e| e.to_string())?;
+        let view = ops::get_pool(kv, &id, 0).map_err(|e| e.to_string())?;
         let mut held: BTreeMap<&str, &str> = BTreeMap::new();
         for (name, rec) in &b {
             if let Some(other) = held.insert(&rec.address, name) {
@@ -363,7 +361,7 @@ fn check(
     }
     // Fill the pool with fresh claims: no address any binding holds may be
     // handed out again.
-    if ops::get_pool(kv, &id).ok().flatten().is_some() {
+    if ops::get_pool(kv, &id, 0).ok().flatten().is_some() {
         for i in 0..6 {
             let _ = ops::allocate(&c, &claim(shape, &format!("fill{i}"), &format!("f{i}")));
         }

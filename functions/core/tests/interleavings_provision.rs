@@ -356,10 +356,10 @@ fn prepare(kv: &MemKv, vrfs: &Mutex<Vec<Vrf>>, start: Start) {
     let env = TestEnv::at(NOW - INTENT_LEASE_S);
     let c = ctx(kv, &env);
     let id = pool();
-    // The pool is in the pool index from the start, so the step's index
-    // check is one read (a yield point) and writes nothing there: the
-    // index's own races are `interleavings_registry.rs`'s.
-    metal_ipam_core::ipam::ops::index_pool(&c, &id).unwrap();
+    // The pool is listed in the pool index from the start, so the step's
+    // listing is one read (a yield point) and writes nothing there: the
+    // index's own races are `interleavings_index.rs`'s.
+    metal_ipam_core::ipam::index::list_metal(&c, &id).unwrap();
     let tags = vec![tag_for(&id, Some(U1))];
     assert!(claim_intent(
         &c,
@@ -955,7 +955,7 @@ fn one_registration_as(
         Box::new(|k| unregister_as(k, &env, m)),
     ];
     let (answers, _) = sched::run(&kv, fns, chooser, 1, 2_000);
-    let live = ops::get_pool(&kv, &pool()).map_err(|e| e.to_string())?;
+    let live = ops::get_pool(&kv, &pool(), 0).map_err(|e| e.to_string())?;
     // Once the deletion returned, no registration is left (none landed
     // after it).
     if answers[1] == "deleted" && live.is_some() {
@@ -976,7 +976,7 @@ fn one_registration_as(
     let late = register(&kv, &env);
     if again != "deleted"
         || !late.starts_with("refused")
-        || ops::get_pool(&kv, &pool()).unwrap().is_some()
+        || ops::get_pool(&kv, &pool(), 0).unwrap().is_some()
     {
         return Err(format!(
             "{backend:?}: after recovery {again}, {late}: {answers:?}"

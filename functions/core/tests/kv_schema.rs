@@ -3,9 +3,12 @@
 
 use std::path::PathBuf;
 
-use metal_ipam_core::ipam::pool::PoolId;
+use metal_ipam_core::ipam::pool::{PoolId, PoolObject};
 use metal_ipam_core::ipam::store::{ClaimRecord, Next, PoolRecord};
 use metal_ipam_core::kv::keys;
+use metal_ipam_core::kv::{Ctx, SwapPolicy};
+use metal_ipam_core::ports::kv::KvStore;
+use metal_ipam_core::testing::{Backend, MemKv, TestEnv};
 use serde_json::Value;
 
 fn kv_schema_dir() -> PathBuf {
@@ -151,6 +154,68 @@ fn registry_examples_round_trip_through_the_record() {
             "{file}"
         );
     }
+}
+
+/// The pool index's examples round-trip through the record.
+#[test]
+fn pool_index_examples_round_trip_through_the_record() {
+    use metal_ipam_core::ipam::index::IndexRecord;
+    use metal_ipam_core::kv::CasRecord;
+    for (file, v) in examples("index") {
+        let bytes = serde_json::to_vec(&v).unwrap();
+        let rec = IndexRecord::decode(&bytes).unwrap_or_else(|e| panic!("{file}: {e}"));
+        assert_eq!(
+            serde_json::from_slice::<Value>(&rec.encode()).unwrap(),
+            v,
+            "{file}"
+        );
+    }
+}
+
+/// A version 1 pool index (a registry of pool keys, tombstoned pools
+/// included) is read as entries whose addresses are not known, and its
+/// next write reads each pool's record once: the live one is filled in,
+/// the deleted one goes.
+#[test]
+fn a_version_1_pool_index_migrates_on_its_next_write() {
+    use metal_ipam_core::ip::Family;
+    use metal_ipam_core::ipam::index::{self, Held};
+    let (_, bytes) = golden("index-v1").remove(0);
+    let kv = MemKv::new(Backend::SpinSqlite);
+    let env = TestEnv::at(1_700_000_000);
+    let c = Ctx {
+        kv: &kv,
+        env: &env,
+        swap_policy: SwapPolicy::Auto,
+    };
+    // The golden index lists a live namespaced pool and a deleted global one.
+    metal_ipam_core::ipam::ops::put_pool(
+        &c,
+        PoolObject::parse(
+            &PoolId::namespaced("team-a", "p"),
+            &serde_json::json!({"apiVersion": "ipam.metal-ipam.dev/v1alpha1", "kind": "MetalIPPool",
+                "metadata": {"name": "p", "namespace": "team-a"},
+                "spec": {"addresses": ["10.50.0.0/28"], "prefix": 28}}),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    kv.set(keys::POOL_INDEX, &bytes).unwrap();
+    let old = index::read(&kv).unwrap().unwrap();
+    assert_eq!(old.ids().len(), 2);
+    assert!(old.pools.values().all(|e| e.held.is_none()));
+    // Any write: a registration of an unrelated pool.
+    let q = PoolId::namespaced("team-b", "q");
+    index::reserve(&c, &q, &Held::empty(Family::V4)).unwrap();
+    let new = index::read(&kv).unwrap().unwrap();
+    let p = &new.pools[&keys::pool(&PoolId::namespaced("team-a", "p"))];
+    assert_eq!(
+        p.held.as_deref(),
+        Some(&["10.50.0.1-10.50.0.14".to_string()][..])
+    );
+    assert!(!new.pools.contains_key(&keys::pool(&PoolId::global("g"))));
+    let raw: Value = serde_json::from_slice(&kv.get(keys::POOL_INDEX).unwrap().unwrap()).unwrap();
+    assert_eq!(raw["v"], 2);
 }
 
 /// A record written before intents (with a journal) still loads: the

@@ -115,7 +115,7 @@ fn concurrent_claims_never_share_an_address_on_any_backend() {
                 panic!("{backend:?}: {a} handed to {other} and {name}");
             }
         }
-        let view = ops::get_pool(&*kv, &PoolId::namespaced("ns", "p"))
+        let view = ops::get_pool(&*kv, &PoolId::namespaced("ns", "p"), 0)
             .unwrap()
             .unwrap();
         assert_eq!(
@@ -177,7 +177,7 @@ fn a_silently_aborted_swap_is_read_back_and_retried() {
                 "the swap was aborted and reported as done"
             );
         }
-        let view = ops::get_pool(&kv, &PoolId::namespaced("ns", "p"))
+        let view = ops::get_pool(&kv, &PoolId::namespaced("ns", "p"), 0)
             .unwrap()
             .unwrap();
         assert_eq!(view.counts.used, 2, "{backend:?}: no leak");
@@ -236,7 +236,7 @@ fn concurrent_creation_of_a_pool_with_allocations_loses_nothing() {
             assert_eq!(created, 1, "{backend:?}: exactly one creator");
             let ok: Vec<(String, String)> =
                 allocs.into_iter().flat_map(|h| h.join().unwrap()).collect();
-            let view = ops::get_pool(&*kv, &PoolId::namespaced("ns", "p"))
+            let view = ops::get_pool(&*kv, &PoolId::namespaced("ns", "p"), 0)
                 .unwrap()
                 .unwrap();
             assert_eq!(
@@ -407,7 +407,7 @@ fn a_crash_at_any_point_of_an_allocation_neither_loses_nor_duplicates() {
                 other.record.address, "10.3.0.12",
                 "{backend:?}: nothing leaked, nothing shared"
             );
-            let view = ops::get_pool(&kv, &PoolId::namespaced("ns", "p"))
+            let view = ops::get_pool(&kv, &PoolId::namespaced("ns", "p"), 0)
                 .unwrap()
                 .unwrap();
             assert_eq!(view.counts.used, 3);
@@ -523,10 +523,10 @@ fn pool_lifecycle_update_shrink_delete_recreate() {
         !ops::delete_pool(&c, &PoolId::namespaced("ns", "p")).unwrap(),
         "idempotent"
     );
-    assert!(ops::get_pool(&kv, &PoolId::namespaced("ns", "p"))
+    assert!(ops::get_pool(&kv, &PoolId::namespaced("ns", "p"), 0)
         .unwrap()
         .is_none());
-    assert!(ops::list_pools(&kv, None).unwrap().is_empty());
+    assert!(ops::list_pools(&kv, None, 0).unwrap().pools.is_empty());
     let e = ops::allocate(&c, &claim("ns", "late", "u", "p")).unwrap_err();
     assert_eq!((e.status(), e.reason()), (404, "PoolNotFound"));
     // Re-creating over the tombstone works and starts empty.
@@ -640,14 +640,11 @@ fn a_claim_cannot_move_pools_or_be_bound_twice_by_name() {
     let kv = MemKv::new(Backend::SpinSqlite);
     let env = TestEnv::at(0);
     let c = ctx(&kv, &env);
-    for p in ["p", "q"] {
+    // Two pools of one namespace never share an address (the pool index).
+    for (p, cidr) in [("p", "10.10.0.0/29"), ("q", "10.11.0.0/29")] {
         ops::put_pool(
             &c,
-            pool_obj(
-                "ns",
-                p,
-                json!({"addresses": ["10.10.0.0/29"], "prefix": 29}),
-            ),
+            pool_obj("ns", p, json!({"addresses": [cidr], "prefix": 29})),
         )
         .unwrap();
     }

@@ -106,6 +106,8 @@ use serde_json::{Map, Value};
 
 use crate::error::{Error, Known, Result};
 use crate::ip::from_u128;
+use crate::ipam::index::{self, Held};
+use crate::ipam::ops;
 use crate::ipam::pool::{self, PoolId, PoolKind, PoolObject};
 use crate::ipam::store::{self, Loaded};
 use crate::ipam::vrf::Resource;
@@ -147,6 +149,27 @@ pub trait PoolLookup {
     /// # Errors
     /// Store failures (503) or unreadable records (500).
     fn metal_progress(&self, _id: &PoolId) -> Result<Option<Progress>> {
+        Ok(None)
+    }
+
+    /// The pool objects the API server holds, of every pool kind (those
+    /// not registered in the store yet included: two pools applied at once
+    /// are both there before either is registered); empty when the lookup
+    /// has no API server.
+    ///
+    /// # Errors
+    /// The API server's errors.
+    fn api_pools(&self) -> Result<Vec<PoolObject>> {
+        Ok(Vec::new())
+    }
+
+    /// A registration in flight in the store's pool index that `held`
+    /// would overlap within `id`'s address space: the other pool and one
+    /// shared address; `None` when the lookup has no store.
+    ///
+    /// # Errors
+    /// Store failures (503) or an unreadable index (500).
+    fn pending_conflict(&self, _id: &PoolId, _held: &Held) -> Result<Option<(PoolId, IpAddr)>> {
         Ok(None)
     }
 }
@@ -194,7 +217,9 @@ impl PoolLookup for Vec<Loaded> {
 }
 
 /// The pools registered in a key-value store: `get` is one `get`, `all`
-/// lists every key once and reads each pool record.
+/// reads the pool index and each pool it lists (1 + P `get`s for P pools
+/// alive: never a listing of the store; a pool whose record does not load
+/// is left out).
 #[derive(Debug, Clone, Copy)]
 pub struct KvPools<'a, K: KvStore>(pub &'a K);
 
@@ -205,11 +230,20 @@ impl<K: KvStore> PoolLookup for KvPools<'_, K> {
 
     fn all(&self) -> Result<Vec<Loaded>> {
         let mut out = Vec::new();
-        for key in self.0.list_keys()? {
-            if let Some(id) = keys::parse_pool(&key) {
-                if let Some(l) = store::read_pool(self.0, &id)? {
-                    out.push(l);
-                }
+        let ids = match index::read(self.0)? {
+            Some(i) => i.ids(),
+            // A store written before the pool index (every registration
+            // creates it): read-only here, so its keys are listed.
+            None => self
+                .0
+                .list_keys()?
+                .iter()
+                .filter_map(|k| keys::parse_pool::<PoolId>(k))
+                .collect(),
+        };
+        for id in ids {
+            if let ops::Found::Live(l) = ops::find_pool(self.0, &id)? {
+                out.push(*l);
             }
         }
         Ok(out)
@@ -217,6 +251,68 @@ impl<K: KvStore> PoolLookup for KvPools<'_, K> {
 
     fn metal_progress(&self, id: &PoolId) -> Result<Option<Progress>> {
         read_state(self.0, id)
+    }
+
+    fn pending_conflict(&self, id: &PoolId, held: &Held) -> Result<Option<(PoolId, IpAddr)>> {
+        let Some(idx) = index::read(self.0)? else {
+            return Ok(None);
+        };
+        Ok(idx
+            .conflict(id, held)?
+            .map(|(other, first, _)| (other, first)))
+    }
+}
+
+/// The pools of the store ([`KvPools`]) and of the API server: what the
+/// webhook checks a pool against, so two pools applied together (both in
+/// the API server, neither in the store yet) or a store that lost its
+/// pools still see each other.
+pub struct KubePools<'a, K: KvStore, H: HttpClient + ?Sized> {
+    /// The store.
+    pub kv: &'a K,
+    /// The API server.
+    pub kube: &'a Kube<'a, H>,
+}
+
+impl<K: KvStore, H: HttpClient + ?Sized> PoolLookup for KubePools<'_, K, H> {
+    fn get(&self, id: &PoolId) -> Result<Option<Loaded>> {
+        KvPools(self.kv).get(id)
+    }
+
+    fn all(&self) -> Result<Vec<Loaded>> {
+        KvPools(self.kv).all()
+    }
+
+    fn metal_progress(&self, id: &PoolId) -> Result<Option<Progress>> {
+        KvPools(self.kv).metal_progress(id)
+    }
+
+    fn api_pools(&self) -> Result<Vec<PoolObject>> {
+        let mut out = Vec::new();
+        for kind in PoolKind::ALL {
+            for v in self.kube.list(kind.resource(), None)? {
+                let meta = v.get("metadata");
+                let name = meta.and_then(|m| m.get("name")).and_then(Value::as_str);
+                let ns = meta
+                    .and_then(|m| m.get("namespace"))
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                let Some(name) = name.filter(|n| !n.is_empty()) else {
+                    continue;
+                };
+                // An object that does not parse is its own webhook's
+                // business (it was admitted before this rule, or bypassed
+                // it): it cannot hand out addresses either.
+                if let Ok(o) = PoolObject::parse(&PoolId::of(kind, ns, name), &v) {
+                    out.push(o);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    fn pending_conflict(&self, id: &PoolId, held: &Held) -> Result<Option<(PoolId, IpAddr)>> {
+        KvPools(self.kv).pending_conflict(id, held)
     }
 }
 
@@ -455,7 +551,10 @@ fn check_write(
     };
     let verdict = match dropped_addresses(&id, &pool, pools)? {
         Some(d) => Err(d),
-        None => overlaps(&id, &pool, pools.all()?),
+        None => others(pools).and_then(|o| match overlaps(&id, &pool, o) {
+            Ok(w) => Ok(pending(&id, &pool, pools)?.map_or(Ok(w), Err)),
+            Err(d) => Ok(Err(d)),
+        })?,
     };
     match verdict {
         Ok(warnings) => {
@@ -513,6 +612,59 @@ fn dropped_addresses(
     }))
 }
 
+/// Every other pool rule 4 compares with: the store's, then the API
+/// server's that the store does not hold (their spec as the API server has
+/// it; a VRF-backed pool whose block is not known yet is left out: its
+/// addresses are checked when it registers).
+///
+/// # Errors
+/// The lookup's.
+fn others(pools: &dyn PoolLookup) -> Result<Vec<Loaded>> {
+    let mut out = pools.all()?;
+    for o in pools.api_pools()? {
+        if out.iter().any(|l| l.object.id == o.id) {
+            continue;
+        }
+        if let Ok(pool) = o.spec.validate() {
+            out.push(Loaded {
+                object: o,
+                pool,
+                state: crate::ipam::alloc::PoolState::default(),
+                rev: 0,
+                exact: false,
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// Rule 4 against registrations in flight (the store's pool index): the
+/// denial, if any.
+///
+/// # Errors
+/// The lookup's.
+fn pending(
+    id: &PoolId,
+    pool: &pool::ValidatedPool,
+    pools: &dyn PoolLookup,
+) -> Result<Option<Denial>> {
+    let held = Held {
+        family: pool.family,
+        set: pool.addresses_of(&pool.allocatable),
+    };
+    Ok(pools.pending_conflict(id, &held)?.map(|(other, first)| Denial {
+        code: 422,
+        reason: "PoolOverlap",
+        message: format!(
+            "{}: {} would share {first} with {}, which the store's pool index holds for it (registered, or being registered); both could hand out the same address",
+            list_field(id),
+            describe(id),
+            describe(&other)
+        ),
+        field: Some(list_field(id).into()),
+    }))
+}
+
 /// Rule 4 against every other pool of the family, in id order: the first
 /// overlap with a pool that can serve the same namespace denies; the
 /// others' overlaps and gateway clashes are warnings (at most
@@ -530,10 +682,11 @@ fn overlaps(
             continue;
         }
         let why = same_scope(id, oid);
-        // In addresses: either pool may hand out sub-prefixes.
+        // In addresses: either pool may hand out sub-prefixes; what the
+        // other holds outside its spec counts too.
         let shared = pool
             .addresses_of(&pool.allocatable)
-            .intersection(&other.pool.addresses_of(&other.pool.allocatable));
+            .intersection(&index::held_by(other).set);
         let Some(first) = shared.first() else {
             if why.is_some() {
                 // Not an overlap, but a likely mistake: one pool hands out

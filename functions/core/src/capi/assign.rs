@@ -159,7 +159,7 @@ impl<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized> Assignment<'_, '_, K, 
         };
         let pool_id = binding.pool_id(ns)?;
         let vrf_backed =
-            ops::get_pool(kv, &pool_id)?.is_some_and(|p| p.object.spec.metal.is_some());
+            ops::get_pool(kv, &pool_id, 0)?.is_some_and(|p| p.object.spec.metal.is_some());
         if !vrf_backed {
             let msg = format!("pool {} is not VRF-backed", pool_id.display());
             return Ok(Some(Outcome::new(StepResult::Ignored, msg)));

@@ -129,7 +129,9 @@ impl<K: KvStore, H: HttpClient + ?Sized> Handler<H> for PoolHandler<'_, '_, '_, 
                 ))
             }
         };
-        let adoptions = if ops::get_pool(ctx.kv, id)?.is_none() {
+        // A pool the store does not know (or whose record does not load:
+        // the registration rebuilds it) takes its `IPAddress`es over.
+        let adoptions = if !matches!(ops::find_pool(ctx.kv, id)?, ops::Found::Live(_)) {
             adoptions_for(self.kube, id)?
         } else {
             Vec::new()

@@ -55,6 +55,9 @@ pub struct Report {
     pub bindings_released: u32,
     /// Leaked addresses returned to their pool.
     pub leaks_reclaimed: u32,
+    /// Pool index entries removed by the tidy (their pool was gone: a
+    /// deletion whose settle did not run, a grant that was never used).
+    pub index_entries_removed: usize,
     /// Per-object errors (`kind ns/name: message`).
     pub errors: Vec<String>,
     /// Requests sent to the API server.
@@ -89,6 +92,7 @@ impl Report {
             "claims": self.claims,
             "bindingsReleased": self.bindings_released,
             "leaksReclaimed": self.leaks_reclaimed,
+            "indexEntriesRemoved": self.index_entries_removed,
             "networkClaimsDeleted": self.network_claims_deleted,
             "errors": self.errors,
             "kubeCalls": self.kube_calls,
@@ -187,7 +191,23 @@ pub fn reconcile_all<K: KvStore, H: HttpClient + ?Sized>(
     // Pools that came from Kubernetes carry its uid; pools registered
     // through the plain HTTP API do not, and their bindings are not ours to
     // judge against the API server.
-    let pools = ops::list_pools(ctx.kv, None)?;
+    // The pool index against the records (what crashes left: an entry of
+    // a deleted pool, an expired grant, a finished teardown's listing).
+    let provisioning = |id: &PoolId| -> Result<bool> {
+        Ok(crate::provision::step::read_state(ctx.kv, id)?.is_some_and(|p| !p.deleted))
+    };
+    match crate::ipam::index::tidy(ctx, &provisioning) {
+        Ok(t) => report.index_entries_removed += t.removed,
+        Err(e) => report.errors.push(format!("pool index: {e}")),
+    }
+    let listing = ops::list_pools(ctx.kv, None, ctx.env.now())?;
+    for (id, why) in &listing.unreadable {
+        report.errors.push(format!(
+            "pool {}: {why} (PUT or re-apply the pool to rebuild it)",
+            id.display()
+        ));
+    }
+    let pools = listing.pools;
     let managed: BTreeSet<PoolId> = pools
         .iter()
         .filter(|v| v.object.uid().is_some())

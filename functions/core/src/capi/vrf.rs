@@ -389,7 +389,7 @@ fn register<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
     progress: &Progress,
 ) -> Result<Verdict<Fields>> {
     let (ctx, id) = (h.ctx, h.id);
-    let adoptions = if ops::get_pool(ctx.kv, id)?.is_none() {
+    let adoptions = if !matches!(ops::find_pool(ctx.kv, id)?, ops::Found::Live(_)) {
         super::adoptions_for(h.kube, id)?
     } else {
         Vec::new()

@@ -268,16 +268,35 @@ pub fn pools<K: KvStore>(ctx: &Ctx<'_, K>, token: &str, req: &ApiRequest<'_>) ->
         .find(|(k, _)| k.route().template == route)
         .map(|(_, kind)| kind);
         return match ops::list_pools_in(ctx, filter) {
-            Ok(views) => {
-                let n = views.len();
-                let items: Vec<Value> = views.iter().map(|v| v.to_json()).collect();
-                ApiResponse::success(
-                    200,
-                    Some(json!({"apiVersion": "v1", "kind": "List", "items": items})),
-                    route,
-                    "listed",
-                )
-                .touching("pools", n.to_string())
+            Ok(listing) => {
+                let n = listing.pools.len();
+                let items: Vec<Value> = listing.pools.iter().map(|v| v.to_json()).collect();
+                let mut body = json!({"apiVersion": "v1", "kind": "List", "items": items});
+                let mut r = if listing.unreadable.is_empty() {
+                    ApiResponse::success(200, Some(body), route, "listed")
+                } else {
+                    // Skipped, never fatal: each named with why, so one bad
+                    // record hides nothing else and can be repaired by PUT
+                    // or DELETE.
+                    let bad: Vec<Value> = listing
+                        .unreadable
+                        .iter()
+                        .map(|(id, why)| {
+                            json!({"kind": id.kind.kind_name(), "namespace": id.namespace,
+                                   "name": id.name, "error": why})
+                        })
+                        .collect();
+                    body["unreadable"] = Value::Array(bad);
+                    let names: Vec<String> = listing
+                        .unreadable
+                        .iter()
+                        .map(|(id, _)| id.display())
+                        .collect();
+                    ApiResponse::success(200, Some(body), route, "listed-with-unreadable")
+                        .touching("unreadable", names.join(","))
+                };
+                r = r.touching("pools", n.to_string());
+                r
             }
             Err(e) => ApiResponse::from_error(&e, route),
         };
@@ -304,7 +323,7 @@ fn pool_object<K: KvStore>(
 ) -> ApiResponse {
     let touched = id.display();
     let result = match req.method {
-        "GET" => match ops::get_pool(ctx.kv, &id) {
+        "GET" => match ops::get_pool(ctx.kv, &id, ctx.env.now()) {
             Ok(Some(v)) => Ok(ApiResponse::success(200, Some(v.to_json()), route, "read")),
             Ok(None) => Err(Error::not_found(
                 "PoolNotFound",

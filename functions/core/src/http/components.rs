@@ -996,7 +996,13 @@ pub fn admission<K: KvStore, H: HttpClient + ?Sized>(
         let profiles = profiles
             .as_ref()
             .map(|p| p as &dyn admission::ProfileLookup);
-        admission::evaluate_with(req.body, &KvPools(ctx.kv), &machines, profiles)
+        match s.kube {
+            Some(kube) => {
+                let pools = admission::KubePools { kv: ctx.kv, kube };
+                admission::evaluate_with(req.body, &pools, &machines, profiles)
+            }
+            None => admission::evaluate_with(req.body, &KvPools(ctx.kv), &machines, profiles),
+        }
     });
     match result {
         Ok(r) => {

@@ -390,7 +390,33 @@ impl PoolState {
         (outside.iter().take(limit).collect(), outside.len())
     }
 
-    /// Counts for `status.ipAddresses`.
+    /// [`PoolState::counts`] as of `now`: addresses whose grace period
+    /// ended count as free, whether or not a write has expired them yet
+    /// (what every read path reports).
+    ///
+    /// ```
+    /// use metal_ipam_core::ipam::alloc::{PoolState, AllocRequest};
+    /// use metal_ipam_core::ipam::pool::PoolSpec;
+    /// let pool = PoolSpec { addresses: vec!["10.0.0.0/30".into()], prefix: 30,
+    ///     address_reuse_grace_period_seconds: 2, ..Default::default() }.validate().unwrap();
+    /// let mut st = PoolState::default();
+    /// let a = st.allocate(&pool, &AllocRequest { claim: "ns/a", claim_name: "a", uid: "u", requested: None }, 0).unwrap();
+    /// st.release(a, 2, 10);
+    /// assert_eq!((st.counts_at(&pool, 11).free, st.counts_at(&pool, 11).cooling), (1, 1));
+    /// assert_eq!((st.counts_at(&pool, 12).free, st.counts_at(&pool, 12).cooling), (2, 0));
+    /// ```
+    pub fn counts_at(&self, pool: &ValidatedPool, now: u64) -> Counts {
+        if self.cooling.iter().all(|c| c.until > now) {
+            return self.counts(pool);
+        }
+        let mut st = self.clone();
+        st.expire(now);
+        st.counts(pool)
+    }
+
+    /// Counts for `status.ipAddresses`, as stored (cooling entries count as
+    /// cooling until a write expires them; readers use
+    /// [`PoolState::counts_at`]).
     ///
     /// # Examples
     /// ```

@@ -13,6 +13,8 @@
 //!   ([`alloc::PoolState`]: used ranges, cooling, intents).
 //! - [`store`]: the pool record and the claim binding as stored, and the
 //!   pool record's read and read-modify-write on [`crate::kv`]'s protocol.
+//! - [`index`]: the pool index: every live pool and the addresses it may
+//!   hold, where the overlap rule is decided.
 //! - [`ops`]: the operations (allocate, adopt, release, register and delete
 //!   a pool) over the key-value port, on the protocol of [`crate::kv`].
 //!
@@ -22,6 +24,7 @@
 
 pub mod alloc;
 pub mod claim;
+pub mod index;
 pub mod ops;
 pub mod pool;
 pub mod store;

@@ -8,15 +8,16 @@ use serde_json::{json, Value};
 
 use std::collections::BTreeMap;
 
+use crate::error::Known;
 use crate::error::{Error, Result};
 use crate::ipam::alloc::{
     AllocRequest, Counts, Intent, IntentKind, PoolState, MAX_INTENTS, TAKEOVER_AFTER_SECONDS,
     WRITE_DEADLINE_SECONDS,
 };
 use crate::ipam::claim::Claim;
+use crate::ipam::index::{self, Held};
 use crate::ipam::pool::{PoolId, PoolKind, PoolObject, ValidatedPool};
 use crate::ipam::store::{self, ClaimRecord, Loaded, Next, PoolRecord};
-use crate::kv::registry::{self, Added, RegistryId};
 use crate::kv::{keys, Ctx, Step};
 use crate::ports::kv::KvStore;
 
@@ -154,7 +155,10 @@ fn stale(intent: &Intent, now: u64) -> bool {
 /// - 503 `ClaimReleasing` while a release of the same claim is being
 ///   written, `StepTooSlow`, `Contention`, or a store failure: retry.
 pub fn allocate<K: KvStore>(ctx: &Ctx<'_, K>, claim: &Claim) -> Result<Allocated> {
-    bind(ctx, claim, BindTarget::Allocate)
+    match bind(ctx, claim, BindTarget::Allocate, None)? {
+        Bound::Done(a) => Ok(*a),
+        Bound::NeedsGrant(_) => Err(Error::internal("an allocation asked for a grant")),
+    }
 }
 
 /// Records that `claim` holds `address` because its `IPAddress` object says
@@ -176,7 +180,31 @@ pub fn adopt<K: KvStore>(
     claim: &Claim,
     address: std::net::IpAddr,
 ) -> Result<Allocated> {
-    bind(ctx, claim, BindTarget::Adopt(address))
+    match bind(ctx, claim, BindTarget::Adopt(address), None)? {
+        Bound::Done(a) => Ok(*a),
+        Bound::NeedsGrant(held) => {
+            // Outside the pool's spec: the pool index must grant the
+            // address first (no other pool of the space may hold it).
+            let grant = index::reserve(ctx, &claim.pool, &held)?;
+            let out = bind(ctx, claim, BindTarget::Adopt(address), Some(&grant));
+            let _ = index::settle(ctx, &claim.pool, Some(&grant.token));
+            match out? {
+                Bound::Done(a) => Ok(*a),
+                Bound::NeedsGrant(_) => Err(Error::internal(
+                    "an adoption asked for a second grant of the pool index",
+                )),
+            }
+        }
+    }
+}
+
+/// What [`bind`] came to.
+enum Bound {
+    /// Bound (or answered).
+    Done(Box<Allocated>),
+    /// An adoption outside the pool's allocatable set: the pool index must
+    /// grant these addresses first.
+    NeedsGrant(Held),
 }
 
 fn address_mismatch(claim: &Claim, bound: &str, address: std::net::IpAddr) -> Error {
@@ -189,32 +217,69 @@ fn address_mismatch(claim: &Claim, bound: &str, address: std::net::IpAddr) -> Er
     )
 }
 
-fn bind<K: KvStore>(ctx: &Ctx<'_, K>, claim: &Claim, target: BindTarget) -> Result<Allocated> {
+fn bind<K: KvStore>(
+    ctx: &Ctx<'_, K>,
+    claim: &Claim,
+    target: BindTarget,
+    grant: Option<&index::Reservation>,
+) -> Result<Bound> {
     let ckey = keys::claim(&claim.id.namespace, &claim.id.name);
     let cname = claim.id.display();
     let me = ctx.env.token();
-    let (follow, answer, taken_at) = store::update_pool(ctx, &claim.pool, |current| {
+    let mut needs: Option<Held> = None;
+    let decided = store::update_pool(ctx, &claim.pool, |current| {
+        needs = None;
         let Some(l) = current else {
             // No pool: a binding left from it still answers (two reads).
             if let Some(record) = binding_of(ctx.kv, &ckey, claim)? {
-                return Ok(Step::Done((
+                return Ok(Step::Done(Some((
                     FollowUp::None,
                     Allocated {
                         record,
                         created: false,
                     },
                     0,
-                )));
+                ))));
             }
             return Err(pool_not_found(claim));
         };
-        bind_decide(ctx, claim, target, l, &cname, &ckey, &me)
+        if let BindTarget::Adopt(ip) = target {
+            if let Some(v) = l.pool.value_of(ip) {
+                if !l.pool.allocatable.contains(v) && !l.state.used.contains(v) {
+                    match grant {
+                        None => {
+                            let held = Held {
+                                family: l.pool.family,
+                                set: l
+                                    .pool
+                                    .addresses_of(&crate::ip::RangeSet::from_ranges([(v, v)])),
+                            };
+                            needs = Some(held);
+                            return Ok(Step::Done(None));
+                        }
+                        Some(g) => g.check(ctx.env.now())?,
+                    }
+                }
+            }
+        }
+        Ok(
+            match bind_decide(ctx, claim, target, l, &cname, &ckey, &me)? {
+                Step::Done(o) => Step::Done(Some(o)),
+                Step::Write(next, o) => Step::Write(next, Some(o)),
+            },
+        )
     })?;
+    if let Some(held) = needs {
+        return Ok(Bound::NeedsGrant(held));
+    }
+    let Some((follow, answer, taken_at)) = decided else {
+        return Err(Error::internal("a bind decided nothing"));
+    };
     if let FollowUp::Set(record) = &follow {
         within_deadline(ctx, taken_at)?;
         ctx.kv.set(&ckey, &record.encode())?;
     }
-    Ok(answer)
+    Ok(Bound::Done(Box::new(answer)))
 }
 
 /// What one attempt of [`bind`] decides on: the claim, what it asks for,
@@ -551,6 +616,23 @@ pub trait ReleaseGuard {
     /// Why not (a 409 the caller may act on: close the record and retry, or
     /// wait for the assignment's removal); store errors.
     fn may_release<K: KvStore>(&self, kv: &K, ns: &str, name: &str, uid: &str) -> Result<()>;
+
+    /// Whether the binding of claim `ns/name` for `uid` may go when its
+    /// pool's record does not load (whether the pool is VRF-backed is not
+    /// known): only what is known to hold the address refuses. The
+    /// default agrees.
+    ///
+    /// # Errors
+    /// Why not; store errors.
+    fn may_release_blind<K: KvStore>(
+        &self,
+        _kv: &K,
+        _ns: &str,
+        _name: &str,
+        _uid: &str,
+    ) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// Releases the address of claim `namespace/name`.
@@ -595,7 +677,7 @@ pub fn release<K: KvStore, G: ReleaseGuard>(
     }
     let pool_id = first.pool_id(namespace)?;
     let me = ctx.env.token();
-    let (follow, released, taken_at) =
+    let decided =
         store::update_pool(ctx, &pool_id, |current| {
             let now = ctx.env.now();
             let Some(l) = current else {
@@ -649,7 +731,18 @@ pub fn release<K: KvStore, G: ReleaseGuard>(
                 });
             }
             Ok(write(state, (FollowUp::Delete, Some(record), now)))
-        })?;
+        });
+    let (follow, released, taken_at) = match decided {
+        Err(e) if e.is(Known::UnreadableRecord) => {
+            // The pool's record does not load, so no decision on it can be
+            // made (every allocation in it fails too): the binding goes
+            // alone. The address is free in the record a PUT rebuilds from
+            // the bindings left (its grace period is lost with the record).
+            guard.may_release_blind(ctx.kv, namespace, name, &first.uid)?;
+            (FollowUp::Delete, Some(first), ctx.env.now())
+        }
+        other => other?,
+    };
     if let FollowUp::Delete = follow {
         within_deadline(ctx, taken_at)?;
         ctx.kv.delete(&ckey)?;
@@ -667,26 +760,42 @@ pub struct PoolView {
 }
 
 impl PoolView {
-    fn of(l: &Loaded) -> PoolView {
+    /// Pool `l` with its counts as of `now`.
+    pub fn of(l: &Loaded, now: u64) -> PoolView {
         PoolView {
             object: l.object.clone(),
-            counts: l.state.counts(&l.pool),
+            counts: l.state.counts_at(&l.pool, now),
         }
     }
 
     /// The object with `status.ipAddresses` (counts saturate at
-    /// 9223372036854775807, the largest Kubernetes integer).
+    /// [`MAX_COUNT`], the largest Kubernetes integer, as everywhere).
     pub fn to_json(&self) -> Value {
-        let cap = |v: u128| -> i64 { i64::try_from(v).unwrap_or(i64::MAX) };
         self.object.to_json(Some(json!({
             "ipAddresses": {
-                "total": cap(self.counts.total),
-                "used": cap(self.counts.used),
-                "free": cap(self.counts.free),
-                "outOfRange": cap(self.counts.out_of_range),
+                "total": count(self.counts.total),
+                "used": count(self.counts.used),
+                "free": count(self.counts.free),
+                "outOfRange": count(self.counts.out_of_range),
             }
         })))
     }
+}
+
+/// The largest count reported anywhere (status, metrics, the browser
+/// view): 9223372036854775807 (2^63 − 1), the largest Kubernetes integer.
+/// An IPv6 pool's size passes it from a /65 of addresses on.
+pub const MAX_COUNT: i64 = i64::MAX;
+
+/// A count as reported: saturating at [`MAX_COUNT`].
+///
+/// ```
+/// use metal_ipam_core::ipam::ops::{count, MAX_COUNT};
+/// assert_eq!(count(5), 5);
+/// assert_eq!(count(1 << 64), MAX_COUNT);
+/// ```
+pub fn count(v: u128) -> i64 {
+    i64::try_from(v).unwrap_or(MAX_COUNT)
 }
 
 /// Whether [`put_pool`] created or changed the pool.
@@ -823,26 +932,52 @@ fn unbound(id: &PoolId, l: &Loaded) -> Result<()> {
 /// 409 `PoolInUse` while addresses are bound; 503 on store failure.
 pub fn delete_provisioned_pool<K: KvStore>(ctx: &Ctx<'_, K>, id: &PoolId) -> Result<()> {
     store::update_pool(ctx, id, |current| {
-        if let Some(l) = current {
-            unbound(id, l)?;
-        }
-        Ok(Step::Write(
-            Box::new(Next {
+        let next = match current {
+            Some(l) => {
+                unbound(id, l)?;
+                Next::tombstone(l)
+            }
+            None => Next {
                 pool: None,
                 state: PoolState::default(),
-            }),
-            (),
-        ))
-    })
+            },
+        };
+        Ok(Step::Write(Box::new(next), ()))
+    })?;
+    let _ = index::settle(ctx, id, None);
+    Ok(())
 }
 
 /// What [`register`] decided: the answer, the adopted claims' bindings it
 /// owes (key, record), and when it took their intents.
 type Registered = ((PutOutcome, PoolView), Vec<(String, ClaimRecord)>, u64);
 
+/// What a registration will hold: the new spec's allocatable set and the
+/// adoptions' addresses (a new pool records them even outside its spec),
+/// in addresses.
+fn registration_held(pool: &ValidatedPool, adoptions: &[Adoption]) -> Held {
+    let mut values = pool.allocatable.clone();
+    for a in adoptions {
+        if let Some(v) = pool.value_of(a.address) {
+            values.insert(v);
+        }
+    }
+    Held {
+        family: pool.family,
+        set: pool.addresses_of(&values),
+    }
+}
+
 /// Registers or updates a pool (after `may`, the caller's gate, agrees);
 /// a new pool takes `adoptions` over under `Bind` intents of this request,
 /// whose bindings it then writes.
+///
+/// An identical object answers [`PutOutcome::Unchanged`] from one read.
+/// Otherwise the pool index grants the addresses first
+/// ([`index::reserve`]: the overlap rule), the pool record is written
+/// within the grant's deadline, and the index is settled to what the
+/// record holds ([`index::settle`]), whatever the write's outcome. A
+/// record that does not load is rebuilt ([`repair`]).
 fn register<K: KvStore>(
     ctx: &Ctx<'_, K>,
     object: PoolObject,
@@ -851,26 +986,176 @@ fn register<K: KvStore>(
 ) -> Result<(PutOutcome, PoolView)> {
     let pool = object.spec.validate()?;
     let id = object.id.clone();
-    // Indexed before the record is written: a crash in between leaves an
-    // index entry without a record, which readers skip.
-    index_pool(ctx, &id)?;
+    let now = ctx.env.now();
+    match store::read_pool(ctx.kv, &id) {
+        Ok(Some(l)) if l.object == object => {
+            if let Some(may) = may {
+                may()?;
+            }
+            return Ok((PutOutcome::Unchanged, PoolView::of(&l, now)));
+        }
+        Ok(_) => {}
+        Err(e) if e.is(Known::UnreadableRecord) => {
+            return repair(ctx, object, &pool, adoptions, may);
+        }
+        Err(e) => return Err(e),
+    }
+    let grant = index::reserve(ctx, &id, &registration_held(&pool, adoptions))?;
     let me = ctx.env.token();
-    let (result, bindings, taken_at) = store::update_pool(ctx, &id, |current| {
+    let written = store::update_pool(ctx, &id, |current| {
         if let Some(may) = may {
             may()?;
         }
         let now = ctx.env.now();
+        grant.check(now)?;
         match current {
             None => Ok(register_new(ctx, &object, &pool, adoptions, &me, now)),
-            Some(l) => register_update(&object, &pool, l),
+            Some(l) => register_update(&object, &pool, l, now),
         }
-    })?;
+    });
+    // The grant is settled whatever the write did (a failed one leaves the
+    // entry as it was); a settle that fails leaves the grant to expire,
+    // which is safe, so the registration's own answer stands.
+    let _ = index::settle(ctx, &id, Some(&grant.token));
+    let (result, bindings, taken_at) = written?;
     // The adopted claims' bindings: this request owns their Bind intents.
     for (key, record) in &bindings {
         within_deadline(ctx, taken_at)?;
         ctx.kv.set(key, &record.encode())?;
     }
     Ok(result)
+}
+
+/// Rebuilds pool `object`'s record, which does not load (`why`): its
+/// allocation state is made from the claim bindings that name the pool
+/// (one listing of the store's keys, then a read per claim binding: the
+/// one request path that lists the store, and only for a record that
+/// cannot be read) and `adoptions` (the `IPAddress` objects, in
+/// Kubernetes mode); an address two of them name goes to the first.
+/// Cooling addresses and intents the lost record held are gone: a claim
+/// whose binding was not written yet retries and is bound afresh. The
+/// index grants what the rebuilt record holds first, as any registration.
+///
+/// # Errors
+/// As [`register`]; 409 `PoolOverlap` when the rebuilt pool would overlap
+/// another.
+fn repair<K: KvStore>(
+    ctx: &Ctx<'_, K>,
+    object: PoolObject,
+    pool: &ValidatedPool,
+    adoptions: &[Adoption],
+    may: Option<&dyn Fn() -> Result<()>>,
+) -> Result<(PutOutcome, PoolView)> {
+    let id = object.id.clone();
+    let bound = bindings_of_pool(ctx.kv, &id)?;
+    let mut state = PoolState::default();
+    let mut owners: Vec<String> = Vec::new();
+    for (ns, name, record) in &bound {
+        let Some(v) = record.ip().ok().and_then(|ip| pool.value_of(ip)) else {
+            continue;
+        };
+        if !state.used.contains(v) {
+            state.used.insert(v);
+            owners.push(format!("{ns}/{name}"));
+        }
+    }
+    // Adopted claims the store has no binding for: bound here, their
+    // bindings written after the swap under this request's intents.
+    let mut missing = Vec::new();
+    for a in adoptions {
+        let cname = a.claim.id.display();
+        let Some(v) = pool.value_of(a.address) else {
+            continue;
+        };
+        if !owners.contains(&cname) && !state.used.contains(v) {
+            state.used.insert(v);
+            owners.push(cname);
+            missing.push(a);
+        }
+    }
+    let mut held_values = pool.allocatable.clone();
+    held_values.union_with(&state.used);
+    let held = Held {
+        family: pool.family,
+        set: pool.addresses_of(&held_values),
+    };
+    let grant = index::reserve(ctx, &id, &held)?;
+    let swap_check = index::swap_check(ctx.kv)?;
+    let me = ctx.env.token();
+    let written = store::replace_unreadable_pool(ctx, &id, swap_check, || {
+        if let Some(may) = may {
+            may()?;
+        }
+        let now = ctx.env.now();
+        grant.check(now)?;
+        let mut st = state.clone();
+        let mut bindings = Vec::new();
+        for a in &missing {
+            let Some(v) = pool.value_of(a.address) else {
+                continue;
+            };
+            let tok = ctx.env.token();
+            bindings.push((
+                keys::claim(&a.claim.id.namespace, &a.claim.id.name),
+                ClaimRecord::new(&a.claim, a.address, pool, object.uid(), &tok),
+            ));
+            st.intents.push(Intent {
+                kind: IntentKind::Bind,
+                claim: a.claim.id.display(),
+                uid: a.claim.id.uid.clone(),
+                address: v,
+                token: tok,
+                owner: me.clone(),
+                at: now,
+            });
+        }
+        let next = Next {
+            pool: Some((object.clone(), pool.clone())),
+            state: st.clone(),
+        };
+        Ok((next, (st, bindings, now)))
+    });
+    let _ = index::settle(ctx, &id, Some(&grant.token));
+    let Some((st, bindings, taken_at)) = written? else {
+        // Readable again (someone else's repair landed first): register
+        // over it the ordinary way.
+        return register(ctx, object, adoptions, may);
+    };
+    for (key, record) in &bindings {
+        within_deadline(ctx, taken_at)?;
+        ctx.kv.set(key, &record.encode())?;
+    }
+    let view = PoolView {
+        object,
+        counts: st.counts(pool),
+    };
+    Ok((PutOutcome::Created, view))
+}
+
+/// Every claim binding naming pool `id`: `(namespace, name, binding)`
+/// (one listing of the store's keys, then a `get` per claim binding). For
+/// the repair of an unreadable pool record only.
+///
+/// # Errors
+/// Store failures (503); an unreadable binding is skipped.
+pub fn bindings_of_pool<K: KvStore>(
+    kv: &K,
+    id: &PoolId,
+) -> Result<Vec<(String, String, ClaimRecord)>> {
+    let mut out = Vec::new();
+    for key in kv.list_keys()? {
+        let Some((ns, name)) = keys::parse_claim(&key) else {
+            continue;
+        };
+        let Some(bytes) = kv.get(&key)? else { continue };
+        let Ok(record) = ClaimRecord::decode(&bytes) else {
+            continue;
+        };
+        if record.pool_id(ns).ok().as_ref() == Some(id) {
+            out.push((ns.to_string(), name.to_string(), record));
+        }
+    }
+    Ok(out)
 }
 
 /// [`register`]'s decision for a pool not yet stored: its adoptions, one
@@ -930,6 +1215,7 @@ fn register_update(
     object: &PoolObject,
     pool: &ValidatedPool,
     l: &Loaded,
+    now: u64,
 ) -> Result<Step<Registered, Next>> {
     let (dropped, n) = l.state.dropped_by(&l.pool, pool, 10);
     if n > 0 {
@@ -945,11 +1231,27 @@ fn register_update(
         ));
     }
     let mut state = l.state.clone();
+    state.expire(now);
+    if l.pool.shift != pool.shift {
+        // A sub-prefix cooling at one length has no counterpart at another:
+        // freeing it would hand it out before its grace period ended.
+        if let Some(last) = state.cooling.iter().map(|c| c.until).max() {
+            return Err(Error::conflict(
+                "CoolingAddressesDropped",
+                format!(
+                    "pool {}'s allocation length cannot change while {} released sub-prefix(es) are in their reuse grace period; retry after {}",
+                    object.id.display(),
+                    state.cooling.len(),
+                    crate::kube::meta::rfc3339(last),
+                ),
+            ));
+        }
+    }
     let outside: Vec<u128> = state
         .cooling
         .iter()
         .map(|c| c.address)
-        .filter(|a| l.pool.shift != pool.shift || !pool.allocatable.contains(*a))
+        .filter(|a| !pool.allocatable.contains(*a))
         .collect();
     for a in outside {
         state.cooling.retain(|c| c.address != a);
@@ -975,79 +1277,55 @@ fn pool_ip(pool: &crate::ipam::pool::ValidatedPool, a: u128) -> String {
     pool.ip(a).to_string()
 }
 
-/// Reads one pool (one `get`).
+/// Reads one pool (one `get`), its counts as of `now` (cooling
+/// addresses whose grace period ended count as free).
 ///
 /// # Errors
-/// Store failures (503), unreadable record (500).
-pub fn get_pool<K: KvStore>(kv: &K, id: &PoolId) -> Result<Option<PoolView>> {
-    Ok(store::read_pool(kv, id)?.as_ref().map(PoolView::of))
+/// Store failures (503), unreadable record (500 `UnreadableRecord`).
+pub fn get_pool<K: KvStore>(kv: &K, id: &PoolId, now: u64) -> Result<Option<PoolView>> {
+    Ok(store::read_pool(kv, id)?
+        .as_ref()
+        .map(|l| PoolView::of(l, now)))
 }
 
-/// The pool index (`pool-index`): the key of every pool record ever
-/// written, so pools are listed without listing the store.
-pub const POOL_INDEX: RegistryId = RegistryId {
-    key: keys::POOL_INDEX,
-    guard: keys::POOL_INDEX_INIT,
-};
+/// A pool's record as a reader finds it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Found {
+    /// Absent, or deleted.
+    Absent,
+    /// Registered.
+    Live(Box<Loaded>),
+    /// The record does not load: the message says why. A `PUT` of the
+    /// pool rebuilds it; a `DELETE` deletes it when no claim holds one of
+    /// its addresses.
+    Unreadable(String),
+}
 
-/// Most pools the index holds (a record of about 50 bytes each stays well
-/// under a store's 1 MB value limit); a pool past it is refused.
-pub const MAX_POOLS: usize = 10_000;
-
-/// Adds pool `id` to the index unless it is there (one `get` when it is).
-/// When the index does not exist yet (a store written before it), it is
-/// created from one listing of the store's pool keys (once per store).
+/// Reads pool `id` (one `get`), telling an unreadable record apart.
 ///
 /// # Errors
-/// 409 `TooManyPools` past [`MAX_POOLS`]; store failures.
-pub fn index_pool<K: KvStore>(ctx: &Ctx<'_, K>, id: &PoolId) -> Result<()> {
-    let key = keys::pool(id);
-    let added = match registry::read(ctx.kv, &POOL_INDEX)? {
-        Some(members) if members.contains(&key) => return Ok(()),
-        Some(_) => registry::add(ctx, &POOL_INDEX, &[&key], MAX_POOLS)?,
-        None => migrate_index(ctx, Some(&key))?,
-    };
-    if added == Added::Full {
-        return Err(Error::conflict(
-            "TooManyPools",
-            format!("the store holds {MAX_POOLS} pools, the most it indexes"),
-        ));
+/// Store failures (503).
+pub fn find_pool<K: KvStore>(kv: &K, id: &PoolId) -> Result<Found> {
+    match store::read_pool(kv, id) {
+        Ok(None) => Ok(Found::Absent),
+        Ok(Some(l)) => Ok(Found::Live(Box::new(l))),
+        Err(e) if e.is(Known::UnreadableRecord) => Ok(Found::Unreadable(e.message().to_string())),
+        Err(e) => Err(e),
     }
-    Ok(())
 }
 
-/// Creates the pool index from one listing of the store (with `extra`).
-fn migrate_index<K: KvStore>(ctx: &Ctx<'_, K>, extra: Option<&str>) -> Result<Added> {
-    let listed: Vec<String> = ctx
-        .kv
-        .list_keys()?
-        .into_iter()
-        .filter(|k| keys::parse_pool::<PoolId>(k).is_some())
-        .collect();
-    let mut members: Vec<&str> = listed.iter().map(String::as_str).collect();
-    members.extend(extra);
-    registry::add(ctx, &POOL_INDEX, &members, usize::MAX)
-}
-
-/// The ids of every pool the index lists (deleted ones included), sorted;
-/// `None` when the index does not exist yet. One `get`.
+/// The ids of the pools the index lists (deleted ones whose entry is not
+/// settled yet included), sorted; `None` when the store has no index yet
+/// (one `get`).
 ///
 /// # Errors
 /// Store failures (503), an unreadable index (500).
 pub fn indexed_pools<K: KvStore>(kv: &K) -> Result<Option<Vec<PoolId>>> {
-    let Some(members) = registry::read(kv, &POOL_INDEX)? else {
-        return Ok(None);
-    };
-    let mut ids: Vec<PoolId> = members
-        .iter()
-        .filter_map(|k| keys::parse_pool::<PoolId>(k))
-        .collect();
-    ids.sort();
-    Ok(Some(ids))
+    Ok(index::read(kv)?.map(|i| i.ids()))
 }
 
 /// [`indexed_pools`], creating the index first when it does not exist
-/// (one listing of the store, once per store).
+/// (one listing of the store, once per store: [`index::create_from_listing`]).
 ///
 /// # Errors
 /// Store failures (503), an unreadable index (500).
@@ -1055,17 +1333,28 @@ pub fn pool_ids<K: KvStore>(ctx: &Ctx<'_, K>) -> Result<Vec<PoolId>> {
     if let Some(ids) = indexed_pools(ctx.kv)? {
         return Ok(ids);
     }
-    migrate_index(ctx, None)?;
+    index::create_from_listing(ctx)?;
     Ok(indexed_pools(ctx.kv)?.unwrap_or_default())
 }
 
-/// Lists pools, sorted by key; `kind` restricts to one kind. Reads the pool
-/// index, then each pool (tombstones skipped); without an index (a store
-/// written before it), lists the store's keys instead, without writing.
+/// What a listing found: the pools, and those whose record does not load
+/// (skipped, each with why), so one bad record hides nothing else.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Listing {
+    /// The registered pools, sorted by key.
+    pub pools: Vec<PoolView>,
+    /// Pools whose record does not load.
+    pub unreadable: Vec<(PoolId, String)>,
+}
+
+/// Lists pools, sorted by key; `kind` restricts to one kind; counts as of
+/// `now`. Reads the pool index, then each pool (deleted ones skipped;
+/// unreadable ones reported, not fatal); without an index (a store written
+/// before it), lists the store's keys instead, without writing.
 ///
 /// # Errors
-/// Store failures (503), unreadable records (500).
-pub fn list_pools<K: KvStore>(kv: &K, kind: Option<PoolKind>) -> Result<Vec<PoolView>> {
+/// Store failures (503), an unreadable index (500).
+pub fn list_pools<K: KvStore>(kv: &K, kind: Option<PoolKind>, now: u64) -> Result<Listing> {
     let ids = match indexed_pools(kv)? {
         Some(ids) => ids,
         None => {
@@ -1078,7 +1367,7 @@ pub fn list_pools<K: KvStore>(kv: &K, kind: Option<PoolKind>) -> Result<Vec<Pool
             ids
         }
     };
-    read_pools(kv, ids, kind)
+    read_pools(kv, ids, kind, now)
 }
 
 /// [`list_pools`], creating the index when it does not exist
@@ -1086,26 +1375,26 @@ pub fn list_pools<K: KvStore>(kv: &K, kind: Option<PoolKind>) -> Result<Vec<Pool
 ///
 /// # Errors
 /// As [`list_pools`].
-pub fn list_pools_in<K: KvStore>(
-    ctx: &Ctx<'_, K>,
-    kind: Option<PoolKind>,
-) -> Result<Vec<PoolView>> {
+pub fn list_pools_in<K: KvStore>(ctx: &Ctx<'_, K>, kind: Option<PoolKind>) -> Result<Listing> {
     let ids = pool_ids(ctx)?;
-    read_pools(ctx.kv, ids, kind)
+    read_pools(ctx.kv, ids, kind, ctx.env.now())
 }
 
 fn read_pools<K: KvStore>(
     kv: &K,
     ids: Vec<PoolId>,
     kind: Option<PoolKind>,
-) -> Result<Vec<PoolView>> {
-    let mut out = Vec::new();
+    now: u64,
+) -> Result<Listing> {
+    let mut out = Listing::default();
     for id in ids
         .into_iter()
         .filter(|id| kind.is_none_or(|k| id.kind == k))
     {
-        if let Some(v) = get_pool(kv, &id)? {
-            out.push(v);
+        match find_pool(kv, &id)? {
+            Found::Absent => {}
+            Found::Live(l) => out.pools.push(PoolView::of(&l, now)),
+            Found::Unreadable(why) => out.unreadable.push((id, why)),
         }
     }
     Ok(out)
@@ -1113,7 +1402,11 @@ fn read_pools<K: KvStore>(
 
 /// Deletes a pool that has no bound address.
 ///
-/// The record becomes a tombstone (the key stays; see [`crate::kv`]).
+/// The record becomes a tombstone (the key stays; see [`crate::kv`]), then
+/// the pool index lets its addresses go ([`index::settle`]). A record that
+/// does not load is deleted when no claim binding names the pool (one
+/// listing of the store: [`bindings_of_pool`]), and refused with
+/// `PoolInUse` naming them otherwise.
 ///
 /// # Idempotency
 /// Deleting an unknown or deleted pool succeeds; returns whether a pool was
@@ -1122,19 +1415,57 @@ fn read_pools<K: KvStore>(
 /// # Errors
 /// 409 `PoolInUse` while addresses are bound; 503 on store failure.
 pub fn delete_pool<K: KvStore>(ctx: &Ctx<'_, K>, id: &PoolId) -> Result<bool> {
-    store::update_pool(ctx, id, |current| {
+    let deleted = match store::update_pool(ctx, id, |current| {
         let Some(l) = current else {
             return Ok(Step::Done(false));
         };
         unbound(id, l)?;
-        Ok(Step::Write(
-            Box::new(Next {
+        Ok(Step::Write(Box::new(Next::tombstone(l)), true))
+    }) {
+        Err(e) if e.is(Known::UnreadableRecord) => delete_unreadable(ctx, id)?,
+        other => other?,
+    };
+    // A settle that fails leaves the entry larger than the pool, which is
+    // safe; the next settle or the reconcile's tidy repairs it.
+    let _ = index::settle(ctx, id, None);
+    Ok(deleted)
+}
+
+/// [`delete_pool`] of a record that does not load.
+fn delete_unreadable<K: KvStore>(ctx: &Ctx<'_, K>, id: &PoolId) -> Result<bool> {
+    let bound = bindings_of_pool(ctx.kv, id)?;
+    if !bound.is_empty() {
+        let names: Vec<String> = bound
+            .iter()
+            .take(10)
+            .map(|(ns, n, r)| format!("{ns}/{n} ({})", r.address))
+            .collect();
+        return Err(Error::conflict(
+            Known::PoolInUse.as_str(),
+            format!(
+                "pool {}'s record does not load, and {} claim(s) hold its addresses: {}{}; PUT the pool to rebuild its record, or release them first",
+                id.display(),
+                bound.len(),
+                names.join(", "),
+                if bound.len() > names.len() { ", …" } else { "" }
+            ),
+        ));
+    }
+    let swap_check = index::swap_check(ctx.kv)?;
+    let done = store::replace_unreadable_pool(ctx, id, swap_check, || {
+        Ok((
+            Next {
                 pool: None,
                 state: PoolState::default(),
-            }),
-            true,
+            },
+            (),
         ))
-    })
+    })?;
+    match done {
+        Some(()) => Ok(true),
+        // Readable again (repaired meanwhile): delete it the ordinary way.
+        None => delete_pool(ctx, id),
+    }
 }
 
 /// Decodes any record found in the store, for diagnostics and golden tests.

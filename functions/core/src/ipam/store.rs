@@ -180,7 +180,7 @@ impl PoolContent {
             return Ok(None);
         };
         let invalid =
-            |e: Error| Error::internal(format!("stored pool {} is invalid: {e}", id.display()));
+            |e: Error| Error::unreadable(format!("stored pool {} is invalid: {e}", id.display()));
         let object = PoolObject::parse(id, obj).map_err(invalid)?;
         let pool = object.spec.validate().map_err(invalid)?;
         let shift = pool.shift;
@@ -317,7 +317,7 @@ impl Content for PoolContent {
     fn legacy(bytes: &[u8]) -> Option<Result<PoolRecord>> {
         let old: PoolRecordV1 = serde_json::from_slice(bytes).ok()?;
         if old.v != RECORD_VERSION {
-            return Some(Err(Error::internal(format!(
+            return Some(Err(Error::unreadable(format!(
                 "pool record has schema version {}, this build reads {RECORD_VERSION} and {POOL_VERSION}",
                 old.v
             ))));
@@ -394,6 +394,16 @@ pub struct Next {
     pub pool: Option<(PoolObject, ValidatedPool)>,
     /// Allocation state (ignored for a tombstone).
     pub state: PoolState,
+}
+
+impl Next {
+    /// The tombstone that replaces pool `_l`.
+    pub fn tombstone(_l: &Loaded) -> Next {
+        Next {
+            pool: None,
+            state: PoolState::default(),
+        }
+    }
 }
 
 /// The value of a claim key: the binding of a claim to an address.
@@ -559,7 +569,7 @@ impl ClaimRecord {
 fn stored_entry(s: &str) -> Result<(u128, u128)> {
     crate::ipam::pool::parse_entry(s)
         .map(|(_, a, b)| (a, b))
-        .map_err(|m| Error::internal(format!("stored address entry: {m}")))
+        .map_err(|m| Error::unreadable(format!("stored address entry: {m}")))
 }
 
 /// Reads a pool record without starting a swap (one `get`).
@@ -568,6 +578,22 @@ fn stored_entry(s: &str) -> Result<(u128, u128)> {
 /// Store failures (503) and unreadable records (500).
 pub fn read_pool<K: KvStore>(kv: &K, id: &PoolId) -> Result<Option<Loaded>> {
     read_record::<K, PoolRecord>(kv, id)
+}
+
+/// Replaces a pool record that does not load with what `build` decides
+/// (the repair of [`crate::ipam::ops`]): the pool instance of
+/// [`crate::kv::protocol::replace_unreadable`]; `None` when the record
+/// loads (or is absent) by the time it is read.
+///
+/// # Errors
+/// As [`crate::kv::protocol::replace_unreadable`].
+pub fn replace_unreadable_pool<K: KvStore, T>(
+    ctx: &Ctx<'_, K>,
+    id: &PoolId,
+    swap_check: SwapCheck,
+    build: impl FnMut() -> Result<(Next, T)>,
+) -> Result<Option<T>> {
+    crate::kv::protocol::replace_unreadable::<K, PoolRecord, T>(ctx, id, swap_check, build)
 }
 
 /// One read-modify-write of a pool record, retried on conflict: the pool

@@ -251,12 +251,12 @@ impl<S: Content> CasRecord for Enveloped<S> {
             Ok(rec) => rec,
             Err(e) => {
                 return S::legacy(bytes).unwrap_or_else(|| {
-                    Err(Error::internal(format!("unreadable {}: {e}", S::WHAT)))
+                    Err(Error::unreadable(format!("unreadable {}: {e}", S::WHAT)))
                 })
             }
         };
         if rec.v != S::VERSION {
-            return Err(Error::internal(format!(
+            return Err(Error::unreadable(format!(
                 "{} has schema version {}, this build reads {}",
                 S::WHAT,
                 rec.v,
@@ -407,6 +407,76 @@ pub fn update_record<K: KvStore, R: CasRecord, T>(
         };
         if written {
             return Ok(out);
+        }
+        ctx.kv.note_conflict();
+    }
+    Err(Error::transient(
+        "Contention",
+        format!(
+            "{} is being changed by too many requests at once; retry",
+            R::describe(id)
+        ),
+    ))
+}
+
+/// Replaces a record whose stored bytes do not load (cut short, corrupt:
+/// `UnreadableRecord`) with the record `build` makes: the repair path,
+/// when every ordinary read-modify-write of the record fails. One
+/// `cas_read`; if the bytes still do not load, `build` decides and its
+/// record is swapped in over them, at revision 1 with no recent writers
+/// (the lost ones are unknown) and `swap_check` (the store's kind, e.g.
+/// another record's: the lost record's is unknown), read back when that
+/// says so. A concurrent writer read the bad bytes too and could only
+/// fail; a concurrent repair is ordered by the swap. Returns `None`, with
+/// nothing written, when the record is absent or loads by the time it is
+/// read (someone repaired it): the caller goes the ordinary way.
+///
+/// # Errors
+/// `build`'s; 503 `Contention` after [`MAX_CAS_ATTEMPTS`]; store failures;
+/// errors other than `UnreadableRecord` of the stored record.
+pub fn replace_unreadable<K: KvStore, R: CasRecord, T>(
+    ctx: &Ctx<'_, K>,
+    id: &R::Id,
+    swap_check: SwapCheck,
+    mut build: impl FnMut() -> Result<(R::Next, T)>,
+) -> Result<Option<T>> {
+    let key = R::key(id);
+    for attempt in 0..MAX_CAS_ATTEMPTS {
+        if attempt > 0 {
+            ctx.env.pause(attempt);
+        }
+        let (cas, current) = ctx.kv.cas_read(&key)?;
+        let Some(bytes) = current.filter(|b| !kv::is_zero_counter(b)) else {
+            return Ok(None);
+        };
+        match R::decode(&bytes).and_then(|r| r.view(id).map(|_| ())) {
+            Ok(()) => return Ok(None),
+            Err(e) if e.is(crate::error::Known::UnreadableRecord) => {}
+            Err(e) => return Err(e),
+        }
+        let (next, out) = build()?;
+        let writer = ctx.env.token();
+        let check = match ctx.swap_policy {
+            SwapPolicy::Always => SwapCheck::Verify,
+            SwapPolicy::Auto => swap_check,
+        };
+        let record = R::build(
+            &next,
+            Envelope {
+                rev: 1,
+                writer: writer.clone(),
+                recent_writers: Vec::new(),
+                swap_check: check,
+            },
+        );
+        let reported = ctx.kv.cas_swap(cas, &record.encode())?;
+        let written = match (check, reported) {
+            (SwapCheck::Exact, Swap::Reported) => true,
+            (SwapCheck::Exact, Swap::Failed) => false,
+            (SwapCheck::Verify, _) => landed::<R>(ctx.kv.get(&key)?.as_deref(), &writer)?,
+        };
+        if written {
+            return Ok(Some(out));
         }
         ctx.kv.note_conflict();
     }

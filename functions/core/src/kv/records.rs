@@ -36,10 +36,10 @@ pub fn decode_versioned<T: serde::de::DeserializeOwned>(
     version: impl Fn(&T) -> u32,
 ) -> Result<T> {
     let rec: T = serde_json::from_slice(bytes)
-        .map_err(|e| Error::internal(format!("unreadable {what} record: {e}")))?;
+        .map_err(|e| Error::unreadable(format!("unreadable {what} record: {e}")))?;
     let v = version(&rec);
     if v != RECORD_VERSION {
-        return Err(Error::internal(format!(
+        return Err(Error::unreadable(format!(
             "{what} record has schema version {v}, this build reads {RECORD_VERSION}"
         )));
     }

@@ -22,9 +22,8 @@ use std::fmt::Write as _;
 
 use crate::error::Result;
 use crate::ip::Family;
-use crate::ipam::ops;
 use crate::ipam::pool::PoolId;
-use crate::ipam::store;
+use crate::ipam::{index, ops};
 use crate::kv::{read_record, Ctx};
 use crate::observe::counters::{self, CLASSES, METAL_OPS};
 use crate::observe::summary;
@@ -167,23 +166,23 @@ pub fn scrape<K: KvStore>(ctx: &Ctx<'_, K>) -> Result<String> {
 const POOL_GAUGES: [(&str, &str); 7] = [
     (
         "metal_ipam_pool_capacity",
-        "Allocatable addresses in the pool's current spec (status.ipAddresses.total).",
+        "Allocatable addresses (a prefix pool: sub-prefixes) in the pool's current spec, as status.ipAddresses.total (saturating at 2^63-1).",
     ),
     (
         "metal_ipam_pool_used",
-        "Addresses bound to claims inside the pool's spec (status.ipAddresses.used).",
+        "Addresses (a prefix pool: sub-prefixes) bound to claims inside the pool's spec, as status.ipAddresses.used.",
     ),
     (
         "metal_ipam_pool_free",
-        "Allocatable addresses neither bound nor cooling down (status.ipAddresses.free).",
+        "Allocatable addresses (a prefix pool: sub-prefixes) neither bound nor in their reuse grace period at scrape time, as status.ipAddresses.free.",
     ),
     (
         "metal_ipam_pool_cooling",
-        "Released addresses still in their reuse grace period.",
+        "Released addresses (a prefix pool: sub-prefixes) still in their reuse grace period at scrape time.",
     ),
     (
         "metal_ipam_pool_out_of_range",
-        "Addresses bound to claims outside the pool's current spec (status.ipAddresses.outOfRange).",
+        "Addresses (a prefix pool: sub-prefixes) bound to claims outside the pool's current spec, as status.ipAddresses.outOfRange.",
     ),
     (
         "metal_ipam_pool_ready",
@@ -247,20 +246,64 @@ fn pools<K: KvStore>(ctx: &Ctx<'_, K>, x: &mut Exposition) -> Result<usize> {
         GAUGE,
         "1 for a VRF-backed pool's Metal provisioning phase (provisioning, ready, deleting, deleted).",
     );
+    x.family(
+        "metal_ipam_pool_record_unreadable",
+        GAUGE,
+        "1 for each pool whose stored record does not load (cut short, corrupt, or from a newer build): it is skipped everywhere else until a PUT (or re-applying the pool object) rebuilds it or a DELETE removes it.",
+    );
+    x.family(
+        "metal_ipam_pool_index_entries",
+        GAUGE,
+        "Entries in the pool index: pools alive, plus pools being provisioned or deleted (bounded by what is alive).",
+    );
+    x.family(
+        "metal_ipam_pool_index_capacity",
+        GAUGE,
+        "Most entries the pool index holds; a new pool past it is refused (TooManyPools).",
+    );
+    let idx = match index::read(ctx.kv)? {
+        Some(i) => i,
+        None => {
+            // A store written before the pool index: built once from one
+            // listing.
+            index::create_from_listing(ctx)?;
+            index::read(ctx.kv)?.unwrap_or_default()
+        }
+    };
+    x.sample("metal_ipam_pool_index_entries", &[], idx.size().entries);
+    x.sample("metal_ipam_pool_index_capacity", &[], index::MAX_POOLS);
+    let now = ctx.env.now();
     let mut n = 0;
-    for id in ops::pool_ids(ctx)? {
-        let Some(l) = store::read_pool(ctx.kv, &id)? else {
-            // Not registered (yet, or any more): a VRF-backed pool being
-            // provisioned has only its Metal progress.
-            if let Some(p) = read_record::<_, ProgressRecord>(ctx.kv, &id)? {
-                if !p.deleted {
-                    metal_samples(x, &id, &p);
-                }
+    for id in idx.ids() {
+        let l = match ops::find_pool(ctx.kv, &id)? {
+            ops::Found::Live(l) => l,
+            ops::Found::Unreadable(_) => {
+                // Skipped and reported: one bad record hides nothing else.
+                let ns = id.namespace.clone().unwrap_or_default();
+                x.sample(
+                    "metal_ipam_pool_record_unreadable",
+                    &[
+                        ("namespace", ns.as_str()),
+                        ("name", id.name.as_str()),
+                        ("kind", id.kind.kind_name()),
+                    ],
+                    1,
+                );
+                continue;
             }
-            continue;
+            ops::Found::Absent => {
+                // Not registered (yet, or any more): a VRF-backed pool
+                // being provisioned has only its Metal progress.
+                if let Some(p) = read_record::<_, ProgressRecord>(ctx.kv, &id)? {
+                    if !p.deleted {
+                        metal_samples(x, &id, &p);
+                    }
+                }
+                continue;
+            }
         };
         n += 1;
-        let c = l.state.counts(&l.pool);
+        let c = l.state.counts_at(&l.pool, now);
         let vrf = l.object.spec.metal.is_some();
         let progress = if vrf {
             read_record::<_, ProgressRecord>(ctx.kv, &id)?
@@ -282,13 +325,13 @@ fn pools<K: KvStore>(ctx: &Ctx<'_, K>, x: &mut Exposition) -> Result<usize> {
             ("vrf", if vrf { "true" } else { "false" }),
         ];
         let values = [
-            c.total,
-            c.used,
-            c.free,
-            c.cooling,
-            c.out_of_range,
-            u128::from(ready),
-            u128::from(c.free == 0),
+            ops::count(c.total),
+            ops::count(c.used),
+            ops::count(c.free),
+            ops::count(c.cooling),
+            ops::count(c.out_of_range),
+            i64::from(ready),
+            i64::from(c.free == 0),
         ];
         for ((name, _), v) in POOL_GAUGES.iter().zip(values) {
             x.sample(name, &labels, v);
@@ -340,7 +383,7 @@ fn summary_families<K: KvStore>(kv: &K, x: &mut Exposition) -> Result<()> {
     x.family(
         "metal_ipam_machines",
         GAUGE,
-        "Machines opted into a network profile, by phase and by the network mode of their ports: a machine counts once per distinct mode of its ports (mode none without ports), so the sum over modes may exceed the machines (as of the last reconcile).",
+        "Machines opted into a network profile, by phase and by the network mode of their ports: each machine counts once, under its ports' mode, mixed when its ports are in different modes, none without ports (as of the last reconcile).",
     );
     x.family(
         "metal_ipam_metal_assignments",
@@ -382,12 +425,12 @@ fn summary_families<K: KvStore>(kv: &K, x: &mut Exposition) -> Result<()> {
         let mut modes: Vec<&str> = m.ports.iter().map(|p| p.mode.as_str()).collect();
         modes.sort_unstable();
         modes.dedup();
-        if modes.is_empty() {
-            modes.push("none");
-        }
-        for mode in modes {
-            *machines.entry((m.phase.as_str(), mode)).or_default() += 1;
-        }
+        let mode = match modes.as_slice() {
+            [] => "none",
+            [one] => one,
+            _ => "mixed",
+        };
+        *machines.entry((m.phase.as_str(), mode)).or_default() += 1;
     }
     for ((phase, mode), n) in machines {
         x.sample(

@@ -45,10 +45,10 @@ pub const MAX_RESULTS: usize = 50;
 /// Longest search query, in bytes (after percent-decoding).
 pub const MAX_QUERY: usize = 400;
 
-/// A count as a JSON number (saturating: an IPv6 pool's capacity may pass
-/// `u64`).
-fn count(v: u128) -> u64 {
-    u64::try_from(v).unwrap_or(u64::MAX)
+/// A count as a JSON number, saturating at [`ops::MAX_COUNT`] as the
+/// status and the metrics do (an IPv6 pool's size may pass it).
+fn count(v: u128) -> i64 {
+    ops::count(v)
 }
 
 /// `used / total` in percent, one decimal.
@@ -117,9 +117,19 @@ fn pool_row(v: &PoolView, family: Option<Family>) -> Value {
 /// # Errors
 /// The store failed (503) or a record is unreadable (500).
 pub fn overview<K: KvStore>(ctx: &Ctx<'_, K>) -> Result<Value> {
-    let pools: Vec<Value> = ops::list_pools(ctx.kv, None)?
+    let listing = ops::list_pools(ctx.kv, None, ctx.env.now())?;
+    let pools: Vec<Value> = listing
+        .pools
         .iter()
         .map(|v| pool_row(v, v.object.spec.validate().ok().map(|p| p.family)))
+        .collect();
+    let unreadable: Vec<Value> = listing
+        .unreadable
+        .iter()
+        .map(|(id, why)| {
+            json!({"id": pool_ref(id), "kind": id.kind.kind_name(), "namespace": id.namespace,
+                   "name": id.name, "error": why})
+        })
         .collect();
     let poll = poll::read(ctx.kv)?
         .map(|c| json!({"last": c.last, "gen": c.gen, "pending": c.pending.len()}));
@@ -135,6 +145,7 @@ pub fn overview<K: KvStore>(ctx: &Ctx<'_, K>) -> Result<Value> {
     });
     Ok(json!({
         "pools": pools,
+        "unreadable": unreadable,
         "poll": poll,
         "reconcile": reconcile,
         "now": ctx.env.now(),
@@ -244,10 +255,11 @@ pub fn pool<K: KvStore>(ctx: &Ctx<'_, K>, id: &PoolId) -> Result<Option<Value>> 
     let Some(l) = store::read_pool(ctx.kv, id)? else {
         return Ok(None);
     };
-    let view = ops::get_pool(ctx.kv, id)?.unwrap_or(PoolView {
-        object: l.object.clone(),
-        counts: l.state.counts(&l.pool),
-    });
+    let now = ctx.env.now();
+    // Cooling ends by the clock: what a write would expire is free here.
+    let mut l = l;
+    l.state.expire(now);
+    let view = PoolView::of(&l, now);
     let summary = summary::read(ctx.kv)?;
     let machines = machine_addresses(summary.as_ref());
     let mut holders: BTreeMap<u128, (String, String, ClaimRecord)> = BTreeMap::new();
@@ -449,11 +461,12 @@ pub fn search<K: KvStore>(ctx: &Ctx<'_, K>, query: &str) -> Result<Value> {
     };
     if let Ok(ip) = q.parse::<IpAddr>() {
         let wanted = ip.to_string();
-        for v in ops::list_pools(ctx.kv, None)? {
+        for v in ops::list_pools(ctx.kv, None, ctx.env.now())?.pools {
             let id = &v.object.id;
-            let Some(l) = store::read_pool(ctx.kv, id)? else {
+            let Some(mut l) = store::read_pool(ctx.kv, id)? else {
                 continue;
             };
+            l.state.expire(ctx.env.now());
             // In a prefix pool, the sub-prefix containing the address.
             let Some(a) = l.pool.value_containing(ip) else {
                 continue;

@@ -595,6 +595,13 @@ impl ops::ReleaseGuard for MetalAssignmentClosed {
             )),
         }
     }
+
+    fn may_release_blind<K: KvStore>(&self, kv: &K, ns: &str, name: &str, uid: &str) -> Result<()> {
+        match read(kv, ns, name)? {
+            Some(r) if r.uid == uid && r.holds() => Err(held(ns, name, &r)),
+            _ => Ok(()),
+        }
+    }
 }
 
 /// Releases the binding of claim `ns/name` (for `uid`, or whatever uid it

@@ -285,7 +285,7 @@ pub fn provision<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
         if cur.is_none() && !indexed {
             // In the pool index before its first record is written, so the
             // metrics see a VRF-backed pool while it is being provisioned.
-            crate::ipam::ops::index_pool(ctx, t.id)?;
+            crate::ipam::index::list_metal(ctx, t.id)?;
             indexed = true;
         }
         let now = ctx.env.now();
@@ -1210,13 +1210,19 @@ pub fn deprovision<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
     let mut done = Vec::new();
     for _ in 0..MAX_ROUNDS {
         let cur = read_state(ctx.kv, t.id)?;
-        let gone = |done: Vec<String>| Report {
-            phase: Phase::Gone,
-            progress: Progress::default(),
-            done,
+        let gone = |done: Vec<String>| -> Result<Report> {
+            // Torn down: the pool index need not list it for its Metal
+            // resources any more (a failure here is repaired by the
+            // reconcile's tidy).
+            let _ = crate::ipam::index::unlist_metal(ctx, t.id);
+            Ok(Report {
+                phase: Phase::Gone,
+                progress: Progress::default(),
+                done,
+            })
         };
         let (p, retire) = match owner(cur.as_ref(), uid) {
-            Owner::Retired => return Ok(gone(done)),
+            Owner::Retired => return gone(done),
             Owner::Free => {
                 begin_teardown(ctx, t.id, uid)?;
                 continue;
@@ -1241,7 +1247,7 @@ pub fn deprovision<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
         let of = t.with_uid(p.uid.as_deref());
         match teardown_round(ctx, metal, &of, &p, &retire, &mut done)? {
             Round::Again => {}
-            Round::Stop(Phase::Gone, _) => return Ok(gone(done)),
+            Round::Stop(Phase::Gone, _) => return gone(done),
             Round::Stop(phase, progress) => {
                 return Ok(Report {
                     phase,
