@@ -1087,7 +1087,9 @@ print(json.dumps(out))
             }
         }
 
-        // The ports, by MAC.
+        // The ports, each by its own MAC (a bond's MAC, which cloud-init
+        // copies onto its members, would have netplan match a member by
+        // another port's MAC).
         for p in &host.ports {
             let mac = p.mac.as_deref().unwrap();
             let c = by_name(&p.name).unwrap_or_else(|| panic!("{scenario}: no {}", p.name));
@@ -1095,6 +1097,12 @@ print(json.dumps(out))
                 (c["type"].as_str(), c["mac_address"].as_str()),
                 (Some("physical"), Some(mac)),
                 "{scenario}"
+            );
+            assert_eq!(
+                theirs[&p.name].matched_by.as_deref(),
+                Some(mac),
+                "{scenario}: netplan matches {} by another port's MAC",
+                p.name
             );
         }
 

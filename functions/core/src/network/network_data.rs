@@ -26,10 +26,13 @@
 //!
 //! Links: `phy` (`id` Metal's port name, `ethernet_mac_address`); `bond`
 //! (`bond_links`, `bond_mode` `802.3ad`, `bond_miimon` `100`,
-//! `bond_xmit_hash_policy` `layer3+4`, as Metal's LACP bonds; its MAC the
-//! first member's); `vlan` (`vlan_link`, `vlan_id`, `vlan_mac_address`:
-//! the parent's MAC, which the kernel gives a VLAN; cloud-init requires
-//! the field). A link's MTU goes in `mtu`. Networks: `ipv4` / `ipv6`
+//! `bond_xmit_hash_policy` `layer3+4`, as Metal's LACP bonds; **no MAC**:
+//! cloud-init copies a bond's parameters, its MAC among them, onto its
+//! members, and its netplan renderer then matches every member by that
+//! one MAC, so only the first member would be found; the node's bonding
+//! picks the bond's MAC); `vlan` (`vlan_link`, `vlan_id`,
+//! `vlan_mac_address`: the parent's MAC, a bond's first member's;
+//! cloud-init requires the field). A link's MTU goes in `mtu`. Networks: `ipv4` / `ipv6`
 //! static, `ip_address` alone, `netmask` dotted (IPv6 as a full mask, e.g.
 //! `ffff:ffff:ffff:ffff::`, which cloud-init reads), `routes` as
 //! `network` / `netmask` / `gateway`, `link` the link's `id`. A VLAN's
@@ -120,7 +123,8 @@ pub struct PhysicalPort {
 pub struct Bond {
     /// `bond0`, `bond1`.
     pub name: String,
-    /// Its members (physical ports), first the one whose MAC it takes.
+    /// Its members (physical ports), first the one whose MAC its VLANs
+    /// take.
     pub members: Vec<String>,
 }
 
@@ -258,17 +262,14 @@ fn bond_number(name: &str) -> Option<usize> {
     (format!("bond{n}") == name).then_some(n)
 }
 
-/// A `bond` link of Metal's LACP bond `name` over `members`, with `mac`.
-fn bond_json(name: &str, members: &[String], mac: Option<&str>) -> Value {
-    let mut link = json!({
+/// A `bond` link of Metal's LACP bond `name` over `members`, without a
+/// MAC (see the module docs).
+fn bond_json(name: &str, members: &[String]) -> Value {
+    json!({
         "id": name, "type": "bond", "bond_links": members,
         "bond_mode": BOND_MODE, "bond_miimon": BOND_MIIMON,
         "bond_xmit_hash_policy": BOND_XMIT_HASH_POLICY,
-    });
-    if let Some(mac) = mac {
-        link["ethernet_mac_address"] = json!(mac);
-    }
-    link
+    })
 }
 
 /// The links and networks as they are built.
@@ -407,10 +408,10 @@ pub fn render(net: &NodeNetwork, host: &Host) -> Result<String> {
             ));
         };
         for empty in bond_links..n {
-            doc.links
-                .push(bond_json(&format!("bond{empty}"), &[], None));
+            doc.links.push(bond_json(&format!("bond{empty}"), &[]));
         }
-        doc.links.push(bond_json(&b.name, &b.members, Some(&first)));
+        doc.links.push(bond_json(&b.name, &b.members));
+        // A VLAN on the bond names its first member's MAC.
         doc.macs.push((b.name.clone(), first));
         bond_links = n + 1;
     }
@@ -643,6 +644,28 @@ mod tests {
         let skipped = d["metal_ipam_skipped"].as_array().unwrap();
         assert_eq!(skipped.len(), 1, "{skipped:?}");
         assert!(skipped[0].as_str().unwrap().starts_with("bond0.1102"));
+    }
+
+    /// A bond carries no MAC: cloud-init copies a bond's parameters, its
+    /// MAC among them, onto its members, and its netplan then matches the
+    /// second member by the first one's MAC. A VLAN on the bond still
+    /// names the first member's (cloud-init requires one).
+    #[test]
+    fn bonds_carry_no_mac() {
+        let net = NodeNetwork {
+            links: vec![Link {
+                name: "bond0.1010".into(),
+                vlan: Some(("bond0".into(), 1010)),
+                addresses: vec![],
+                routes: vec![],
+                mtu: None,
+            }],
+        };
+        let d = doc(&net, &bonded());
+        let links = d["links"].as_array().unwrap();
+        assert_eq!(links[2]["type"], "bond");
+        assert!(links[2].get("ethernet_mac_address").is_none(), "{d:#}");
+        assert_eq!(links[3]["vlan_mac_address"], "aa:bb:cc:00:00:01");
     }
 
     #[test]
