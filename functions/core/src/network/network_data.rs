@@ -28,23 +28,23 @@
 //! (`bond_links`, `bond_mode` `802.3ad`, `bond_miimon` `100`,
 //! `bond_xmit_hash_policy` `layer3+4`, as Metal's LACP bonds; **no MAC**:
 //! cloud-init copies a bond's parameters, its MAC among them, onto its
-//! members, and its netplan renderer then matches every member by that
-//! one MAC, so only the first member would be found; the node's bonding
-//! picks the bond's MAC); `vlan` (`vlan_link`, `vlan_id`,
-//! `vlan_mac_address`: the parent's MAC, a bond's first member's;
-//! cloud-init requires the field). A link's MTU goes in `mtu`. Networks: `ipv4` / `ipv6`
-//! static, `ip_address` alone, `netmask` dotted (IPv6 as a full mask, e.g.
-//! `ffff:ffff:ffff:ffff::`, which cloud-init reads), `routes` as
-//! `network` / `netmask` / `gateway`, `link` the link's `id`. A VLAN's
-//! routes go on its first address of their family. Metal's Layer3 routes
-//! are Metal's conventions: the public IPv4 and IPv6 addresses carry the
-//! default route via their gateway, the private IPv4 address
-//! `10.0.0.0/8` via its gateway. Elastic IPs (the [`ELASTIC_LINK`] link of
-//! the other formats) go on the Layer3 bond as `/32` / `/128`:
-//! `network_data.json` has no loopback link, and Metal routes them to
-//! the bond. `services`: one `dns` entry per resolver of [`Host`]; a
-//! profile names none, so it is an empty list and the node's resolvers
-//! come from elsewhere (the image, or user data).
+//! members, and its netplan renderer then matches every member by that one
+//! MAC, so only the first member would be found; the node's bonding picks
+//! the bond's MAC); `vlan` (`vlan_link`, `vlan_id`, `vlan_mac_address`: the
+//! parent's MAC, a bond's first member's; cloud-init requires the field). A
+//! link's MTU goes in `mtu`. Networks: `ipv4` / `ipv6` static, `ip_address`
+//! alone, `netmask` dotted (IPv6 as a full mask, e.g.
+//! `ffff:ffff:ffff:ffff::`, which cloud-init reads), `routes` as `network`
+//! / `netmask` / `gateway`, `link` the link's `id`. A VLAN's routes go on
+//! its first address of their family. Metal's Layer3 routes are Metal's
+//! conventions: the public IPv4 and IPv6 addresses carry the default route
+//! via their gateway, the private IPv4 address `10.0.0.0/8` via its
+//! gateway. Elastic IPs (the [`ELASTIC_LINK`] link of the other formats) go
+//! on the Layer3 bond as `/32` / `/128`: `network_data.json` has no
+//! loopback link, and Metal routes them to the bond. `services`: one `dns`
+//! entry per resolver of [`Host`]; a profile names none, so it is an empty
+//! list and the node's resolvers come from elsewhere (the image, or user
+//! data).
 //!
 //! # Names
 //! What cloud-init's converter (`convert_net_json`, checked with Debian's
@@ -351,8 +351,8 @@ impl Doc {
 /// (or not a MAC); 422 naming a port whose name is not an interface name,
 /// a bond not named `bond<n>` in order (n above the bonds' before it,
 /// below the number of ports: cloud-init names bonds by their order, see
-/// the module docs), or a bond without members or with one that is not a
-/// port.
+/// the module docs) or named as a port, or a bond without members or with
+/// one that is not a port.
 pub fn render(net: &NodeNetwork, host: &Host) -> Result<String> {
     let mut doc = Doc {
         links: Vec::new(),
@@ -388,12 +388,12 @@ pub fn render(net: &NodeNetwork, host: &Host) -> Result<String> {
     let mut bond_links = 0;
     for (i, b) in host.bonds.iter().enumerate() {
         let n = bond_number(&b.name)
-            .filter(|n| (bond_links..host.ports.len()).contains(n))
+            .filter(|n| (bond_links..host.ports.len()).contains(n) && !doc.has_link(&b.name))
             .ok_or_else(|| {
                 Error::invalid(
                     format!("host.bonds[{i}].name"),
                     "not bond<n> with n above the bonds' before it and below the number of ports \
-                     (cloud-init numbers bonds in order)",
+                     (cloud-init numbers bonds in order), or the name of a port",
                 )
             })?;
         let first = b
@@ -697,6 +697,10 @@ mod tests {
                 "{bad:?}"
             );
         }
+        let mut named_as_a_port = four(&["bond0"]);
+        named_as_a_port.ports[0].name = "bond0".into();
+        let e = render(&NodeNetwork::default(), &named_as_a_port).unwrap_err();
+        assert_eq!(e.field(), Some("host.bonds[0].name"));
         let d = doc(&NodeNetwork::default(), &four(&["bond3"]));
         let ids: Vec<&Value> = d["links"].as_array().unwrap()[4..]
             .iter()
