@@ -545,7 +545,6 @@ fn yaml_quotes_what_would_not_read_back_as_a_string() {
         Some(text.as_str())
     );
 }
-
 // ---------------------------------------------------------------------------
 // OpenStack network_data.json: golden files, and what real cloud-init
 // makes of them
@@ -553,24 +552,32 @@ fn yaml_quotes_what_would_not_read_back_as_a_string() {
 
 mod network_data {
     use super::*;
+    use metal_ipam_core::metal::model::Device;
     use metal_ipam_core::network::network_data::{
-        render as render_nd, Bond, Host, Layer3Address, PhysicalPort,
+        host, render as render_nd, Bond, Host, Layer3Address, PhysicalPort,
     };
-    use serde_json::Value as Json;
+    use metal_ipam_core::network::node::{node_network, Slot};
+    use metal_ipam_core::network::profile::{bonds, Mode, Profile};
+    use serde_json::{json, Value as Json};
     use std::collections::BTreeMap;
 
-    const MAC0: &str = "aa:bb:cc:00:00:01";
-    const MAC1: &str = "aa:bb:cc:00:00:02";
+    /// The MACs of eth0–eth3 (2-port scenarios use the first two).
+    const MACS: [&str; 4] = [
+        "aa:bb:cc:00:00:01",
+        "aa:bb:cc:00:00:02",
+        "aa:bb:cc:00:00:03",
+        "aa:bb:cc:00:00:04",
+    ];
 
     fn ports() -> Vec<PhysicalPort> {
         vec![
             PhysicalPort {
                 name: "eth0".into(),
-                mac: Some(MAC0.into()),
+                mac: Some(MACS[0].into()),
             },
             PhysicalPort {
                 name: "eth1".into(),
-                mac: Some(MAC1.into()),
+                mac: Some(MACS[1].into()),
             },
         ]
     }
@@ -597,9 +604,10 @@ mod network_data {
         ]
     }
 
-    /// Every bond mode Metal has: the scenario (the other formats' name
-    /// where they have one), the links metal-ipam adds, the device.
-    pub(super) fn scenarios() -> Vec<(&'static str, NodeNetwork, Host)> {
+    /// Every bond mode Metal has on a 2-port device: the scenario (the
+    /// other formats' name where they have one), the links metal-ipam
+    /// adds, the device.
+    fn two_port_scenarios() -> Vec<(String, NodeNetwork, Host)> {
         let l3 = |members: &[&str]| Host {
             ports: ports(),
             bonds: bond0(members),
@@ -630,9 +638,120 @@ mod network_data {
         .into_iter()
         .map(|(s, n, mut h)| {
             h.bonds.retain(|b| !b.members.is_empty());
-            (s, n, h)
+            (s.to_string(), n, h)
         })
         .collect()
+    }
+
+    const MODES: [Mode; 5] = [
+        Mode::Layer3,
+        Mode::HybridBonded,
+        Mode::Hybrid,
+        Mode::Layer2Bonded,
+        Mode::Layer2Individual,
+    ];
+
+    /// A 4-port device as Metal reports it (bond0 = eth0 + eth2, bond1 =
+    /// eth1 + eth3), with its management addresses.
+    fn four_port_device() -> Device {
+        let mut ports = vec![
+            json!({"id": "b0", "name": "bond0", "type": "NetworkBondPort"}),
+            json!({"id": "b1", "name": "bond1", "type": "NetworkBondPort"}),
+        ];
+        for (i, mac) in MACS.iter().enumerate() {
+            ports.push(json!({"id": format!("p{i}"), "name": format!("eth{i}"),
+                "type": "NetworkPort", "data": {"mac": mac.to_ascii_uppercase()}}));
+        }
+        serde_json::from_value(json!({"id": "d4", "network_ports": ports, "ip_addresses": [
+            {"address": "198.51.100.3", "cidr": 31, "gateway": "198.51.100.2",
+             "address_family": 4, "public": true, "management": true},
+            {"address": "2001:db8:c500::3", "cidr": 127, "gateway": "2001:db8:c500::2",
+             "address_family": 6, "public": true, "management": true},
+            {"address": "10.70.12.3", "cidr": 31, "gateway": "10.70.12.2",
+             "address_family": 4, "public": false, "management": true}]}))
+        .unwrap()
+    }
+
+    /// A VLAN `vxlan` of a profile with a static address (IPv4 or IPv6),
+    /// a route of its own (IPv4) or jumbo frames (IPv6).
+    fn vlan(vxlan: u16, v6: bool) -> Json {
+        let n = vxlan - 1000;
+        if v6 {
+            json!({"vxlan": vxlan, "addresses": [{"static": format!("fd00:{vxlan}::5/64")}],
+                   "mtu": 9000})
+        } else {
+            json!({"vxlan": vxlan, "addresses": [{"static": format!("192.168.{n}.5/24")}],
+                   "routes": [{"to": format!("172.16.{n}.0/24"),
+                               "via": format!("192.168.{n}.1")}]})
+        }
+    }
+
+    /// The profile entries that put bond `b` of a 4-port device in `mode`:
+    /// its VLANs are `1b01`…`1b03` (tagged or untagged as Metal delivers
+    /// them; no native VLAN, which Metal does not offer on 4-port devices).
+    fn entries(b: usize, mode: Mode) -> Vec<Json> {
+        let (bond, members) = bonds(4)[b].clone();
+        let v = |k: u16| 1000 + 100 * (b as u16 + 1) + k;
+        match mode {
+            // bond0 keeps Metal's addresses; an elastic IP on it too.
+            Mode::Layer3 if b == 0 => {
+                vec![json!({"name": bond, "elasticIPs": [{"pool": {"name": "vrf"}}]})]
+            }
+            Mode::Layer3 => vec![],
+            Mode::HybridBonded => {
+                vec![json!({"name": bond, "vlans": [vlan(v(1), false), vlan(v(2), true)]})]
+            }
+            Mode::Hybrid => {
+                vec![json!({"name": members[1], "bonded": false, "vlans": [vlan(v(1), false)]})]
+            }
+            Mode::Layer2Bonded => vec![
+                json!({"name": bond, "layer2": true, "vlans": [vlan(v(1), false), vlan(v(2), true)]}),
+            ],
+            Mode::Layer2Individual => vec![
+                json!({"name": bond, "layer2": true, "bonded": false}),
+                json!({"name": members[0], "vlans": [vlan(v(1), false)]}),
+                json!({"name": members[1], "vlans": [vlan(v(2), false), vlan(v(3), true)]}),
+            ],
+        }
+    }
+
+    /// One 4-port scenario: the profile with bond0 in `m0` and bond1 in
+    /// `m1`, applied to [`four_port_device`] as the netconfig route does
+    /// (`node_network` for the links, `host` for the device).
+    fn four_port(m0: Mode, m1: Mode) -> (String, NodeNetwork, Host) {
+        let name = format!("4port-bond0-{}-bond1-{}", m0.as_str(), m1.as_str());
+        let mut ports = entries(0, m0);
+        ports.extend(entries(1, m1));
+        let profile = Profile::from_json(&json!({"metro": "da", "ports": ports}))
+            .unwrap()
+            .on_device(4);
+        profile
+            .validate()
+            .unwrap_or_else(|e| panic!("{name}: {e:?}"));
+        let modes = profile.modes();
+        assert_eq!((modes["bond0"], modes["bond1"]), (m0, m1), "{name}");
+        let (net, pending) = node_network(&profile, &|r| r.vxlan, &|_, slot, _| match slot {
+            Slot::Elastic(_) => Some("10.10.1.5/32".into()),
+            Slot::Vlan(_) => None,
+        })
+        .unwrap();
+        assert!(pending.is_empty(), "{name}: {pending:?}");
+        let host = host(&profile, &four_port_device(), vec![]);
+        (name, net, host)
+    }
+
+    /// Every combination of the two bonds' modes on a 4-port device.
+    fn four_port_scenarios() -> Vec<(String, NodeNetwork, Host)> {
+        MODES
+            .iter()
+            .flat_map(|&m0| MODES.iter().map(move |&m1| four_port(m0, m1)))
+            .collect()
+    }
+
+    fn scenarios() -> Vec<(String, NodeNetwork, Host)> {
+        let mut all = two_port_scenarios();
+        all.extend(four_port_scenarios());
+        all
     }
 
     #[test]
@@ -665,6 +784,38 @@ mod network_data {
         );
     }
 
+    /// The 4-port scenarios' devices are what `host` makes of the profile:
+    /// bonds in Metal's order with their bonded members, Metal's Layer3
+    /// addresses on bond0 in the modes that keep them.
+    #[test]
+    fn four_port_hosts() {
+        for m0 in MODES {
+            for m1 in MODES {
+                let (scenario, _, h) = four_port(m0, m1);
+                let mut want: Vec<(String, Vec<String>)> = Vec::new();
+                for (b, mode) in [m0, m1].into_iter().enumerate() {
+                    let (bond, members) = bonds(4)[b].clone();
+                    let members: Vec<String> = match mode {
+                        Mode::Layer2Individual => continue,
+                        Mode::Hybrid => vec![members[0].to_string()],
+                        _ => members.iter().map(|m| m.to_string()).collect(),
+                    };
+                    want.push((bond.to_string(), members));
+                }
+                let have: Vec<(String, Vec<String>)> = h
+                    .bonds
+                    .iter()
+                    .map(|b| (b.name.clone(), b.members.clone()))
+                    .collect();
+                assert_eq!(have, want, "{scenario}");
+                let l3 = matches!(m0, Mode::Layer3 | Mode::HybridBonded | Mode::Hybrid);
+                assert_eq!(h.layer3.len(), if l3 { 3 } else { 0 }, "{scenario}");
+                assert!(h.layer3.iter().all(|a| a.link == "bond0"), "{scenario}");
+                assert_eq!(h.ports.len(), 4, "{scenario}");
+            }
+        }
+    }
+
     #[test]
     fn render_without_a_host_leaves_every_link_out() {
         let doc: Json =
@@ -676,19 +827,31 @@ mod network_data {
 
     // -- Real cloud-init ----------------------------------------------------
 
-    /// Converts `network_data` as a ConfigDrive would (`known_macs`: the
-    /// node's MAC → interface name), then renders the result as netplan:
-    /// `{"v1": <network config v1>, "netplan": "<yaml>"}`.
+    /// Converts each `network_data.json` of the list on stdin as a
+    /// ConfigDrive would (`known_macs`: the node's MAC → interface name,
+    /// argv[1]), then renders the result as netplan: a list of
+    /// `{"v1": <network config v1>, "netplan": "<yaml>"}` or
+    /// `{"error": "<what cloud-init raised>"}`. The renderer is given
+    /// netplan's features (none) rather than asking an installed `netplan
+    /// info` for them: the only one it consults, `ipv6-mtu`, applies to a
+    /// network's `mtu`, which we never set.
     const CONVERT: &str = r#"
-import json, sys
+import json, sys, traceback
 from cloudinit.sources.helpers.openstack import convert_net_json
 from cloudinit.net.network_state import parse_net_config_data
 from cloudinit.net import netplan
-nd = json.load(sys.stdin)
-v1 = convert_net_json(nd, known_macs=json.loads(sys.argv[1]))
-state = parse_net_config_data(v1)
-r = netplan.Renderer({"netplan_path": "/nonexistent/50-cloud-init.yaml", "postcmds": False})
-print(json.dumps({"v1": v1, "netplan": r._render_content(state)}))
+macs = json.loads(sys.argv[1])
+out = []
+for nd in json.load(sys.stdin):
+    try:
+        v1 = convert_net_json(nd, known_macs=macs)
+        state = parse_net_config_data(v1)
+        r = netplan.Renderer({"netplan_path": "/nonexistent/50-cloud-init.yaml",
+                              "postcmds": False, "features": []})
+        out.append({"v1": v1, "netplan": r._render_content(state)})
+    except Exception:
+        out.append({"error": traceback.format_exc()})
+print(json.dumps(out))
 "#;
 
     /// A Python that imports cloud-init: `$CLOUD_INIT_PYTHON`, `python3`
@@ -719,10 +882,20 @@ print(json.dumps({"v1": v1, "netplan": r._render_content(state)}))
         None
     }
 
-    fn convert(py: &str, network_data: &str) -> Json {
-        let macs = serde_json::json!({MAC0: "eth0", MAC1: "eth1"}).to_string();
+    /// Each of `docs` through cloud-init (one Python process for all), on
+    /// a node whose ports eth0–eth3 have [`MACS`].
+    fn convert_all(py: &str, docs: &[String]) -> Vec<Json> {
+        let macs: BTreeMap<&str, String> = MACS
+            .iter()
+            .enumerate()
+            .map(|(i, m)| (*m, format!("eth{i}")))
+            .collect();
+        let docs: Vec<Json> = docs
+            .iter()
+            .map(|d| serde_json::from_str(d).unwrap())
+            .collect();
         let mut child = Command::new(py)
-            .args(["-c", CONVERT, &macs])
+            .args(["-c", CONVERT, &serde_json::to_string(&macs).unwrap()])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -732,25 +905,41 @@ print(json.dumps({"v1": v1, "netplan": r._render_content(state)}))
             .stdin
             .take()
             .unwrap()
-            .write_all(network_data.as_bytes())
+            .write_all(serde_json::to_string(&docs).unwrap().as_bytes())
             .unwrap();
         let out = child.wait_with_output().unwrap();
         assert!(
             out.status.success(),
-            "cloud-init refused it:\n{}\n{network_data}",
+            "cloud-init's converter did not run:\n{}",
             String::from_utf8_lossy(&out.stderr)
         );
-        serde_json::from_slice(&out.stdout).unwrap()
+        let got: Vec<Json> = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(got.len(), docs.len());
+        for (g, d) in got.iter().zip(&docs) {
+            assert!(
+                g.get("error").is_none(),
+                "cloud-init refused it:\n{}\n{d:#}",
+                g["error"].as_str().unwrap_or_default()
+            );
+        }
+        got
+    }
+
+    fn convert(py: &str, network_data: &str) -> Json {
+        convert_all(py, &[network_data.to_string()]).remove(0)
     }
 
     /// One interface as netplan says it: `(link, id)` for a VLAN, its
-    /// addresses, routes `(to, via)` and MTU.
+    /// addresses, routes `(to, via)`, MTU, the MAC it is matched by (a
+    /// port) and its members (a bond).
     #[derive(Debug, Default, PartialEq)]
     struct Iface {
         vlan: Option<(String, u64)>,
         addresses: Vec<String>,
         routes: Vec<(String, String)>,
         mtu: Option<u64>,
+        matched_by: Option<String>,
+        members: Vec<String>,
     }
 
     /// Every interface of a netplan document, by name.
@@ -783,6 +972,12 @@ print(json.dumps({"v1": v1, "netplan": r._render_content(state)}))
                         })
                         .collect(),
                     mtu: v.get("mtu").and_then(Value::as_u64),
+                    matched_by: v
+                        .get("match")
+                        .and_then(|m| m.get("macaddress"))
+                        .and_then(Value::as_str)
+                        .map(str::to_string),
+                    members: v.get("interfaces").map(strings).unwrap_or_default(),
                 };
                 out.insert(name.as_str().unwrap().to_string(), iface);
             }
@@ -790,104 +985,222 @@ print(json.dumps({"v1": v1, "netplan": r._render_content(state)}))
         out
     }
 
-    /// For every mode: cloud-init accepts the golden network_data.json, and
-    /// what it makes of it carries what our netplan form says (same VLAN
+    /// The number in a bond name `bond<n>`.
+    fn bond_number(name: &str) -> usize {
+        name.strip_prefix("bond")
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("{name} is not bond<n>"))
+    }
+
+    /// For every mode on 2-port devices and every pair of modes on 4-port
+    /// ones: cloud-init accepts the golden network_data.json, and what it
+    /// makes of it carries what our netplan form says (same VLAN names,
     /// ids and parents, addresses, routes, MTUs; the elastic IPs, on `lo`
     /// there, on the Layer3 bond here), plus the device itself: each port
-    /// found by MAC, the bond with its members in Metal's LACP mode,
-    /// Metal's Layer3 addresses and routes on it.
+    /// found by its own MAC, each bond under Metal's name (`bond1` stays
+    /// `bond1` whatever bond0 is) with its members in Metal's LACP mode,
+    /// Metal's Layer3 addresses and routes on bond0.
     #[test]
     fn cloud_init_accepts_network_data() {
         let Some(py) = cloud_init_python() else {
             return;
         };
-        for (scenario, net, host) in scenarios() {
-            let text =
+        let all = scenarios();
+        let texts: Vec<String> = all
+            .iter()
+            .map(|(scenario, _, _)| {
                 std::fs::read_to_string(golden_dir().join(format!("{scenario}.network-data.json")))
-                    .unwrap_or_else(|e| panic!("{scenario}: {e} (UPDATE_GOLDEN=1 writes it)"));
-            let got = convert(&py, &text);
-            let config = got["v1"]["config"].as_array().unwrap();
-            let by_name = |n: &str| config.iter().find(|c| c["name"] == n);
+                    .unwrap_or_else(|e| panic!("{scenario}: {e} (UPDATE_GOLDEN=1 writes it)"))
+            })
+            .collect();
+        let converted = convert_all(&py, &texts);
+        // Every scenario checked, the failures reported together.
+        let failed: Vec<String> = all
+            .iter()
+            .zip(converted)
+            .filter_map(|((scenario, net, host), got)| {
+                std::panic::catch_unwind(|| check_conversion(scenario, net, host, &got))
+                    .err()
+                    .map(|e| {
+                        let why = e
+                            .downcast_ref::<String>()
+                            .cloned()
+                            .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+                            .unwrap_or_default();
+                        format!("{scenario}: {}", why.lines().next().unwrap_or_default())
+                    })
+            })
+            .collect();
+        assert!(
+            failed.is_empty(),
+            "{} of {} scenarios differ through cloud-init:\n{}",
+            failed.len(),
+            all.len(),
+            failed.join("\n")
+        );
+    }
 
-            // The device: ports by MAC, the bond.
-            for (name, mac) in [("eth0", MAC0), ("eth1", MAC1)] {
-                let c = by_name(name).unwrap_or_else(|| panic!("{scenario}: no {name}"));
-                assert_eq!(
-                    (c["type"].as_str(), c["mac_address"].as_str()),
-                    (Some("physical"), Some(mac)),
-                    "{scenario}"
-                );
-            }
-            let bonds: Vec<&Json> = config.iter().filter(|c| c["type"] == "bond").collect();
-            assert_eq!(bonds.len(), host.bonds.len(), "{scenario}");
-            for (b, want) in bonds.iter().zip(&host.bonds) {
-                assert_eq!(b["name"], want.name.as_str(), "{scenario}");
-                assert_eq!(
-                    b["bond_interfaces"],
-                    serde_json::json!(want.members),
-                    "{scenario}"
-                );
-                assert_eq!(b["params"]["bond_mode"], "802.3ad", "{scenario}");
-                assert_eq!(
-                    b["params"]["bond_xmit_hash_policy"], "layer3+4",
-                    "{scenario}"
-                );
-            }
+    fn check_conversion(scenario: &str, net: &NodeNetwork, host: &Host, got: &Json) {
+        let config = got["v1"]["config"].as_array().unwrap();
+        let by_name = |n: &str| config.iter().find(|c| c["name"] == n);
+        let theirs = interfaces(got["netplan"].as_str().unwrap());
 
-            // cloud-init's netplan against ours.
-            let theirs = interfaces(got["netplan"].as_str().unwrap());
-            let ours = interfaces(&render(&net, Format::Netplan));
-            for (name, want) in &ours {
-                let on = if name == "lo" { "bond0" } else { name.as_str() };
-                let have = theirs
-                    .get(on)
-                    .unwrap_or_else(|| panic!("{scenario}: cloud-init has no {on}: {theirs:?}"));
-                assert_eq!(have.vlan, want.vlan, "{scenario}: {name}");
-                for a in &want.addresses {
-                    assert!(
-                        have.addresses.contains(a),
-                        "{scenario}: {name}: {a} {have:?}"
+        // The bonds under Metal's names, with their members; any other
+        // bond cloud-init has is an empty placeholder numbered below one
+        // of ours (it holds a name: cloud-init numbers bonds in order).
+        let bonds: Vec<&Json> = config.iter().filter(|c| c["type"] == "bond").collect();
+        let last = host.bonds.iter().map(|b| bond_number(&b.name)).max();
+        let names: Vec<&str> = bonds.iter().filter_map(|b| b["name"].as_str()).collect();
+        let members: Vec<&Json> = bonds.iter().map(|b| &b["bond_interfaces"]).collect();
+        assert_eq!(
+            names.len(),
+            last.map_or(0, |n| n + 1),
+            "{scenario}: cloud-init's bonds {names:?} of {members:?}, Metal's {:?}",
+            host.bonds
+        );
+        for b in &bonds {
+            let name = b["name"].as_str().unwrap();
+            let have = &theirs[name];
+            match host.bonds.iter().find(|w| w.name == name) {
+                Some(want) => {
+                    assert_eq!(b["bond_interfaces"], json!(want.members), "{scenario}");
+                    assert_eq!(have.members, want.members, "{scenario}: {name}");
+                    assert_eq!(b["params"]["bond_mode"], "802.3ad", "{scenario}");
+                    assert_eq!(
+                        b["params"]["bond_xmit_hash_policy"], "layer3+4",
+                        "{scenario}"
                     );
                 }
-                for r in &want.routes {
+                None => {
+                    assert_eq!(b["bond_interfaces"], json!([]), "{scenario}: {name}");
                     assert!(
-                        have.routes.contains(r),
-                        "{scenario}: {name}: {r:?} {have:?}"
+                        have.members.is_empty() && have.addresses.is_empty(),
+                        "{scenario}: {name}: {have:?}"
+                    );
+                    assert!(
+                        theirs
+                            .values()
+                            .all(|i| i.vlan.as_ref().is_none_or(|(parent, _)| parent != name)),
+                        "{scenario}: a VLAN on the placeholder {name}"
                     );
                 }
-                if want.mtu.is_some() {
-                    assert_eq!(have.mtu, want.mtu, "{scenario}: {name}");
-                }
             }
-            // Nothing more VLANs than ours.
-            let vlans = |m: &BTreeMap<String, Iface>| {
-                m.iter()
-                    .filter(|(_, i)| i.vlan.is_some())
-                    .map(|(n, i)| (n.clone(), i.vlan.clone()))
-                    .collect::<Vec<_>>()
-            };
-            assert_eq!(vlans(&theirs), vlans(&ours), "{scenario}");
-            // Metal's Layer3 addresses and routes, on the bond.
-            for a in &host.layer3 {
-                let have = &theirs[&a.link];
+        }
+
+        // The ports, each by its own MAC (a bond's MAC, which cloud-init
+        // copies onto its members, would have netplan match a member by
+        // another port's MAC).
+        for p in &host.ports {
+            let mac = p.mac.as_deref().unwrap();
+            let c = by_name(&p.name).unwrap_or_else(|| panic!("{scenario}: no {}", p.name));
+            assert_eq!(
+                (c["type"].as_str(), c["mac_address"].as_str()),
+                (Some("physical"), Some(mac)),
+                "{scenario}"
+            );
+            assert_eq!(
+                theirs[&p.name].matched_by.as_deref(),
+                Some(mac),
+                "{scenario}: netplan matches {} by another port's MAC",
+                p.name
+            );
+        }
+
+        // cloud-init's netplan against ours.
+        let ours = interfaces(&render(net, Format::Netplan));
+        for (name, want) in &ours {
+            let on = if name == "lo" { "bond0" } else { name.as_str() };
+            let have = theirs
+                .get(on)
+                .unwrap_or_else(|| panic!("{scenario}: cloud-init has no {on}: {theirs:?}"));
+            assert_eq!(have.vlan, want.vlan, "{scenario}: {name}");
+            for a in &want.addresses {
                 assert!(
-                    have.addresses.contains(&a.address.to_string()),
+                    have.addresses.contains(a),
+                    "{scenario}: {name}: {a} {have:?}"
+                );
+            }
+            for r in &want.routes {
+                assert!(
+                    have.routes.contains(r),
+                    "{scenario}: {name}: {r:?} {have:?}"
+                );
+            }
+            if want.mtu.is_some() {
+                assert_eq!(have.mtu, want.mtu, "{scenario}: {name}");
+            }
+        }
+        // No more VLANs than ours.
+        let vlans = |m: &BTreeMap<String, Iface>| {
+            m.iter()
+                .filter(|(_, i)| i.vlan.is_some())
+                .map(|(n, i)| (n.clone(), i.vlan.clone()))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(vlans(&theirs), vlans(&ours), "{scenario}");
+        // Metal's Layer3 addresses and routes, on the bond.
+        for a in &host.layer3 {
+            let have = &theirs[&a.link];
+            assert!(
+                have.addresses.contains(&a.address.to_string()),
+                "{scenario}: {have:?}"
+            );
+            for (to, via) in &a.routes {
+                assert!(
+                    have.routes.contains(&(to.to_string(), via.to_string())),
                     "{scenario}: {have:?}"
                 );
-                for (to, via) in &a.routes {
-                    assert!(
-                        have.routes.contains(&(to.to_string(), via.to_string())),
-                        "{scenario}: {have:?}"
-                    );
-                }
             }
-            if host.layer3.is_empty() {
-                assert!(
-                    theirs
-                        .values()
-                        .all(|i| !i.addresses.iter().any(|a| a.starts_with("198.51.100."))),
-                    "{scenario}"
+        }
+        if host.layer3.is_empty() {
+            assert!(
+                theirs
+                    .values()
+                    .all(|i| !i.addresses.iter().any(|a| a.starts_with("198.51.100."))),
+                "{scenario}"
+            );
+        }
+    }
+
+    /// Issue 26, finding 10: on a 4-port device with bond0 in
+    /// layer2-individual (eth0 and eth2 on their own) and bond1 bonded,
+    /// cloud-init names Metal's bond1 `bond1`, its VLANs `bond1.<id>`,
+    /// with eth1 and eth3 in it; the VLANs of eth0 and eth2 stay on them.
+    #[test]
+    fn cloud_init_names_bond1_bond1_when_bond0_is_individual() {
+        let Some(py) = cloud_init_python() else {
+            return;
+        };
+        for m1 in [Mode::Layer2Bonded, Mode::HybridBonded, Mode::Layer3] {
+            let (scenario, net, host) = four_port(Mode::Layer2Individual, m1);
+            let got = convert(&py, &render_nd(&net, &host).unwrap());
+            let theirs = interfaces(got["netplan"].as_str().unwrap());
+            let bond = |n: &str| {
+                theirs.get(n).unwrap_or_else(|| {
+                    panic!("{scenario}: cloud-init has no {n}: {:?}", theirs.keys())
+                })
+            };
+            assert_eq!(bond("bond1").members, ["eth1", "eth3"], "{scenario}");
+            assert!(bond("bond0").members.is_empty(), "{scenario}");
+            for (name, parent) in [
+                ("eth0", "eth0"),
+                ("eth2.1102", "eth2"),
+                ("eth2.1103", "eth2"),
+            ] {
+                assert_eq!(
+                    theirs[name].vlan.as_ref().map(|(p, _)| p.as_str()),
+                    (name != parent).then_some(parent),
+                    "{scenario}: {name}"
                 );
+            }
+            assert_eq!(theirs["eth0"].addresses, ["192.168.101.5/24"], "{scenario}");
+            if m1 != Mode::Layer3 {
+                assert_eq!(
+                    theirs["bond1.1201"].vlan,
+                    Some(("bond1".to_string(), 1201)),
+                    "{scenario}: {theirs:?}"
+                );
+                assert!(!theirs.contains_key("bond0.1201"), "{scenario}");
             }
         }
     }

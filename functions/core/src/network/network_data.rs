@@ -22,30 +22,45 @@
 //! | `hybrid-bonded` | the same, `vlan` links on the bond | Layer3 on the bond, pool / static addresses on the VLANs |
 //! | `hybrid` | `phy` per port, `bond` of the first member only | Layer3 on the bond, VLAN addresses on the second member (untagged) or its `vlan` links |
 //! | `layer2-bonded` | `phy` per port, `bond` of both, `vlan` links on it | the native VLAN's addresses on the bond, the others on their `vlan` links; no Layer3 (Metal does not route it) |
-//! | `layer2-individual` | `phy` per port, no bond, `vlan` links on the ports | VLAN addresses only; no Layer3 |
+//! | `layer2-individual` | `phy` per port, no bond (an empty `bond` link before a later bond: see Names), `vlan` links on the ports | VLAN addresses only; no Layer3 |
 //!
 //! Links: `phy` (`id` Metal's port name, `ethernet_mac_address`); `bond`
 //! (`bond_links`, `bond_mode` `802.3ad`, `bond_miimon` `100`,
-//! `bond_xmit_hash_policy` `layer3+4`, as Metal's LACP bonds; its MAC the
-//! first member's); `vlan` (`vlan_link`, `vlan_id`, `vlan_mac_address`:
-//! the parent's MAC, which the kernel gives a VLAN; cloud-init requires
-//! the field). A link's MTU goes in `mtu`. Networks: `ipv4` / `ipv6`
-//! static, `ip_address` alone, `netmask` dotted (IPv6 as a full mask, e.g.
-//! `ffff:ffff:ffff:ffff::`, which cloud-init reads), `routes` as
-//! `network` / `netmask` / `gateway`, `link` the link's `id`. A VLAN's
-//! routes go on its first address of their family. Metal's Layer3 routes
-//! are Metal's conventions: the public IPv4 and IPv6 addresses carry the
-//! default route via their gateway, the private IPv4 address
-//! `10.0.0.0/8` via its gateway. Elastic IPs (the [`ELASTIC_LINK`] link of
-//! the other formats) go on the Layer3 bond as `/32` / `/128`:
-//! `network_data.json` has no loopback link, and Metal routes them to
-//! the bond. `services`: one `dns` entry per resolver of [`Host`]; a
-//! profile names none, so it is an empty list and the node's resolvers
-//! come from elsewhere (the image, or user data).
+//! `bond_xmit_hash_policy` `layer3+4`, as Metal's LACP bonds; **no MAC**:
+//! cloud-init copies a bond's parameters, its MAC among them, onto its
+//! members, and its netplan renderer then matches every member by that one
+//! MAC, so only the first member would be found; the node's bonding picks
+//! the bond's MAC); `vlan` (`vlan_link`, `vlan_id`, `vlan_mac_address`: the
+//! parent's MAC, a bond's first member's; cloud-init requires the field). A
+//! link's MTU goes in `mtu`. Networks: `ipv4` / `ipv6` static, `ip_address`
+//! alone, `netmask` dotted (IPv6 as a full mask, e.g.
+//! `ffff:ffff:ffff:ffff::`, which cloud-init reads), `routes` as `network`
+//! / `netmask` / `gateway`, `link` the link's `id`. A VLAN's routes go on
+//! its first address of their family. Metal's Layer3 routes are Metal's
+//! conventions: the public IPv4 and IPv6 addresses carry the default route
+//! via their gateway, the private IPv4 address `10.0.0.0/8` via its
+//! gateway. Elastic IPs (the [`ELASTIC_LINK`] link of the other formats) go
+//! on the Layer3 bond as `/32` / `/128`: `network_data.json` has no
+//! loopback link, and Metal routes them to the bond. `services`: one `dns`
+//! entry per resolver of [`Host`]; a profile names none, so it is an empty
+//! list and the node's resolvers come from elsewhere (the image, or user
+//! data).
 //!
-//! Names: the `phy` links carry no `name` (not in OpenStack's schema):
-//! cloud-init names them by MAC from the node's own interfaces, bonds
-//! `bond0`, `bond1`… in order, VLANs `<parent>.<vlan_id>`.
+//! # Names
+//! What cloud-init's converter (`convert_net_json`, checked with Debian's
+//! cloud-init 22.4.2; upstream's names bonds the same way) calls each link: a
+//! `phy` link, the node's own interface with its MAC (the links carry no
+//! `name`: not in OpenStack's schema); the n-th `bond` link of `links`
+//! (from 0) `bond<n>`, whatever its `id` or `name`; a `vlan` link
+//! `<its parent's name>.<vlan_id>`. So the `bond` links are Metal's
+//! bonds in Metal's order, `id` their Metal names, and a Metal bond that
+//! is none on the node (`layer2-individual`) before one that is stays in
+//! its place as an **empty bond** (`bond_links` `[]`, Metal's bond
+//! parameters, no MAC, nothing on it): with bond0 in `layer2-individual`
+//! and bond1 bonded (4-port devices), the links are `bond0` (empty) and
+//! `bond1`, and cloud-init's `bond1` is Metal's bond1 with its VLANs
+//! `bond1.<vlan_id>`, as in the other formats. The node then has a
+//! `bond0` without members, addresses or carrier.
 //!
 //! # What it cannot know
 //! - The MACs, before the device exists or while Metal does not report
@@ -85,7 +100,8 @@ pub const BOND_MIIMON: u32 = 100;
 pub struct Host {
     /// The physical ports, in order.
     pub ports: Vec<PhysicalPort>,
-    /// The bonds the node runs (a bond in `layer2-individual` mode is none).
+    /// The bonds the node runs, in Metal's order (`bond0` before `bond1`;
+    /// a bond in `layer2-individual` mode is none).
     pub bonds: Vec<Bond>,
     /// Metal's Layer3 addresses, each on its link (a bond).
     pub layer3: Vec<Layer3Address>,
@@ -107,7 +123,8 @@ pub struct PhysicalPort {
 pub struct Bond {
     /// `bond0`, `bond1`.
     pub name: String,
-    /// Its members (physical ports), first the one whose MAC it takes.
+    /// Its members (physical ports), first the one whose MAC its VLANs
+    /// take.
     pub members: Vec<String>,
 }
 
@@ -238,6 +255,23 @@ fn route_json(to: &IpNet, via: &IpAddr) -> Value {
     json!({"network": to.network().to_string(), "netmask": netmask(to), "gateway": via.to_string()})
 }
 
+/// `n` of a bond named `bond<n>` (as cloud-init writes it: no sign, no
+/// leading zero).
+fn bond_number(name: &str) -> Option<usize> {
+    let n: usize = name.strip_prefix("bond")?.parse().ok()?;
+    (format!("bond{n}") == name).then_some(n)
+}
+
+/// A `bond` link of Metal's LACP bond `name` over `members`, without a
+/// MAC (see the module docs).
+fn bond_json(name: &str, members: &[String]) -> Value {
+    json!({
+        "id": name, "type": "bond", "bond_links": members,
+        "bond_mode": BOND_MODE, "bond_miimon": BOND_MIIMON,
+        "bond_xmit_hash_policy": BOND_XMIT_HASH_POLICY,
+    })
+}
+
 /// The links and networks as they are built.
 struct Doc {
     links: Vec<Value>,
@@ -314,8 +348,11 @@ impl Doc {
 ///
 /// # Errors
 /// 409 `MacUnknown` naming the first port of `host` whose MAC is not known
-/// (or not a MAC); 422 naming a port or bond whose name is not an
-/// interface name, or a bond member that is not a port.
+/// (or not a MAC); 422 naming a port whose name is not an interface name,
+/// a bond not named `bond<n>` in order (n above the bonds' before it,
+/// below the number of ports: cloud-init names bonds by their order, see
+/// the module docs) or named as a port, or a bond without members or with
+/// one that is not a port.
 pub fn render(net: &NodeNetwork, host: &Host) -> Result<String> {
     let mut doc = Doc {
         links: Vec::new(),
@@ -345,29 +382,38 @@ pub fn render(net: &NodeNetwork, host: &Host) -> Result<String> {
             .push(json!({"id": p.name, "type": "phy", "ethernet_mac_address": m}));
         doc.macs.push((p.name.clone(), m));
     }
+    // cloud-init names the n-th bond link `bond<n>`, whatever its `id`:
+    // Metal's bonds that are none on the node (layer2-individual) before
+    // one that is keep their places as empty bonds.
+    let mut bond_links = 0;
     for (i, b) in host.bonds.iter().enumerate() {
+        let n = bond_number(&b.name)
+            .filter(|n| (bond_links..host.ports.len()).contains(n) && !doc.has_link(&b.name))
+            .ok_or_else(|| {
+                Error::invalid(
+                    format!("host.bonds[{i}].name"),
+                    "not bond<n> with n above the bonds' before it and below the number of ports \
+                     (cloud-init numbers bonds in order), or the name of a port",
+                )
+            })?;
         let first = b
             .members
             .first()
             .and_then(|m| doc.mac_of(m))
             .map(str::to_string);
-        let (Some(first), true, true) = (
-            first,
-            valid_ifname(&b.name) && !doc.has_link(&b.name),
-            b.members.iter().all(|m| doc.has_link(m)),
-        ) else {
+        let (Some(first), true) = (first, b.members.iter().all(|m| doc.has_link(m))) else {
             return Err(Error::invalid(
-                format!("host.bonds[{i}]"),
-                "not an interface name, or a member is not a port",
+                format!("host.bonds[{i}].members"),
+                "none, or one that is not a port",
             ));
         };
-        doc.links.push(json!({
-            "id": b.name, "type": "bond", "bond_links": b.members,
-            "bond_mode": BOND_MODE, "bond_miimon": BOND_MIIMON,
-            "bond_xmit_hash_policy": BOND_XMIT_HASH_POLICY,
-            "ethernet_mac_address": first,
-        }));
+        for empty in bond_links..n {
+            doc.links.push(bond_json(&format!("bond{empty}"), &[]));
+        }
+        doc.links.push(bond_json(&b.name, &b.members));
+        // A VLAN on the bond names its first member's MAC.
         doc.macs.push((b.name.clone(), first));
+        bond_links = n + 1;
     }
     for a in &host.layer3 {
         if doc.has_link(&a.link) {
@@ -554,6 +600,113 @@ mod tests {
         let skipped = d["metal_ipam_skipped"].as_array().unwrap();
         assert_eq!(skipped.len(), 3, "{skipped:?}");
         assert!(skipped[0].as_str().unwrap().contains("eth3"));
+    }
+
+    /// Issue 26, finding 10 (fails before this change: bond1 was the only
+    /// bond link, which cloud-init names `bond0`).
+    #[test]
+    fn bond1_is_the_second_bond_link_when_bond0_is_none() {
+        let h = Host {
+            ports: (0..4).map(|i| port(&format!("eth{i}"), i + 1)).collect(),
+            bonds: vec![Bond {
+                name: "bond1".into(),
+                members: vec!["eth1".into(), "eth3".into()],
+            }],
+            ..Host::default()
+        };
+        let vlan = |parent: &str, id: u16| Link {
+            name: format!("{parent}.{id}"),
+            vlan: Some((parent.into(), id)),
+            addresses: vec![],
+            routes: vec![],
+            mtu: None,
+        };
+        let net = NodeNetwork {
+            links: vec![vlan("bond1", 1201), vlan("eth0", 1101), vlan("bond0", 1102)],
+        };
+        let d = doc(&net, &h);
+        let links = d["links"].as_array().unwrap();
+        let bonds: Vec<&Value> = links.iter().filter(|l| l["type"] == "bond").collect();
+        // cloud-init names the n-th bond link bond<n>.
+        assert_eq!(bonds.len(), 2, "{d:#}");
+        assert_eq!(
+            (&bonds[0]["id"], &bonds[0]["bond_links"]),
+            (&json!("bond0"), &json!([]))
+        );
+        assert!(bonds[0].get("ethernet_mac_address").is_none());
+        assert_eq!(bonds[1]["id"], "bond1");
+        assert_eq!(bonds[1]["bond_links"], json!(["eth1", "eth3"]));
+        let vlans: Vec<&Value> = links.iter().filter(|l| l["type"] == "vlan").collect();
+        assert_eq!(vlans.len(), 2, "{d:#}");
+        assert_eq!(vlans[0]["vlan_link"], "bond1");
+        assert_eq!(vlans[1]["vlan_link"], "eth0");
+        // Nothing goes on the empty bond0.
+        let skipped = d["metal_ipam_skipped"].as_array().unwrap();
+        assert_eq!(skipped.len(), 1, "{skipped:?}");
+        assert!(skipped[0].as_str().unwrap().starts_with("bond0.1102"));
+    }
+
+    /// A bond carries no MAC: cloud-init copies a bond's parameters, its
+    /// MAC among them, onto its members, and its netplan then matches the
+    /// second member by the first one's MAC. A VLAN on the bond still
+    /// names the first member's (cloud-init requires one).
+    #[test]
+    fn bonds_carry_no_mac() {
+        let net = NodeNetwork {
+            links: vec![Link {
+                name: "bond0.1010".into(),
+                vlan: Some(("bond0".into(), 1010)),
+                addresses: vec![],
+                routes: vec![],
+                mtu: None,
+            }],
+        };
+        let d = doc(&net, &bonded());
+        let links = d["links"].as_array().unwrap();
+        assert_eq!(links[2]["type"], "bond");
+        assert!(links[2].get("ethernet_mac_address").is_none(), "{d:#}");
+        assert_eq!(links[3]["vlan_mac_address"], "aa:bb:cc:00:00:01");
+    }
+
+    #[test]
+    fn bonds_are_bond_n_in_order() {
+        let four = |bonds: &[&str]| Host {
+            ports: (0..4).map(|i| port(&format!("eth{i}"), i + 1)).collect(),
+            bonds: bonds
+                .iter()
+                .map(|b| Bond {
+                    name: b.to_string(),
+                    members: vec!["eth1".into()],
+                })
+                .collect(),
+            ..Host::default()
+        };
+        for bad in [
+            &["bond1", "bond0"][..],
+            &["bond0", "bond0"],
+            &["bond01"],
+            &["bond4"],
+            &["team0"],
+            &["bond-1"],
+        ] {
+            let e = render(&NodeNetwork::default(), &four(bad)).unwrap_err();
+            let field = format!("host.bonds[{}].name", bad.len() - 1);
+            assert_eq!(
+                (e.status(), e.field()),
+                (422, Some(field.as_str())),
+                "{bad:?}"
+            );
+        }
+        let mut named_as_a_port = four(&["bond0"]);
+        named_as_a_port.ports[0].name = "bond0".into();
+        let e = render(&NodeNetwork::default(), &named_as_a_port).unwrap_err();
+        assert_eq!(e.field(), Some("host.bonds[0].name"));
+        let d = doc(&NodeNetwork::default(), &four(&["bond3"]));
+        let ids: Vec<&Value> = d["links"].as_array().unwrap()[4..]
+            .iter()
+            .map(|l| &l["id"])
+            .collect();
+        assert_eq!(ids, ["bond0", "bond1", "bond2", "bond3"]);
     }
 
     #[test]
