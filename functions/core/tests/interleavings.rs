@@ -2,7 +2,9 @@
 //!
 //! Two or three concurrent operations — allocate X, a duplicate of it,
 //! release X, adopt X from its `IPAddress`, allocate another claim Y, a pool
-//! update, a pool creation — run under a scheduler that makes every KV
+//! update, a pool creation, and an allocation of Z whose request then
+//! flushes the confirmed bindings to the holder pages (`ipam::holders`, at
+//! once instead of past 32) — run under a scheduler that makes every KV
 //! operation a yield point and may crash any operation before any of its KV
 //! operations. Each backend's real compare-and-swap semantics apply
 //! ([`Backend::SpinSqlite`]: a swap after an absent read is an upsert;
@@ -16,6 +18,10 @@
 //! - the same claim (name, uid) was answered one address throughout, and
 //!   its binding (if any) says that address;
 //! - without a crash, the pool's `used` count equals the bindings (no leak);
+//! - every live binding's address resolves to that binding's claim through
+//!   the pool's intents, its confirmed bindings (`recent`) and its holder
+//!   pages (`ipam::holders::holders_of`), after the schedule and again
+//!   after the retries and the fill;
 //! - retrying each crashed allocation succeeds with the address already
 //!   answered, a crashed registration succeeds when retried (a creation
 //!   guard won by a request that crashed before making the key does not
@@ -31,6 +37,7 @@ use std::collections::BTreeMap;
 
 use metal_ipam_core::ipam::alloc::IntentKind;
 use metal_ipam_core::ipam::claim::Claim;
+use metal_ipam_core::ipam::holders;
 use metal_ipam_core::ipam::ops;
 use metal_ipam_core::ipam::pool::{PoolId, PoolKind, PoolObject};
 use metal_ipam_core::ipam::store::{self, ClaimRecord};
@@ -136,6 +143,10 @@ enum Start {
     Empty,
     /// The pool exists and X (uid `u1`) holds 10.0.0.1.
     Bound,
+    /// X holds 10.0.0.1 and is in its holder page (confirmed, flushed); W
+    /// (uid `uw`) holds the next value, its `Bind` intent still open: the
+    /// next decision confirms W, and an `AllocZ` flushes it.
+    Paged,
     /// The pool does not exist yet.
     NoPool,
 }
@@ -153,14 +164,18 @@ enum Op {
     AdoptX,
     /// Register the pool (creates it when absent, grows it when present).
     PutPool,
+    /// Allocate Z (uid `uz`); its request then flushes the pool's
+    /// confirmed bindings to their holder pages (threshold 1).
+    AllocZ,
 }
 
-const OPS: [Op; 5] = [
+const OPS: [Op; 6] = [
     Op::AllocX,
     Op::AllocY,
     Op::ReleaseX,
     Op::AdoptX,
     Op::PutPool,
+    Op::AllocZ,
 ];
 
 /// What an operation answered: the address for X or Y, or an error reason.
@@ -179,6 +194,8 @@ fn perform<K: KvStore>(shape: Shape, op: Op, kv: &K, env: &SchedEnv) -> Answer {
             .map(|a| Answer::Address("x".into(), a.record.address)),
         Op::AllocY => ops::allocate(&c, &claim(shape, "y", "uy"))
             .map(|a| Answer::Address("y".into(), a.record.address)),
+        Op::AllocZ => ops::allocate_flushing_at(&c, &claim(shape, "z", "uz"), 1)
+            .map(|a| Answer::Address("z".into(), a.record.address)),
         Op::AdoptX => ops::adopt(&c, &claim(shape, "x", "u1"), shape.first().parse().unwrap())
             .map(|a| Answer::Address("x".into(), a.record.address)),
         Op::ReleaseX => ops::release(&c, NS, "x", Some("u1"), &MetalAssignmentClosed)
@@ -203,7 +220,42 @@ fn setup(shape: Shape, kv: &MemKv, env: &SchedEnv, start: Start) {
             let a = ops::allocate(&c, &claim(shape, "x", "u1")).unwrap();
             assert_eq!(a.record.address, shape.first());
         }
+        Start::Paged => {
+            ops::put_pool(&c, small_pool(shape)).unwrap();
+            let a = ops::allocate(&c, &claim(shape, "x", "u1")).unwrap();
+            assert_eq!(a.record.address, shape.first());
+            // W's decision confirms X, and its request flushes X to its page.
+            ops::allocate_flushing_at(&c, &claim(shape, "w", "uw"), 1).unwrap();
+            let l = store::read_pool(kv, &shape.pool_id()).unwrap().unwrap();
+            assert!(l.state.holders.recent.is_empty() && l.state.intents.len() == 1);
+        }
     }
+}
+
+/// Every live binding's address resolves to that binding's claim through
+/// the holder index (intents, `recent`, pages), and the pool is indexed.
+fn holders_resolve(shape: Shape, kv: &MemKv, phase: &str) -> Result<(), String> {
+    let Some(l) = store::read_pool(kv, &shape.pool_id()).unwrap() else {
+        return Ok(());
+    };
+    if !l.state.holders.indexed {
+        return Err(format!("{phase}: the pool is not indexed"));
+    }
+    for (name, rec) in bindings(shape, kv) {
+        let v = l.pool.value_of(rec.ip().unwrap()).unwrap();
+        let found = holders::holders_of(kv, &l, &[v]).map_err(|e| e.to_string())?;
+        let want = format!("{NS}/{name}");
+        match found.by_value.get(&v) {
+            Some(h) if h.claim == want => {}
+            other => {
+                return Err(format!(
+                    "{phase}: {} is bound to {want} but resolves to {other:?}",
+                    rec.address
+                ))
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The store's content, readable.
@@ -317,6 +369,7 @@ fn check(
         Ok(())
     };
     check_store("after the schedule")?;
+    holders_resolve(shape, kv, "after the schedule")?;
     // X's binding agrees with what X was answered (unless X was released
     // after being answered, or re-bound by adoption of the same address).
     if let (Some(addr), Some(rec)) = (&x_addr, bindings(shape, kv).get("x")) {
@@ -330,7 +383,8 @@ fn check(
     // Retry what crashed: an allocation retried gets what it was answered.
     if crashed {
         for (op, ans) in ops.iter().zip(answers) {
-            if matches!(ans, Answer::Err(_)) && matches!(op, Op::AllocX | Op::AllocY | Op::PutPool)
+            if matches!(ans, Answer::Err(_))
+                && matches!(op, Op::AllocX | Op::AllocY | Op::AllocZ | Op::PutPool)
             {
                 let mut again = perform(shape, *op, kv, env);
                 // Nothing a crash leaves behind wedges the pool: a crashed
@@ -366,7 +420,21 @@ fn check(
             let _ = ops::allocate(&c, &claim(shape, &format!("fill{i}"), &format!("f{i}")));
         }
         check_store("after filling the pool")?;
+        // Everything confirmed so far goes to the pages too (a page whose
+        // creation guard a crashed flush won is taken over a minute after
+        // the stall was noted, as every record's).
+        let mut flushed = holders::flush_holders(&c, &id);
+        for _ in 0..2 {
+            if flushed.is_ok() {
+                break;
+            }
+            env.0.set_now(env.0.now() + GUARD_STALL_S);
+            flushed = holders::flush_holders(&c, &id);
+        }
+        flushed.map_err(|e| format!("the recovery's flush: {e}"))?;
+        holders_resolve(shape, kv, "after the recovery and a flush")?;
     }
+    holders_resolve(shape, kv, "after the recovery")?;
     Ok(())
 }
 
@@ -391,6 +459,7 @@ fn one_schedule(
         })
         .collect();
     let (answers, trace) = sched::run(&kv, fns, chooser, crashes, 2_000);
+    if std::env::var("DBG_STEPS").is_ok() && trace.steps > 16 { eprintln!("steps {} crashed {} {answers:?}", trace.steps, trace.crashed); }
     check(shape, &kv, &env, ops, &answers, trace.crashed).map_err(|v| {
         format!(
             "{shape:?} pool, {backend:?} from {start:?}, ops {ops:?}: {v}\nanswers: {answers:?}\nstore: {}",
@@ -405,6 +474,8 @@ fn explore_dfs(shape: Shape, backend: Backend, start: Start, ops: &[Op], crashes
     let mut n = 0;
     loop {
         n += 1;
+        if n % 5000 == 0 { eprintln!("... {n}"); }
+        if n > 20000 && std::env::var("DBG_STEPS").is_ok() { panic!("stop"); }
         if let Err(v) = one_schedule(shape, backend, start, ops, &mut dfs, crashes) {
             panic!("{v}\nschedule #{n}");
         }
@@ -434,15 +505,51 @@ fn explore_pct(
 }
 
 fn starts_for(ops: &[Op]) -> Vec<Start> {
+    let mut starts = vec![Start::Empty, Start::Bound];
     if ops.contains(&Op::PutPool) {
-        vec![Start::NoPool, Start::Empty, Start::Bound]
-    } else {
-        vec![Start::Empty, Start::Bound]
+        starts.insert(0, Start::NoPool);
     }
+    if ops.contains(&Op::AllocZ) {
+        // A flush with a holder to confirm and write, into an existing page.
+        starts.push(Start::Paged);
+    }
+    starts
 }
 
 /// Every pair of operations (with repetition: a duplicate), from every
 /// start, on both quirky backends, with up to one crash: exhaustive.
+#[test]
+fn quick_count() {
+    for (ops, start, c) in [([Op::AllocX, Op::AllocZ], Start::Paged, 1)] {
+        let n = explore_dfs(Shape::Address, Backend::SpinSqlite, start, &ops, c);
+        eprintln!("{ops:?} {start:?} crashes {c}: {n}");
+    }
+}
+
+#[test]
+fn quick_pct() {
+    for seed in 0..20 {
+        let mut pct = Pct::new(seed, 3, 30);
+        one_schedule(Shape::Address, Backend::SpinSqlite, Start::Paged, &[Op::AllocX, Op::AllocZ], &mut pct, 1).unwrap();
+    }
+}
+
+#[test]
+fn quick_holders() {
+    let mut total = 0;
+    for backend in [Backend::SpinSqlite] {
+        for &a in &OPS {
+            let ops = [a, Op::AllocZ];
+            for start in [Start::Paged] {
+                let n = explore_dfs(Shape::Address, backend, start, &ops, 1);
+                eprintln!("{backend:?} {ops:?} {start:?}: {n}");
+                total += n;
+            }
+        }
+    }
+    println!("quick: {total}");
+}
+
 #[test]
 fn every_pair_under_every_schedule() {
     let mut total = 0;
@@ -487,9 +594,17 @@ fn triples_under_pct_schedules() {
         }
     }
     println!("interleavings: {total} PCT schedules of triples explored");
+    let mut combos = 0;
+    for (i, &a) in OPS.iter().enumerate() {
+        for (j, &b) in OPS.iter().enumerate().skip(i) {
+            for &c in &OPS[j..] {
+                combos += starts_for(&[a, b, c]).len() as u64;
+            }
+        }
+    }
     assert_eq!(
         total as u64,
-        3 * 85 * per,
+        3 * combos * per,
         "every triple from every start on every backend"
     );
 }

@@ -378,6 +378,73 @@ fn kv_operations_per_allocation_stay_within_the_bound_at_any_fill() {
     }
 }
 
+/// 64 allocations in a /16 on each backend: the median allocation costs
+/// what the cost table says (4 on Spin's SQLite store), and the holder
+/// index costs the common allocation nothing. One allocation in
+/// `FLUSH_AT` (32) also writes the confirmed bindings to their holder page
+/// and removes them from the pool record: the 33rd here (the first
+/// allocation whose decision leaves 32 confirmed), whose cost is printed.
+/// After it, every binding resolves to its claim through the index.
+#[test]
+fn kv_operations_over_64_allocations_median_4_and_the_flush() {
+    use metal_ipam_core::ipam::alloc::FLUSH_AT;
+    use metal_ipam_core::ipam::holders;
+    for (backend, median) in [
+        (Backend::SpinSqlite, 4),
+        (Backend::Exact, 4),
+        // A `get` of the previous allocation's intent key, and the
+        // read-back of the swap.
+        (Backend::Redis, 6),
+        (Backend::RedisSpin36, 6),
+    ] {
+        let kv = MemKv::new(backend);
+        let env = TestEnv::at(0);
+        let c = ctx(&kv, &env);
+        register(&kv, &env, json!({"addresses": ["10.8.0.0/16"], "prefix": 16}));
+        let id = PoolId::namespaced("ns", "p");
+        let mut costs = Vec::new();
+        for i in 0..64 {
+            kv.reset_counts();
+            let a = ops::allocate(&c, &claim("ns", &format!("m{i}"), "u", "p")).unwrap();
+            assert!(a.created);
+            let n = kv.counts();
+            assert_eq!(n.list_keys, 0, "no key listing on the allocation path");
+            costs.push(n.total());
+        }
+        let mut sorted = costs.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted[32], median, "{backend:?}: median of {costs:?}");
+        // (On Redis the first allocation costs one less: no intent before it.)
+        let flushing: Vec<usize> = (0..64).filter(|&i| costs[i] > median).collect();
+        assert_eq!(
+            flushing,
+            [FLUSH_AT],
+            "{backend:?}: only the allocation whose decision leaves {FLUSH_AT} confirmed bindings pays: {costs:?}"
+        );
+        println!(
+            "{backend:?}: 64 allocations, median {median}, the flushing one {} (its page created: a creation guard, the zero counter, and a second cas_read)",
+            costs[FLUSH_AT]
+        );
+        let l = metal_ipam_core::ipam::store::read_pool(&kv, &id).unwrap().unwrap();
+        assert_eq!(l.state.holders.recent.len(), 64 - FLUSH_AT - 1, "{backend:?}");
+        let values: Vec<u128> = l.state.used.iter().collect();
+        let found = holders::holders_of(&kv, &l, &values).unwrap();
+        for (i, v) in values.iter().enumerate() {
+            assert_eq!(found.by_value[v].claim, format!("ns/m{i}"), "{backend:?}");
+        }
+        // A second flush on an existing page: cas_read and cas_swap of the
+        // page, cas_read and cas_swap of the pool record.
+        kv.reset_counts();
+        assert_eq!(holders::flush_holders(&c, &id).unwrap(), 64 - FLUSH_AT - 1);
+        let swaps = if backend == Backend::SpinSqlite || backend == Backend::Exact {
+            4
+        } else {
+            6
+        };
+        assert_eq!(kv.counts().total(), 1 + swaps, "{backend:?}: {:?}", kv.counts());
+    }
+}
+
 /// Makes the store fail from operation `k` on (the request "crashes"
 /// there), then retries with a healthy store.
 #[test]

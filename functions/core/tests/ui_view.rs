@@ -297,21 +297,26 @@ fn search_by_address_claim_and_machine() {
     assert_eq!(types, ["address", "machine"], "{s:#}");
     assert_eq!(s["results"][0]["machine"], "team-a/worker-7");
 
-    let s = view::search(&w.ctx(), "q=CP-").unwrap();
+    // A claim by its full name (case-insensitive): one read of its
+    // binding. Claims are not listed, so a part of a name finds none.
+    let s = view::search(&w.ctx(), "q=Team-A%2FCP-1").unwrap();
     let claims: Vec<&str> = s["results"]
         .as_array()
         .unwrap()
         .iter()
         .map(|r| r["claim"].as_str().unwrap())
         .collect();
-    assert_eq!(
-        claims,
-        ["team-a/cp-0", "team-a/cp-1"],
-        "substring, case-insensitive"
-    );
+    assert_eq!(claims, ["team-a/cp-1"], "{s:#}");
     assert_eq!(s["results"][0]["pool"], "team-a/nodes");
-    let s = view::search(&w.ctx(), "q=lb").unwrap();
+    assert_eq!(s["results"][0]["address"], "10.20.0.11");
+    assert_eq!(s["results"][0]["machine"], "team-a/worker-7");
+    let s = view::search(&w.ctx(), "q=team-b/lb-0").unwrap();
     assert_eq!(s["results"][0]["pool"], "edge");
+    assert_eq!(s["results"][0]["cluster"], "edge-1");
+    for q in ["q=CP-", "q=team-a/gone", "q=team-a/none"] {
+        let s = view::search(&w.ctx(), q).unwrap();
+        assert_eq!(s["results"], json!([]), "{q}: {s:#}");
+    }
 
     let s = view::search(&w.ctx(), "q=worker").unwrap();
     assert_eq!(s["results"][0]["type"], "machine");
@@ -322,11 +327,30 @@ fn search_by_address_claim_and_machine() {
 #[test]
 fn search_results_are_bounded() {
     let w = World::new();
-    w.pool("ns", "big", &["10.20.0.10-10.20.0.200"], 0);
-    for i in 0..(view::MAX_RESULTS + 5) {
-        w.claim("ns", &format!("c-{i}"), "big", "MetalIPPool", "x");
-    }
-    let s = view::search(&w.ctx(), "q=c-").unwrap();
+    let machines = (0..view::MAX_RESULTS + 5)
+        .map(|i| MachineRow {
+            namespace: "ns".into(),
+            name: format!("worker-{i}"),
+            cluster: None,
+            profile: None,
+            device: None,
+            phase: "converged".into(),
+            ports: Vec::new(),
+            addresses: BTreeMap::new(),
+            error: None,
+        })
+        .collect();
+    summary::write(
+        &w.kv,
+        &Summary {
+            v: SUMMARY_VERSION,
+            at: 900,
+            machines,
+            ..Summary::default()
+        },
+    )
+    .unwrap();
+    let s = view::search(&w.ctx(), "q=worker-").unwrap();
     assert_eq!(s["results"].as_array().unwrap().len(), view::MAX_RESULTS);
     assert_eq!(s["truncated"], true);
 }

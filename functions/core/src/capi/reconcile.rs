@@ -16,6 +16,13 @@
 //! 4. reclaims leaked addresses: used in a pool record but held by no
 //!    binding, no intent and no `IPAddress` (left by versions before
 //!    intents, or by a store edited by hand);
+//!
+//!    steps 3 and 4 look only at each pool's *candidates* (addresses in
+//!    use, not cooling, held by no `IPAddress`: none in the usual CAPI
+//!    state) and find their holders through the holder index
+//!    (`ipam::holders`), never by listing the store; a pool written before
+//!    the index is indexed first (`ipam::holders::index_holders`, one
+//!    listing of the claim keys, once per pool);
 //! 5. lists the Machines to sync: every one opted into a network profile,
 //!    or on a device with our apply record (the `reconcile` component
 //!    forwards each to the `network` step, which converges it); and deletes
@@ -34,9 +41,10 @@ use crate::capi::{self, Outcome};
 use crate::error::{Known, Result};
 use crate::ip::{from_u128, to_u128};
 use crate::ipam::claim::{ClaimObject, IpAddressObject};
+use crate::ipam::holders;
 use crate::ipam::ops;
 use crate::ipam::pool::{PoolId, PoolKind};
-use crate::ipam::store::{self, ClaimRecord, Next};
+use crate::ipam::store::{self, ClaimRecord, Loaded, Next};
 use crate::kube::object::{Meta, Object, WithJson};
 use crate::kube::{self, Kube};
 use crate::kv::{keys, Ctx, Step};
@@ -213,10 +221,11 @@ pub fn reconcile_all<K: KvStore, H: HttpClient + ?Sized>(
         .filter(|v| v.object.uid().is_some())
         .map(|v| v.object.id.clone())
         .collect();
-    release_stale(ctx, kube, &managed, &claims, &mut report)?;
+    let loaded = indexed_pools(ctx, &pools, &mut report);
+    release_stale(ctx, kube, &managed, &claims, &loaded, &mut report);
     let mut in_use = claims.in_use;
-    for view in pools {
-        let id = view.object.id.clone();
+    for l in &loaded {
+        let id = l.object.id.clone();
         let holding = in_use.remove(&id).unwrap_or_default();
         match reclaim_leaks(ctx, &id, &holding) {
             Ok(n) => report.leaks_reclaimed += n,
@@ -348,36 +357,128 @@ fn reconcile_claims<K: KvStore, H: HttpClient + ?Sized>(
     })
 }
 
+/// The pools as their records say (one `get` each), every one indexed by
+/// the holder index: those that are not yet (written before it, or
+/// repaired) are indexed first, together ([`holders::index_holders`]: one
+/// listing of the claim keys, once per pool). A pool that could not be
+/// read or indexed is reported and left out of steps 3 and 4 this run.
+fn indexed_pools<K: KvStore>(
+    ctx: &Ctx<'_, K>,
+    pools: &[ops::PoolView],
+    report: &mut Report,
+) -> Vec<Loaded> {
+    let read = |id: &PoolId, report: &mut Report| match store::read_pool(ctx.kv, id) {
+        Ok(l) => l,
+        Err(e) => {
+            report.errors.push(format!("pool {}: {e}", id.display()));
+            None
+        }
+    };
+    let mut loaded = Vec::new();
+    let mut todo = Vec::new();
+    for v in pools {
+        match read(&v.object.id, report) {
+            Some(l) if l.state.holders.indexed => loaded.push(l),
+            Some(l) => todo.push(l.object.id),
+            None => {}
+        }
+    }
+    if todo.is_empty() {
+        return loaded;
+    }
+    if let Err(e) = holders::index_holders(ctx, &todo) {
+        report.errors.push(format!("holder index: {e}"));
+    }
+    for id in todo {
+        match read(&id, report) {
+            Some(l) if l.state.holders.indexed => loaded.push(l),
+            Some(_) => report.errors.push(format!(
+                "pool {}: its holders are not indexed yet; its stale bindings and leaks wait for the next run",
+                id.display()
+            )),
+            None => {}
+        }
+    }
+    loaded
+}
+
+/// The values of pool `l` that may hold a stale binding or a leak: in use,
+/// not cooling, held by no `IPAddress` object (`in_use`, addresses), and,
+/// with `skip_intents`, not an intent's. (Ranges of over 2^20 values are
+/// not walked: a pool with such a range bound and no `IPAddress` for it
+/// would be a corrupt store, not a leak to walk.)
+fn candidates(l: &Loaded, in_use: Option<&BTreeSet<u128>>, skip_intents: bool) -> Vec<u128> {
+    let in_use: BTreeSet<u128> = in_use
+        .into_iter()
+        .flatten()
+        .filter_map(|a| l.pool.value_of(from_u128(l.pool.family, *a)))
+        .collect();
+    let cooling: BTreeSet<u128> = l.state.cooling.iter().map(|c| c.address).collect();
+    let intents: BTreeSet<u128> = if skip_intents {
+        l.state.intents.iter().map(|i| i.address).collect()
+    } else {
+        BTreeSet::new()
+    };
+    l.state
+        .used
+        .ranges()
+        .iter()
+        .filter(|&&(a, b)| b - a <= 1 << 20)
+        .flat_map(|&(a, b)| a..=b)
+        .filter(|v| !cooling.contains(v) && !intents.contains(v) && !in_use.contains(v))
+        .collect()
+}
+
 /// Step 3: bindings without a live claim released, in `managed` pools,
-/// unless an `IPAddress` holds the address. (What bindings hold is read
-/// again by the leak reclaim, after each pool record.)
+/// unless an `IPAddress` holds the address. Only each pool's candidates
+/// ([`candidates`]; none when every binding has its `IPAddress`) are
+/// looked at: their holders from the holder index (a `get` per holder page
+/// they span), then each holder's binding (one `get`: its uid, and that it
+/// still binds that address). (What bindings hold is read again by the
+/// leak reclaim, after each pool record.)
 fn release_stale<K: KvStore, H: HttpClient + ?Sized>(
     ctx: &Ctx<'_, K>,
     kube: &Kube<'_, H>,
     managed: &BTreeSet<PoolId>,
     listed: &Listed,
+    loaded: &[Loaded],
     report: &mut Report,
-) -> Result<()> {
-    for key in ctx.kv.list_keys()? {
-        let Some((ns, name)) = keys::parse_claim(&key) else {
+) {
+    for l in loaded.iter().filter(|l| managed.contains(&l.object.id)) {
+        let id = &l.object.id;
+        let values = candidates(l, listed.in_use.get(id), false);
+        if values.is_empty() {
             continue;
+        }
+        let found = match holders::holders_of(ctx.kv, l, &values) {
+            Ok(f) => f,
+            Err(e) => {
+                report.errors.push(format!("pool {}: {e}", id.display()));
+                continue;
+            }
         };
-        let Some(rec) = ops::get_claim(ctx.kv, ns, name)? else {
-            continue;
-        };
-        let Ok(pool) = rec.pool_id(ns) else { continue };
-        let address = rec.ip().ok().map(to_u128);
-        let held = |a: u128| listed.in_use.get(&pool).is_some_and(|s| s.contains(&a));
-        if managed.contains(&pool)
-            && !listed
+        for (v, h) in &found.by_value {
+            let Some((ns, name)) = h.claim.split_once('/') else {
+                continue;
+            };
+            let rec = match ops::get_claim(ctx.kv, ns, name) {
+                Ok(Some(rec)) => rec,
+                Ok(None) => continue,
+                Err(e) => {
+                    report.errors.push(format!("binding {ns}/{name}: {e}"));
+                    continue;
+                }
+            };
+            let binds_it = rec.pool_id(ns).ok().as_ref() == Some(id)
+                && rec.ip().ok().and_then(|ip| l.pool.value_of(ip)) == Some(*v);
+            let live = listed
                 .live
-                .contains(&(ns.to_string(), name.to_string(), rec.uid.clone()))
-            && !address.is_some_and(held)
-        {
-            release_binding(ctx, kube, (ns, name), &rec.uid, report);
+                .contains(&(ns.to_string(), name.to_string(), rec.uid.clone()));
+            if binds_it && !live {
+                release_binding(ctx, kube, (ns, name), &rec.uid, report);
+            }
         }
     }
-    Ok(())
 }
 
 /// The binding of `ns/name` (claim `uid`) released, after re-reading the
@@ -422,11 +523,17 @@ fn ip_address_of(a: &IpAddressObject) -> Option<(PoolId, u128)> {
 /// intent nor an `IPAddress` object (`in_use`) holds, and that are not
 /// cooling down.
 ///
-/// The claim keys are read *after* the pool record, inside the swap's
-/// decision: an allocation whose binding appeared since has its `Bind`
-/// intent in the record read, or its binding in the keys read, so a live
-/// address is never taken for a leak; and any pool write in between fails
-/// the swap.
+/// Inside the swap's decision, after the pool record: the candidates'
+/// holders from the holder index ([`holders::holders_of`]: a `get` per
+/// holder page they span), then the bindings of the claims it names (one
+/// `get_many` on Spin's SQLite store, a `get` each elsewhere); a candidate
+/// is a leak when no holder is named or the named claim's binding does not
+/// bind it. Exact because the index is: a binding live when the record was
+/// read is its `Bind` intent's (not a candidate), or in `recent`, or in its
+/// page (written before it left `recent`); a later binding of the value
+/// changes the record and fails the swap. A pool not indexed, or with a
+/// holder page that does not load, is left alone (its holders are not all
+/// known). No key is listed.
 fn reclaim_leaks<K: KvStore>(
     ctx: &Ctx<'_, K>,
     id: &PoolId,
@@ -436,37 +543,30 @@ fn reclaim_leaks<K: KvStore>(
         let Some(l) = current else {
             return Ok(Step::Done(0));
         };
-        // Addresses nothing outside the store explains: not cooling, not an
-        // intent's, not held by an `IPAddress`. Leaks are rare and few; a
-        // pool with a huge bound range and no bindings would be a corrupt
-        // store, not a leak to walk.
-        // `in_use` holds addresses; the record, values of its pool (a
-        // prefix pool's are sub-prefix numbers).
-        let in_use: BTreeSet<u128> = in_use
-            .iter()
-            .filter_map(|a| l.pool.value_of(from_u128(l.pool.family, *a)))
-            .collect();
-        let cooling: BTreeSet<u128> = l.state.cooling.iter().map(|c| c.address).collect();
-        let intents: BTreeSet<u128> = l.state.intents.iter().map(|i| i.address).collect();
-        let candidates: Vec<u128> = l
-            .state
-            .used
-            .ranges()
-            .iter()
-            .filter(|&&(a, b)| b - a <= 1 << 20)
-            .flat_map(|&(a, b)| a..=b)
-            .filter(|v| !cooling.contains(v) && !intents.contains(v) && !in_use.contains(v))
-            .collect();
+        if !l.state.holders.indexed {
+            return Ok(Step::Done(0));
+        }
+        let candidates = candidates(l, Some(in_use), true);
         // The usual case under CAPI (every binding has its `IPAddress`):
-        // nothing to check, so no key is listed or read.
+        // nothing to check, so no key is read.
         if candidates.is_empty() {
             return Ok(Step::Done(0));
         }
-        let claim_keys: Vec<String> = ctx
-            .kv
-            .list_keys()?
-            .into_iter()
-            .filter(|k| k.starts_with(keys::CLAIM_PREFIX))
+        let found = holders::holders_of(ctx.kv, l, &candidates)?;
+        if let Some((page, why)) = found.unreadable.first() {
+            return Err(crate::error::Error::unreadable(format!(
+                "holder page {page} of pool {} does not load ({why}); its leaks wait for its repair",
+                id.display()
+            )));
+        }
+        let named: Vec<(u128, &str)> = found
+            .by_value
+            .iter()
+            .map(|(v, h)| (*v, h.claim.as_str()))
+            .collect();
+        let claim_keys: Vec<String> = named
+            .iter()
+            .filter_map(|(_, c)| c.split_once('/').map(|(ns, n)| keys::claim(ns, n)))
             .collect();
         let values = if l.exact {
             ctx.kv.get_many(&claim_keys)?
@@ -477,22 +577,24 @@ fn reclaim_leaks<K: KvStore>(
                 .collect::<std::result::Result<Vec<_>, _>>()?
         };
         let mut bound = BTreeSet::new();
-        for (key, value) in claim_keys.iter().zip(values) {
+        for ((v, claim), value) in named.iter().zip(values) {
             let Some(bytes) = value else { continue };
             let Ok(rec) = ClaimRecord::decode(&bytes) else {
                 continue;
             };
-            let ns = keys::parse_claim(key).map(|(ns, _)| ns).unwrap_or_default();
-            if rec.pool_id(ns).ok().as_ref() == Some(id) {
-                if let Some(v) = rec.ip().ok().and_then(|ip| l.pool.value_of(ip)) {
-                    bound.insert(v);
-                }
+            let ns = claim.split_once('/').map(|(ns, _)| ns).unwrap_or_default();
+            let binds_it = rec.pool_id(ns).ok().as_ref() == Some(id)
+                && rec.ip().ok().and_then(|ip| l.pool.value_of(ip)) == Some(*v)
+                && !l.state.is_unbinding(claim, &rec.token);
+            if binds_it {
+                bound.insert(*v);
             }
         }
         let mut state = l.state.clone();
         let mut n = 0;
         for v in candidates.into_iter().filter(|v| !bound.contains(v)) {
             state.used.remove(v);
+            state.holders.recent.retain(|r| r.address != v);
             n += 1;
         }
         if n == 0 {

@@ -13,6 +13,13 @@
 //! are those of these functions. Why intents make the two-key protocol
 //! exact is argued in `kv-schema/README.md`.
 //!
+//! A confirmed `Bind` intent is not forgotten: it moves to
+//! [`Holders::recent`], the bindings not yet written to the pool's holder
+//! pages (`ipam::store::HolderPage`), so a reader finds who holds an
+//! address without listing the store ([`PoolState::holder_in_record`], and
+//! `ipam::ops::holders_of` for the pages). Why that is exact is argued in
+//! `kv-schema/README.md` ("Holder pages").
+//!
 //! # Guarantees (checked by the model-based property tests)
 //! 1. An address is handed out only if it is allocatable (in the pool, not
 //!    excluded, not reserved) and not in `used`: no address is bound twice.
@@ -85,6 +92,120 @@ pub struct Intent {
 /// binding's token, or `None` when the key is absent.
 pub type SeenToken<'a> = Option<&'a str>;
 
+/// What a claim key was seen to hold, for [`PoolState::confirm`]: the
+/// binding's token and the claim's cluster (kept with its holder).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KeySeen {
+    /// The binding's token.
+    pub token: String,
+    /// The claim's cluster name, if the binding has one.
+    pub cluster: Option<String>,
+}
+
+/// The values of one holder page: a page holds the values `page << 8` to
+/// `(page << 8) + 255`, in the pool's units (addresses, or a prefix pool's
+/// sub-prefix numbers).
+pub const HOLDER_PAGE_BITS: u32 = 8;
+
+/// The page a value's holder is written to.
+///
+/// ```
+/// use metal_ipam_core::ipam::alloc::page_of;
+/// assert_eq!(page_of(0x0a00_00ff), 0x0a_0000);
+/// assert_eq!(page_of(0x0a00_0100), 0x0a_0001);
+/// ```
+pub fn page_of(value: u128) -> u128 {
+    value >> HOLDER_PAGE_BITS
+}
+
+/// A decision that leaves at least this many [`Holders::recent`] entries
+/// has the request that made it write them to their pages after its own
+/// claim write (`ipam::ops`): one allocation in this many pays the flush.
+pub const FLUSH_AT: usize = 32;
+
+/// At most this many [`Holders::recent`] entries: past it, a confirmed
+/// `Bind` intent stays an intent (whose number [`MAX_INTENTS`] bounds)
+/// until a flush makes room, so the record never grows with its holders.
+pub const MAX_RECENT: usize = 256;
+
+/// A binding confirmed in the pool record (its `Bind` intent was seen
+/// written) and not yet known to be in its holder page.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Recent {
+    /// `namespace/name` of the claim.
+    pub claim: String,
+    /// The bound value.
+    pub address: u128,
+    /// The claim's cluster name.
+    pub cluster: Option<String>,
+    /// The holder order ([`write_stamp`]): a higher stamp for the same
+    /// value is a later binding.
+    pub stamp: u64,
+}
+
+/// Who holds the pool's values, as far as the record knows (see the
+/// module docs): the part of the holder index that lives in the record.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Holders {
+    /// Every binding of the pool is in its intents, `recent` or its holder
+    /// pages. `false` for a record written before the pages existed (or
+    /// rebuilt by a repair) until `ipam::ops::index_holders` (one listing)
+    /// has written the older bindings to the pages.
+    pub indexed: bool,
+    /// The pool's incarnation: a random token set when the record is
+    /// created (or rebuilt); its holder pages are keyed by it, so the
+    /// pages of an earlier incarnation (a deleted or lost record) are never
+    /// read or written for this one. Empty in a record written before the
+    /// pages ([`Holders::page_incarnation`]).
+    pub incarnation: String,
+    /// Confirmed bindings not yet written to their pages, oldest first.
+    pub recent: Vec<Recent>,
+    /// The pages ([`page_of`]) that may hold entries: every page is listed
+    /// here before it is first written, so a deletion deletes them all.
+    pub pages: RangeSet,
+}
+
+/// The incarnation the holder pages of a record written before them are
+/// keyed by (its `incarnation` is empty).
+pub const LEGACY_INCARNATION: &str = "legacy";
+
+impl Holders {
+    /// The incarnation this record's holder pages are keyed by.
+    pub fn page_incarnation(&self) -> &str {
+        if self.incarnation.is_empty() {
+            LEGACY_INCARNATION
+        } else {
+            &self.incarnation
+        }
+    }
+}
+
+/// The holder order of what the write of revision `rev` of a pool record
+/// confirms: `2 × rev`. Revisions only grow within an incarnation, so a
+/// later binding of a value always has a higher stamp; the odd stamps in
+/// between (`2 × rev + 1`) are the migration's, which lists the bindings
+/// after reading revision `rev` (`ipam::ops::index_holders`).
+///
+/// ```
+/// use metal_ipam_core::ipam::alloc::write_stamp;
+/// assert!(write_stamp(7) < write_stamp(7) + 1 && write_stamp(7) + 1 < write_stamp(8));
+/// ```
+pub fn write_stamp(rev: u64) -> u64 {
+    rev.saturating_mul(2)
+}
+
+/// Who holds a value, as a reader resolves it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Holder {
+    /// `namespace/name` of the claim.
+    pub claim: String,
+    /// The claim's cluster, when known (an intent does not carry it).
+    pub cluster: Option<String>,
+    /// The holder order of the entry; `None` for a `Bind` intent, which
+    /// is newer than every entry.
+    pub stamp: Option<u64>,
+}
+
 /// Allocation state of one pool.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PoolState {
@@ -94,6 +215,9 @@ pub struct PoolState {
     pub cooling: Vec<Cooling>,
     /// Claim-key writes still owed, oldest first.
     pub intents: Vec<Intent>,
+    /// Who holds the values: the confirmed bindings not yet in the
+    /// holder pages, and the pages.
+    pub holders: Holders,
 }
 
 /// What a claim asks for.
@@ -338,36 +462,97 @@ impl PoolState {
     /// Drops every intent whose claim key was seen in its target state:
     /// `Bind` when the key holds its token, `Unbind` when it does not.
     /// `seen` maps `namespace/name` to what its key held, for the keys that
-    /// were read after this state was; intents about other claims stay.
-    /// Returns whether anything was dropped.
+    /// were read after this state was; intents about other claims stay. A
+    /// confirmed `Bind` becomes a [`Holders::recent`] entry stamped
+    /// `stamp` (the [`write_stamp`] of the write that will carry this
+    /// state), its page listed in [`Holders::pages`]; while `recent` is
+    /// full ([`MAX_RECENT`]) it stays an intent instead. Returns whether
+    /// anything was dropped.
     ///
     /// # Examples
     /// ```
     /// use std::collections::BTreeMap;
-    /// use metal_ipam_core::ipam::alloc::{Intent, IntentKind, PoolState};
+    /// use metal_ipam_core::ipam::alloc::{Intent, IntentKind, KeySeen, PoolState};
     /// let mut st = PoolState::default();
     /// st.intents.push(Intent { kind: IntentKind::Bind, claim: "ns/a".into(), uid: "u".into(),
     ///     address: 1, token: "t1".into(), owner: "w".into(), at: 0 });
     /// let mut seen = BTreeMap::new();
     /// seen.insert("ns/a".to_string(), None);
-    /// assert!(!st.confirm(&seen), "the binding is not written yet");
-    /// seen.insert("ns/a".to_string(), Some("t1".to_string()));
-    /// assert!(st.confirm(&seen));
+    /// assert!(!st.confirm(&seen, 10), "the binding is not written yet");
+    /// seen.insert("ns/a".to_string(), Some(KeySeen { token: "t1".into(), cluster: None }));
+    /// assert!(st.confirm(&seen, 10));
     /// assert!(st.intents.is_empty());
+    /// assert_eq!(st.holder_in_record(1).unwrap().claim, "ns/a", "its holder is known");
     /// ```
-    pub fn confirm(&mut self, seen: &std::collections::BTreeMap<String, Option<String>>) -> bool {
+    pub fn confirm(
+        &mut self,
+        seen: &std::collections::BTreeMap<String, Option<KeySeen>>,
+        stamp: u64,
+    ) -> bool {
         let before = self.intents.len();
-        self.intents.retain(|i| match seen.get(&i.claim) {
-            None => true,
-            Some(token) => {
-                let holds = token.as_deref() == Some(i.token.as_str());
-                match i.kind {
-                    IntentKind::Bind => !holds,
-                    IntentKind::Unbind => holds,
+        let mut kept = Vec::with_capacity(self.intents.len());
+        for i in std::mem::take(&mut self.intents) {
+            let Some(key) = seen.get(&i.claim) else {
+                kept.push(i);
+                continue;
+            };
+            let holds = key.as_ref().is_some_and(|k| k.token == i.token);
+            match i.kind {
+                IntentKind::Bind if holds => {
+                    if self.holders.recent.len() >= MAX_RECENT {
+                        kept.push(i);
+                        continue;
+                    }
+                    self.holders.pages.insert(page_of(i.address));
+                    self.holders.recent.push(Recent {
+                        claim: i.claim,
+                        address: i.address,
+                        cluster: key.as_ref().and_then(|k| k.cluster.clone()),
+                        stamp,
+                    });
                 }
+                IntentKind::Unbind if !holds => {}
+                _ => kept.push(i),
             }
-        });
+        }
+        self.intents = kept;
         before != self.intents.len()
+    }
+
+    /// Forgets the [`Holders::recent`] entries of `claim`: what a release
+    /// decision does (the value is freed or cooling, so no reader asks for
+    /// its holder, and a later binding of it is confirmed afresh).
+    pub fn forget_holder(&mut self, claim: &str) {
+        self.holders.recent.retain(|r| r.claim != claim);
+    }
+
+    /// The holder of `value` as far as this record knows: a `Bind` intent
+    /// for it, else its newest [`Holders::recent`] entry. A reader compares
+    /// the latter with the value's page entry and keeps the higher stamp
+    /// (`ipam::ops::holders_of`). Whether the value is held at all (used,
+    /// not cooling) is the caller's question.
+    pub fn holder_in_record(&self, value: u128) -> Option<Holder> {
+        if let Some(i) = self
+            .intents
+            .iter()
+            .find(|i| i.kind == IntentKind::Bind && i.address == value)
+        {
+            return Some(Holder {
+                claim: i.claim.clone(),
+                cluster: None,
+                stamp: None,
+            });
+        }
+        self.holders
+            .recent
+            .iter()
+            .filter(|r| r.address == value)
+            .max_by_key(|r| r.stamp)
+            .map(|r| Holder {
+                claim: r.claim.clone(),
+                cluster: r.cluster.clone(),
+                stamp: Some(r.stamp),
+            })
     }
 
     /// Bound values of `old_pool` (this state's pool) that would fall

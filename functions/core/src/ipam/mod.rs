@@ -13,6 +13,9 @@
 //!   ([`alloc::PoolState`]: used ranges, cooling, intents).
 //! - [`store`]: the pool record and the claim binding as stored, and the
 //!   pool record's read and read-modify-write on [`crate::kv`]'s protocol.
+//! - [`holders`]: who holds a pool's values without listing the store:
+//!   the confirmed bindings in the pool record and the holder pages, their
+//!   flush, migration and readers.
 //! - [`index`]: the pool index: every live pool and the addresses it may
 //!   hold, where the overlap rule is decided.
 //! - [`ops`]: the operations (allocate, adopt, release, register and delete
@@ -24,6 +27,7 @@
 
 pub mod alloc;
 pub mod claim;
+pub mod holders;
 pub mod index;
 pub mod ops;
 pub mod pool;

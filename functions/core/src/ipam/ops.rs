@@ -11,9 +11,10 @@ use std::collections::BTreeMap;
 use crate::error::Known;
 use crate::error::{Error, Result};
 use crate::ipam::alloc::{
-    AllocRequest, Counts, Intent, IntentKind, PoolState, MAX_INTENTS, TAKEOVER_AFTER_SECONDS,
-    WRITE_DEADLINE_SECONDS,
+    write_stamp, AllocRequest, Counts, Intent, IntentKind, KeySeen, PoolState, FLUSH_AT,
+    MAX_INTENTS, TAKEOVER_AFTER_SECONDS, WRITE_DEADLINE_SECONDS,
 };
+use crate::ipam::holders::{self, Flush};
 use crate::ipam::claim::Claim;
 use crate::ipam::index::{self, Held};
 use crate::ipam::pool::{PoolId, PoolKind, PoolObject, ValidatedPool};
@@ -62,9 +63,10 @@ fn claim_key_of(claim: &str) -> Option<String> {
     Some(keys::claim(ns, name))
 }
 
-/// What [`read_claims`] saw: the claim's binding, and the token each
-/// intent's claim key held (`None` when absent), by `namespace/name`.
-type Seen = (Option<ClaimRecord>, BTreeMap<String, Option<String>>);
+/// What [`read_claims`] saw: the claim's binding, and what each intent's
+/// claim key held (its token and cluster; `None` when absent), by
+/// `namespace/name`.
+type Seen = (Option<ClaimRecord>, BTreeMap<String, Option<KeySeen>>);
 
 /// Reads the claim key `ckey` and the claim keys of every intent in the
 /// pool `l`: returns the claim's binding (if any) and what each intent's
@@ -107,7 +109,13 @@ fn read_claims<K: KvStore>(kv: &K, l: &Loaded, cname: &str, ckey: &str) -> Resul
         if name == cname {
             mine = record.clone();
         }
-        seen.insert(name, record.map(|r| r.token));
+        seen.insert(
+            name,
+            record.map(|r| KeySeen {
+                token: r.token,
+                cluster: r.cluster_name,
+            }),
+        );
     }
     Ok((mine, seen))
 }
@@ -155,7 +163,23 @@ fn stale(intent: &Intent, now: u64) -> bool {
 /// - 503 `ClaimReleasing` while a release of the same claim is being
 ///   written, `StepTooSlow`, `Contention`, or a store failure: retry.
 pub fn allocate<K: KvStore>(ctx: &Ctx<'_, K>, claim: &Claim) -> Result<Allocated> {
-    match bind(ctx, claim, BindTarget::Allocate, None)? {
+    allocate_flushing_at(ctx, claim, FLUSH_AT)
+}
+
+/// [`allocate`], whose request flushes the pool's confirmed bindings to
+/// their holder pages when its decision leaves at least `flush_at` of them
+/// ([`allocate`] uses [`FLUSH_AT`]). For tests and tools that want the
+/// flush at once (the interleaving checker races it with everything
+/// else).
+///
+/// # Errors
+/// As [`allocate`].
+pub fn allocate_flushing_at<K: KvStore>(
+    ctx: &Ctx<'_, K>,
+    claim: &Claim,
+    flush_at: usize,
+) -> Result<Allocated> {
+    match bind(ctx, claim, BindTarget::Allocate, None, flush_at)? {
         Bound::Done(a) => Ok(*a),
         Bound::NeedsGrant(_) => Err(Error::internal("an allocation asked for a grant")),
     }
@@ -180,13 +204,13 @@ pub fn adopt<K: KvStore>(
     claim: &Claim,
     address: std::net::IpAddr,
 ) -> Result<Allocated> {
-    match bind(ctx, claim, BindTarget::Adopt(address), None)? {
+    match bind(ctx, claim, BindTarget::Adopt(address), None, FLUSH_AT)? {
         Bound::Done(a) => Ok(*a),
         Bound::NeedsGrant(held) => {
             // Outside the pool's spec: the pool index must grant the
             // address first (no other pool of the space may hold it).
             let grant = index::reserve(ctx, &claim.pool, &held)?;
-            let out = bind(ctx, claim, BindTarget::Adopt(address), Some(&grant));
+            let out = bind(ctx, claim, BindTarget::Adopt(address), Some(&grant), FLUSH_AT);
             let _ = index::settle(ctx, &claim.pool, Some(&grant.token));
             match out? {
                 Bound::Done(a) => Ok(*a),
@@ -222,13 +246,16 @@ fn bind<K: KvStore>(
     claim: &Claim,
     target: BindTarget,
     grant: Option<&index::Reservation>,
+    flush_at: usize,
 ) -> Result<Bound> {
     let ckey = keys::claim(&claim.id.namespace, &claim.id.name);
     let cname = claim.id.display();
     let me = ctx.env.token();
     let mut needs: Option<Held> = None;
+    let mut owed: Option<(Flush, bool)> = None;
     let decided = store::update_pool(ctx, &claim.pool, |current| {
         needs = None;
+        owed = None;
         let Some(l) = current else {
             // No pool: a binding left from it still answers (two reads).
             if let Some(record) = binding_of(ctx.kv, &ckey, claim)? {
@@ -265,7 +292,10 @@ fn bind<K: KvStore>(
         Ok(
             match bind_decide(ctx, claim, target, l, &cname, &ckey, &me)? {
                 Step::Done(o) => Step::Done(Some(o)),
-                Step::Write(next, o) => Step::Write(next, Some(o)),
+                Step::Write(next, o) => {
+                    owed = flush_of(l, &next.state, flush_at);
+                    Step::Write(next, Some(o))
+                }
             },
         )
     })?;
@@ -279,7 +309,24 @@ fn bind<K: KvStore>(
         within_deadline(ctx, taken_at)?;
         ctx.kv.set(&ckey, &record.encode())?;
     }
+    pay(ctx, owed);
     Ok(Bound::Done(Box::new(answer)))
+}
+
+/// The flush a decision on pool `l` that writes `state` owes (see
+/// [`holders`]): when it leaves `at` ([`FLUSH_AT`]) or more confirmed
+/// bindings in `recent`, with whether the pool is indexed.
+fn flush_of(l: &Loaded, state: &PoolState, at: usize) -> Option<(Flush, bool)> {
+    Flush::owed(l, state, l.rev + 1, at).map(|f| (f, state.holders.indexed))
+}
+
+/// Performs the flush a request owes, after its own claim write. Its
+/// failure is not the request's: the entries stay in `recent` and the
+/// next request past [`FLUSH_AT`] flushes them.
+fn pay<K: KvStore>(ctx: &Ctx<'_, K>, owed: Option<(Flush, bool)>) {
+    if let Some((f, indexed)) = owed {
+        let _ = holders::flush_owed(ctx, &f, indexed);
+    }
 }
 
 /// What one attempt of [`bind`] decides on: the claim, what it asks for,
@@ -328,8 +375,10 @@ fn bind_decide<K: KvStore>(
     };
     let (mine, seen) = read_claims(ctx.kv, l, cname, ckey)?;
     let mut state = l.state.clone();
-    // Intents seen done are dropped by whatever this decision writes.
-    state.confirm(&seen);
+    // Intents seen done are dropped by whatever this decision writes (a
+    // confirmed binding becomes a `recent` holder, stamped with that
+    // write's revision).
+    state.confirm(&seen, write_stamp(l.rev + 1));
     // 1. A live binding answers.
     if let Some(record) = mine
         .as_ref()
@@ -677,8 +726,11 @@ pub fn release<K: KvStore, G: ReleaseGuard>(
     }
     let pool_id = first.pool_id(namespace)?;
     let me = ctx.env.token();
-    let decided =
-        store::update_pool(ctx, &pool_id, |current| {
+    let mut owed: Option<(Flush, bool)> = None;
+    let decided = store::update_pool(ctx, &pool_id, |current| {
+        owed = None;
+        type Out = (FollowUp, Option<ClaimRecord>, u64);
+        let step = (|| -> Result<Step<Out, Next>> {
             let now = ctx.env.now();
             let Some(l) = current else {
                 // The pool is gone; only the key is left to remove.
@@ -686,7 +738,7 @@ pub fn release<K: KvStore, G: ReleaseGuard>(
             };
             let (mine, seen) = read_claims(ctx.kv, l, &cname, &ckey)?;
             let mut state = l.state.clone();
-            state.confirm(&seen);
+            state.confirm(&seen, write_stamp(l.rev + 1));
             let write = |state: PoolState, out| {
                 Step::Write(
                     Box::new(Next {
@@ -720,6 +772,7 @@ pub fn release<K: KvStore, G: ReleaseGuard>(
             if let Some(address) = l.pool.value_of(record.ip()?) {
                 state.release(address, l.pool.grace_seconds, now);
                 state.take_intent(&cname);
+                state.forget_holder(&cname);
                 state.intents.push(Intent {
                     kind: IntentKind::Unbind,
                     claim: cname.clone(),
@@ -731,7 +784,12 @@ pub fn release<K: KvStore, G: ReleaseGuard>(
                 });
             }
             Ok(write(state, (FollowUp::Delete, Some(record), now)))
-        });
+        })()?;
+        if let (Some(l), Step::Write(next, _)) = (current, &step) {
+            owed = flush_of(l, &next.state, FLUSH_AT);
+        }
+        Ok(step)
+    });
     let (follow, released, taken_at) = match decided {
         Err(e) if e.is(Known::UnreadableRecord) => {
             // The pool's record does not load, so no decision on it can be
@@ -747,6 +805,7 @@ pub fn release<K: KvStore, G: ReleaseGuard>(
         within_deadline(ctx, taken_at)?;
         ctx.kv.delete(&ckey)?;
     }
+    pay(ctx, owed);
     Ok(released)
 }
 
@@ -931,19 +990,26 @@ fn unbound(id: &PoolId, l: &Loaded) -> Result<()> {
 /// # Errors
 /// 409 `PoolInUse` while addresses are bound; 503 on store failure.
 pub fn delete_provisioned_pool<K: KvStore>(ctx: &Ctx<'_, K>, id: &PoolId) -> Result<()> {
-    store::update_pool(ctx, id, |current| {
+    let pages = store::update_pool(ctx, id, |current| {
         let next = match current {
             Some(l) => {
                 unbound(id, l)?;
                 Next::tombstone(l)
             }
+            // (Over a tombstone: one that still lists pages, after a
+            // deletion that crashed before deleting them, stops listing
+            // them; they belong to a deleted incarnation, which no reader
+            // asks about.)
             None => Next {
                 pool: None,
                 state: PoolState::default(),
             },
         };
-        Ok(Step::Write(Box::new(next), ()))
+        let h = &next.state.holders;
+        let pages = (h.incarnation.clone(), h.pages.clone());
+        Ok(Step::Write(Box::new(next), pages))
     })?;
+    let _ = holders::sweep_pages(ctx, id, &pages.0, &pages.1);
     let _ = index::settle(ctx, id, None);
     Ok(())
 }
@@ -987,14 +1053,18 @@ fn register<K: KvStore>(
     let pool = object.spec.validate()?;
     let id = object.id.clone();
     let now = ctx.env.now();
-    match store::read_pool(ctx.kv, &id) {
-        Ok(Some(l)) if l.object == object => {
+    match store::read_pool_or_pages(ctx.kv, &id) {
+        Ok((Some(l), _)) if l.object == object => {
             if let Some(may) = may {
                 may()?;
             }
             return Ok((PutOutcome::Unchanged, PoolView::of(&l, now)));
         }
-        Ok(_) => {}
+        Ok((_, (inc, pages))) => {
+            // A tombstone that still lists the deleted pool's holder pages
+            // (its deletion crashed before deleting them): they go first.
+            holders::sweep_pages(ctx, &id, &inc, &pages)?;
+        }
         Err(e) if e.is(Known::UnreadableRecord) => {
             return repair(ctx, object, &pool, adoptions, may);
         }
@@ -1047,8 +1117,14 @@ fn repair<K: KvStore>(
     may: Option<&dyn Fn() -> Result<()>>,
 ) -> Result<(PutOutcome, PoolView)> {
     let id = object.id.clone();
-    let bound = bindings_of_pool(ctx.kv, &id)?;
+    let (bound, listed) = listed_of_pool(ctx.kv, &id)?;
+    // The rebuilt record is a new holder incarnation, not indexed: its
+    // bindings are written to its pages by the migration that follows. The
+    // lost incarnation's pages go first (nothing of a record that does not
+    // load writes them).
+    holders::forget_listed_pages(ctx.kv, &listed, &id)?;
     let mut state = PoolState::default();
+    state.holders.incarnation = ctx.env.token();
     let mut owners: Vec<String> = Vec::new();
     for (ns, name, record) in &bound {
         let Some(v) = record.ip().ok().and_then(|ip| pool.value_of(ip)) else {
@@ -1125,6 +1201,10 @@ fn repair<K: KvStore>(
         within_deadline(ctx, taken_at)?;
         ctx.kv.set(key, &record.encode())?;
     }
+    // Its holders, from one more listing (the repair path lists anyway);
+    // a failure leaves the pool not indexed for the reconcile or the next
+    // flush to finish.
+    let _ = holders::index_holders(ctx, std::slice::from_ref(&id));
     let view = PoolView {
         object,
         counts: st.counts(pool),
@@ -1142,12 +1222,21 @@ pub fn bindings_of_pool<K: KvStore>(
     kv: &K,
     id: &PoolId,
 ) -> Result<Vec<(String, String, ClaimRecord)>> {
+    Ok(listed_of_pool(kv, id)?.0)
+}
+
+/// A claim binding as listed: `(namespace, name, binding)`.
+type Listed = Vec<(String, String, ClaimRecord)>;
+
+/// [`bindings_of_pool`], and the keys the listing found.
+fn listed_of_pool<K: KvStore>(kv: &K, id: &PoolId) -> Result<(Listed, Vec<String>)> {
     let mut out = Vec::new();
-    for key in kv.list_keys()? {
-        let Some((ns, name)) = keys::parse_claim(&key) else {
+    let keys_listed = kv.list_keys()?;
+    for key in &keys_listed {
+        let Some((ns, name)) = keys::parse_claim(key) else {
             continue;
         };
-        let Some(bytes) = kv.get(&key)? else { continue };
+        let Some(bytes) = kv.get(key)? else { continue };
         let Ok(record) = ClaimRecord::decode(&bytes) else {
             continue;
         };
@@ -1155,12 +1244,14 @@ pub fn bindings_of_pool<K: KvStore>(
             out.push((ns.to_string(), name.to_string(), record));
         }
     }
-    Ok(out)
+    Ok((out, keys_listed))
 }
 
 /// [`register`]'s decision for a pool not yet stored: its adoptions, one
 /// address per claim (the first `IPAddress` wins), each under a `Bind`
-/// intent owned by `me`.
+/// intent owned by `me`. A new record is indexed from the start (no
+/// binding exists before it), under a fresh incarnation (its holder pages
+/// are its own).
 fn register_new<K: KvStore>(
     ctx: &Ctx<'_, K>,
     object: &PoolObject,
@@ -1170,6 +1261,8 @@ fn register_new<K: KvStore>(
     now: u64,
 ) -> Step<Registered, Next> {
     let mut state = PoolState::default();
+    state.holders.indexed = true;
+    state.holders.incarnation = ctx.env.token();
     let mut bindings = Vec::new();
     for a in adoptions {
         let cname = a.claim.id.display();
@@ -1211,6 +1304,11 @@ fn register_new<K: KvStore>(
 /// [`register`]'s decision for a stored pool: refused when the new spec
 /// would drop allocated addresses; cooling addresses outside it are freed;
 /// nothing written when nothing changed.
+///
+/// (A prefix pool whose allocation length changes, only possible with
+/// nothing bound or cooling, keeps its holder pages: an entry left from the
+/// old length is older than any binding at the new one, and a later write
+/// of its page drops it.)
 fn register_update(
     object: &PoolObject,
     pool: &ValidatedPool,
@@ -1415,16 +1513,30 @@ fn read_pools<K: KvStore>(
 /// # Errors
 /// 409 `PoolInUse` while addresses are bound; 503 on store failure.
 pub fn delete_pool<K: KvStore>(ctx: &Ctx<'_, K>, id: &PoolId) -> Result<bool> {
-    let deleted = match store::update_pool(ctx, id, |current| {
+    let (deleted, pages) = match store::update_pool(ctx, id, |current| {
         let Some(l) = current else {
-            return Ok(Step::Done(false));
+            return Ok(Step::Done((false, None)));
         };
         unbound(id, l)?;
-        Ok(Step::Write(Box::new(Next::tombstone(l)), true))
+        let next = Next::tombstone(l);
+        let h = &next.state.holders;
+        let pages = (h.incarnation.clone(), h.pages.clone());
+        Ok(Step::Write(Box::new(next), (true, Some(pages))))
     }) {
         Err(e) if e.is(Known::UnreadableRecord) => delete_unreadable(ctx, id)?,
         other => other?,
     };
+    // The pool's holder pages go with it. Its tombstone lists them until
+    // they are deleted, so a deletion that crashed before (no live pool
+    // now) is finished here (one more `get`), or by the next
+    // registration's deletion.
+    let (inc, pages) = match pages {
+        Some(p) => p,
+        None => store::read_pool_or_pages(ctx.kv, id)
+            .map(|(_, p)| p)
+            .unwrap_or_default(),
+    };
+    let _ = holders::sweep_pages(ctx, id, &inc, &pages);
     // A settle that fails leaves the entry larger than the pool, which is
     // safe; the next settle or the reconcile's tidy repairs it.
     let _ = index::settle(ctx, id, None);
@@ -1432,8 +1544,11 @@ pub fn delete_pool<K: KvStore>(ctx: &Ctx<'_, K>, id: &PoolId) -> Result<bool> {
 }
 
 /// [`delete_pool`] of a record that does not load.
-fn delete_unreadable<K: KvStore>(ctx: &Ctx<'_, K>, id: &PoolId) -> Result<bool> {
-    let bound = bindings_of_pool(ctx.kv, id)?;
+fn delete_unreadable<K: KvStore>(
+    ctx: &Ctx<'_, K>,
+    id: &PoolId,
+) -> Result<(bool, Option<(String, crate::ip::RangeSet)>)> {
+    let (bound, listed) = listed_of_pool(ctx.kv, id)?;
     if !bound.is_empty() {
         let names: Vec<String> = bound
             .iter()
@@ -1452,6 +1567,8 @@ fn delete_unreadable<K: KvStore>(ctx: &Ctx<'_, K>, id: &PoolId) -> Result<bool> 
         ));
     }
     let swap_check = index::swap_check(ctx.kv)?;
+    // Its holder pages (whatever their incarnation) go with it.
+    holders::forget_listed_pages(ctx.kv, &listed, id)?;
     let done = store::replace_unreadable_pool(ctx, id, swap_check, || {
         Ok((
             Next {
@@ -1462,9 +1579,9 @@ fn delete_unreadable<K: KvStore>(ctx: &Ctx<'_, K>, id: &PoolId) -> Result<bool> 
         ))
     })?;
     match done {
-        Some(()) => Ok(true),
+        Some(()) => Ok((true, Some(Default::default()))),
         // Readable again (repaired meanwhile): delete it the ordinary way.
-        None => delete_pool(ctx, id),
+        None => Ok((delete_pool(ctx, id)?, Some(Default::default()))),
     }
 }
 

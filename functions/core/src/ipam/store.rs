@@ -12,7 +12,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::error::{Error, Result};
-use crate::ipam::alloc::{Cooling, Intent, IntentKind, PoolState};
+use crate::ip::RangeSet;
+use crate::ipam::alloc::{Cooling, Holders, Intent, IntentKind, PoolState, Recent};
 use crate::ipam::claim::{AddressView, CapiVersion, Claim, ClaimId, IpAddress, PoolRef};
 use crate::ipam::pool::{PoolId, PoolKind, PoolObject, ValidatedPool};
 use crate::kv::keys::{self, Scoped};
@@ -123,6 +124,75 @@ pub struct PoolContent {
     /// Written by versions before intents; read and ignored.
     #[serde(default, skip_serializing)]
     pub journal: Vec<JournalRecord>,
+    /// Who holds the pool's values, as far as the record knows (the
+    /// bindings not yet in the holder pages, and the pages); absent in a
+    /// record written before the holder pages (read as not indexed). A
+    /// tombstone keeps `pages` until they are deleted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub holders: Option<HoldersRecord>,
+}
+
+/// The holder index's part in the pool record (see
+/// [`crate::ipam::alloc::Holders`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct HoldersRecord {
+    /// Every binding of the pool is in its intents, `recent` or its pages.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub indexed: bool,
+    /// The pool's incarnation: page entries of another are ignored.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub incarnation: String,
+    /// Confirmed bindings not yet written to their pages, oldest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub recent: Vec<RecentRecord>,
+    /// Page numbers that may hold entries, as decimal `n` or `a-b` ranges,
+    /// ascending.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pages: Vec<String>,
+}
+
+/// A binding confirmed but not yet in its page.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RecentRecord {
+    /// `namespace/name` of the claim.
+    pub claim: String,
+    /// The address (a prefix pool's: the sub-prefix's network address).
+    pub address: String,
+    /// The claim's cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<String>,
+    /// The holder order ([`crate::ipam::alloc::write_stamp`]).
+    pub stamp: u64,
+}
+
+/// Page numbers as stored: `n` or `a-b`, decimal.
+fn pages_to_entries(pages: &RangeSet) -> Vec<String> {
+    pages
+        .ranges()
+        .iter()
+        .map(|&(a, b)| if a == b { a.to_string() } else { format!("{a}-{b}") })
+        .collect()
+}
+
+fn pages_from_entries(entries: &[String]) -> Result<RangeSet> {
+    let mut out = RangeSet::new();
+    for e in entries {
+        let bad = || Error::unreadable(format!("stored holder page range {e:?}"));
+        let (a, b) = match e.split_once('-') {
+            Some((a, b)) => (a.parse().map_err(|_| bad())?, b.parse().map_err(|_| bad())?),
+            None => {
+                let a = e.parse().map_err(|_| bad())?;
+                (a, a)
+            }
+        };
+        if a > b {
+            return Err(bad());
+        }
+        out.insert_range(a, b);
+    }
+    Ok(out)
 }
 
 /// The value of a pool key: [`PoolContent`] in the generic envelope.
@@ -225,12 +295,42 @@ impl PoolContent {
                 at: i.at,
             });
         }
+        if let Some(h) = &self.holders {
+            state.holders.indexed = h.indexed;
+            state.holders.incarnation.clone_from(&h.incarnation);
+            state.holders.pages = pages_from_entries(&h.pages)?;
+            for r in &h.recent {
+                let (a, _) = stored_entry(&r.address)?;
+                state.holders.recent.push(Recent {
+                    claim: r.claim.clone(),
+                    address: a,
+                    cluster: r.cluster.clone(),
+                    stamp: r.stamp,
+                });
+            }
+        }
         Ok(state)
+    }
+
+    /// The holder pages a tombstone still lists (to be deleted), with the
+    /// incarnation they belong to; none for a live record.
+    ///
+    /// # Errors
+    /// 500 when the stored ranges do not parse.
+    pub fn tombstone_pages(&self) -> Result<(String, RangeSet)> {
+        match &self.holders {
+            Some(h) if self.deleted || self.pool.is_none() => {
+                Ok((h.incarnation.clone(), pages_from_entries(&h.pages)?))
+            }
+            _ => Ok((String::new(), RangeSet::new())),
+        }
     }
 
     /// The content for `next` (see [`Next`]).
     pub fn build(next: &Next) -> PoolContent {
         let Some((object, vp)) = &next.pool else {
+            let h = &next.state.holders;
+            let pages = &h.pages;
             return PoolContent {
                 deleted: true,
                 pool: None,
@@ -238,6 +338,11 @@ impl PoolContent {
                 cooling: Vec::new(),
                 intents: Vec::new(),
                 journal: Vec::new(),
+                holders: (!pages.is_empty()).then(|| HoldersRecord {
+                    incarnation: h.incarnation.clone(),
+                    pages: pages_to_entries(pages),
+                    ..HoldersRecord::default()
+                }),
             };
         };
         let fmt = |v: u128| vp.ip(v).to_string();
@@ -280,6 +385,22 @@ impl PoolContent {
                 at: i.at,
             })
             .collect();
+        let h = &next.state.holders;
+        let holders = (*h != Holders::default()).then(|| HoldersRecord {
+            indexed: h.indexed,
+            incarnation: h.incarnation.clone(),
+            recent: h
+                .recent
+                .iter()
+                .map(|r| RecentRecord {
+                    claim: r.claim.clone(),
+                    address: fmt(r.address),
+                    cluster: r.cluster.clone(),
+                    stamp: r.stamp,
+                })
+                .collect(),
+            pages: pages_to_entries(&h.pages),
+        });
         PoolContent {
             deleted: false,
             pool: Some(object.to_json(None)),
@@ -287,6 +408,7 @@ impl PoolContent {
             cooling,
             intents,
             journal: Vec::new(),
+            holders,
         }
     }
 }
@@ -335,6 +457,7 @@ impl Content for PoolContent {
             cooling: old.cooling,
             intents: old.intents,
             journal: old.journal,
+            holders: None,
         };
         Some(Ok(Enveloped::wrap(content, e)))
     }
@@ -397,12 +520,14 @@ pub struct Next {
 }
 
 impl Next {
-    /// The tombstone that replaces pool `_l`.
-    pub fn tombstone(_l: &Loaded) -> Next {
-        Next {
-            pool: None,
-            state: PoolState::default(),
-        }
+    /// The tombstone that replaces pool `l`: it keeps the list of `l`'s
+    /// holder pages (and their incarnation), which the deletion then
+    /// deletes.
+    pub fn tombstone(l: &Loaded) -> Next {
+        let mut state = PoolState::default();
+        state.holders.pages = l.state.holders.pages.clone();
+        state.holders.incarnation = l.state.holders.page_incarnation().to_string();
+        Next { pool: None, state }
     }
 }
 
@@ -610,4 +735,95 @@ pub fn update_pool<K: KvStore, T>(
     decide: impl FnMut(Option<&Loaded>) -> Result<Step<T, Next>>,
 ) -> Result<T> {
     update_record::<K, PoolRecord, T>(ctx, id, decide)
+}
+
+/// Schema version of a holder page.
+pub const HOLDER_PAGE_VERSION: u32 = 1;
+
+/// One holder page entry: who holds an address, and the holder order of
+/// the binding ([`crate::ipam::alloc::write_stamp`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PageEntry {
+    /// `namespace/name` of the claim.
+    pub claim: String,
+    /// The claim's cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<String>,
+    /// The holder order: of two entries for one address, the higher is the
+    /// later binding.
+    pub stamp: u64,
+}
+
+/// Who holds the values of one page of one incarnation of a pool
+/// (`holders/<pool key suffix>/<incarnation>/<page>`, [`keys::holders`]):
+/// address → entry. Kept with the generic protocol
+/// ([`crate::kv::update_record`]); written by the flush and the migration
+/// of `ipam::holders`, read by the browser view and the reconcile. An entry
+/// stays after its binding is released (readers only ask for held values)
+/// until a later write of the page finds it stale.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct HolderPage {
+    /// Address (a prefix pool's: the sub-prefix's network address) → its
+    /// holder.
+    #[serde(default)]
+    pub entries: std::collections::BTreeMap<String, PageEntry>,
+}
+
+/// A holder page as stored.
+pub type HolderPageRecord = Enveloped<HolderPage>;
+
+/// What names a holder page: the pool, its incarnation, the page number.
+pub type PageId = (PoolId, String, u128);
+
+impl crate::kv::StateRecord for HolderPage {
+    type Id = PageId;
+    const VERSION: u32 = HOLDER_PAGE_VERSION;
+    const WHAT: &'static str = "holder page";
+    fn key((id, inc, page): &PageId) -> String {
+        keys::holders(id, inc, *page)
+    }
+    fn guard_key((id, inc, page): &PageId) -> String {
+        keys::holders_init(id, inc, *page)
+    }
+    fn describe((id, _, page): &PageId) -> String {
+        format!("holder page {page} of pool {}", id.display())
+    }
+}
+
+/// Reads holder page `page` of pool `id`'s incarnation `inc` (one `get`).
+///
+/// # Errors
+/// Store failures (503) and unreadable records (500).
+pub fn read_page<K: KvStore>(
+    kv: &K,
+    id: &PoolId,
+    inc: &str,
+    page: u128,
+) -> Result<Option<HolderPage>> {
+    read_record::<K, HolderPageRecord>(kv, &(id.clone(), inc.to_string(), page))
+}
+
+/// Reads pool `id` (one `get`): the pool, or for a tombstone the holder
+/// pages it still lists (to delete), with their incarnation.
+///
+/// # Errors
+/// Store failures (503) and unreadable records (500).
+pub fn read_pool_or_pages<K: KvStore>(
+    kv: &K,
+    id: &PoolId,
+) -> Result<(Option<Loaded>, (String, RangeSet))> {
+    let none = || (String::new(), RangeSet::new());
+    let Some(bytes) = kv.get(&keys::pool(id))? else {
+        return Ok((None, none()));
+    };
+    if crate::ports::kv::is_zero_counter(&bytes) {
+        return Ok((None, none()));
+    }
+    let rec = PoolRecord::decode(&bytes)?;
+    match rec.load(id)? {
+        Some(l) => Ok((Some(l), none())),
+        None => Ok((None, rec.state.tombstone_pages()?)),
+    }
 }

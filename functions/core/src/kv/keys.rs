@@ -17,6 +17,7 @@
 //! | counter registry | `obs/signatures`, guard `obs-init/signatures` | `observe::counters::Registry` |
 //! | dropped requests | `obs/dropped` | counter |
 //! | pool index | `pool-index`, guard `pool-index-init` | `kv::registry::RegistryRecord` (pool record keys) |
+//! | holder page | `holders/<pool key suffix>/<incarnation>/<page>` (e.g. `holders/ns/<namespace>/<name>/<incarnation>/0`), guard `holders-init/…` | `ipam::store::HolderPage` |
 //!
 //! Why every family is here rather than beside its record: one table shows
 //! that no two families share a prefix, and that no key string is built
@@ -214,6 +215,61 @@ pub const POOL_INDEX: &str = "pool-index";
 
 /// The creation guard counter of the pool index.
 pub const POOL_INDEX_INIT: &str = "pool-index-init";
+
+/// Prefix of every holder page key.
+pub const HOLDERS_PREFIX: &str = "holders/";
+
+/// `holders/<pool key suffix>/<incarnation>/<page>`: who holds the values
+/// of one page of one incarnation of a pool (`ipam::store::HolderPage`);
+/// `page` is decimal. Each incarnation of a pool (its record created,
+/// rebuilt) has pages of its own, so a writer of one never touches
+/// another's.
+///
+/// ```
+/// use metal_ipam_core::{ipam::pool::{PoolId, PoolKind}, kv::keys};
+/// let id = PoolId::namespaced("a", "b");
+/// assert_eq!(keys::holders(&id, "9f3c", 3), "holders/ns/a/b/9f3c/3");
+/// assert_eq!(keys::holders_init(&id, "9f3c", 3), "holders-init/ns/a/b/9f3c/3");
+/// assert_eq!(
+///     keys::parse_holders::<PoolId>("holders/ns/a/b/9f3c/3"),
+///     Some((id.clone(), "9f3c".to_string(), 3))
+/// );
+/// assert!(keys::holders(&id, "9f3c", 3).starts_with(&keys::holders_of_pool(&id)));
+/// let g = PoolId::of(PoolKind::GlobalPrefix, "", "g");
+/// assert_eq!(
+///     keys::parse_holders(&keys::holders(&g, "i", u128::MAX)),
+///     Some((g, "i".to_string(), u128::MAX))
+/// );
+/// assert_eq!(keys::parse_holders::<PoolId>("holders/ns/a/b/9f3c/x"), None);
+/// assert_eq!(keys::parse_pool::<PoolId>("holders/ns/a/b/9f3c/3"), None);
+/// ```
+pub fn holders(id: &impl Scoped, incarnation: &str, page: u128) -> String {
+    format!("{HOLDERS_PREFIX}{}/{incarnation}/{page}", pool_suffix(id))
+}
+
+/// The creation guard counter of a holder page.
+pub fn holders_init(id: &impl Scoped, incarnation: &str, page: u128) -> String {
+    format!("holders-init/{}/{incarnation}/{page}", pool_suffix(id))
+}
+
+/// The prefix every holder page key of pool `id` starts with, whatever
+/// its incarnation.
+pub fn holders_of_pool(id: &impl Scoped) -> String {
+    format!("{HOLDERS_PREFIX}{}/", pool_suffix(id))
+}
+
+/// The pool, incarnation and page a holder page key belongs to.
+pub fn parse_holders<S: Scoped>(key: &str) -> Option<(S, String, u128)> {
+    let rest = key.strip_prefix(HOLDERS_PREFIX)?;
+    let (rest, page) = rest.rsplit_once('/')?;
+    let (suffix, incarnation) = rest.rsplit_once('/')?;
+    if incarnation.is_empty() || page.starts_with('+') {
+        return None;
+    }
+    let page = page.parse().ok()?;
+    let pool = parse_pool(&format!("{POOL_PREFIX}{suffix}"))?;
+    Some((pool, incarnation.to_string(), page))
+}
 
 /// `claim/<namespace>/<name>`.
 pub fn claim(namespace: &str, name: &str) -> String {

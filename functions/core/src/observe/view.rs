@@ -6,13 +6,16 @@
 //!   Never reads a claim binding.
 //! - [`pool`]: one pool's addresses and their holders, free ranges,
 //!   cooling addresses and, for a VRF-backed pool, its Metal resources.
-//!   The holders are the claim bindings naming the pool: the page lists
-//!   the `claim/` keys and reads each binding, so it costs O(claims) reads
-//!   — on demand, for one pool, never in the overview.
+//!   The holders of the addresses shown (at most [`MAX_ADDRESS_ROWS`]) are
+//!   read through the holder index (`ipam::holders`): the pool record,
+//!   then one read per holder page those addresses span. Never a listing,
+//!   never a read per claim.
 //! - [`machines`]: the machines of the observation summary (as fresh as
 //!   the last reconcile run).
-//! - [`search`]: an address, a claim name or a machine name (O(pools +
-//!   claims) reads, on demand), at most [`MAX_RESULTS`] results.
+//! - [`search`]: an address (one read per pool, through the pool index,
+//!   and one holder page per pool that has it in use), a claim by its full
+//!   `namespace/name` (one read of its binding) or a machine name (the
+//!   summary); at most [`MAX_RESULTS`] results.
 //!
 //! The machine holding an address is known only from the summary's
 //! per-VLAN addresses; the owner of a plain CAPI claim is not in the store
@@ -25,10 +28,12 @@ use serde_json::{json, Value};
 
 use crate::error::{Error, Result};
 use crate::ip::Family;
+use crate::ipam::alloc::Holder;
+use crate::ipam::holders;
 use crate::ipam::ops::{self, PoolView};
 use crate::ipam::pool::PoolId;
-use crate::ipam::store::{self, ClaimRecord};
-use crate::kv::{keys, Ctx};
+use crate::ipam::store;
+use crate::kv::Ctx;
 use crate::observe::summary::{self, Summary};
 use crate::ports::kv::KvStore;
 use crate::provision::{plan, poll, step};
@@ -152,24 +157,6 @@ pub fn overview<K: KvStore>(ctx: &Ctx<'_, K>) -> Result<Value> {
     }))
 }
 
-/// Every claim binding: `(namespace, name, record)`, sorted by key
-/// (lists every key once, then one read per claim).
-fn claims<K: KvStore>(kv: &K) -> Result<Vec<(String, String, ClaimRecord)>> {
-    let mut names: Vec<(String, String)> = kv
-        .list_keys()?
-        .iter()
-        .filter_map(|k| keys::parse_claim(k).map(|(ns, n)| (ns.to_string(), n.to_string())))
-        .collect();
-    names.sort();
-    let mut out = Vec::new();
-    for (ns, name) in names {
-        if let Some(r) = ops::get_claim(kv, &ns, &name)? {
-            out.push((ns, name, r));
-        }
-    }
-    Ok(out)
-}
-
 /// Machine addresses from the summary: address (without prefix) →
 /// `ns/name` of the machine.
 fn machine_addresses(s: Option<&Summary>) -> BTreeMap<String, String> {
@@ -242,12 +229,18 @@ fn metal<K: KvStore>(kv: &K, id: &PoolId) -> Result<Value> {
 
 /// One pool: its row, spec, addresses with holders, free ranges, cooling
 /// addresses and (VRF-backed) Metal resources; `None` when the pool is not
-/// in the store. Lists the claim keys to find the holders: O(claims) reads.
+/// in the store. The holders of the rows shown come from the holder index
+/// ([`holders::holders_of`]): one read per holder page they span.
 ///
 /// `addresses[]`: `{"address", "state": "bound"|"cooling"|"pending",
 /// "inRange", "claim", "cluster", "ipAddress", "machine", "until"}`
-/// (at most [`MAX_ADDRESS_ROWS`]); `free[]`: ranges `a` or `a-b` (at most
-/// [`MAX_FREE_RANGES`]).
+/// (at most [`MAX_ADDRESS_ROWS`]; `pending`: in use with no holder known,
+/// an allocation whose binding is not written yet, or a leak);
+/// `free[]`: ranges `a` or `a-b` (at most [`MAX_FREE_RANGES`]);
+/// `holdersIndexed`: `false` while the pool's bindings made before the
+/// holder pages are not indexed yet (their rows show no claim until the
+/// migration, [`holders::index_holders`], ran); `holderPagesUnreadable`:
+/// pages that did not load (their rows show no claim).
 ///
 /// # Errors
 /// The store failed (503) or a record is unreadable (500).
@@ -262,51 +255,55 @@ pub fn pool<K: KvStore>(ctx: &Ctx<'_, K>, id: &PoolId) -> Result<Option<Value>> 
     let view = PoolView::of(&l, now);
     let summary = summary::read(ctx.kv)?;
     let machines = machine_addresses(summary.as_ref());
-    let mut holders: BTreeMap<u128, (String, String, ClaimRecord)> = BTreeMap::new();
-    for (ns, name, r) in claims(ctx.kv)? {
-        if r.pool_id(&ns).ok().as_ref() != Some(id) {
-            continue;
-        }
-        if let Some(v) = r.ip().ok().and_then(|ip| l.pool.value_of(ip)) {
-            holders.insert(v, (ns, name, r));
-        }
-    }
     let cooling: BTreeMap<u128, u64> = l
         .state
         .cooling
         .iter()
         .map(|c| (c.address, c.until))
         .collect();
-    let mut rows = Vec::new();
+    // The rows shown: the first MAX_ADDRESS_ROWS used values.
+    let mut shown: Vec<u128> = Vec::new();
     let mut omitted: u128 = 0;
     for &(a, b) in l.state.used.ranges() {
         let n = b - a + 1;
-        let room = MAX_ADDRESS_ROWS.saturating_sub(rows.len()) as u128;
+        let room = MAX_ADDRESS_ROWS.saturating_sub(shown.len()) as u128;
         if room < n {
             omitted += n - room;
         }
-        for v in (a..=b).take(usize::try_from(room.min(n)).unwrap_or(0)) {
-            let address = value_text(&l, v);
-            let holder = holders.get(&v);
-            let until = cooling.get(&v);
-            let state = if until.is_some() {
-                "cooling"
-            } else if holder.is_some() {
-                "bound"
-            } else {
-                "pending"
-            };
-            rows.push(json!({
-                "address": address,
-                "state": state,
-                "inRange": l.pool.allocatable.contains(v),
-                "claim": holder.map(|(ns, n, _)| format!("{ns}/{n}")),
-                "cluster": holder.and_then(|(_, _, r)| r.cluster_name.clone()),
-                "ipAddress": holder.map(|(ns, n, _)| format!("{ns}/{n}")),
-                "machine": machines.get(&address),
-                "until": until,
-            }));
-        }
+        shown.extend((a..=b).take(usize::try_from(room.min(n)).unwrap_or(0)));
+    }
+    let held: Vec<u128> = shown
+        .iter()
+        .copied()
+        .filter(|v| !cooling.contains_key(v))
+        .collect();
+    let found = holders::holders_of(ctx.kv, &l, &held)?;
+    let mut rows = Vec::new();
+    for v in shown {
+        let address = value_text(&l, v);
+        let until = cooling.get(&v);
+        let holder = if until.is_some() {
+            None
+        } else {
+            found.by_value.get(&v)
+        };
+        let state = if until.is_some() {
+            "cooling"
+        } else if holder.is_some() || !l.state.holders.indexed {
+            "bound"
+        } else {
+            "pending"
+        };
+        rows.push(json!({
+            "address": address,
+            "state": state,
+            "inRange": l.pool.allocatable.contains(v),
+            "claim": holder.map(|h| h.claim.clone()),
+            "cluster": holder.and_then(|h| h.cluster.clone()),
+            "ipAddress": holder.map(|h| h.claim.clone()),
+            "machine": machines.get(&address),
+            "until": until,
+        }));
     }
     let mut free = l.pool.allocatable.clone();
     free.subtract(&l.state.used);
@@ -339,6 +336,8 @@ pub fn pool<K: KvStore>(ctx: &Ctx<'_, K>, id: &PoolId) -> Result<Option<Value>> 
         },
         "addresses": rows,
         "addressesOmitted": count(omitted),
+        "holdersIndexed": l.state.holders.indexed,
+        "holderPagesUnreadable": found.unreadable.len(),
         "free": free_ranges,
         "freeRangesOmitted": free.ranges().len().saturating_sub(MAX_FREE_RANGES),
         "cooling": cooling_rows,
@@ -411,7 +410,7 @@ pub fn query_param(query: &str) -> Result<String> {
 fn address_result(
     l: &store::Loaded,
     v: u128,
-    holder: Option<&(String, String, ClaimRecord)>,
+    holder: Option<&Holder>,
 ) -> Option<(&'static str, Option<u64>)> {
     let until = l
         .state
@@ -423,7 +422,8 @@ fn address_result(
         return Some(("cooling", until));
     }
     if l.state.used.contains(v) {
-        return Some((if holder.is_some() { "bound" } else { "pending" }, None));
+        let known = holder.is_some() || !l.state.holders.indexed;
+        return Some((if known { "bound" } else { "pending" }, None));
     }
     if l.pool.allocatable.contains(v) {
         return Some(("free", None));
@@ -435,9 +435,12 @@ fn address_result(
 }
 
 /// Search: an address (exact; which pool has it in range or bound, which
-/// claim holds it, cooling or free), a claim (`ns/name` substring,
-/// case-insensitive) or a machine (`ns/name` substring, from the summary).
-/// `query` is the request's query string; its `q` parameter is the search.
+/// claim holds it, cooling or free: one read per pool through the pool
+/// index, and one holder page per pool that has it in use), a claim by
+/// its full `namespace/name` (case-insensitive; one read of its binding:
+/// claims are not listed) or a machine (`ns/name` substring, from the
+/// summary). `query` is the request's query string; its `q` parameter is
+/// the search.
 ///
 /// `{"query", "results": [{"type": "address"|"claim"|"machine", …}],
 /// "truncated"}`, at most [`MAX_RESULTS`] results.
@@ -449,7 +452,6 @@ pub fn search<K: KvStore>(ctx: &Ctx<'_, K>, query: &str) -> Result<Value> {
     let needle = q.to_lowercase();
     let summary = summary::read(ctx.kv)?;
     let machine_of = machine_addresses(summary.as_ref());
-    let claims = claims(ctx.kv)?;
     let mut results: Vec<Value> = Vec::new();
     let mut truncated = false;
     let mut push = |results: &mut Vec<Value>, v: Value| {
@@ -461,46 +463,56 @@ pub fn search<K: KvStore>(ctx: &Ctx<'_, K>, query: &str) -> Result<Value> {
     };
     if let Ok(ip) = q.parse::<IpAddr>() {
         let wanted = ip.to_string();
-        for v in ops::list_pools(ctx.kv, None, ctx.env.now())?.pools {
-            let id = &v.object.id;
-            let Some(mut l) = store::read_pool(ctx.kv, id)? else {
+        let ids = match ops::indexed_pools(ctx.kv)? {
+            Some(ids) => ids,
+            // A store written before the pool index: as the overview does.
+            None => ops::list_pools(ctx.kv, None, ctx.env.now())?
+                .pools
+                .into_iter()
+                .map(|v| v.object.id)
+                .collect(),
+        };
+        for id in ids {
+            let ops::Found::Live(l) = ops::find_pool(ctx.kv, &id)? else {
                 continue;
             };
+            let mut l = *l;
             l.state.expire(ctx.env.now());
             // In a prefix pool, the sub-prefix containing the address.
             let Some(a) = l.pool.value_containing(ip) else {
                 continue;
             };
-            let net = l.pool.ip(a).to_string();
-            let holder = claims
-                .iter()
-                .find(|(ns, _, r)| r.pool_id(ns).ok().as_ref() == Some(id) && r.address == net);
+            let found = if l.state.used.contains(a) && !l.state.is_cooling(a) {
+                holders::holders_of(ctx.kv, &l, &[a])?
+            } else {
+                holders::Holdings::default()
+            };
+            let holder = found.by_value.get(&a);
             if let Some((state, until)) = address_result(&l, a, holder) {
                 push(
                     &mut results,
                     json!({
                         "type": "address",
                         "address": wanted,
-                        "pool": pool_ref(id),
+                        "pool": pool_ref(&id),
                         "poolKind": id.kind.kind_name(),
                         "state": state,
                         "until": until,
-                        "claim": holder.map(|(ns, n, _)| format!("{ns}/{n}")),
-                        "cluster": holder.and_then(|(_, _, r)| r.cluster_name.clone()),
+                        "claim": holder.map(|h| h.claim.clone()),
+                        "cluster": holder.and_then(|h| h.cluster.clone()),
                         "machine": machine_of.get(&wanted),
                     }),
                 );
             }
         }
     }
-    for (ns, name, r) in &claims {
-        let full = format!("{ns}/{name}");
-        if full.to_lowercase().contains(&needle) {
+    if let Some((ns, name)) = claim_name(&needle) {
+        if let Some(r) = ops::get_claim(ctx.kv, ns, name)? {
             push(
                 &mut results,
                 json!({
                     "type": "claim",
-                    "claim": full,
+                    "claim": format!("{ns}/{name}"),
                     "address": r.address,
                     "pool": r.pool_id(ns).ok().as_ref().map(pool_ref),
                     "poolKind": r.pool_ref.kind,
@@ -535,6 +547,16 @@ pub fn search<K: KvStore>(ctx: &Ctx<'_, K>, query: &str) -> Result<Value> {
         }
     }
     Ok(json!({"query": q, "results": results, "truncated": truncated}))
+}
+
+/// The claim a (lower-cased) query names, when it has the shape
+/// `namespace/name` of valid Kubernetes names: what the search reads
+/// directly (one `get`; claims are never listed).
+fn claim_name(q: &str) -> Option<(&str, &str)> {
+    let (ns, name) = q.split_once('/')?;
+    let valid = crate::kube::names::check_label(ns).is_ok()
+        && crate::kube::names::check_subdomain(name).is_ok();
+    valid.then_some((ns, name))
 }
 
 #[cfg(test)]
