@@ -109,8 +109,8 @@ fn pool(n: u64) -> (PoolId, PoolObject) {
     let ns = format!("team-{}", n % 4);
     let name = format!("p{n}");
     let (b, c) = ((n >> 8) & 0xff, n & 0xff);
-    let prefix = n % 5 == 0;
-    let grace = if n % 3 == 0 { 60 } else { 0 };
+    let prefix = n.is_multiple_of(5);
+    let grace = if n.is_multiple_of(3) { 60 } else { 0 };
     let (kind, body) = if prefix {
         (
             PoolKind::NamespacedPrefix,

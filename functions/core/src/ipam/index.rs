@@ -183,7 +183,17 @@ pub struct Entry {
     /// registration and during its teardown): kept while it holds nothing.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub metal: bool,
+    /// The requests its pool's record had counted when the entry was made
+    /// (`ipam::alloc::PoolState::counted`; a pool re-created over its
+    /// tombstone goes on from its counts): what the record counted since
+    /// is `counted − base`, folded into [`Index::retired`] when the entry
+    /// goes.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub base: Counted,
 }
+
+/// Requests counted in pool records, by request signature.
+pub type Counted = BTreeMap<String, u64>;
 
 /// The index's content: pool record key → entry.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -192,6 +202,12 @@ pub struct Index {
     /// Every pool entry, by pool record key.
     #[serde(default)]
     pub pools: BTreeMap<String, Entry>,
+    /// What the records of pools whose entries went had counted since
+    /// their entries were made: with each live entry's `counted − base`,
+    /// the requests ever counted in pool records ([`Index::counted`]),
+    /// which never decreases.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub retired: Counted,
 }
 
 /// The stored index.
@@ -246,7 +262,13 @@ impl Content for Index {
             recent_writers: old.recent_writers,
             swap_check: old.swap_check,
         };
-        Some(Ok(Enveloped::wrap(Index { pools }, e)))
+        Some(Ok(Enveloped::wrap(
+            Index {
+                pools,
+                retired: Counted::new(),
+            },
+            e,
+        )))
     }
 }
 
@@ -360,12 +382,22 @@ pub fn swap_check<K: KvStore>(kv: &K) -> Result<SwapCheck> {
 /// What a pool's record was seen to hold, read inside a decision.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Seen {
-    /// Absent, the creation placeholder, or a tombstone.
-    Gone,
-    /// A live pool holding these addresses.
-    Holds(Held),
+    /// Absent, the creation placeholder, or a tombstone (with what it
+    /// counted).
+    Gone(Counted),
+    /// A live pool holding these addresses, and what its record counted.
+    Holds(Held, Counted),
     /// The record does not load (corrupt, or written by a newer build).
     Unreadable(String),
+}
+
+impl Seen {
+    fn counted(&self) -> Option<&Counted> {
+        match self {
+            Seen::Gone(c) | Seen::Holds(_, c) => Some(c),
+            Seen::Unreadable(_) => None,
+        }
+    }
 }
 
 /// Reads pool `id`'s record (one `get`).
@@ -373,9 +405,17 @@ pub enum Seen {
 /// # Errors
 /// Store failures (503); an unreadable record is [`Seen::Unreadable`].
 pub fn look<K: KvStore>(kv: &K, id: &PoolId) -> Result<Seen> {
-    match store::read_pool(kv, id) {
-        Ok(None) => Ok(Seen::Gone),
-        Ok(Some(l)) => Ok(Seen::Holds(held_by(&l))),
+    let Some(bytes) = kv
+        .get(&keys::pool(id))?
+        .filter(|b| !crate::ports::kv::is_zero_counter(b))
+    else {
+        return Ok(Seen::Gone(Counted::new()));
+    };
+    let loaded =
+        store::PoolRecord::decode(&bytes).and_then(|r| r.load(id).map(|l| (l, r.state.counted)));
+    match loaded {
+        Ok((None, counted)) => Ok(Seen::Gone(counted)),
+        Ok((Some(l), counted)) => Ok(Seen::Holds(held_by(&l), counted)),
         Err(e) if e.is(Known::UnreadableRecord) => Ok(Seen::Unreadable(e.message().to_string())),
         Err(e) => Err(e),
     }
@@ -405,14 +445,19 @@ fn refresh<K: KvStore>(
         return Ok(());
     };
     let seen = look(kv, &id)?;
+    let existed = index.pools.contains_key(key);
     let entry = index.pools.entry(key.to_string()).or_default();
+    if !existed {
+        // A new entry starts from what the record counted so far.
+        entry.base = seen.counted().cloned().unwrap_or_default();
+    }
     let (gone, live): (Vec<Grant>, Vec<Grant>) = std::mem::take(&mut entry.pending)
         .into_iter()
         .partition(|g| Some(g.token.as_str()) == drop || expired(g, now));
     entry.pending = live;
-    match seen {
-        Seen::Gone => entry.held = Some(Vec::new()),
-        Seen::Holds(h) => entry.held = Some(h.to_entries()),
+    match &seen {
+        Seen::Gone(_) => entry.held = Some(Vec::new()),
+        Seen::Holds(h, _) => entry.held = Some(h.to_entries()),
         Seen::Unreadable(_) => {
             let mut all = entry
                 .held
@@ -432,7 +477,17 @@ fn refresh<K: KvStore>(
         }
     }
     if entry.pending.is_empty() && !entry.metal && entry.held.as_ref().is_some_and(Vec::is_empty) {
-        index.pools.remove(key);
+        // Gone: what its record counted since the entry was made is kept.
+        if let Some(e) = index.pools.remove(key) {
+            if let Some(counted) = seen.counted() {
+                for (sig, n) in counted {
+                    let since = n.saturating_sub(e.base.get(sig).copied().unwrap_or(0));
+                    if since > 0 {
+                        *index.retired.entry(sig.clone()).or_default() += since;
+                    }
+                }
+            }
+        }
     }
     Ok(())
 }
@@ -728,7 +783,13 @@ pub fn create_from_listing<K: KvStore>(ctx: &Ctx<'_, K>) -> Result<()> {
             .iter()
             .map(|k| (k.clone(), Entry::default()))
             .collect();
-        Ok(Step::Write(Box::new(Index { pools }), ()))
+        Ok(Step::Write(
+            Box::new(Index {
+                pools,
+                retired: Counted::new(),
+            }),
+            (),
+        ))
     })
 }
 
@@ -742,6 +803,29 @@ pub struct Size {
 }
 
 impl Index {
+    /// The requests ever counted in pool records, by signature: what the
+    /// entries that went retired, plus, for each entry, what its record
+    /// counted since the entry was made (`records`: each entry's record's
+    /// counts, a tombstone's included; `None` for a record that is absent
+    /// or does not load). Never decreases from one reading to the next:
+    /// an entry goes in the same write that retires what its record
+    /// counted, and a record's counts only grow.
+    pub fn counted(&self, records: &BTreeMap<String, Option<Counted>>) -> Counted {
+        let mut out = self.retired.clone();
+        for (key, e) in &self.pools {
+            let Some(Some(c)) = records.get(key) else {
+                continue;
+            };
+            for (sig, n) in c {
+                let since = n.saturating_sub(e.base.get(sig).copied().unwrap_or(0));
+                if since > 0 {
+                    *out.entry(sig.clone()).or_default() += since;
+                }
+            }
+        }
+        out
+    }
+
     /// Its size.
     pub fn size(&self) -> Size {
         Size {

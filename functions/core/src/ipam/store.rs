@@ -6,6 +6,7 @@
 //! [`Scoped`]). Their JSON Schemas are in `kv-schema/`; a test checks golden
 //! records against both.
 
+use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use serde::{Deserialize, Serialize};
@@ -123,6 +124,10 @@ pub struct PoolContent {
     /// Written by versions before intents; read and ignored.
     #[serde(default, skip_serializing)]
     pub journal: Vec<JournalRecord>,
+    /// Requests counted in this record's writes, by signature (see
+    /// [`PoolState::counted`]); a tombstone keeps them.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub counted: BTreeMap<String, u64>,
 }
 
 /// The value of a pool key: [`PoolContent`] in the generic envelope.
@@ -197,7 +202,10 @@ impl PoolContent {
     /// pool's, sub-prefix network addresses), values are shifted right by
     /// the pool's `shift` into its units.
     fn state(&self, shift: u8) -> Result<PoolState> {
-        let mut state = PoolState::default();
+        let mut state = PoolState {
+            counted: self.counted.clone(),
+            ..PoolState::default()
+        };
         let stored_entry = |s: &str| stored_entry(s).map(|(a, b)| (a >> shift, b >> shift));
         for u in &self.used {
             let (a, b) = stored_entry(u)?;
@@ -238,6 +246,7 @@ impl PoolContent {
                 cooling: Vec::new(),
                 intents: Vec::new(),
                 journal: Vec::new(),
+                counted: next.state.counted.clone(),
             };
         };
         let fmt = |v: u128| vp.ip(v).to_string();
@@ -287,6 +296,7 @@ impl PoolContent {
             cooling,
             intents,
             journal: Vec::new(),
+            counted: next.state.counted.clone(),
         }
     }
 }
@@ -335,6 +345,7 @@ impl Content for PoolContent {
             cooling: old.cooling,
             intents: old.intents,
             journal: old.journal,
+            counted: BTreeMap::new(),
         };
         Some(Ok(Enveloped::wrap(content, e)))
     }
@@ -397,12 +408,32 @@ pub struct Next {
 }
 
 impl Next {
-    /// The tombstone that replaces pool `_l`.
-    pub fn tombstone(_l: &Loaded) -> Next {
+    /// The tombstone that replaces pool `l` (it keeps the requests counted
+    /// in the record).
+    pub fn tombstone(l: &Loaded) -> Next {
         Next {
             pool: None,
-            state: PoolState::default(),
+            state: PoolState {
+                counted: l.state.counted.clone(),
+                ..PoolState::default()
+            },
         }
+    }
+}
+
+/// The requests counted in pool `id`'s record, a tombstone's included
+/// (one `get`): what a pool re-created over its tombstone goes on from,
+/// and what the pool index folds in when the pool's entry goes. `None`
+/// when the record is absent or does not load.
+///
+/// # Errors
+/// Store failures (503).
+pub fn read_counted<K: KvStore>(kv: &K, id: &PoolId) -> Result<Option<BTreeMap<String, u64>>> {
+    match kv.get(&keys::pool(id))? {
+        Some(b) if !crate::ports::kv::is_zero_counter(&b) => {
+            Ok(PoolRecord::decode(&b).ok().map(|r| r.state.counted))
+        }
+        _ => Ok(None),
     }
 }
 

@@ -144,10 +144,10 @@ pub fn scrape<K: KvStore>(ctx: &Ctx<'_, K>) -> Result<String> {
         swap_policy: ctx.swap_policy,
     };
     let mut x = Exposition::default();
-    let pools = pools(&counted, &mut x)?;
+    let (pools, in_records) = pools(&counted, &mut x)?;
     summary_families(&kv, &mut x)?;
     poll_families(&kv, ctx.env.now(), &mut x)?;
-    counter_families(&kv, &mut x)?;
+    counter_families(&kv, &in_records, &mut x)?;
     x.family(
         "metal_ipam_scrape_kv_operations",
         GAUGE,
@@ -231,8 +231,11 @@ fn resource_state(p: &Progress, field: &str) -> String {
     }
 }
 
-/// The pool families; returns how many pools were reported.
-fn pools<K: KvStore>(ctx: &Ctx<'_, K>, x: &mut Exposition) -> Result<usize> {
+/// The pool families; returns how many pools were reported, and the
+/// requests counted in pool records (`ipam::index::Index::counted`: the
+/// allocations and releases that counted themselves in their pool's
+/// write), from the same reads.
+fn pools<K: KvStore>(ctx: &Ctx<'_, K>, x: &mut Exposition) -> Result<(usize, index::Counted)> {
     for (name, help) in POOL_GAUGES {
         x.family(name, GAUGE, help);
     }
@@ -274,8 +277,11 @@ fn pools<K: KvStore>(ctx: &Ctx<'_, K>, x: &mut Exposition) -> Result<usize> {
     x.sample("metal_ipam_pool_index_capacity", &[], index::MAX_POOLS);
     let now = ctx.env.now();
     let mut n = 0;
+    let mut records = BTreeMap::new();
     for id in idx.ids() {
-        let l = match ops::find_pool(ctx.kv, &id)? {
+        let (found, counted) = ops::find_pool_counted(ctx.kv, &id)?;
+        records.insert(crate::kv::keys::pool(&id), counted);
+        let l = match found {
             ops::Found::Live(l) => l,
             ops::Found::Unreadable(_) => {
                 // Skipped and reported: one bad record hides nothing else.
@@ -340,7 +346,7 @@ fn pools<K: KvStore>(ctx: &Ctx<'_, K>, x: &mut Exposition) -> Result<usize> {
             metal_samples(x, &id, p);
         }
     }
-    Ok(n)
+    Ok((n, idx.counted(&records)))
 }
 
 fn metal_samples(x: &mut Exposition, id: &PoolId, p: &Progress) {
@@ -491,8 +497,20 @@ fn poll_families<K: KvStore>(kv: &K, now: u64, x: &mut Exposition) -> Result<()>
 }
 
 /// The request counters, summed from the signatures.
-fn counter_families<K: KvStore>(kv: &K, x: &mut Exposition) -> Result<()> {
-    let (sigs, dropped) = counters::read_all(kv)?;
+fn counter_families<K: KvStore>(
+    kv: &K,
+    in_records: &index::Counted,
+    x: &mut Exposition,
+) -> Result<()> {
+    let (mut sigs, dropped) = counters::read_all(kv)?;
+    // Requests that counted themselves in their pool record's write (an
+    // allocation or a release: no operation of their own), added to the
+    // same series.
+    for (text, n) in in_records {
+        if let Some(s) = counters::Signature::parse(text) {
+            sigs.push((s, *n));
+        }
+    }
     let mut requests: BTreeMap<(&str, &str, u16), u64> = BTreeMap::new();
     let mut conflicts: BTreeMap<&str, u64> = BTreeMap::new();
     let mut contention: BTreeMap<&str, u64> = BTreeMap::new();
