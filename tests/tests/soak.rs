@@ -13,7 +13,7 @@ fn steady(samples: &[Sample]) -> &[Sample] {
     // From the day the first pools reached the end of their life.
     let from = samples
         .iter()
-        .position(|s| s.day >= Config::TEST.pool_life_days + 1)
+        .position(|s| s.day > Config::TEST.pool_life_days)
         .unwrap_or(0);
     &samples[from..]
 }
