@@ -90,7 +90,8 @@ pub struct Sample {
     pub alloc_kv_median: u32,
     /// Request signatures registered.
     pub signatures: usize,
-    /// Keys in the store (tombstones of deleted pools included).
+    /// Keys in the store (the tombstones of pools deleted within the last
+    /// day included: older ones are collected).
     pub store_keys: usize,
 }
 
@@ -245,8 +246,9 @@ pub fn run(cfg: Config, mut each: impl FnMut(&Sample)) -> Vec<Sample> {
                 .expect("record");
             requests += 1;
         }
-        // The reconcile's tidy of the index.
+        // The reconcile's tidy of the index and collection of tombstones.
         index::tidy(&c, &|_| Ok(false)).expect("tidy");
+        index::collect(&c).expect("collect");
         if day % cfg.sample_every == 0 || day + 1 == cfg.days {
             let counting = CountingKv::new(&kv);
             let cc = ctx(&counting, &env);

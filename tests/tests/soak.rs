@@ -4,7 +4,8 @@
 //! a request reads grows with history: the pool index follows the pools
 //! alive, a scrape and a listing read what is alive, an allocation costs
 //! four key-value operations, the request signatures stay as many as the
-//! shapes. The simulation is `metal_ipam_tests::soak`; the bench program
+//! shapes, and the store's keys follow what is alive (a deleted pool's
+//! tombstone is collected a day later). The simulation is `metal_ipam_tests::soak`; the bench program
 //! `soak` prints the same samples with timings.
 
 use metal_ipam_tests::soak::{self, Config, Sample};
@@ -63,6 +64,17 @@ fn a_year_of_churn_leaves_every_read_flat() {
             s.day,
             first.index_bytes,
             s.index_bytes
+        );
+        let (lo, hi) = (
+            first.store_keys.min(s.store_keys),
+            first.store_keys.max(s.store_keys),
+        );
+        assert!(
+            hi <= lo + lo / 10,
+            "day {}: the store went from {} to {} keys",
+            s.day,
+            first.store_keys,
+            s.store_keys
         );
     }
     // Reads follow what is alive: a scrape is the index plus a read per

@@ -58,6 +58,9 @@ pub struct Report {
     /// Pool index entries removed by the tidy (their pool was gone: a
     /// deletion whose settle did not run, a grant that was never used).
     pub index_entries_removed: usize,
+    /// Tombstones of pools deleted a day ago or more, removed with their
+    /// creation guards.
+    pub tombstones_removed: usize,
     /// Per-object errors (`kind ns/name: message`).
     pub errors: Vec<String>,
     /// Requests sent to the API server.
@@ -93,6 +96,7 @@ impl Report {
             "bindingsReleased": self.bindings_released,
             "leaksReclaimed": self.leaks_reclaimed,
             "indexEntriesRemoved": self.index_entries_removed,
+            "tombstonesRemoved": self.tombstones_removed,
             "networkClaimsDeleted": self.network_claims_deleted,
             "errors": self.errors,
             "kubeCalls": self.kube_calls,
@@ -198,6 +202,11 @@ pub fn reconcile_all<K: KvStore, H: HttpClient + ?Sized>(
     };
     match crate::ipam::index::tidy(ctx, &provisioning) {
         Ok(t) => report.index_entries_removed += t.removed,
+        Err(e) => report.errors.push(format!("pool index: {e}")),
+    }
+    // Tombstones of pools deleted a day ago or more go.
+    match crate::ipam::index::collect(ctx) {
+        Ok(c) => report.tombstones_removed += c.removed,
         Err(e) => report.errors.push(format!("pool index: {e}")),
     }
     let listing = ops::list_pools(ctx.kv, None, ctx.env.now())?;
