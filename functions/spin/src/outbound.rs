@@ -204,12 +204,20 @@ fn write_all(stream: &OutputStream, body: &[u8], end: End) -> Result<(), Transpo
             .map_err(|e| stream_failed(e, WHAT))?;
         rest = &rest[n..];
     }
-    stream.flush().map_err(|e| stream_failed(e, WHAT))?;
-    // The flush is done when the stream takes writes again.
-    while stream.check_write().map_err(|e| stream_failed(e, WHAT))? == 0 {
-        end.wait(&ready, WHAT)?;
+    // The flush is done when the stream takes writes again. Every byte was
+    // handed over: a stream the runtime closed meanwhile is not an error of
+    // its own (the answer says what became of the request).
+    match stream.flush() {
+        Err(StreamError::Closed) => return Ok(()),
+        r => r.map_err(|e| stream_failed(e, WHAT))?,
     }
-    Ok(())
+    loop {
+        match stream.check_write() {
+            Ok(0) => end.wait(&ready, WHAT)?,
+            Ok(_) | Err(StreamError::Closed) => return Ok(()),
+            Err(e) => return Err(stream_failed(e, WHAT)),
+        }
+    }
 }
 
 /// The outgoing request of `parts`: its headers, method and target.
