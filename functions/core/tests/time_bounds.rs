@@ -215,16 +215,17 @@ fn the_leases_and_windows_outlast_the_calls_they_assume_bounded() {
     // a Metal request (its whole budget) and a chained VLAN step (cut by
     // the caller at STEP_DEADLINE).
     assert!(metal_ms <= CALL_S * 1000);
-    assert!(STEP_DEADLINE.total_ms <= CALL_S * 1000);
+    const { assert!(STEP_DEADLINE.total_ms <= CALL_S * 1000) };
     // Rounds start no later than half the lease, well before CALL_S is
     // reached.
-    assert!(LEASE_S / 2 > CALL_S);
+    const { assert!(LEASE_S / 2 > CALL_S) };
     // provision::assign: a lost POST is no longer in flight on our side
     // when its intent ends LOST_ANSWER_S after its answer was lost, and a
     // crashed instance's intent (INTENT_LEASE_S) outlasts any request.
     assert!(metal_ms < LOST_ANSWER_S * 1000);
     assert!(metal_ms < INTENT_LEASE_S * 1000);
-    // A chained step is bounded; the fallback too.
-    assert!(Deadline::CHAINED.total_ms <= 150_000);
-    assert!(Deadline::FALLBACK.total_ms <= 30_000);
+    // A chained step is bounded; the fallback too. (Checks of constants
+    // alone are compile-time checks.)
+    const { assert!(Deadline::CHAINED.total_ms <= 150_000) };
+    const { assert!(Deadline::FALLBACK.total_ms <= 30_000) };
 }
