@@ -72,11 +72,12 @@ pub const VAR_METAL_TOKEN: &str = "metal_token";
 /// Variable: the Equinix Metal project of the VRF-backed pools.
 pub const VAR_METAL_PROJECT_ID: &str = "metal_project_id";
 
-/// Outbound HTTP on `wasi:http/outgoing-handler`, blocking, with the
-/// request's [`Deadline`] as request options (connect, first byte and
-/// between-bytes timeouts), which Spin applies to every request it sends
-/// out (not to service chaining, which it serves in-process). Subject to the
-/// component's `allowed_outbound_hosts`.
+/// Outbound HTTP on `wasi:http/outgoing-handler`, blocking, never longer
+/// than the request's [`Deadline`]: its timeouts as request options
+/// (which Spin applies to every request it sends out, not to service
+/// chaining, which it serves in-process), and its absolute end checked on
+/// every wait (`outbound`). Subject to the component's
+/// `allowed_outbound_hosts`.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct SpinHttp;
 
