@@ -131,6 +131,11 @@ fn readme_key_table_lists_every_key_the_code_writes() {
         keys::OBS_SIGNATURES.to_string(),
         keys::OBS_SIGNATURES_INIT.to_string(),
         keys::OBS_DROPPED.to_string(),
+        keys::obs_kube("<component>", "<class>"),
+        keys::obs_metal(0, "<class>").replace("/0/", "/<operation>/"),
+        keys::obs_conflicts("<component>"),
+        keys::OBS_COUNTERS.to_string(),
+        keys::OBS_COUNTERS_INIT.to_string(),
         keys::OBS_SUMMARY.to_string(),
     ];
     for k in written {

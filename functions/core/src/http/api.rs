@@ -58,6 +58,11 @@ pub struct ApiResponse {
     /// A text body instead of JSON: its content type and text (the node's
     /// network configuration).
     pub text: Option<(&'static str, String)>,
+    /// The handler already counted this request's signature (inside its
+    /// own write): the shell's request counting
+    /// (`observe::counters::record_request`) then counts only its calls and
+    /// conflicts. `false` from every constructor.
+    pub counted: bool,
 }
 
 impl ApiResponse {
@@ -78,6 +83,7 @@ impl ApiResponse {
             objects: Vec::new(),
             detail: None,
             text: None,
+            counted: false,
         }
     }
 
@@ -103,6 +109,7 @@ impl ApiResponse {
             objects: Vec::new(),
             detail: e.detail().map(str::to_string),
             text: None,
+            counted: false,
         }
     }
 
