@@ -288,7 +288,10 @@ fn setup(kv: &MemKv, start: Start) {
     // requests' random tokens are.
     let env = SchedEnv(TestEnv::seeded(NOW - 1, 7));
     let c = ctx(kv, &env);
-    if matches!(start, Start::Deleted | Start::WithADeleted | Start::DeletedLongAgo) {
+    if matches!(
+        start,
+        Start::Deleted | Start::WithADeleted | Start::DeletedLongAgo
+    ) {
         for p in P::ALL {
             ops::put_pool(&c, p.object(false)).unwrap();
             ops::delete_pool(&c, &p.id()).unwrap();
@@ -501,7 +504,12 @@ fn two_overlapping_registrations_never_both_succeed() {
             sampled += explore_pct(backend, start, &pair, per_case());
         }
         // The same registration twice (a duplicated event).
-        sampled += explore_pct(backend, Start::Deleted, &[Op::Put(P::A), Op::Put(P::A)], per_case());
+        sampled += explore_pct(
+            backend,
+            Start::Deleted,
+            &[Op::Put(P::A), Op::Put(P::A)],
+            per_case(),
+        );
     }
     println!(
         "index interleavings: {every} schedules of two overlapping registrations (SQLite, no crash, every schedule, over tombstones) and {sampled} PCT schedules with up to one crash on 3 backends (from an empty store and over tombstones)"

@@ -623,18 +623,41 @@ pub fn release<K: KvStore>(
     name: &str,
     uid: Option<&str>,
 ) -> Result<Option<ClaimRecord>> {
-    match ops::release(ctx, ns, name, uid, &MetalAssignmentClosed) {
+    release_counting(ctx, ns, name, uid, None).map(|(r, _)| r)
+}
+
+/// [`release`], counting the request as `count_as` (its request
+/// signature) in the pool record's own write when that write frees the
+/// address ([`ops::release_counting`]); returns whether it was counted
+/// there.
+///
+/// # Errors
+/// As [`release`].
+pub fn release_counting<K: KvStore>(
+    ctx: &Ctx<'_, K>,
+    ns: &str,
+    name: &str,
+    uid: Option<&str>,
+    count_as: Option<&str>,
+) -> Result<(Option<ClaimRecord>, bool)> {
+    match ops::release_counting(ctx, (ns, name), uid, &MetalAssignmentClosed, count_as) {
         Err(e) if e.is(Known::MetalAssignmentOpen) => {}
         other => return other,
     }
     let Some(binding) = ops::get_claim(ctx.kv, ns, name)? else {
-        return Ok(None);
+        return Ok((None, false));
     };
     if uid.is_some_and(|u| u != binding.uid) {
-        return Ok(None);
+        return Ok((None, false));
     }
     match close(ctx, ns, name, &binding.uid)? {
-        Closing::Closed => ops::release(ctx, ns, name, Some(&binding.uid), &MetalAssignmentClosed),
+        Closing::Closed => ops::release_counting(
+            ctx,
+            (ns, name),
+            Some(&binding.uid),
+            &MetalAssignmentClosed,
+            count_as,
+        ),
         Closing::Holds(rec) => Err(held(ns, name, &rec)),
     }
 }
