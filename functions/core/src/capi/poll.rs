@@ -106,7 +106,7 @@ impl PollReport {
 /// Every device the store knows: those of open assignment records and of
 /// machines' apply records (what a resync rechecks, deleted ones included).
 fn known_devices<K: KvStore>(
-    kv: &K,
+    ctx: &Ctx<'_, K>,
     records: &[((String, String), Assignment)],
 ) -> Result<Vec<String>> {
     let mut out: Vec<String> = Vec::new();
@@ -117,7 +117,7 @@ fn known_devices<K: KvStore>(
             }
         }
     }
-    for d in crate::network::apply::devices(kv)? {
+    for d in crate::network::apply::devices(ctx)? {
         if !out.contains(&d) {
             out.push(d);
         }
@@ -302,7 +302,7 @@ impl<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized> Run<'_, '_, K, H, E> {
                 Err(e) => r.errors.push(format!("Machine {ns}/{name} (network): {e}")),
             }
         }
-        crate::network::apply::forget(self.ctx.kv, d)
+        crate::network::apply::forget(self.ctx, d)
     }
 
     /// Claims whose owner had no provider ID yet, rechecked after a device
@@ -332,7 +332,7 @@ impl<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized> Run<'_, '_, K, H, E> {
     /// Applies left with a step running continue here (their device had no
     /// event of its own), within the machines' budget.
     fn running_applies(&mut self, handled: &[PendingDevice]) -> Result<()> {
-        let running = crate::network::apply::running_devices(self.ctx.kv)?;
+        let running = crate::network::apply::running_devices(self.ctx)?;
         for d in running {
             if self.machines_left == 0 || handled.iter().any(|p| p.device == d) {
                 continue;
@@ -375,8 +375,8 @@ pub fn poll<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
     // are pending or claims waiting for a device are to be rechecked.
     let mut listed = None;
     let ingested = poll::ingest(ctx, metal, || {
-        let r = record::list(ctx.kv)?;
-        let known = known_devices(ctx.kv, &r);
+        let r = record::list_open(ctx)?;
+        let known = known_devices(ctx, &r);
         listed = Some(r);
         known
     })?;
@@ -384,7 +384,7 @@ pub fn poll<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
     let records = match listed {
         Some(r) => r,
         None if cur.pending.is_empty() && !cur.recheck_unplaced => Vec::new(),
-        None => record::list(ctx.kv)?,
+        None => record::list_open(ctx)?,
     };
     let mut run = Run {
         ctx,

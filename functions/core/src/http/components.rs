@@ -1063,7 +1063,7 @@ pub fn reconcile<K: KvStore, H: HttpClient + ?Sized>(
     let network = body["network"].as_array().map_or(&[][..], Vec::as_slice);
     let (now, took) = (ctx.env.now(), ctx.env.now_ms().saturating_sub(started));
     if let Err(e) = report
-        .summary(ctx.kv, network, now, took)
+        .summary(ctx, network, now, took)
         .and_then(|sum| crate::observe::summary::write(ctx.kv, &sum))
     {
         report.errors.push(format!("observation summary: {e}"));

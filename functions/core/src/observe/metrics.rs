@@ -345,7 +345,7 @@ fn summary_families<K: KvStore>(kv: &K, x: &mut Exposition) -> Result<()> {
     x.family(
         "metal_ipam_metal_assignments",
         GAUGE,
-        "Claims' Metal IP assignment records by state (as of the last reconcile).",
+        "Claims' open Metal IP assignment records by state (as of the last reconcile).",
     );
     x.family(
         "metal_ipam_reconcile_last_run_timestamp_seconds",
