@@ -200,7 +200,7 @@ pub const METAL_CLAIM_INDEX_INIT: &str = "metal-claim-index-init";
 /// machines, assignments), for the metrics and the browser view.
 pub const OBS_SUMMARY: &str = "obs/summary";
 
-/// `obs/poll`: what the last successful Metal event poll saw.
+/// `obs/poll`: what the Metal event poll saw at the end of its last call.
 pub const OBS_POLL: &str = "obs/poll";
 
 /// Prefix of the request counters (`observe::counters`).
