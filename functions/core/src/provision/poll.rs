@@ -452,7 +452,7 @@ mod tests {
                 Ok(Step::Write(Box::new(c), ()))
             })
             .unwrap();
-            let after = done(&ctx, &[bad.clone()], &[], None, 1_200).unwrap();
+            let after = done(&ctx, std::slice::from_ref(&bad), &[], None, 1_200).unwrap();
             let p = &after.pending[0];
             assert_eq!(
                 (p.gen, p.failures, p.retry_at, p.error.as_deref()),
