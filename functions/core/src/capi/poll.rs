@@ -359,9 +359,10 @@ impl<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized> Run<'_, '_, K, H, E> {
     }
 
     /// A read of `p`'s device failed with `e`: a failure about the device
-    /// is noted (it backs off) and the call goes on; one about Metal or
-    /// its configuration stops the call, noting nothing; so does the
-    /// [`DOWN_AFTER`]th failure in a row with no read answered.
+    /// is noted (it backs off) and the call goes on, unless it is the
+    /// [`DOWN_AFTER`]th in a row with no read answered (noted too, and the
+    /// call stops); one about Metal or its configuration stops the call
+    /// and notes nothing.
     fn read_failed(&mut self, p: &PendingDevice, e: MetalError) {
         let not_the_device = matches!(e, MetalError::Tls { .. } | MetalError::Denied { .. })
             || matches!(e.status(), Some(401 | 403));
