@@ -10,6 +10,8 @@
 //! | Metal assignment | `metal/claim/<namespace>/<name>`, guard `metal-init/claim/…` | `provision::assign::AssignmentRecord` |
 //! | Metal poll cursor | `metal/poll`, guard `metal-init/poll` | `provision::poll::CursorRecord` |
 //! | network apply | `net/device/<uuid>`, guard `net-init/device/<uuid>` | `network::apply::ApplyRecord` |
+//! | network apply index | `net-device-index`, guard `net-device-index-init` | `kv::registry::RegistryRecord` (devices with an apply record) |
+//! | Metal assignment index | `metal-claim-index`, guard `metal-claim-index-init` | `kv::registry::RegistryRecord` (`<namespace>/<name>` of open assignment records) |
 //! | creation stall | `guard-stall/<record key>` | Unix seconds (text) |
 //! | observation summary | `obs/summary` | `observe::summary::Summary` (blind `set`, last writer wins) |
 //! | poll observation | `obs/poll` | `observe::summary::PollSeen` (blind `set`, last writer wins) |
@@ -183,11 +185,26 @@ pub fn net_device_init(device: &str) -> String {
     format!("net-init/device/{device}")
 }
 
+/// `net-device-index`: the registry (`kv::registry::Index`) of the devices
+/// with a network apply record, so they are listed without listing the
+/// store.
+pub const NET_DEVICE_INDEX: &str = "net-device-index";
+
+/// The creation guard counter of the network apply index.
+pub const NET_DEVICE_INDEX_INIT: &str = "net-device-index-init";
+
+/// `metal-claim-index`: the registry (`kv::registry::Index`) of the claims
+/// (`<namespace>/<name>`) whose Metal assignment record is open.
+pub const METAL_CLAIM_INDEX: &str = "metal-claim-index";
+
+/// The creation guard counter of the Metal assignment index.
+pub const METAL_CLAIM_INDEX_INIT: &str = "metal-claim-index-init";
+
 /// `obs/summary`: what the last full reconcile saw (claims waiting,
 /// machines, assignments), for the metrics and the browser view.
 pub const OBS_SUMMARY: &str = "obs/summary";
 
-/// `obs/poll`: what the last successful Metal event poll saw.
+/// `obs/poll`: what the Metal event poll saw at the end of its last call.
 pub const OBS_POLL: &str = "obs/poll";
 
 /// Prefix of the request counters (`observe::counters`).

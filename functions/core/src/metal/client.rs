@@ -322,6 +322,18 @@ impl<'a, H: HttpClient + ?Sized, E: Env + ?Sized> Metal<'a, H, E> {
         self.notices.borrow().clone()
     }
 
+    /// The configuration the client uses.
+    pub fn config(&self) -> &MetalConfig {
+        self.cfg
+    }
+
+    /// A client over the same transport and clock with `cfg` instead (the
+    /// poll reads devices within a shorter retry budget); its calls and
+    /// notices are counted apart.
+    pub fn with_config<'b>(&'b self, cfg: &'b MetalConfig) -> Metal<'b, H, E> {
+        Metal::new(self.http, cfg, self.env)
+    }
+
     fn url(&self, path: &str, query: &[(&str, String)]) -> String {
         let mut url = format!("{}{path}", self.cfg.base_url.trim_end_matches('/'));
         for (i, (k, v)) in query.iter().enumerate() {

@@ -397,7 +397,7 @@ fn summary_families<K: KvStore>(kv: &K, x: &mut Exposition) -> Result<()> {
     x.family(
         "metal_ipam_metal_assignments",
         GAUGE,
-        "Claims' Metal IP assignment records by state (as of the last reconcile).",
+        "Claims' open Metal IP assignment records by state (as of the last reconcile).",
     );
     x.family(
         "metal_ipam_reconcile_last_run_timestamp_seconds",
@@ -462,8 +462,8 @@ fn summary_families<K: KvStore>(kv: &K, x: &mut Exposition) -> Result<()> {
 }
 
 /// The poll families, from the poll observation (`obs/poll`, written by
-/// each successful poll, [`super::summary::PollSeen`]); none before the
-/// first successful poll.
+/// each poll call that read events, [`super::summary::PollSeen`]); none
+/// before the first.
 fn poll_families<K: KvStore>(kv: &K, now: u64, x: &mut Exposition) -> Result<()> {
     x.family(
         "metal_ipam_poll_last_success_timestamp_seconds",
@@ -480,14 +480,26 @@ fn poll_families<K: KvStore>(kv: &K, now: u64, x: &mut Exposition) -> Result<()>
         GAUGE,
         "Devices named by ingested Metal events and not handled yet after the last poll.",
     );
+    x.family(
+        "metal_ipam_poll_devices_failing",
+        GAUGE,
+        "Devices pending after the last poll whose reads keep failing (each backs off).",
+    );
+    x.family(
+        "metal_ipam_poll_oldest_pending_seconds",
+        GAUGE,
+        "Seconds the oldest device pending after the last poll has waited since Metal's events first named it (0: none pending).",
+    );
     let Some(seen) = super::summary::read_poll(kv)? else {
         return Ok(());
     };
-    x.sample(
-        "metal_ipam_poll_last_success_timestamp_seconds",
-        &[],
-        seen.at,
-    );
+    if seen.at > 0 {
+        x.sample(
+            "metal_ipam_poll_last_success_timestamp_seconds",
+            &[],
+            seen.at,
+        );
+    }
     if seen.cursor_moved_at > 0 {
         x.sample(
             "metal_ipam_poll_cursor_age_seconds",
@@ -496,6 +508,12 @@ fn poll_families<K: KvStore>(kv: &K, now: u64, x: &mut Exposition) -> Result<()>
         );
     }
     x.sample("metal_ipam_poll_events_behind", &[], seen.pending);
+    x.sample("metal_ipam_poll_devices_failing", &[], seen.failing);
+    let oldest = match seen.oldest_pending_since {
+        0 => 0,
+        since => now.saturating_sub(since),
+    };
+    x.sample("metal_ipam_poll_oldest_pending_seconds", &[], oldest);
     Ok(())
 }
 
