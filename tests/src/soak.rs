@@ -143,43 +143,63 @@ fn claim(id: &PoolId, name: &str, uid: &str) -> Claim {
     .expect("claim")
 }
 
-/// A request signature of one of a few dozen shapes, as requests vary: by
-/// component, route, status and reason (their outbound call and conflict
-/// counts vary too, but those are counted, not keyed: they do not make
-/// signatures of their own).
-fn varied_signature(i: u64) -> String {
-    const SHAPES: [(&str, &str, u16, &str, &str); 8] = [
-        ("allocate", "/v1/claims", 201, "allocated", "-"),
-        ("allocate", "/v1/claims", 409, "error", "PoolExhausted"),
-        ("allocate", "/v1/claims", 503, "error", "Contention"),
-        (
-            "release",
-            "/v1/claims/{namespace}/{name}",
-            204,
-            "released",
-            "-",
-        ),
-        ("reconcile", "/v1/reconcile", 200, "reconciled", "-"),
-        ("poll", "/v1/metal/poll", 200, "polled", "-"),
-        ("poll", "/v1/metal/poll", 503, "error", "MetalUnavailable"),
-        (
-            "pools",
-            "/v1/pools/{namespace}/{name}",
-            409,
-            "error",
-            "PoolOverlap",
-        ),
-    ];
-    let (component, route, status, outcome, reason) = SHAPES[(i % 8) as usize];
-    counters::Signature {
-        component: component.into(),
-        route: route.into(),
-        status,
-        outcome: outcome.into(),
-        reason: reason.into(),
-        ..Default::default()
+/// The shapes requests take: (component, route, status, outcome, reason).
+/// Their outbound call and conflict counts vary too ([`varied_calls`]),
+/// but those are counted, not keyed: they make no signatures of their own.
+const SHAPES: [(&str, &str, u16, &str, &str); 8] = [
+    ("allocate", "/v1/claims", 201, "allocated", "-"),
+    ("allocate", "/v1/claims", 409, "error", "PoolExhausted"),
+    ("allocate", "/v1/claims", 503, "error", "Contention"),
+    (
+        "release",
+        "/v1/claims/{namespace}/{name}",
+        204,
+        "released",
+        "-",
+    ),
+    ("reconcile", "/v1/reconcile", 200, "reconciled", "-"),
+    ("poll", "/v1/metal/poll", 200, "polled", "-"),
+    ("poll", "/v1/metal/poll", 503, "error", "MetalUnavailable"),
+    (
+        "pools",
+        "/v1/pools/{namespace}/{name}",
+        409,
+        "error",
+        "PoolOverlap",
+    ),
+];
+
+/// The outbound calls of request `i`: counts that differ from request to
+/// request (as the number of objects a reconcile touches does).
+fn varied_calls(i: u64) -> counters::Calls {
+    let mut calls = counters::Calls::default();
+    calls.kube[0] = (i % 13) as u32;
+    calls.kube[2] = (i % 3) as u32;
+    if i % 5 == 0 {
+        calls
+            .metal
+            .insert(((i % 4) as usize, 0), (i % 7) as u32 + 1);
     }
-    .encode()
+    calls
+}
+
+/// Counts request `i` as the shell does.
+fn record_varied<K: KvStore>(c: &Ctx<'_, K>, i: u64) -> metal_ipam_core::Result<()> {
+    let (component, route, status, outcome, reason) = SHAPES[(i % 8) as usize];
+    let calls = varied_calls(i);
+    counters::record_request(
+        c,
+        &counters::Request {
+            component,
+            route,
+            status,
+            outcome,
+            reason,
+            conflicts: (i % 4) as u32,
+            calls: &calls,
+            signature_counted: false,
+        },
+    )
 }
 
 /// Runs `cfg`, calling `each` with every sample as it is taken; returns
@@ -242,8 +262,7 @@ pub fn run(cfg: Config, mut each: impl FnMut(&Sample)) -> Vec<Sample> {
         }
         // Requests of every shape, counted as the shell counts them.
         for i in 0..cfg.requests_per_day {
-            counters::record(&c, &varied_signature(day * cfg.requests_per_day + i))
-                .expect("record");
+            record_varied(&c, day * cfg.requests_per_day + i).expect("record");
             requests += 1;
         }
         // The reconcile's tidy of the index and collection of tombstones.
