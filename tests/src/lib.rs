@@ -9,4 +9,5 @@ pub mod metal_sim;
 pub mod real_kube;
 pub mod real_spin;
 pub mod schema;
+pub mod soak;
 pub mod vrf_world;

@@ -697,6 +697,87 @@ async fn pool_deletion_waits_for_its_addresses(w: World) {
     w.assert_schema_clean();
 }
 
+/// Issue 26, finding 1: two overlapping `MetalIPPool`s applied together
+/// (`kubectl apply -f dir/`, a GitOps sync: both stored before either's
+/// event reached the store) were both admitted and both registered; 23
+/// claims later 8 addresses were held by two `IPAddress`es. Now the webhook
+/// sees the API server's pools, and when both were admitted anyway (their
+/// reviews at the same instant, or no webhook) the pool index refuses the
+/// second registration and its object says so.
+async fn overlapping_pools_applied_together_never_share_an_address(w: World) {
+    w.kube.create(cluster("team-a", "c1", false));
+    let a = w
+        .kube
+        .create(pool("team-a", "wide", &["10.9.0.2-10.9.0.40"]));
+    let b = w
+        .kube
+        .create(pool("team-a", "narrow", &["10.9.0.20-10.9.0.60"]));
+    // The webhook, asked about the second pool before either reached the
+    // store, sees the first in the API server.
+    let review = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {"uid": "r1", "operation": "CREATE", "namespace": "team-a", "name": "narrow",
+            "kind": {"group": "ipam.metal-ipam.dev", "version": "v1alpha1", "kind": "MetalIPPool"},
+            "resource": {"group": "ipam.metal-ipam.dev", "version": "v1alpha1", "resource": "metalippools"},
+            "object": b.clone(), "dryRun": false}});
+    let r = w
+        .app
+        .call("POST", "/v1/admission/pools", Some(&review))
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.body["response"]["allowed"], false, "{}", r.body);
+    assert_eq!(r.body["response"]["status"]["reason"], "PoolOverlap");
+    // Both were admitted anyway: their events register one of them.
+    w.event(json!({"type": "ADDED", "object": a})).await;
+    w.event(json!({"type": "ADDED", "object": b})).await;
+    let narrow = w
+        .kube
+        .get(METAL_GROUP, "metalippools", Some("team-a"), "narrow")
+        .unwrap();
+    assert_eq!(
+        ready(&narrow),
+        ("False".into(), "PoolOverlap".into()),
+        "{narrow:#}"
+    );
+    // 23 claims over both: one address, one holder.
+    for i in 0..23 {
+        let pool = if i % 2 == 0 { "wide" } else { "narrow" };
+        let c = w.kube.create(claim("team-a", &format!("o-{i:02}"), pool));
+        w.event(json!({"type": "ADDED", "object": c})).await;
+    }
+    let mut holders = std::collections::BTreeMap::new();
+    for i in 0..23 {
+        if let Some(a) = w.address("team-a", &format!("o-{i:02}")) {
+            let ip = a["spec"]["address"].as_str().unwrap().to_string();
+            if let Some(other) = holders.insert(ip.clone(), i) {
+                panic!("{ip} is held by o-{other:02} and o-{i:02}");
+            }
+        }
+    }
+    assert_eq!(holders.len(), 12, "the claims of the registered pool");
+    // Once the first pool is gone, the second registers.
+    for i in (0..23).step_by(2) {
+        w.kube.delete(
+            IPAM_GROUP,
+            "ipaddressclaims",
+            Some("team-a"),
+            &format!("o-{i:02}"),
+        );
+        w.touch("ipaddressclaims", Some("team-a"), &format!("o-{i:02}"))
+            .await;
+    }
+    w.kube
+        .delete(METAL_GROUP, "metalippools", Some("team-a"), "wide");
+    w.touch("metalippools", Some("team-a"), "wide").await;
+    let r = w.touch("metalippools", Some("team-a"), "narrow").await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let narrow = w
+        .kube
+        .get(METAL_GROUP, "metalippools", Some("team-a"), "narrow")
+        .unwrap();
+    assert_eq!(ready(&narrow).0, "True", "{narrow:#}");
+    w.assert_schema_clean();
+}
+
 /// The scenarios that run on every runtime: the test host with FakeKube,
 /// and, given `SPIN_BIN` and `KUBEBUILDER_ASSETS`, real Spin (SQLite and
 /// Redis stores) against the real API server with the ServiceAccount token
@@ -719,6 +800,7 @@ metal_ipam_tests::on_every_runtime!(
     the_code_uses_exactly_the_permissions_rbac_grants,
     an_event_cannot_release_a_claim_made_through_the_http_api,
     prefix_pools_hand_out_sub_prefixes_by_the_contract,
+    overlapping_pools_applied_together_never_share_an_address,
 );
 
 /// Prefix pools by the contract: a pool event syncs its status in
@@ -1150,4 +1232,95 @@ async fn the_real_api_server_applies_the_prefix_pool_crd_rules() {
         .try_create(pool("crd-none", json!({"allocationPrefixLength": 64})))
         .unwrap_err();
     assert_eq!(e.code, 422, "prefixes or metal: {e:?}");
+}
+
+/// Issue 26, finding 9: the browser view's pool page and search and the
+/// reconcile's stale-binding release listed the whole store (`KEYS *` on
+/// Redis) on every call. With 3,000 unrelated keys in the store and 40
+/// claims (past the holder index's flush), none of them lists a key, and
+/// each still finds every holder.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holders_are_found_without_listing_the_store() {
+    let w = World::new().await;
+    setup(&w, &["10.9.0.100-10.9.0.160"]).await;
+    let mut by_claim = std::collections::BTreeMap::new();
+    for i in 0..40 {
+        let name = format!("c-{i}");
+        let c = w.kube.create(claim("team-a", &name, "nodes"));
+        let r = w.event(json!({"type": "ADDED", "object": c})).await;
+        assert_eq!(r.status, 200, "{}", r.body);
+        let a = w.address("team-a", &name).expect("bound")["spec"]["address"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        by_claim.insert(format!("team-a/{name}"), a);
+    }
+    let store = w.app.store().await;
+    for i in 0..3000 {
+        store
+            .set(&format!("unrelated/{i:05}"), b"{}")
+            .await
+            .expect("seed");
+    }
+    let lists = |r: &Resp| {
+        r.headers
+            .get("x-kv-ops-detail")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_string()
+    };
+    // The pool page names every holder.
+    let r = w.app.call("GET", "/ui/api/pools/team-a/nodes", None).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(!lists(&r).contains("get-keys"), "{}", lists(&r));
+    let shown: std::collections::BTreeMap<String, String> = r.body["addresses"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|row| {
+            (
+                row["claim"].as_str().unwrap_or("-").to_string(),
+                row["address"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(shown, by_claim, "every address with its claim");
+    assert!(r.kv_ops <= 6, "pool page: {} ({})", r.kv_ops, lists(&r));
+    // The search, by address and by claim.
+    let a7 = &by_claim["team-a/c-7"];
+    let r = w
+        .app
+        .call("GET", &format!("/ui/api/search?q={a7}"), None)
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(!lists(&r).contains("get-keys"), "{}", lists(&r));
+    assert_eq!(r.body["results"][0]["claim"], "team-a/c-7", "{}", r.body);
+    let r = w.app.call("GET", "/ui/api/search?q=team-a/c-9", None).await;
+    assert!(!lists(&r).contains("get-keys"), "{}", lists(&r));
+    assert_eq!(
+        r.body["results"][0]["address"],
+        by_claim["team-a/c-9"].as_str()
+    );
+    // A claim and its IPAddress gone without an event: the reconcile
+    // releases the binding, reading only the holders of its candidates.
+    for plural in ["ipaddresses", "ipaddressclaims"] {
+        let mut o = w
+            .kube
+            .get(IPAM_GROUP, plural, Some("team-a"), "c-3")
+            .expect("exists");
+        o["metadata"]["finalizers"] = json!([]);
+        w.kube.put(o);
+        w.kube.delete(IPAM_GROUP, plural, Some("team-a"), "c-3");
+    }
+    assert!(w.claim("team-a", "c-3").is_none());
+    let r = w.reconcile().await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(!lists(&r).contains("get-keys"), "{}", lists(&r));
+    assert_eq!(r.body["bindingsReleased"], 1, "{}", r.body);
+    assert_eq!(r.body["leaksReclaimed"], 0, "{}", r.body);
+    let got = w.app.call("GET", "/v1/claims/team-a/c-3", None).await;
+    assert_eq!(got.status, 404, "{}", got.body);
+    let got = w.app.call("GET", "/v1/claims/team-a/c-4", None).await;
+    assert_eq!(got.body["spec"]["address"], by_claim["team-a/c-4"].as_str());
+    w.assert_schema_clean();
 }

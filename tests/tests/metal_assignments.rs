@@ -374,7 +374,8 @@ async fn a_claim_waits_for_its_device_and_the_poll_assigns_it() {
 
     // The device is deleted (its assignment with it): a poll that fails
     // to read the device moves the cursor past the event anyway, keeps the
-    // device pending and says so; the next one handles it.
+    // device pending and says so (its read put off: nothing more to do
+    // before then); the next one at that time handles it.
     w.sim.delete_device(DEVICE);
     w.sim
         .inject("GET", "findDeviceById", Fault::Status(500), 1_000);
@@ -385,14 +386,15 @@ async fn a_claim_waits_for_its_device_and_the_poll_assigns_it() {
         .unwrap();
     assert_eq!(
         (failed.events, failed.pending, failed.more),
-        (1, 1, true),
+        (1, 1, false),
         "{failed:?}"
     );
     assert_eq!(failed.errors.len(), 1, "{failed:?}");
     assert!(failed.device_deleted.is_empty());
     w.sim.clear_faults();
+    let retry_at = failed.device_failures[0].retry_at;
     let p = w
-        .spawn(20_006, |r| poll(r.ctx, r.kube, r.metal, &Direct(r.metal)))
+        .spawn(retry_at, |r| poll(r.ctx, r.kube, r.metal, &Direct(r.metal)))
         .await
         .unwrap()
         .unwrap();
@@ -406,12 +408,15 @@ async fn a_claim_waits_for_its_device_and_the_poll_assigns_it() {
     w.kube
         .delete(IPAM_GROUP, "ipaddressclaims", Some(NS), "m-0");
     assert_eq!(
-        reconcile(&w, "m-0", 20_007).await.result,
+        reconcile(&w, "m-0", retry_at + 1).await.result,
         StepResult::Waiting
     );
-    assert_eq!(assign(&w, "m-0", 20_008).await.result, StepResult::Released);
     assert_eq!(
-        reconcile(&w, "m-0", 20_009).await.result,
+        assign(&w, "m-0", retry_at + 2).await.result,
+        StepResult::Released
+    );
+    assert_eq!(
+        reconcile(&w, "m-0", retry_at + 3).await.result,
         StepResult::Released
     );
     assert_eq!(writes(&w), 0, "nothing to delete in Metal");

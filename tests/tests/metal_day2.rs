@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use metal_ipam_tests::fake_kube::{FakeKube, INFRA_GROUP, IPAM_GROUP, METAL_GROUP};
 use metal_ipam_tests::harness::{free_port, given, App, Runtime, TempDir};
 use metal_ipam_tests::metal_sim::{Fault, MetalSim};
+use metal_ipam_tests::schema;
 use metal_ipam_tests::vrf_world::{claim, metal_app_on, pool_object, NS, POOL};
 use serde_json::{json, Value};
 
@@ -114,9 +115,10 @@ async fn an_untrusted_api_server_certificate_says_so(runtime: Runtime) {
     assert!(r.headers.get("retry-after").is_none(), "not a retry");
 }
 
-/// A Metal call that never answers is cut off by the request's deadline
-/// (the 10 s budget), and the step says what happened: a create whose
-/// outcome is unknown (503 `MetalOutcomeUnknown`), not a hung request.
+/// A Metal call that never answers is cut off within the request's 10 s
+/// budget (by the first-byte timeout, 7 s: the budget less the 3 s
+/// connect), and the step says what happened: a create whose outcome is
+/// unknown (503 `MetalOutcomeUnknown`), not a hung request.
 async fn a_metal_call_that_never_answers_is_cut_off(runtime: Runtime) {
     let kube = FakeKube::start().await;
     let sim = MetalSim::start().await;
@@ -137,10 +139,10 @@ async fn a_metal_call_that_never_answers_is_cut_off(runtime: Runtime) {
         r.body
     );
     assert!(r.headers.get("retry-after").is_some());
-    // The budget (10 s) and the last attempt's floor, plus the step's own
-    // work: never the two minutes the call was held.
+    // The first-byte timeout (7 s), within the budget (10 s) plus the
+    // step's own work: never the two minutes the call was held.
     assert!(
-        took >= Duration::from_secs(10) && took < Duration::from_secs(15),
+        took >= Duration::from_secs(7) && took < Duration::from_secs(12),
         "{}: answered after {took:?}",
         runtime.name()
     );
@@ -524,6 +526,144 @@ async fn a_deleted_device_is_seen_however_many_events_came_after(runtime: Runtim
     assert_eq!(sim.violations(), Vec::<String>::new());
 }
 
+/// A sample of the Prometheus text `text` (`series` with its labels).
+fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}
+
+/// Issue 26, finding 8: Metal answers 500 to every read of one device,
+/// named by three events, and another device is deleted meanwhile. The
+/// poll tells the deleted device's claim in its first call, spends one
+/// device read's budget (not the client's 10 s) on the failing device and
+/// says which device failed and why; the failing device backs off (the
+/// next call leaves it alone and answers 200, saying so); and the metrics
+/// the stuck-device alert reads show it.
+async fn one_device_metal_keeps_failing_holds_no_other(runtime: Runtime) {
+    let kube = FakeKube::start().await;
+    let sim = MetalSim::start().await;
+    let app = metal_app_on(runtime, &kube, &sim).await.expect("given");
+    ready_pool(&app, &kube).await;
+    let (bad, doomed) = (device(0), device(1));
+    sim.add_device(&bad, "da", 2);
+    sim.add_device(&doomed, "da", 2);
+    assigned(&app, &kube, &sim, "m-0", &bad).await;
+    assigned(&app, &kube, &sim, "m-1", &doomed).await;
+    poll_until_done(&app, 4).await;
+    // Three events name the failing device first, then the other one is
+    // deleted.
+    for state in ["powering_off", "active", "powering_off"] {
+        sim.set_device_state(&bad, state);
+    }
+    sim.delete_device(&doomed);
+    let path = format!("/devices/{bad}");
+    sim.inject("GET", &path, Fault::Status(500), usize::MAX);
+    let reads = |sim: &MetalSim| {
+        sim.requests()
+            .iter()
+            .filter(|r| r.method == "GET" && r.path.ends_with(&path))
+            .count()
+    };
+    let started = Instant::now();
+    let first = app.call("POST", "/v1/metal/poll", None).await;
+    let took = started.elapsed();
+    let name = runtime.name();
+    assert_eq!(
+        first.body["deviceDeleted"],
+        json!([format!("{NS}/m-1")]),
+        "{name}: the deleted device's claim is told in the first call: {:#}",
+        first.body
+    );
+    assert_eq!(assigned_reason(&kube, "m-1"), "DeviceDeleted");
+    // The failing device, named with why and when it is read again.
+    // A 500 `PollIncomplete` (the reason is the log line's), the device's
+    // failure among the run's errors as a claim's would be.
+    assert_eq!(first.status, 500, "{:#}", first.body);
+    let errors = first.body["errors"].as_array().unwrap();
+    assert_eq!(errors.len(), 1, "{:#}", first.body);
+    assert!(errors[0].as_str().unwrap().contains(&bad));
+    let failures = first.body["deviceFailures"].as_array().unwrap();
+    assert_eq!(failures.len(), 1, "{:#}", first.body);
+    assert_eq!(failures[0]["device"], json!(bad));
+    assert_eq!(failures[0]["failures"], json!(1));
+    let error = failures[0]["error"].as_str().unwrap();
+    assert!(
+        error.contains("MetalUnavailable") && error.contains("500"),
+        "{error}"
+    );
+    assert!(failures[0]["retryAt"].as_u64().unwrap() > 0);
+    // One device read's budget (3 s and the last attempt's floor), not the
+    // client's 10 s.
+    assert!(
+        took < Duration::from_secs(6),
+        "{name}: answered after {took:?}"
+    );
+    let first_reads = reads(&sim);
+    assert!((1..=6).contains(&first_reads), "{first_reads} reads");
+    // The next call leaves it alone (it backs off), answers 200 and says so.
+    let second = app.call("POST", "/v1/metal/poll", None).await;
+    assert_eq!(second.status, 200, "{name}: {:#}", second.body);
+    assert_eq!(reads(&sim), first_reads, "not read while it backs off");
+    assert_eq!(
+        second.body["backingOff"][0]["device"],
+        json!(bad),
+        "{:#}",
+        second.body
+    );
+    assert_eq!(
+        second.body["more"],
+        json!(false),
+        "nothing to do before its next read"
+    );
+    assert_eq!(second.body["pending"], json!(1));
+    // What the stuck-device alert reads.
+    let text = app.call("GET", "/v1/metrics", None).await.text();
+    assert_eq!(
+        sample(&text, "metal_ipam_poll_devices_failing"),
+        Some(1.0),
+        "{text}"
+    );
+    assert_eq!(
+        sample(&text, "metal_ipam_poll_events_behind"),
+        Some(1.0),
+        "{text}"
+    );
+    assert!(
+        sample(&text, "metal_ipam_poll_oldest_pending_seconds").is_some(),
+        "{text}"
+    );
+    assert!(sample(&text, "metal_ipam_poll_last_success_timestamp_seconds").is_some());
+    // The records as stored: the poll's with the failing device, and the
+    // indexes the poll read instead of listing the store (the deleted
+    // device's apply record and the told claim's are not in them).
+    let store = app.store().await;
+    let mut stored = std::collections::BTreeMap::new();
+    for (key, file) in [
+        ("metal/poll", "metal-poll-cursor.schema.json"),
+        ("metal-claim-index", "registry-record.schema.json"),
+    ] {
+        let path = schema::repo_root().join("kv-schema").join(file);
+        let schema: Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+        let bytes = store.get(key).await.unwrap().expect(key);
+        let v: Value = serde_json::from_slice(&bytes).unwrap();
+        schema::validate(&schema, &v).unwrap_or_else(|e| panic!("{key}: {e:?}\n{v:#}"));
+        stored.insert(key, v);
+    }
+    let cursor = &stored["metal/poll"];
+    let p = &cursor["state"]["pending"][0];
+    assert_eq!(
+        (&p["device"], &p["failures"]),
+        (&json!(bad), &json!(1)),
+        "{cursor:#}"
+    );
+    let claims = &stored["metal-claim-index"];
+    assert_eq!(
+        claims["state"]["members"],
+        json!([format!("{NS}/m-0"), format!("{NS}/m-1")])
+    );
+    assert_eq!(sim.violations(), Vec::<String>::new());
+}
+
 /// The ports of `dev` as the simulator has them: (name, network type or
 /// "", VLAN count).
 fn ports(sim: &MetalSim, dev: &str) -> Vec<(String, usize)> {
@@ -663,6 +803,7 @@ async fn one_unfit_machine_changes_nothing_for_the_others(runtime: Runtime) {
 
 metal_ipam_tests::on_every_runtime!(
     not_redis: an_untrusted_api_server_certificate_says_so,
+    one_device_metal_keeps_failing_holds_no_other,
     one_unfit_machine_changes_nothing_for_the_others,
     a_metal_call_that_never_answers_is_cut_off,
     every_release_path_honours_the_metal_assignment,

@@ -91,8 +91,88 @@ async fn metrics_need_a_token_and_count_what_the_api_did() {
         "{text}"
     );
     let ops = sample(&text, "metal_ipam_scrape_kv_operations").unwrap();
-    // P + V + S + 5: 2 pools, no VRF, 3 signatures (metrics 200, pools
-    // 201, allocate 201); the 401s were answered before the store was
-    // opened (`pools` has no read token, so the shell refuses it there).
-    assert_eq!(ops, 2.0 + 3.0 + 5.0, "{text}");
+    // P + V + S + C + 6: 2 pools, no VRF, 3 signatures (metrics 200,
+    // pools 201, allocate 201), no call or conflict counter; the 401s
+    // were answered before the store was opened (`pools` has no read
+    // token, so the shell refuses it there).
+    assert_eq!(ops, 2.0 + 3.0 + 0.0 + 6.0, "{text}");
+}
+
+/// The registered request signatures, read from the store (the registry
+/// record `obs/signatures`).
+async fn signatures(app: &App) -> Vec<String> {
+    let store = app.store().await;
+    let Some(bytes) = store.get("obs/signatures").await.unwrap() else {
+        return Vec::new();
+    };
+    let v: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+    v["state"]["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m.as_str().unwrap().to_string())
+        .collect()
+}
+
+/// Issue 26 finding 3: a reconcile's Kubernetes calls grow with the
+/// objects (one LIST page per object here), so a signature holding exact
+/// call counts made a new one per run. Counted by bounded keys instead,
+/// the registered signatures and the scrape's KV reads stay flat while the
+/// Kubernetes call counter grows by exactly the calls made.
+#[tokio::test]
+async fn reconcile_over_growing_object_counts_keeps_signatures_and_scrape_cost_flat() {
+    use metal_ipam_tests::fake_kube::FakeKube;
+    use serde_json::json;
+
+    let kube = FakeKube::start().await;
+    kube.set_list_page_size(1);
+    let url = kube.base_url();
+    let app = App::with_variables(&[("k8s_api_url", url.as_str()), ("k8s_token", kube.token())]);
+    kube.create(
+        json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+        "metadata": {"name": "c1", "namespace": "team-a"}, "spec": {"paused": false}}),
+    );
+    kube.create(
+        json!({"apiVersion": "ipam.metal-ipam.dev/v1alpha1", "kind": "MetalIPPool",
+        "metadata": {"name": "nodes", "namespace": "team-a"},
+        "spec": {"addresses": ["10.9.0.10-10.9.0.90"], "prefix": 24, "gateway": "10.9.0.1"}}),
+    );
+    let mut rows = Vec::new();
+    let mut total = 0;
+    for i in 0..8 {
+        kube.create(json!({"apiVersion": "ipam.cluster.x-k8s.io/v1beta2", "kind": "IPAddressClaim",
+            "metadata": {"name": format!("m-{i}"), "namespace": "team-a",
+                         "labels": {"cluster.x-k8s.io/cluster-name": "c1"}},
+            "spec": {"poolRef": {"apiGroup": "ipam.metal-ipam.dev", "kind": "MetalIPPool", "name": "nodes"}}}));
+        kube.clear_requests();
+        let r = app.call("POST", "/v1/reconcile", None).await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        // The reconcile's own calls (its chained steps count theirs).
+        let calls = kube.requests().len();
+        total += calls;
+        let text = app.call("GET", "/v1/metrics", None).await.text();
+        let ops = sample(&text, "metal_ipam_scrape_kv_operations").unwrap();
+        rows.push((i, calls, signatures(&app).await.len(), ops));
+        // Every Kubernetes call counted, exactly (by whichever component,
+        // whatever its answer).
+        let counted: f64 = text
+            .lines()
+            .filter(|l| l.starts_with("metal_ipam_kube_calls_total{"))
+            .map(|l| l.rsplit_once(' ').unwrap().1.parse::<f64>().unwrap())
+            .sum();
+        assert_eq!(counted, total as f64, "{text}");
+    }
+    println!("run, Kubernetes calls (all components), signatures, scrape KV ops: {rows:?}");
+    let calls: Vec<usize> = rows.iter().map(|r| r.1).collect();
+    assert!(
+        calls[1..].windows(2).all(|w| w[1] > w[0]),
+        "each run makes more calls than the one before: {calls:?}"
+    );
+    // Runs 2.. see only tuples seen before (run 1 brings the chained
+    // steps' first answers and this scrape's own signature).
+    let flat = &rows[2..];
+    assert!(
+        flat.iter().all(|r| (r.2, r.3) == (flat[0].2, flat[0].3)),
+        "signatures and scrape KV reads must not grow with the calls: {rows:?}"
+    );
 }

@@ -286,7 +286,7 @@ async fn prometheus_scrapes_the_app(t: Target) {
                 .then_some(rules)
         })
         .await;
-    assert_eq!(rules.len(), 6);
+    assert_eq!(rules.len(), 9);
     for r in &rules {
         assert_eq!(r["health"], "ok", "{r}");
     }

@@ -105,6 +105,8 @@ enum Op {
     /// A mutation: the pool record written without asking the index (the
     /// registration as it was before the index held addresses).
     NaivePut(P),
+    /// The reconcile's removal of tombstones due (`index::collect`).
+    Collect,
 }
 
 fn ctx<'a, K: KvStore>(kv: &'a K, env: &'a SchedEnv) -> Ctx<'a, K> {
@@ -121,6 +123,7 @@ fn perform<K: KvStore>(op: Op, kv: &K, env: &SchedEnv) -> Result<(), String> {
         Op::Put(p) => ops::put_pool(&c, p.object(false)).map(|_| ()),
         Op::ShrinkA => ops::put_pool(&c, P::A.object(true)).map(|_| ()),
         Op::Delete(p) => ops::delete_pool(&c, &p.id()).map(|_| ()),
+        Op::Collect => index::collect(&c).map(|_| ()),
         Op::NaivePut(p) => {
             let o = p.object(false);
             let v = o.spec.validate().unwrap();
@@ -265,6 +268,19 @@ enum Start {
     WithA,
     /// `a` registered, the others registered once and deleted.
     WithADeleted,
+    /// As `Deleted`, and the schedule runs a day later: every tombstone is
+    /// due for collection.
+    DeletedLongAgo,
+}
+
+impl Start {
+    /// The schedule's clock.
+    fn now(self) -> u64 {
+        match self {
+            Start::DeletedLongAgo => NOW + index::TOMBSTONE_KEEP_S,
+            _ => NOW,
+        }
+    }
 }
 
 fn setup(kv: &MemKv, start: Start) {
@@ -272,7 +288,10 @@ fn setup(kv: &MemKv, start: Start) {
     // requests' random tokens are.
     let env = SchedEnv(TestEnv::seeded(NOW - 1, 7));
     let c = ctx(kv, &env);
-    if matches!(start, Start::Deleted | Start::WithADeleted) {
+    if matches!(
+        start,
+        Start::Deleted | Start::WithADeleted | Start::DeletedLongAgo
+    ) {
         for p in P::ALL {
             ops::put_pool(&c, p.object(false)).unwrap();
             ops::delete_pool(&c, &p.id()).unwrap();
@@ -307,7 +326,7 @@ fn one_schedule(
 ) -> Result<(), String> {
     let kv = MemKv::new(backend);
     setup(&kv, start);
-    let env = SchedEnv(TestEnv::at(NOW));
+    let env = SchedEnv(TestEnv::at(start.now()));
     let found = Mutex::new(Vec::new());
     let watched = Watched {
         inner: &kv,
@@ -345,16 +364,30 @@ fn one_schedule(
             }
         }
         match &answers[i] {
-            Err(e) if !trace.crashed && e != "PoolOverlap" && e != "Contention" => {
+            Err(e)
+                if !trace.crashed
+                    && e != "PoolOverlap"
+                    && e != "Contention"
+                    && e != "PoolBeingCollected" =>
+            {
                 return fail(format!("{a:?} failed without a crash: {e}"));
             }
             _ => {}
         }
     }
+    // A registration that answered Ok is never undone by anything but a
+    // deletion of its own pool: not by the collection of its tombstone.
+    for (op, a) in ops_run.iter().zip(&answers) {
+        if let (Op::Put(p), Ok(())) = (op, a) {
+            if !ops_run.contains(&Op::Delete(*p)) && holds(&kv, *p).is_none() {
+                return fail(format!("{p:?} answered Ok and is not live"));
+            }
+        }
+    }
     // Recovery: past the grants' expiry (and a creation guard's stall),
     // everything that did not answer runs again, then the reconcile tidies.
     let later = SchedEnv(TestEnv::seeded(
-        NOW + TAKEOVER_AFTER_SECONDS + GUARD_STALL_S,
+        start.now() + TAKEOVER_AFTER_SECONDS + GUARD_STALL_S,
         9,
     ));
     let c = ctx(&kv, &later);
@@ -365,7 +398,7 @@ fn one_schedule(
                 // A crashed guard winner is taken over on the second try.
                 later
                     .0
-                    .set_now(NOW + TAKEOVER_AFTER_SECONDS + 3 * GUARD_STALL_S);
+                    .set_now(start.now() + TAKEOVER_AFTER_SECONDS + 3 * GUARD_STALL_S);
                 again = perform(*op, &kv, &later);
             }
             if again.as_ref().is_err_and(|e| e != "PoolOverlap") {
@@ -470,6 +503,13 @@ fn two_overlapping_registrations_never_both_succeed() {
         for start in [Start::Empty, Start::Deleted] {
             sampled += explore_pct(backend, start, &pair, per_case());
         }
+        // The same registration twice (a duplicated event).
+        sampled += explore_pct(
+            backend,
+            Start::Deleted,
+            &[Op::Put(P::A), Op::Put(P::A)],
+            per_case(),
+        );
     }
     println!(
         "index interleavings: {every} schedules of two overlapping registrations (SQLite, no crash, every schedule, over tombstones) and {sampled} PCT schedules with up to one crash on 3 backends (from an empty store and over tombstones)"
@@ -501,6 +541,28 @@ fn a_registration_racing_a_deletion_or_a_shrink() {
     }
     println!(
         "index interleavings: {every} schedules of a registration against a deletion or a shrink (SQLite, up to one crash, every schedule) and {sampled} PCT schedules on 3 backends"
+    );
+}
+
+/// The collection of tombstones racing a registration of a pool whose
+/// tombstone is due: the registration waits (`PoolBeingCollected`) or
+/// wins, and a registration that answered `Ok` is never undone.
+#[test]
+fn a_registration_racing_the_collection_of_its_tombstone() {
+    let pair = [Op::Put(P::A), Op::Collect];
+    let every = explore_dfs(Backend::SpinSqlite, Start::DeletedLongAgo, &pair, 1);
+    let mut sampled = 0;
+    for backend in BACKENDS {
+        sampled += explore_pct(backend, Start::DeletedLongAgo, &pair, per_case());
+        sampled += explore_pct(
+            backend,
+            Start::DeletedLongAgo,
+            &[Op::Put(P::A), Op::Collect, Op::Put(P::A)],
+            per_case(),
+        );
+    }
+    println!(
+        "index interleavings: {every} schedules of a registration against the collection of its tombstone (SQLite, up to one crash, every schedule) and {sampled} PCT schedules on 3 backends"
     );
 }
 

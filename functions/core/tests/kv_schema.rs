@@ -127,14 +127,27 @@ fn readme_key_table_lists_every_key_the_code_writes() {
         keys::net_device_init("<uuid>"),
         keys::POOL_INDEX.to_string(),
         keys::POOL_INDEX_INIT.to_string(),
-        keys::holders(&PoolId::namespaced("<namespace>", "<name>"), "<incarnation>", 0)
-            .replace("/0", "/<page>"),
-        keys::holders_init(&PoolId::namespaced("<namespace>", "<name>"), "<incarnation>", 0)
-            .replace("/0", "/<page>"),
+        keys::holders(
+            &PoolId::namespaced("<namespace>", "<name>"),
+            "<incarnation>",
+            0,
+        )
+        .replace("/0", "/<page>"),
+        keys::holders_init(
+            &PoolId::namespaced("<namespace>", "<name>"),
+            "<incarnation>",
+            0,
+        )
+        .replace("/0", "/<page>"),
         keys::obs_request("<signature>"),
         keys::OBS_SIGNATURES.to_string(),
         keys::OBS_SIGNATURES_INIT.to_string(),
         keys::OBS_DROPPED.to_string(),
+        keys::obs_kube("<component>", "<class>"),
+        keys::obs_metal(0, "<class>").replace("/0/", "/<operation>/"),
+        keys::obs_conflicts("<component>"),
+        keys::OBS_COUNTERS.to_string(),
+        keys::OBS_COUNTERS_INIT.to_string(),
         keys::OBS_SUMMARY.to_string(),
     ];
     for k in written {
@@ -188,8 +201,11 @@ fn holder_page_examples_round_trip_and_resolve_with_their_pool() {
     let kv = MemKv::new(Backend::SpinSqlite);
     let p = l.state.holders.pages.first().unwrap();
     let inc = l.state.holders.page_incarnation();
-    kv.set(&keys::holders(&id, inc, p), &serde_json::to_vec(&page).unwrap())
-        .unwrap();
+    kv.set(
+        &keys::holders(&id, inc, p),
+        &serde_json::to_vec(&page).unwrap(),
+    )
+    .unwrap();
     let held: Vec<u128> = l
         .state
         .used

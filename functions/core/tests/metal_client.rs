@@ -310,13 +310,13 @@ fn every_attempt_is_bounded_by_what_is_left_of_the_budget() {
         sent[0].deadline,
         Deadline {
             connect_ms: CONNECT_MS,
-            response_ms: budget
+            total_ms: budget
         }
     );
     // Each later attempt may only use what the waits before it left.
     let waited: Vec<u64> = env.slept_ms();
-    assert_eq!(sent[1].deadline.response_ms, budget - waited[0]);
-    assert_eq!(sent[2].deadline.response_ms, budget - waited[0] - waited[1]);
+    assert_eq!(sent[1].deadline.total_ms, budget - waited[0]);
+    assert_eq!(sent[2].deadline.total_ms, budget - waited[0] - waited[1]);
     assert!(sent.iter().all(|s| s.deadline.connect_ms <= CONNECT_MS));
 }
 

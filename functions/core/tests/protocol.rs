@@ -400,7 +400,11 @@ fn kv_operations_over_64_allocations_median_4_and_the_flush() {
         let kv = MemKv::new(backend);
         let env = TestEnv::at(0);
         let c = ctx(&kv, &env);
-        register(&kv, &env, json!({"addresses": ["10.8.0.0/16"], "prefix": 16}));
+        register(
+            &kv,
+            &env,
+            json!({"addresses": ["10.8.0.0/16"], "prefix": 16}),
+        );
         let id = PoolId::namespaced("ns", "p");
         let mut costs = Vec::new();
         for i in 0..64 {
@@ -425,8 +429,14 @@ fn kv_operations_over_64_allocations_median_4_and_the_flush() {
             "{backend:?}: 64 allocations, median {median}, the flushing one {} (its page created: a creation guard, the zero counter, and a second cas_read)",
             costs[FLUSH_AT]
         );
-        let l = metal_ipam_core::ipam::store::read_pool(&kv, &id).unwrap().unwrap();
-        assert_eq!(l.state.holders.recent.len(), 64 - FLUSH_AT - 1, "{backend:?}");
+        let l = metal_ipam_core::ipam::store::read_pool(&kv, &id)
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            l.state.holders.recent.len(),
+            64 - FLUSH_AT - 1,
+            "{backend:?}"
+        );
         let values: Vec<u128> = l.state.used.iter().collect();
         let found = holders::holders_of(&kv, &l, &values).unwrap();
         for (i, v) in values.iter().enumerate() {
@@ -441,7 +451,12 @@ fn kv_operations_over_64_allocations_median_4_and_the_flush() {
         } else {
             6
         };
-        assert_eq!(kv.counts().total(), 1 + swaps, "{backend:?}: {:?}", kv.counts());
+        assert_eq!(
+            kv.counts().total(),
+            1 + swaps,
+            "{backend:?}: {:?}",
+            kv.counts()
+        );
     }
 }
 

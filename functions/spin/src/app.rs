@@ -38,7 +38,7 @@ use metal_ipam_core::kube::{Kube, KubeConfig};
 use metal_ipam_core::kv::{Ctx, SwapPolicy};
 use metal_ipam_core::metal::client::{Metal, MetalConfig, BASE_PATH};
 use metal_ipam_core::metal::retry::RetryPolicy;
-use metal_ipam_core::observe::counters::{self, Signature, Tally};
+use metal_ipam_core::observe::counters::{self, Tally};
 use metal_ipam_core::ports::http::{HttpClient, TransportError};
 use metal_ipam_core::ports::kv::{CountingKv, KvError, KvStore, OpCounts};
 use metal_ipam_core::ports::Env;
@@ -72,11 +72,12 @@ pub const VAR_METAL_TOKEN: &str = "metal_token";
 /// Variable: the Equinix Metal project of the VRF-backed pools.
 pub const VAR_METAL_PROJECT_ID: &str = "metal_project_id";
 
-/// Outbound HTTP on `wasi:http/outgoing-handler`, blocking, with the
-/// request's [`Deadline`] as request options (connect, first byte and
-/// between-bytes timeouts), which Spin applies to every request it sends
-/// out (not to service chaining, which it serves in-process). Subject to the
-/// component's `allowed_outbound_hosts`.
+/// Outbound HTTP on `wasi:http/outgoing-handler`, blocking, never longer
+/// than the request's [`Deadline`]: its timeouts as request options
+/// (which Spin applies to every request it sends out, not to service
+/// chaining, which it serves in-process), and its absolute end checked on
+/// every wait (`outbound`). Subject to the component's
+/// `allowed_outbound_hosts`.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct SpinHttp;
 
@@ -259,10 +260,8 @@ where
 /// and the key-value operations made.
 ///
 /// The clients send through a [`Tally`] of `http`; when the component has
-/// a store, the request is then counted under its signature
-/// ([`counters::record`]: one `increment`, and at each power of two the
-/// registration), included in the returned counts. A counting failure
-/// does not change the answer (it goes to the log line's detail).
+/// a store, the request is then counted (`record_request`, below),
+/// included in the returned counts.
 // The component name joins the request's parts: one more than clippy's
 // default, kept flat since the tests call it with literals.
 #[allow(clippy::too_many_arguments)]
@@ -312,25 +311,45 @@ pub fn dispatch_component<K: KvStore, H: HttpClient + Clone>(
         parts.header("content-type"),
         &header,
     );
-    if let (Some(ctx), Some(kv)) = (ctx.as_ref(), kv.as_ref()) {
-        let signature = Signature {
-            component: component.to_string(),
-            route: resp.route.to_string(),
-            status: resp.status,
-            outcome: resp.outcome.to_string(),
-            reason: resp.reason.unwrap_or("").to_string(),
-            conflicts: kv.conflicts(),
-            calls: tally.calls(),
-        };
-        if let Err(e) = counters::record(ctx, &signature.encode()) {
-            let note = format!("request not counted: {}", e.reason());
-            resp.detail = Some(match resp.detail.take() {
-                Some(d) => format!("{d}; {note}"),
-                None => note,
-            });
-        }
+    if let Some(ctx) = ctx.as_ref() {
+        record_request(ctx, component, &mut resp, &tally);
     }
     (resp, kv.map(|k| k.counts()).unwrap_or_default())
+}
+
+/// Counts one answered request of `component` (the one place the shell
+/// does): its signature, unless the answer says the handler counted it
+/// ([`ApiResponse::counted`]), and its Kubernetes and Metal calls (from
+/// `tally`) and compare-and-swap conflicts (from the store's
+/// [`CountingKv`]), by [`counters::record_request`]: one `increment` for a
+/// request without calls or conflicts, one more per distinct call or
+/// conflict counter it touched, and a registry read when a count passes
+/// a power of two. A counting failure does not change the answer: it goes
+/// to the log line's detail.
+fn record_request<K: KvStore, H>(
+    ctx: &Ctx<'_, CountingKv<K>>,
+    component: &str,
+    resp: &mut ApiResponse,
+    tally: &Tally<H>,
+) {
+    let calls = tally.calls();
+    let request = counters::Request {
+        component,
+        route: resp.route,
+        status: resp.status,
+        outcome: resp.outcome,
+        reason: resp.reason.unwrap_or(""),
+        conflicts: ctx.kv.conflicts(),
+        calls: &calls,
+        signature_counted: resp.counted,
+    };
+    if let Err(e) = counters::record_request(ctx, &request) {
+        let note = format!("request not counted: {}", e.reason());
+        resp.detail = Some(match resp.detail.take() {
+            Some(d) => format!("{d}; {note}"),
+            None => note,
+        });
+    }
 }
 
 /// A component's routes that need no token and no store (the browser
@@ -885,6 +904,7 @@ mod tests {
             objects: Vec::new(),
             detail: None,
             text: None,
+            counted: false,
         };
         let out = render(&empty);
         assert_eq!(*out.status(), 204);

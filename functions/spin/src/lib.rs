@@ -11,7 +11,8 @@
 //! - [`SpinEnv`]: [`metal_ipam_core::ports::Env`] (clock, randomness, backoff).
 //! - [`SpinHttp`]: [`metal_ipam_core::ports::http::HttpClient`] over
 //!   `wasi:http/outgoing-handler` (Kubernetes API, Metal, service chaining),
-//!   every request with its deadline as request options (`outbound`).
+//!   every request within its deadline (request options and the shell's
+//!   own check of its end: `outbound`).
 //! - [`serve_component`]: the entry helper every function component calls
 //!   from its `#[http_component]` (streaming form: `IncomingRequest` and
 //!   `ResponseOutparam`): variables, authentication and size checks before

@@ -14,6 +14,14 @@
 //!   intercepted (`crates/trigger-http/src/outbound_http.rs`) and handed to
 //!   the HTTP trigger as a synthetic `/...` match for component `<id>`
 //!   (`HttpServer::handle_trigger_route`); see `Host::run_chained`.
+//! - Request options (`connect-timeout`, `first-byte-timeout`,
+//!   `between-bytes-timeout`, each 600 s when not given) apply to requests
+//!   sent out, not to chained ones. As in Spin
+//!   (`spin@v3.6.x:crates/factor-outbound-http/src/wasi.rs`,
+//!   `RequestSender::send_request`), the connect timeout bounds the TCP
+//!   connect, the first-byte timeout the whole wait for the answer's head
+//!   (connecting and the TLS handshake included), and the between-bytes
+//!   timeout each gap of the body; nothing bounds a body's total time.
 //! - If `<id>` has no HTTP trigger (or does not exist), the trigger fails
 //!   with "unknown routing destination" and the interceptor turns that into
 //!   a **trap** of the calling instance (`HttpError::trap`), not an error
@@ -35,6 +43,9 @@ use wasmtime_wasi_http::{
 use crate::bindings::InstanceState;
 use crate::host::{ChainedCall, Host};
 use crate::outbound::{parse_service_chaining_target, AllowedHostsConfig};
+
+/// What Spin waits when a request option is not given.
+const SPIN_DEFAULT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(600);
 
 type SendFuture = Box<
     dyn std::future::Future<
@@ -119,7 +130,17 @@ impl WasiHttpHooks for OutboundHooks {
         }
         Box::new(async move {
             use http_body_util::BodyExt;
-            let (res, io) = wasmtime_wasi_http::default_send_request(request, options).await?;
+            // As Spin: the first-byte timeout bounds the whole wait for the
+            // answer's head, connecting and the TLS handshake included
+            // (wasmtime-wasi-http's sender alone starts it after the
+            // handshake and leaves the handshake untimed).
+            let first_byte = options
+                .and_then(|o| o.first_byte_timeout)
+                .unwrap_or(SPIN_DEFAULT_TIMEOUT);
+            let send = wasmtime_wasi_http::default_send_request(request, options);
+            let (res, io) = tokio::time::timeout(first_byte, send)
+                .await
+                .map_err(|_| HttpError::ConnectionReadTimeout)??;
             Ok((
                 res.map(BodyExt::boxed_unsync),
                 Box::new(io) as Box<dyn std::future::Future<Output = Result<(), HttpError>> + Send>,

@@ -12,7 +12,7 @@
 
 use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use metal_ipam_core::ports::http::{Deadline, HttpClient, TransportError, TransportKind};
 
@@ -91,21 +91,25 @@ impl HttpClient for BlockingHttp {
             .next()
             .ok_or_else(|| transport(format!("{host} does not resolve")))?;
         // The request's deadline where the caller set one (the core's
-        // clients always do), within this client's own limit.
+        // clients always do), within this client's own limit: connecting
+        // within its connect timeout, and the whole call by its total (each
+        // read and write waits no longer than what is left).
         let deadline = Deadline::of(&req);
-        let connect = self
-            .timeout
-            .min(Duration::from_millis(deadline.connect_ms.max(1)));
-        let response = if Deadline::is_set(&req) {
-            self.timeout
-                .min(Duration::from_millis(deadline.response_ms.max(1)))
+        let (connect, total) = if Deadline::is_set(&req) {
+            let ms = |v: u64| self.timeout.min(Duration::from_millis(v.max(1)));
+            (ms(deadline.timeouts().connect_ms), ms(deadline.total_ms))
         } else {
-            self.timeout
+            (self.timeout, self.timeout)
+        };
+        let end = Instant::now() + total;
+        let left = || {
+            end.checked_duration_since(Instant::now())
+                .filter(|d| !d.is_zero())
+                .ok_or_else(|| TransportError::new(TransportKind::Timeout, "deadline passed"))
         };
         let mut stream = TcpStream::connect_timeout(&addr, connect)
             .map_err(|e| TransportError::new(TransportKind::Unreachable, e.to_string()))?;
-        stream.set_read_timeout(Some(response)).map_err(io)?;
-        stream.set_write_timeout(Some(response)).map_err(io)?;
+        stream.set_write_timeout(Some(left()?)).map_err(io)?;
         let target = uri.path_and_query().map_or("/", |pq| pq.as_str());
         let mut head = format!(
             "{} {target} HTTP/1.1\r\nhost: {host}:{port}\r\nconnection: close\r\ncontent-length: {}\r\n",
@@ -123,7 +127,14 @@ impl HttpClient for BlockingHttp {
         stream.write_all(head.as_bytes()).map_err(io)?;
         stream.write_all(req.body()).map_err(io)?;
         let mut raw = Vec::new();
-        stream.read_to_end(&mut raw).map_err(io)?;
+        let mut buf = [0u8; 16 * 1024];
+        loop {
+            stream.set_read_timeout(Some(left()?)).map_err(io)?;
+            match stream.read(&mut buf).map_err(io)? {
+                0 => break,
+                n => raw.extend_from_slice(&buf[..n]),
+            }
+        }
         if raw.is_empty() {
             return Err(transport("the connection closed without an answer"));
         }

@@ -186,7 +186,7 @@ impl<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized> MachineHandler<'_, '_,
             return Ok(Synced::Ignored);
         };
         if rec.released.as_ref().is_some_and(|r| r.done) {
-            apply::forget(self.ctx.kv, d)?;
+            apply::forget(self.ctx, d)?;
             return Ok(Synced::Ignored);
         }
         let who = (self.ns, self.name, Self::uid(o));
@@ -195,7 +195,7 @@ impl<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized> MachineHandler<'_, '_,
         if report.as_ref().is_some_and(|r| r.phase != Phase::Converged) {
             return Ok(Synced::Released(report, deleted));
         }
-        apply::forget(self.ctx.kv, d)?;
+        apply::forget(self.ctx, d)?;
         Ok(Synced::Released(None, deleted))
     }
 

@@ -915,7 +915,7 @@ pub(super) fn apply_on_device<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Size
     device: &str,
 ) -> Result<OnDevice> {
     let Some(observed) = apply::observe_device(metal, device)? else {
-        apply::forget(ctx.kv, device)?;
+        apply::forget(ctx, device)?;
         return Ok(OnDevice::Gone(delete_claims(kube, ns, name, &m.uid)?));
     };
     // The per-VLAN claims first: their addresses are allocated while the
@@ -986,7 +986,7 @@ pub(super) fn release_device<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized
     device: &str,
 ) -> Result<(Option<Report>, usize)> {
     let Some(observed) = apply::observe_device(metal, device)? else {
-        apply::forget(ctx.kv, device)?;
+        apply::forget(ctx, device)?;
         return Ok((None, delete_claims(kube, ns, name, uid)?));
     };
     let r = apply::apply(ctx, metal, batches, device, &Desired::teardown(&observed))?;
@@ -1167,7 +1167,8 @@ pub struct ToSync {
 }
 
 /// The Machines a full reconciliation syncs (see [`ToSync`]), from two
-/// lists (Machines, `PacketMachine`s) and one key listing; `claims` are
+/// lists (Machines, `PacketMachine`s) and the devices with an apply record
+/// (`network::apply::devices`: their index); `claims` are
 /// the claims the reconciliation listed, whose profile claims of Machines
 /// that are neither opted in nor applied to are deleted here.
 ///
@@ -1182,7 +1183,7 @@ pub fn machines_to_sync<'c, K: KvStore, H: HttpClient + ?Sized>(
     claims: impl Iterator<Item = &'c ObjectMeta>,
 ) -> Result<ToSync> {
     let machines = machines_with_profiles(kube, None)?;
-    let recorded: BTreeSet<String> = apply::devices(ctx.kv)?.into_iter().collect();
+    let recorded: BTreeSet<String> = apply::devices(ctx)?.into_iter().collect();
     let claims: Vec<&ObjectMeta> = claims.collect();
     let grouped = ClaimsOfMachines::new(&claims);
     let mut out = ToSync::default();

@@ -17,9 +17,27 @@
 //! handled. A claim or a machine that fails is reported (its step writes
 //! its condition, the report lists it) and retried by the reconcile run,
 //! which syncs every claim in a VRF-backed pool and every opted-in Machine:
-//! a failure never holds the cursor or the other devices. Metal failing to
-//! answer a device read, or the Machines list failing, stops the call (the
-//! devices not handled stay pending).
+//! a failure never holds the cursor or the other devices. The Machines
+//! list failing stops the call (the devices not handled stay pending).
+//!
+//! # A device Metal does not answer
+//! Device reads have their own retry budget ([`DEVICE_READ_MS`]), so a
+//! device Metal keeps failing costs a call that long, not the client's
+//! whole budget. A device whose read fails stays pending with its failures
+//! counted and its next read put off ([`crate::provision::poll::backoff_s`]:
+//! 1, 2, 4, 8 then 15 minutes); the call goes on with the next device, and
+//! the calls in between leave it alone. The report names it, why, and when
+//! it is read again (`deviceFailures`, then `backingOff`); `obs/poll` keeps
+//! how many devices fail and since when the oldest pending device waits,
+//! for the metrics and the alert. What is not about one device stops the
+//! call at once, charging no device: a TLS failure, a request the runtime
+//! refuses, a refused token (the answer is that error: a certificate
+//! problem is not "retry"); and [`DOWN_AFTER`] device reads failing in a
+//! row with none answered in the call means Metal is failing device reads
+//! altogether: the call stops (503 `MetalUnavailable`) instead of spending
+//! its time device by device (those devices back off like any other: two
+//! bad devices at the head of `pending` never hold the rest). Metal not
+//! answering the event read fails the call before any device.
 //!
 //! # Idempotency
 //! Handling a device twice (two pollers at once, a crash before `done`)
@@ -32,16 +50,18 @@ use super::device::device_of;
 use super::machine::{sync_machine, Synced};
 use super::network::delete_claims;
 use super::objects::MachineObject;
+use crate::error::Error;
 use crate::error::Result;
 use crate::kube::{self, Kube};
 use crate::kv::Ctx;
-use crate::metal::client::Metal;
+use crate::metal::client::{Metal, MetalConfig, MetalError};
+use crate::metal::retry::RetryPolicy;
 use crate::network::batch::VlanBatches;
 use crate::ports::http::HttpClient;
 use crate::ports::kv::KvStore;
 use crate::ports::Env;
 use crate::provision::assign::{self as record, Assignment};
-use crate::provision::poll::{self, PendingDevice};
+use crate::provision::poll::{self, Failed, PendingDevice};
 
 /// Claim steps one call runs at most (the rest wait for the next call).
 pub const MAX_POLL_CLAIMS: usize = 50;
@@ -55,6 +75,44 @@ pub const MAX_POLL_MACHINES: usize = 10;
 /// gave up earlier loses nothing (the record is written by compare-and-swap
 /// as the call goes).
 pub const POLL_TIME_S: u64 = 30;
+
+/// The retry budget of one device read, in milliseconds (the client's
+/// default is 10 s): a device Metal keeps failing costs a call this long,
+/// plus the last attempt's floor, before the call moves on.
+pub const DEVICE_READ_MS: u64 = 3_000;
+
+/// Device reads failing in a row, with none answered in the call, after
+/// which the call stops: Metal is failing device reads, not one device.
+pub const DOWN_AFTER: usize = 2;
+
+/// A device whose reads fail, as the report names it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DeviceFailure {
+    /// The device.
+    pub device: String,
+    /// Why its last read failed (the error's reason and message).
+    pub error: String,
+    /// Its reads that failed in a row.
+    pub failures: u32,
+    /// Unix seconds before which no call reads it again.
+    pub retry_at: u64,
+}
+
+impl DeviceFailure {
+    fn of(p: &PendingDevice) -> DeviceFailure {
+        DeviceFailure {
+            device: p.device.clone(),
+            error: p.error.clone().unwrap_or_default(),
+            failures: p.failures,
+            retry_at: p.retry_at,
+        }
+    }
+
+    fn to_json(&self) -> Value {
+        json!({"device": self.device, "error": self.error, "failures": self.failures,
+               "retryAt": self.retry_at})
+    }
+}
 
 /// What one poll did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -84,6 +142,12 @@ pub struct PollReport {
     pub network: Vec<(String, &'static str)>,
     /// Per-VLAN claims deleted for Machines whose device was deleted.
     pub network_claims_deleted: usize,
+    /// Devices whose read failed in this call (also in `errors`), with
+    /// when they are read again.
+    pub device_failures: Vec<DeviceFailure>,
+    /// Devices this call left alone: their reads failed before and their
+    /// backoff has not ended.
+    pub backing_off: Vec<DeviceFailure>,
 }
 
 impl PollReport {
@@ -99,14 +163,16 @@ impl PollReport {
                "cursor": self.cursor, "pending": self.pending, "more": self.more,
                "errors": self.errors,
                "network": self.network.iter().map(|(m, p)| json!({"machine": m, "phase": p})).collect::<Vec<_>>(),
-               "networkClaimsDeleted": self.network_claims_deleted})
+               "networkClaimsDeleted": self.network_claims_deleted,
+               "deviceFailures": self.device_failures.iter().map(DeviceFailure::to_json).collect::<Vec<_>>(),
+               "backingOff": self.backing_off.iter().map(DeviceFailure::to_json).collect::<Vec<_>>()})
     }
 }
 
 /// Every device the store knows: those of open assignment records and of
 /// machines' apply records (what a resync rechecks, deleted ones included).
 fn known_devices<K: KvStore>(
-    kv: &K,
+    ctx: &Ctx<'_, K>,
     records: &[((String, String), Assignment)],
 ) -> Result<Vec<String>> {
     let mut out: Vec<String> = Vec::new();
@@ -117,7 +183,7 @@ fn known_devices<K: KvStore>(
             }
         }
     }
-    for d in crate::network::apply::devices(kv)? {
+    for d in crate::network::apply::devices(ctx)? {
         if !out.contains(&d) {
             out.push(d);
         }
@@ -173,12 +239,22 @@ struct Run<'r, 'a, K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized> {
     ctx: &'r Ctx<'a, K>,
     kube: &'r Kube<'a, H>,
     metal: &'r Metal<'a, H, E>,
+    /// The client for device reads: [`DEVICE_READ_MS`] per read.
+    reader: &'r Metal<'r, H, E>,
     batches: &'r dyn VlanBatches,
     report: PollReport,
     machines: Machines<'r, 'a, H>,
     started: u64,
     claims_left: usize,
     machines_left: usize,
+    /// Devices whose read failed in this call.
+    failed: Vec<Failed>,
+    /// Device reads failed since the last one answered.
+    in_a_row: usize,
+    /// A device read was answered in this call.
+    answered: bool,
+    /// Why the call stopped early, when it did (the poll's answer).
+    stopped: Option<Error>,
 }
 
 impl<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized> Run<'_, '_, K, H, E> {
@@ -211,8 +287,12 @@ impl<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized> Run<'_, '_, K, H, E> {
         }
     }
 
-    /// Handles the pending devices oldest first within the budgets; returns
-    /// those handled. Stops when Metal or the Machines list fails.
+    /// Handles the pending devices oldest first within the budgets,
+    /// leaving alone those backing off; returns those handled. A device
+    /// read that fails is noted (`failed`) and the next device read; stops
+    /// when the Machines list fails, on a failure that is not about one
+    /// device, or after [`DOWN_AFTER`] failures in a row with no read
+    /// answered (`stopped`).
     fn devices(
         &mut self,
         pending: &[PendingDevice],
@@ -220,8 +300,12 @@ impl<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized> Run<'_, '_, K, H, E> {
     ) -> Result<Vec<PendingDevice>> {
         let mut handled: Vec<PendingDevice> = Vec::new();
         for p in pending {
-            if self.out_of_time() {
+            if self.out_of_time() || self.stopped.is_some() {
                 break;
+            }
+            if p.backing_off(self.ctx.env.now()) {
+                self.report.backing_off.push(DeviceFailure::of(p));
+                continue;
             }
             let d = p.device.as_str();
             // Every open record on the device: on one that went, each is
@@ -244,13 +328,15 @@ impl<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized> Run<'_, '_, K, H, E> {
             if !fits && !handled.is_empty() {
                 break;
             }
-            let device = match self.metal.get_device(d) {
-                Ok(x) => x,
+            let device = match self.reader.get_device(d) {
+                Ok(x) => {
+                    self.answered = true;
+                    self.in_a_row = 0;
+                    x
+                }
                 Err(e) => {
-                    // Metal is not answering: stop; the device stays pending.
-                    let e = crate::error::Error::from(e);
-                    self.report.errors.push(format!("device {d}: {e}"));
-                    break;
+                    self.read_failed(p, e);
+                    continue;
                 }
             };
             self.report.devices += 1;
@@ -270,6 +356,52 @@ impl<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized> Run<'_, '_, K, H, E> {
             handled.push(p.clone());
         }
         Ok(handled)
+    }
+
+    /// A read of `p`'s device failed with `e`: a failure about the device
+    /// is noted (it backs off) and the call goes on, unless it is the
+    /// [`DOWN_AFTER`]th in a row with no read answered (noted too, and the
+    /// call stops); one about Metal or its configuration stops the call
+    /// and notes nothing.
+    fn read_failed(&mut self, p: &PendingDevice, e: MetalError) {
+        let not_the_device = matches!(e, MetalError::Tls { .. } | MetalError::Denied { .. })
+            || matches!(e.status(), Some(401 | 403));
+        let e = Error::from(e);
+        if not_the_device {
+            self.stopped = Some(e);
+            return;
+        }
+        // The reason and message, and what Metal answered (the request
+        // and its status: no secret).
+        let text = match e.detail() {
+            Some(d) => format!("{e} ({d})"),
+            None => e.to_string(),
+        };
+        self.report
+            .errors
+            .push(format!("device {}: {text}", p.device));
+        self.failed.push(Failed {
+            pending: p.clone(),
+            error: text,
+        });
+        self.in_a_row += 1;
+        if self.in_a_row >= DOWN_AFTER && !self.answered {
+            let devices: Vec<&str> = self
+                .failed
+                .iter()
+                .map(|f| f.pending.device.as_str())
+                .collect();
+            self.stopped = Some(
+                Error::transient(
+                    "MetalUnavailable",
+                    format!(
+                        "Equinix Metal failed the reads of devices {} in a row and answered none in this call: the poll stopped (the devices back off; the others wait for the next call)",
+                        devices.join(", ")
+                    ),
+                )
+                .with_detail(e.to_string()),
+            );
+        }
     }
 
     /// Device `d` is gone: its claims told (and synced: the condition says
@@ -302,7 +434,7 @@ impl<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized> Run<'_, '_, K, H, E> {
                 Err(e) => r.errors.push(format!("Machine {ns}/{name} (network): {e}")),
             }
         }
-        crate::network::apply::forget(self.ctx.kv, d)
+        crate::network::apply::forget(self.ctx, d)
     }
 
     /// Claims whose owner had no provider ID yet, rechecked after a device
@@ -332,7 +464,7 @@ impl<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized> Run<'_, '_, K, H, E> {
     /// Applies left with a step running continue here (their device had no
     /// event of its own), within the machines' budget.
     fn running_applies(&mut self, handled: &[PendingDevice]) -> Result<()> {
-        let running = crate::network::apply::running_devices(self.ctx.kv)?;
+        let running = crate::network::apply::running_devices(self.ctx)?;
         for d in running {
             if self.machines_left == 0 || handled.iter().any(|p| p.device == d) {
                 continue;
@@ -361,9 +493,12 @@ impl<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized> Run<'_, '_, K, H, E> {
 ///
 /// # Errors
 /// Store errors; Metal unavailable for the events (nothing is lost: the
-/// events are read again). Failures of single claims, machines, device
-/// reads and the Machines list are in the report instead (the devices not
-/// handled stay pending).
+/// events are read again); a device read failing in a way that is not
+/// about the device (TLS, refused request or token: that error) or
+/// [`DOWN_AFTER`] of them in a row with none answered (503
+/// `MetalUnavailable`), after what the call handled was recorded.
+/// Failures of single claims, machines, device reads and the Machines list
+/// are in the report instead (the devices not handled stay pending).
 pub fn poll<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
     ctx: &Ctx<'_, K>,
     kube: &Kube<'_, H>,
@@ -372,24 +507,35 @@ pub fn poll<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
 ) -> Result<PollReport> {
     // The assignment records are listed once per call, and only when there
     // is work for them: on a resync (every known device), or once devices
-    // are pending or claims waiting for a device are to be rechecked.
+    // are due or claims waiting for a device are to be rechecked.
     let mut listed = None;
     let ingested = poll::ingest(ctx, metal, || {
-        let r = record::list(ctx.kv)?;
-        let known = known_devices(ctx.kv, &r);
+        let r = record::list_open(ctx)?;
+        let known = known_devices(ctx, &r);
         listed = Some(r);
         known
     })?;
     let cur = ingested.cursor;
+    let now = ctx.env.now();
+    let due = cur.pending.iter().any(|p| !p.backing_off(now));
     let records = match listed {
         Some(r) => r,
-        None if cur.pending.is_empty() && !cur.recheck_unplaced => Vec::new(),
-        None => record::list(ctx.kv)?,
+        None if !due && !cur.recheck_unplaced => Vec::new(),
+        None => record::list_open(ctx)?,
     };
+    let read_cfg = MetalConfig {
+        retry: RetryPolicy {
+            budget_ms: DEVICE_READ_MS.min(metal.config().retry.budget_ms),
+            ..metal.config().retry
+        },
+        ..metal.config().clone()
+    };
+    let reader = metal.with_config(&read_cfg);
     let mut run = Run {
         ctx,
         kube,
         metal,
+        reader: &reader,
         batches,
         report: PollReport {
             events: ingested.events,
@@ -398,28 +544,48 @@ pub fn poll<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
             ..PollReport::default()
         },
         machines: Machines { kube, listed: None },
-        started: ctx.env.now(),
+        started: now,
         claims_left: MAX_POLL_CLAIMS,
         machines_left: MAX_POLL_MACHINES,
+        failed: Vec::new(),
+        in_a_row: 0,
+        answered: false,
+        stopped: None,
     };
     let handled = run.devices(&cur.pending, &records)?;
     let mut unplaced_done = None;
-    if cur.recheck_unplaced && !run.out_of_time() {
+    if cur.recheck_unplaced && !run.out_of_time() && run.stopped.is_none() {
         unplaced_done = run.unplaced(&records, cur.gen);
     }
-    if run.machines_left > 0 && !run.out_of_time() {
+    if run.machines_left > 0 && !run.out_of_time() && run.stopped.is_none() {
         run.running_applies(&handled)?;
     }
-    let after = poll::done(ctx, &handled, unplaced_done)?;
+    let end = ctx.env.now();
+    let after = poll::done(ctx, &handled, &run.failed, unplaced_done, end)?;
     let mut report = run.report;
+    for f in &run.failed {
+        let p = after.pending.iter().find(|p| p.device == f.pending.device);
+        report.device_failures.push(DeviceFailure {
+            device: f.pending.device.clone(),
+            error: f.error.clone(),
+            failures: p.map_or(0, |p| p.failures),
+            retry_at: p.map_or(0, |p| p.retry_at),
+        });
+    }
     report.pending = after.pending.len();
-    report.more = !after.pending.is_empty() || after.recheck_unplaced;
+    report.more = after.pending.iter().any(|p| !p.backing_off(end)) || after.recheck_unplaced;
     crate::observe::summary::record_poll(
         ctx.kv,
-        ctx.env.now(),
-        report.events as u64,
-        report.pending as u64,
-        report.errors.len() as u64,
+        end,
+        &crate::observe::summary::PollCall {
+            succeeded: run.stopped.is_none(),
+            events: report.events as u64,
+            pending: &after.pending,
+            errors: report.errors.len() as u64,
+        },
     )?;
-    Ok(report)
+    match run.stopped {
+        Some(e) => Err(e),
+        None => Ok(report),
+    }
 }

@@ -66,6 +66,9 @@ pub struct Report {
     /// Pool index entries removed by the tidy (their pool was gone: a
     /// deletion whose settle did not run, a grant that was never used).
     pub index_entries_removed: usize,
+    /// Tombstones of pools deleted a day ago or more, removed with their
+    /// creation guards.
+    pub tombstones_removed: usize,
     /// Per-object errors (`kind ns/name: message`).
     pub errors: Vec<String>,
     /// Requests sent to the API server.
@@ -101,6 +104,7 @@ impl Report {
             "bindingsReleased": self.bindings_released,
             "leaksReclaimed": self.leaks_reclaimed,
             "indexEntriesRemoved": self.index_entries_removed,
+            "tombstonesRemoved": self.tombstones_removed,
             "networkClaimsDeleted": self.network_claims_deleted,
             "errors": self.errors,
             "kubeCalls": self.kube_calls,
@@ -112,19 +116,20 @@ impl Report {
     /// phase the network step answered for each (`network`: the
     /// `{"machine", "status", "result"}` entries of the run's answer; a
     /// Machine without an answer, or with an error status, is `error`),
-    /// and the Metal assignment records by state (listed from the store).
+    /// and the open Metal assignment records by state (read through their
+    /// index, `provision::assign::list_open`, which unlists closed ones).
     ///
     /// # Errors
-    /// The store failed listing the assignment records.
+    /// The store failed reading the assignment records.
     pub fn summary<K: KvStore>(
         &self,
-        kv: &K,
+        ctx: &Ctx<'_, K>,
         network: &[Value],
         now: u64,
         duration_ms: u64,
     ) -> Result<Summary> {
         let mut assignments: BTreeMap<String, u32> = BTreeMap::new();
-        for (_, a) in crate::provision::assign::list(kv)? {
+        for (_, a) in crate::provision::assign::list_open(ctx)? {
             *assignments
                 .entry(a.state_name(now).to_string())
                 .or_default() += 1;
@@ -208,6 +213,11 @@ pub fn reconcile_all<K: KvStore, H: HttpClient + ?Sized>(
         Ok(t) => report.index_entries_removed += t.removed,
         Err(e) => report.errors.push(format!("pool index: {e}")),
     }
+    // Tombstones of pools deleted a day ago or more go.
+    match crate::ipam::index::collect(ctx) {
+        Ok(c) => report.tombstones_removed += c.removed,
+        Err(e) => report.errors.push(format!("pool index: {e}")),
+    }
     let listing = ops::list_pools(ctx.kv, None, ctx.env.now())?;
     for (id, why) in &listing.unreadable {
         report.errors.push(format!(
@@ -231,6 +241,11 @@ pub fn reconcile_all<K: KvStore, H: HttpClient + ?Sized>(
             Ok(n) => report.leaks_reclaimed += n,
             Err(e) => report.errors.push(format!("pool {}: {e}", id.display())),
         }
+    }
+    // Claims of VRF-backed pools whose open assignment record their index
+    // misses (a crash in a race, an older build's record): listed again.
+    if let Err(e) = crate::provision::assign::relist(ctx, &report.metal_claims) {
+        report.errors.push(format!("Metal assignment index: {e}"));
     }
     // Machines: those to sync, from the claims listed above.
     let listed = claims.snapshot.claims.values().map(|c| c.meta());

@@ -58,6 +58,11 @@ pub struct ApiResponse {
     /// A text body instead of JSON: its content type and text (the node's
     /// network configuration).
     pub text: Option<(&'static str, String)>,
+    /// The handler already counted this request's signature (inside its
+    /// own write): the shell's request counting
+    /// (`observe::counters::record_request`) then counts only its calls and
+    /// conflicts. `false` from every constructor.
+    pub counted: bool,
 }
 
 impl ApiResponse {
@@ -78,6 +83,7 @@ impl ApiResponse {
             objects: Vec::new(),
             detail: None,
             text: None,
+            counted: false,
         }
     }
 
@@ -103,6 +109,7 @@ impl ApiResponse {
             objects: Vec::new(),
             detail: e.detail().map(str::to_string),
             text: None,
+            counted: false,
         }
     }
 
@@ -354,6 +361,17 @@ fn pool_object<K: KvStore>(
     .touching("pool", touched)
 }
 
+/// The request signature (`observe::counters`) of `kind`'s route answered
+/// `status` with `outcome`, as its component's shell records it: what an
+/// allocation or a release counts in its pool record's own write, so its
+/// answer carries `counted` and the shell adds nothing.
+fn in_record_signature(kind: StepKind, status: u16, outcome: &str) -> String {
+    let route = kind.route();
+    let component = route.served_by.first().map_or("", |c| c.name());
+    crate::observe::counters::Signature::new(component, route.template, status, outcome, "")
+        .encode()
+}
+
 /// The `allocate` component: `POST /v1/claims` with an `IPAddressClaim`.
 ///
 /// Answers the claim's `IPAddress` (in the claim's apiVersion): 201 when
@@ -379,7 +397,10 @@ pub fn allocate<K: KvStore>(ctx: &Ctx<'_, K>, token: &str, req: &ApiRequest<'_>)
     };
     let claim_name = claim.id.display();
     let pool_name = claim.pool.display();
-    let result = ops::allocate(ctx, &claim).and_then(|a| {
+    // A new binding counts itself in its pool record's write (no operation
+    // of its own): the signature its answer will have.
+    let count_as = in_record_signature(StepKind::Claims, 201, "allocated");
+    let result = ops::allocate_counting(ctx, &claim, Some(&count_as)).and_then(|(a, counted)| {
         let body = a
             .record
             .to_ip_address(&claim.id.namespace, &claim.id.name)?
@@ -396,6 +417,7 @@ pub fn allocate<K: KvStore>(ctx: &Ctx<'_, K>, token: &str, req: &ApiRequest<'_>)
             };
             r.headers.push(("location", at.path()));
         }
+        r.counted = counted;
         Ok(r.touching("address", a.record.address.clone()))
     });
     match result {
@@ -449,11 +471,18 @@ pub fn claims<K: KvStore>(ctx: &Ctx<'_, K>, token: &str, req: &ApiRequest<'_>) -
                 .split('&')
                 .find_map(|kv| kv.strip_prefix("uid="))
                 .filter(|u| !u.is_empty());
-            crate::provision::assign::release(ctx, &ns, &name, uid).map(|rec| match rec {
-                Some(rec) => ApiResponse::success(204, None, route, "released")
-                    .touching("address", rec.address),
-                None => ApiResponse::success(204, None, route, "absent"),
-            })
+            let count_as = in_record_signature(StepKind::ClaimObject, 204, "released");
+            crate::provision::assign::release_counting(ctx, &ns, &name, uid, Some(&count_as)).map(
+                |(rec, counted)| match rec {
+                    Some(rec) => {
+                        let mut r = ApiResponse::success(204, None, route, "released")
+                            .touching("address", rec.address);
+                        r.counted = counted;
+                        r
+                    }
+                    None => ApiResponse::success(204, None, route, "absent"),
+                },
+            )
         }
         _ => return method_not_allowed(route, "GET, DELETE").touching("claim", touched),
     };

@@ -312,10 +312,13 @@ pub fn assign<K: KvStore, H: HttpClient + ?Sized>(
 /// The `poll` component: `POST /v1/metal/poll` reads the Metal events
 /// after the stored cursor and handles the devices they name, in bounded
 /// work per call (run by a CronJob; Metal has no webhooks). 200 with the
-/// report (`more` when devices are still pending: call again); 500
-/// `PollIncomplete` with it when single claims or machines failed (the
-/// cursor moved anyway; their steps' conditions say why and the reconcile
-/// run retries them); 200 `skipped` when Metal is not configured (nothing
+/// report (`more` when devices are still due: call again); 500
+/// `PollIncomplete` with it when single claims, machines or device reads
+/// failed (the cursor moved anyway; their steps' conditions say why and
+/// the reconcile run retries them; a device whose read failed backs off);
+/// the error when the call stopped early (`capi::poll::poll`: Metal
+/// failing device reads, or a failure that is not a device's); 200
+/// `skipped` when Metal is not configured (nothing
 /// can need polling then: VRF-backed pools say `MetalNotConfigured`
 /// themselves).
 pub fn poll<K: KvStore, H: HttpClient + ?Sized>(
@@ -1069,7 +1072,7 @@ pub fn reconcile<K: KvStore, H: HttpClient + ?Sized>(
     let network = body["network"].as_array().map_or(&[][..], Vec::as_slice);
     let (now, took) = (ctx.env.now(), ctx.env.now_ms().saturating_sub(started));
     if let Err(e) = report
-        .summary(ctx.kv, network, now, took)
+        .summary(ctx, network, now, took)
         .and_then(|sum| crate::observe::summary::write(ctx.kv, &sum))
     {
         report.errors.push(format!("observation summary: {e}"));

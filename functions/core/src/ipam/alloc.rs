@@ -218,6 +218,19 @@ pub struct PoolState {
     /// Who holds the values: the confirmed bindings not yet in the
     /// holder pages, and the pages.
     pub holders: Holders,
+    /// Requests whose success a write of this record counted, by their
+    /// request signature (`observe::counters`): an allocation or a release
+    /// counts itself in the very swap that decides it, so it costs no
+    /// operation of its own. Monotonic over the record key's life (a
+    /// tombstone keeps them, a re-created pool goes on from them).
+    pub counted: std::collections::BTreeMap<String, u64>,
+}
+
+impl PoolState {
+    /// Counts one request of `signature` in this record's next write.
+    pub fn count(&mut self, signature: &str) {
+        *self.counted.entry(signature.to_string()).or_default() += 1;
+    }
 }
 
 /// What a claim asks for.

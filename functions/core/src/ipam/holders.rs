@@ -32,11 +32,11 @@ use std::net::IpAddr;
 
 use crate::error::{Known, Result};
 use crate::ip::RangeSet;
-use crate::ipam::alloc::{
-    page_of, write_stamp, Holder, IntentKind, PoolState, Recent,
-};
+use crate::ipam::alloc::{page_of, write_stamp, Holder, IntentKind, PoolState, Recent};
 use crate::ipam::pool::{PoolId, ValidatedPool};
-use crate::ipam::store::{self, ClaimRecord, HolderPage, HolderPageRecord, Loaded, Next, PageEntry};
+use crate::ipam::store::{
+    self, ClaimRecord, HolderPage, HolderPageRecord, Loaded, Next, PageEntry,
+};
 use crate::kv::protocol::{forget_record, replace_unreadable, update_record};
 use crate::kv::{keys, Ctx, Step, SwapCheck};
 use crate::ports::kv::KvStore;
@@ -394,7 +394,10 @@ pub fn index_holders<K: KvStore>(ctx: &Ctx<'_, K>, ids: &[PoolId]) -> Result<usi
         return Ok(0);
     }
     let any_global = todo.keys().any(|id| id.namespace.is_none());
-    let namespaces: BTreeSet<&str> = todo.keys().filter_map(|id| id.namespace.as_deref()).collect();
+    let namespaces: BTreeSet<&str> = todo
+        .keys()
+        .filter_map(|id| id.namespace.as_deref())
+        .collect();
     let mut found: BTreeMap<PoolId, Vec<(String, ClaimRecord)>> = BTreeMap::new();
     for key in ctx.kv.list_keys()? {
         let Some((ns, name)) = keys::parse_claim(&key) else {
@@ -457,7 +460,11 @@ fn index_pool<K: KvStore>(
             })
         })
         .collect();
-    let pages = RangeSet::from_ranges(entries.iter().map(|e| (page_of(e.address), page_of(e.address))));
+    let pages = RangeSet::from_ranges(
+        entries
+            .iter()
+            .map(|e| (page_of(e.address), page_of(e.address))),
+    );
     fn mine<'a>(cur: Option<&'a Loaded>, inc: &str) -> Option<&'a Loaded> {
         cur.filter(|c| c.state.holders.page_incarnation() == inc && !c.state.holders.indexed)
     }

@@ -183,7 +183,17 @@ pub struct Entry {
     /// registration and during its teardown): kept while it holds nothing.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub metal: bool,
+    /// The requests its pool's record had counted when the entry was made
+    /// (`ipam::alloc::PoolState::counted`; a pool re-created over its
+    /// tombstone goes on from its counts): what the record counted since
+    /// is `counted − base`, folded into [`Index::retired`] when the entry
+    /// goes.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub base: Counted,
 }
+
+/// Requests counted in pool records, by request signature.
+pub type Counted = BTreeMap<String, u64>;
 
 /// The index's content: pool record key → entry.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -192,7 +202,30 @@ pub struct Index {
     /// Every pool entry, by pool record key.
     #[serde(default)]
     pub pools: BTreeMap<String, Entry>,
+    /// What the records of pools whose entries went had counted since
+    /// their entries were made: with each live entry's `counted − base`,
+    /// the requests ever counted in pool records ([`Index::counted`]),
+    /// which never decreases.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub retired: Counted,
+    /// Deleted pools whose tombstone is still stored: record key → Unix
+    /// seconds since when. The reconcile's [`collect`] removes a tombstone
+    /// (and its creation guard) once it is [`TOMBSTONE_KEEP_S`] old and no
+    /// registration of the pool stands, so the store holds no key of a pool
+    /// deleted long ago.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub tombstones: BTreeMap<String, u64>,
+    /// Tombstones being removed (record key → since when): no registration
+    /// of such a pool is granted until the removal ends.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub collecting: BTreeMap<String, u64>,
 }
+
+/// How long a deleted pool's tombstone is kept before [`collect`] removes
+/// it: a day, far past any request's life (the protocol's timing
+/// assumption is two minutes), so no request that read the live record
+/// is still about to act on it.
+pub const TOMBSTONE_KEEP_S: u64 = 86_400;
 
 /// The stored index.
 pub type IndexRecord = Enveloped<Index>;
@@ -246,7 +279,13 @@ impl Content for Index {
             recent_writers: old.recent_writers,
             swap_check: old.swap_check,
         };
-        Some(Ok(Enveloped::wrap(Index { pools }, e)))
+        Some(Ok(Enveloped::wrap(
+            Index {
+                pools,
+                ..Index::default()
+            },
+            e,
+        )))
     }
 }
 
@@ -360,12 +399,22 @@ pub fn swap_check<K: KvStore>(kv: &K) -> Result<SwapCheck> {
 /// What a pool's record was seen to hold, read inside a decision.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Seen {
-    /// Absent, the creation placeholder, or a tombstone.
-    Gone,
-    /// A live pool holding these addresses.
-    Holds(Held),
+    /// Absent, the creation placeholder, or a tombstone (with what it
+    /// counted, and whether a tombstone is stored).
+    Gone(Counted, bool),
+    /// A live pool holding these addresses, and what its record counted.
+    Holds(Held, Counted),
     /// The record does not load (corrupt, or written by a newer build).
     Unreadable(String),
+}
+
+impl Seen {
+    fn counted(&self) -> Option<&Counted> {
+        match self {
+            Seen::Gone(c, _) | Seen::Holds(_, c) => Some(c),
+            Seen::Unreadable(_) => None,
+        }
+    }
 }
 
 /// Reads pool `id`'s record (one `get`).
@@ -373,9 +422,17 @@ pub enum Seen {
 /// # Errors
 /// Store failures (503); an unreadable record is [`Seen::Unreadable`].
 pub fn look<K: KvStore>(kv: &K, id: &PoolId) -> Result<Seen> {
-    match store::read_pool(kv, id) {
-        Ok(None) => Ok(Seen::Gone),
-        Ok(Some(l)) => Ok(Seen::Holds(held_by(&l))),
+    let Some(bytes) = kv
+        .get(&keys::pool(id))?
+        .filter(|b| !crate::ports::kv::is_zero_counter(b))
+    else {
+        return Ok(Seen::Gone(Counted::new(), false));
+    };
+    let loaded =
+        store::PoolRecord::decode(&bytes).and_then(|r| r.load(id).map(|l| (l, r.state.counted)));
+    match loaded {
+        Ok((None, counted)) => Ok(Seen::Gone(counted, true)),
+        Ok((Some(l), counted)) => Ok(Seen::Holds(held_by(&l), counted)),
         Err(e) if e.is(Known::UnreadableRecord) => Ok(Seen::Unreadable(e.message().to_string())),
         Err(e) => Err(e),
     }
@@ -405,14 +462,22 @@ fn refresh<K: KvStore>(
         return Ok(());
     };
     let seen = look(kv, &id)?;
+    if !matches!(seen, Seen::Gone(_, true)) {
+        index.tombstones.remove(key);
+    }
+    let existed = index.pools.contains_key(key);
     let entry = index.pools.entry(key.to_string()).or_default();
+    if !existed {
+        // A new entry starts from what the record counted so far.
+        entry.base = seen.counted().cloned().unwrap_or_default();
+    }
     let (gone, live): (Vec<Grant>, Vec<Grant>) = std::mem::take(&mut entry.pending)
         .into_iter()
         .partition(|g| Some(g.token.as_str()) == drop || expired(g, now));
     entry.pending = live;
-    match seen {
-        Seen::Gone => entry.held = Some(Vec::new()),
-        Seen::Holds(h) => entry.held = Some(h.to_entries()),
+    match &seen {
+        Seen::Gone(..) => entry.held = Some(Vec::new()),
+        Seen::Holds(h, _) => entry.held = Some(h.to_entries()),
         Seen::Unreadable(_) => {
             let mut all = entry
                 .held
@@ -432,7 +497,21 @@ fn refresh<K: KvStore>(
         }
     }
     if entry.pending.is_empty() && !entry.metal && entry.held.as_ref().is_some_and(Vec::is_empty) {
-        index.pools.remove(key);
+        // Gone: what its record counted since the entry was made is kept,
+        // and its tombstone is listed for collection.
+        if let Seen::Gone(_, true) = seen {
+            index.tombstones.entry(key.to_string()).or_insert(now);
+        }
+        if let Some(e) = index.pools.remove(key) {
+            if let Some(counted) = seen.counted() {
+                for (sig, n) in counted {
+                    let since = n.saturating_sub(e.base.get(sig).copied().unwrap_or(0));
+                    if since > 0 {
+                        *index.retired.entry(sig.clone()).or_default() += since;
+                    }
+                }
+            }
+        }
     }
     Ok(())
 }
@@ -531,6 +610,16 @@ pub fn reserve<K: KvStore>(ctx: &Ctx<'_, K>, id: &PoolId, held: &Held) -> Result
     update_record::<K, IndexRecord, Reservation>(ctx, &(), |seen| {
         let now = ctx.env.now();
         let mut next = seen.cloned().unwrap_or_default();
+        if next.collecting.contains_key(&key) {
+            return Err(Error::transient(
+                "PoolBeingCollected",
+                format!(
+                    "the tombstone of the deleted pool {} is being removed from the store; retry in a moment",
+                    id.display()
+                ),
+            ));
+        }
+        next.tombstones.remove(&key);
         refresh_stale(ctx.kv, &mut next, now)?;
         if !next.pools.contains_key(&key) {
             if next.pools.len() >= MAX_POOLS {
@@ -590,8 +679,12 @@ pub fn settle<K: KvStore>(ctx: &Ctx<'_, K>, id: &PoolId, token: Option<&str>) ->
         let now = ctx.env.now();
         let before = seen.cloned();
         let mut next = before.clone().unwrap_or_default();
+        if next.collecting.contains_key(&key) {
+            // Its tombstone is being removed: nothing of it to settle.
+            return Ok(Step::Done(()));
+        }
         refresh(ctx.kv, &mut next, &key, token, now)?;
-        if before.as_ref() == Some(&next) || (before.is_none() && next.pools.is_empty()) {
+        if before.as_ref() == Some(&next) || (before.is_none() && next == Index::default()) {
             return Ok(Step::Done(()));
         }
         Ok(Step::Write(Box::new(next), ()))
@@ -707,6 +800,83 @@ pub fn tidy<K: KvStore>(
     })
 }
 
+/// What [`collect`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Collected {
+    /// Tombstones removed (each with its creation guard).
+    pub removed: usize,
+}
+
+/// Removes the tombstones of pools deleted more than
+/// [`TOMBSTONE_KEEP_S`] ago, with their creation guards, so the store keeps
+/// no key of a pool deleted long ago (the reconcile runs it). Three steps
+/// per batch: one write of the index moves the due tombstones (of pools
+/// with no entry: no registration stands) to `collecting`, where
+/// [`reserve`] refuses them; then each one's guard and record key are
+/// deleted (the guard first: a registration after that finds the key
+/// absent and creates it through a fresh guard); then one write of the
+/// index forgets them. A crash leaves them in `collecting`, and the next
+/// run deletes (again) and forgets them. Why no write is lost: only a
+/// registration writes over a tombstone (every other decision on a
+/// tombstone writes nothing), and a registration is granted by the index
+/// first; a grant made before the move is an entry, which the move skips,
+/// and one asked after it is refused until the removal ends.
+///
+/// # Idempotency
+/// Deleting an absent key changes nothing; a second run finishes a first.
+///
+/// # Errors
+/// Store failures and `Contention` (503).
+pub fn collect<K: KvStore>(ctx: &Ctx<'_, K>) -> Result<Collected> {
+    let due: Vec<String> = update_record::<K, IndexRecord, Vec<String>>(ctx, &(), |seen| {
+        let Some(before) = seen else {
+            return Ok(Step::Done(Vec::new()));
+        };
+        let now = ctx.env.now();
+        let mut next = before.clone();
+        let moving: Vec<String> = next
+            .tombstones
+            .iter()
+            .filter(|(k, at)| {
+                now.saturating_sub(**at) >= TOMBSTONE_KEEP_S && !next.pools.contains_key(*k)
+            })
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in &moving {
+            next.tombstones.remove(k);
+            next.collecting.insert(k.clone(), now);
+        }
+        let all: Vec<String> = next.collecting.keys().cloned().collect();
+        if moving.is_empty() {
+            return Ok(Step::Done(all));
+        }
+        Ok(Step::Write(Box::new(next), all))
+    })?;
+    if due.is_empty() {
+        return Ok(Collected::default());
+    }
+    for key in &due {
+        if let Some(id) = keys::parse_pool::<PoolId>(key) {
+            ctx.kv.delete(&keys::pool_init(&id))?;
+            ctx.kv.delete(key)?;
+        }
+    }
+    update_record::<K, IndexRecord, ()>(ctx, &(), |seen| {
+        let Some(before) = seen else {
+            return Ok(Step::Done(()));
+        };
+        let mut next = before.clone();
+        for k in &due {
+            next.collecting.remove(k);
+        }
+        if next == *before {
+            return Ok(Step::Done(()));
+        }
+        Ok(Step::Write(Box::new(next), ()))
+    })?;
+    Ok(Collected { removed: due.len() })
+}
+
 /// Creates the index of a store written before any index existed, from
 /// one listing of its keys (once per store): each pool key found becomes
 /// an entry whose `held` the next write fills in.
@@ -728,7 +898,13 @@ pub fn create_from_listing<K: KvStore>(ctx: &Ctx<'_, K>) -> Result<()> {
             .iter()
             .map(|k| (k.clone(), Entry::default()))
             .collect();
-        Ok(Step::Write(Box::new(Index { pools }), ()))
+        Ok(Step::Write(
+            Box::new(Index {
+                pools,
+                ..Index::default()
+            }),
+            (),
+        ))
     })
 }
 
@@ -742,6 +918,29 @@ pub struct Size {
 }
 
 impl Index {
+    /// The requests ever counted in pool records, by signature: what the
+    /// entries that went retired, plus, for each entry, what its record
+    /// counted since the entry was made (`records`: each entry's record's
+    /// counts, a tombstone's included; `None` for a record that is absent
+    /// or does not load). Never decreases from one reading to the next:
+    /// an entry goes in the same write that retires what its record
+    /// counted, and a record's counts only grow.
+    pub fn counted(&self, records: &BTreeMap<String, Option<Counted>>) -> Counted {
+        let mut out = self.retired.clone();
+        for (key, e) in &self.pools {
+            let Some(Some(c)) = records.get(key) else {
+                continue;
+            };
+            for (sig, n) in c {
+                let since = n.saturating_sub(e.base.get(sig).copied().unwrap_or(0));
+                if since > 0 {
+                    *out.entry(sig.clone()).or_default() += since;
+                }
+            }
+        }
+        out
+    }
+
     /// Its size.
     pub fn size(&self) -> Size {
         Size {

@@ -14,8 +14,8 @@ use crate::ipam::alloc::{
     write_stamp, AllocRequest, Counts, Intent, IntentKind, KeySeen, PoolState, FLUSH_AT,
     MAX_INTENTS, TAKEOVER_AFTER_SECONDS, WRITE_DEADLINE_SECONDS,
 };
-use crate::ipam::holders::{self, Flush};
 use crate::ipam::claim::Claim;
+use crate::ipam::holders::{self, Flush};
 use crate::ipam::index::{self, Held};
 use crate::ipam::pool::{PoolId, PoolKind, PoolObject, ValidatedPool};
 use crate::ipam::store::{self, ClaimRecord, Loaded, Next, PoolRecord};
@@ -163,7 +163,7 @@ fn stale(intent: &Intent, now: u64) -> bool {
 /// - 503 `ClaimReleasing` while a release of the same claim is being
 ///   written, `StepTooSlow`, `Contention`, or a store failure: retry.
 pub fn allocate<K: KvStore>(ctx: &Ctx<'_, K>, claim: &Claim) -> Result<Allocated> {
-    allocate_flushing_at(ctx, claim, FLUSH_AT)
+    allocate_counting(ctx, claim, None).map(|(a, _)| a)
 }
 
 /// [`allocate`], whose request flushes the pool's confirmed bindings to
@@ -179,8 +179,36 @@ pub fn allocate_flushing_at<K: KvStore>(
     claim: &Claim,
     flush_at: usize,
 ) -> Result<Allocated> {
-    match bind(ctx, claim, BindTarget::Allocate, None, flush_at)? {
-        Bound::Done(a) => Ok(*a),
+    allocate_with(ctx, claim, None, flush_at).map(|(a, _)| a)
+}
+
+/// [`allocate`], counting the request as `count_as` (its request
+/// signature, `observe::counters`) in the pool record's own write when it
+/// binds a new address: the count costs no operation. Returns whether it
+/// was counted there (only a new binding is; an answer from an existing
+/// binding writes nothing and is not).
+///
+/// # Errors
+/// As [`allocate`].
+pub fn allocate_counting<K: KvStore>(
+    ctx: &Ctx<'_, K>,
+    claim: &Claim,
+    count_as: Option<&str>,
+) -> Result<(Allocated, bool)> {
+    allocate_with(ctx, claim, count_as, FLUSH_AT)
+}
+
+fn allocate_with<K: KvStore>(
+    ctx: &Ctx<'_, K>,
+    claim: &Claim,
+    count_as: Option<&str>,
+    flush_at: usize,
+) -> Result<(Allocated, bool)> {
+    match bind(ctx, claim, BindTarget::Allocate, None, count_as, flush_at)? {
+        Bound::Done(a) => {
+            let counted = count_as.is_some() && a.created;
+            Ok((*a, counted))
+        }
         Bound::NeedsGrant(_) => Err(Error::internal("an allocation asked for a grant")),
     }
 }
@@ -204,13 +232,20 @@ pub fn adopt<K: KvStore>(
     claim: &Claim,
     address: std::net::IpAddr,
 ) -> Result<Allocated> {
-    match bind(ctx, claim, BindTarget::Adopt(address), None, FLUSH_AT)? {
+    match bind(ctx, claim, BindTarget::Adopt(address), None, None, FLUSH_AT)? {
         Bound::Done(a) => Ok(*a),
         Bound::NeedsGrant(held) => {
             // Outside the pool's spec: the pool index must grant the
             // address first (no other pool of the space may hold it).
             let grant = index::reserve(ctx, &claim.pool, &held)?;
-            let out = bind(ctx, claim, BindTarget::Adopt(address), Some(&grant), FLUSH_AT);
+            let out = bind(
+                ctx,
+                claim,
+                BindTarget::Adopt(address),
+                Some(&grant),
+                None,
+                FLUSH_AT,
+            );
             let _ = index::settle(ctx, &claim.pool, Some(&grant.token));
             match out? {
                 Bound::Done(a) => Ok(*a),
@@ -246,6 +281,7 @@ fn bind<K: KvStore>(
     claim: &Claim,
     target: BindTarget,
     grant: Option<&index::Reservation>,
+    count_as: Option<&str>,
     flush_at: usize,
 ) -> Result<Bound> {
     let ckey = keys::claim(&claim.id.namespace, &claim.id.name);
@@ -290,7 +326,7 @@ fn bind<K: KvStore>(
             }
         }
         Ok(
-            match bind_decide(ctx, claim, target, l, &cname, &ckey, &me)? {
+            match bind_decide(ctx, claim, target, l, (&cname, &ckey), &me, count_as)? {
                 Step::Done(o) => Step::Done(Some(o)),
                 Step::Write(next, o) => {
                     owed = flush_of(l, &next.state, flush_at);
@@ -338,6 +374,8 @@ struct BindCtx<'a> {
     cname: &'a str,
     me: &'a str,
     now: u64,
+    /// The request's signature, counted in the write of a new binding.
+    count_as: Option<&'a str>,
 }
 
 impl BindCtx<'_> {
@@ -361,9 +399,9 @@ fn bind_decide<K: KvStore>(
     claim: &Claim,
     target: BindTarget,
     l: &Loaded,
-    cname: &str,
-    ckey: &str,
+    (cname, ckey): (&str, &str),
     me: &str,
+    count_as: Option<&str>,
 ) -> Result<Step<BindOutcome, Next>> {
     let b = BindCtx {
         claim,
@@ -372,6 +410,7 @@ fn bind_decide<K: KvStore>(
         cname,
         me,
         now: ctx.env.now(),
+        count_as,
     };
     let (mine, seen) = read_claims(ctx.kv, l, cname, ckey)?;
     let mut state = l.state.clone();
@@ -508,6 +547,9 @@ fn bind_new<K: KvStore>(
         ));
     }
     let (address, ip) = new_address(b, &mut state)?;
+    if let Some(sig) = b.count_as {
+        state.count(sig);
+    }
     let tok = ctx.env.token();
     let record = ClaimRecord::new(claim, ip, &l.pool, l.object.uid(), &tok);
     state.intents.push(Intent {
@@ -715,20 +757,39 @@ pub fn release<K: KvStore, G: ReleaseGuard>(
     uid: Option<&str>,
     guard: &G,
 ) -> Result<Option<ClaimRecord>> {
+    release_counting(ctx, (namespace, name), uid, guard, None).map(|(r, _)| r)
+}
+
+/// [`release`], counting the request as `count_as` (its request
+/// signature) in the pool record's own write when that write frees the
+/// address: the count costs no operation. Returns whether it was counted
+/// there.
+///
+/// # Errors
+/// As [`release`].
+pub fn release_counting<K: KvStore, G: ReleaseGuard>(
+    ctx: &Ctx<'_, K>,
+    (namespace, name): (&str, &str),
+    uid: Option<&str>,
+    guard: &G,
+    count_as: Option<&str>,
+) -> Result<(Option<ClaimRecord>, bool)> {
+    let mut counted = false;
     let ckey = keys::claim(namespace, name);
     let cname = format!("{namespace}/{name}");
     let Some(bytes) = ctx.kv.get(&ckey)? else {
-        return Ok(None);
+        return Ok((None, false));
     };
     let first = ClaimRecord::decode(&bytes)?;
     if uid.is_some_and(|u| u != first.uid) {
-        return Ok(None);
+        return Ok((None, false));
     }
     let pool_id = first.pool_id(namespace)?;
     let me = ctx.env.token();
     let mut owed: Option<(Flush, bool)> = None;
     let decided = store::update_pool(ctx, &pool_id, |current| {
         owed = None;
+        counted = false;
         type Out = (FollowUp, Option<ClaimRecord>, u64);
         let step = (|| -> Result<Step<Out, Next>> {
             let now = ctx.env.now();
@@ -770,6 +831,10 @@ pub fn release<K: KvStore, G: ReleaseGuard>(
                 return Ok(write(state, (FollowUp::Delete, Some(record), now)));
             }
             if let Some(address) = l.pool.value_of(record.ip()?) {
+                if let Some(sig) = count_as {
+                    state.count(sig);
+                    counted = true;
+                }
                 state.release(address, l.pool.grace_seconds, now);
                 state.take_intent(&cname);
                 state.forget_holder(&cname);
@@ -806,7 +871,7 @@ pub fn release<K: KvStore, G: ReleaseGuard>(
         ctx.kv.delete(&ckey)?;
     }
     pay(ctx, owed);
-    Ok(released)
+    Ok((released, counted))
 }
 
 /// A pool with its counts, ready to render.
@@ -1079,7 +1144,14 @@ fn register<K: KvStore>(
         let now = ctx.env.now();
         grant.check(now)?;
         match current {
-            None => Ok(register_new(ctx, &object, &pool, adoptions, &me, now)),
+            None => {
+                // Over a tombstone (or nothing): the requests its record
+                // counted go on (one `get`, read after the record).
+                let carried = store::read_counted(ctx.kv, &id)?.unwrap_or_default();
+                Ok(register_new(
+                    ctx, &object, &pool, adoptions, &me, now, carried,
+                ))
+            }
             Some(l) => register_update(&object, &pool, l, now),
         }
     });
@@ -1157,6 +1229,12 @@ fn repair<K: KvStore>(
     };
     let grant = index::reserve(ctx, &id, &held)?;
     let swap_check = index::swap_check(ctx.kv)?;
+    // What the lost record had counted is lost with it: the rebuilt one
+    // starts from what its index entry was made with (nothing counted
+    // since), so the total the metrics report does not go back.
+    state.counted = index::read(ctx.kv)?
+        .and_then(|i| i.pools.get(&keys::pool(&id)).map(|e| e.base.clone()))
+        .unwrap_or_default();
     let me = ctx.env.token();
     let written = store::replace_unreadable_pool(ctx, &id, swap_check, || {
         if let Some(may) = may {
@@ -1259,8 +1337,12 @@ fn register_new<K: KvStore>(
     adoptions: &[Adoption],
     me: &str,
     now: u64,
+    counted: BTreeMap<String, u64>,
 ) -> Step<Registered, Next> {
-    let mut state = PoolState::default();
+    let mut state = PoolState {
+        counted,
+        ..PoolState::default()
+    };
     state.holders.indexed = true;
     state.holders.incarnation = ctx.env.token();
     let mut bindings = Vec::new();
@@ -1397,6 +1479,33 @@ pub enum Found {
     /// pool rebuilds it; a `DELETE` deletes it when no claim holds one of
     /// its addresses.
     Unreadable(String),
+}
+
+/// [`find_pool`], with the requests its record counted (a tombstone's
+/// included; `None` when absent or unreadable): what the metrics read of
+/// each indexed pool, in the same one `get`.
+///
+/// # Errors
+/// Store failures (503).
+pub fn find_pool_counted<K: KvStore>(
+    kv: &K,
+    id: &PoolId,
+) -> Result<(Found, Option<index::Counted>)> {
+    let Some(bytes) = kv
+        .get(&keys::pool(id))?
+        .filter(|b| !crate::ports::kv::is_zero_counter(b))
+    else {
+        return Ok((Found::Absent, None));
+    };
+    let loaded = PoolRecord::decode(&bytes).and_then(|r| r.load(id).map(|l| (l, r.state.counted)));
+    match loaded {
+        Ok((None, c)) => Ok((Found::Absent, Some(c))),
+        Ok((Some(l), c)) => Ok((Found::Live(Box::new(l)), Some(c))),
+        Err(e) if e.is(Known::UnreadableRecord) => {
+            Ok((Found::Unreadable(e.message().to_string()), None))
+        }
+        Err(e) => Err(e),
+    }
 }
 
 /// Reads pool `id` (one `get`), telling an unreadable record apart.

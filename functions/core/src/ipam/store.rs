@@ -6,6 +6,7 @@
 //! [`Scoped`]). Their JSON Schemas are in `kv-schema/`; a test checks golden
 //! records against both.
 
+use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use serde::{Deserialize, Serialize};
@@ -130,6 +131,10 @@ pub struct PoolContent {
     /// tombstone keeps `pages` until they are deleted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub holders: Option<HoldersRecord>,
+    /// Requests counted in this record's writes, by signature (see
+    /// [`PoolState::counted`]); a tombstone keeps them.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub counted: BTreeMap<String, u64>,
 }
 
 /// The holder index's part in the pool record (see
@@ -172,7 +177,13 @@ fn pages_to_entries(pages: &RangeSet) -> Vec<String> {
     pages
         .ranges()
         .iter()
-        .map(|&(a, b)| if a == b { a.to_string() } else { format!("{a}-{b}") })
+        .map(|&(a, b)| {
+            if a == b {
+                a.to_string()
+            } else {
+                format!("{a}-{b}")
+            }
+        })
         .collect()
 }
 
@@ -267,7 +278,10 @@ impl PoolContent {
     /// pool's, sub-prefix network addresses), values are shifted right by
     /// the pool's `shift` into its units.
     fn state(&self, shift: u8) -> Result<PoolState> {
-        let mut state = PoolState::default();
+        let mut state = PoolState {
+            counted: self.counted.clone(),
+            ..PoolState::default()
+        };
         let stored_entry = |s: &str| stored_entry(s).map(|(a, b)| (a >> shift, b >> shift));
         for u in &self.used {
             let (a, b) = stored_entry(u)?;
@@ -343,6 +357,7 @@ impl PoolContent {
                     pages: pages_to_entries(pages),
                     ..HoldersRecord::default()
                 }),
+                counted: next.state.counted.clone(),
             };
         };
         let fmt = |v: u128| vp.ip(v).to_string();
@@ -409,6 +424,7 @@ impl PoolContent {
             intents,
             journal: Vec::new(),
             holders,
+            counted: next.state.counted.clone(),
         }
     }
 }
@@ -458,6 +474,7 @@ impl Content for PoolContent {
             intents: old.intents,
             journal: old.journal,
             holders: None,
+            counted: BTreeMap::new(),
         };
         Some(Ok(Enveloped::wrap(content, e)))
     }
@@ -522,12 +539,31 @@ pub struct Next {
 impl Next {
     /// The tombstone that replaces pool `l`: it keeps the list of `l`'s
     /// holder pages (and their incarnation), which the deletion then
-    /// deletes.
+    /// deletes, and the requests counted in the record.
     pub fn tombstone(l: &Loaded) -> Next {
-        let mut state = PoolState::default();
+        let mut state = PoolState {
+            counted: l.state.counted.clone(),
+            ..PoolState::default()
+        };
         state.holders.pages = l.state.holders.pages.clone();
         state.holders.incarnation = l.state.holders.page_incarnation().to_string();
         Next { pool: None, state }
+    }
+}
+
+/// The requests counted in pool `id`'s record, a tombstone's included
+/// (one `get`): what a pool re-created over its tombstone goes on from,
+/// and what the pool index folds in when the pool's entry goes. `None`
+/// when the record is absent or does not load.
+///
+/// # Errors
+/// Store failures (503).
+pub fn read_counted<K: KvStore>(kv: &K, id: &PoolId) -> Result<Option<BTreeMap<String, u64>>> {
+    match kv.get(&keys::pool(id))? {
+        Some(b) if !crate::ports::kv::is_zero_counter(&b) => {
+            Ok(PoolRecord::decode(&b).ok().map(|r| r.state.counted))
+        }
+        _ => Ok(None),
     }
 }
 

@@ -20,11 +20,14 @@ use crate::error::{Error, ErrorKind, Known};
 use crate::ports::http::{headers, Deadline, HttpClient, TransportKind};
 use object::Object;
 
-/// The deadline of every request to the API server: connected within 3 s,
-/// answered within 10 s (a list page, a write; watches are not used).
+/// The deadline of every request to the API server (a list page, a
+/// write; watches are not used): the whole call within 10 s, connecting
+/// included, and connecting within 3 s. Not retried here: a 409 is
+/// re-read by the caller, anything else answers 503 for the step's caller
+/// to retry.
 pub const DEADLINE: Deadline = Deadline {
     connect_ms: 3_000,
-    response_ms: 10_000,
+    total_ms: 10_000,
 };
 
 /// API group of our kinds (the pool kinds, `MetalNetworkProfile`).

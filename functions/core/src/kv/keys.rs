@@ -10,12 +10,18 @@
 //! | Metal assignment | `metal/claim/<namespace>/<name>`, guard `metal-init/claim/…` | `provision::assign::AssignmentRecord` |
 //! | Metal poll cursor | `metal/poll`, guard `metal-init/poll` | `provision::poll::CursorRecord` |
 //! | network apply | `net/device/<uuid>`, guard `net-init/device/<uuid>` | `network::apply::ApplyRecord` |
+//! | network apply index | `net-device-index`, guard `net-device-index-init` | `kv::registry::RegistryRecord` (devices with an apply record) |
+//! | Metal assignment index | `metal-claim-index`, guard `metal-claim-index-init` | `kv::registry::RegistryRecord` (`<namespace>/<name>` of open assignment records) |
 //! | creation stall | `guard-stall/<record key>` | Unix seconds (text) |
 //! | observation summary | `obs/summary` | `observe::summary::Summary` (blind `set`, last writer wins) |
 //! | poll observation | `obs/poll` | `observe::summary::PollSeen` (blind `set`, last writer wins) |
 //! | request counter | `obs/req/<signature>` | counter (`observe::counters`) |
-//! | counter registry | `obs/signatures`, guard `obs-init/signatures` | `observe::counters::Registry` |
-//! | dropped requests | `obs/dropped` | counter |
+//! | signature registry | `obs/signatures`, guard `obs-init/signatures` | `kv::registry::RegistryRecord` (signatures) |
+//! | Kubernetes call counter | `obs/kube/<component>/<class>` | counter |
+//! | Metal call counter | `obs/metal/<operation index>/<class>` | counter |
+//! | conflict counter | `obs/conflicts/<component>` | counter |
+//! | counter registry | `obs/counters`, guard `obs-init/counters` | `kv::registry::RegistryRecord` (the three families above, by key) |
+//! | dropped requests (earlier builds) | `obs/dropped` | counter |
 //! | pool index | `pool-index`, guard `pool-index-init` | `kv::registry::RegistryRecord` (pool record keys) |
 //! | holder page | `holders/<pool key suffix>/<incarnation>/<page>` (e.g. `holders/ns/<namespace>/<name>/<incarnation>/0`), guard `holders-init/…` | `ipam::store::HolderPage` |
 //!
@@ -180,11 +186,26 @@ pub fn net_device_init(device: &str) -> String {
     format!("net-init/device/{device}")
 }
 
+/// `net-device-index`: the registry (`kv::registry::Index`) of the devices
+/// with a network apply record, so they are listed without listing the
+/// store.
+pub const NET_DEVICE_INDEX: &str = "net-device-index";
+
+/// The creation guard counter of the network apply index.
+pub const NET_DEVICE_INDEX_INIT: &str = "net-device-index-init";
+
+/// `metal-claim-index`: the registry (`kv::registry::Index`) of the claims
+/// (`<namespace>/<name>`) whose Metal assignment record is open.
+pub const METAL_CLAIM_INDEX: &str = "metal-claim-index";
+
+/// The creation guard counter of the Metal assignment index.
+pub const METAL_CLAIM_INDEX_INIT: &str = "metal-claim-index-init";
+
 /// `obs/summary`: what the last full reconcile saw (claims waiting,
 /// machines, assignments), for the metrics and the browser view.
 pub const OBS_SUMMARY: &str = "obs/summary";
 
-/// `obs/poll`: what the last successful Metal event poll saw.
+/// `obs/poll`: what the Metal event poll saw at the end of its last call.
 pub const OBS_POLL: &str = "obs/poll";
 
 /// Prefix of the request counters (`observe::counters`).
@@ -206,8 +227,94 @@ pub const OBS_SIGNATURES: &str = "obs/signatures";
 /// The creation guard counter of the signature registry.
 pub const OBS_SIGNATURES_INIT: &str = "obs-init/signatures";
 
-/// `obs/dropped`: requests not counted by signature (registry full).
+/// `obs/dropped`: requests an earlier build could not count by signature
+/// (its registry full); read, no longer written.
 pub const OBS_DROPPED: &str = "obs/dropped";
+
+/// Prefix of the Kubernetes call counters.
+pub const OBS_KUBE_PREFIX: &str = "obs/kube/";
+/// Prefix of the Metal call counters.
+pub const OBS_METAL_PREFIX: &str = "obs/metal/";
+/// Prefix of the compare-and-swap conflict counters.
+pub const OBS_CONFLICTS_PREFIX: &str = "obs/conflicts/";
+
+/// `obs/counters`: the registry of the call and conflict counters' keys.
+pub const OBS_COUNTERS: &str = "obs/counters";
+
+/// The creation guard counter of the counter registry.
+pub const OBS_COUNTERS_INIT: &str = "obs-init/counters";
+
+/// `obs/kube/<component>/<class>`: Kubernetes calls of a component's
+/// requests answered with a status of that class.
+pub fn obs_kube(component: &str, class: &str) -> String {
+    format!("{OBS_KUBE_PREFIX}{component}/{class}")
+}
+
+/// `obs/metal/<operation index>/<class>`: Metal calls of one operation
+/// (an index in `observe::counters::METAL_OPS`) by status class.
+pub fn obs_metal(op: usize, class: &str) -> String {
+    format!("{OBS_METAL_PREFIX}{op}/{class}")
+}
+
+/// `obs/conflicts/<component>`: compare-and-swap conflicts of a
+/// component's requests.
+pub fn obs_conflicts(component: &str) -> String {
+    format!("{OBS_CONFLICTS_PREFIX}{component}")
+}
+
+/// A call or conflict counter's key, parsed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ObsCounter<'a> {
+    /// `obs/kube/<component>/<class>`.
+    Kube {
+        /// The component.
+        component: &'a str,
+        /// The status class.
+        class: &'a str,
+    },
+    /// `obs/metal/<op>/<class>`.
+    Metal {
+        /// The operation's index.
+        op: usize,
+        /// The status class.
+        class: &'a str,
+    },
+    /// `obs/conflicts/<component>`.
+    Conflicts {
+        /// The component.
+        component: &'a str,
+    },
+}
+
+/// The counter a call or conflict counter key names.
+///
+/// ```
+/// use metal_ipam_core::kv::keys::{self, ObsCounter};
+/// assert_eq!(keys::parse_obs_counter(&keys::obs_kube("allocate", "2xx")),
+///     Some(ObsCounter::Kube { component: "allocate", class: "2xx" }));
+/// assert_eq!(keys::parse_obs_counter(&keys::obs_metal(9, "error")),
+///     Some(ObsCounter::Metal { op: 9, class: "error" }));
+/// assert_eq!(keys::parse_obs_counter(&keys::obs_conflicts("pools")),
+///     Some(ObsCounter::Conflicts { component: "pools" }));
+/// assert_eq!(keys::parse_obs_counter("obs/metal/x/2xx"), None);
+/// assert_eq!(keys::parse_obs_counter("obs/req/a|b"), None);
+/// ```
+pub fn parse_obs_counter(key: &str) -> Option<ObsCounter<'_>> {
+    if let Some(rest) = key.strip_prefix(OBS_KUBE_PREFIX) {
+        let (component, class) = rest.split_once('/')?;
+        return Some(ObsCounter::Kube { component, class });
+    }
+    if let Some(rest) = key.strip_prefix(OBS_METAL_PREFIX) {
+        let (op, class) = rest.split_once('/')?;
+        return Some(ObsCounter::Metal {
+            op: op.parse().ok()?,
+            class,
+        });
+    }
+    let component = key.strip_prefix(OBS_CONFLICTS_PREFIX)?;
+    (!component.is_empty() && !component.contains('/'))
+        .then_some(ObsCounter::Conflicts { component })
+}
 
 /// `pool-index`: the registry (`kv::registry`) of every pool record key
 /// ever written, so pools are listed without listing the store.

@@ -225,12 +225,11 @@ impl From<MetalError> for Error {
     }
 }
 
-/// Longest connect of one attempt, in milliseconds.
+/// Longest connect of one attempt, in milliseconds (at most half of the
+/// attempt's deadline: [`Deadline::timeouts`]).
 pub const CONNECT_MS: u64 = 3_000;
 
-/// Shortest deadline of an attempt, in milliseconds: an attempt started
-/// near the end of the budget still gets this long.
-pub const MIN_ATTEMPT_MS: u64 = 500;
+pub use super::retry::MIN_ATTEMPT_MS;
 
 /// What the retry policy sees of an attempt's result.
 fn attempt_of(result: &Result<http::Response<Vec<u8>>, TransportError>) -> Attempt<'_> {
@@ -267,20 +266,21 @@ fn answer(request: String, resp: http::Response<Vec<u8>>) -> Result<(u16, Vec<u8
 }
 
 /// The deadline of one attempt with `left_ms` of the request's budget
-/// left: connecting within [`CONNECT_MS`], the answer within what is left
-/// (at least [`MIN_ATTEMPT_MS`] each). So a request, its waits and retries
-/// included, ends within its budget plus [`MIN_ATTEMPT_MS`].
+/// left: the whole attempt, connecting included, within what is left;
+/// connecting within [`CONNECT_MS`] (and half of what is left). With the
+/// retry policy's waits, which never end past the budget, a request ends
+/// within its budget, whatever the peer does.
 ///
 /// ```
 /// use metal_ipam_core::metal::client::attempt_deadline;
 /// use metal_ipam_core::ports::http::Deadline;
-/// assert_eq!(attempt_deadline(10_000), Deadline { connect_ms: 3_000, response_ms: 10_000 });
-/// assert_eq!(attempt_deadline(0), Deadline { connect_ms: 500, response_ms: 500 });
+/// assert_eq!(attempt_deadline(10_000), Deadline { connect_ms: 3_000, total_ms: 10_000 });
+/// assert_eq!(attempt_deadline(800).timeouts().connect_ms, 400);
 /// ```
 pub fn attempt_deadline(left_ms: u64) -> Deadline {
     Deadline {
-        connect_ms: left_ms.clamp(MIN_ATTEMPT_MS, CONNECT_MS),
-        response_ms: left_ms.max(MIN_ATTEMPT_MS),
+        connect_ms: CONNECT_MS,
+        total_ms: left_ms,
     }
 }
 
@@ -320,6 +320,18 @@ impl<'a, H: HttpClient + ?Sized, E: Env + ?Sized> Metal<'a, H, E> {
     /// `Deprecation` / `Sunset` headers seen, each once.
     pub fn notices(&self) -> Vec<String> {
         self.notices.borrow().clone()
+    }
+
+    /// The configuration the client uses.
+    pub fn config(&self) -> &MetalConfig {
+        self.cfg
+    }
+
+    /// A client over the same transport and clock with `cfg` instead (the
+    /// poll reads devices within a shorter retry budget); its calls and
+    /// notices are counted apart.
+    pub fn with_config<'b>(&'b self, cfg: &'b MetalConfig) -> Metal<'b, H, E> {
+        Metal::new(self.http, cfg, self.env)
     }
 
     fn url(&self, path: &str, query: &[(&str, String)]) -> String {
@@ -362,14 +374,23 @@ impl<'a, H: HttpClient + ?Sized, E: Env + ?Sized> Metal<'a, H, E> {
         let url = self.url(path, query);
         let bytes = body.map(|b| b.to_string().into_bytes()).unwrap_or_default();
         let start = self.env.now_ms();
+        let mut last = String::new();
         for attempt in 1u32.. {
             let mut req = self.request(&method, &url, body.is_some(), &bytes, &request)?;
-            // This attempt may use what is left of the request's budget.
+            // This attempt may use what is left of the request's budget. A
+            // retry has at least MIN_ATTEMPT_MS of it (the policy's waits
+            // leave that much), unless the wait overran: then it stops.
             let left = self
                 .cfg
                 .retry
                 .budget_ms
                 .saturating_sub(self.env.now_ms().saturating_sub(start));
+            if attempt > 1 && left < MIN_ATTEMPT_MS {
+                return Err(MetalError::Unavailable {
+                    retry_after_s: 1,
+                    detail: format!("{last} after {} attempt(s)", attempt - 1),
+                });
+            }
             attempt_deadline(left).set(&mut req);
             self.calls.set(self.calls.get() + 1);
             let result = self.http.send(req);
@@ -388,7 +409,7 @@ impl<'a, H: HttpClient + ?Sized, E: Env + ?Sized> Metal<'a, H, E> {
                 Ok(r) => self.note(r),
             }
             let elapsed = self.env.now_ms().saturating_sub(start);
-            let last = match &result {
+            last = match &result {
                 Err(e) => format!("{request}: {e}"),
                 Ok(r) => format!("{request}: {}", r.status().as_u16()),
             };

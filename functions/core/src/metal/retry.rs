@@ -13,11 +13,18 @@
 //!   caller must look the resource up (by tag) before creating it again.
 //! - Everything else is the answer.
 //!
-//! No wait may end past the per-request budget: past it the caller gives
-//! up with a `Retry-After` for its own client, and keeps its progress. The
-//! attempts themselves are bounded too: each carries what is left of the
-//! budget as its deadline (`client::attempt_deadline`), so a request ends
-//! within its budget plus half a second, whatever the peer does.
+//! No wait may end past the per-request budget, nor leave less than
+//! [`MIN_ATTEMPT_MS`] of it for the attempt that follows: then the caller
+//! gives up with a `Retry-After` for its own client, and keeps its
+//! progress. The attempts themselves are bounded too: each carries what is
+//! left of the budget as its deadline, connecting included
+//! (`client::attempt_deadline`), which the transport keeps whatever the
+//! peer does. So a request, its attempts, waits and retries included, ends
+//! within its budget.
+
+/// The least of the budget a retry is sent with: a wait that would leave
+/// less gives up instead.
+pub const MIN_ATTEMPT_MS: u64 = 500;
 
 /// Retry limits of one request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,7 +88,8 @@ pub enum Next {
 
 /// The decision after attempt number `attempt` (1 for the first) of a
 /// request that `repeatable` or not, `elapsed_ms` into its budget, at Unix
-/// time `now_s`, with `random` for the jitter.
+/// time `now_s`, with `random` for the jitter. A wait is only chosen when
+/// at least [`MIN_ATTEMPT_MS`] of the budget is left after it.
 ///
 /// # Examples
 /// ```
@@ -114,7 +122,11 @@ pub fn decide(
         _ if !repeatable => return Next::Unknown,
         _ => backoff_ms(policy, attempt, random),
     };
-    if elapsed_ms.saturating_add(wait) > policy.budget_ms {
+    if elapsed_ms
+        .saturating_add(wait)
+        .saturating_add(MIN_ATTEMPT_MS)
+        > policy.budget_ms
+    {
         Next::GiveUp {
             retry_after_s: wait.div_ceil(1000).max(1),
         }
@@ -232,6 +244,17 @@ mod tests {
         assert_eq!(
             decide(&P, 1, 9_900, 0, 0, true, &status(503)),
             Next::GiveUp { retry_after_s: 1 }
+        );
+        // 9.4 s spent: the backoff would end at 9.525 s, leaving the retry
+        // 475 ms, less than MIN_ATTEMPT_MS; 9.375 s is the last point that
+        // leaves it 500 ms.
+        assert_eq!(
+            decide(&P, 1, 9_400, 0, 0, true, &status(503)),
+            Next::GiveUp { retry_after_s: 1 }
+        );
+        assert_eq!(
+            decide(&P, 1, 9_375, 0, 0, true, &status(503)),
+            Next::Wait(125)
         );
         let long = Attempt::Response {
             status: 429,

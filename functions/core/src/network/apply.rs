@@ -60,7 +60,8 @@ use super::plan::{plan, Action, Desired, Observed, Step};
 use super::profile::Mode;
 use crate::error::{Error, ErrorKind, Known, Result};
 use crate::kv::protocol::{read_record, update_record, Enveloped, StateRecord, Step as KvStep};
-use crate::kv::Ctx;
+use crate::kv::registry::{Index, RegistryId};
+use crate::kv::{keys, Ctx};
 use crate::metal::client::{Metal, MetalError, PortChange};
 use crate::metal::model::VlanBatch;
 use crate::ports::http::HttpClient;
@@ -229,19 +230,57 @@ pub fn read_existing<K: KvStore>(kv: &K, device: &str) -> Result<Option<ApplySta
     read_record::<K, ApplyRecord>(kv, device)
 }
 
+/// The devices with an apply record: the index the poll and reconcile
+/// read instead of listing the store (`net-device-index`, a
+/// [`crate::kv::registry::Index`]). A device is listed before its record
+/// is created ([`change`]) and unlisted once the record is forgotten
+/// ([`forget`]).
+pub const DEVICES: Index = Index {
+    id: RegistryId {
+        key: keys::NET_DEVICE_INDEX,
+        guard: keys::NET_DEVICE_INDEX_INIT,
+    },
+    member_of: device_of_key,
+};
+
+fn device_of_key(key: &str) -> Option<String> {
+    keys::parse_net_device(key).map(str::to_string)
+}
+
+/// One read-modify-write of the device's record. A write that would
+/// create the record is made only once the device is in [`DEVICES`], and
+/// checked there again once it landed (the index's rule 1).
 fn change<K: KvStore, T>(
     ctx: &Ctx<'_, K>,
     device: &str,
     mut f: impl FnMut(&ApplyState) -> Result<Option<(ApplyState, T)>>,
     unchanged: impl Fn(&ApplyState) -> T,
 ) -> Result<T> {
-    update_record::<K, ApplyRecord, T>(ctx, device, |cur| {
-        let cur = cur.cloned().unwrap_or_default();
-        match f(&cur)? {
-            Some((next, out)) => Ok(KvStep::Write(Box::new(next), out)),
-            None => Ok(KvStep::Done(unchanged(&cur))),
+    let mut listed = false;
+    loop {
+        let mut created = false;
+        let out = update_record::<K, ApplyRecord, Option<T>>(ctx, device, |cur| {
+            created = cur.is_none();
+            let state = cur.cloned().unwrap_or_default();
+            match f(&state)? {
+                Some(_) if created && !listed => Ok(KvStep::Done(None)),
+                Some((next, out)) => Ok(KvStep::Write(Box::new(next), Some(out))),
+                None => Ok(KvStep::Done(Some(unchanged(&state)))),
+            }
+        })?;
+        match out {
+            Some(out) => {
+                if listed && created {
+                    DEVICES.ensure(ctx, device)?;
+                }
+                return Ok(out);
+            }
+            None => {
+                DEVICES.ensure(ctx, device)?;
+                listed = true;
+            }
         }
-    })
+    }
 }
 
 /// What a holder's write finds when the lease is no longer its own.
@@ -257,49 +296,70 @@ fn is_lease_lost(e: &Error) -> bool {
     e.is(Known::LeaseLost)
 }
 
-/// The devices with an apply record, from one key listing (no read).
-///
-/// # Errors
-/// Store errors.
-pub fn devices<K: KvStore>(kv: &K) -> Result<Vec<String>> {
-    Ok(kv
-        .list_keys()?
-        .into_iter()
-        .filter_map(|k| crate::kv::keys::parse_net_device(&k).map(str::to_string))
-        .collect())
-}
-
-/// The devices with a step running (a batch or a mode change awaited):
-/// what the Metal poll continues, so an apply left at 202 advances without
-/// anyone POSTing again. One key listing and one read per device record.
+/// Every device with an apply record, and the record: [`DEVICES`]' members
+/// (one `get`), then one `get` per member; a member whose record is gone
+/// (a forget that stopped half-way, or a creation that never landed) is
+/// unlisted. Reads no other key, and lists the store only once, on a store
+/// written before the index.
 ///
 /// # Errors
 /// Store errors; 500 for an unreadable record.
-pub fn running_devices<K: KvStore>(kv: &K) -> Result<Vec<String>> {
+pub fn records<K: KvStore>(ctx: &Ctx<'_, K>) -> Result<Vec<(String, ApplyState)>> {
     let mut out = Vec::new();
-    for device in devices(kv)? {
-        if read(kv, &device)?.running.is_some() {
-            out.push(device);
+    for device in DEVICES.members(ctx)? {
+        match read_existing(ctx.kv, &device)? {
+            Some(state) => out.push((device, state)),
+            None => {
+                DEVICES.unlist(ctx, &device, || {
+                    Ok(read_existing(ctx.kv, &device)?.is_some())
+                })?;
+            }
         }
     }
     Ok(out)
 }
 
+/// The devices with an apply record ([`records`]).
+///
+/// # Errors
+/// As [`records`].
+pub fn devices<K: KvStore>(ctx: &Ctx<'_, K>) -> Result<Vec<String>> {
+    Ok(records(ctx)?.into_iter().map(|(d, _)| d).collect())
+}
+
+/// The devices with a step running (a batch or a mode change awaited):
+/// what the Metal poll continues, so an apply left at 202 advances without
+/// anyone POSTing again ([`records`]: one read of the index and one per
+/// device record).
+///
+/// # Errors
+/// As [`records`].
+pub fn running_devices<K: KvStore>(ctx: &Ctx<'_, K>) -> Result<Vec<String>> {
+    Ok(records(ctx)?
+        .into_iter()
+        .filter(|(_, s)| s.running.is_some())
+        .map(|(d, _)| d)
+        .collect())
+}
+
 /// Forgets a deleted device's record (its creation guard and any noted
-/// creation stall too: `kv::protocol::forget_record`): nothing of
-/// the device is left to apply to or poll. An instance that was working on
+/// creation stall too: `kv::protocol::forget_record`), then unlists it
+/// from [`DEVICES`] (unless a record came back meanwhile): nothing of the
+/// device is left to apply to or poll. An instance that was working on
 /// the device when it went stops at its next read of the device (404
 /// `DeviceNotFound`); its last swap may write the record back, lease
 /// released, which is harmless (a device id never comes back) and costs
-/// one key.
+/// one key, unlisted (nothing reads it again).
 ///
 /// # Idempotency
 /// Deleting absent keys changes nothing.
 ///
 /// # Errors
 /// Store errors.
-pub fn forget<K: KvStore>(kv: &K, device: &str) -> Result<()> {
-    crate::kv::protocol::forget_record::<K, ApplyRecord>(kv, device)
+pub fn forget<K: KvStore>(ctx: &Ctx<'_, K>, device: &str) -> Result<()> {
+    crate::kv::protocol::forget_record::<K, ApplyRecord>(ctx.kv, device)?;
+    DEVICES.unlist(ctx, device, || Ok(read_existing(ctx.kv, device)?.is_some()))?;
+    Ok(())
 }
 
 /// Records the operator's release of `device` (`profile`: the Machine's
@@ -696,6 +756,11 @@ fn run<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
         }
         Taken::Released => return Ok(None),
     }
+    // The record is alive and ours for now: listed, whatever happened to
+    // its member (a crash half-way through a forget racing its
+    // re-creation, a record written back after a forget, or written by an
+    // older build): one `get` when it is.
+    DEVICES.ensure(ctx, device)?;
     let holder = Holder {
         token: &token,
         until: now + LEASE_S,
@@ -755,7 +820,7 @@ fn rounds<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
             Some(o) => o,
             None => {
                 // Gone: nothing of it is left to apply to or poll.
-                forget(ctx.kv, device)?;
+                forget(ctx, device)?;
                 return Err(device_not_found(device));
             }
         };
@@ -1063,6 +1128,48 @@ fn issue<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
                 finish(ctx, device, token, None)?;
             }
             Err(e.into())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{Backend, MemKv, TestEnv};
+
+    #[test]
+    fn apply_records_are_listed_while_they_exist() {
+        for backend in [Backend::SpinSqlite, Backend::Redis, Backend::RedisSpin36] {
+            let kv = MemKv::new(backend);
+            let env = TestEnv::seeded(100, 6);
+            let ctx = Ctx {
+                kv: &kv,
+                env: &env,
+                swap_policy: crate::kv::SwapPolicy::Auto,
+            };
+            let listed = || {
+                DEVICES
+                    .members(&ctx)
+                    .unwrap()
+                    .into_iter()
+                    .collect::<Vec<_>>()
+            };
+            assert_eq!(take_lease(&ctx, "d1", "t", 100).unwrap(), None);
+            assert_eq!(take_lease(&ctx, "d2", "t", 100).unwrap(), None);
+            assert_eq!(listed(), ["d1", "d2"], "{backend:?}");
+            // Writes to an existing record touch no index.
+            kv.reset_counts();
+            release_lease(&ctx, "d1", "t").unwrap();
+            assert_eq!(kv.counts().list_keys, 0);
+            assert_eq!(listed(), ["d1", "d2"]);
+            forget(&ctx, "d1").unwrap();
+            assert_eq!(listed(), ["d2"]);
+            // A member whose record is gone (a forget stopped half-way) is
+            // dropped by the next listing.
+            DEVICES.ensure(&ctx, "d3").unwrap();
+            assert_eq!(devices(&ctx).unwrap(), ["d2"]);
+            assert_eq!(listed(), ["d2"]);
+            assert!(running_devices(&ctx).unwrap().is_empty());
         }
     }
 }

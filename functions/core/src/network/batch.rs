@@ -235,6 +235,17 @@ pub fn failure_body(e: &MetalError) -> Value {
     body
 }
 
+/// The deadline of a chained VLAN step, as its caller keeps it: the step
+/// makes one Metal request (its own 10 s budget), and the caller stops
+/// waiting after 10 s, connecting included, so the step is one bounded
+/// call inside the apply's lease (`apply::CALL_S`). A step cut off
+/// answers nothing: a `create` is then an unknown outcome (polled, never
+/// repeated), a read is retried.
+pub const STEP_DEADLINE: Deadline = Deadline {
+    connect_ms: 3_000,
+    total_ms: 10_000,
+};
+
 /// Asks the step's component by Spin service chaining, with the API token.
 pub struct Chained<'a, H: HttpClient + ?Sized> {
     /// Outbound HTTP.
@@ -264,7 +275,7 @@ impl<H: HttpClient + ?Sized> VlanBatches for Chained<'_, H> {
             .map_err(|e| MetalError::Malformed {
                 detail: e.to_string(),
             })?;
-        Deadline::CHAINED.set(&mut request);
+        STEP_DEADLINE.set(&mut request);
         let resp = self
             .http
             .send(request)

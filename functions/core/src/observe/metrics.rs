@@ -7,10 +7,13 @@
 //! live record (a VRF-backed pool being provisioned, a deleted pool), its
 //! Metal progress record (1 `get`), the summary (1), the poll observation (1),
 //! the signature registry (1), each signature's counter (1
-//! `increment(key, 0)` each) and `obs/dropped` (1): **P + V + S + 5**
+//! `increment(key, 0)` each), the counter registry (1), each call or
+//! conflict counter (1 each) and `obs/dropped` (1): **P + V + S + C + 6**
 //! operations for P indexed pools, V of them VRF-backed or without a live
-//! record, S signatures, whatever the number of claims or machines. A
-//! store written before the pool index costs one listing, once.
+//! record, S signatures and C call and conflict counters (both bounded by
+//! the build, not by traffic: [`counters`]), whatever the number of
+//! claims, machines or requests. A store written before the pool index
+//! costs one listing, once.
 //!
 //! The encoder is hand-written (families, HELP/TYPE once each, label and
 //! help escaping): the `prometheus` crate would bring a registry, atomics
@@ -144,10 +147,10 @@ pub fn scrape<K: KvStore>(ctx: &Ctx<'_, K>) -> Result<String> {
         swap_policy: ctx.swap_policy,
     };
     let mut x = Exposition::default();
-    let pools = pools(&counted, &mut x)?;
+    let (pools, in_records) = pools(&counted, &mut x)?;
     summary_families(&kv, &mut x)?;
     poll_families(&kv, ctx.env.now(), &mut x)?;
-    counter_families(&kv, &mut x)?;
+    counter_families(&kv, &in_records, &mut x)?;
     x.family(
         "metal_ipam_scrape_kv_operations",
         GAUGE,
@@ -231,8 +234,11 @@ fn resource_state(p: &Progress, field: &str) -> String {
     }
 }
 
-/// The pool families; returns how many pools were reported.
-fn pools<K: KvStore>(ctx: &Ctx<'_, K>, x: &mut Exposition) -> Result<usize> {
+/// The pool families; returns how many pools were reported, and the
+/// requests counted in pool records (`ipam::index::Index::counted`: the
+/// allocations and releases that counted themselves in their pool's
+/// write), from the same reads.
+fn pools<K: KvStore>(ctx: &Ctx<'_, K>, x: &mut Exposition) -> Result<(usize, index::Counted)> {
     for (name, help) in POOL_GAUGES {
         x.family(name, GAUGE, help);
     }
@@ -274,8 +280,11 @@ fn pools<K: KvStore>(ctx: &Ctx<'_, K>, x: &mut Exposition) -> Result<usize> {
     x.sample("metal_ipam_pool_index_capacity", &[], index::MAX_POOLS);
     let now = ctx.env.now();
     let mut n = 0;
+    let mut records = BTreeMap::new();
     for id in idx.ids() {
-        let l = match ops::find_pool(ctx.kv, &id)? {
+        let (found, counted) = ops::find_pool_counted(ctx.kv, &id)?;
+        records.insert(crate::kv::keys::pool(&id), counted);
+        let l = match found {
             ops::Found::Live(l) => l,
             ops::Found::Unreadable(_) => {
                 // Skipped and reported: one bad record hides nothing else.
@@ -340,7 +349,7 @@ fn pools<K: KvStore>(ctx: &Ctx<'_, K>, x: &mut Exposition) -> Result<usize> {
             metal_samples(x, &id, p);
         }
     }
-    Ok(n)
+    Ok((n, idx.counted(&records)))
 }
 
 fn metal_samples(x: &mut Exposition, id: &PoolId, p: &Progress) {
@@ -388,7 +397,7 @@ fn summary_families<K: KvStore>(kv: &K, x: &mut Exposition) -> Result<()> {
     x.family(
         "metal_ipam_metal_assignments",
         GAUGE,
-        "Claims' Metal IP assignment records by state (as of the last reconcile).",
+        "Claims' open Metal IP assignment records by state (as of the last reconcile).",
     );
     x.family(
         "metal_ipam_reconcile_last_run_timestamp_seconds",
@@ -453,8 +462,8 @@ fn summary_families<K: KvStore>(kv: &K, x: &mut Exposition) -> Result<()> {
 }
 
 /// The poll families, from the poll observation (`obs/poll`, written by
-/// each successful poll, [`super::summary::PollSeen`]); none before the
-/// first successful poll.
+/// each poll call that read events, [`super::summary::PollSeen`]); none
+/// before the first.
 fn poll_families<K: KvStore>(kv: &K, now: u64, x: &mut Exposition) -> Result<()> {
     x.family(
         "metal_ipam_poll_last_success_timestamp_seconds",
@@ -471,14 +480,26 @@ fn poll_families<K: KvStore>(kv: &K, now: u64, x: &mut Exposition) -> Result<()>
         GAUGE,
         "Devices named by ingested Metal events and not handled yet after the last poll.",
     );
+    x.family(
+        "metal_ipam_poll_devices_failing",
+        GAUGE,
+        "Devices pending after the last poll whose reads keep failing (each backs off).",
+    );
+    x.family(
+        "metal_ipam_poll_oldest_pending_seconds",
+        GAUGE,
+        "Seconds the oldest device pending after the last poll has waited since Metal's events first named it (0: none pending).",
+    );
     let Some(seen) = super::summary::read_poll(kv)? else {
         return Ok(());
     };
-    x.sample(
-        "metal_ipam_poll_last_success_timestamp_seconds",
-        &[],
-        seen.at,
-    );
+    if seen.at > 0 {
+        x.sample(
+            "metal_ipam_poll_last_success_timestamp_seconds",
+            &[],
+            seen.at,
+        );
+    }
     if seen.cursor_moved_at > 0 {
         x.sample(
             "metal_ipam_poll_cursor_age_seconds",
@@ -487,45 +508,34 @@ fn poll_families<K: KvStore>(kv: &K, now: u64, x: &mut Exposition) -> Result<()>
         );
     }
     x.sample("metal_ipam_poll_events_behind", &[], seen.pending);
+    x.sample("metal_ipam_poll_devices_failing", &[], seen.failing);
+    let oldest = match seen.oldest_pending_since {
+        0 => 0,
+        since => now.saturating_sub(since),
+    };
+    x.sample("metal_ipam_poll_oldest_pending_seconds", &[], oldest);
     Ok(())
 }
 
-/// The request counters, summed from the signatures.
-fn counter_families<K: KvStore>(kv: &K, x: &mut Exposition) -> Result<()> {
-    let (sigs, dropped) = counters::read_all(kv)?;
-    let mut requests: BTreeMap<(&str, &str, u16), u64> = BTreeMap::new();
-    let mut conflicts: BTreeMap<&str, u64> = BTreeMap::new();
-    let mut contention: BTreeMap<&str, u64> = BTreeMap::new();
-    let mut metal: BTreeMap<(usize, usize), u64> = BTreeMap::new();
-    let mut kube = [0u64; 5];
-    let (mut allocations, mut releases) = (0u64, 0u64);
-    for (s, n) in &sigs {
-        let n = *n;
-        *requests
-            .entry((s.component.as_str(), s.route.as_str(), s.status))
-            .or_default() += n;
-        *conflicts.entry(s.component.as_str()).or_default() += u64::from(s.conflicts) * n;
-        if s.reason == "Contention" {
-            *contention.entry(s.component.as_str()).or_default() += n;
-        }
-        match s.outcome.as_str() {
-            "allocated" => allocations += n,
-            "released" if s.component != "network" => releases += n,
-            _ => {}
-        }
-        for (i, c) in s.calls.kube.iter().enumerate() {
-            kube[i] += u64::from(*c) * n;
-        }
-        for (k, c) in &s.calls.metal {
-            *metal.entry(*k).or_default() += u64::from(*c) * n;
-        }
+/// The request, call and conflict counters ([`counters::read_all`]),
+/// with the requests counted in pool records (`in_records`: allocations
+/// and releases that counted themselves in their pool's write), and the
+/// registries' size against their caps.
+fn counter_families<K: KvStore>(
+    kv: &K,
+    in_records: &index::Counted,
+    x: &mut Exposition,
+) -> Result<()> {
+    let mut t = counters::read_all(kv)?;
+    for (text, n) in in_records {
+        t.add_signature(text, *n);
     }
     x.family(
         "metal_ipam_requests_total",
         COUNTER,
-        "Requests answered by components with a store, by component, route template and status.",
+        "Requests answered by components with a store, by component, route template and status (route other: counted without their own signature).",
     );
-    for ((component, route, status), n) in requests {
+    for ((component, route, status), n) in &t.requests {
         let status = status.to_string();
         x.sample(
             "metal_ipam_requests_total",
@@ -542,19 +552,19 @@ fn counter_families<K: KvStore>(kv: &K, x: &mut Exposition) -> Result<()> {
         COUNTER,
         "Addresses allocated by the plain HTTP API (answers with outcome allocated).",
     );
-    x.sample("metal_ipam_allocations_total", &[], allocations);
+    x.sample("metal_ipam_allocations_total", &[], t.allocations);
     x.family(
         "metal_ipam_releases_total",
         COUNTER,
         "Addresses released (answers with outcome released, machine releases excluded).",
     );
-    x.sample("metal_ipam_releases_total", &[], releases);
+    x.sample("metal_ipam_releases_total", &[], t.releases);
     x.family(
         "metal_ipam_kv_cas_conflicts_total",
         COUNTER,
         "Compare-and-swap writes that did not land (another writer came first), by component.",
     );
-    for (component, n) in conflicts {
+    for (component, n) in &t.conflicts {
         x.sample(
             "metal_ipam_kv_cas_conflicts_total",
             &[("component", component)],
@@ -566,7 +576,7 @@ fn counter_families<K: KvStore>(kv: &K, x: &mut Exposition) -> Result<()> {
         COUNTER,
         "Answers 503 Contention (a record changed by too many requests at once), by component.",
     );
-    for (component, n) in contention {
+    for (component, n) in &t.contention {
         x.sample(
             "metal_ipam_contention_answers_total",
             &[("component", component)],
@@ -578,31 +588,60 @@ fn counter_families<K: KvStore>(kv: &K, x: &mut Exposition) -> Result<()> {
         COUNTER,
         "Equinix Metal API calls by operation (method and path template) and status class (error: no response).",
     );
-    for ((op, class), n) in metal {
+    for ((op, class), n) in &t.metal {
         x.sample(
             "metal_ipam_metal_calls_total",
-            &[("operation", METAL_OPS[op]), ("class", CLASSES[class])],
+            &[("operation", METAL_OPS[*op]), ("class", CLASSES[*class])],
             n,
         );
     }
     x.family(
         "metal_ipam_kube_calls_total",
         COUNTER,
-        "Kubernetes API calls by status class (error: no response).",
+        "Kubernetes API calls by component and status class (error: no response).",
     );
-    for (class, n) in CLASSES.iter().zip(kube) {
-        x.sample("metal_ipam_kube_calls_total", &[("class", class)], n);
+    for ((component, class), n) in &t.kube {
+        x.sample(
+            "metal_ipam_kube_calls_total",
+            &[("component", component), ("class", CLASSES[*class])],
+            n,
+        );
     }
     x.family(
         "metal_ipam_metrics_unregistered_requests_total",
         COUNTER,
-        "Requests whose signature the full registry could not take (not in the other request counters).",
+        "Requests not counted under their own signature: in metal_ipam_requests_total under route other (the signature registry was full), or, from an earlier build, not counted there at all.",
     );
     x.sample(
         "metal_ipam_metrics_unregistered_requests_total",
         &[],
-        dropped,
+        t.unregistered,
     );
+    x.family(
+        "metal_ipam_registry_entries",
+        GAUGE,
+        "Members of a registry record (signatures: request signatures; counters: call and conflict counter keys).",
+    );
+    x.family(
+        "metal_ipam_registry_capacity",
+        GAUGE,
+        "The cap of a registry record (signatures: for a request's own signature; the overflow signatures have a reserve beyond it).",
+    );
+    for (registry, entries, cap) in [
+        ("signatures", t.signatures, counters::MAX_SIGNATURES),
+        ("counters", t.counters, counters::COUNTER_KEYS),
+    ] {
+        x.sample(
+            "metal_ipam_registry_entries",
+            &[("registry", registry)],
+            entries,
+        );
+        x.sample(
+            "metal_ipam_registry_capacity",
+            &[("registry", registry)],
+            cap,
+        );
+    }
     Ok(())
 }
 

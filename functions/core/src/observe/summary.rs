@@ -5,7 +5,8 @@
 //! every claim and machine.
 //!
 //! [`PollSeen`] is the same for the Metal event poll: written by
-//! `capi::poll` at the end of each successful call.
+//! `capi::poll` at the end of each call that read events (`at` only by the
+//! successful ones).
 //!
 //! Written by `capi::reconcile` at the end of each run with a blind `set`
 //! (last writer wins: it is an observation, never read for a decision, so
@@ -19,6 +20,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::Result;
 use crate::kv::keys;
 use crate::ports::kv::KvStore;
+use crate::provision::poll::PendingDevice;
 
 /// Schema version of the summary record.
 pub const SUMMARY_VERSION: u32 = 1;
@@ -150,29 +152,39 @@ pub fn write<K: KvStore>(kv: &K, summary: &Summary) -> Result<()> {
     Ok(())
 }
 
-/// The value of `obs/poll`: what the last successful Metal event poll saw.
+/// The value of `obs/poll`: what the Metal event poll saw, as of its last
+/// call (`at`: its last successful one).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct PollSeen {
-    /// Unix seconds when the last successful poll ended.
+    /// Unix seconds when the last successful poll ended (0: none yet).
     pub at: u64,
     /// Unix seconds when a poll last moved the cursor (ingested events);
     /// 0 before any did.
     #[serde(default)]
     pub cursor_moved_at: u64,
-    /// Events that poll ingested.
+    /// Events the last call ingested.
     #[serde(default)]
     pub events: u64,
-    /// Devices named by events and not handled yet after it.
+    /// Devices named by events and not handled yet after the last call
+    /// (those backing off included).
     #[serde(default)]
     pub pending: u64,
-    /// Failures on single claims and machines it reported.
+    /// Failures on single claims, machines and devices the last call
+    /// reported.
     #[serde(default)]
     pub errors: u64,
+    /// Pending devices whose last read failed (backing off).
+    #[serde(default)]
+    pub failing: u64,
+    /// Unix seconds the oldest pending device was first named; 0 when
+    /// none is pending (or none with a known time).
+    #[serde(default)]
+    pub oldest_pending_since: u64,
 }
 
-/// Reads the poll observation; `None` before the first successful poll
-/// (or when the stored one cannot be read).
+/// Reads the poll observation; `None` before the first poll call that
+/// read events (or when the stored one cannot be read).
 ///
 /// # Errors
 /// The store failed.
@@ -182,31 +194,46 @@ pub fn read_poll<K: KvStore>(kv: &K) -> Result<Option<PollSeen>> {
         .and_then(|b| serde_json::from_slice(&b).ok()))
 }
 
-/// Records a successful poll at `now` that ingested `events` events and
-/// left `pending` devices (one `get`, one `set`; last writer wins). The
-/// cursor's last move is kept from the record before when this poll
-/// ingested nothing.
+/// What one poll call saw, for [`record_poll`].
+#[derive(Debug, Clone, Copy)]
+pub struct PollCall<'a> {
+    /// The call succeeded (it may still have reported failures on single
+    /// objects); `false` when it stopped early.
+    pub succeeded: bool,
+    /// Events it ingested.
+    pub events: u64,
+    /// The devices pending after it (`metal/poll`).
+    pub pending: &'a [PendingDevice],
+    /// Failures on single objects it reported.
+    pub errors: u64,
+}
+
+/// Records a poll call ending at `now` (one `get`, one `set`; last writer
+/// wins). `at` moves only when the call succeeded; the cursor's last move
+/// is kept from the record before when the call ingested nothing.
 ///
 /// # Errors
 /// The store failed.
-pub fn record_poll<K: KvStore>(
-    kv: &K,
-    now: u64,
-    events: u64,
-    pending: u64,
-    errors: u64,
-) -> Result<PollSeen> {
+pub fn record_poll<K: KvStore>(kv: &K, now: u64, call: &PollCall<'_>) -> Result<PollSeen> {
     let before = read_poll(kv)?.unwrap_or_default();
     let seen = PollSeen {
-        at: now,
-        cursor_moved_at: if events > 0 {
+        at: if call.succeeded { now } else { before.at },
+        cursor_moved_at: if call.events > 0 {
             now
         } else {
             before.cursor_moved_at
         },
-        events,
-        pending,
-        errors,
+        events: call.events,
+        pending: call.pending.len() as u64,
+        errors: call.errors,
+        failing: call.pending.iter().filter(|p| p.failures > 0).count() as u64,
+        oldest_pending_since: call
+            .pending
+            .iter()
+            .map(|p| p.since)
+            .filter(|s| *s > 0)
+            .min()
+            .unwrap_or(0),
     };
     let bytes = serde_json::to_vec(&seen).expect("a poll observation serialises");
     kv.set(keys::OBS_POLL, &bytes)?;

@@ -3,9 +3,10 @@
 //! knowing it runs in Spin.
 //!
 //! Every request carries a [`Deadline`] (a request extension the clients
-//! set): how long connecting and waiting for the answer may take. The
-//! shells pass it on as `wasi:http` request options, so no call waits on a
-//! peer that never answers, and the leases that assume bounded calls
+//! set): how long the whole call may take, connecting included, and how
+//! long connecting may. The shells pass it on as `wasi:http` request
+//! options and check its absolute end on every wait, so no call outlasts
+//! it whatever the peer does, and the leases that assume bounded calls
 //! (`kv-schema/README.md`) hold.
 
 use std::fmt;
@@ -42,8 +43,8 @@ pub mod headers {
 /// retry, look before repeating a POST, or stop and say what is wrong.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TransportKind {
-    /// No answer within the [`Deadline`] (connecting, or waiting for the
-    /// response or its body). The request may have been processed.
+    /// No whole answer within the [`Deadline`] (connecting, the answer's
+    /// head, or its body). The request may have been processed.
     Timeout,
     /// The TLS handshake failed: an untrusted or invalid certificate, a
     /// protocol or alert error. Nothing was sent; retrying does not help.
@@ -113,16 +114,43 @@ impl fmt::Display for TransportError {
 
 impl std::error::Error for TransportError {}
 
-/// How long one request may take, in milliseconds: to connect, and then
-/// for the answer (its first byte, and between any two chunks of its
-/// body). Set by the clients as a request extension ([`Deadline::set`]);
-/// a transport reads it with [`Deadline::of`].
+/// How long one request may take, in milliseconds, from the moment the
+/// transport starts it: the whole call — connecting (TCP and TLS),
+/// sending, the answer's head and its whole body — ends within
+/// `total_ms`, whatever the peer does (a slow connect, a slow first byte,
+/// a body that trickles or never ends). Set by the clients as a request
+/// extension ([`Deadline::set`]); a transport reads it with
+/// [`Deadline::of`] and applies it twice:
+///
+/// - as the runtime's per-phase timeouts ([`Deadline::timeouts`], which
+///   add up to no more than `total_ms`), so the runtime itself drops a
+///   peer that stalls in one phase;
+/// - as an absolute end, `total_ms` after the call started, that it checks
+///   on every wait (the answer, each chunk of the body, the request body's
+///   writes) and past which it gives up with [`TransportKind::Timeout`]:
+///   per-phase timeouts alone do not bound a body that trickles one byte
+///   just before each between-bytes timeout.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Deadline {
-    /// Connecting (TCP and TLS).
+    /// Connecting (TCP and TLS), at most; [`Deadline::timeouts`] gives it
+    /// at most half of `total_ms`.
     pub connect_ms: u64,
-    /// The first byte of the answer, and each gap in its body.
-    pub response_ms: u64,
+    /// The whole call, connecting included.
+    pub total_ms: u64,
+}
+
+/// The runtime's timeouts of one request (`wasi:http` request options),
+/// derived from its [`Deadline`] by [`Deadline::timeouts`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timeouts {
+    /// Connecting (TCP, and TLS where the runtime bounds it).
+    pub connect_ms: u64,
+    /// The answer's first byte. Spin counts it from the request's start
+    /// (connecting included), wasmtime's default sender from the end of
+    /// connecting: either way the head arrives within `total_ms`.
+    pub first_byte_ms: u64,
+    /// Any one gap between chunks of the body.
+    pub between_bytes_ms: u64,
 }
 
 impl Deadline {
@@ -130,18 +158,41 @@ impl Deadline {
     /// (every client sets one; this is the backstop).
     pub const FALLBACK: Deadline = Deadline {
         connect_ms: 5_000,
-        response_ms: 30_000,
+        total_ms: 30_000,
     };
 
     /// For a request to another component (Spin service chaining): the
-    /// step it runs bounds its own calls and rounds. Spin serves chained
-    /// requests in-process and does not apply request options to them, so
-    /// this bounds a chained call only where the runtime applies it; the
-    /// step's own bounded calls are what bound it everywhere.
+    /// step it runs bounds its own calls and rounds, and the caller stops
+    /// waiting after 150 s. Spin serves chained requests in-process and
+    /// does not apply request options to them; the caller's own check of
+    /// the absolute end (see [`Deadline`]) bounds them all the same.
     pub const CHAINED: Deadline = Deadline {
         connect_ms: 3_000,
-        response_ms: 150_000,
+        total_ms: 150_000,
     };
+
+    /// The runtime's per-phase timeouts: connecting within `connect_ms`
+    /// but at most half the total, then the first byte and any one gap of
+    /// the body within what is left, so that connecting plus either phase
+    /// never passes `total_ms`. (Only the transport's own check of the
+    /// absolute end bounds the sum of a body's gaps.)
+    ///
+    /// ```
+    /// use metal_ipam_core::ports::http::{Deadline, Timeouts};
+    /// let t = Deadline { connect_ms: 3_000, total_ms: 10_000 }.timeouts();
+    /// assert_eq!(t, Timeouts { connect_ms: 3_000, first_byte_ms: 7_000, between_bytes_ms: 7_000 });
+    /// let t = Deadline { connect_ms: 3_000, total_ms: 1_000 }.timeouts();
+    /// assert_eq!(t, Timeouts { connect_ms: 500, first_byte_ms: 500, between_bytes_ms: 500 });
+    /// ```
+    pub fn timeouts(self) -> Timeouts {
+        let connect_ms = self.connect_ms.min(self.total_ms / 2);
+        let rest = self.total_ms - connect_ms;
+        Timeouts {
+            connect_ms,
+            first_byte_ms: rest,
+            between_bytes_ms: rest,
+        }
+    }
 
     /// The deadline `req` carries, else [`Deadline::FALLBACK`].
     pub fn of<B>(req: &http::Request<B>) -> Deadline {
@@ -162,7 +213,7 @@ impl Deadline {
     /// use metal_ipam_core::ports::http::Deadline;
     /// let mut req = http::Request::new(Vec::<u8>::new());
     /// assert_eq!(Deadline::of(&req), Deadline::FALLBACK);
-    /// let d = Deadline { connect_ms: 1_000, response_ms: 2_000 };
+    /// let d = Deadline { connect_ms: 1_000, total_ms: 2_000 };
     /// d.set(&mut req);
     /// assert_eq!(Deadline::of(&req), d);
     /// ```
@@ -174,9 +225,10 @@ impl Deadline {
 /// Sends one HTTP request and returns the whole response.
 ///
 /// Implementations: `metal-ipam-spin`'s `SpinHttp` (`wasi:http` with the
-/// request's [`Deadline`] as request options) and scripted fakes in tests.
+/// request's [`Deadline`] as request options and its absolute end checked
+/// on every wait) and scripted fakes in tests.
 pub trait HttpClient {
-    /// Sends `req`, waiting no longer than its [`Deadline`].
+    /// Sends `req`; returns within its [`Deadline`]'s `total_ms`.
     ///
     /// # Errors
     /// [`TransportError`] when no response was received; any HTTP status,

@@ -36,7 +36,8 @@ use crate::ip::Family;
 use crate::ipam::ops;
 use crate::ipam::store::ClaimRecord;
 use crate::kv::keys;
-use crate::kv::protocol::{read_record, update_record, CasRecord, Enveloped, StateRecord, Step};
+use crate::kv::protocol::{read_record, update_record, Enveloped, StateRecord, Step};
+use crate::kv::registry::{Index, RegistryId};
 use crate::kv::Ctx;
 use crate::metal::client::{Metal, MetalError};
 use crate::metal::model::IpAssignmentInput;
@@ -247,11 +248,65 @@ pub struct Want {
     pub device: Option<String>,
 }
 
+/// The claims whose assignment record is open: the index the poll and
+/// reconcile read instead of listing the store (`metal-claim-index`, a
+/// [`crate::kv::registry::Index`] of `<namespace>/<name>`). A claim is
+/// listed before [`prepare`] creates its record or reopens a closed one;
+/// readers ([`list_open`]) unlist the claims whose record they find
+/// closed or gone, so the index follows the claims alive, not history.
+pub const CLAIMS: Index = Index {
+    id: RegistryId {
+        key: keys::METAL_CLAIM_INDEX,
+        guard: keys::METAL_CLAIM_INDEX_INIT,
+    },
+    member_of: claim_of_key,
+};
+
+fn claim_of_key(key: &str) -> Option<String> {
+    keys::parse_metal_claim(key).map(|(ns, name)| member(ns, name))
+}
+
+/// A claim as [`CLAIMS`] lists it.
+fn member(ns: &str, name: &str) -> String {
+    format!("{ns}/{name}")
+}
+
+/// Whether a record is alive for [`CLAIMS`]: there, and not closed.
+fn open(r: Option<&Assignment>) -> bool {
+    r.is_some_and(|r| !r.closed)
+}
+
+/// What [`prepare`] writes over `cur`, if anything.
+fn prepared(cur: Option<&Assignment>, want: &Want, address: &str) -> Option<Assignment> {
+    let fresh = Assignment {
+        uid: want.uid.clone(),
+        address: address.to_string(),
+        device: want.device.clone(),
+        ..Assignment::default()
+    };
+    match cur {
+        None => Some(fresh),
+        Some(c) if c.uid != want.uid => (!c.holds()).then_some(fresh),
+        Some(c) if c.closed => None,
+        Some(c) if c.address != address && !c.holds() => Some(fresh),
+        Some(c) if want.device.is_some() && c.device != want.device && !c.holds() => {
+            let mut n = c.clone();
+            n.device = want.device.clone();
+            n.refused = None;
+            n.device_gone = false;
+            Some(n)
+        }
+        Some(_) => None,
+    }
+}
+
 /// Brings the record in line with `want` and returns it: created for a
 /// new claim, the device noted when it becomes known or changes (which
 /// clears a refusal), left alone when nothing differs. A record of another
 /// claim incarnation (another uid) that still holds an assignment is
-/// returned unchanged: the step removes that first.
+/// returned unchanged: the step removes that first. A write that creates
+/// the record or reopens a closed one is made only once the claim is in
+/// [`CLAIMS`], and checked there again once it landed (the index's rule 1).
 ///
 /// # Errors
 /// Store errors; 503 `Contention`.
@@ -262,40 +317,33 @@ pub fn prepare<K: KvStore>(
     want: &Want,
 ) -> Result<Assignment> {
     let address = single(want.address);
-    change(
-        ctx,
-        ns,
-        name,
-        |cur| {
-            let fresh = Assignment {
-                uid: want.uid.clone(),
-                address: address.clone(),
-                device: want.device.clone(),
-                ..Assignment::default()
-            };
-            match cur {
-                None => Some((fresh.clone(), fresh)),
-                Some(c) if c.uid != want.uid => {
-                    if c.holds() {
-                        None
-                    } else {
-                        Some((fresh.clone(), fresh))
-                    }
+    let m = member(ns, name);
+    let mut listed = false;
+    loop {
+        let mut opens = false;
+        let got =
+            update_record::<K, AssignmentRecord, Option<Assignment>>(ctx, &key(ns, name), |cur| {
+                let next = prepared(cur, want, &address);
+                opens = next.is_some() && !open(cur);
+                match next {
+                    Some(_) if opens && !listed => Ok(Step::Done(None)),
+                    Some(n) => Ok(Step::Write(Box::new(n.clone()), Some(n))),
+                    None => Ok(Step::Done(Some(cur.cloned().unwrap_or_default()))),
                 }
-                Some(c) if c.closed => None,
-                Some(c) if c.address != address && !c.holds() => Some((fresh.clone(), fresh)),
-                Some(c) if want.device.is_some() && c.device != want.device && !c.holds() => {
-                    let mut n = c.clone();
-                    n.device = want.device.clone();
-                    n.refused = None;
-                    n.device_gone = false;
-                    Some((n.clone(), n))
+            })?;
+        match got {
+            Some(rec) => {
+                if listed && opens {
+                    CLAIMS.ensure(ctx, &m)?;
                 }
-                Some(_) => None,
+                return Ok(rec);
             }
-        },
-        |cur| cur.cloned().unwrap_or_default(),
-    )
+            None => {
+                CLAIMS.ensure(ctx, &m)?;
+                listed = true;
+            }
+        }
+    }
 }
 
 /// Records an assignment intent for `uid` by `token` at `now`: the one
@@ -623,18 +671,41 @@ pub fn release<K: KvStore>(
     name: &str,
     uid: Option<&str>,
 ) -> Result<Option<ClaimRecord>> {
-    match ops::release(ctx, ns, name, uid, &MetalAssignmentClosed) {
+    release_counting(ctx, ns, name, uid, None).map(|(r, _)| r)
+}
+
+/// [`release`], counting the request as `count_as` (its request
+/// signature) in the pool record's own write when that write frees the
+/// address ([`ops::release_counting`]); returns whether it was counted
+/// there.
+///
+/// # Errors
+/// As [`release`].
+pub fn release_counting<K: KvStore>(
+    ctx: &Ctx<'_, K>,
+    ns: &str,
+    name: &str,
+    uid: Option<&str>,
+    count_as: Option<&str>,
+) -> Result<(Option<ClaimRecord>, bool)> {
+    match ops::release_counting(ctx, (ns, name), uid, &MetalAssignmentClosed, count_as) {
         Err(e) if e.is(Known::MetalAssignmentOpen) => {}
         other => return other,
     }
     let Some(binding) = ops::get_claim(ctx.kv, ns, name)? else {
-        return Ok(None);
+        return Ok((None, false));
     };
     if uid.is_some_and(|u| u != binding.uid) {
-        return Ok(None);
+        return Ok((None, false));
     }
     match close(ctx, ns, name, &binding.uid)? {
-        Closing::Closed => ops::release(ctx, ns, name, Some(&binding.uid), &MetalAssignmentClosed),
+        Closing::Closed => ops::release_counting(
+            ctx,
+            (ns, name),
+            Some(&binding.uid),
+            &MetalAssignmentClosed,
+            count_as,
+        ),
         Closing::Holds(rec) => Err(held(ns, name, &rec)),
     }
 }
@@ -1018,31 +1089,53 @@ pub fn device_deleted<K: KvStore>(
     )
 }
 
-/// Every claim with an assignment record: (namespace, name) and the
-/// record, in key order (one key listing, then one `get` per record:
-/// Spin 3.6's Redis `get_many` is broken).
+/// Every claim whose assignment record is open: (namespace, name) and the
+/// record, in key order. Reads [`CLAIMS`] (one `get`) and each listed
+/// record (one `get` each: Spin 3.6's Redis `get_many` is broken); a
+/// claim whose record is closed or gone is unlisted (rule 2 of the index:
+/// a few more operations, once). Never lists the store but once, on a
+/// store written before the index.
 ///
 /// # Errors
 /// Store errors; 500 for an unreadable record.
-pub fn list<K: KvStore>(kv: &K) -> Result<Vec<(ClaimKey, Assignment)>> {
-    let keys: Vec<String> = kv
-        .list_keys()?
-        .into_iter()
-        .filter(|k| k.starts_with(keys::METAL_CLAIM_PREFIX))
-        .collect();
+pub fn list_open<K: KvStore>(ctx: &Ctx<'_, K>) -> Result<Vec<(ClaimKey, Assignment)>> {
     let mut out = Vec::new();
-    for k in &keys {
-        let v = kv.get(k)?;
-        let (Some((ns, name)), Some(bytes)) = (keys::parse_metal_claim(k), v) else {
+    for m in CLAIMS.members(ctx)? {
+        let Some((ns, name)) = m.split_once('/') else {
             continue;
         };
-        if crate::ports::kv::is_zero_counter(&bytes) {
-            continue;
+        match read(ctx.kv, ns, name)? {
+            Some(rec) if !rec.closed => out.push((key(ns, name), rec)),
+            _ => {
+                CLAIMS.unlist(ctx, &m, || Ok(open(read(ctx.kv, ns, name)?.as_ref())))?;
+            }
         }
-        let rec = AssignmentRecord::decode(&bytes)?;
-        out.push((key(ns, name), rec.state));
     }
     Ok(out)
+}
+
+/// Lists those of `claims` whose record is open and which [`CLAIMS`]
+/// misses (a crash half-way through a race between a reader's unlisting
+/// and the record's reopening, or a record written by an older build): the
+/// full reconcile's repair, over the claims of VRF-backed pools it synced.
+/// One `get` of the index, then one per claim it misses.
+///
+/// # Idempotency
+/// Listing again changes nothing.
+///
+/// # Errors
+/// Store errors; 500 for an unreadable record.
+pub fn relist<K: KvStore>(ctx: &Ctx<'_, K>, claims: &[ClaimKey]) -> Result<usize> {
+    let listed = CLAIMS.members(ctx)?;
+    let mut n = 0;
+    for (ns, name) in claims {
+        let m = member(ns, name);
+        if !listed.contains(&m) && open(read(ctx.kv, ns, name)?.as_ref()) {
+            CLAIMS.ensure(ctx, &m)?;
+            n += 1;
+        }
+    }
+    Ok(n)
 }
 
 #[cfg(test)]
@@ -1120,5 +1213,58 @@ mod tests {
         };
         assert_eq!(prepare(&ctx, "a", "m", &moved).unwrap().refused, None);
         assert!(begin(&ctx, "a", "m", "u1", "t4", 500).unwrap());
+    }
+
+    #[test]
+    fn open_records_are_listed_and_closed_ones_leave_the_index() {
+        for backend in [Backend::SpinSqlite, Backend::Redis, Backend::RedisSpin36] {
+            let kv = MemKv::new(backend);
+            let env = TestEnv::seeded(100, 5);
+            let ctx = Ctx {
+                kv: &kv,
+                env: &env,
+                swap_policy: crate::kv::SwapPolicy::Auto,
+            };
+            let members = || {
+                CLAIMS
+                    .members(&ctx)
+                    .unwrap()
+                    .into_iter()
+                    .collect::<Vec<_>>()
+            };
+            let want = |uid: &str| Want {
+                uid: uid.into(),
+                address: "10.0.0.5".parse().unwrap(),
+                device: Some("d1".into()),
+            };
+            prepare(&ctx, "a", "m", &want("u1")).unwrap();
+            prepare(&ctx, "a", "n", &want("u9")).unwrap();
+            assert_eq!(members(), ["a/m", "a/n"], "{backend:?}");
+            kv.reset_counts();
+            prepare(&ctx, "a", "m", &want("u1")).unwrap();
+            assert_eq!(
+                kv.counts().total(),
+                1,
+                "an open record's step reads no index"
+            );
+            assert_eq!(close(&ctx, "a", "m", "u1").unwrap(), Closing::Closed);
+            // The next listing reads it closed and unlists it.
+            let open: Vec<ClaimKey> = list_open(&ctx)
+                .unwrap()
+                .into_iter()
+                .map(|(k, _)| k)
+                .collect();
+            assert_eq!(open, [key("a", "n")]);
+            assert_eq!(members(), ["a/n"]);
+            // A new incarnation reopens it: listed before.
+            assert!(!prepare(&ctx, "a", "m", &want("u2")).unwrap().closed);
+            assert_eq!(members(), ["a/m", "a/n"]);
+            // Lost from the index (an older build's record): the reconcile's
+            // repair lists it again, and only it.
+            crate::kv::registry::remove(&ctx, &CLAIMS.id, &["a/m"]).unwrap();
+            let claims = [key("a", "m"), key("a", "n"), key("a", "none")];
+            assert_eq!(relist(&ctx, &claims).unwrap(), 1);
+            assert_eq!(members(), ["a/m", "a/n"]);
+        }
     }
 }

@@ -27,6 +27,10 @@
 //! 3. **Done** ([`done`]): the handled devices leave `pending`, but only
 //!    with the generation the caller took: a device named again by events
 //!    ingested meanwhile (by another poller) stays, so no event is lost.
+//!    A device whose read failed stays, its failures counted and its next
+//!    read put off ([`failed`], exponential from [`BACKOFF_BASE_S`] up to
+//!    [`BACKOFF_CAP_S`], on the caller's clock): the calls in between
+//!    leave it alone and work on the others.
 //!
 //! Event types are not part of the spec; a poller reads the device an
 //! event names (its `relationships`) rather than trusting the type.
@@ -50,14 +54,86 @@ pub const CURSOR_VERSION: u32 = 1;
 /// treated as lost: a resync.
 pub const MAX_EVENT_PAGES: u32 = 20;
 
-/// A device waiting to be handled, and the ingest that named it last.
+/// Seconds a device's reads are put off after its first failure (one
+/// poll interval); doubled by each failure in a row, up to
+/// [`BACKOFF_CAP_S`].
+pub const BACKOFF_BASE_S: u64 = 60;
+
+/// The longest a device's reads are put off after failures (15 minutes):
+/// a device Metal answers again is handled at most this long after.
+pub const BACKOFF_CAP_S: u64 = 900;
+
+/// Longest stored message of a device's last failure, in bytes.
+pub const MAX_ERROR_LEN: usize = 300;
+
+/// Seconds a device's reads are put off after `failures` failures in a
+/// row (at least 1).
+///
+/// ```
+/// use metal_ipam_core::provision::poll::backoff_s;
+/// assert_eq!(backoff_s(1), 60);
+/// assert_eq!(backoff_s(3), 240);
+/// assert_eq!(backoff_s(5), 900);
+/// assert_eq!(backoff_s(60), 900);
+/// ```
+pub fn backoff_s(failures: u32) -> u64 {
+    let doublings = failures.saturating_sub(1).min(16);
+    BACKOFF_BASE_S
+        .saturating_mul(1 << doublings)
+        .min(BACKOFF_CAP_S)
+}
+
+/// A device waiting to be handled, the ingest that named it last, and its
+/// reads that failed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PendingDevice {
     /// The device's id.
     pub device: String,
     /// The generation of the last ingest that named it.
     pub gen: u64,
+    /// Unix seconds it was first named (kept while it stays pending; 0 in
+    /// a record written before this field).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub since: u64,
+    /// Reads of the device that failed in a row.
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    pub failures: u32,
+    /// Unix seconds before which no call reads it again (after a failure).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub retry_at: u64,
+    /// Why its last read failed (the error's reason and message, at most
+    /// [`MAX_ERROR_LEN`] bytes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl PendingDevice {
+    /// A device first named at `now` by the ingest of generation `gen`.
+    pub fn new(device: &str, gen: u64, now: u64) -> PendingDevice {
+        PendingDevice {
+            device: device.to_string(),
+            gen,
+            since: now,
+            failures: 0,
+            retry_at: 0,
+            error: None,
+        }
+    }
+
+    /// Whether its reads are put off at `now` (a failure's backoff).
+    pub fn backing_off(&self, now: u64) -> bool {
+        now < self.retry_at
+    }
+
+    /// Whether this is the same naming as `other`: device and generation.
+    fn same(&self, other: &PendingDevice) -> bool {
+        self.device == other.device && self.gen == other.gen
+    }
+}
+
+fn is_zero_u32(n: &u32) -> bool {
+    *n == 0
 }
 
 /// What the record holds.
@@ -165,6 +241,7 @@ pub fn ingest<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
         }
     }
     let count = events.len();
+    let now = ctx.env.now();
     let cursor = update_record::<K, CursorRecord, Cursor>(ctx, &(), |cur| {
         if cur.map(|c| &c.last) != last.as_ref() {
             // Another poller ingested meanwhile: its record stands.
@@ -174,12 +251,16 @@ pub fn ingest<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
         next.gen += 1;
         next.last = newest.clone();
         for d in &named {
+            // Named again: a newer generation; its failures and backoff
+            // stay (they are about the device, not the event).
             match next.pending.iter_mut().find(|p| &p.device == d) {
-                Some(p) => p.gen = next.gen,
-                None => next.pending.push(PendingDevice {
-                    device: d.clone(),
-                    gen: next.gen,
-                }),
+                Some(p) => {
+                    p.gen = next.gen;
+                    if p.since == 0 {
+                        p.since = now;
+                    }
+                }
+                None => next.pending.push(PendingDevice::new(d, next.gen, now)),
             }
         }
         next.recheck_unplaced |= resync || !named.is_empty();
@@ -192,25 +273,55 @@ pub fn ingest<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
     })
 }
 
+/// A device whose read failed in a call: the device as the call took it,
+/// and what went wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failed {
+    /// The device, with the generation the call took it at.
+    pub pending: PendingDevice,
+    /// The error (its reason and message).
+    pub error: String,
+}
+
 /// Takes `handled` (devices with the generation the caller took them at)
-/// out of `pending`, unless a later ingest named them again, and clears
-/// `recheck_unplaced` when `unplaced_done` (the caller rechecked every claim
-/// waiting for a device, after reading the record that asked for it).
-/// Returns the record afterwards.
+/// out of `pending`, unless a later ingest named them again (then only
+/// their failures are cleared: the read succeeded); counts a failure for
+/// each of `failed` still pending (whatever its generation), putting its
+/// next read off by [`backoff_s`] from `now`; and clears
+/// `recheck_unplaced` when `unplaced_done` (the caller rechecked every
+/// claim waiting for a device, after reading the record that asked for
+/// it). Returns the record afterwards.
+///
+/// # Idempotency
+/// A device leaves `pending` once; a failure is counted once per call.
 ///
 /// # Errors
 /// Store errors; 503 `Contention`.
 pub fn done<K: KvStore>(
     ctx: &Ctx<'_, K>,
     handled: &[PendingDevice],
+    failed: &[Failed],
     unplaced_done: Option<u64>,
+    now: u64,
 ) -> Result<Cursor> {
     update_record::<K, CursorRecord, Cursor>(ctx, &(), |cur| {
         let Some(cur) = cur else {
             return Ok(Step::Done(Cursor::default()));
         };
         let mut next = cur.clone();
-        next.pending.retain(|p| !handled.contains(p));
+        next.pending.retain(|p| !handled.iter().any(|h| h.same(p)));
+        for p in &mut next.pending {
+            if handled.iter().any(|h| h.device == p.device) {
+                p.failures = 0;
+                p.retry_at = 0;
+                p.error = None;
+            }
+            if let Some(f) = failed.iter().find(|f| f.pending.device == p.device) {
+                p.failures = p.failures.saturating_add(1);
+                p.retry_at = now.saturating_add(backoff_s(p.failures));
+                p.error = Some(truncate(&f.error));
+            }
+        }
         // Only if no ingest asked for another recheck since.
         if unplaced_done == Some(cur.gen) {
             next.recheck_unplaced = false;
@@ -222,16 +333,40 @@ pub fn done<K: KvStore>(
     })
 }
 
+/// `text` cut to at most [`MAX_ERROR_LEN`] bytes, on a character boundary.
+fn truncate(text: &str) -> String {
+    if text.len() <= MAX_ERROR_LEN {
+        return text.to_string();
+    }
+    let mut end = MAX_ERROR_LEN;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::testing::{Backend, MemKv, TestEnv};
 
     fn pending(device: &str, gen: u64) -> PendingDevice {
-        PendingDevice {
-            device: device.into(),
-            gen,
+        PendingDevice::new(device, gen, 0)
+    }
+
+    fn ctx<'a>(kv: &'a MemKv, env: &'a TestEnv) -> Ctx<'a, MemKv> {
+        Ctx {
+            kv,
+            env,
+            swap_policy: crate::kv::SwapPolicy::Auto,
         }
+    }
+
+    fn stored(ctx: &Ctx<'_, MemKv>, c: Cursor) {
+        update_record::<_, CursorRecord, ()>(ctx, &(), |_| {
+            Ok(Step::Write(Box::new(c.clone()), ()))
+        })
+        .unwrap();
     }
 
     #[test]
@@ -239,30 +374,102 @@ mod tests {
         for backend in [Backend::SpinSqlite, Backend::Redis, Backend::RedisSpin36] {
             let kv = MemKv::new(backend);
             let env = TestEnv::seeded(100, 3);
-            let ctx = Ctx {
-                kv: &kv,
-                env: &env,
-                swap_policy: crate::kv::SwapPolicy::Auto,
-            };
-            update_record::<_, CursorRecord, ()>(&ctx, &(), |_| {
-                Ok(Step::Write(
-                    Box::new(Cursor {
-                        last: "e2".into(),
-                        gen: 3,
-                        pending: vec![pending("d1", 2), pending("d2", 3)],
-                        recheck_unplaced: true,
-                    }),
-                    (),
-                ))
-            })
-            .unwrap();
+            let ctx = ctx(&kv, &env);
+            stored(
+                &ctx,
+                Cursor {
+                    last: "e2".into(),
+                    gen: 3,
+                    pending: vec![pending("d1", 2), pending("d2", 3)],
+                    recheck_unplaced: true,
+                },
+            );
             // A poller took d1 at gen 1 (stale) and d2 at gen 3.
-            let after = done(&ctx, &[pending("d1", 1), pending("d2", 3)], Some(2)).unwrap();
+            let after = done(
+                &ctx,
+                &[pending("d1", 1), pending("d2", 3)],
+                &[],
+                Some(2),
+                100,
+            )
+            .unwrap();
             assert_eq!(after.pending, vec![pending("d1", 2)], "{backend:?}");
             assert!(after.recheck_unplaced, "a later ingest asked again");
-            let after = done(&ctx, &[pending("d1", 2)], Some(3)).unwrap();
+            let after = done(&ctx, &[pending("d1", 2)], &[], Some(3), 100).unwrap();
             assert!(after.pending.is_empty() && !after.recheck_unplaced);
             assert_eq!(read(&kv).unwrap().unwrap().last, "e2");
         }
+    }
+
+    #[test]
+    fn a_failing_device_backs_off_and_keeps_its_place_until_a_read_succeeds() {
+        for backend in [Backend::SpinSqlite, Backend::Redis, Backend::RedisSpin36] {
+            let kv = MemKv::new(backend);
+            let env = TestEnv::seeded(1_000, 4);
+            let ctx = ctx(&kv, &env);
+            stored(
+                &ctx,
+                Cursor {
+                    last: "e1".into(),
+                    gen: 2,
+                    pending: vec![
+                        PendingDevice::new("bad", 1, 900),
+                        PendingDevice::new("ok", 2, 950),
+                    ],
+                    recheck_unplaced: false,
+                },
+            );
+            let fail = |p: PendingDevice| Failed {
+                pending: p,
+                error: "MetalUnavailable: GET /devices/bad: 500".into(),
+            };
+            let bad = PendingDevice::new("bad", 1, 900);
+            let after = done(
+                &ctx,
+                &[PendingDevice::new("ok", 2, 950)],
+                &[fail(bad.clone())],
+                None,
+                1_000,
+            )
+            .unwrap();
+            assert_eq!(after.pending.len(), 1, "{backend:?}");
+            let p = &after.pending[0];
+            assert_eq!((p.failures, p.retry_at, p.since), (1, 1_060, 900));
+            assert!(p.backing_off(1_059) && !p.backing_off(1_060));
+            assert!(p.error.as_deref().unwrap().contains("500"));
+            // Failing again doubles the wait; a later ingest's naming
+            // keeps the count (it is about the device).
+            let after = done(&ctx, &[], &[fail(bad.clone())], None, 1_060).unwrap();
+            assert_eq!(
+                (after.pending[0].failures, after.pending[0].retry_at),
+                (2, 1_180)
+            );
+            // A read that succeeds but was taken at an older generation:
+            // the device stays (named again), its failures are cleared.
+            update_record::<_, CursorRecord, ()>(&ctx, &(), |c| {
+                let mut c = c.cloned().unwrap();
+                c.pending[0].gen = 3;
+                Ok(Step::Write(Box::new(c), ()))
+            })
+            .unwrap();
+            let after = done(&ctx, std::slice::from_ref(&bad), &[], None, 1_200).unwrap();
+            let p = &after.pending[0];
+            assert_eq!(
+                (p.gen, p.failures, p.retry_at, p.error.as_deref()),
+                (3, 0, 0, None)
+            );
+            let after = done(&ctx, &[PendingDevice { gen: 3, ..bad }], &[], None, 1_200).unwrap();
+            assert!(after.pending.is_empty());
+        }
+    }
+
+    #[test]
+    fn the_backoff_grows_to_its_cap_and_long_errors_are_cut() {
+        let waits: Vec<u64> = (1..=7).map(backoff_s).collect();
+        assert_eq!(waits, [60, 120, 240, 480, 900, 900, 900]);
+        assert_eq!(backoff_s(u32::MAX), BACKOFF_CAP_S);
+        let long = "é".repeat(400);
+        let cut = truncate(&long);
+        assert!(cut.len() <= MAX_ERROR_LEN + "…".len() && cut.ends_with('…'));
     }
 }
