@@ -175,7 +175,7 @@ fn varied_calls(i: u64) -> counters::Calls {
     let mut calls = counters::Calls::default();
     calls.kube[0] = (i % 13) as u32;
     calls.kube[2] = (i % 3) as u32;
-    if i % 5 == 0 {
+    if i.is_multiple_of(5) {
         calls
             .metal
             .insert(((i % 4) as usize, 0), (i % 7) as u32 + 1);
