@@ -987,3 +987,46 @@ fn a_retry_after_a_crash_gets_its_address_after_any_burst_and_any_delay() {
         );
     }
 }
+
+/// What a registration costs on each backend, as `kv-schema/README.md`'s
+/// cost table says: a new pool (the index's grant, the record's creation
+/// through its guard, the settle), an update (grant, write, settle), an
+/// unchanged put (one read, no write) and a deletion.
+#[test]
+fn registration_costs_as_documented() {
+    for (backend, new, update, unchanged, delete) in [
+        (Backend::SpinSqlite, 14, 8, 1, 5),
+        (Backend::Redis, 17, 11, 1, 7),
+    ] {
+        let kv = MemKv::new(backend);
+        let env = TestEnv::at(0);
+        let c = ctx(&kv, &env);
+        let spec =
+            |last: u8| json!({"addresses": [format!("10.5.0.10-10.5.0.{last}")], "prefix": 24});
+        // The index exists (another pool registered first).
+        ops::put_pool(&c, pool_obj("ns", "first", spec(12))).unwrap();
+        let mut costs = Vec::new();
+        for (what, object) in [
+            ("new", pool_obj("other", "p", spec(20))),
+            ("update", pool_obj("other", "p", spec(30))),
+            ("unchanged", pool_obj("other", "p", spec(30))),
+        ] {
+            kv.reset_counts();
+            ops::put_pool(&c, object).unwrap();
+            costs.push((what, kv.counts().total()));
+        }
+        kv.reset_counts();
+        ops::delete_pool(&c, &PoolId::namespaced("other", "p")).unwrap();
+        costs.push(("delete", kv.counts().total()));
+        assert_eq!(
+            costs,
+            [
+                ("new", new),
+                ("update", update),
+                ("unchanged", unchanged),
+                ("delete", delete)
+            ],
+            "{backend:?}"
+        );
+    }
+}
