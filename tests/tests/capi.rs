@@ -1301,6 +1301,10 @@ async fn holders_are_found_without_listing_the_store() {
         r.body["results"][0]["address"],
         by_claim["team-a/c-9"].as_str()
     );
+    // A first reconcile creates the Metal record indexes of this new store
+    // (one listing each, once per store: kv-schema/README.md, "Registries").
+    let r = w.reconcile().await;
+    assert_eq!(r.status, 200, "{}", r.body);
     // A claim and its IPAddress gone without an event: the reconcile
     // releases the binding, reading only the holders of its candidates.
     for plural in ["ipaddresses", "ipaddressclaims"] {
