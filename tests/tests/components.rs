@@ -195,7 +195,9 @@ async fn claims_allocate_read_release_with_contract_objects(app: App) {
     let claim = claim_json("team-a", "m-0", "uid-0", "p");
     let r = app.call("POST", "/v1/claims", Some(&claim)).await;
     assert_eq!(r.status, 201, "{}", r.body);
-    app.assert_counted_kv_ops(&r, 4, "allocation cost on Spin's SQLite semantics");
+    // The allocation counts itself in its pool record's write: no
+    // operation of its own for the request counter.
+    app.assert_kv_ops(&r, 4, "allocation cost on Spin's SQLite semantics");
     assert_eq!(
         r.body["spec"]["address"], "10.20.0.10",
         "lowest address, whatever the order of addresses"
@@ -248,7 +250,8 @@ async fn claims_allocate_read_release_with_contract_objects(app: App) {
     // get, cas_read, get_many (the binding again, after the pool), cas_swap,
     // delete: kv-schema/README.md.
     assert_eq!(r.status, 204);
-    app.assert_counted_kv_ops(&r, 5, "a release");
+    // The release counts itself in its pool record's write.
+    app.assert_kv_ops(&r, 5, "a release");
     assert_eq!(
         app.call("DELETE", "/v1/claims/team-a/m-0", None)
             .await
@@ -384,6 +387,7 @@ async fn kv_operations_per_allocation_stay_within_the_bound_at_low_and_high_fill
     let total = 1022;
     let mut low = Vec::new();
     let mut high = Vec::new();
+    let mut flushes = Vec::new();
     for i in 0..total {
         let r = app
             .call(
@@ -398,16 +402,15 @@ async fn kv_operations_per_allocation_stay_within_the_bound_at_low_and_high_fill
             )
             .await;
         assert_eq!(r.status, 201, "{}", r.body);
-        // Less the request counting: its increment, and at the powers of
-        // two of the signature's count the registry's cas_read (and the
-        // first time its cas_swap).
-        let n: u64 = i + 1;
-        let counting = match n {
-            1 => 3,
-            n if n.is_power_of_two() => 2,
-            _ => 1,
-        };
-        let ops = r.kv_ops - counting;
+        // The allocation counts itself in its pool record's write (no
+        // operation for the request counter); one decision in 32 flushes the
+        // pool's confirmed holders to their holder page (kv-schema/README.md,
+        // "Holder pages"): those are set apart.
+        let ops = r.kv_ops;
+        if ops > 4 {
+            flushes.push((i, ops));
+            continue;
+        }
         if i < 10 {
             low.push(ops);
         }
@@ -418,6 +421,13 @@ async fn kv_operations_per_allocation_stay_within_the_bound_at_low_and_high_fill
     assert!(
         low.iter().chain(&high).all(|&n| n <= 4),
         "ops per allocation: low {low:?} high {high:?}"
+    );
+    // At most one allocation in 32 pays a flush: 8 operations, 11 when it
+    // creates its page (the creation guard), 13 when its entries span an
+    // existing page and a new one.
+    assert!(
+        flushes.len() as u64 <= total / 32 + 1 && flushes.iter().all(|&(_, n)| n <= 13),
+        "flushing allocations: {flushes:?}"
     );
     assert_eq!(
         low.iter().min(),

@@ -91,11 +91,12 @@ async fn metrics_need_a_token_and_count_what_the_api_did() {
         "{text}"
     );
     let ops = sample(&text, "metal_ipam_scrape_kv_operations").unwrap();
-    // P + V + S + C + 6: 2 pools, no VRF, 3 signatures (metrics 200,
-    // pools 201, allocate 201), no call or conflict counter; the 401s
-    // were answered before the store was opened (`pools` has no read
+    // P + V + S + C + 6: 2 pools, no VRF, 2 registered signatures
+    // (metrics 200, pools 201: the allocations count themselves in their
+    // pool records, read with the pools), no call or conflict counter; the
+    // 401s were answered before the store was opened (`pools` has no read
     // token, so the shell refuses it there).
-    assert_eq!(ops, 2.0 + 3.0 + 0.0 + 6.0, "{text}");
+    assert_eq!(ops, 2.0 + 2.0 + 0.0 + 6.0, "{text}");
 }
 
 /// The registered request signatures, read from the store (the registry
