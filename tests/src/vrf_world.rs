@@ -209,3 +209,37 @@ pub fn claim(name: &str) -> Value {
         "spec": {"poolRef": {"apiGroup": "ipam.metal-ipam.dev", "kind": "MetalIPPool", "name": POOL}}
     })
 }
+
+/// Device `n`'s id in the simulator.
+pub fn device(n: usize) -> String {
+    format!("6f1d2c3b-4a59-4e68-8f70-{n:012x}")
+}
+
+/// Claim `m-<n>` on device `n` (a `PacketMachine` names it), bound and
+/// assigned by the claim step and the assignment step at `now`.
+///
+/// # Panics
+/// When either step fails or the claim is not bound.
+pub async fn assigned(w: &World, n: usize, now: u64) {
+    w.sim.add_device(&device(n), "da", 2);
+    let pm = w.kube.create(json!({
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "PacketMachine",
+        "metadata": {"name": format!("pm-{n}"), "namespace": NS},
+        "spec": {"providerID": format!("equinixmetal://{}", device(n))}
+    }));
+    let mut c = claim(&format!("m-{n}"));
+    c["metadata"]["ownerReferences"] = json!([{"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1",
+        "kind": "PacketMachine", "name": pm["metadata"]["name"], "uid": pm["metadata"]["uid"],
+        "controller": true}]);
+    w.kube.create(c);
+    let name = format!("m-{n}");
+    let o = w
+        .spawn(now, move |r| {
+            capi::reconcile_claim(r.ctx, r.kube, NS, &name)?;
+            capi::assign::sync_claim_assignment(r.ctx, r.kube, r.metal, NS, &name)
+        })
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(o.result, StepResult::Bound, "{o:?}");
+}

@@ -15,37 +15,7 @@ use metal_ipam_core::network::batch::Direct;
 use metal_ipam_core::provision::assign::CLAIMS;
 use metal_ipam_core::testing::Backend;
 use metal_ipam_tests::fake_kube::IPAM_GROUP;
-use metal_ipam_tests::vrf_world::{claim, pool_object, World, NS};
-use serde_json::json;
-
-fn device(n: usize) -> String {
-    format!("6f1d2c3b-4a59-4e68-8f70-{n:012x}")
-}
-
-/// Claim `m-<n>` on device `n`, bound and assigned.
-async fn assigned(w: &World, n: usize, now: u64) {
-    w.sim.add_device(&device(n), "da", 2);
-    let pm = w.kube.create(json!({
-        "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "PacketMachine",
-        "metadata": {"name": format!("pm-{n}"), "namespace": NS},
-        "spec": {"providerID": format!("equinixmetal://{}", device(n))}
-    }));
-    let mut c = claim(&format!("m-{n}"));
-    c["metadata"]["ownerReferences"] = json!([{"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1",
-        "kind": "PacketMachine", "name": pm["metadata"]["name"], "uid": pm["metadata"]["uid"],
-        "controller": true}]);
-    w.kube.create(c);
-    let name = format!("m-{n}");
-    let o = w
-        .spawn(now, move |r| {
-            capi::reconcile_claim(r.ctx, r.kube, NS, &name)?;
-            capi::assign::sync_claim_assignment(r.ctx, r.kube, r.metal, NS, &name)
-        })
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(o.result, StepResult::Bound, "{o:?}");
-}
+use metal_ipam_tests::vrf_world::{assigned, device, pool_object, World, NS};
 
 /// The claims the assignment index lists.
 fn listed(w: &World) -> Vec<String> {

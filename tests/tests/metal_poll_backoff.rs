@@ -7,20 +7,14 @@
 //! an instance would at a given time (`vrf_world::World`).
 
 use metal_ipam_core::capi::poll::{poll, PollReport, DOWN_AFTER};
-use metal_ipam_core::capi::{self, StepResult};
+use metal_ipam_core::capi::StepResult;
 use metal_ipam_core::error::{Error, Result};
 use metal_ipam_core::network::batch::Direct;
 use metal_ipam_core::observe::{metrics, summary};
 use metal_ipam_core::provision::poll::{self as cursor, BACKOFF_BASE_S};
 use metal_ipam_core::testing::Backend;
 use metal_ipam_tests::metal_sim::{Fault, MetalSim};
-use metal_ipam_tests::vrf_world::{claim, pool_object, World, NS};
-use serde_json::json;
-
-/// A device of the simulator.
-fn device(n: usize) -> String {
-    format!("6f1d2c3b-4a59-4e68-8f70-{n:012x}")
-}
+use metal_ipam_tests::vrf_world::{assigned, device, pool_object, World, NS};
 
 async fn ready() -> World {
     let w = World::new(Backend::SpinSqlite).await;
@@ -28,32 +22,6 @@ async fn ready() -> World {
     let (o, _) = w.sync_until_settled(6).await;
     assert_eq!(o.result, StepResult::Synced, "{o:?}");
     w
-}
-
-/// Claim `m-<n>` on device `n` (a `PacketMachine` names it), bound and
-/// assigned.
-async fn assigned(w: &World, n: usize, now: u64) {
-    w.sim.add_device(&device(n), "da", 2);
-    let pm = w.kube.create(json!({
-        "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "PacketMachine",
-        "metadata": {"name": format!("pm-{n}"), "namespace": NS},
-        "spec": {"providerID": format!("equinixmetal://{}", device(n))}
-    }));
-    let mut c = claim(&format!("m-{n}"));
-    c["metadata"]["ownerReferences"] = json!([{"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1",
-        "kind": "PacketMachine", "name": pm["metadata"]["name"], "uid": pm["metadata"]["uid"],
-        "controller": true}]);
-    w.kube.create(c);
-    let name = format!("m-{n}");
-    let o = w
-        .spawn(now, move |r| {
-            capi::reconcile_claim(r.ctx, r.kube, NS, &name)?;
-            capi::assign::sync_claim_assignment(r.ctx, r.kube, r.metal, NS, &name)
-        })
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(o.result, StepResult::Bound, "{o:?}");
 }
 
 async fn try_poll(w: &World, now: u64) -> Result<PollReport> {
