@@ -10,6 +10,9 @@
 //!   [`CasRecord`] ([`update_record`], [`read_record`], [`forget_record`])
 //!   with its creation guard, tombstones and read-back; [`Enveloped`], the
 //!   one envelope records are stored in.
+//! - [`lease`]: the fenced lease a record embeds (take, hold, release,
+//!   take over after expiry), one holder at a time for work that outlives
+//!   a compare-and-swap.
 //! - [`registry`]: an add-only set of strings in one record (the request
 //!   signatures, the pool index), so a family is found without listing.
 //!
@@ -18,6 +21,7 @@
 //! [`crate::ports`] only: nothing of the domains it stores.
 
 pub mod keys;
+pub mod lease;
 pub mod protocol;
 pub mod records;
 pub mod registry;

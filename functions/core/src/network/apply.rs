@@ -59,6 +59,7 @@ use super::batch::{BatchError, BatchOp, Direction, VlanBatches};
 use super::plan::{plan, Action, Desired, Observed, Step};
 use super::profile::Mode;
 use crate::error::{Error, ErrorKind, Known, Result};
+use crate::kv::lease::{self, Slot};
 use crate::kv::protocol::{read_record, update_record, Enveloped, StateRecord, Step as KvStep};
 use crate::kv::registry::{Index, RegistryId};
 use crate::kv::{keys, Ctx};
@@ -124,7 +125,7 @@ impl StepRecord {
     }
 }
 
-/// The lease.
+/// The lease ([`crate::kv::lease`], stored as `owner` and `until`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Lease {
@@ -132,6 +133,15 @@ pub struct Lease {
     pub owner: String,
     /// Unix seconds it ends at.
     pub until: u64,
+}
+
+impl lease::Lease for Lease {
+    fn holder(&self) -> &str {
+        &self.owner
+    }
+    fn ends(&self) -> u64 {
+        self.until
+    }
 }
 
 /// A step whose effect is awaited.
@@ -188,9 +198,7 @@ pub struct ApplyState {
 impl ApplyState {
     /// Whether `token` holds the lease at `now`.
     pub fn held_by(&self, token: &str, now: u64) -> bool {
-        self.lease
-            .as_ref()
-            .is_some_and(|l| l.owner == token && now < l.until)
+        self.lease.held_by(token, now)
     }
 }
 
@@ -283,15 +291,16 @@ fn change<K: KvStore, T>(
     }
 }
 
-/// What a holder's write finds when the lease is no longer its own.
-fn lease_lost(device: &str) -> Error {
-    Error::conflict(
-        Known::LeaseLost.as_str(),
-        format!("the lease on device {device} ended or passed to another instance"),
-    )
+/// The fence of a holder's write ([`lease::fence`]): `token` holds the
+/// lease on `device` at `now`.
+///
+/// # Errors
+/// 409 `LeaseLost` when it does not.
+fn fence(s: &ApplyState, device: &str, token: &str, now: u64) -> Result<()> {
+    lease::fence(&s.lease, token, now, &format!("device {device}"))
 }
 
-/// Whether an error is [`lease_lost`]'s.
+/// Whether an error is [`lease::lost`]'s.
 fn is_lease_lost(e: &Error) -> bool {
     e.is(Known::LeaseLost)
 }
@@ -473,17 +482,12 @@ fn lease_for<K: KvStore>(
             if honour_release && s.released.is_some() {
                 return Ok(None);
             }
-            match &s.lease {
-                Some(l) if l.owner != token && now < l.until => Ok(None),
-                _ => {
-                    let mut n = s.clone();
-                    n.lease = Some(Lease {
-                        owner: token.to_string(),
-                        until: now + LEASE_S,
-                    });
-                    Ok(Some((n, Taken::Held)))
-                }
-            }
+            let mut n = s.clone();
+            let mine = Lease {
+                owner: token.to_string(),
+                until: now + LEASE_S,
+            };
+            Ok(n.lease.acquire(mine, now).then_some((n, Taken::Held)))
         },
         // A holder releases the lease when its invocation ends (well
         // before `until`): worth asking again after a poll interval.
@@ -523,13 +527,9 @@ pub fn release_lease<K: KvStore>(ctx: &Ctx<'_, K>, device: &str, token: &str) ->
     change(
         ctx,
         device,
-        |s| match &s.lease {
-            Some(l) if l.owner == token => {
-                let mut n = s.clone();
-                n.lease = None;
-                Ok(Some((n, ())))
-            }
-            _ => Ok(None),
+        |s| {
+            let mut n = s.clone();
+            Ok(n.lease.release(token).then_some((n, ())))
         },
         |_| (),
     )
@@ -933,9 +933,7 @@ pub fn set_batch<K: KvStore>(
         ctx,
         device,
         |s| {
-            if !s.held_by(token, ctx.env.now()) {
-                return Err(lease_lost(device));
-            }
+            fence(s, device, token, ctx.env.now())?;
             let mut n = s.clone();
             let Some(r) = n.running.as_mut() else {
                 return Ok(None);
@@ -966,9 +964,7 @@ pub fn finish<K: KvStore>(
         ctx,
         device,
         |s| {
-            if !s.held_by(token, ctx.env.now()) {
-                return Err(lease_lost(device));
-            }
+            fence(s, device, token, ctx.env.now())?;
             let mut n = s.clone();
             n.running = None;
             n.failed = failed.clone();
@@ -1001,9 +997,7 @@ pub fn record_step<K: KvStore>(
         ctx,
         device,
         |s| {
-            if !s.held_by(token, now + CALL_S) {
-                return Err(lease_lost(device));
-            }
+            fence(s, device, token, now + CALL_S)?;
             let mut n = s.clone();
             if is_async {
                 n.running = Some(Running {
@@ -1091,7 +1085,7 @@ fn issue<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
     // The fence's last check, on this instance's own clock: the call must
     // end inside the lease.
     if !holder.may_call(ctx.env.now()) {
-        return Err(lease_lost(device));
+        return Err(lease::lost(&format!("device {device}")));
     }
     let token = holder.token;
     match call(metal, batches, step) {

@@ -36,6 +36,7 @@ use crate::ip::Family;
 use crate::ipam::ops;
 use crate::ipam::store::ClaimRecord;
 use crate::kv::keys;
+use crate::kv::lease::{self, Lease as _, Slot};
 use crate::kv::protocol::{read_record, update_record, Enveloped, StateRecord, Step};
 use crate::kv::registry::{Index, RegistryId};
 use crate::kv::Ctx;
@@ -73,8 +74,23 @@ pub struct AssignIntent {
 }
 
 impl AssignIntent {
-    /// When the intent stops excluding others.
-    pub fn ends(&self) -> u64 {
+    /// `token`'s intent at `now` (a fresh lease).
+    fn new(token: &str, now: u64) -> AssignIntent {
+        AssignIntent {
+            token: token.to_string(),
+            at: now,
+            lost: false,
+        }
+    }
+}
+
+/// The intent is the record's [`lease::Lease`]: it ends [`INTENT_LEASE_S`]
+/// after `at`, or [`LOST_ANSWER_S`] once its answer was lost.
+impl lease::Lease for AssignIntent {
+    fn holder(&self) -> &str {
+        &self.token
+    }
+    fn ends(&self) -> u64 {
         let lease = if self.lost {
             LOST_ANSWER_S
         } else {
@@ -152,25 +168,12 @@ impl Assignment {
     /// Whether an intent stands that has not ended at `now` (its lease, or
     /// [`LOST_ANSWER_S`] after its answer was lost).
     pub fn live_intent(&self, now: u64) -> bool {
-        self.intent.as_ref().is_some_and(|i| now < i.ends())
+        self.intent.live(now)
     }
 
     /// Seconds until the intent ends (at least 1), when it is live.
     fn intent_left(&self, now: u64) -> u64 {
-        self.intent
-            .as_ref()
-            .map_or(1, |i| i.ends().saturating_sub(now).max(1))
-    }
-
-    /// The record with `token`'s intent recorded at `now`.
-    fn with_intent(&self, token: &str, now: u64) -> Assignment {
-        let mut n = self.clone();
-        n.intent = Some(AssignIntent {
-            token: token.to_string(),
-            at: now,
-            lost: false,
-        });
-        n
+        self.intent.as_ref().map_or(1, |i| i.left(now).max(1))
     }
 
     /// Whether something may still exist in Metal for this record: an
@@ -348,8 +351,9 @@ pub fn prepare<K: KvStore>(
 
 /// Records an assignment intent for `uid` by `token` at `now`: the one
 /// compare-and-swap that makes a `POST` exclusive. Granted only when the
-/// record is this uid's, open, holds no assignment, no intent stands and
-/// Metal has not refused. Returns whether it was granted.
+/// record is this uid's, open, holds no assignment, no intent stands
+/// ([`lease::Slot::begin`]) and Metal has not refused. Returns whether it
+/// was granted.
 ///
 /// # Errors
 /// Store errors; 503 `Contention`.
@@ -361,29 +365,16 @@ pub fn begin<K: KvStore>(
     token: &str,
     now: u64,
 ) -> Result<bool> {
-    change(
-        ctx,
-        ns,
-        name,
-        |cur| {
-            let c = cur?;
-            if c.uid != uid
-                || c.closed
-                || c.assignment.is_some()
-                || c.intent.is_some()
-                || c.refused.is_some()
-            {
-                return None;
-            }
-            Some((c.with_intent(token, now), true))
-        },
-        |_| false,
-    )
+    start(ctx, (ns, name, uid), token, now, |c, intent| {
+        let open = !c.closed && c.assignment.is_none() && c.refused.is_none();
+        open && c.intent.begin(intent)
+    })
 }
 
 /// Takes over an intent older than the lease (its owner crashed or lost
-/// the answer): replaces it by `token`'s, so that one instance looks for
-/// what the old owner may have made. Returns whether it did.
+/// the answer, [`lease::Slot::take_over`]): replaces it by `token`'s, so
+/// that one instance looks for what the old owner may have made. Returns
+/// whether it did.
 ///
 /// # Errors
 /// Store errors; 503 `Contention`.
@@ -395,16 +386,27 @@ pub fn take_over<K: KvStore>(
     token: &str,
     now: u64,
 ) -> Result<bool> {
+    start(ctx, (ns, name, uid), token, now, |c, intent| {
+        c.intent.take_over(intent, now)
+    })
+}
+
+/// [`begin`] and [`take_over`]: on the record of claim `ns/name` for
+/// `uid`, `take` sets `token`'s intent at `now` on a copy, or refuses.
+fn start<K: KvStore>(
+    ctx: &Ctx<'_, K>,
+    (ns, name, uid): (&str, &str, &str),
+    token: &str,
+    now: u64,
+    take: impl Fn(&mut Assignment, AssignIntent) -> bool,
+) -> Result<bool> {
     change(
         ctx,
         ns,
         name,
         |cur| {
-            let c = cur?;
-            if c.uid != uid || c.intent.is_none() || c.live_intent(now) {
-                return None;
-            }
-            Some((c.with_intent(token, now), true))
+            let mut n = cur.filter(|c| c.uid == uid)?.clone();
+            take(&mut n, AssignIntent::new(token, now)).then_some((n, true))
         },
         |_| false,
     )
@@ -472,12 +474,10 @@ pub fn withdraw<K: KvStore>(
         ns,
         name,
         |cur| {
-            let c = cur?;
-            if c.intent.as_ref().is_none_or(|i| i.token != token) {
+            let mut n = cur?.clone();
+            if !n.intent.release(token) {
                 return None;
             }
-            let mut n = c.clone();
-            n.intent = None;
             n.refused = refused.map(str::to_string);
             Some((n, true))
         },
