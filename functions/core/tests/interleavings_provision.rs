@@ -57,10 +57,9 @@ use metal_ipam_core::ports::kv::{KvError, KvStore, Swap};
 use metal_ipam_core::ports::Env;
 use metal_ipam_core::provision::plan::{Decided, Progress, INTENT_LEASE_S};
 use metal_ipam_core::provision::record::ProgressRecord;
-use metal_ipam_core::provision::step::{
-    begin_teardown, claim_intent, deprovision, may_register, provision, record_created, tag_for,
-    Phase, Target,
-};
+use metal_ipam_core::provision::step::{deprovision, provision, Phase};
+use metal_ipam_core::provision::target::{tag_for, Target};
+use metal_ipam_core::provision::transitions::{may_register, PoolRecord};
 use metal_ipam_core::testing::{Backend, MemKv, TestEnv};
 use serde_json::{json, Value};
 
@@ -361,25 +360,13 @@ fn prepare(kv: &MemKv, vrfs: &Mutex<Vec<Vrf>>, start: Start) {
     // index's own races are `interleavings_index.rs`'s.
     metal_ipam_core::ipam::index::list_metal(&c, &id).unwrap();
     let tags = vec![tag_for(&id, Some(U1))];
-    assert!(claim_intent(
-        &c,
-        &id,
-        Some(U1),
-        Resource::Vrf,
-        "ghost",
-        NOW - INTENT_LEASE_S,
-        &decided()
-    )
-    .unwrap());
+    assert!(PoolRecord::new(&c, &id, Some(U1))
+        .claim_intent(Resource::Vrf, "ghost", NOW - INTENT_LEASE_S, &decided())
+        .unwrap());
     if start == Start::Empty {
-        metal_ipam_core::provision::step::withdraw_intent(
-            &c,
-            &id,
-            Some(U1),
-            Resource::Vrf,
-            "ghost",
-        )
-        .unwrap();
+        PoolRecord::new(&c, &id, Some(U1))
+            .withdraw_intent(Resource::Vrf, "ghost")
+            .unwrap();
         return;
     }
     vrfs.lock().unwrap().push(Vrf {
@@ -390,9 +377,11 @@ fn prepare(kv: &MemKv, vrfs: &Mutex<Vec<Vrf>>, start: Start) {
     if start == Start::StaleIntent {
         return;
     }
-    assert!(record_created(&c, &id, Some(U1), Resource::Vrf, "vrf-ghost", &decided()).unwrap());
+    assert!(PoolRecord::new(&c, &id, Some(U1))
+        .record_created(Resource::Vrf, "vrf-ghost", &decided())
+        .unwrap());
     if start == Start::Deleting {
-        begin_teardown(&c, &id, Some(U1)).unwrap();
+        PoolRecord::new(&c, &id, Some(U1)).begin_teardown().unwrap();
     }
 }
 
@@ -925,12 +914,14 @@ fn unregister<K: KvStore>(kv: &K, env: &dyn Env) -> String {
 fn unregister_as<K: KvStore>(kv: &K, env: &dyn Env, m: Mutation) -> String {
     let c = ctx(kv, env);
     let id = pool();
-    let step = begin_teardown(&c, &id, Some(U1)).and_then(|_| {
-        if m == Mutation::PlainDelete {
-            return ops::delete_pool(&c, &id).map(|_| ());
-        }
-        ops::delete_provisioned_pool(&c, &id)
-    });
+    let step = PoolRecord::new(&c, &id, Some(U1))
+        .begin_teardown()
+        .and_then(|_| {
+            if m == Mutation::PlainDelete {
+                return ops::delete_pool(&c, &id).map(|_| ());
+            }
+            ops::delete_provisioned_pool(&c, &id)
+        });
     match step {
         Ok(()) => "deleted".into(),
         Err(e) => format!("failed: {}", e.reason()),

@@ -10,10 +10,10 @@ use metal_ipam_core::kv::{Ctx, SwapPolicy};
 use metal_ipam_core::metal::client::{Metal, MetalConfig};
 use metal_ipam_core::metal::retry::RetryPolicy;
 use metal_ipam_core::provision::plan::{Decided, INTENT_LEASE_S};
-use metal_ipam_core::provision::step::{
-    begin_teardown, claim_intent, deprovision, may_register, provision, read_state, record_adopted,
-    record_created, withdraw_intent, Begun, Phase, Target,
-};
+use metal_ipam_core::provision::record::read_state;
+use metal_ipam_core::provision::step::{deprovision, provision, Phase};
+use metal_ipam_core::provision::target::Target;
+use metal_ipam_core::provision::transitions::{may_register, Begun, PoolRecord};
 use metal_ipam_core::testing::{Backend, MemKv, Reply, ScriptedHttp, TestEnv};
 use serde_json::{json, Value};
 
@@ -258,16 +258,14 @@ fn a_second_instance_waits_while_the_first_creates() {
         let pool = id();
         let t = Target::new(&pool, &spec, Some("u-1"), None);
         // Instance A recorded its intent for the VRF (and is creating it).
-        assert!(claim_intent(
-            &w.ctx(),
-            &id(),
-            Some("u-1"),
-            Resource::Vrf,
-            "a",
-            10_000,
-            &Decided::of(&spec, Resource::Vrf)
-        )
-        .unwrap());
+        assert!(PoolRecord::new(&w.ctx(), &id(), Some("u-1"))
+            .claim_intent(
+                Resource::Vrf,
+                "a",
+                10_000,
+                &Decided::of(&spec, Resource::Vrf)
+            )
+            .unwrap());
         let http = ScriptedHttp::new(vec![]);
         let (cfg, menv) = (cfg(), TestEnv::at(0));
         let metal = Metal::new(&http, &cfg, &menv);
@@ -580,21 +578,40 @@ fn a_tombstone_is_final_for_its_uid_and_a_new_uid_starts_fresh() {
         assert!(gone.deleted && gone.retired == ["u-1"], "{b:?}: {gone:?}");
         let c = w.ctx();
         let d = Decided::of(&spec, Resource::Vrf);
-        assert!(!claim_intent(&c, &pool, Some("u-1"), Resource::Vrf, "late", 1, &d).unwrap());
-        assert!(!record_created(&c, &pool, Some("u-1"), Resource::Vrf, "v9", &d).unwrap());
-        assert!(!record_adopted(&c, &pool, Some("u-1"), Resource::Vrf, "v9", &d).unwrap());
-        assert!(!withdraw_intent(&c, &pool, Some("u-1"), Resource::Vrf, "late").unwrap());
-        assert_eq!(begin_teardown(&c, &pool, Some("u-1")).unwrap(), Begun::Gone);
+        assert!(!PoolRecord::new(&c, &pool, Some("u-1"))
+            .claim_intent(Resource::Vrf, "late", 1, &d)
+            .unwrap());
+        assert!(!PoolRecord::new(&c, &pool, Some("u-1"))
+            .record_created(Resource::Vrf, "v9", &d)
+            .unwrap());
+        assert!(!PoolRecord::new(&c, &pool, Some("u-1"))
+            .record_adopted(Resource::Vrf, "v9", &d)
+            .unwrap());
+        assert!(!PoolRecord::new(&c, &pool, Some("u-1"))
+            .withdraw_intent(Resource::Vrf, "late")
+            .unwrap());
+        assert_eq!(
+            PoolRecord::new(&c, &pool, Some("u-1"))
+                .begin_teardown()
+                .unwrap(),
+            Begun::Gone
+        );
         assert!(may_register(&w.kv, &pool, Some("u-1")).is_err());
         assert_eq!(read_state(&w.kv, &pool).unwrap().unwrap(), gone, "{b:?}");
         // A pool of the same name, another uid: a fresh record.
-        assert!(claim_intent(&c, &pool, Some("u-2"), Resource::Vrf, "t2", 5, &d).unwrap());
+        assert!(PoolRecord::new(&c, &pool, Some("u-2"))
+            .claim_intent(Resource::Vrf, "t2", 5, &d)
+            .unwrap());
         let fresh = read_state(&w.kv, &pool).unwrap().unwrap();
         assert_eq!(fresh.uid.as_deref(), Some("u-2"));
         assert_eq!(fresh.retired, ["u-1"]);
         assert!(!fresh.deleted && fresh.intent.is_some());
-        assert!(!record_created(&c, &pool, Some("u-1"), Resource::Vrf, "v9", &d).unwrap());
-        assert!(record_created(&c, &pool, Some("u-2"), Resource::Vrf, "v2", &d).unwrap());
+        assert!(!PoolRecord::new(&c, &pool, Some("u-1"))
+            .record_created(Resource::Vrf, "v9", &d)
+            .unwrap());
+        assert!(PoolRecord::new(&c, &pool, Some("u-2"))
+            .record_created(Resource::Vrf, "v2", &d)
+            .unwrap());
     }
 }
 
@@ -609,9 +626,9 @@ fn teardown_waits_out_a_live_intent_then_looks_for_its_resource() {
         let pool = id();
         let t = Target::new(&pool, &spec, Some("u-1"), None);
         let d = Decided::of(&spec, Resource::Vrf);
-        assert!(
-            claim_intent(&w.ctx(), &pool, Some("u-1"), Resource::Vrf, "a", 10_000, &d).unwrap()
-        );
+        assert!(PoolRecord::new(&w.ctx(), &pool, Some("u-1"))
+            .claim_intent(Resource::Vrf, "a", 10_000, &d)
+            .unwrap());
         let (cfg, menv) = (cfg(), TestEnv::at(0));
         w.env.set_now(10_010);
         let http = ScriptedHttp::new(vec![]);
@@ -629,12 +646,14 @@ fn teardown_waits_out_a_live_intent_then_looks_for_its_resource() {
         assert!(http.sent().is_empty());
         // The creator, still at it, records what it made: accepted, to be
         // torn down with the rest.
-        assert!(record_created(&w.ctx(), &pool, Some("u-1"), Resource::Vrf, "v1", &d).unwrap());
+        assert!(PoolRecord::new(&w.ctx(), &pool, Some("u-1"))
+            .record_created(Resource::Vrf, "v1", &d)
+            .unwrap());
         // Had it not, after the lease the teardown looks by tag.
         let w = World::new(b);
-        assert!(
-            claim_intent(&w.ctx(), &pool, Some("u-1"), Resource::Vrf, "a", 10_000, &d).unwrap()
-        );
+        assert!(PoolRecord::new(&w.ctx(), &pool, Some("u-1"))
+            .claim_intent(Resource::Vrf, "a", 10_000, &d)
+            .unwrap());
         w.env.set_now(10_000 + INTENT_LEASE_S);
         let http = ScriptedHttp::new(vec![
             (
@@ -650,7 +669,9 @@ fn teardown_waits_out_a_live_intent_then_looks_for_its_resource() {
         );
         http.assert_done();
         // The creator's late answer is refused: it deletes its own.
-        assert!(!record_created(&w.ctx(), &pool, Some("u-1"), Resource::Vrf, "v1", &d).unwrap());
+        assert!(!PoolRecord::new(&w.ctx(), &pool, Some("u-1"))
+            .record_created(Resource::Vrf, "v1", &d)
+            .unwrap());
     }
 }
 
@@ -664,8 +685,12 @@ fn an_earlier_incarnations_leftovers_are_torn_down_before_anything_is_created() 
     let spec = created_spec();
     let d = Decided::of(&spec, Resource::Vrf);
     let c = w.ctx();
-    assert!(claim_intent(&c, &pool, Some("u-0"), Resource::Vrf, "a", 1, &d).unwrap());
-    assert!(record_created(&c, &pool, Some("u-0"), Resource::Vrf, "v0", &d).unwrap());
+    assert!(PoolRecord::new(&c, &pool, Some("u-0"))
+        .claim_intent(Resource::Vrf, "a", 1, &d)
+        .unwrap());
+    assert!(PoolRecord::new(&c, &pool, Some("u-0"))
+        .record_created(Resource::Vrf, "v0", &d)
+        .unwrap());
     let t = Target::new(&pool, &spec, Some("u-1"), None);
     let http = ScriptedHttp::new(vec![
         ("DELETE /vrfs/v0", Reply::status(204)),

@@ -117,7 +117,7 @@ use crate::kv::keys;
 use crate::ports::http::HttpClient;
 use crate::ports::kv::KvStore;
 use crate::provision::plan::{owner, Owner, Progress};
-use crate::provision::step::read_state;
+use crate::provision::record::read_state;
 
 /// Annotation that lets a pool with bound addresses be deleted (for
 /// `clusterctl move`).

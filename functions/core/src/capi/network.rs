@@ -99,7 +99,7 @@ use crate::observe::summary::{MachineRow, PortRow};
 use crate::ports::http::HttpClient;
 use crate::ports::kv::KvStore;
 use crate::ports::Env;
-use crate::provision::step::read_progress;
+use crate::provision::record::read_progress;
 
 pub use crate::network::profile::PROFILE_ANNOTATION;
 /// Label on a profile's claims: the machine they are for (its name, or

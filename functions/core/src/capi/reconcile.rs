@@ -207,7 +207,7 @@ pub fn reconcile_all<K: KvStore, H: HttpClient + ?Sized>(
     // The pool index against the records (what crashes left: an entry of
     // a deleted pool, an expired grant, a finished teardown's listing).
     let provisioning = |id: &PoolId| -> Result<bool> {
-        Ok(crate::provision::step::read_state(ctx.kv, id)?.is_some_and(|p| !p.deleted))
+        Ok(crate::provision::record::read_state(ctx.kv, id)?.is_some_and(|p| !p.deleted))
     };
     match crate::ipam::index::tidy(ctx, &provisioning) {
         Ok(t) => report.index_entries_removed += t.removed,

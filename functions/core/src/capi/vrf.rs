@@ -27,7 +27,7 @@
 //!    write.
 //!
 //! The registration reads the progress record inside its compare-and-swap
-//! on the pool record (`provision::step::may_register`), so it can never
+//! on the pool record (`provision::transitions::may_register`), so it can never
 //! re-register a pool whose teardown started (see `kv-schema/README.md`).
 //!
 //! A pool without `spec.metal` is not this step's (`ignored`), unless its
@@ -54,7 +54,10 @@ use crate::ports::http::HttpClient;
 use crate::ports::kv::KvStore;
 use crate::ports::Env;
 use crate::provision::plan::{owner, Owner, Progress};
-use crate::provision::step::{self, Begun, Phase, Target};
+use crate::provision::record::{read_progress, read_state};
+use crate::provision::step::{self, Phase};
+use crate::provision::target::Target;
+use crate::provision::transitions::{may_register, Begun, PoolRecord};
 use crate::reconcile::{
     self, Cleanup, Condition, Handler, Order, Outcome, Reason, StepResult, Verdict,
 };
@@ -142,7 +145,7 @@ impl<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized> VrfPool<'_, '_, K, H, 
     fn no_spec_metal(&self, o: &WithJson<PoolResource>) -> Result<Verdict<Fields>> {
         let meta = o.meta();
         let held = || -> Result<bool> {
-            let cur = step::read_state(self.ctx.kv, self.id)?;
+            let cur = read_state(self.ctx.kv, self.id)?;
             Ok(
                 matches!(owner(cur.as_ref(), meta.uid.as_deref()), Owner::Mine)
                     && cur.as_ref().is_some_and(Progress::holds_anything),
@@ -277,7 +280,7 @@ fn teardown<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
         Ok(Cleanup::Done(Outcome::new(StepResult::Deleted, msg)))
     };
     // From here on nothing is created or registered for the pool.
-    if step::begin_teardown(ctx, id, target.uid.as_deref())? == Begun::Gone {
+    if PoolRecord::new(ctx, id, target.uid.as_deref()).begin_teardown()? == Begun::Gone {
         // Torn down already (the store deletion came before it).
         return deleted(String::new());
     }
@@ -310,7 +313,7 @@ fn teardown<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
 fn vlan_in_use<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
     h: &VrfPool<'_, '_, K, H, E>,
 ) -> Result<Option<Verdict<Fields>>> {
-    let progress = step::read_progress(h.ctx, h.id)?;
+    let progress = read_progress(h.ctx, h.id)?;
     let vlan = progress.vlan.as_ref().map(|h| h.id.as_str());
     let users = vlan_users(h.kube, h.id, vlan)?;
     if users.is_empty() {
@@ -395,7 +398,7 @@ fn register<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
         Vec::new()
     };
     let cidr = format!("{}/{}", block.0, block.1);
-    let may = || step::may_register(ctx.kv, id, uid);
+    let may = || may_register(ctx.kv, id, uid);
     match ops::put_provisioned_pool(ctx, object, block, &adoptions, &may) {
         Ok((_, view)) => {
             let counts = view.to_json()["status"]["ipAddresses"].clone();

@@ -1004,8 +1004,9 @@ pub fn put_pool_with<K: KvStore>(
 /// registered as [`put_pool_with`] would.
 ///
 /// `may` is asked inside every compare-and-swap decision on the pool
-/// record, after the record was read and before the swap (the provision
-/// step's `may_register`: the pool is not being torn down). A teardown
+/// record, after the record was read and before the swap
+/// (`provision::transitions::may_register`: the pool is not being torn
+/// down). A teardown
 /// records that it started before it deletes the pool from the store with
 /// [`delete_provisioned_pool`], whose write always lands: so a
 /// registration either swaps before that write (which then deletes it) or

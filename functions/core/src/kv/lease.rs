@@ -92,7 +92,7 @@ impl<L: Lease> Slot<L> for Option<L> {
     }
 
     fn take_over(&mut self, lease: L, now: u64) -> bool {
-        if !self.as_ref().is_some_and(|l| !l.live(now)) {
+        if self.as_ref().is_none_or(|l| l.live(now)) {
             return false;
         }
         *self = Some(lease);
@@ -100,7 +100,7 @@ impl<L: Lease> Slot<L> for Option<L> {
     }
 
     fn release(&mut self, token: &str) -> bool {
-        if !self.as_ref().is_some_and(|l| l.holder() == token) {
+        if self.as_ref().is_none_or(|l| l.holder() != token) {
             return false;
         }
         *self = None;

@@ -36,7 +36,7 @@ use crate::ipam::store;
 use crate::kv::Ctx;
 use crate::observe::summary::{self, Summary};
 use crate::ports::kv::KvStore;
-use crate::provision::{plan, poll, step};
+use crate::provision::{plan, poll, record};
 
 /// Most address rows a pool page lists (the counts cover them all).
 pub const MAX_ADDRESS_ROWS: usize = 1000;
@@ -198,7 +198,7 @@ fn held(h: Option<&plan::Held>) -> Value {
 /// A VRF-backed pool's Metal resources and phase, from its progress
 /// record.
 fn metal<K: KvStore>(kv: &K, id: &PoolId) -> Result<Value> {
-    let Some(p) = step::read_state(kv, id)? else {
+    let Some(p) = record::read_state(kv, id)? else {
         return Ok(
             json!({"phase": "not started", "vrf": null, "reservation": null,
             "vlan": null, "gateway": null, "gatewayState": null}),

@@ -8,17 +8,24 @@
 //! - [`plan`]: the next action as a pure decision from the spec, the
 //!   recorded progress and the clock; whose the record is.
 //! - [`record`]: the progress record in the store (a
-//!   [`crate::kv::protocol::CasRecord`]).
-//! - [`step`]: [`step::provision`] and [`step::deprovision`], which run the
-//!   plan against Metal and the store, one recorded action at a time, and
-//!   the store decisions they make (public for the interleaving checker).
+//!   [`crate::kv::protocol::CasRecord`]) and its reads.
+//! - [`transitions`]: the record's compare-and-swap decisions, methods on
+//!   a [`transitions::PoolRecord`] handle (public for the interleaving
+//!   checker).
+//! - [`target`]: the pool being provisioned, its tags and customdata.
+//! - [`vrf_cloud`]: [`vrf_cloud::VrfCloud`], what a cloud offering
+//!   VRF-backed pools must do (Metal's VRF, reservation, VLAN and gateway
+//!   calls: the Metal extension of a bare-metal cloud).
+//! - [`step`]: the driver, [`step::provision`] and [`step::deprovision`],
+//!   which run the plan against the cloud and the store, one recorded
+//!   action at a time.
 //! - [`assign`]: per-claim IP assignments of a VRF-backed pool's addresses
 //!   to the claims' devices, exactly once, removed before release.
 //! - [`poll`]: the Metal event poller's cursor and the devices the new
 //!   events concern (Metal has no webhooks).
 //!
 //! May import `ipam` (the pool's `spec.metal`), `kv` (the progress record),
-//! `metal` (the client) and the ports; never `http`, `kube` or `capi`,
+//! `metal` (the client, behind [`vrf_cloud`] for the pools) and the ports; never `http`, `kube` or `capi`,
 //! which call it.
 
 pub mod assign;
@@ -26,3 +33,6 @@ pub mod plan;
 pub mod poll;
 pub mod record;
 pub mod step;
+pub mod target;
+pub mod transitions;
+pub mod vrf_cloud;

@@ -48,7 +48,9 @@
 
 use serde_json::Value;
 
+use crate::error::{Error, Result};
 use crate::ipam::vrf::{DeletionPolicy, MetalSpec, Resource};
+use crate::kv::lease::{self, Lease as _};
 
 /// How long a creation intent excludes other instances, in seconds: longer
 /// than one round of the step (one Metal request within its budget, plus
@@ -103,6 +105,17 @@ pub struct Intent {
     pub at: u64,
     /// The decision for the resource (absent in older records).
     pub decided: Option<Decided>,
+}
+
+/// The intent is the record's [`lease::Lease`]: it excludes other
+/// instances for [`INTENT_LEASE_S`] after `at`.
+impl lease::Lease for Intent {
+    fn holder(&self) -> &str {
+        &self.token
+    }
+    fn ends(&self) -> u64 {
+        self.at.saturating_add(INTENT_LEASE_S)
+    }
 }
 
 /// What the store records about a pool's Metal resources.
@@ -230,6 +243,16 @@ impl Progress {
         }
     }
 
+    /// The id of the held `r`.
+    ///
+    /// # Errors
+    /// 500 when no `r` is recorded yet.
+    pub fn held_id(&self, r: Resource) -> Result<String> {
+        self.held(r)
+            .map(|h| h.id.clone())
+            .ok_or_else(|| Error::internal(format!("the {} is not recorded yet", r.field())))
+    }
+
     /// Whether anything is held or may have been created (an intent).
     pub fn holds_anything(&self) -> bool {
         Resource::ALL.iter().any(|r| self.held(*r).is_some()) || self.intent.is_some()
@@ -321,9 +344,7 @@ pub fn next(spec: &MetalSpec, progress: &Progress, now: u64) -> Action {
             return Action::Adopt(r);
         }
         return match &progress.intent {
-            Some(i) if i.resource == r && now < i.at.saturating_add(INTENT_LEASE_S) => {
-                Action::WaitForOther(r, i.at + INTENT_LEASE_S - now)
-            }
+            Some(i) if i.resource == r && i.live(now) => Action::WaitForOther(r, i.left(now)),
             Some(i) if i.resource == r => Action::FindCreated(r),
             _ => Action::Create(r),
         };
@@ -432,9 +453,8 @@ fn kept_for(progress: &Progress, legacy: &MetalSpec, r: Resource) -> Option<Reso
 pub fn teardown(legacy: &MetalSpec, progress: &Progress, now: u64) -> Teardown {
     if let Some(i) = &progress.intent {
         if progress.held(i.resource).is_none() {
-            let until = i.at.saturating_add(INTENT_LEASE_S);
-            return if now < until {
-                Teardown::WaitForCreation(i.resource, until - now)
+            return if i.live(now) {
+                Teardown::WaitForCreation(i.resource, i.left(now))
             } else {
                 Teardown::FindCreated(i.resource)
             };

@@ -22,8 +22,10 @@ use crate::error::{Error, Result};
 use crate::ipam::pool::PoolId;
 use crate::ipam::vrf::Resource;
 use crate::kv::keys;
-use crate::kv::protocol::{Content, Envelope, Enveloped};
+use crate::kv::protocol::{read_record, Content, Envelope, Enveloped};
 use crate::kv::records::SwapCheck;
+use crate::kv::Ctx;
+use crate::ports::kv::KvStore;
 
 /// Schema version of the progress record this build writes.
 pub const PROGRESS_VERSION: u32 = 3;
@@ -303,12 +305,29 @@ impl Content for ProgressContent {
     }
 }
 
+/// The record of pool `id` as stored, a tombstone included (one `get`).
+///
+/// # Errors
+/// Store errors; 500 for an unreadable record.
+pub fn read_state<K: KvStore>(kv: &K, id: &PoolId) -> Result<Option<Progress>> {
+    read_record::<K, ProgressRecord>(kv, id)
+}
+
+/// The recorded progress of pool `id` (empty when none, or a tombstone).
+///
+/// # Errors
+/// Store errors; 500 for an unreadable record.
+pub fn read_progress<K: KvStore>(ctx: &Ctx<'_, K>, id: &PoolId) -> Result<Progress> {
+    Ok(read_state(ctx.kv, id)?
+        .filter(|p| !p.deleted)
+        .unwrap_or_default())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::kv::protocol::{update_record, CasRecord, Step};
-    use crate::kv::{Ctx, SwapPolicy};
-    use crate::ports::kv::KvStore;
+    use crate::kv::SwapPolicy;
     use crate::testing::{Backend, MemKv, TestEnv};
     use serde_json::json;
 
