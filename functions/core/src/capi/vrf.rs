@@ -48,16 +48,15 @@ use crate::kube::conditions::Ready;
 use crate::kube::object::{Meta, Object, WithJson};
 use crate::kube::{Kube, Resource as KubeResource, NETWORK_PROFILES};
 use crate::kv::Ctx;
-use crate::metal::client::Metal;
 use crate::network::profile::{PoolName, Profile};
 use crate::ports::http::HttpClient;
 use crate::ports::kv::KvStore;
-use crate::ports::Env;
 use crate::provision::plan::{owner, Owner, Progress};
 use crate::provision::record::{read_progress, read_state};
 use crate::provision::step::{self, Phase};
 use crate::provision::target::Target;
 use crate::provision::transitions::{may_register, Begun, PoolRecord};
+use crate::provision::vrf_cloud::VrfCloud;
 use crate::reconcile::{
     self, Cleanup, Condition, Handler, Order, Outcome, Reason, StepResult, Verdict,
 };
@@ -86,16 +85,16 @@ pub const VLAN_IN_USE_RETRY_S: u64 = 30;
 /// credentials problems. An invalid `spec.metal`, an adopted resource that
 /// does not fit, and Metal's refusals go to the pool's `Ready=False`
 /// condition instead (`failed`).
-pub fn sync_vrf_pool<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
+pub fn sync_vrf_pool<K: KvStore, H: HttpClient + ?Sized, C: VrfCloud + ?Sized>(
     ctx: &Ctx<'_, K>,
     kube: &Kube<'_, H>,
-    metal: &Metal<'_, H, E>,
+    cloud: &C,
     id: &PoolId,
 ) -> Result<Outcome> {
     reconcile::run(&VrfPool {
         ctx,
         kube,
-        metal,
+        cloud,
         id,
         now: Cell::new(0),
     })
@@ -110,10 +109,10 @@ pub fn sync_vrf_pool<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
 /// `InvalidSpec`, `MetalSpecChanged`, Metal's refusals (`failed`),
 /// `MetalProvisioning`, `PoolInUse`, `PoolVlanInUse`, `MetalTearingDown`
 /// (`waiting`); `status.metal` beside them once resources are recorded.
-struct VrfPool<'r, 'a, K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized> {
+struct VrfPool<'r, 'a, K: KvStore, H: HttpClient + ?Sized, C: VrfCloud + ?Sized> {
     ctx: &'r Ctx<'a, K>,
     kube: &'r Kube<'a, H>,
-    metal: &'r Metal<'a, H, E>,
+    cloud: &'r C,
     id: &'r PoolId,
     /// The clock when the object was read (the conditions' time).
     now: Cell<u64>,
@@ -132,7 +131,7 @@ struct Parsed {
 /// `status` fields beside the condition (`metal`, `ipAddresses`).
 type Fields = Option<Map<String, Value>>;
 
-impl<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized> VrfPool<'_, '_, K, H, E> {
+impl<K: KvStore, H: HttpClient + ?Sized, C: VrfCloud + ?Sized> VrfPool<'_, '_, K, H, C> {
     fn target<'p>(&'p self, o: &WithJson<PoolResource>, spec: &'p MetalSpec) -> Target<'p> {
         let m = o.meta();
         let cluster = m.label(crate::ipam::claim::CLUSTER_NAME_LABEL);
@@ -170,7 +169,9 @@ impl<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized> VrfPool<'_, '_, K, H, 
     }
 }
 
-impl<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized> Handler<H> for VrfPool<'_, '_, K, H, E> {
+impl<K: KvStore, H: HttpClient + ?Sized, C: VrfCloud + ?Sized> Handler<H>
+    for VrfPool<'_, '_, K, H, C>
+{
     type Object = WithJson<PoolResource>;
     type Parsed = Parsed;
     type Status = Fields;
@@ -267,8 +268,8 @@ fn waiting(
 
 /// The deleting pool, finalizer held: teardown marked, store deletion,
 /// profiles waited for, Metal teardown (see the module docs, step 2).
-fn teardown<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
-    h: &VrfPool<'_, '_, K, H, E>,
+fn teardown<K: KvStore, H: HttpClient + ?Sized, C: VrfCloud + ?Sized>(
+    h: &VrfPool<'_, '_, K, H, C>,
     target: &Target,
 ) -> Result<Cleanup<Fields>> {
     let (ctx, id) = (h.ctx, h.id);
@@ -294,7 +295,7 @@ fn teardown<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
     if let Some(v) = vlan_in_use(h)? {
         return Ok(Cleanup::Pending(v));
     }
-    let report = step::deprovision(ctx, h.metal, target)?;
+    let report = step::deprovision(ctx, h.cloud, target)?;
     match report.phase {
         Phase::Gone => deleted(format!(" ({})", report.done.join(", "))),
         Phase::InProgress {
@@ -310,8 +311,8 @@ fn teardown<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
 
 /// A teardown waiting while `MetalNetworkProfile`s put the pool's VLAN on
 /// machines (`PoolVlanInUse` naming them); `None` when none does.
-fn vlan_in_use<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
-    h: &VrfPool<'_, '_, K, H, E>,
+fn vlan_in_use<K: KvStore, H: HttpClient + ?Sized, C: VrfCloud + ?Sized>(
+    h: &VrfPool<'_, '_, K, H, C>,
 ) -> Result<Option<Verdict<Fields>>> {
     let progress = read_progress(h.ctx, h.id)?;
     let vlan = progress.vlan.as_ref().map(|h| h.id.as_str());
@@ -320,7 +321,7 @@ fn vlan_in_use<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
         return Ok(None);
     }
     let ports = match vlan {
-        Some(v) => h.metal.vlan_ports(v)?,
+        Some(v) => h.cloud.vlan_ports(v)?,
         None => Vec::new(),
     };
     let msg = format!(
@@ -342,12 +343,12 @@ fn vlan_in_use<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
 /// action per round), then register once ready (see the module docs,
 /// step 3). Metal's refusals and a resource that does not fit are
 /// verdicts naming them.
-fn provision<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
-    h: &VrfPool<'_, '_, K, H, E>,
+fn provision<K: KvStore, H: HttpClient + ?Sized, C: VrfCloud + ?Sized>(
+    h: &VrfPool<'_, '_, K, H, C>,
     target: &Target,
     object: PoolObject,
 ) -> Result<Verdict<Fields>> {
-    let report = match step::provision(h.ctx, h.metal, target) {
+    let report = match step::provision(h.ctx, h.cloud, target) {
         Ok(r) => r,
         Err(e)
             if matches!(
@@ -385,8 +386,8 @@ fn provision<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
 /// with `block`'s addresses (adopting its `IPAddress`es when the store
 /// does not know it), under the registration gate for the incarnation
 /// `uid`, and `Ready=True`.
-fn register<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
-    h: &VrfPool<'_, '_, K, H, E>,
+fn register<K: KvStore, H: HttpClient + ?Sized, C: VrfCloud + ?Sized>(
+    h: &VrfPool<'_, '_, K, H, C>,
     object: PoolObject,
     (block, uid): ((std::net::IpAddr, u8), Option<&str>),
     progress: &Progress,

@@ -291,13 +291,31 @@ fn change<K: KvStore, T>(
     }
 }
 
-/// The fence of a holder's write ([`lease::fence`]): `token` holds the
-/// lease on `device` at `now`.
+/// A write of the lease's holder, fenced ([`lease::fence`]): inside the
+/// compare-and-swap, `token` must hold the lease on `device` at `at()`
+/// (read on each attempt); then `f` edits a copy of the record and says
+/// whether to write it.
 ///
 /// # Errors
-/// 409 `LeaseLost` when it does not.
-fn fence(s: &ApplyState, device: &str, token: &str, now: u64) -> Result<()> {
-    lease::fence(&s.lease, token, now, &format!("device {device}"))
+/// 409 `LeaseLost` when `token` does not hold the lease; store errors;
+/// 503 `Contention`.
+fn fenced<K: KvStore>(
+    ctx: &Ctx<'_, K>,
+    device: &str,
+    token: &str,
+    at: impl Fn() -> u64,
+    mut f: impl FnMut(&mut ApplyState) -> bool,
+) -> Result<()> {
+    change(
+        ctx,
+        device,
+        |s| {
+            lease::fence(&s.lease, token, at(), &format!("device {device}"))?;
+            let mut n = s.clone();
+            Ok(f(&mut n).then_some((n, ())))
+        },
+        |_| (),
+    )
 }
 
 /// Whether an error is [`lease::lost`]'s.
@@ -929,22 +947,21 @@ pub fn set_batch<K: KvStore>(
     step: &StepRecord,
     id: &str,
 ) -> Result<()> {
-    change(
+    fenced(
         ctx,
         device,
-        |s| {
-            fence(s, device, token, ctx.env.now())?;
-            let mut n = s.clone();
+        token,
+        || ctx.env.now(),
+        |n| {
             let Some(r) = n.running.as_mut() else {
-                return Ok(None);
+                return false;
             };
             if r.step != *step || r.batch.as_deref() == Some(id) {
-                return Ok(None);
+                return false;
             }
             r.batch = Some(id.to_string());
-            Ok(Some((n, ())))
+            true
         },
-        |_| (),
     )
 }
 
@@ -960,17 +977,16 @@ pub fn finish<K: KvStore>(
     token: &str,
     failed: Option<String>,
 ) -> Result<()> {
-    change(
+    fenced(
         ctx,
         device,
-        |s| {
-            fence(s, device, token, ctx.env.now())?;
-            let mut n = s.clone();
+        token,
+        || ctx.env.now(),
+        |n| {
             n.running = None;
             n.failed = failed.clone();
-            Ok(Some((n, ())))
+            true
         },
-        |_| (),
     )
 }
 
@@ -993,12 +1009,12 @@ pub fn record_step<K: KvStore>(
 ) -> Result<bool> {
     let rec = StepRecord::of(step);
     let is_async = !matches!(step.action, Action::SetNative(_) | Action::RemoveNative);
-    change(
+    fenced(
         ctx,
         device,
-        |s| {
-            fence(s, device, token, now + CALL_S)?;
-            let mut n = s.clone();
+        token,
+        || now + CALL_S,
+        |n| {
             if is_async {
                 n.running = Some(Running {
                     step: rec.clone(),
@@ -1009,9 +1025,8 @@ pub fn record_step<K: KvStore>(
             n.history.push(rec.clone());
             let excess = n.history.len().saturating_sub(HISTORY);
             n.history.drain(..excess);
-            Ok(Some((n, ())))
+            true
         },
-        |_| (),
     )?;
     Ok(is_async)
 }

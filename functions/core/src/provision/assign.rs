@@ -227,6 +227,26 @@ fn change<K: KvStore, T>(
     })
 }
 
+/// One compare-and-swap on the record, if there is one: `f` edits a copy
+/// and says whether to write it. Returns whether it wrote.
+fn edit<K: KvStore>(
+    ctx: &Ctx<'_, K>,
+    ns: &str,
+    name: &str,
+    mut f: impl FnMut(&mut Assignment) -> bool,
+) -> Result<bool> {
+    change(
+        ctx,
+        ns,
+        name,
+        |cur| {
+            let mut n = cur?.clone();
+            f(&mut n).then_some((n, true))
+        },
+        |_| false,
+    )
+}
+
 /// The address in the form Metal assigns it: a single address (`/32`,
 /// `/128`).
 ///
@@ -400,16 +420,9 @@ fn start<K: KvStore>(
     now: u64,
     take: impl Fn(&mut Assignment, AssignIntent) -> bool,
 ) -> Result<bool> {
-    change(
-        ctx,
-        ns,
-        name,
-        |cur| {
-            let mut n = cur.filter(|c| c.uid == uid)?.clone();
-            take(&mut n, AssignIntent::new(token, now)).then_some((n, true))
-        },
-        |_| false,
-    )
+    edit(ctx, ns, name, |n| {
+        n.uid == uid && take(n, AssignIntent::new(token, now))
+    })
 }
 
 /// Records assignment `id` for `uid`, clearing `token`'s intent. Refused
@@ -469,20 +482,11 @@ pub fn withdraw<K: KvStore>(
     token: &str,
     refused: Option<&str>,
 ) -> Result<bool> {
-    change(
-        ctx,
-        ns,
-        name,
-        |cur| {
-            let mut n = cur?.clone();
-            if !n.intent.release(token) {
-                return None;
-            }
-            n.refused = refused.map(str::to_string);
-            Some((n, true))
-        },
-        |_| false,
-    )
+    edit(ctx, ns, name, |n| {
+        let withdrawn = n.intent.release(token);
+        n.refused = refused.map(str::to_string);
+        withdrawn
+    })
 }
 
 /// Marks `token`'s intent as having lost its answer at `now`: another
@@ -499,26 +503,16 @@ pub fn mark_lost<K: KvStore>(
     token: &str,
     now: u64,
 ) -> Result<bool> {
-    change(
-        ctx,
-        ns,
-        name,
-        |cur| {
-            let c = cur?;
-            let i = c.intent.as_ref().filter(|i| i.token == token)?;
-            if i.lost {
-                return None;
-            }
-            let mut n = c.clone();
+    edit(ctx, ns, name, |n| match &n.intent {
+        Some(i) if i.token == token && !i.lost => {
             n.intent = Some(AssignIntent {
-                token: token.to_string(),
-                at: now,
                 lost: true,
+                ..AssignIntent::new(token, now)
             });
-            Some((n, true))
-        },
-        |_| false,
-    )
+            true
+        }
+        _ => false,
+    })
 }
 
 /// Forgets assignment `id` of `uid` (it was deleted, or went with its
@@ -534,22 +528,14 @@ pub fn cleared<K: KvStore>(
     id: &str,
     device_gone: bool,
 ) -> Result<bool> {
-    change(
-        ctx,
-        ns,
-        name,
-        |cur| {
-            let c = cur?;
-            if c.uid != uid || c.assignment.as_deref() != Some(id) {
-                return None;
-            }
-            let mut n = c.clone();
-            n.assignment = None;
-            n.device_gone = device_gone;
-            Some((n, true))
-        },
-        |_| false,
-    )
+    edit(ctx, ns, name, |n| {
+        if n.uid != uid || n.assignment.as_deref() != Some(id) {
+            return false;
+        }
+        n.assignment = None;
+        n.device_gone = device_gone;
+        true
+    })
 }
 
 /// Whether [`close`] closed the record.

@@ -14,8 +14,9 @@
 //!   checker).
 //! - [`target`]: the pool being provisioned, its tags and customdata.
 //! - [`vrf_cloud`]: [`vrf_cloud::VrfCloud`], what a cloud offering
-//!   VRF-backed pools must do (Metal's VRF, reservation, VLAN and gateway
-//!   calls: the Metal extension of a bare-metal cloud).
+//!   VRF-backed pools must do (VRF, reservation, VLAN, gateway: an
+//!   extension of a bare-metal cloud); [`vrf_metal`]: Equinix Metal's
+//!   implementation.
 //! - [`step`]: the driver, [`step::provision`] and [`step::deprovision`],
 //!   which run the plan against the cloud and the store, one recorded
 //!   action at a time.
@@ -25,8 +26,8 @@
 //!   events concern (Metal has no webhooks).
 //!
 //! May import `ipam` (the pool's `spec.metal`), `kv` (the progress record),
-//! `metal` (the client, behind [`vrf_cloud`] for the pools) and the ports; never `http`, `kube` or `capi`,
-//! which call it.
+//! `metal` (the client: [`vrf_metal`], and `assign` and `poll`) and the
+//! ports; never `http`, `kube` or `capi`, which call it.
 
 pub mod assign;
 pub mod plan;
@@ -36,3 +37,4 @@ pub mod step;
 pub mod target;
 pub mod transitions;
 pub mod vrf_cloud;
+pub mod vrf_metal;

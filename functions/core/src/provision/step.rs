@@ -129,15 +129,8 @@ pub fn provision<K: KvStore, C: VrfCloud + ?Sized>(
                 })
             }
         };
-        match d.act(t, progress, now, &mut done)? {
-            Round::Again => {}
-            Round::Stop(phase, progress) => {
-                return Ok(Report {
-                    phase,
-                    progress: *progress,
-                    done,
-                })
-            }
+        if let Round::Stop(phase, progress) = d.act(t, progress, now, &mut done)? {
+            return Ok(stopped(phase, progress, done));
         }
     }
     used_all_rounds(ctx, t.id, done)
@@ -216,13 +209,7 @@ pub fn deprovision<K: KvStore, C: VrfCloud + ?Sized>(
         match d.teardown_round(&of, &p, &retire, &mut done)? {
             Round::Again => {}
             Round::Stop(Phase::Gone, _) => return gone(done),
-            Round::Stop(phase, progress) => {
-                return Ok(Report {
-                    phase,
-                    progress: *progress,
-                    done,
-                })
-            }
+            Round::Stop(phase, progress) => return Ok(stopped(phase, progress, done)),
         }
     }
     used_all_rounds(ctx, t.id, done)
@@ -549,6 +536,15 @@ impl<'k, K: KvStore, C: VrfCloud + ?Sized> Driver<'_, 'k, K, C> {
         record.record_released(Resource::Gateway, &id)?;
         done.push(format!("gateway {id} is gone"));
         Ok(Round::Again)
+    }
+}
+
+/// The report of an invocation that stopped at `phase` on `progress`.
+fn stopped(phase: Phase, progress: Box<Progress>, done: Vec<String>) -> Report {
+    Report {
+        phase,
+        progress: *progress,
+        done,
     }
 }
 
