@@ -1,8 +1,9 @@
-//! The pool whose Metal resources are provisioned, and how its resources
+//! The pool whose cloud resources are provisioned, and how its resources
 //! are known as its own: the identifying tag (the pool's uid, or its id),
 //! the tags and customdata every created resource carries, and the check
 //! that refuses to adopt another pool's resource. Used by the driver
-//! ([`super::step`]) and the Metal calls ([`super::vrf_cloud`]).
+//! ([`super::step`]) and the clouds' calls ([`super::vrf_cloud`],
+//! [`super::vrf_metal`]).
 
 use serde_json::{Map, Value};
 
