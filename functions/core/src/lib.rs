@@ -64,6 +64,7 @@
 
 pub mod admission;
 pub mod capi;
+pub mod cloud;
 pub mod error;
 pub mod events;
 pub mod http;
