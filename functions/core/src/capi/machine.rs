@@ -18,15 +18,14 @@ use super::network::{
     release_device, OnDevice,
 };
 use super::objects::MachineObject;
+use crate::cloud::Cloud;
 use crate::error::Result;
 use crate::kube::{self, Kube, Resource};
 use crate::kv::Ctx;
-use crate::metal::client::Metal;
 use crate::network::apply::{self, ApplyState, Phase, Report};
 use crate::network::batch::VlanBatches;
 use crate::ports::http::HttpClient;
 use crate::ports::kv::KvStore;
-use crate::ports::Env;
 use crate::reconcile::{self, Cleanup, Condition, Handler, Order, Outcome, StepResult, Verdict};
 
 /// What [`sync_machine`] did with a Machine.
@@ -125,10 +124,10 @@ impl Synced {
 /// valid, or a profile that does not validate; 409 `NetworkFrozen`,
 /// `VlanBatchFailed`, `VlanBatchRefused`, `PortChangeRefused`; Metal, store
 /// and API server errors.
-pub fn sync_machine<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
+pub fn sync_machine<K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized>(
     ctx: &Ctx<'_, K>,
     kube: &Kube<'_, H>,
-    metal: &Metal<'_, H, E>,
+    cloud: &C,
     batches: &dyn VlanBatches,
     ns: &str,
     name: &str,
@@ -136,7 +135,7 @@ pub fn sync_machine<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
     let h = MachineHandler {
         ctx,
         kube,
-        metal,
+        cloud,
         batches,
         ns,
         name,
@@ -148,10 +147,10 @@ pub fn sync_machine<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
 }
 
 /// One Machine's network on the kit.
-struct MachineHandler<'r, 'a, K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized> {
+struct MachineHandler<'r, 'a, K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized> {
     ctx: &'r Ctx<'a, K>,
     kube: &'r Kube<'a, H>,
-    metal: &'r Metal<'a, H, E>,
+    cloud: &'r C,
     batches: &'r dyn VlanBatches,
     ns: &'r str,
     name: &'r str,
@@ -169,7 +168,7 @@ struct Seen {
     record: Option<ApplyState>,
 }
 
-impl<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized> MachineHandler<'_, '_, K, H, E> {
+impl<K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized> MachineHandler<'_, '_, K, H, C> {
     fn answer(&self, s: Synced) -> Verdict<()> {
         let out = s.outcome();
         *self.synced.borrow_mut() = Some(s);
@@ -191,7 +190,7 @@ impl<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized> MachineHandler<'_, '_,
         }
         let who = (self.ns, self.name, Self::uid(o));
         let (report, deleted) =
-            release_device(self.ctx, self.kube, self.metal, self.batches, who, d)?;
+            release_device(self.ctx, self.kube, self.cloud, self.batches, who, d)?;
         if report.as_ref().is_some_and(|r| r.phase != Phase::Converged) {
             return Ok(Synced::Released(report, deleted));
         }
@@ -221,7 +220,7 @@ impl<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized> MachineHandler<'_, '_,
         }
         let who = (self.ns, self.name, Self::uid(o));
         let (report, deleted) =
-            release_device(self.ctx, self.kube, self.metal, self.batches, who, d)?;
+            release_device(self.ctx, self.kube, self.cloud, self.batches, who, d)?;
         Ok(Some(match report {
             Some(r) if r.phase == Phase::Converged => {
                 apply::release_done(self.ctx, d)?;
@@ -249,7 +248,7 @@ impl<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized> MachineHandler<'_, '_,
         let on = apply_on_device(
             self.ctx,
             self.kube,
-            self.metal,
+            self.cloud,
             self.batches,
             ns,
             name,
@@ -264,8 +263,8 @@ impl<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized> MachineHandler<'_, '_,
     }
 }
 
-impl<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized> Handler<H>
-    for MachineHandler<'_, '_, K, H, E>
+impl<K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized> Handler<H>
+    for MachineHandler<'_, '_, K, H, C>
 {
     type Object = MachineObject;
     type Parsed = Seen;

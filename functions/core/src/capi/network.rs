@@ -79,6 +79,7 @@ use serde_json::{json, Value};
 
 use super::device::{device_in, device_of, provider_of};
 use super::objects::MachineObject;
+use crate::cloud::{Cloud, DeviceView, Segment};
 use crate::error::{Error, ErrorKind, Known, Result};
 use crate::ipam::claim::{PoolRef, CLUSTER_NAME_LABEL};
 use crate::ipam::ops;
@@ -87,7 +88,6 @@ use crate::ipam::vrf::Resource as MetalResource;
 use crate::kube::object::{metadata, Object, ObjectMeta, OwnerReference};
 use crate::kube::{self, names, Kube, KubeError};
 use crate::kv::Ctx;
-use crate::metal::client::Metal;
 use crate::network::apply::{self, Report};
 use crate::network::batch::VlanBatches;
 use crate::network::network_data;
@@ -98,7 +98,6 @@ use crate::network::render::{render, Format};
 use crate::observe::summary::{MachineRow, PortRow};
 use crate::ports::http::HttpClient;
 use crate::ports::kv::KvStore;
-use crate::ports::Env;
 use crate::provision::step::read_progress;
 
 pub use crate::network::profile::PROFILE_ANNOTATION;
@@ -766,9 +765,9 @@ fn bound_address<H: HttpClient + ?Sized>(
 /// The profile's VLANs, resolved: (reference, UUID, number).
 type Resolved = Vec<(VlanRef, String, u16)>;
 
-fn resolve_vlans<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
+fn resolve_vlans<K: KvStore, C: Cloud + ?Sized>(
     ctx: &Ctx<'_, K>,
-    metal: &Metal<'_, H, E>,
+    cloud: &C,
     ns: &str,
     profile: &Profile,
 ) -> Result<Resolved> {
@@ -778,7 +777,7 @@ fn resolve_vlans<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
         .as_deref()
         .unwrap_or_default()
         .to_ascii_lowercase();
-    let mut metro_vlans: Option<Vec<crate::metal::model::VirtualNetwork>> = None;
+    let mut metro_vlans: Option<Vec<Segment>> = None;
     let refs = profile.ports.iter().flat_map(|p| {
         p.vlans
             .iter()
@@ -790,11 +789,11 @@ fn resolve_vlans<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
             continue;
         }
         let vlan = match (&r.id, r.vxlan, &r.pool) {
-            (Some(id), _, _) => metal.get_vlan(id)?,
+            (Some(id), _, _) => cloud.segment(id)?,
             (_, Some(n), _) => {
                 // The metro's VLANs, listed once for every number.
                 if metro_vlans.is_none() {
-                    metro_vlans = Some(metal.list_vlans(&metro)?);
+                    metro_vlans = Some(cloud.segments(&metro)?);
                 }
                 metro_vlans
                     .iter()
@@ -805,7 +804,7 @@ fn resolve_vlans<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
             (_, _, Some(p)) => {
                 let progress = read_progress(ctx, &pool_id(p, ns))?;
                 match progress.held(MetalResource::Vlan) {
-                    Some(h) => metal.get_vlan(&h.id)?,
+                    Some(h) => cloud.segment(&h.id)?,
                     None => None,
                 }
             }
@@ -818,7 +817,7 @@ fn resolve_vlans<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
             ));
         };
         let n = v
-            .vxlan
+            .vlan
             .ok_or_else(|| Error::internal(format!("VLAN {} has no vxlan", v.id)))?;
         out.push((r, v.id, n));
     }
@@ -840,14 +839,14 @@ fn pool_id(p: &PoolName, ns: &str) -> PoolId {
 
 /// The desired state of the device's ports, from the profile and what
 /// `observed` shows.
-fn desired_on<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
+fn desired_on<K: KvStore, C: Cloud + ?Sized>(
     ctx: &Ctx<'_, K>,
-    metal: &Metal<'_, H, E>,
+    cloud: &C,
     ns: &str,
     m: &MachineNetwork,
     observed: &Observed,
 ) -> Result<Desired> {
-    let resolved = resolve_vlans(ctx, metal, ns, &m.profile)?;
+    let resolved = resolve_vlans(ctx, cloud, ns, &m.profile)?;
     let lookup = |r: &VlanRef| {
         resolved
             .iter()
@@ -871,17 +870,17 @@ fn device_or_conflict(m: &MachineNetwork, ns: &str, name: &str) -> Result<String
 /// # Errors
 /// As [`read_machine`]; 409 `DeviceUnknown`, `NetworkFrozen`; 404
 /// `DeviceNotFound`, `VlanNotFound`; Metal errors.
-pub fn plan_machine<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
+pub fn plan_machine<K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized>(
     ctx: &Ctx<'_, K>,
     kube: &Kube<'_, H>,
-    metal: &Metal<'_, H, E>,
+    cloud: &C,
     ns: &str,
     name: &str,
 ) -> Result<Value> {
     let m = read_machine(kube, ns, name)?;
     let device = device_or_conflict(&m, ns, name)?;
-    let observed = apply::observe(metal, &device)?;
-    let desired = desired_on(ctx, metal, ns, &m, &observed)?;
+    let observed = apply::observe(cloud, &device)?;
+    let desired = desired_on(ctx, cloud, ns, &m, &observed)?;
     let steps = crate::network::plan::plan(&observed, &desired)?;
     Ok(
         json!({"machine": format!("{ns}/{name}"), "profile": m.profile_name, "device": device,
@@ -904,25 +903,25 @@ pub(super) enum OnDevice {
 /// converged) the stale claims deleted. A device found gone is forgotten
 /// and the machine's claims deleted.
 #[allow(clippy::too_many_arguments)]
-pub(super) fn apply_on_device<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
+pub(super) fn apply_on_device<K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized>(
     ctx: &Ctx<'_, K>,
     kube: &Kube<'_, H>,
-    metal: &Metal<'_, H, E>,
+    cloud: &C,
     batches: &dyn VlanBatches,
     ns: &str,
     name: &str,
     m: &MachineNetwork,
     device: &str,
 ) -> Result<OnDevice> {
-    let Some(observed) = apply::observe_device(metal, device)? else {
+    let Some(observed) = apply::observe_device(cloud, device)? else {
         apply::forget(ctx, device)?;
         return Ok(OnDevice::Gone(delete_claims(kube, ns, name, &m.uid)?));
     };
     // The per-VLAN claims first: their addresses are allocated while the
     // device is on its way.
     let claims = ensure_claims(kube, ns, name, m)?;
-    let desired = desired_on(ctx, metal, ns, m, &observed)?;
-    let Some(report) = apply::apply_profile(ctx, metal, batches, device, &desired)? else {
+    let desired = desired_on(ctx, cloud, ns, m, &observed)?;
+    let Some(report) = apply::apply_profile(ctx, cloud, batches, device, &desired)? else {
         return Ok(OnDevice::Released);
     };
     if report.phase == apply::Phase::Converged {
@@ -945,10 +944,10 @@ pub(super) fn apply_on_device<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Size
 /// As [`plan_machine`] (a device that is gone: 404 `DeviceNotFound`, its
 /// record forgotten and the machine's claims deleted); 409
 /// `VlanBatchFailed`, `VlanBatchRefused`, `PortChangeRefused`.
-pub fn apply_machine<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
+pub fn apply_machine<K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized>(
     ctx: &Ctx<'_, K>,
     kube: &Kube<'_, H>,
-    metal: &Metal<'_, H, E>,
+    cloud: &C,
     batches: &dyn VlanBatches,
     ns: &str,
     name: &str,
@@ -956,7 +955,7 @@ pub fn apply_machine<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
     let m = read_machine(kube, ns, name)?;
     let device = device_or_conflict(&m, ns, name)?;
     apply::clear_released(ctx, &device)?;
-    match apply_on_device(ctx, kube, metal, batches, ns, name, &m, &device)? {
+    match apply_on_device(ctx, kube, cloud, batches, ns, name, &m, &device)? {
         OnDevice::Applied(r) => Ok((r, device)),
         OnDevice::Released => Ok((
             Report {
@@ -977,19 +976,19 @@ pub fn apply_machine<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
 /// (the same apply, towards [`Desired::teardown`]), then the machine's
 /// claims deleted. `(report, claims deleted)`: `report` is `None` when the
 /// device is gone; in progress while a step runs (no claim deleted yet).
-pub(super) fn release_device<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
+pub(super) fn release_device<K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized>(
     ctx: &Ctx<'_, K>,
     kube: &Kube<'_, H>,
-    metal: &Metal<'_, H, E>,
+    cloud: &C,
     batches: &dyn VlanBatches,
     (ns, name, uid): (&str, &str, &str),
     device: &str,
 ) -> Result<(Option<Report>, usize)> {
-    let Some(observed) = apply::observe_device(metal, device)? else {
+    let Some(observed) = apply::observe_device(cloud, device)? else {
         apply::forget(ctx, device)?;
         return Ok((None, delete_claims(kube, ns, name, uid)?));
     };
-    let r = apply::apply(ctx, metal, batches, device, &Desired::teardown(&observed))?;
+    let r = apply::apply(ctx, cloud, batches, device, &Desired::teardown(&observed))?;
     if r.phase != apply::Phase::Converged {
         return Ok((Some(r), 0));
     }
@@ -1012,10 +1011,10 @@ pub(super) fn release_device<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized
 /// # Errors
 /// As [`apply_machine`] (a device that is gone is released: its record
 /// forgotten and the claims deleted).
-pub fn release_machine<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
+pub fn release_machine<K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized>(
     ctx: &Ctx<'_, K>,
     kube: &Kube<'_, H>,
-    metal: &Metal<'_, H, E>,
+    cloud: &C,
     batches: &dyn VlanBatches,
     ns: &str,
     name: &str,
@@ -1034,7 +1033,7 @@ pub fn release_machine<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
             .and_then(|i| i.metadata.annotation(PROFILE_ANNOTATION))
     });
     apply::mark_released(ctx, &device, profile, ctx.env.now())?;
-    let (report, deleted) = release_device(ctx, kube, metal, batches, (ns, name, &uid), &device)?;
+    let (report, deleted) = release_device(ctx, kube, cloud, batches, (ns, name, &uid), &device)?;
     if report
         .as_ref()
         .is_some_and(|r| r.phase == apply::Phase::Converged)
@@ -1310,16 +1309,16 @@ fn port_rows(profile: &Profile) -> Vec<PortRow> {
 ///
 /// # Errors
 /// As [`read_machine`]; 404 `VlanNotFound`; Metal errors.
-pub fn netconfig<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
+pub fn netconfig<K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized>(
     ctx: &Ctx<'_, K>,
     kube: &Kube<'_, H>,
-    metal: &Metal<'_, H, E>,
+    cloud: &C,
     ns: &str,
     name: &str,
     format: Format,
 ) -> Result<(String, Vec<Pending>)> {
     let m = read_machine(kube, ns, name)?;
-    let resolved = resolve_vlans(ctx, metal, ns, &m.profile)?;
+    let resolved = resolve_vlans(ctx, cloud, ns, &m.profile)?;
     let vxlan_of = |r: &VlanRef| resolved.iter().find(|(x, _, _)| x == r).map(|(_, _, n)| *n);
     // The claims' addresses, read once (the callback cannot fail).
     let slots = pool_slots(&m.profile);
@@ -1339,7 +1338,7 @@ pub fn netconfig<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
     };
     let (net, pending) = node_network(&m.profile, &vxlan_of, &address_of)?;
     if format == Format::NetworkData {
-        return Ok((network_data_of(metal, &m, ns, name, &net)?, pending));
+        return Ok((network_data_of(cloud, &m, ns, name, &net)?, pending));
     }
     Ok((render(&net, format), pending))
 }
@@ -1350,8 +1349,8 @@ pub fn netconfig<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
 /// # Errors
 /// 409 `DeviceUnknown` (no device yet: no MACs), `MacUnknown`; 404
 /// `DeviceNotFound`; Metal errors.
-fn network_data_of<H: HttpClient + ?Sized, E: Env + ?Sized>(
-    metal: &Metal<'_, H, E>,
+fn network_data_of<C: Cloud + ?Sized>(
+    cloud: &C,
     m: &MachineNetwork,
     ns: &str,
     name: &str,
@@ -1365,8 +1364,8 @@ fn network_data_of<H: HttpClient + ?Sized, E: Env + ?Sized>(
             ),
         )
     })?;
-    let device = metal
-        .device_ports(&id)?
+    let device: DeviceView = cloud
+        .device_nics(&id)?
         .ok_or_else(|| not_found("DeviceNotFound", format!("device {id} does not exist")))?;
     network_data::render(net, &network_data::host(&m.profile, &device, Vec::new()))
 }

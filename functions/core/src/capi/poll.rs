@@ -50,16 +50,14 @@ use super::device::device_of;
 use super::machine::{sync_machine, Synced};
 use super::network::delete_claims;
 use super::objects::MachineObject;
+use crate::cloud::{Cloud, CloudError};
 use crate::error::Error;
 use crate::error::Result;
 use crate::kube::{self, Kube};
 use crate::kv::Ctx;
-use crate::metal::client::{Metal, MetalConfig, MetalError};
-use crate::metal::retry::RetryPolicy;
 use crate::network::batch::VlanBatches;
 use crate::ports::http::HttpClient;
 use crate::ports::kv::KvStore;
-use crate::ports::Env;
 use crate::provision::assign::{self as record, Assignment};
 use crate::provision::poll::{self, Failed, PendingDevice};
 
@@ -235,12 +233,10 @@ fn synced_name(s: &Synced) -> Option<&'static str> {
 }
 
 /// One call's work: the steps it runs, what it reports, the budgets left.
-struct Run<'r, 'a, K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized> {
+struct Run<'r, 'a, K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized> {
     ctx: &'r Ctx<'a, K>,
     kube: &'r Kube<'a, H>,
-    metal: &'r Metal<'a, H, E>,
-    /// The client for device reads: [`DEVICE_READ_MS`] per read.
-    reader: &'r Metal<'r, H, E>,
+    cloud: &'r C,
     batches: &'r dyn VlanBatches,
     report: PollReport,
     machines: Machines<'r, 'a, H>,
@@ -257,14 +253,14 @@ struct Run<'r, 'a, K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized> {
     stopped: Option<Error>,
 }
 
-impl<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized> Run<'_, '_, K, H, E> {
+impl<K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized> Run<'_, '_, K, H, C> {
     fn out_of_time(&self) -> bool {
         self.ctx.env.now() >= self.started.saturating_add(POLL_TIME_S)
     }
 
     /// The claim step for `ns/name`, its result or error reported.
     fn sync(&mut self, ns: &str, name: &str) {
-        match sync_claim_assignment(self.ctx, self.kube, self.metal, ns, name) {
+        match sync_claim_assignment(self.ctx, self.kube, self.cloud, ns, name) {
             Ok(o) => self
                 .report
                 .synced
@@ -276,7 +272,7 @@ impl<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized> Run<'_, '_, K, H, E> {
     /// The machine network step for `ns/name`, its result or error reported.
     fn sync_net(&mut self, ns: &str, name: &str) {
         let r = &mut self.report;
-        match sync_machine(self.ctx, self.kube, self.metal, self.batches, ns, name) {
+        match sync_machine(self.ctx, self.kube, self.cloud, self.batches, ns, name) {
             Ok(s) => {
                 if let Some(n) = synced_name(&s) {
                     r.network.push((format!("{ns}/{name}"), n));
@@ -328,7 +324,7 @@ impl<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized> Run<'_, '_, K, H, E> {
             if !fits && !handled.is_empty() {
                 break;
             }
-            let device = match self.reader.get_device(d) {
+            let device = match self.cloud.device_within(d, DEVICE_READ_MS) {
                 Ok(x) => {
                     self.answered = true;
                     self.in_a_row = 0;
@@ -340,9 +336,9 @@ impl<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized> Run<'_, '_, K, H, E> {
                 }
             };
             self.report.devices += 1;
-            if device.as_ref().is_none_or(|x| x.gone()) {
+            if device.as_ref().is_none_or(|x| x.gone) {
                 self.gone(d, &claims, &on)?;
-            } else if device.as_ref().is_some_and(|x| x.active()) {
+            } else if device.as_ref().is_some_and(|x| x.active) {
                 for (ns, name) in &claims {
                     self.sync(ns, name);
                 }
@@ -363,8 +359,8 @@ impl<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized> Run<'_, '_, K, H, E> {
     /// [`DOWN_AFTER`]th in a row with no read answered (noted too, and the
     /// call stops); one about Metal or its configuration stops the call
     /// and notes nothing.
-    fn read_failed(&mut self, p: &PendingDevice, e: MetalError) {
-        let not_the_device = matches!(e, MetalError::Tls { .. } | MetalError::Denied { .. })
+    fn read_failed(&mut self, p: &PendingDevice, e: CloudError) {
+        let not_the_device = matches!(e, CloudError::Tls { .. } | CloudError::Denied { .. })
             || matches!(e.status(), Some(401 | 403));
         let e = Error::from(e);
         if not_the_device {
@@ -499,17 +495,17 @@ impl<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized> Run<'_, '_, K, H, E> {
 /// `MetalUnavailable`), after what the call handled was recorded.
 /// Failures of single claims, machines, device reads and the Machines list
 /// are in the report instead (the devices not handled stay pending).
-pub fn poll<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
+pub fn poll<K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized>(
     ctx: &Ctx<'_, K>,
     kube: &Kube<'_, H>,
-    metal: &Metal<'_, H, E>,
+    cloud: &C,
     batches: &dyn VlanBatches,
 ) -> Result<PollReport> {
     // The assignment records are listed once per call, and only when there
     // is work for them: on a resync (every known device), or once devices
     // are due or claims waiting for a device are to be rechecked.
     let mut listed = None;
-    let ingested = poll::ingest(ctx, metal, || {
+    let ingested = poll::ingest(ctx, cloud, || {
         let r = record::list_open(ctx)?;
         let known = known_devices(ctx, &r);
         listed = Some(r);
@@ -523,19 +519,10 @@ pub fn poll<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
         None if !due && !cur.recheck_unplaced => Vec::new(),
         None => record::list_open(ctx)?,
     };
-    let read_cfg = MetalConfig {
-        retry: RetryPolicy {
-            budget_ms: DEVICE_READ_MS.min(metal.config().retry.budget_ms),
-            ..metal.config().retry
-        },
-        ..metal.config().clone()
-    };
-    let reader = metal.with_config(&read_cfg);
     let mut run = Run {
         ctx,
         kube,
-        metal,
-        reader: &reader,
+        cloud,
         batches,
         report: PollReport {
             events: ingested.events,

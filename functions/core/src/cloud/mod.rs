@@ -122,12 +122,18 @@ impl Capabilities {
         if self.has(c) {
             return Ok(());
         }
-        Err(Error::new(
-            ErrorKind::Invalid,
-            "CapabilityMissing",
-            format!("{what} needs {}, which {cloud} does not offer", c.name()),
-        ))
+        Err(missing(cloud, c, what))
     }
+}
+
+/// The refusal of `what` on a cloud (named `cloud`) without `c`: 422
+/// `CapabilityMissing`.
+pub fn missing(cloud: &str, c: Capability, what: &str) -> Error {
+    Error::new(
+        ErrorKind::Invalid,
+        "CapabilityMissing",
+        format!("{what} needs {}, which {cloud} does not offer", c.name()),
+    )
 }
 
 /// A layer-2 network of the cloud: Metal's VLAN, phoenixNAP's private or

@@ -85,8 +85,8 @@ use serde_json::{json, Map, Value};
 use super::node::ELASTIC_LINK;
 use super::profile::{bonds, Mode, Profile};
 use super::render::{check, valid_ifname, NodeNetwork};
+use crate::cloud::DeviceView;
 use crate::error::{Error, Result};
-use crate::metal::model::Device;
 
 /// Metal's bond mode: LACP.
 pub const BOND_MODE: &str = "802.3ad";
@@ -159,23 +159,24 @@ pub struct Layer3Address {
 ///     {"id": "p2", "name": "eth1", "type": "NetworkPort", "data": {"mac": "aa:bb:cc:00:00:02"}}],
 ///   "ip_addresses": [{"address": "147.75.1.3", "cidr": 31, "gateway": "147.75.1.2",
 ///     "address_family": 4, "public": true, "management": true}]})).unwrap();
-/// let h = host(&profile, &device, vec![]);
+/// // Metal's device, as the seam sees it.
+/// let h = host(&profile, &device.into(), vec![]);
 /// // hybrid: eth1 out of the bond.
 /// assert_eq!(h.bonds[0].members, ["eth0"]);
 /// assert_eq!(h.ports[0].mac.as_deref(), Some("aa:bb:cc:00:00:01"));
 /// assert_eq!(h.layer3[0].address.to_string(), "147.75.1.3/31");
 /// assert_eq!(h.layer3[0].routes[0].0.to_string(), "0.0.0.0/0");
 /// ```
-pub fn host(profile: &Profile, device: &Device, nameservers: Vec<IpAddr>) -> Host {
+pub fn host(profile: &Profile, device: &DeviceView, nameservers: Vec<IpAddr>) -> Host {
     let ports: Vec<PhysicalPort> = device
-        .network_ports
+        .nics
         .iter()
-        .filter(|p| p.kind.as_deref() != Some("NetworkBondPort"))
+        .filter(|p| !p.bond)
         .filter_map(|p| {
             let name = p.name.as_deref()?;
             name.starts_with("eth").then(|| PhysicalPort {
                 name: name.to_string(),
-                mac: p.data.mac.as_deref().map(str::to_ascii_lowercase),
+                mac: p.mac.as_deref().map(str::to_ascii_lowercase),
             })
         })
         .collect();
@@ -208,9 +209,9 @@ pub fn host(profile: &Profile, device: &Device, nameservers: Vec<IpAddr>) -> Hos
 }
 
 /// The device's management addresses on `link`, with Metal's routes.
-fn layer3_of(device: &Device, link: &str) -> Vec<Layer3Address> {
+fn layer3_of(device: &DeviceView, link: &str) -> Vec<Layer3Address> {
     device
-        .ip_addresses
+        .addresses
         .iter()
         .filter(|a| a.management == Some(true))
         .filter_map(|a| {
@@ -733,6 +734,8 @@ mod tests {
 
     #[test]
     fn host_by_mode() {
+        use crate::cloud::DeviceView;
+        use crate::metal::model::Device;
         let device: Device = serde_json::from_value(json!({"id": "d", "network_ports": [
             {"id": "b", "name": "bond0", "type": "NetworkBondPort"},
             {"id": "0", "name": "eth0", "type": "NetworkPort", "data": {"mac": "aa:bb:cc:00:00:01"}},
@@ -742,6 +745,7 @@ mod tests {
               {"address": "2001:db8::3", "cidr": 127, "gateway": "2001:db8::2", "address_family": 6, "public": true, "management": true},
               {"address": "147.0.0.9", "cidr": 32, "address_family": 4, "public": true, "management": false}]}))
         .unwrap();
+        let device = DeviceView::from(device);
         let p = |v: Value| Profile::from_json(&v).unwrap();
         let h = host(&p(json!({"ports": []})), &device, vec![]);
         assert_eq!(h.bonds[0].members, ["eth0", "eth1"]);
