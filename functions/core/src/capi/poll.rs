@@ -481,6 +481,28 @@ impl<K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized> Run<'_, '_, K, H, C>
     }
 }
 
+/// The report completed with what the cursor shows after the call: the
+/// failed devices with their backoff, what is pending, whether more is due.
+fn finish_report(
+    mut report: PollReport,
+    failed: &[Failed],
+    after: &poll::Cursor,
+    end: u64,
+) -> PollReport {
+    for f in failed {
+        let p = after.pending.iter().find(|p| p.device == f.pending.device);
+        report.device_failures.push(DeviceFailure {
+            device: f.pending.device.clone(),
+            error: f.error.clone(),
+            failures: p.map_or(0, |p| p.failures),
+            retry_at: p.map_or(0, |p| p.retry_at),
+        });
+    }
+    report.pending = after.pending.len();
+    report.more = after.pending.iter().any(|p| !p.backing_off(end)) || after.recheck_unplaced;
+    report
+}
+
 /// Handles the Metal events after the cursor (see the module docs).
 ///
 /// # Idempotency
@@ -549,18 +571,7 @@ pub fn poll<K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized>(
     }
     let end = ctx.env.now();
     let after = poll::done(ctx, &handled, &run.failed, unplaced_done, end)?;
-    let mut report = run.report;
-    for f in &run.failed {
-        let p = after.pending.iter().find(|p| p.device == f.pending.device);
-        report.device_failures.push(DeviceFailure {
-            device: f.pending.device.clone(),
-            error: f.error.clone(),
-            failures: p.map_or(0, |p| p.failures),
-            retry_at: p.map_or(0, |p| p.retry_at),
-        });
-    }
-    report.pending = after.pending.len();
-    report.more = after.pending.iter().any(|p| !p.backing_off(end)) || after.recheck_unplaced;
+    let report = finish_report(run.report, &run.failed, &after, end);
     crate::observe::summary::record_poll(
         ctx.kv,
         end,
