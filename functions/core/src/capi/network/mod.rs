@@ -83,10 +83,14 @@ use serde_json::Value;
 
 use super::device::device_in;
 use super::objects::MachineObject;
+use crate::cloud::Cloud;
 use crate::error::{Error, ErrorKind, Known, Result};
 use crate::kube::{self, names, Kube};
+use crate::kv::Ctx;
+use crate::network::batch::VlanBatches;
 use crate::network::profile::Profile;
 use crate::ports::http::HttpClient;
+use crate::ports::kv::KvStore;
 
 pub use crate::network::profile::PROFILE_ANNOTATION;
 /// Label on a profile's claims: the machine they are for (its name, or
@@ -244,5 +248,18 @@ pub use claims::{
 };
 pub use machines::{machines_of_packet_machine, machines_to_sync, machines_using, ToSync};
 pub use netconfig::{format_of, netconfig};
+/// What the machine network's steps use: the store, the API server, the
+/// cloud and the VLAN batch steps (the context passed as one).
+pub struct Deps<'r, 'a, K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized> {
+    /// The store and the clock.
+    pub ctx: &'r Ctx<'a, K>,
+    /// The API server.
+    pub kube: &'r Kube<'a, H>,
+    /// The cloud.
+    pub cloud: &'r C,
+    /// The VLAN batch steps.
+    pub batches: &'r dyn VlanBatches,
+}
+
 pub use on_device::{apply_machine, plan_machine, release_machine};
 pub(super) use on_device::{apply_on_device, release_device, OnDevice};

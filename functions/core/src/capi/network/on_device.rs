@@ -5,7 +5,7 @@
 use serde_json::{json, Value};
 
 use super::claims::{delete_claims, delete_stale, ensure_claims};
-use super::{machine_and_infra, not_found, read_machine, MachineNetwork, PROFILE_ANNOTATION};
+use super::{machine_and_infra, not_found, read_machine, Deps, MachineNetwork, PROFILE_ANNOTATION};
 use crate::capi::device::device_in;
 use crate::cloud::{Cloud, Segment};
 use crate::error::{Error, Result};
@@ -161,17 +161,13 @@ pub(in crate::capi) enum OnDevice {
 /// The claims, then the profile applied to the device, then (once
 /// converged) the stale claims deleted. A device found gone is forgotten
 /// and the machine's claims deleted.
-#[allow(clippy::too_many_arguments)]
 pub(in crate::capi) fn apply_on_device<K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized>(
-    ctx: &Ctx<'_, K>,
-    kube: &Kube<'_, H>,
-    cloud: &C,
-    batches: &dyn VlanBatches,
-    ns: &str,
-    name: &str,
+    deps: &Deps<'_, '_, K, H, C>,
+    (ns, name): (&str, &str),
     m: &MachineNetwork,
     device: &str,
 ) -> Result<OnDevice> {
+    let (ctx, kube, cloud) = (deps.ctx, deps.kube, deps.cloud);
     let Some(observed) = apply::observe_device(cloud, device)? else {
         apply::forget(ctx, device)?;
         return Ok(OnDevice::Gone(delete_claims(kube, ns, name, &m.uid)?));
@@ -180,7 +176,7 @@ pub(in crate::capi) fn apply_on_device<K: KvStore, H: HttpClient + ?Sized, C: Cl
     // device is on its way.
     let claims = ensure_claims(kube, ns, name, m)?;
     let desired = desired_on(ctx, cloud, ns, m, &observed)?;
-    let Some(report) = apply::apply_profile(ctx, cloud, batches, device, &desired)? else {
+    let Some(report) = apply::apply_profile(ctx, cloud, deps.batches, device, &desired)? else {
         return Ok(OnDevice::Released);
     };
     if report.phase == apply::Phase::Converged {
@@ -214,7 +210,13 @@ pub fn apply_machine<K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized>(
     let m = read_machine(kube, ns, name)?;
     let device = device_or_conflict(&m, ns, name)?;
     apply::clear_released(ctx, &device)?;
-    match apply_on_device(ctx, kube, cloud, batches, ns, name, &m, &device)? {
+    let deps = Deps {
+        ctx,
+        kube,
+        cloud,
+        batches,
+    };
+    match apply_on_device(&deps, (ns, name), &m, &device)? {
         OnDevice::Applied(r) => Ok((r, device)),
         OnDevice::Released => Ok((
             Report {
@@ -236,18 +238,22 @@ pub fn apply_machine<K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized>(
 /// claims deleted. `(report, claims deleted)`: `report` is `None` when the
 /// device is gone; in progress while a step runs (no claim deleted yet).
 pub(in crate::capi) fn release_device<K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized>(
-    ctx: &Ctx<'_, K>,
-    kube: &Kube<'_, H>,
-    cloud: &C,
-    batches: &dyn VlanBatches,
+    deps: &Deps<'_, '_, K, H, C>,
     (ns, name, uid): (&str, &str, &str),
     device: &str,
 ) -> Result<(Option<Report>, usize)> {
+    let (ctx, kube, cloud) = (deps.ctx, deps.kube, deps.cloud);
     let Some(observed) = apply::observe_device(cloud, device)? else {
         apply::forget(ctx, device)?;
         return Ok((None, delete_claims(kube, ns, name, uid)?));
     };
-    let r = apply::apply(ctx, cloud, batches, device, &Desired::teardown(&observed))?;
+    let r = apply::apply(
+        ctx,
+        cloud,
+        deps.batches,
+        device,
+        &Desired::teardown(&observed),
+    )?;
     if r.phase != apply::Phase::Converged {
         return Ok((Some(r), 0));
     }
@@ -292,7 +298,13 @@ pub fn release_machine<K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized>(
             .and_then(|i| i.metadata.annotation(PROFILE_ANNOTATION))
     });
     apply::mark_released(ctx, &device, profile, ctx.env.now())?;
-    let (report, deleted) = release_device(ctx, kube, cloud, batches, (ns, name, &uid), &device)?;
+    let deps = Deps {
+        ctx,
+        kube,
+        cloud,
+        batches,
+    };
+    let (report, deleted) = release_device(&deps, (ns, name, &uid), &device)?;
     if report
         .as_ref()
         .is_some_and(|r| r.phase == apply::Phase::Converged)
