@@ -128,10 +128,7 @@ fn layer2(fake: &Fake) -> Desired {
 
 #[test]
 fn a_cloud_without_nic_modes_is_refused_naming_the_capability() {
-    let fake = Fake::new(Capabilities {
-        batch_attach: true,
-        ..Capabilities::default()
-    });
+    let fake = Fake::new(Capabilities::of(&[Capability::BatchAttach]));
     let kv = MemKv::new(Backend::SpinSqlite);
     let env = TestEnv::at(1_000);
     let ctx = Ctx {
@@ -152,7 +149,7 @@ fn a_cloud_without_nic_modes_is_refused_naming_the_capability() {
 
 #[test]
 fn capabilities_name_what_is_missing() {
-    let none = Capabilities::default();
+    let none = Capabilities::NONE;
     for c in [
         Capability::NicModes,
         Capability::Bonding,
@@ -167,6 +164,7 @@ fn capabilities_name_what_is_missing() {
         assert_eq!(e.reason(), "CapabilityMissing");
         assert!(e.message().contains(c.name()), "{e}");
         assert!(metal_ipam_core::metal::cloud::CAPABILITIES.has(c));
+        assert!(!Capabilities::of(&[c]).without(c).has(c));
     }
 }
 

@@ -72,37 +72,33 @@ impl Capability {
     }
 }
 
-/// What a cloud can do: the capabilities it has.
+/// What a cloud can do: the set of [`Capability`]s it has.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Capabilities {
-    /// NIC modes (Layer3, Hybrid, Layer2).
-    pub nic_modes: bool,
-    /// Bond and disbond.
-    pub bonding: bool,
-    /// Native (untagged) segments.
-    pub native_segment: bool,
-    /// VRF-backed pools.
-    pub vrf_pools: bool,
-    /// Gateways.
-    pub gateways: bool,
-    /// Batch attach and detach.
-    pub batch_attach: bool,
-    /// Addresses chosen on joining a segment.
-    pub chosen_addresses: bool,
-}
+pub struct Capabilities(u16);
 
 impl Capabilities {
+    /// None at all.
+    pub const NONE: Capabilities = Capabilities(0);
+
+    /// The set of `caps`.
+    pub const fn of(caps: &[Capability]) -> Capabilities {
+        let mut bits = 0;
+        let mut i = 0;
+        while i < caps.len() {
+            bits |= 1 << caps[i] as u16;
+            i += 1;
+        }
+        Capabilities(bits)
+    }
+
     /// Whether the cloud has `c`.
     pub fn has(&self, c: Capability) -> bool {
-        match c {
-            Capability::NicModes => self.nic_modes,
-            Capability::Bonding => self.bonding,
-            Capability::NativeSegment => self.native_segment,
-            Capability::VrfPools => self.vrf_pools,
-            Capability::Gateways => self.gateways,
-            Capability::BatchAttach => self.batch_attach,
-            Capability::ChosenAddresses => self.chosen_addresses,
-        }
+        self.0 & (1 << c as u16) != 0
+    }
+
+    /// The same set without `c`.
+    pub fn without(self, c: Capability) -> Capabilities {
+        Capabilities(self.0 & !(1 << c as u16))
     }
 
     /// Ok when the cloud (named `cloud`) has `c`, for `what`.
@@ -113,7 +109,7 @@ impl Capabilities {
     ///
     /// ```
     /// use metal_ipam_core::cloud::{Capabilities, Capability};
-    /// let none = Capabilities::default();
+    /// let none = Capabilities::NONE;
     /// let e = none.require("phoenixNAP", Capability::NicModes, "a Layer2 profile").unwrap_err();
     /// assert_eq!((e.status(), e.reason()), (422, "CapabilityMissing"));
     /// assert!(e.message().contains("NIC modes"));

@@ -886,24 +886,11 @@ impl<'a, H: HttpClient + ?Sized, E: Env + ?Sized> Metal<'a, H, E> {
     }
 }
 
-/// A port mode change ([`Metal::port_mode`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PortChange {
-    /// `POST /ports/{id}/bond`.
-    Bond {
-        /// `bulk_enable`: both members of a bond port.
-        bulk: bool,
-    },
-    /// `POST /ports/{id}/disbond`.
-    Disbond {
-        /// `bulk_disable`: both members of a bond port.
-        bulk: bool,
-    },
-    /// `POST /ports/{id}/convert/layer-2`.
-    ConvertLayer2,
-    /// `POST /ports/{id}/convert/layer-3`.
-    ConvertLayer3,
-}
+/// A port mode change ([`Metal::port_mode`]): the seam's
+/// [`ModeChange`](crate::cloud::ModeChange) (`bond`, `disbond` with
+/// `bulk_enable`/`bulk_disable` for both members of a bond port,
+/// `convert/layer-2`, `convert/layer-3`).
+pub type PortChange = crate::cloud::ModeChange;
 
 /// `include` for gateway calls: with these the `oneOf` answer matches one
 /// variant only (and the reservation and VLAN come back as objects).

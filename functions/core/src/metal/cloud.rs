@@ -8,26 +8,26 @@
 
 use serde_json::{Map, Value};
 
-use super::client::{Metal, PortChange};
+use super::client::Metal;
 use super::model::{Device, Event, IpAssignment, IpAssignmentInput, VirtualNetwork};
 use super::model::{VlanBatchInput, VlanBatchItem};
 use crate::cloud::{
-    AssignedAddress, Capabilities, Cloud, CloudEvent, CloudResult, DeviceAddress, DeviceView,
-    ModeChange, Nic, NicModes, Operation, Segment,
+    AssignedAddress, Capabilities, Capability, Cloud, CloudEvent, CloudResult, DeviceAddress,
+    DeviceView, ModeChange, Nic, NicModes, Operation, Segment,
 };
 use crate::ports::http::HttpClient;
 use crate::ports::Env;
 
 /// What Metal can do: everything the seam names.
-pub const CAPABILITIES: Capabilities = Capabilities {
-    nic_modes: true,
-    bonding: true,
-    native_segment: true,
-    vrf_pools: true,
-    gateways: true,
-    batch_attach: true,
-    chosen_addresses: true,
-};
+pub const CAPABILITIES: Capabilities = Capabilities::of(&[
+    Capability::NicModes,
+    Capability::Bonding,
+    Capability::NativeSegment,
+    Capability::VrfPools,
+    Capability::Gateways,
+    Capability::BatchAttach,
+    Capability::ChosenAddresses,
+]);
 
 impl From<&Device> for DeviceView {
     fn from(d: &Device) -> Self {
@@ -107,20 +107,9 @@ impl From<Event> for CloudEvent {
     }
 }
 
-impl From<ModeChange> for PortChange {
-    fn from(c: ModeChange) -> Self {
-        match c {
-            ModeChange::Bond { bulk } => PortChange::Bond { bulk },
-            ModeChange::Disbond { bulk } => PortChange::Disbond { bulk },
-            ModeChange::ConvertLayer2 => PortChange::ConvertLayer2,
-            ModeChange::ConvertLayer3 => PortChange::ConvertLayer3,
-        }
-    }
-}
-
 impl<H: HttpClient + ?Sized, E: Env + ?Sized> NicModes for Metal<'_, H, E> {
     fn change_mode(&self, nic: &str, change: ModeChange) -> CloudResult<()> {
-        self.port_mode(nic, change.into())
+        self.port_mode(nic, change)
     }
 
     fn set_native(&self, nic: &str, segment: &str) -> CloudResult<()> {
