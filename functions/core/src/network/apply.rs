@@ -1030,7 +1030,7 @@ fn call<C: Cloud + ?Sized>(
         };
         batches.run(dir, id, &op)
     };
-    let modes = || nic_modes(cloud, step);
+    let modes = || nic_modes(cloud, step).map_err(BatchError::Step);
     let mode = |change: ModeChange| {
         modes()?
             .change_mode(id, change)
@@ -1055,28 +1055,29 @@ fn call<C: Cloud + ?Sized>(
     }
 }
 
+/// The capability `step` needs beyond the seam: a mode or native-VLAN
+/// step's (VLAN batches need none).
+fn capability_of(action: &Action) -> Option<Capability> {
+    match action {
+        Action::Assign(_) | Action::Unassign(_) => None,
+        Action::SetNative(_) | Action::RemoveNative => Some(Capability::NativeSegment),
+        Action::Disbond { .. } | Action::Bond { .. } => Some(Capability::Bonding),
+        Action::ConvertLayer2 | Action::ConvertLayer3 => Some(Capability::NicModes),
+    }
+}
+
 /// The cloud's NIC modes for `step` (a mode or native-VLAN step).
 ///
 /// # Errors
-/// 422 `CapabilityMissing` (as [`BatchError::Step`]: nothing was called)
-/// when the cloud lacks the capability the step needs.
-fn nic_modes<'c, C: Cloud + ?Sized>(
-    cloud: &'c C,
-    step: &Step,
-) -> std::result::Result<&'c dyn NicModes, BatchError> {
-    let need = match &step.action {
-        Action::SetNative(_) | Action::RemoveNative => Capability::NativeSegment,
-        Action::Disbond { .. } | Action::Bond { .. } => Capability::Bonding,
-        _ => Capability::NicModes,
-    };
+/// 422 `CapabilityMissing` naming the capability, when the cloud lacks
+/// the one the step needs or has no NIC modes at all.
+fn nic_modes<'c, C: Cloud + ?Sized>(cloud: &'c C, step: &Step) -> Result<&'c dyn NicModes> {
+    let need = capability_of(&step.action).unwrap_or(Capability::NicModes);
     let what = format!("{} on {}", step.action.name(), step.port);
-    let refuse = |c| BatchError::Step(missing(cloud.name(), c, &what));
-    if !cloud.capabilities().has(need) {
-        return Err(refuse(need));
-    }
+    cloud.capabilities().require(cloud.name(), need, &what)?;
     cloud
         .nic_modes()
-        .ok_or_else(|| refuse(Capability::NicModes))
+        .ok_or_else(|| missing(cloud.name(), Capability::NicModes, &what))
 }
 
 /// The 409 for Metal refusing `step` with `msg`: `VlanBatchRefused` or
@@ -1102,6 +1103,10 @@ fn issue<K: KvStore, C: Cloud + ?Sized>(
     step: &Step,
     holder: &Holder<'_>,
 ) -> Result<()> {
+    // A step the cloud cannot make is refused before it is recorded.
+    if capability_of(&step.action).is_some() {
+        nic_modes(cloud, step)?;
+    }
     let rec = StepRecord::of(step);
     let is_async = record_step(ctx, device, holder.token, step, ctx.env.now())?;
     // The fence's last check, on this instance's own clock: the call must
