@@ -175,7 +175,6 @@ const DOMAIN: &[&str] = &[
     "network",
     "capi/device.rs",
     "capi/network",
-    "capi/network.rs",
     "capi/machine.rs",
     "capi/poll.rs",
     "capi/assign.rs",

@@ -606,11 +606,12 @@ impl Report {
     }
 }
 
-/// The device's ports as Metal reports them (one `GET /devices/{id}`
-/// with its ports); `None` when the device does not exist.
+/// The device's ports as the cloud reports them (one
+/// [`Cloud::device_nics`]: on Metal `GET /devices/{id}` with its ports);
+/// `None` when the device does not exist.
 ///
 /// # Errors
-/// Metal errors; 500 for a port without a name.
+/// The cloud's errors; 500 for a port without a name.
 pub fn observe_device<C: Cloud + ?Sized>(cloud: &C, device: &str) -> Result<Option<Observed>> {
     cloud
         .device_nics(device)?
