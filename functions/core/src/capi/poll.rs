@@ -48,7 +48,7 @@ use serde_json::{json, Value};
 use super::assign::sync_claim_assignment;
 use super::device::device_of;
 use super::machine::{sync_machine, Synced};
-use super::network::delete_claims;
+use super::network::{delete_claims, Deps};
 use super::objects::MachineObject;
 use crate::cloud::{Cloud, CloudError};
 use crate::error::Error;
@@ -234,10 +234,8 @@ fn synced_name(s: &Synced) -> Option<&'static str> {
 
 /// One call's work: the steps it runs, what it reports, the budgets left.
 struct Run<'r, 'a, K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized> {
-    ctx: &'r Ctx<'a, K>,
-    kube: &'r Kube<'a, H>,
-    cloud: &'r C,
-    batches: &'r dyn VlanBatches,
+    /// The store, the API server, the cloud, the VLAN steps.
+    deps: Deps<'r, 'a, K, H, C>,
     report: PollReport,
     machines: Machines<'r, 'a, H>,
     started: u64,
@@ -255,12 +253,12 @@ struct Run<'r, 'a, K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized> {
 
 impl<K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized> Run<'_, '_, K, H, C> {
     fn out_of_time(&self) -> bool {
-        self.ctx.env.now() >= self.started.saturating_add(POLL_TIME_S)
+        self.deps.ctx.env.now() >= self.started.saturating_add(POLL_TIME_S)
     }
 
     /// The claim step for `ns/name`, its result or error reported.
     fn sync(&mut self, ns: &str, name: &str) {
-        match sync_claim_assignment(self.ctx, self.kube, self.cloud, ns, name) {
+        match sync_claim_assignment(self.deps.ctx, self.deps.kube, self.deps.cloud, ns, name) {
             Ok(o) => self
                 .report
                 .synced
@@ -272,7 +270,14 @@ impl<K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized> Run<'_, '_, K, H, C>
     /// The machine network step for `ns/name`, its result or error reported.
     fn sync_net(&mut self, ns: &str, name: &str) {
         let r = &mut self.report;
-        match sync_machine(self.ctx, self.kube, self.cloud, self.batches, ns, name) {
+        match sync_machine(
+            self.deps.ctx,
+            self.deps.kube,
+            self.deps.cloud,
+            self.deps.batches,
+            ns,
+            name,
+        ) {
             Ok(s) => {
                 if let Some(n) = synced_name(&s) {
                     r.network.push((format!("{ns}/{name}"), n));
@@ -299,7 +304,7 @@ impl<K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized> Run<'_, '_, K, H, C>
             if self.out_of_time() || self.stopped.is_some() {
                 break;
             }
-            if p.backing_off(self.ctx.env.now()) {
+            if p.backing_off(self.deps.ctx.env.now()) {
                 self.report.backing_off.push(DeviceFailure::of(p));
                 continue;
             }
@@ -324,7 +329,7 @@ impl<K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized> Run<'_, '_, K, H, C>
             if !fits && !handled.is_empty() {
                 break;
             }
-            let device = match self.cloud.device_within(d, DEVICE_READ_MS) {
+            let device = match self.deps.cloud.device_within(d, DEVICE_READ_MS) {
                 Ok(x) => {
                     self.answered = true;
                     self.in_a_row = 0;
@@ -410,7 +415,7 @@ impl<K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized> Run<'_, '_, K, H, C>
         on: &[(String, String, String)],
     ) -> Result<()> {
         for (ns, name) in claims {
-            match record::device_deleted(self.ctx, ns, name, d) {
+            match record::device_deleted(self.deps.ctx, ns, name, d) {
                 Ok(true) => self.report.device_deleted.push(format!("{ns}/{name}")),
                 Ok(false) => {}
                 Err(e) => {
@@ -422,7 +427,7 @@ impl<K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized> Run<'_, '_, K, H, C>
         }
         for (ns, name, uid) in on {
             let r = &mut self.report;
-            match delete_claims(self.kube, ns, name, uid) {
+            match delete_claims(self.deps.kube, ns, name, uid) {
                 Ok(n) => {
                     r.network.push((format!("{ns}/{name}"), "released"));
                     r.network_claims_deleted += n;
@@ -430,14 +435,14 @@ impl<K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized> Run<'_, '_, K, H, C>
                 Err(e) => r.errors.push(format!("Machine {ns}/{name} (network): {e}")),
             }
         }
-        crate::network::apply::forget(self.ctx, d)
+        crate::network::apply::forget(self.deps.ctx, d)
     }
 
     /// Claims whose owner had no provider ID yet, rechecked after a device
     /// was named (theirs may be it), in rotating order when they are more
     /// than the budget left; `Some(gen)` when every one was.
     fn unplaced(&mut self, records: &[((String, String), Assignment)], gen: u64) -> Option<u64> {
-        let now = self.ctx.env.now();
+        let now = self.deps.ctx.env.now();
         let unplaced: Vec<&(String, String)> = records
             .iter()
             .filter(|(_, r)| r.device.is_none() && waiting(r, now))
@@ -460,7 +465,7 @@ impl<K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized> Run<'_, '_, K, H, C>
     /// Applies left with a step running continue here (their device had no
     /// event of its own), within the machines' budget.
     fn running_applies(&mut self, handled: &[PendingDevice]) -> Result<()> {
-        let running = crate::network::apply::running_devices(self.ctx)?;
+        let running = crate::network::apply::running_devices(self.deps.ctx)?;
         for d in running {
             if self.machines_left == 0 || handled.iter().any(|p| p.device == d) {
                 continue;
@@ -542,10 +547,12 @@ pub fn poll<K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized>(
         None => record::list_open(ctx)?,
     };
     let mut run = Run {
-        ctx,
-        kube,
-        cloud,
-        batches,
+        deps: Deps {
+            ctx,
+            kube,
+            cloud,
+            batches,
+        },
         report: PollReport {
             events: ingested.events,
             resync: ingested.resync,
