@@ -26,6 +26,14 @@
 //! reconcile) drive these handlers; [`http::components`] is where the
 //! components call them.
 //!
+//! # The cloud seam
+//! The pool, claim and profile logic talks to one trait,
+//! [`cloud::Cloud`] (devices with NICs and addresses, segments, attach and
+//! detach with an operation to follow, address assignment, events after a
+//! cursor), and asks its [`cloud::Capabilities`] before relying on what
+//! only some clouds do; Equinix Metal ([`metal::cloud`]) is its first
+//! implementation. `docs/cloud-seam.md` says what each cloud must provide.
+//!
 //! # Modules, by concept (inner first)
 //! - [`error`]: the one [`Error`] type; [`ErrorKind::status`] is the only
 //!   error → HTTP status map.
@@ -39,8 +47,10 @@
 //! - [`kube`]: a Kubernetes API client returning typed object views
 //!   ([`kube::object`]), the resource table with `USED_PERMISSIONS`,
 //!   Kubernetes name rules.
+//! - [`cloud`]: the bare-metal cloud seam: the [`cloud::Cloud`] trait,
+//!   capabilities, the NIC modes extension, cloud-neutral views.
 //! - [`metal`]: the Equinix Metal API client (typed models, retries,
-//!   pagination).
+//!   pagination) and Metal as a [`cloud::Cloud`].
 //! - [`network`]: Layer2 / Hybrid networking: network profiles (per-port
 //!   desired state), the port plan, the node's OS configuration.
 //! - [`provision`]: VRF-backed pools' Metal resources, provisioned in
@@ -64,6 +74,7 @@
 
 pub mod admission;
 pub mod capi;
+pub mod cloud;
 pub mod error;
 pub mod events;
 pub mod http;

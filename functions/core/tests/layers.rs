@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 const LAYERS: &[&[&str]] = &[
     &["error"],
     &["ports", "ip"],
-    &["kv"],
+    &["kv", "cloud"],
     &["kube", "metal"],
     &["ipam", "routes"],
     &["network", "provision"],

@@ -552,6 +552,7 @@ fn yaml_quotes_what_would_not_read_back_as_a_string() {
 
 mod network_data {
     use super::*;
+    use metal_ipam_core::cloud::DeviceView;
     use metal_ipam_core::metal::model::Device;
     use metal_ipam_core::network::network_data::{
         host, render as render_nd, Bond, Host, Layer3Address, PhysicalPort,
@@ -653,7 +654,7 @@ mod network_data {
 
     /// A 4-port device as Metal reports it (bond0 = eth0 + eth2, bond1 =
     /// eth1 + eth3), with its management addresses.
-    fn four_port_device() -> Device {
+    fn four_port_device() -> DeviceView {
         let mut ports = vec![
             json!({"id": "b0", "name": "bond0", "type": "NetworkBondPort"}),
             json!({"id": "b1", "name": "bond1", "type": "NetworkBondPort"}),
@@ -669,6 +670,7 @@ mod network_data {
              "address_family": 6, "public": true, "management": true},
             {"address": "10.70.12.3", "cidr": 31, "gateway": "10.70.12.2",
              "address_family": 4, "public": false, "management": true}]}))
+        .map(|d: Device| DeviceView::from(d))
         .unwrap()
     }
 

@@ -28,6 +28,7 @@ use serde_json::json;
 pub use super::device::DEVICE_ANNOTATION;
 use super::device::{resolve_device, DeviceRef};
 use super::objects::{paused, ClusterObject};
+use crate::cloud::Cloud;
 use crate::error::Result;
 use crate::ipam::claim::ClaimObject;
 use crate::ipam::ops;
@@ -35,10 +36,8 @@ use crate::ipam::store::ClaimRecord;
 use crate::kube::conditions::{with_condition, Ready};
 use crate::kube::{self, Kube, Resource};
 use crate::kv::Ctx;
-use crate::metal::client::Metal;
 use crate::ports::http::HttpClient;
 use crate::ports::kv::KvStore;
-use crate::ports::Env;
 use crate::provision::assign::{self, AssignState, Labels, UnassignState, Want};
 use crate::reconcile::{
     self, Cleanup, Condition, Handler, Order, Outcome, Reason, StepResult, Verdict,
@@ -82,17 +81,17 @@ fn write_condition<H: HttpClient + ?Sized>(
 /// 503 for an unavailable API server, store or Metal (the next invocation
 /// resumes); 500 for credentials or RBAC. Metal refusing the assignment is
 /// not an error: the claim's condition says it (`failed`).
-pub fn sync_claim_assignment<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
+pub fn sync_claim_assignment<K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized>(
     ctx: &Ctx<'_, K>,
     kube: &Kube<'_, H>,
-    metal: &Metal<'_, H, E>,
+    cloud: &C,
     ns: &str,
     name: &str,
 ) -> Result<Outcome> {
     reconcile::run(&Assignment {
         ctx,
         kube,
-        metal,
+        cloud,
         ns,
         name,
         now: Cell::new(0),
@@ -128,10 +127,10 @@ fn unassigned(state: UnassignState, what: &str) -> Outcome {
 /// `DeviceNotFound`, `DeviceDeleted`, `DeviceNotActive`: `waiting`;
 /// `AssignmentRefused`, `InvalidDevice`: `failed`), or none while an
 /// assignment is in progress or closed.
-struct Assignment<'r, 'a, K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized> {
+struct Assignment<'r, 'a, K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized> {
     ctx: &'r Ctx<'a, K>,
     kube: &'r Kube<'a, H>,
-    metal: &'r Metal<'a, H, E>,
+    cloud: &'r C,
     ns: &'r str,
     name: &'r str,
     /// The clock when the claim was read (the condition's time).
@@ -147,7 +146,7 @@ struct Gates {
     device: Option<DeviceRef>,
 }
 
-impl<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized> Assignment<'_, '_, K, H, E> {
+impl<K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized> Assignment<'_, '_, K, H, C> {
     /// The gates after the claim's own pause: bound (else `waiting`), in a
     /// VRF-backed pool (else `ignored`), its Cluster not paused; then the
     /// device resolved.
@@ -186,8 +185,8 @@ impl<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized> Assignment<'_, '_, K, 
     }
 }
 
-impl<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized> Handler<H>
-    for Assignment<'_, '_, K, H, E>
+impl<K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized> Handler<H>
+    for Assignment<'_, '_, K, H, C>
 {
     type Object = ClaimObject;
     type Parsed = Gates;
@@ -216,7 +215,7 @@ impl<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized> Handler<H>
         let (ctx, ns, name) = (self.ctx, self.ns, self.name);
         Ok(match assign::read(ctx.kv, ns, name)? {
             Some(rec) if !rec.closed => unassigned(
-                assign::unassign(ctx, self.metal, ns, name, &rec.uid)?,
+                assign::unassign(ctx, self.cloud, ns, name, &rec.uid)?,
                 "the claim no longer exists",
             ),
             _ => Outcome::new(StepResult::Absent, "the claim does not exist"),
@@ -240,7 +239,7 @@ impl<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized> Handler<H>
     /// The address is not released while the record holds an assignment.
     fn cleanup(&self, o: &ClaimObject, _: &Gates) -> Result<Cleanup<()>> {
         let uid = o.metadata.uid.as_deref().unwrap_or_default();
-        let state = assign::unassign(self.ctx, self.metal, self.ns, self.name, uid)?;
+        let state = assign::unassign(self.ctx, self.cloud, self.ns, self.name, uid)?;
         let done = matches!(state, UnassignState::Done { .. });
         let out = unassigned(state, "the claim is being deleted");
         Ok(if done {
@@ -273,7 +272,7 @@ impl<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized> Handler<H>
             device: device.clone(),
         };
         let state = match &device {
-            Some(_) => assign::assign(self.ctx, self.metal, &want, &labels)?,
+            Some(_) => assign::assign(self.ctx, self.cloud, &want, &labels)?,
             None => {
                 assign::prepare(self.ctx, self.ns, self.name, &want)?;
                 AssignState::DeviceUnknown

@@ -15,18 +15,17 @@ use std::cell::RefCell;
 use super::device::device_in;
 use super::network::{
     annotation_of, apply_on_device, delete_stale, ensure_claims, machine_and_infra, network_of,
-    release_device, OnDevice,
+    release_device, Deps, OnDevice,
 };
 use super::objects::MachineObject;
+use crate::cloud::Cloud;
 use crate::error::Result;
 use crate::kube::{self, Kube, Resource};
 use crate::kv::Ctx;
-use crate::metal::client::Metal;
 use crate::network::apply::{self, ApplyState, Phase, Report};
 use crate::network::batch::VlanBatches;
 use crate::ports::http::HttpClient;
 use crate::ports::kv::KvStore;
-use crate::ports::Env;
 use crate::reconcile::{self, Cleanup, Condition, Handler, Order, Outcome, StepResult, Verdict};
 
 /// What [`sync_machine`] did with a Machine.
@@ -125,19 +124,21 @@ impl Synced {
 /// valid, or a profile that does not validate; 409 `NetworkFrozen`,
 /// `VlanBatchFailed`, `VlanBatchRefused`, `PortChangeRefused`; Metal, store
 /// and API server errors.
-pub fn sync_machine<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
+pub fn sync_machine<K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized>(
     ctx: &Ctx<'_, K>,
     kube: &Kube<'_, H>,
-    metal: &Metal<'_, H, E>,
+    cloud: &C,
     batches: &dyn VlanBatches,
     ns: &str,
     name: &str,
 ) -> Result<Synced> {
     let h = MachineHandler {
-        ctx,
-        kube,
-        metal,
-        batches,
+        deps: Deps {
+            ctx,
+            kube,
+            cloud,
+            batches,
+        },
         ns,
         name,
         infra: RefCell::new(None),
@@ -148,11 +149,8 @@ pub fn sync_machine<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
 }
 
 /// One Machine's network on the kit.
-struct MachineHandler<'r, 'a, K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized> {
-    ctx: &'r Ctx<'a, K>,
-    kube: &'r Kube<'a, H>,
-    metal: &'r Metal<'a, H, E>,
-    batches: &'r dyn VlanBatches,
+struct MachineHandler<'r, 'a, K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized> {
+    deps: Deps<'r, 'a, K, H, C>,
     ns: &'r str,
     name: &'r str,
     /// The infrastructure machine read with the Machine.
@@ -169,7 +167,7 @@ struct Seen {
     record: Option<ApplyState>,
 }
 
-impl<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized> MachineHandler<'_, '_, K, H, E> {
+impl<K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized> MachineHandler<'_, '_, K, H, C> {
     fn answer(&self, s: Synced) -> Verdict<()> {
         let out = s.outcome();
         *self.synced.borrow_mut() = Some(s);
@@ -186,16 +184,15 @@ impl<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized> MachineHandler<'_, '_,
             return Ok(Synced::Ignored);
         };
         if rec.released.as_ref().is_some_and(|r| r.done) {
-            apply::forget(self.ctx, d)?;
+            apply::forget(self.deps.ctx, d)?;
             return Ok(Synced::Ignored);
         }
         let who = (self.ns, self.name, Self::uid(o));
-        let (report, deleted) =
-            release_device(self.ctx, self.kube, self.metal, self.batches, who, d)?;
+        let (report, deleted) = release_device(&self.deps, who, d)?;
         if report.as_ref().is_some_and(|r| r.phase != Phase::Converged) {
             return Ok(Synced::Released(report, deleted));
         }
-        apply::forget(self.ctx, d)?;
+        apply::forget(self.deps.ctx, d)?;
         Ok(Synced::Released(None, deleted))
     }
 
@@ -213,18 +210,17 @@ impl<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized> MachineHandler<'_, '_,
             return Ok(None);
         };
         if released.profile.as_deref() != Some(profile) {
-            apply::clear_released(self.ctx, d)?;
+            apply::clear_released(self.deps.ctx, d)?;
             return Ok(None);
         }
         if released.done {
             return Ok(Some(Synced::ReleasedByOperator));
         }
         let who = (self.ns, self.name, Self::uid(o));
-        let (report, deleted) =
-            release_device(self.ctx, self.kube, self.metal, self.batches, who, d)?;
+        let (report, deleted) = release_device(&self.deps, who, d)?;
         Ok(Some(match report {
             Some(r) if r.phase == Phase::Converged => {
-                apply::release_done(self.ctx, d)?;
+                apply::release_done(self.deps.ctx, d)?;
                 Synced::Released(None, deleted)
             }
             Some(r) => Synced::Released(Some(r), deleted),
@@ -240,22 +236,13 @@ impl<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized> MachineHandler<'_, '_,
             .is_some()
             .then_some(seen.device.as_deref())
             .flatten();
-        let m = network_of(self.kube, ns, o, profile, seen.device.clone(), applied)?;
+        let m = network_of(self.deps.kube, ns, o, profile, seen.device.clone(), applied)?;
         let Some(d) = &seen.device else {
-            let claims = ensure_claims(self.kube, ns, name, &m)?;
-            delete_stale(self.kube, ns, &claims.stale)?;
+            let claims = ensure_claims(self.deps.kube, ns, name, &m)?;
+            delete_stale(self.deps.kube, ns, &claims.stale)?;
             return Ok(Synced::WaitingForDevice);
         };
-        let on = apply_on_device(
-            self.ctx,
-            self.kube,
-            self.metal,
-            self.batches,
-            ns,
-            name,
-            &m,
-            d,
-        )?;
+        let on = apply_on_device(&self.deps, (ns, name), &m, d)?;
         Ok(match on {
             OnDevice::Applied(r) => Synced::Applied(r),
             OnDevice::Released => Synced::ReleasedByOperator,
@@ -264,8 +251,8 @@ impl<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized> MachineHandler<'_, '_,
     }
 }
 
-impl<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized> Handler<H>
-    for MachineHandler<'_, '_, K, H, E>
+impl<K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized> Handler<H>
+    for MachineHandler<'_, '_, K, H, C>
 {
     type Object = MachineObject;
     type Parsed = Seen;
@@ -275,7 +262,7 @@ impl<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized> Handler<H>
     const CLEANUP_NEEDS_FINALIZER: bool = true;
 
     fn kube(&self) -> &Kube<'_, H> {
-        self.kube
+        self.deps.kube
     }
     fn resource(&self) -> &'static Resource {
         &kube::MACHINES
@@ -285,7 +272,7 @@ impl<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized> Handler<H>
     }
 
     fn read(&self, _first: bool) -> Result<Option<MachineObject>> {
-        let read = machine_and_infra(self.kube, self.ns, self.name)?;
+        let read = machine_and_infra(self.deps.kube, self.ns, self.name)?;
         let (machine, infra) = read.unzip();
         *self.infra.borrow_mut() = infra.flatten();
         Ok(machine)
@@ -305,7 +292,7 @@ impl<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized> Handler<H>
         let annotation = annotation_of(self.ns, self.name, o, infra.as_ref())?;
         let device = device_in(o, infra.as_ref())?;
         let record = match &device {
-            Some(d) => apply::read_existing(self.ctx.kv, d)?,
+            Some(d) => apply::read_existing(self.deps.ctx.kv, d)?,
             None => None,
         };
         Ok(Ok(Seen {

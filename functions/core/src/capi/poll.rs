@@ -48,18 +48,16 @@ use serde_json::{json, Value};
 use super::assign::sync_claim_assignment;
 use super::device::device_of;
 use super::machine::{sync_machine, Synced};
-use super::network::delete_claims;
+use super::network::{delete_claims, Deps};
 use super::objects::MachineObject;
+use crate::cloud::{Cloud, CloudError};
 use crate::error::Error;
 use crate::error::Result;
 use crate::kube::{self, Kube};
 use crate::kv::Ctx;
-use crate::metal::client::{Metal, MetalConfig, MetalError};
-use crate::metal::retry::RetryPolicy;
 use crate::network::batch::VlanBatches;
 use crate::ports::http::HttpClient;
 use crate::ports::kv::KvStore;
-use crate::ports::Env;
 use crate::provision::assign::{self as record, Assignment};
 use crate::provision::poll::{self, Failed, PendingDevice};
 
@@ -235,13 +233,9 @@ fn synced_name(s: &Synced) -> Option<&'static str> {
 }
 
 /// One call's work: the steps it runs, what it reports, the budgets left.
-struct Run<'r, 'a, K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized> {
-    ctx: &'r Ctx<'a, K>,
-    kube: &'r Kube<'a, H>,
-    metal: &'r Metal<'a, H, E>,
-    /// The client for device reads: [`DEVICE_READ_MS`] per read.
-    reader: &'r Metal<'r, H, E>,
-    batches: &'r dyn VlanBatches,
+struct Run<'r, 'a, K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized> {
+    /// The store, the API server, the cloud, the VLAN steps.
+    deps: Deps<'r, 'a, K, H, C>,
     report: PollReport,
     machines: Machines<'r, 'a, H>,
     started: u64,
@@ -257,14 +251,14 @@ struct Run<'r, 'a, K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized> {
     stopped: Option<Error>,
 }
 
-impl<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized> Run<'_, '_, K, H, E> {
+impl<K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized> Run<'_, '_, K, H, C> {
     fn out_of_time(&self) -> bool {
-        self.ctx.env.now() >= self.started.saturating_add(POLL_TIME_S)
+        self.deps.ctx.env.now() >= self.started.saturating_add(POLL_TIME_S)
     }
 
     /// The claim step for `ns/name`, its result or error reported.
     fn sync(&mut self, ns: &str, name: &str) {
-        match sync_claim_assignment(self.ctx, self.kube, self.metal, ns, name) {
+        match sync_claim_assignment(self.deps.ctx, self.deps.kube, self.deps.cloud, ns, name) {
             Ok(o) => self
                 .report
                 .synced
@@ -276,7 +270,14 @@ impl<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized> Run<'_, '_, K, H, E> {
     /// The machine network step for `ns/name`, its result or error reported.
     fn sync_net(&mut self, ns: &str, name: &str) {
         let r = &mut self.report;
-        match sync_machine(self.ctx, self.kube, self.metal, self.batches, ns, name) {
+        match sync_machine(
+            self.deps.ctx,
+            self.deps.kube,
+            self.deps.cloud,
+            self.deps.batches,
+            ns,
+            name,
+        ) {
             Ok(s) => {
                 if let Some(n) = synced_name(&s) {
                     r.network.push((format!("{ns}/{name}"), n));
@@ -303,7 +304,7 @@ impl<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized> Run<'_, '_, K, H, E> {
             if self.out_of_time() || self.stopped.is_some() {
                 break;
             }
-            if p.backing_off(self.ctx.env.now()) {
+            if p.backing_off(self.deps.ctx.env.now()) {
                 self.report.backing_off.push(DeviceFailure::of(p));
                 continue;
             }
@@ -328,7 +329,7 @@ impl<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized> Run<'_, '_, K, H, E> {
             if !fits && !handled.is_empty() {
                 break;
             }
-            let device = match self.reader.get_device(d) {
+            let device = match self.deps.cloud.device_within(d, DEVICE_READ_MS) {
                 Ok(x) => {
                     self.answered = true;
                     self.in_a_row = 0;
@@ -340,9 +341,9 @@ impl<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized> Run<'_, '_, K, H, E> {
                 }
             };
             self.report.devices += 1;
-            if device.as_ref().is_none_or(|x| x.gone()) {
+            if device.as_ref().is_none_or(|x| x.gone) {
                 self.gone(d, &claims, &on)?;
-            } else if device.as_ref().is_some_and(|x| x.active()) {
+            } else if device.as_ref().is_some_and(|x| x.active) {
                 for (ns, name) in &claims {
                     self.sync(ns, name);
                 }
@@ -363,8 +364,8 @@ impl<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized> Run<'_, '_, K, H, E> {
     /// [`DOWN_AFTER`]th in a row with no read answered (noted too, and the
     /// call stops); one about Metal or its configuration stops the call
     /// and notes nothing.
-    fn read_failed(&mut self, p: &PendingDevice, e: MetalError) {
-        let not_the_device = matches!(e, MetalError::Tls { .. } | MetalError::Denied { .. })
+    fn read_failed(&mut self, p: &PendingDevice, e: CloudError) {
+        let not_the_device = matches!(e, CloudError::Tls { .. } | CloudError::Denied { .. })
             || matches!(e.status(), Some(401 | 403));
         let e = Error::from(e);
         if not_the_device {
@@ -414,7 +415,7 @@ impl<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized> Run<'_, '_, K, H, E> {
         on: &[(String, String, String)],
     ) -> Result<()> {
         for (ns, name) in claims {
-            match record::device_deleted(self.ctx, ns, name, d) {
+            match record::device_deleted(self.deps.ctx, ns, name, d) {
                 Ok(true) => self.report.device_deleted.push(format!("{ns}/{name}")),
                 Ok(false) => {}
                 Err(e) => {
@@ -426,7 +427,7 @@ impl<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized> Run<'_, '_, K, H, E> {
         }
         for (ns, name, uid) in on {
             let r = &mut self.report;
-            match delete_claims(self.kube, ns, name, uid) {
+            match delete_claims(self.deps.kube, ns, name, uid) {
                 Ok(n) => {
                     r.network.push((format!("{ns}/{name}"), "released"));
                     r.network_claims_deleted += n;
@@ -434,14 +435,14 @@ impl<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized> Run<'_, '_, K, H, E> {
                 Err(e) => r.errors.push(format!("Machine {ns}/{name} (network): {e}")),
             }
         }
-        crate::network::apply::forget(self.ctx, d)
+        crate::network::apply::forget(self.deps.ctx, d)
     }
 
     /// Claims whose owner had no provider ID yet, rechecked after a device
     /// was named (theirs may be it), in rotating order when they are more
     /// than the budget left; `Some(gen)` when every one was.
     fn unplaced(&mut self, records: &[((String, String), Assignment)], gen: u64) -> Option<u64> {
-        let now = self.ctx.env.now();
+        let now = self.deps.ctx.env.now();
         let unplaced: Vec<&(String, String)> = records
             .iter()
             .filter(|(_, r)| r.device.is_none() && waiting(r, now))
@@ -464,7 +465,7 @@ impl<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized> Run<'_, '_, K, H, E> {
     /// Applies left with a step running continue here (their device had no
     /// event of its own), within the machines' budget.
     fn running_applies(&mut self, handled: &[PendingDevice]) -> Result<()> {
-        let running = crate::network::apply::running_devices(self.ctx)?;
+        let running = crate::network::apply::running_devices(self.deps.ctx)?;
         for d in running {
             if self.machines_left == 0 || handled.iter().any(|p| p.device == d) {
                 continue;
@@ -485,6 +486,28 @@ impl<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized> Run<'_, '_, K, H, E> {
     }
 }
 
+/// The report completed with what the cursor shows after the call: the
+/// failed devices with their backoff, what is pending, whether more is due.
+fn finish_report(
+    mut report: PollReport,
+    failed: &[Failed],
+    after: &poll::Cursor,
+    end: u64,
+) -> PollReport {
+    for f in failed {
+        let p = after.pending.iter().find(|p| p.device == f.pending.device);
+        report.device_failures.push(DeviceFailure {
+            device: f.pending.device.clone(),
+            error: f.error.clone(),
+            failures: p.map_or(0, |p| p.failures),
+            retry_at: p.map_or(0, |p| p.retry_at),
+        });
+    }
+    report.pending = after.pending.len();
+    report.more = after.pending.iter().any(|p| !p.backing_off(end)) || after.recheck_unplaced;
+    report
+}
+
 /// Handles the Metal events after the cursor (see the module docs).
 ///
 /// # Idempotency
@@ -499,17 +522,17 @@ impl<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized> Run<'_, '_, K, H, E> {
 /// `MetalUnavailable`), after what the call handled was recorded.
 /// Failures of single claims, machines, device reads and the Machines list
 /// are in the report instead (the devices not handled stay pending).
-pub fn poll<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
+pub fn poll<K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized>(
     ctx: &Ctx<'_, K>,
     kube: &Kube<'_, H>,
-    metal: &Metal<'_, H, E>,
+    cloud: &C,
     batches: &dyn VlanBatches,
 ) -> Result<PollReport> {
     // The assignment records are listed once per call, and only when there
     // is work for them: on a resync (every known device), or once devices
     // are due or claims waiting for a device are to be rechecked.
     let mut listed = None;
-    let ingested = poll::ingest(ctx, metal, || {
+    let ingested = poll::ingest(ctx, cloud, || {
         let r = record::list_open(ctx)?;
         let known = known_devices(ctx, &r);
         listed = Some(r);
@@ -523,20 +546,13 @@ pub fn poll<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
         None if !due && !cur.recheck_unplaced => Vec::new(),
         None => record::list_open(ctx)?,
     };
-    let read_cfg = MetalConfig {
-        retry: RetryPolicy {
-            budget_ms: DEVICE_READ_MS.min(metal.config().retry.budget_ms),
-            ..metal.config().retry
-        },
-        ..metal.config().clone()
-    };
-    let reader = metal.with_config(&read_cfg);
     let mut run = Run {
-        ctx,
-        kube,
-        metal,
-        reader: &reader,
-        batches,
+        deps: Deps {
+            ctx,
+            kube,
+            cloud,
+            batches,
+        },
         report: PollReport {
             events: ingested.events,
             resync: ingested.resync,
@@ -562,18 +578,7 @@ pub fn poll<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
     }
     let end = ctx.env.now();
     let after = poll::done(ctx, &handled, &run.failed, unplaced_done, end)?;
-    let mut report = run.report;
-    for f in &run.failed {
-        let p = after.pending.iter().find(|p| p.device == f.pending.device);
-        report.device_failures.push(DeviceFailure {
-            device: f.pending.device.clone(),
-            error: f.error.clone(),
-            failures: p.map_or(0, |p| p.failures),
-            retry_at: p.map_or(0, |p| p.retry_at),
-        });
-    }
-    report.pending = after.pending.len();
-    report.more = after.pending.iter().any(|p| !p.backing_off(end)) || after.recheck_unplaced;
+    let report = finish_report(run.report, &run.failed, &after, end);
     crate::observe::summary::record_poll(
         ctx.kv,
         end,

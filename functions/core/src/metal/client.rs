@@ -25,6 +25,7 @@ use super::model::{
     VrfCreateInput, VrfIpReservation, VrfIpReservationCreateInput, VrfMetalGatewayCreateInput,
 };
 use super::retry::{decide, Attempt, Next, RetryPolicy};
+use crate::cloud::CloudError;
 use crate::error::{Error, ErrorKind};
 use crate::ports::http::{headers, Deadline, HttpClient, TransportError, TransportKind};
 use crate::ports::Env;
@@ -64,105 +65,9 @@ pub const PER_PAGE: u32 = 250;
 /// that never reports its last page).
 pub const MAX_PAGES: u32 = 1_000;
 
-/// What went wrong calling Metal. Serialisable (tagged by `kind`), so a
-/// step run by another component (the VLAN batch steps) hands back exactly
-/// what happened.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(
-    tag = "kind",
-    rename_all = "camelCase",
-    rename_all_fields = "camelCase"
-)]
-pub enum MetalError {
-    /// The API answered with an error status (4xx but 429, or 5xx on a
-    /// request that would not be retried).
-    Api {
-        /// HTTP status.
-        status: u16,
-        /// `METHOD path` of the request.
-        request: String,
-        /// `error` / `errors` of the body, when it had one.
-        messages: Vec<String>,
-    },
-    /// Rate limited or unavailable past the request's time budget.
-    Unavailable {
-        /// Seconds until a retry is worthwhile.
-        retry_after_s: u64,
-        /// What happened last.
-        detail: String,
-    },
-    /// A request that is not safe to repeat got no answer or a 5xx: it may
-    /// or may not have taken effect.
-    OutcomeUnknown {
-        /// What happened.
-        detail: String,
-    },
-    /// A success whose body is not what the spec promises.
-    Malformed {
-        /// What did not parse.
-        detail: String,
-    },
-    /// The TLS connection to Metal failed (an untrusted or invalid
-    /// certificate, a protocol error): nothing was sent, and retrying does
-    /// not help until the configuration changes.
-    Tls {
-        /// What the transport said.
-        detail: String,
-    },
-    /// The runtime refused the request (`allowed_outbound_hosts`, a bad
-    /// `metal_api_url`): nothing was sent.
-    Denied {
-        /// What the transport said.
-        detail: String,
-    },
-}
-
-impl MetalError {
-    /// The HTTP status of an API error.
-    pub fn status(&self) -> Option<u16> {
-        match self {
-            MetalError::Api { status, .. } => Some(*status),
-            _ => None,
-        }
-    }
-
-    /// Whether an API error's messages contain `text` (case-insensitive):
-    /// how the 422s that mean "already so" are recognised. Such a 422
-    /// counts as success only once a re-read confirms the state.
-    ///
-    /// ```
-    /// use metal_ipam_core::metal::client::MetalError;
-    /// let e = MetalError::Api { status: 422, request: "POST /ports/p/unassign".into(),
-    ///     messages: vec!["Virtual network 1001 not assigned".into()] };
-    /// assert!(e.says(422, "not assigned"));
-    /// assert!(!e.says(404, "not assigned"));
-    /// ```
-    pub fn says(&self, status: u16, text: &str) -> bool {
-        let text = text.to_ascii_lowercase();
-        matches!(self, MetalError::Api { status: s, messages, .. }
-            if *s == status && messages.iter().any(|m| m.to_ascii_lowercase().contains(&text)))
-    }
-}
-
-impl std::fmt::Display for MetalError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            MetalError::Api {
-                status,
-                request,
-                messages,
-            } => write!(f, "{request}: {status} {}", messages.join("; ")),
-            MetalError::Unavailable {
-                retry_after_s,
-                detail,
-            } => write!(f, "{detail} (retry in {retry_after_s} s)"),
-            MetalError::OutcomeUnknown { detail }
-            | MetalError::Malformed { detail }
-            | MetalError::Tls { detail }
-            | MetalError::Denied { detail } => f.write_str(detail),
-        }
-    }
-}
+/// What went wrong calling Metal: the cloud-neutral [`CloudError`] (its
+/// earlier name, kept for the Metal client's callers).
+pub type MetalError = CloudError;
 
 impl From<MetalError> for Error {
     fn from(e: MetalError) -> Self {
@@ -981,24 +886,11 @@ impl<'a, H: HttpClient + ?Sized, E: Env + ?Sized> Metal<'a, H, E> {
     }
 }
 
-/// A port mode change ([`Metal::port_mode`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PortChange {
-    /// `POST /ports/{id}/bond`.
-    Bond {
-        /// `bulk_enable`: both members of a bond port.
-        bulk: bool,
-    },
-    /// `POST /ports/{id}/disbond`.
-    Disbond {
-        /// `bulk_disable`: both members of a bond port.
-        bulk: bool,
-    },
-    /// `POST /ports/{id}/convert/layer-2`.
-    ConvertLayer2,
-    /// `POST /ports/{id}/convert/layer-3`.
-    ConvertLayer3,
-}
+/// A port mode change ([`Metal::port_mode`]): the seam's
+/// [`ModeChange`](crate::cloud::ModeChange) (`bond`, `disbond` with
+/// `bulk_enable`/`bulk_disable` for both members of a bond port,
+/// `convert/layer-2`, `convert/layer-3`).
+pub type PortChange = crate::cloud::ModeChange;
 
 /// `include` for gateway calls: with these the `oneOf` answer matches one
 /// variant only (and the reservation and VLAN come back as objects).

@@ -5,7 +5,9 @@
 //!   answers told apart by `type`;
 //! - [`retry`]: when to retry and how long to wait, as a pure decision;
 //! - [`client`]: [`client::Metal`], over [`crate::ports::http::HttpClient`]
-//!   and [`crate::ports::Env`] (clock, waits).
+//!   and [`crate::ports::Env`] (clock, waits);
+//! - [`cloud`]: Metal as a [`crate::cloud::Cloud`], the seam the domain
+//!   modules talk to (they name no Metal type).
 //!
 //! Owns nothing of IPAM or Kubernetes and may not import `ipam`, `kv`,
 //! `kube`, `capi` or `http`: the steps that provision Metal resources use
@@ -13,5 +15,6 @@
 //! components that call Metal.
 
 pub mod client;
+pub mod cloud;
 pub mod model;
 pub mod retry;

@@ -458,24 +458,9 @@ pub struct PortData {
 }
 
 /// A VLAN assignment batch (`POST /ports/{id}/vlan-assignments/batches`):
-/// asynchronous, `queued` → `in_progress` → `completed` | `failed`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct VlanBatch {
-    /// UUID.
-    pub id: String,
-    /// `queued`, `in_progress`, `completed`, `failed`.
-    pub state: Option<String>,
-    /// Why it failed.
-    pub error_messages: Vec<String>,
-}
-
-impl VlanBatch {
-    /// Whether it reached `completed` or `failed`.
-    pub fn finished(&self) -> bool {
-        matches!(self.state.as_deref(), Some("completed" | "failed"))
-    }
-}
+/// asynchronous, `queued` → `in_progress` → `completed` | `failed`. The
+/// cloud-neutral [`crate::cloud::Operation`], whose shape is Metal's.
+pub type VlanBatch = crate::cloud::Operation;
 
 /// One change of a batch.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

@@ -58,16 +58,13 @@ use serde_json::{json, Value};
 use super::batch::{BatchError, BatchOp, Direction, VlanBatches};
 use super::plan::{plan, Action, Desired, Observed, Step};
 use super::profile::Mode;
+use crate::cloud::{missing, Capability, Cloud, CloudError, ModeChange, NicModes, Operation};
 use crate::error::{Error, ErrorKind, Known, Result};
 use crate::kv::lease::{self, Slot};
 use crate::kv::protocol::{read_record, update_record, Enveloped, StateRecord, Step as KvStep};
 use crate::kv::registry::{Index, RegistryId};
 use crate::kv::{keys, Ctx};
-use crate::metal::client::{Metal, MetalError, PortChange};
-use crate::metal::model::VlanBatch;
-use crate::ports::http::HttpClient;
 use crate::ports::kv::KvStore;
-use crate::ports::Env;
 
 /// Schema version of the apply record.
 pub const APPLY_VERSION: u32 = 1;
@@ -627,17 +624,15 @@ impl Report {
     }
 }
 
-/// The device's ports as Metal reports them (one `GET /devices/{id}`
-/// with its ports); `None` when the device does not exist.
+/// The device's ports as the cloud reports them (one
+/// [`Cloud::device_nics`]: on Metal `GET /devices/{id}` with its ports);
+/// `None` when the device does not exist.
 ///
 /// # Errors
-/// Metal errors; 500 for a port without a name.
-pub fn observe_device<H: HttpClient + ?Sized, E: Env + ?Sized>(
-    metal: &Metal<'_, H, E>,
-    device: &str,
-) -> Result<Option<Observed>> {
-    metal
-        .device_ports(device)?
+/// The cloud's errors; 500 for a port without a name.
+pub fn observe_device<C: Cloud + ?Sized>(cloud: &C, device: &str) -> Result<Option<Observed>> {
+    cloud
+        .device_nics(device)?
         .map(|d| Observed::from_device(&d))
         .transpose()
 }
@@ -655,23 +650,20 @@ pub fn device_not_found(device: &str) -> Error {
 ///
 /// # Errors
 /// 404 `DeviceNotFound`; as [`observe_device`].
-pub fn observe<H: HttpClient + ?Sized, E: Env + ?Sized>(
-    metal: &Metal<'_, H, E>,
-    device: &str,
-) -> Result<Observed> {
-    observe_device(metal, device)?.ok_or_else(|| device_not_found(device))
+pub fn observe<C: Cloud + ?Sized>(cloud: &C, device: &str) -> Result<Observed> {
+    observe_device(cloud, device)?.ok_or_else(|| device_not_found(device))
 }
 
 /// Observes the device and plans (no writes): what `dryRun` answers.
 ///
 /// # Errors
 /// 404 `DeviceNotFound`; 409 `NetworkFrozen`; Metal errors.
-pub fn observe_and_plan<H: HttpClient + ?Sized, E: Env + ?Sized>(
-    metal: &Metal<'_, H, E>,
+pub fn observe_and_plan<C: Cloud + ?Sized>(
+    cloud: &C,
     device: &str,
     desired: &Desired,
 ) -> Result<Vec<Step>> {
-    plan(&observe(metal, device)?, desired)
+    plan(&observe(cloud, device)?, desired)
 }
 
 /// The batch step a recorded action runs through (`None`: not a batch).
@@ -722,14 +714,14 @@ fn effect_shows(step: &StepRecord, observed: &Observed) -> bool {
 /// `VlanStepFailed` when a VLAN step's component failed without reaching
 /// Metal; Metal unavailable (503; the running step stays recorded); store
 /// errors.
-pub fn apply<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
+pub fn apply<K: KvStore, C: Cloud + ?Sized>(
     ctx: &Ctx<'_, K>,
-    metal: &Metal<'_, H, E>,
+    cloud: &C,
     batches: &dyn VlanBatches,
     device: &str,
     desired: &Desired,
 ) -> Result<Report> {
-    run(ctx, metal, batches, device, desired, false).map(|r| r.unwrap_or_else(released_report))
+    run(ctx, cloud, batches, device, desired, false).map(|r| r.unwrap_or_else(released_report))
 }
 
 /// [`apply`] for a profile: `None` when the operator released the device
@@ -740,23 +732,23 @@ pub fn apply<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
 ///
 /// # Errors
 /// As [`apply`].
-pub fn apply_profile<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
+pub fn apply_profile<K: KvStore, C: Cloud + ?Sized>(
     ctx: &Ctx<'_, K>,
-    metal: &Metal<'_, H, E>,
+    cloud: &C,
     batches: &dyn VlanBatches,
     device: &str,
     desired: &Desired,
 ) -> Result<Option<Report>> {
-    run(ctx, metal, batches, device, desired, true)
+    run(ctx, cloud, batches, device, desired, true)
 }
 
 fn released_report() -> Report {
     Report::waiting("the operator released this device", POLL_S)
 }
 
-fn run<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
+fn run<K: KvStore, C: Cloud + ?Sized>(
     ctx: &Ctx<'_, K>,
-    metal: &Metal<'_, H, E>,
+    cloud: &C,
     batches: &dyn VlanBatches,
     device: &str,
     desired: &Desired,
@@ -783,7 +775,7 @@ fn run<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
         token: &token,
         until: now + LEASE_S,
     };
-    let out = match rounds(ctx, metal, batches, device, desired, &holder, now) {
+    let out = match rounds(ctx, cloud, batches, device, desired, &holder, now) {
         // The lease passed on (this instance stalled): the new holder
         // goes on; nothing was called outside the lease.
         Err(e) if is_lease_lost(&e) => Ok(Report::waiting(
@@ -818,9 +810,9 @@ impl Holder<'_> {
 /// The apply's loop under the lease: up to [`MAX_ROUNDS`] rounds (within
 /// half the lease) of waiting out the running step or issuing the plan's
 /// next one; the report says what was issued and what remains.
-fn rounds<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
+fn rounds<K: KvStore, C: Cloud + ?Sized>(
     ctx: &Ctx<'_, K>,
-    metal: &Metal<'_, H, E>,
+    cloud: &C,
     batches: &dyn VlanBatches,
     device: &str,
     desired: &Desired,
@@ -834,7 +826,7 @@ fn rounds<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
             break;
         }
         let state = read(ctx.kv, device)?;
-        let observed = match observe_device(metal, device)? {
+        let observed = match observe_device(cloud, device)? {
             Some(o) => o,
             None => {
                 // Gone: nothing of it is left to apply to or poll.
@@ -866,10 +858,10 @@ fn rounds<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
                 issued,
             });
         };
-        issue(ctx, metal, batches, device, &next, holder)?;
+        issue(ctx, cloud, batches, device, &next, holder)?;
         issued.push(next);
     }
-    let remaining = match observe_device(metal, device)? {
+    let remaining = match observe_device(cloud, device)? {
         Some(o) => plan(&o, desired)?,
         None => Vec::new(),
     };
@@ -1035,12 +1027,12 @@ pub fn record_step<K: KvStore>(
 /// change (no batch).
 ///
 /// # Errors
-/// As [`VlanBatches::run`]; a port call's error as [`BatchError::Metal`].
-fn call<H: HttpClient + ?Sized, E: Env + ?Sized>(
-    metal: &Metal<'_, H, E>,
+/// As [`VlanBatches::run`]; a port call's error as [`BatchError::Cloud`].
+fn call<C: Cloud + ?Sized>(
+    cloud: &C,
     batches: &dyn VlanBatches,
     step: &Step,
-) -> std::result::Result<Option<VlanBatch>, BatchError> {
+) -> std::result::Result<Option<Operation>, BatchError> {
     let id = step.port_id.as_str();
     let create = |dir: Direction, vlans: &[String]| {
         let op = BatchOp::Create {
@@ -1048,28 +1040,54 @@ fn call<H: HttpClient + ?Sized, E: Env + ?Sized>(
         };
         batches.run(dir, id, &op)
     };
-    let mode = |change: PortChange| {
-        metal
-            .port_mode(id, change)
+    let modes = || nic_modes(cloud, step).map_err(BatchError::Step);
+    let mode = |change: ModeChange| {
+        modes()?
+            .change_mode(id, change)
             .map(|_| None)
-            .map_err(BatchError::Metal)
+            .map_err(BatchError::Cloud)
     };
     match &step.action {
         Action::Assign(v) => create(Direction::Attach, v),
         Action::Unassign(v) => create(Direction::Detach, v),
-        Action::Disbond { bulk } => mode(PortChange::Disbond { bulk: *bulk }),
-        Action::Bond { bulk } => mode(PortChange::Bond { bulk: *bulk }),
-        Action::ConvertLayer2 => mode(PortChange::ConvertLayer2),
-        Action::ConvertLayer3 => mode(PortChange::ConvertLayer3),
-        Action::SetNative(v) => metal
-            .set_native_vlan(id, v)
+        Action::Disbond { bulk } => mode(ModeChange::Disbond { bulk: *bulk }),
+        Action::Bond { bulk } => mode(ModeChange::Bond { bulk: *bulk }),
+        Action::ConvertLayer2 => mode(ModeChange::ConvertLayer2),
+        Action::ConvertLayer3 => mode(ModeChange::ConvertLayer3),
+        Action::SetNative(v) => modes()?
+            .set_native(id, v)
             .map(|_| None)
-            .map_err(BatchError::Metal),
-        Action::RemoveNative => metal
-            .remove_native_vlan(id)
+            .map_err(BatchError::Cloud),
+        Action::RemoveNative => modes()?
+            .remove_native(id)
             .map(|_| None)
-            .map_err(BatchError::Metal),
+            .map_err(BatchError::Cloud),
     }
+}
+
+/// The capability `step` needs beyond the seam: a mode or native-VLAN
+/// step's (VLAN batches need none).
+fn capability_of(action: &Action) -> Option<Capability> {
+    match action {
+        Action::Assign(_) | Action::Unassign(_) => None,
+        Action::SetNative(_) | Action::RemoveNative => Some(Capability::NativeSegment),
+        Action::Disbond { .. } | Action::Bond { .. } => Some(Capability::Bonding),
+        Action::ConvertLayer2 | Action::ConvertLayer3 => Some(Capability::NicModes),
+    }
+}
+
+/// The cloud's NIC modes for `step` (a mode or native-VLAN step).
+///
+/// # Errors
+/// 422 `CapabilityMissing` naming the capability, when the cloud lacks
+/// the one the step needs or has no NIC modes at all.
+fn nic_modes<'c, C: Cloud + ?Sized>(cloud: &'c C, step: &Step) -> Result<&'c dyn NicModes> {
+    let need = capability_of(&step.action).unwrap_or(Capability::NicModes);
+    let what = format!("{} on {}", step.action.name(), step.port);
+    cloud.capabilities().require(cloud.name(), need, &what)?;
+    cloud
+        .nic_modes()
+        .ok_or_else(|| missing(cloud.name(), Capability::NicModes, &what))
 }
 
 /// The 409 for Metal refusing `step` with `msg`: `VlanBatchRefused` or
@@ -1087,14 +1105,18 @@ fn refused(step: &Step, msg: &str) -> Error {
 
 /// Records `step` ([`record_step`]), then makes its call, if the lease
 /// still leaves time for it.
-fn issue<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
+fn issue<K: KvStore, C: Cloud + ?Sized>(
     ctx: &Ctx<'_, K>,
-    metal: &Metal<'_, H, E>,
+    cloud: &C,
     batches: &dyn VlanBatches,
     device: &str,
     step: &Step,
     holder: &Holder<'_>,
 ) -> Result<()> {
+    // A step the cloud cannot make is refused before it is recorded.
+    if capability_of(&step.action).is_some() {
+        nic_modes(cloud, step)?;
+    }
     let rec = StepRecord::of(step);
     let is_async = record_step(ctx, device, holder.token, step, ctx.env.now())?;
     // The fence's last check, on this instance's own clock: the call must
@@ -1103,15 +1125,15 @@ fn issue<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
         return Err(lease::lost(&format!("device {device}")));
     }
     let token = holder.token;
-    match call(metal, batches, step) {
+    match call(cloud, batches, step) {
         Ok(Some(b)) => set_batch(ctx, device, token, &rec, &b.id),
         Ok(None) => Ok(()),
         // A 422: done if a re-read shows the step's effect (Metal's no-op
         // traps, "already …"), else a refusal, reported with Metal's
         // messages and kept in the record (nothing is running; the next
         // invocation plans again).
-        Err(BatchError::Metal(e @ MetalError::Api { status: 422, .. })) => {
-            let shows = observe_device(metal, device)?.is_some_and(|o| effect_shows(&rec, &o));
+        Err(BatchError::Cloud(e @ CloudError::Api { status: 422, .. })) => {
+            let shows = observe_device(cloud, device)?.is_some_and(|o| effect_shows(&rec, &o));
             if shows {
                 return if is_async {
                     finish(ctx, device, token, None)
@@ -1119,7 +1141,7 @@ fn issue<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
                     Ok(())
                 };
             }
-            let MetalError::Api { messages, .. } = &e else {
+            let CloudError::Api { messages, .. } = &e else {
                 return Err(e.into());
             };
             let msg = messages.join("; ");
@@ -1132,8 +1154,8 @@ fn issue<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
             finish(ctx, device, token, Some(e.message().to_string()))?;
             Err(e)
         }
-        Err(BatchError::Metal(e)) => {
-            if is_async && !matches!(e, MetalError::OutcomeUnknown { .. }) {
+        Err(BatchError::Cloud(e)) => {
+            if is_async && !matches!(e, CloudError::OutcomeUnknown { .. }) {
                 finish(ctx, device, token, None)?;
             }
             Err(e.into())

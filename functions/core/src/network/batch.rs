@@ -2,6 +2,9 @@
 //! one `POST /ports/{id}/vlan-assignments/batches` that Metal runs
 //! asynchronously (`queued` → `in_progress` → `completed` | `failed`).
 //!
+//! On the seam a batch is a [`Cloud::change_segments`] answered by an
+//! [`Operation`]; the apply names no Metal type.
+//!
 //! They are the `attach-vlan` and `detach-vlan` components. The `network`
 //! component's apply ([`super::apply`]) decides *when* a batch is made and
 //! keeps the progress in its KV record; these steps only talk to Metal, so
@@ -17,7 +20,7 @@
 //! the calling process (tests, tools); [`Chained`] asks the step's
 //! component by Spin service chaining
 //! (`http://attach-vlan.spin.internal/…`), and hands back the component's
-//! [`MetalError`] as it happened, so the apply's rules (a 422 confirmed by a
+//! [`CloudError`] as it happened, so the apply's rules (a 422 confirmed by a
 //! re-read; an unknown outcome polled, not repeated) hold across the hop.
 //! An answer of the step's own (not configured, not authorised, a request
 //! it cannot read: an error body with a `reason` but no `metal`) is
@@ -29,12 +32,10 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
+use crate::cloud::{Cloud, CloudError, Operation};
 use crate::error::{Error, ErrorKind, Result};
 use crate::ipam::vrf::is_uuid;
-use crate::metal::client::{Metal, MetalError};
-use crate::metal::model::{VlanBatch, VlanBatchInput, VlanBatchItem};
 use crate::ports::http::{headers, Deadline, HttpClient};
-use crate::ports::Env;
 use crate::routes::Step;
 
 /// Which way a batch moves VLANs.
@@ -122,8 +123,8 @@ impl BatchOp {
 /// Why a VLAN batch step did not answer a batch.
 #[derive(Debug, Clone, PartialEq)]
 pub enum BatchError {
-    /// What Metal answered (directly, or through the step's component).
-    Metal(MetalError),
+    /// What the cloud answered (directly, or through the step's component).
+    Cloud(CloudError),
     /// The step's component refused or failed before it reached Metal (its
     /// own error: Metal not configured, a token it does not accept, a
     /// request it cannot read): definite, nothing was made; 500
@@ -131,16 +132,16 @@ pub enum BatchError {
     Step(Error),
 }
 
-impl From<MetalError> for BatchError {
-    fn from(e: MetalError) -> Self {
-        BatchError::Metal(e)
+impl From<CloudError> for BatchError {
+    fn from(e: CloudError) -> Self {
+        BatchError::Cloud(e)
     }
 }
 
 impl From<BatchError> for Error {
     fn from(e: BatchError) -> Self {
         match e {
-            BatchError::Metal(e) => e.into(),
+            BatchError::Cloud(e) => e.into(),
             BatchError::Step(e) => e,
         }
     }
@@ -152,15 +153,15 @@ pub trait VlanBatches {
     /// found or read (`None`: no unfinished batch, or no such batch).
     ///
     /// # Errors
-    /// What Metal answered, as [`BatchError::Metal`] (a `create` whose
-    /// answer was lost is [`MetalError::OutcomeUnknown`]); the step's own
+    /// What Metal answered, as [`BatchError::Cloud`] (a `create` whose
+    /// answer was lost is [`CloudError::OutcomeUnknown`]); the step's own
     /// refusal as [`BatchError::Step`].
     fn run(
         &self,
         dir: Direction,
         port_id: &str,
         op: &BatchOp,
-    ) -> std::result::Result<Option<VlanBatch>, BatchError>;
+    ) -> std::result::Result<Option<Operation>, BatchError>;
 }
 
 /// Runs a step against Metal: what the `attach-vlan` and `detach-vlan`
@@ -173,43 +174,31 @@ pub trait VlanBatches {
 ///
 /// # Errors
 /// As [`VlanBatches::run`].
-pub fn execute<H: HttpClient + ?Sized, E: Env + ?Sized>(
-    metal: &Metal<'_, H, E>,
+pub fn execute<C: Cloud + ?Sized>(
+    cloud: &C,
     dir: Direction,
     port_id: &str,
     op: &BatchOp,
-) -> std::result::Result<Option<VlanBatch>, MetalError> {
+) -> std::result::Result<Option<Operation>, CloudError> {
     match op {
-        BatchOp::Create { vlans } => {
-            let input = VlanBatchInput {
-                vlan_assignments: vlans
-                    .iter()
-                    .map(|v| VlanBatchItem {
-                        vlan: v.clone(),
-                        state: dir.state(),
-                    })
-                    .collect(),
-            };
-            metal.create_vlan_batch(port_id, &input).map(Some)
-        }
-        BatchOp::Find {} => Ok(metal
-            .list_vlan_batches(port_id)?
-            .into_iter()
-            .find(|b| !b.finished())),
-        BatchOp::Get { batch } => metal.get_vlan_batch(port_id, batch),
+        BatchOp::Create { vlans } => cloud
+            .change_segments(port_id, dir == Direction::Attach, vlans)
+            .map(Some),
+        BatchOp::Find {} => cloud.unfinished_operation(port_id),
+        BatchOp::Get { batch } => cloud.operation(port_id, batch),
     }
 }
 
 /// [`execute`] in this process.
-pub struct Direct<'a, H: HttpClient + ?Sized, E: Env + ?Sized>(pub &'a Metal<'a, H, E>);
+pub struct Direct<'a, C: Cloud + ?Sized>(pub &'a C);
 
-impl<H: HttpClient + ?Sized, E: Env + ?Sized> VlanBatches for Direct<'_, H, E> {
+impl<C: Cloud + ?Sized> VlanBatches for Direct<'_, C> {
     fn run(
         &self,
         dir: Direction,
         port_id: &str,
         op: &BatchOp,
-    ) -> std::result::Result<Option<VlanBatch>, BatchError> {
+    ) -> std::result::Result<Option<Operation>, BatchError> {
         Ok(execute(self.0, dir, port_id, op)?)
     }
 }
@@ -223,13 +212,13 @@ pub fn step_path(port_id: &str) -> String {
 }
 
 /// The success body of a step: the port, the op and the batch (or null).
-pub fn answer(port_id: &str, op: &BatchOp, batch: Option<&VlanBatch>) -> Value {
+pub fn answer(port_id: &str, op: &BatchOp, batch: Option<&Operation>) -> Value {
     json!({"port": port_id, "op": op, "batch": batch})
 }
 
 /// The error body of a step that Metal failed: the usual error body plus
-/// `metal`, the [`MetalError`] itself.
-pub fn failure_body(e: &MetalError) -> Value {
+/// `metal`, the [`CloudError`] itself.
+pub fn failure_body(e: &CloudError) -> Value {
     let mut body = Error::from(e.clone()).body();
     body["metal"] = serde_json::to_value(e).unwrap_or(Value::Null);
     body
@@ -260,10 +249,10 @@ impl<H: HttpClient + ?Sized> VlanBatches for Chained<'_, H> {
         dir: Direction,
         port_id: &str,
         op: &BatchOp,
-    ) -> std::result::Result<Option<VlanBatch>, BatchError> {
+    ) -> std::result::Result<Option<Operation>, BatchError> {
         let component = dir.component();
         let url = format!("http://{component}.spin.internal{}", step_path(port_id));
-        let body = serde_json::to_vec(op).map_err(|e| MetalError::Malformed {
+        let body = serde_json::to_vec(op).map_err(|e| CloudError::Malformed {
             detail: e.to_string(),
         })?;
         let mut request = http::Request::builder()
@@ -272,7 +261,7 @@ impl<H: HttpClient + ?Sized> VlanBatches for Chained<'_, H> {
             .header(headers::AUTHORIZATION, format!("Bearer {}", self.api_token))
             .header(headers::CONTENT_TYPE, "application/json")
             .body(body)
-            .map_err(|e| MetalError::Malformed {
+            .map_err(|e| CloudError::Malformed {
                 detail: e.to_string(),
             })?;
         STEP_DEADLINE.set(&mut request);
@@ -287,10 +276,10 @@ impl<H: HttpClient + ?Sized> VlanBatches for Chained<'_, H> {
 /// What a step that gave no usable answer means: a `create` may have made
 /// the batch before the answer was lost (polled, never repeated); a read
 /// is retried.
-fn unreachable(op: &BatchOp, detail: String) -> MetalError {
+fn unreachable(op: &BatchOp, detail: String) -> CloudError {
     match op {
-        BatchOp::Create { .. } => MetalError::OutcomeUnknown { detail },
-        _ => MetalError::Unavailable {
+        BatchOp::Create { .. } => CloudError::OutcomeUnknown { detail },
+        _ => CloudError::Unavailable {
             retry_after_s: 1,
             detail,
         },
@@ -323,17 +312,17 @@ pub fn read_answer(
     op: &BatchOp,
     status: u16,
     body: &[u8],
-) -> std::result::Result<Option<VlanBatch>, BatchError> {
+) -> std::result::Result<Option<Operation>, BatchError> {
     let v: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
     if status == 200 {
         return serde_json::from_value(v["batch"].clone()).map_err(|e| {
-            BatchError::Metal(MetalError::Malformed {
+            BatchError::Cloud(CloudError::Malformed {
                 detail: format!("{component} answered a batch metal-ipam cannot read: {e}"),
             })
         });
     }
-    if let Ok(e) = serde_json::from_value::<MetalError>(v["metal"].clone()) {
-        return Err(BatchError::Metal(e));
+    if let Ok(e) = serde_json::from_value::<CloudError>(v["metal"].clone()) {
+        return Err(BatchError::Cloud(e));
     }
     match v["reason"].as_str() {
         Some(reason) => Err(BatchError::Step(Error::new(
@@ -344,7 +333,7 @@ pub fn read_answer(
                 v["message"].as_str().unwrap_or("")
             ),
         ))),
-        None => Err(BatchError::Metal(unreachable(
+        None => Err(BatchError::Cloud(unreachable(
             op,
             format!("{component} answered {status} without its error body"),
         ))),
@@ -465,23 +454,23 @@ mod tests {
     #[test]
     fn metal_errors_cross_the_hop_unchanged() {
         for e in [
-            MetalError::Api {
+            CloudError::Api {
                 status: 422,
                 request: "POST /ports/p/vlan-assignments/batches".into(),
                 messages: vec!["already assigned".into()],
             },
-            MetalError::Unavailable {
+            CloudError::Unavailable {
                 retry_after_s: 7,
                 detail: "429".into(),
             },
-            MetalError::OutcomeUnknown {
+            CloudError::OutcomeUnknown {
                 detail: "connection reset".into(),
             },
-            MetalError::Malformed { detail: "x".into() },
+            CloudError::Malformed { detail: "x".into() },
         ] {
             let body = failure_body(&e);
             assert!(body["reason"].is_string());
-            let back: MetalError = serde_json::from_value(body["metal"].clone()).unwrap();
+            let back: CloudError = serde_json::from_value(body["metal"].clone()).unwrap();
             assert_eq!(back, e);
         }
     }

@@ -84,9 +84,9 @@ use serde_json::{json, Map, Value};
 
 use super::node::ELASTIC_LINK;
 use super::profile::{bonds, Mode, Profile};
-use super::render::{check, valid_ifname, NodeNetwork};
+use super::render::{check, valid_ifname, Checked, NodeNetwork};
+use crate::cloud::DeviceView;
 use crate::error::{Error, Result};
-use crate::metal::model::Device;
 
 /// Metal's bond mode: LACP.
 pub const BOND_MODE: &str = "802.3ad";
@@ -159,23 +159,24 @@ pub struct Layer3Address {
 ///     {"id": "p2", "name": "eth1", "type": "NetworkPort", "data": {"mac": "aa:bb:cc:00:00:02"}}],
 ///   "ip_addresses": [{"address": "147.75.1.3", "cidr": 31, "gateway": "147.75.1.2",
 ///     "address_family": 4, "public": true, "management": true}]})).unwrap();
-/// let h = host(&profile, &device, vec![]);
+/// // Metal's device, as the seam sees it.
+/// let h = host(&profile, &device.into(), vec![]);
 /// // hybrid: eth1 out of the bond.
 /// assert_eq!(h.bonds[0].members, ["eth0"]);
 /// assert_eq!(h.ports[0].mac.as_deref(), Some("aa:bb:cc:00:00:01"));
 /// assert_eq!(h.layer3[0].address.to_string(), "147.75.1.3/31");
 /// assert_eq!(h.layer3[0].routes[0].0.to_string(), "0.0.0.0/0");
 /// ```
-pub fn host(profile: &Profile, device: &Device, nameservers: Vec<IpAddr>) -> Host {
+pub fn host(profile: &Profile, device: &DeviceView, nameservers: Vec<IpAddr>) -> Host {
     let ports: Vec<PhysicalPort> = device
-        .network_ports
+        .nics
         .iter()
-        .filter(|p| p.kind.as_deref() != Some("NetworkBondPort"))
+        .filter(|p| !p.bond)
         .filter_map(|p| {
             let name = p.name.as_deref()?;
             name.starts_with("eth").then(|| PhysicalPort {
                 name: name.to_string(),
-                mac: p.data.mac.as_deref().map(str::to_ascii_lowercase),
+                mac: p.mac.as_deref().map(str::to_ascii_lowercase),
             })
         })
         .collect();
@@ -208,9 +209,9 @@ pub fn host(profile: &Profile, device: &Device, nameservers: Vec<IpAddr>) -> Hos
 }
 
 /// The device's management addresses on `link`, with Metal's routes.
-fn layer3_of(device: &Device, link: &str) -> Vec<Layer3Address> {
+fn layer3_of(device: &DeviceView, link: &str) -> Vec<Layer3Address> {
     device
-        .ip_addresses
+        .addresses
         .iter()
         .filter(|a| a.management == Some(true))
         .filter_map(|a| {
@@ -360,61 +361,8 @@ pub fn render(net: &NodeNetwork, host: &Host) -> Result<String> {
         networks: Vec::new(),
         skipped: Vec::new(),
     };
-    for (i, p) in host.ports.iter().enumerate() {
-        if !valid_ifname(&p.name) {
-            return Err(Error::invalid(
-                format!("host.ports[{i}]"),
-                "not an interface name",
-            ));
-        }
-        let Some(m) = p.mac.as_deref().and_then(mac) else {
-            return Err(Error::conflict(
-                "MacUnknown",
-                format!(
-                    "the MAC address of port {} is not known (Metal reports it once the device exists): \
-                     network_data.json's phy links are matched by MAC; use format=netplan, ifupdown, \
-                     cloud-init or shell meanwhile",
-                    p.name
-                ),
-            ));
-        };
-        doc.links
-            .push(json!({"id": p.name, "type": "phy", "ethernet_mac_address": m}));
-        doc.macs.push((p.name.clone(), m));
-    }
-    // cloud-init names the n-th bond link `bond<n>`, whatever its `id`:
-    // Metal's bonds that are none on the node (layer2-individual) before
-    // one that is keep their places as empty bonds.
-    let mut bond_links = 0;
-    for (i, b) in host.bonds.iter().enumerate() {
-        let n = bond_number(&b.name)
-            .filter(|n| (bond_links..host.ports.len()).contains(n) && !doc.has_link(&b.name))
-            .ok_or_else(|| {
-                Error::invalid(
-                    format!("host.bonds[{i}].name"),
-                    "not bond<n> with n above the bonds' before it and below the number of ports \
-                     (cloud-init numbers bonds in order), or the name of a port",
-                )
-            })?;
-        let first = b
-            .members
-            .first()
-            .and_then(|m| doc.mac_of(m))
-            .map(str::to_string);
-        let (Some(first), true) = (first, b.members.iter().all(|m| doc.has_link(m))) else {
-            return Err(Error::invalid(
-                format!("host.bonds[{i}].members"),
-                "none, or one that is not a port",
-            ));
-        };
-        for empty in bond_links..n {
-            doc.links.push(bond_json(&format!("bond{empty}"), &[]));
-        }
-        doc.links.push(bond_json(&b.name, &b.members));
-        // A VLAN on the bond names its first member's MAC.
-        doc.macs.push((b.name.clone(), first));
-        bond_links = n + 1;
-    }
+    doc.ports(host)?;
+    doc.bonds(host)?;
     for a in &host.layer3 {
         if doc.has_link(&a.link) {
             doc.network(&a.link, &a.address, &a.routes);
@@ -431,50 +379,130 @@ pub fn render(net: &NodeNetwork, host: &Host) -> Result<String> {
     let checks = check(net);
     doc.skipped.extend(checks.skipped.iter().cloned());
     for link in &checks.links {
-        let on = match link.vlan {
+        if let Some(on) = doc.link_of(link, host, &members) {
+            doc.addresses(link, &on);
+        }
+    }
+    Ok(doc.finish(host))
+}
+
+impl Doc {
+    /// The physical ports, each a `phy` link by its MAC.
+    fn ports(&mut self, host: &Host) -> Result<()> {
+        for (i, p) in host.ports.iter().enumerate() {
+            if !valid_ifname(&p.name) {
+                return Err(Error::invalid(
+                    format!("host.ports[{i}]"),
+                    "not an interface name",
+                ));
+            }
+            let Some(m) = p.mac.as_deref().and_then(mac) else {
+                return Err(Error::conflict(
+                    "MacUnknown",
+                    format!(
+                        "the MAC address of port {} is not known (Metal reports it once the device exists): \
+                         network_data.json's phy links are matched by MAC; use format=netplan, ifupdown, \
+                         cloud-init or shell meanwhile",
+                        p.name
+                    ),
+                ));
+            };
+            self.links
+                .push(json!({"id": p.name, "type": "phy", "ethernet_mac_address": m}));
+            self.macs.push((p.name.clone(), m));
+        }
+        Ok(())
+    }
+
+    /// The bonds, numbered as cloud-init numbers them.
+    fn bonds(&mut self, host: &Host) -> Result<()> {
+        // cloud-init names the n-th bond link `bond<n>`, whatever its `id`:
+        // Metal's bonds that are none on the node (layer2-individual) before
+        // one that is keep their places as empty bonds.
+        let mut bond_links = 0;
+        for (i, b) in host.bonds.iter().enumerate() {
+            let n = bond_number(&b.name)
+                .filter(|n| (bond_links..host.ports.len()).contains(n) && !self.has_link(&b.name))
+                .ok_or_else(|| {
+                    Error::invalid(
+                        format!("host.bonds[{i}].name"),
+                        "not bond<n> with n above the bonds' before it and below the number of ports \
+                         (cloud-init numbers bonds in order), or the name of a port",
+                    )
+                })?;
+            let first = b
+                .members
+                .first()
+                .and_then(|m| self.mac_of(m))
+                .map(str::to_string);
+            let (Some(first), true) = (first, b.members.iter().all(|m| self.has_link(m))) else {
+                return Err(Error::invalid(
+                    format!("host.bonds[{i}].members"),
+                    "none, or one that is not a port",
+                ));
+            };
+            for empty in bond_links..n {
+                self.links.push(bond_json(&format!("bond{empty}"), &[]));
+            }
+            self.links.push(bond_json(&b.name, &b.members));
+            // A VLAN on the bond names its first member's MAC.
+            self.macs.push((b.name.clone(), first));
+            bond_links = n + 1;
+        }
+        Ok(())
+    }
+
+    /// The link `link`'s addresses go on (a VLAN link added for a tagged
+    /// one); `None`, noted as skipped, when there is none.
+    fn link_of(&mut self, link: &Checked<'_>, host: &Host, members: &[&str]) -> Option<String> {
+        match link.vlan {
             Some((parent, id)) => {
-                let Some(m) = doc.mac_of(parent).map(str::to_string) else {
-                    doc.skipped.push(format!(
+                let Some(m) = self.mac_of(parent).map(str::to_string) else {
+                    self.skipped.push(format!(
                         "{}: its parent {parent} is not a port or bond of the device",
                         link.name
                     ));
-                    continue;
+                    return None;
                 };
                 if members.contains(&parent) {
-                    doc.skipped.push(format!(
+                    self.skipped.push(format!(
                         "{}: its parent {parent} is a bond member",
                         link.name
                     ));
-                    continue;
+                    return None;
                 }
-                doc.links.push(json!({
+                self.links.push(json!({
                     "id": link.name, "type": "vlan", "vlan_link": parent,
                     "vlan_id": id, "vlan_mac_address": m,
                 }));
-                doc.macs.push((link.name.to_string(), m));
-                link.name.to_string()
+                self.macs.push((link.name.to_string(), m));
+                Some(link.name.to_string())
             }
             None if link.name == ELASTIC_LINK => {
-                let Some(l3) = host.layer3.first().map(|a| a.link.clone()) else {
-                    doc.skipped.push(format!(
+                let l3 = host.layer3.first().map(|a| a.link.clone());
+                if l3.is_none() {
+                    self.skipped.push(format!(
                         "{}: elastic IPs need a Layer3 bond with addresses",
                         link.name
                     ));
-                    continue;
-                };
+                }
                 l3
             }
-            None if !doc.has_link(link.name) || members.contains(&link.name) => {
-                doc.skipped.push(format!(
+            None if !self.has_link(link.name) || members.contains(&link.name) => {
+                self.skipped.push(format!(
                     "{}: not a port or bond of the device (or a bond member)",
                     link.name
                 ));
-                continue;
+                None
             }
-            None => link.name.to_string(),
-        };
+            None => Some(link.name.to_string()),
+        }
+    }
+
+    /// `link`'s MTU, addresses and routes on link `on`.
+    fn addresses(&mut self, link: &Checked<'_>, on: &str) {
         if let Some(mtu) = link.mtu {
-            doc.set_mtu(&on, mtu);
+            self.set_mtu(on, mtu);
         }
         let mut routes_left: Vec<(IpNet, IpAddr)> = link.routes.clone();
         for a in &link.addresses {
@@ -482,31 +510,35 @@ pub fn render(net: &NodeNetwork, host: &Host) -> Result<String> {
                 .into_iter()
                 .partition(|(_, via)| via.is_ipv4() == a.addr().is_ipv4());
             routes_left = rest;
-            doc.network(&on, a, &mine);
+            self.network(on, a, &mine);
         }
         for (j, _) in routes_left.iter().enumerate() {
-            doc.skipped.push(format!(
+            self.skipped.push(format!(
                 "{}: a route ({j} left) has no address of its family on the link",
                 link.name
             ));
         }
     }
-    let mut out = Map::new();
-    out.insert("links".into(), Value::Array(doc.links));
-    out.insert("networks".into(), Value::Array(doc.networks));
-    out.insert(
-        "services".into(),
-        host.nameservers
-            .iter()
-            .map(|n| json!({"type": "dns", "address": n.to_string()}))
-            .collect(),
-    );
-    if !doc.skipped.is_empty() {
-        out.insert("metal_ipam_skipped".into(), json!(doc.skipped));
+
+    /// The document, as text.
+    fn finish(self, host: &Host) -> String {
+        let mut out = Map::new();
+        out.insert("links".into(), Value::Array(self.links));
+        out.insert("networks".into(), Value::Array(self.networks));
+        out.insert(
+            "services".into(),
+            host.nameservers
+                .iter()
+                .map(|n| json!({"type": "dns", "address": n.to_string()}))
+                .collect(),
+        );
+        if !self.skipped.is_empty() {
+            out.insert("metal_ipam_skipped".into(), json!(self.skipped));
+        }
+        let mut text = serde_json::to_string_pretty(&Value::Object(out)).unwrap_or_default();
+        text.push('\n');
+        text
     }
-    let mut text = serde_json::to_string_pretty(&Value::Object(out)).unwrap_or_default();
-    text.push('\n');
-    Ok(text)
 }
 
 #[cfg(test)]
@@ -733,6 +765,8 @@ mod tests {
 
     #[test]
     fn host_by_mode() {
+        use crate::cloud::DeviceView;
+        use crate::metal::model::Device;
         let device: Device = serde_json::from_value(json!({"id": "d", "network_ports": [
             {"id": "b", "name": "bond0", "type": "NetworkBondPort"},
             {"id": "0", "name": "eth0", "type": "NetworkPort", "data": {"mac": "aa:bb:cc:00:00:01"}},
@@ -742,6 +776,7 @@ mod tests {
               {"address": "2001:db8::3", "cidr": 127, "gateway": "2001:db8::2", "address_family": 6, "public": true, "management": true},
               {"address": "147.0.0.9", "cidr": 32, "address_family": 4, "public": true, "management": false}]}))
         .unwrap();
+        let device = DeviceView::from(device);
         let p = |v: Value| Profile::from_json(&v).unwrap();
         let h = host(&p(json!({"ports": []})), &device, vec![]);
         assert_eq!(h.bonds[0].members, ["eth0", "eth1"]);

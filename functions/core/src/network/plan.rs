@@ -26,8 +26,8 @@ use std::collections::BTreeSet;
 use serde_json::{json, Value};
 
 use super::profile::{bonds, Mode, Profile, VlanRef};
+use crate::cloud::DeviceView;
 use crate::error::{Error, Result};
-use crate::metal::model::Device;
 
 /// A port as observed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,14 +56,14 @@ pub struct Observed {
 }
 
 impl Observed {
-    /// From `GET /devices/{id}?include=network_ports` (VLANs as links or
-    /// objects).
+    /// From the device with its NICs ([`crate::cloud::Cloud::device_nics`]:
+    /// on Metal `GET /devices/{id}?include=network_ports`).
     ///
     /// # Errors
     /// 500 `MetalMalformed` when a port has no name.
-    pub fn from_device(d: &Device) -> Result<Observed> {
+    pub fn from_device(d: &DeviceView) -> Result<Observed> {
         let mut ports = Vec::new();
-        for p in &d.network_ports {
+        for p in &d.nics {
             let name = p.name.clone().ok_or_else(|| {
                 Error::new(
                     crate::ErrorKind::Internal,
@@ -73,22 +73,15 @@ impl Observed {
             })?;
             ports.push(ObservedPort {
                 id: p.id.clone(),
-                bonded: p.data.bonded.unwrap_or(true),
-                mode: p.network_type.as_deref().and_then(Mode::parse),
-                vlans: p
-                    .virtual_networks
-                    .iter()
-                    .filter_map(|r| r.id().map(str::to_string))
-                    .collect(),
-                native: p
-                    .native_virtual_network
-                    .as_ref()
-                    .and_then(|r| r.id().map(str::to_string)),
+                bonded: p.bonded.unwrap_or(true),
+                mode: p.mode.as_deref().and_then(Mode::parse),
+                vlans: p.segments.iter().cloned().collect(),
+                native: p.native.clone(),
                 name,
             });
         }
         Ok(Observed {
-            frozen: d.network_frozen.unwrap_or(false),
+            frozen: d.frozen,
             ports,
         })
     }

@@ -31,6 +31,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::plan::INTENT_LEASE_S;
+use crate::cloud::{Cloud, CloudError};
 use crate::error::{Error, ErrorKind, Known, Result};
 use crate::ip::Family;
 use crate::ipam::ops;
@@ -40,11 +41,7 @@ use crate::kv::lease::{self, Lease as _, Slot};
 use crate::kv::protocol::{read_record, update_record, Enveloped, StateRecord, Step};
 use crate::kv::registry::{Index, RegistryId};
 use crate::kv::Ctx;
-use crate::metal::client::{Metal, MetalError};
-use crate::metal::model::IpAssignmentInput;
-use crate::ports::http::HttpClient;
 use crate::ports::kv::KvStore;
-use crate::ports::Env;
 
 /// Schema version of the assignment record.
 pub const ASSIGNMENT_VERSION: u32 = 1;
@@ -769,14 +766,14 @@ impl Labels {
 
 /// The id of `device`'s assignment of `address`, if it has one. A device
 /// that no longer exists has none (Metal unassigned its addresses with it).
-fn find_on_device<H: HttpClient + ?Sized, E: Env + ?Sized>(
-    metal: &Metal<'_, H, E>,
+fn find_on_device<C: Cloud + ?Sized>(
+    cloud: &C,
     device: &str,
     address: &str,
 ) -> Result<Option<String>> {
     let (ip, _) = address.split_once('/').unwrap_or((address, ""));
     let ip: Option<IpAddr> = ip.parse().ok();
-    let assigned = match metal.device_ips(device) {
+    let assigned = match cloud.addresses(device) {
         Ok(a) => a,
         Err(e) if e.status() == Some(404) => return Ok(None),
         Err(e) => return Err(e.into()),
@@ -803,9 +800,9 @@ fn find_on_device<H: HttpClient + ?Sized, E: Env + ?Sized>(
 /// Store errors; Metal unavailable (503, nothing lost: the next invocation
 /// resumes); 503 `MetalOutcomeUnknown` when the `POST`'s answer was lost
 /// (the next invocation after the lease looks for it before posting again).
-pub fn assign<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
+pub fn assign<K: KvStore, C: Cloud + ?Sized>(
     ctx: &Ctx<'_, K>,
-    metal: &Metal<'_, H, E>,
+    cloud: &C,
     want: &Want,
     labels: &Labels,
 ) -> Result<AssignState> {
@@ -815,7 +812,7 @@ pub fn assign<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
         // An earlier incarnation of the claim still holds an assignment:
         // remove it first.
         let old = rec.uid.clone();
-        if let UnassignState::InProgress(s) = unassign(ctx, metal, ns, name, &old)? {
+        if let UnassignState::InProgress(s) = unassign(ctx, cloud, ns, name, &old)? {
             return Ok(AssignState::InProgress(s));
         }
         rec = prepare(ctx, ns, name, want)?;
@@ -826,7 +823,7 @@ pub fn assign<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
     if want.device.is_some() && rec.device != want.device && rec.holds() {
         // The claim moved to another device: what it holds on the old one
         // goes first, then the record follows the claim.
-        if let Cleared::InProgress(s) = clear_held(ctx, metal, ns, name, &rec)? {
+        if let Cleared::InProgress(s) = clear_held(ctx, cloud, ns, name, &rec)? {
             return Ok(AssignState::InProgress(s));
         }
         rec = prepare(ctx, ns, name, want)?;
@@ -850,7 +847,7 @@ pub fn assign<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
     if rec.live_intent(now) {
         return Ok(AssignState::InProgress(rec.intent_left(now)));
     }
-    if let Some(state) = device_unready(metal, &device)? {
+    if let Some(state) = device_unready(cloud, &device)? {
         return Ok(state);
     }
     let token = ctx.env.token();
@@ -859,13 +856,13 @@ pub fn assign<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
         if !take_over(ctx, ns, name, &want.uid, &token, now)? {
             return Ok(AssignState::InProgress(1));
         }
-        if let Some(id) = find_on_device(metal, &device, &rec.address)? {
-            return record_or_undo(ctx, metal, labels, &want.uid, &token, &id);
+        if let Some(id) = find_on_device(cloud, &device, &rec.address)? {
+            return record_or_undo(ctx, cloud, labels, &want.uid, &token, &id);
         }
     } else if !begin(ctx, ns, name, &want.uid, &token, now)? {
         return Ok(AssignState::InProgress(1));
     }
-    post(ctx, metal, labels, &want.uid, &token, &device, &rec.address)
+    post(ctx, cloud, labels, &want.uid, &token, &device, &rec.address)
 }
 
 /// Why the address cannot go on `device` now (gone, or not active), if
@@ -873,14 +870,11 @@ pub fn assign<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
 ///
 /// # Errors
 /// Metal's.
-fn device_unready<H: HttpClient + ?Sized, E: Env + ?Sized>(
-    metal: &Metal<'_, H, E>,
-    device: &str,
-) -> Result<Option<AssignState>> {
-    Ok(match metal.get_device(device)? {
+fn device_unready<C: Cloud + ?Sized>(cloud: &C, device: &str) -> Result<Option<AssignState>> {
+    Ok(match cloud.device(device)? {
         None => Some(AssignState::DeviceGone(device.to_string())),
-        Some(d) if d.gone() => Some(AssignState::DeviceGone(device.to_string())),
-        Some(d) if !d.active() => Some(AssignState::DeviceNotActive(
+        Some(d) if d.gone => Some(AssignState::DeviceGone(device.to_string())),
+        Some(d) if !d.active => Some(AssignState::DeviceNotActive(
             d.state.unwrap_or_else(|| "unknown".into()),
         )),
         Some(_) => None,
@@ -894,9 +888,9 @@ fn device_unready<H: HttpClient + ?Sized, E: Env + ?Sized>(
 ///
 /// # Errors
 /// Metal's (503 `MetalOutcomeUnknown` for a lost answer); store errors.
-fn post<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
+fn post<K: KvStore, C: Cloud + ?Sized>(
     ctx: &Ctx<'_, K>,
-    metal: &Metal<'_, H, E>,
+    cloud: &C,
     labels: &Labels,
     uid: &str,
     token: &str,
@@ -904,27 +898,23 @@ fn post<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
     address: &str,
 ) -> Result<AssignState> {
     let (ns, name) = (labels.namespace.as_str(), labels.name.as_str());
-    let input = IpAssignmentInput {
-        address: address.to_string(),
-        customdata: Some(labels.customdata()),
-    };
-    match metal.assign_ip(device, &input) {
-        Ok(a) => record_or_undo(ctx, metal, labels, uid, token, &a.id),
-        Err(e @ MetalError::Api { status: 422, .. }) => {
+    match cloud.assign_address(device, address, labels.customdata()) {
+        Ok(a) => record_or_undo(ctx, cloud, labels, uid, token, &a.id),
+        Err(e @ CloudError::Api { status: 422, .. }) => {
             // "Already assigned" counts only after re-reading the device.
-            if let Some(id) = find_on_device(metal, device, address)? {
-                return record_or_undo(ctx, metal, labels, uid, token, &id);
+            if let Some(id) = find_on_device(cloud, device, address)? {
+                return record_or_undo(ctx, cloud, labels, uid, token, &id);
             }
             let message = e.to_string();
             withdraw(ctx, ns, name, token, Some(&message))?;
             Ok(AssignState::Refused(message))
         }
-        Err(e @ MetalError::OutcomeUnknown { .. }) => {
+        Err(e @ CloudError::OutcomeUnknown { .. }) => {
             // The answer was lost: look at once. Not there (yet): the
             // intent ends LOST_ANSWER_S from now rather than after the
             // lease; the next invocation then looks again before posting.
-            if let Ok(Some(id)) = find_on_device(metal, device, address) {
-                return record_or_undo(ctx, metal, labels, uid, token, &id);
+            if let Ok(Some(id)) = find_on_device(cloud, device, address) {
+                return record_or_undo(ctx, cloud, labels, uid, token, &id);
             }
             mark_lost(ctx, ns, name, token, ctx.env.now())?;
             Err(e.into())
@@ -936,9 +926,9 @@ fn post<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
     }
 }
 
-fn record_or_undo<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
+fn record_or_undo<K: KvStore, C: Cloud + ?Sized>(
     ctx: &Ctx<'_, K>,
-    metal: &Metal<'_, H, E>,
+    cloud: &C,
     labels: &Labels,
     uid: &str,
     token: &str,
@@ -950,7 +940,7 @@ fn record_or_undo<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
     }
     // Rule 4: the claim is going (or another assignment is recorded): this
     // one must not stay.
-    metal.delete_ip(id)?;
+    cloud.unassign_address(id)?;
     withdraw(ctx, ns, name, token, None)?;
     match read(ctx.kv, ns, name)? {
         Some(c) if c.uid == uid && !c.closed => match c.assignment {
@@ -971,9 +961,9 @@ fn record_or_undo<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
 ///
 /// # Errors
 /// Store errors; Metal unavailable (503; the next invocation resumes).
-pub fn unassign<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
+pub fn unassign<K: KvStore, C: Cloud + ?Sized>(
     ctx: &Ctx<'_, K>,
-    metal: &Metal<'_, H, E>,
+    cloud: &C,
     ns: &str,
     name: &str,
     uid: &str,
@@ -984,7 +974,7 @@ pub fn unassign<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
             Closing::Closed => return Ok(UnassignState::Done { deleted }),
             Closing::Holds(rec) => rec,
         };
-        match clear_held(ctx, metal, ns, name, &rec)? {
+        match clear_held(ctx, cloud, ns, name, &rec)? {
             Cleared::Deleted(Some(id)) => deleted = Some(id),
             Cleared::Deleted(None) => {}
             Cleared::InProgress(s) => return Ok(UnassignState::InProgress(s)),
@@ -1009,16 +999,16 @@ enum Cleared {
 /// Removes what `rec` holds on its device: the recorded assignment, or,
 /// for an intent that ended, whatever its attempt made (looked for on the
 /// device; a device that is gone has nothing). A live intent is waited for.
-fn clear_held<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
+fn clear_held<K: KvStore, C: Cloud + ?Sized>(
     ctx: &Ctx<'_, K>,
-    metal: &Metal<'_, H, E>,
+    cloud: &C,
     ns: &str,
     name: &str,
     rec: &Assignment,
 ) -> Result<Cleared> {
     let now = ctx.env.now();
     if let Some(id) = &rec.assignment {
-        metal.delete_ip(id)?;
+        cloud.unassign_address(id)?;
         cleared(ctx, ns, name, &rec.uid, id, false)?;
         return Ok(Cleared::Deleted(Some(id.clone())));
     }
@@ -1032,8 +1022,8 @@ fn clear_held<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
     }
     let mut deleted = None;
     if let Some(device) = &rec.device {
-        if let Some(id) = find_on_device(metal, device, &rec.address)? {
-            metal.delete_ip(&id)?;
+        if let Some(id) = find_on_device(cloud, device, &rec.address)? {
+            cloud.unassign_address(&id)?;
             deleted = Some(id);
         }
     }

@@ -37,14 +37,12 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::cloud::Cloud;
 use crate::error::Result;
 use crate::kv::keys;
 use crate::kv::protocol::{read_record, update_record, Enveloped, StateRecord, Step};
 use crate::kv::Ctx;
-use crate::metal::client::Metal;
-use crate::ports::http::HttpClient;
 use crate::ports::kv::KvStore;
-use crate::ports::Env;
 
 /// Schema version of the cursor record.
 pub const CURSOR_VERSION: u32 = 1;
@@ -209,14 +207,14 @@ pub struct Ingested {
 /// # Errors
 /// Store errors; Metal unavailable (nothing was written: the next call
 /// reads the same events).
-pub fn ingest<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
+pub fn ingest<K: KvStore, C: Cloud + ?Sized>(
     ctx: &Ctx<'_, K>,
-    metal: &Metal<'_, H, E>,
+    cloud: &C,
     known: impl FnOnce() -> Result<Vec<String>>,
 ) -> Result<Ingested> {
     let from = read(ctx.kv)?;
     let last = from.as_ref().map(|c| c.last.clone());
-    let (events, found) = metal.project_events_after(last.as_deref(), MAX_EVENT_PAGES)?;
+    let (events, found) = cloud.events_after(last.as_deref(), MAX_EVENT_PAGES)?;
     let resync = last.is_none() || !found;
     let Some(newest) = events.first().map(|e| e.id.clone()) else {
         return Ok(Ingested {
@@ -227,9 +225,9 @@ pub fn ingest<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
     // Oldest first, each device once.
     let mut named: Vec<String> = Vec::new();
     for e in events.iter().rev() {
-        for d in e.devices() {
+        for d in &e.devices {
             if !named.iter().any(|x| x == d) {
-                named.push(d.to_string());
+                named.push(d.clone());
             }
         }
     }
