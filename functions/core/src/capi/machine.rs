@@ -27,7 +27,7 @@ use crate::network::batch::VlanBatches;
 use crate::ports::http::HttpClient;
 use crate::ports::kv::KvStore;
 use crate::ports::Env;
-use crate::reconcile::{self, Cleanup, Condition, Handler, Order, Outcome, StepResult, Verdict};
+use crate::reconcile::{self, Cleanup, Condition, Handler, Order, Reconciled, StepResult, Verdict};
 
 /// What [`sync_machine`] did with a Machine.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -88,7 +88,7 @@ impl Synced {
     }
 
     /// The kit's outcome for it (logs; the answer is the [`Synced`]).
-    fn outcome(&self) -> Outcome {
+    fn outcome(&self) -> Reconciled {
         let result = match self {
             Synced::Absent => StepResult::Absent,
             Synced::Ignored => StepResult::Ignored,
@@ -99,7 +99,7 @@ impl Synced {
             Synced::ReleasedByOperator => StepResult::Kept,
             Synced::DeviceGone(_) => StepResult::Deleted,
         };
-        Outcome::new(result, self.result())
+        Reconciled::new(result, self.result())
     }
 }
 
@@ -133,7 +133,7 @@ pub fn sync_machine<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
     ns: &str,
     name: &str,
 ) -> Result<Synced> {
-    let h = MachineHandler {
+    let mut h = MachineHandler {
         ctx,
         kube,
         metal,
@@ -143,7 +143,7 @@ pub fn sync_machine<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized>(
         infra: RefCell::new(None),
         synced: RefCell::new(None),
     };
-    reconcile::run(&h)?;
+    reconcile::run(&mut h)?;
     Ok(h.synced.take().unwrap_or(Synced::Absent))
 }
 
@@ -284,20 +284,20 @@ impl<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized> Handler<H>
         None
     }
 
-    fn read(&self, _first: bool) -> Result<Option<MachineObject>> {
+    fn read(&mut self, _first: bool) -> Result<Option<MachineObject>> {
         let read = machine_and_infra(self.kube, self.ns, self.name)?;
         let (machine, infra) = read.unzip();
         *self.infra.borrow_mut() = infra.flatten();
         Ok(machine)
     }
 
-    fn gone(&self) -> Result<Outcome> {
+    fn gone(&mut self) -> Result<Reconciled> {
         Ok(self.answer(Synced::Absent).outcome)
     }
 
     /// A deleting Machine is not parsed (nothing of it is checked): it is
     /// [`Synced::Absent`].
-    fn parse(&self, o: &MachineObject) -> Result<Result<Seen, Verdict<()>>> {
+    fn parse(&mut self, o: &MachineObject) -> Result<Result<Seen, Verdict<()>>> {
         if o.metadata.deleting() {
             return Ok(Err(self.answer(Synced::Absent)));
         }
@@ -315,15 +315,15 @@ impl<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized> Handler<H>
         }))
     }
 
-    fn paused(&self, _: &MachineObject, _: &mut Seen) -> Result<Option<Outcome>> {
+    fn paused(&mut self, _: &MachineObject, _: &mut Seen) -> Result<Option<Reconciled>> {
         Ok(None)
     }
 
-    fn cleanup(&self, _: &MachineObject, _: &Seen) -> Result<Cleanup<()>> {
+    fn cleanup(&mut self, _: &MachineObject, _: &Seen) -> Result<Cleanup<()>> {
         unreachable!("Machines hold no finalizer of ours: the kit never cleans one up")
     }
 
-    fn apply(&self, o: &MachineObject, mut seen: Seen) -> Result<Verdict<()>> {
+    fn apply(&mut self, o: &MachineObject, mut seen: Seen) -> Result<Verdict<()>> {
         let Some(profile) = seen.annotation.take() else {
             return Ok(self.answer(self.opted_out(o, seen)?));
         };
@@ -333,7 +333,7 @@ impl<K: KvStore, H: HttpClient + ?Sized, E: Env + ?Sized> Handler<H>
         Ok(self.answer(self.converge(o, profile, seen)?))
     }
 
-    fn write_status(&self, _: &MachineObject, _: &Condition, _: &()) -> Result<bool> {
+    fn write_status(&mut self, _: &MachineObject, _: &Condition, _: &()) -> Result<bool> {
         Ok(false)
     }
 }
