@@ -851,9 +851,8 @@ impl PoolSpec {
             let v = to_u128(g) >> shift;
             excluded.push((v, v));
         }
-        let configured = normalize(configured);
-        let allocatable = RangeSet::from_ranges(difference(&configured, &normalize(excluded)));
         let configured = RangeSet::from_ranges(configured);
+        let allocatable = configured.difference(&RangeSet::from_ranges(excluded));
         let (pre_allocations, pre_allocated) =
             self.pre_allocated(family, &allocatable, Some(len))?;
         Ok(ValidatedPool {
@@ -883,12 +882,10 @@ impl PoolSpec {
         let first = configured.first().map_or(0, |r| r.0);
         let (net, last) = subnet_bounds(family, first, self.prefix);
         let excluded = ranges(&self.excluded_addresses, "spec.excludedAddresses", family)?;
-        // Sort and sweep: O(n log n) whatever the order of the entries
-        // (inserting or removing them one by one would shift the range list
-        // for each entry, O(n²)).
-        let configured = normalize(configured);
-        let mut allocatable = RangeSet::from_ranges(difference(&configured, &normalize(excluded)));
+        // Sort and sweep (`RangeSet`): O(n log n) whatever the order of
+        // the entries.
         let configured = RangeSet::from_ranges(configured);
+        let mut allocatable = configured.difference(&RangeSet::from_ranges(excluded));
         let gateway = self.gateway_ip(family)?;
         if !self.allocate_reserved_ip_addresses {
             let reserved_edges = match family {
@@ -1047,54 +1044,6 @@ fn check_entry_count(field: &str, n: usize) -> Result<()> {
         ));
     }
     Ok(())
-}
-
-/// Inclusive ranges sorted, with overlapping and adjacent ones merged:
-/// O(n log n).
-fn normalize(mut ranges: Vec<(u128, u128)>) -> Vec<(u128, u128)> {
-    ranges.sort_unstable();
-    let mut out: Vec<(u128, u128)> = Vec::with_capacity(ranges.len());
-    for (a, b) in ranges {
-        match out.last_mut() {
-            Some(prev) if a <= prev.1.saturating_add(1) => prev.1 = prev.1.max(b),
-            _ => out.push((a, b)),
-        }
-    }
-    out
-}
-
-/// `from` minus `minus`, both sorted and disjoint (as from [`normalize`]),
-/// in one sweep: O(n + m). The result is sorted and disjoint.
-fn difference(from: &[(u128, u128)], minus: &[(u128, u128)]) -> Vec<(u128, u128)> {
-    let mut out = Vec::with_capacity(from.len());
-    let mut j = 0;
-    for &(a, b) in from {
-        let mut start = a;
-        // Exclusions ending before this range cannot touch later ranges.
-        while j < minus.len() && minus[j].1 < start {
-            j += 1;
-        }
-        let mut k = j;
-        let mut covered = false;
-        while k < minus.len() && minus[k].0 <= b {
-            let (xa, xb) = minus[k];
-            if xa > start {
-                out.push((start, xa - 1));
-            }
-            if xb >= b {
-                covered = true;
-                break;
-            }
-            start = xb + 1;
-            k += 1;
-        }
-        if !covered {
-            out.push((start, b));
-        }
-        // The exclusion at `k` may reach into the next range: resume there.
-        j = k;
-    }
-    out
 }
 
 fn check_family(seen: &mut Option<Family>, f: Family, field: &str) -> Result<()> {
@@ -1413,56 +1362,6 @@ mod tests {
         assert_eq!(p.total(), 3 * MAX_ENTRIES as u128);
         assert_eq!(p.pre_allocated.len(), MAX_ENTRIES as u128);
         assert_eq!(p.pre_allocations.len(), MAX_ENTRIES);
-    }
-
-    /// Far more entries than the cap, in random order: quadratic code would
-    /// run for minutes here (about 10^10 range moves), the sweep takes
-    /// milliseconds.
-    #[test]
-    fn the_sweep_is_not_quadratic() {
-        let n = 200_000u128;
-        let mut x: u128 = 0x2545_f491_4f6c_dd1d;
-        let mut next = || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x % (n * 4)
-        };
-        let from: Vec<(u128, u128)> = (0..n).map(|_| next()).map(|a| (a * 4, a * 4 + 2)).collect();
-        let minus: Vec<(u128, u128)> = (0..n)
-            .map(|_| next())
-            .map(|a| (a * 4 + 1, a * 4 + 1))
-            .collect();
-        let from = normalize(from);
-        let minus = normalize(minus);
-        let out = difference(&from, &minus);
-        assert!(out.windows(2).all(|w| w[0].1 + 1 < w[1].0));
-        assert!(out.len() >= from.len());
-    }
-
-    proptest::proptest! {
-        /// The sweep computes exactly what inserting and removing entries
-        /// one by one into a [`RangeSet`] computes.
-        #[test]
-        fn the_sweep_equals_one_by_one_set_operations(
-            from in proptest::collection::vec((0u128..200, 0u128..12), 0..40),
-            minus in proptest::collection::vec((0u128..200, 0u128..12), 0..40),
-        ) {
-            let from: Vec<(u128, u128)> = from.into_iter().map(|(a, l)| (a, a + l)).collect();
-            let minus: Vec<(u128, u128)> = minus.into_iter().map(|(a, l)| (a, a + l)).collect();
-            let mut want = RangeSet::new();
-            for &(a, b) in &from {
-                want.insert_range(a, b);
-            }
-            let configured = want.clone();
-            for &(a, b) in &minus {
-                want.remove_range(a, b);
-            }
-            let norm = normalize(from);
-            proptest::prop_assert_eq!(norm.as_slice(), configured.ranges());
-            let got = difference(&norm, &normalize(minus));
-            proptest::prop_assert_eq!(got.as_slice(), want.ranges());
-        }
     }
 
     #[test]
