@@ -521,7 +521,7 @@ fn a_provisioned_vrf_pool_hands_out_its_block() {
     let (again, _) = ops::put_provisioned_pool(&ctx, object.clone(), block, &[], &may).unwrap();
     assert_eq!(again, ops::PutOutcome::Unchanged);
     let mut fixed = object;
-    fixed.spec.prefix = 24;
+    fixed.spec.shape = metal_ipam_core::ipam::pool::PoolShape::addresses(24);
     let e = ops::put_provisioned_pool(&ctx, fixed, block, &[], &may).unwrap_err();
     assert_eq!(e.field(), Some("spec.prefix"));
 }
