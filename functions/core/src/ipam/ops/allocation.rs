@@ -12,7 +12,7 @@ use crate::ipam::store::{self, ClaimRecord, Loaded, Next};
 use crate::kv::{keys, Ctx, Step};
 use crate::ports::kv::KvStore;
 
-use super::*;
+use super::{flush_of, pay, read_claims, stale, within_deadline, FollowUp};
 
 /// Result of [`allocate`].
 #[derive(Debug, Clone, PartialEq, Eq)]

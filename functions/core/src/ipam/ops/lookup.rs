@@ -9,7 +9,7 @@ use crate::ipam::store::{self, Loaded, PoolRecord};
 use crate::kv::{keys, Ctx};
 use crate::ports::kv::KvStore;
 
-use super::*;
+use super::PoolView;
 
 /// Reads one pool (one `get`), its counts as of `now` (cooling
 /// addresses whose grace period ended count as free).

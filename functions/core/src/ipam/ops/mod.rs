@@ -3,6 +3,13 @@
 //! Each step is one short, idempotent sequence of key-value operations
 //! (counts in `kv-schema/README.md`). Function crates parse the request,
 //! call one step through [`crate::http::api`] and render the result.
+//!
+//! A file per concept: `allocation` (bind an address to a claim),
+//! `release`, `registration` (a pool's spec in, its views, its removal),
+//! `recovery` (a pool record that does not load, rebuilt) and `lookup`
+//! (find and list pools, decode records). Their items are all here; what
+//! they share (reading a pool's claim keys, the write deadline, the
+//! follow-up write and the flush a decision owes) is this file's.
 
 mod allocation;
 mod lookup;
@@ -12,7 +19,6 @@ mod release;
 
 pub use allocation::*;
 pub use lookup::*;
-use recovery::*;
 pub use registration::*;
 pub use release::*;
 

@@ -3,14 +3,15 @@
 
 use crate::error::Result;
 use crate::ipam::alloc::{Intent, IntentKind, PoolState};
-use crate::ipam::holders::{self};
+use crate::ipam::holders;
 use crate::ipam::index::{self, Held};
 use crate::ipam::pool::{PoolObject, ValidatedPool};
 use crate::ipam::store::{self, ClaimRecord, Next};
 use crate::kv::{keys, Ctx};
 use crate::ports::kv::KvStore;
 
-use super::*;
+use super::registration::{listed_of_pool, register};
+use super::{within_deadline, Adoption, PoolView, PutOutcome};
 
 /// Rebuilds pool `object`'s record, which does not load (`why`): its
 /// allocation state is made from the claim bindings that name the pool

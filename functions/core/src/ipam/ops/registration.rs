@@ -10,14 +10,15 @@ use crate::error::Known;
 use crate::error::{Error, Result};
 use crate::ipam::alloc::{Counts, Intent, IntentKind, PoolState};
 use crate::ipam::claim::Claim;
-use crate::ipam::holders::{self};
+use crate::ipam::holders;
 use crate::ipam::index::{self, Held};
 use crate::ipam::pool::{PoolId, PoolObject, ValidatedPool};
 use crate::ipam::store::{self, ClaimRecord, Loaded, Next, PoolRecord};
 use crate::kv::{keys, Ctx, Step};
 use crate::ports::kv::KvStore;
 
-use super::*;
+use super::recovery::repair;
+use super::within_deadline;
 
 /// A pool with its counts, ready to render.
 #[derive(Debug, Clone, PartialEq)]

@@ -11,7 +11,7 @@ use crate::ipam::store::{self, ClaimRecord, Next};
 use crate::kv::{keys, Ctx, Step};
 use crate::ports::kv::KvStore;
 
-use super::*;
+use super::{flush_of, pay, read_claims, stale, within_deadline, FollowUp};
 
 /// The binding of claim `namespace/name`, if any (one `get`).
 ///
