@@ -268,7 +268,35 @@ impl World {
             swap_policy: crate::kv::SwapPolicy::Auto,
         }
     }
+
+    /// Runs route handler `h` (the API token `token`) on `method path`
+    /// (a `?query` split off), with `authorization` and `body`.
+    pub fn request(
+        &self,
+        (h, token): (RouteFn, &str),
+        (method, path): (&str, &str),
+        authorization: Option<&str>,
+        body: &[u8],
+    ) -> crate::http::api::ApiResponse {
+        let (path, query) = path.split_once('?').unwrap_or((path, ""));
+        let req = crate::http::api::ApiRequest {
+            method,
+            path,
+            query,
+            authorization,
+            body,
+        };
+        h(&self.ctx(), token, &req)
+    }
 }
+
+/// A route handler as [`World::request`] runs it: the context, the API
+/// token, the request.
+pub type RouteFn = for<'a> fn(
+    &crate::kv::Ctx<'a, MemKv>,
+    &str,
+    &crate::http::api::ApiRequest<'_>,
+) -> crate::http::api::ApiResponse;
 
 /// A deterministic [`Env`]: settable clock, counter-based randomness, no
 /// real waiting (a sleep advances the clock and is recorded).

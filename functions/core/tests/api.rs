@@ -4,12 +4,12 @@
 
 use metal_ipam_core::http::api::{self, ApiRequest, ApiResponse};
 use metal_ipam_core::kv::Ctx;
-use metal_ipam_core::testing::{Backend, MemKv, World};
+use metal_ipam_core::testing::{Backend, MemKv, RouteFn, World};
 use serde_json::{json, Value};
 
 const TOKEN: &str = "t0ken-for-tests";
 
-type Handler = for<'a> fn(&Ctx<'a, MemKv>, &str, &ApiRequest<'_>) -> ApiResponse;
+type Handler = RouteFn;
 
 /// The HTTP calls the tests make, authenticated unless said otherwise.
 trait Calls {
@@ -51,16 +51,7 @@ trait Calls {
         auth: Option<&str>,
         body: &[u8],
     ) -> ApiResponse {
-        let (path, query) = path.split_once('?').unwrap_or((path, ""));
-        let req = ApiRequest {
-            method,
-            path,
-            query,
-            authorization: auth,
-            body,
-        };
-        let ctx = self.base().ctx();
-        h(&ctx, TOKEN, &req)
+        self.base().request((h, TOKEN), (method, path), auth, body)
     }
 }
 

@@ -10,12 +10,12 @@ use metal_ipam_core::ipam::pool::PoolId;
 use metal_ipam_core::kv::Ctx;
 use metal_ipam_core::observe::summary::{self, MachineRow, PortRow, Summary, SUMMARY_VERSION};
 use metal_ipam_core::observe::view;
-use metal_ipam_core::testing::{Backend, MemKv, World};
+use metal_ipam_core::testing::{Backend, MemKv, RouteFn, World};
 use serde_json::{json, Value};
 
 const TOKEN: &str = "t0ken-for-tests";
 
-type Handler = for<'a> fn(&Ctx<'a, MemKv>, &str, &ApiRequest<'_>) -> ApiResponse;
+type Handler = RouteFn;
 
 /// The calls the tests make: routes, and pools and claims put through them.
 trait Calls {
@@ -25,14 +25,9 @@ trait Calls {
     fn call(&self, h: Handler, method: &str, path: &str, body: Option<Value>) -> ApiResponse {
         let bytes = body.map(|b| b.to_string().into_bytes()).unwrap_or_default();
         let auth = format!("Bearer {TOKEN}");
-        let req = ApiRequest {
-            method,
-            path,
-            query: "",
-            authorization: Some(&auth),
-            body: &bytes,
-        };
-        let r = h(&self.base().ctx(), TOKEN, &req);
+        let r = self
+            .base()
+            .request((h, TOKEN), (method, path), Some(&auth), &bytes);
         assert!(r.status < 300, "{method} {path}: {} {:?}", r.status, r.body);
         r
     }
