@@ -109,19 +109,19 @@ impl World {
     pub fn spawn_sync(
         &self,
         now: u64,
-    ) -> tokio::task::JoinHandle<metal_ipam_core::error::Result<capi::Outcome>> {
+    ) -> tokio::task::JoinHandle<metal_ipam_core::error::Result<capi::Reconciled>> {
         self.spawn(now, |r| {
             sync_vrf_pool(r.ctx, r.kube, r.metal, &PoolId::namespaced(NS, POOL))
         })
     }
 
     /// One run of the pool's provision step, which must succeed.
-    pub async fn sync(&self, now: u64) -> capi::Outcome {
+    pub async fn sync(&self, now: u64) -> capi::Reconciled {
         self.spawn_sync(now).await.unwrap().unwrap()
     }
 
     /// Runs the step until it is no longer waiting (at most `n` times).
-    pub async fn sync_until_settled(&self, n: usize) -> (capi::Outcome, usize) {
+    pub async fn sync_until_settled(&self, n: usize) -> (capi::Reconciled, usize) {
         for i in 1..=n {
             let o = self.sync(10_000 + i as u64).await;
             if o.result != StepResult::Waiting {

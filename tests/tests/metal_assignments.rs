@@ -12,7 +12,7 @@ use metal_ipam_core::capi::assign::{
     sync_claim_assignment, ASSIGNMENT_FINALIZER, CONDITION, DEVICE_ANNOTATION,
 };
 use metal_ipam_core::capi::poll::poll;
-use metal_ipam_core::capi::{self, Outcome, StepResult};
+use metal_ipam_core::capi::{self, ClaimAnswer, Reconciled, StepResult};
 use metal_ipam_core::error::Result;
 use metal_ipam_core::kv::keys;
 use metal_ipam_core::network::batch::Direct;
@@ -55,7 +55,7 @@ fn owned_claim(w: &World, name: &str, api_version: &str, kind: &str, owner: &str
     w.kube.create(c);
 }
 
-async fn reconcile(w: &World, name: &str, now: u64) -> Outcome {
+async fn reconcile(w: &World, name: &str, now: u64) -> Reconciled {
     let name = name.to_string();
     w.spawn(now, move |r| {
         capi::reconcile_claim(r.ctx, r.kube, NS, &name)
@@ -65,7 +65,7 @@ async fn reconcile(w: &World, name: &str, now: u64) -> Outcome {
     .unwrap()
 }
 
-async fn try_assign(w: &World, name: &str, now: u64) -> Result<Outcome> {
+async fn try_assign(w: &World, name: &str, now: u64) -> Result<Reconciled> {
     let name = name.to_string();
     w.spawn(now, move |r| {
         sync_claim_assignment(r.ctx, r.kube, r.metal, NS, &name)
@@ -74,7 +74,7 @@ async fn try_assign(w: &World, name: &str, now: u64) -> Result<Outcome> {
     .unwrap()
 }
 
-async fn assign(w: &World, name: &str, now: u64) -> Outcome {
+async fn assign(w: &World, name: &str, now: u64) -> Reconciled {
     try_assign(w, name, now).await.unwrap()
 }
 
@@ -120,7 +120,7 @@ async fn a_claims_assignment_appears_and_disappears_with_it() {
     // The IPAM step binds it and says the assign step comes next.
     let o = reconcile(&w, "m-0", 20_000).await;
     assert_eq!(o.result, StepResult::Bound, "{o:?}");
-    assert!(o.metal_assignment);
+    assert!(o.metal_assignment());
     w.sim.clear_requests();
     let o = assign(&w, "m-0", 20_001).await;
     assert_eq!(o.result, StepResult::Bound, "{o:?}");
@@ -173,7 +173,7 @@ async fn a_claims_assignment_appears_and_disappears_with_it() {
         .delete(IPAM_GROUP, "ipaddressclaims", Some(NS), "m-0");
     let o = reconcile(&w, "m-0", 20_003).await;
     assert_eq!(
-        (o.result, o.metal_assignment),
+        (o.result, o.metal_assignment()),
         (StepResult::Waiting, true),
         "{o:?}"
     );
@@ -640,7 +640,7 @@ async fn an_elastic_ip_of_a_profile_is_claimed_assigned_and_rendered() {
     assert_eq!(claim["spec"]["poolRef"]["name"], "vrf");
 
     let o = reconcile(&w, &eip, 20_001).await;
-    assert_eq!((o.result, o.metal_assignment), (StepResult::Bound, true));
+    assert_eq!((o.result, o.metal_assignment()), (StepResult::Bound, true));
     let o = assign(&w, &eip, 20_002).await;
     assert_eq!(o.result, StepResult::Bound, "{o:?}");
     let a = w.sim.assignments();

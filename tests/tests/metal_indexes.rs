@@ -8,7 +8,7 @@
 
 use metal_ipam_core::capi::network::machines_to_sync;
 use metal_ipam_core::capi::poll::poll;
-use metal_ipam_core::capi::reconcile::Report;
+use metal_ipam_core::capi::reconcile::ReconcileReport;
 use metal_ipam_core::capi::{self, StepResult};
 use metal_ipam_core::kv::registry;
 use metal_ipam_core::network::batch::Direct;
@@ -67,7 +67,7 @@ async fn the_poll_and_the_reconcile_read_through_indexes_that_follow_what_is_ali
         let summary = w
             .spawn(20_012, |r| {
                 machines_to_sync(r.ctx, r.kube, std::iter::empty())?;
-                Report::default().summary(r.ctx, &[], 20_012, 0)
+                ReconcileReport::default().summary(r.ctx, &[], 20_012, 0)
             })
             .await
             .unwrap()
@@ -95,7 +95,9 @@ async fn the_poll_and_the_reconcile_read_through_indexes_that_follow_what_is_ali
             assert_eq!(o.result, StepResult::Released, "{o:?}");
         }
         let summary = w
-            .spawn(20_030, |r| Report::default().summary(r.ctx, &[], 20_030, 0))
+            .spawn(20_030, |r| {
+                ReconcileReport::default().summary(r.ctx, &[], 20_030, 0)
+            })
             .await
             .unwrap()
             .unwrap();

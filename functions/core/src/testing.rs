@@ -241,6 +241,63 @@ impl KvStore for MemKv {
     }
 }
 
+/// The world most tests start from: an in-memory store with one backend's
+/// quirks, a deterministic clock, and the context over both (the one copy
+/// of what tests used to build locally).
+pub struct World {
+    /// The store.
+    pub kv: MemKv,
+    /// The clock and randomness.
+    pub env: TestEnv,
+}
+
+impl World {
+    /// A store of `backend`, the clock at `now` seconds.
+    pub fn new(backend: Backend, now: u64) -> World {
+        World {
+            kv: MemKv::new(backend),
+            env: TestEnv::at(now),
+        }
+    }
+
+    /// The context requests run in (swaps checked as the backend needs).
+    pub fn ctx(&self) -> crate::kv::Ctx<'_, MemKv> {
+        crate::kv::Ctx {
+            kv: &self.kv,
+            env: &self.env,
+            swap_policy: crate::kv::SwapPolicy::Auto,
+        }
+    }
+
+    /// Runs route handler `h` (the API token `token`) on `method path`
+    /// (a `?query` split off), with `authorization` and `body`.
+    pub fn request(
+        &self,
+        (h, token): (RouteFn, &str),
+        (method, path): (&str, &str),
+        authorization: Option<&str>,
+        body: &[u8],
+    ) -> crate::http::api::ApiResponse {
+        let (path, query) = path.split_once('?').unwrap_or((path, ""));
+        let req = crate::http::api::ApiRequest {
+            method,
+            path,
+            query,
+            authorization,
+            body,
+        };
+        h(&self.ctx(), token, &req)
+    }
+}
+
+/// A route handler as [`World::request`] runs it: the context, the API
+/// token, the request.
+pub type RouteFn = for<'a> fn(
+    &crate::kv::Ctx<'a, MemKv>,
+    &str,
+    &crate::http::api::ApiRequest<'_>,
+) -> crate::http::api::ApiResponse;
+
 /// A deterministic [`Env`]: settable clock, counter-based randomness, no
 /// real waiting (a sleep advances the clock and is recorded).
 #[derive(Debug, Default)]

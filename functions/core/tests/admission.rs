@@ -11,8 +11,7 @@ use metal_ipam_core::ipam::claim::Claim;
 use metal_ipam_core::ipam::ops;
 use metal_ipam_core::ipam::pool::{PoolId, PoolObject};
 use metal_ipam_core::ipam::store::Loaded;
-use metal_ipam_core::kv::{Ctx, SwapPolicy};
-use metal_ipam_core::testing::{Backend, MemKv, TestEnv};
+use metal_ipam_core::testing::{Backend, World};
 use serde_json::{json, Value};
 
 fn pool_json(id: &PoolId, spec: Value) -> Value {
@@ -547,13 +546,8 @@ fn a_delete_must_name_its_pool() {
 
 #[test]
 fn kv_pools_reads_what_the_pools_route_registered() {
-    let kv = MemKv::new(Backend::SpinSqlite);
-    let env = TestEnv::at(1_000);
-    let ctx = Ctx {
-        kv: &kv,
-        env: &env,
-        swap_policy: SwapPolicy::Auto,
-    };
+    let w = World::new(Backend::SpinSqlite, 1_000);
+    let ctx = w.ctx();
     let a = ns("team-a", "nodes");
     let edge = PoolId::global("edge");
     for (id, s) in [
@@ -571,7 +565,7 @@ fn kv_pools_reads_what_the_pools_route_registered() {
     ops::allocate(&ctx, &claim).unwrap();
     ops::delete_pool(&ctx, &edge).unwrap(); // a tombstone is not a pool
 
-    let pools = KvPools(&kv);
+    let pools = KvPools(&w.kv);
     assert_eq!(pools.all().unwrap().len(), 1);
     assert!(pools.get(&edge).unwrap().is_none());
 

@@ -16,9 +16,8 @@ use metal_ipam_core::ip::{from_u128, Family};
 use metal_ipam_core::ipam::claim::Claim;
 use metal_ipam_core::ipam::ops;
 use metal_ipam_core::ipam::pool::{PoolId, PoolObject};
-use metal_ipam_core::kv::{Ctx, SwapPolicy};
 use metal_ipam_core::provision::assign::MetalAssignmentClosed;
-use metal_ipam_core::testing::{Backend, MemKv, TestEnv};
+use metal_ipam_core::testing::{Backend, World};
 use proptest::prelude::*;
 use serde_json::json;
 
@@ -353,13 +352,8 @@ fn run(g: PoolGen, ops: Vec<Op>, backend: Backend) -> Result<(), TestCaseError> 
         }
     }
     model.pre = pre.clone();
-    let kv = MemKv::new(backend);
-    let env = TestEnv::at(model.now);
-    let ctx = Ctx {
-        kv: &kv,
-        env: &env,
-        swap_policy: SwapPolicy::Auto,
-    };
+    let w = World::new(backend, model.now);
+    let ctx = w.ctx();
     let id = PoolId::namespaced("ns", "p");
     let obj = PoolObject::parse(
         &id,
@@ -414,7 +408,7 @@ fn run(g: PoolGen, ops: Vec<Op>, backend: Backend) -> Result<(), TestCaseError> 
             }
             Op::Advance(s) => {
                 model.now += s;
-                env.set_now(model.now);
+                w.env.set_now(model.now);
             }
         }
         // Invariants after every step.
@@ -422,7 +416,7 @@ fn run(g: PoolGen, ops: Vec<Op>, backend: Backend) -> Result<(), TestCaseError> 
         for i in 0..NAMES {
             let n = format!("c{i}");
             let rec =
-                ops::get_claim(&kv, "ns", &n).map_err(|e| TestCaseError::fail(e.to_string()))?;
+                ops::get_claim(&w.kv, "ns", &n).map_err(|e| TestCaseError::fail(e.to_string()))?;
             let want = model
                 .bound
                 .get(&n)
@@ -433,7 +427,7 @@ fn run(g: PoolGen, ops: Vec<Op>, backend: Backend) -> Result<(), TestCaseError> 
             }
         }
         model.expire();
-        let view = ops::get_pool(&kv, &id, 0).unwrap().unwrap();
+        let view = ops::get_pool(&w.kv, &id, 0).unwrap().unwrap();
         let bound = model.bound.len() as u128;
         prop_assert_eq!(view.counts.used, bound);
         prop_assert_eq!(view.counts.out_of_range, 0);
@@ -444,7 +438,7 @@ fn run(g: PoolGen, ops: Vec<Op>, backend: Backend) -> Result<(), TestCaseError> 
         let cooling_live = view.counts.total - view.counts.used - view.counts.free;
         prop_assert!(cooling_live >= model.cooling.len() as u128);
     }
-    prop_assert_eq!(kv.increment_panics(), 0);
+    prop_assert_eq!(w.kv.increment_panics(), 0);
     Ok(())
 }
 

@@ -20,9 +20,8 @@ use metal_ipam_core::ip::{from_u128, Family};
 use metal_ipam_core::ipam::claim::Claim;
 use metal_ipam_core::ipam::ops;
 use metal_ipam_core::ipam::pool::{PoolId, PoolKind, PoolObject};
-use metal_ipam_core::kv::{Ctx, SwapPolicy};
 use metal_ipam_core::provision::assign::MetalAssignmentClosed;
-use metal_ipam_core::testing::{Backend, MemKv, TestEnv};
+use metal_ipam_core::testing::{Backend, World};
 use proptest::prelude::*;
 use serde_json::json;
 
@@ -350,13 +349,8 @@ fn run(g: PoolGen, ops: Vec<Op>, backend: Backend) -> Result<(), TestCaseError> 
             }
         }
     }
-    let kv = MemKv::new(backend);
-    let env = TestEnv::at(model.now);
-    let ctx = Ctx {
-        kv: &kv,
-        env: &env,
-        swap_policy: SwapPolicy::Auto,
-    };
+    let w = World::new(backend, model.now);
+    let ctx = w.ctx();
     let id = PoolId::of(PoolKind::NamespacedPrefix, "ns", "p");
     let obj = PoolObject::parse(
         &id,
@@ -365,7 +359,7 @@ fn run(g: PoolGen, ops: Vec<Op>, backend: Backend) -> Result<(), TestCaseError> 
     )
     .map_err(|e| TestCaseError::fail(format!("parse: {e}")))?;
     ops::put_pool(&ctx, obj).map_err(|e| TestCaseError::fail(format!("put_pool: {e}")))?;
-    let view = ops::get_pool(&kv, &id, 0).unwrap().unwrap();
+    let view = ops::get_pool(&w.kv, &id, 0).unwrap().unwrap();
     prop_assert_eq!(view.counts.total, all.len() as u128);
 
     let mut uids: Vec<u32> = vec![0; NAMES];
@@ -416,7 +410,7 @@ fn run(g: PoolGen, ops: Vec<Op>, backend: Backend) -> Result<(), TestCaseError> 
             }
             Op::Advance(s) => {
                 model.now += s;
-                env.set_now(model.now);
+                w.env.set_now(model.now);
             }
         }
         // After every step: the store's bindings are the model's, and no
@@ -425,7 +419,7 @@ fn run(g: PoolGen, ops: Vec<Op>, backend: Backend) -> Result<(), TestCaseError> 
         for i in 0..NAMES {
             let n = format!("c{i}");
             let rec =
-                ops::get_claim(&kv, "ns", &n).map_err(|e| TestCaseError::fail(e.to_string()))?;
+                ops::get_claim(&w.kv, "ns", &n).map_err(|e| TestCaseError::fail(e.to_string()))?;
             let want = model
                 .bound
                 .get(&n)
@@ -446,14 +440,14 @@ fn run(g: PoolGen, ops: Vec<Op>, backend: Backend) -> Result<(), TestCaseError> 
             }
         }
         model.expire();
-        let view = ops::get_pool(&kv, &id, 0).unwrap().unwrap();
+        let view = ops::get_pool(&w.kv, &id, 0).unwrap().unwrap();
         prop_assert_eq!(view.counts.used, model.bound.len() as u128);
         prop_assert_eq!(view.counts.out_of_range, 0);
         prop_assert_eq!(view.counts.total, all.len() as u128);
         let cooling_live = view.counts.total - view.counts.used - view.counts.free;
         prop_assert!(cooling_live >= model.cooling.len() as u128);
     }
-    prop_assert_eq!(kv.increment_panics(), 0);
+    prop_assert_eq!(w.kv.increment_panics(), 0);
     Ok(())
 }
 
@@ -482,13 +476,8 @@ proptest! {
 /// record holds ranges, not sub-prefixes) and hands out the lowest free.
 #[test]
 fn a_slash_32_of_slash_64s_allocates_without_enumerating() {
-    let kv = MemKv::new(Backend::SpinSqlite);
-    let env = TestEnv::at(1_000);
-    let ctx = Ctx {
-        kv: &kv,
-        env: &env,
-        swap_policy: SwapPolicy::Auto,
-    };
+    let w = World::new(Backend::SpinSqlite, 1_000);
+    let ctx = w.ctx();
     let id = PoolId::of(PoolKind::NamespacedPrefix, "ns", "p");
     let obj = PoolObject::parse(
         &id,
@@ -498,7 +487,7 @@ fn a_slash_32_of_slash_64s_allocates_without_enumerating() {
     )
     .unwrap();
     ops::put_pool(&ctx, obj).unwrap();
-    let view = ops::get_pool(&kv, &id, 0).unwrap().unwrap();
+    let view = ops::get_pool(&w.kv, &id, 0).unwrap().unwrap();
     assert_eq!(view.counts.total, (1u128 << 32) - 2);
     for (i, want) in ["2001:db8:0:2::", "2001:db8:0:3::", "2001:db8:0:4::"]
         .iter()
@@ -510,10 +499,10 @@ fn a_slash_32_of_slash_64s_allocates_without_enumerating() {
             (*want, 64)
         );
     }
-    let view = ops::get_pool(&kv, &id, 0).unwrap().unwrap();
+    let view = ops::get_pool(&w.kv, &id, 0).unwrap().unwrap();
     assert_eq!(view.counts.used, 3);
     // The record stores one range for the three, not three entries.
-    let raw = kv.dump();
+    let raw = w.kv.dump();
     let record = String::from_utf8_lossy(&raw["pool/prefix-ns/ns/p"]).to_string();
     assert!(
         record.contains("\"used\":[\"2001:db8:0:2::-2001:db8:0:4::\"]"),

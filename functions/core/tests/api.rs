@@ -3,26 +3,18 @@
 //! components; tests/ runs them again through the real .wasm files.
 
 use metal_ipam_core::http::api::{self, ApiRequest, ApiResponse};
-use metal_ipam_core::kv::{Ctx, SwapPolicy};
-use metal_ipam_core::testing::{Backend, MemKv, TestEnv};
+use metal_ipam_core::kv::Ctx;
+use metal_ipam_core::testing::{Backend, MemKv, RouteFn, World};
 use serde_json::{json, Value};
 
 const TOKEN: &str = "t0ken-for-tests";
 
-struct World {
-    kv: MemKv,
-    env: TestEnv,
-}
+type Handler = RouteFn;
 
-type Handler = for<'a> fn(&Ctx<'a, MemKv>, &str, &ApiRequest<'_>) -> ApiResponse;
-
-impl World {
-    fn new() -> Self {
-        World {
-            kv: MemKv::new(Backend::SpinSqlite),
-            env: TestEnv::at(1_000),
-        }
-    }
+/// The HTTP calls the tests make, authenticated unless said otherwise.
+trait Calls {
+    /// The world the calls run in.
+    fn base(&self) -> &World;
 
     fn call(&self, h: Handler, method: &str, path: &str, body: Option<Value>) -> ApiResponse {
         self.call_auth(h, method, path, body, Some(&format!("Bearer {TOKEN}")))
@@ -59,20 +51,13 @@ impl World {
         auth: Option<&str>,
         body: &[u8],
     ) -> ApiResponse {
-        let (path, query) = path.split_once('?').unwrap_or((path, ""));
-        let req = ApiRequest {
-            method,
-            path,
-            query,
-            authorization: auth,
-            body,
-        };
-        let ctx = Ctx {
-            kv: &self.kv,
-            env: &self.env,
-            swap_policy: SwapPolicy::Auto,
-        };
-        h(&ctx, TOKEN, &req)
+        self.base().request((h, TOKEN), (method, path), auth, body)
+    }
+}
+
+impl Calls for World {
+    fn base(&self) -> &World {
+        self
     }
 }
 
@@ -107,7 +92,7 @@ fn reason(r: &ApiResponse) -> &str {
 
 #[test]
 fn every_route_requires_the_bearer_token() {
-    let w = World::new();
+    let w = World::new(Backend::SpinSqlite, 1_000);
     let cases: [(Handler, &str, &str); 6] = [
         (pools, "GET", "/v1/pools"),
         (pools, "PUT", "/v1/pools/team-a/p"),
@@ -145,7 +130,7 @@ fn every_route_requires_the_bearer_token() {
 
 #[test]
 fn pool_routes_round_trip() {
-    let w = World::new();
+    let w = World::new(Backend::SpinSqlite, 1_000);
     let r = w.call(
         pools,
         "PUT",
@@ -219,7 +204,7 @@ fn pool_routes_round_trip() {
 
 #[test]
 fn bad_pool_input_gets_a_clear_4xx_and_changes_nothing() {
-    let w = World::new();
+    let w = World::new(Backend::SpinSqlite, 1_000);
     let before = w.kv.dump();
     let cases = [
         (Some(json!("not an object")), 400, "MalformedRequest"),
@@ -257,7 +242,7 @@ fn bad_pool_input_gets_a_clear_4xx_and_changes_nothing() {
 
 #[test]
 fn a_vrf_pool_is_not_registered_before_its_metal_resources_exist() {
-    let w = World::new();
+    let w = World::new(Backend::SpinSqlite, 1_000);
     let before = w.kv.dump();
     let mut body = pool("p", &[]);
     body["spec"] = json!({"metal": {"metro": "da", "vrf": {"ipRanges": ["10.10.0.0/16"]},
@@ -283,7 +268,7 @@ fn a_vrf_pool_is_not_registered_before_its_metal_resources_exist() {
 
 #[test]
 fn claims_allocate_read_release() {
-    let w = World::new();
+    let w = World::new(Backend::SpinSqlite, 1_000);
     w.call(
         pools,
         "PUT",
@@ -394,7 +379,7 @@ fn claims_allocate_read_release() {
 
 #[test]
 fn claim_errors() {
-    let w = World::new();
+    let w = World::new(Backend::SpinSqlite, 1_000);
     w.call(
         pools,
         "PUT",
@@ -441,7 +426,7 @@ fn claim_errors() {
 
 #[test]
 fn log_lines_are_json_with_objects_and_no_secrets() {
-    let w = World::new();
+    let w = World::new(Backend::SpinSqlite, 1_000);
     w.call(
         pools,
         "PUT",
@@ -457,11 +442,7 @@ fn log_lines_are_json_with_objects_and_no_secrets() {
         authorization: Some(&auth),
         body: body.as_bytes(),
     };
-    let ctx = Ctx {
-        kv: &w.kv,
-        env: &w.env,
-        swap_policy: SwapPolicy::Auto,
-    };
+    let ctx = w.ctx();
     let r = api::allocate(&ctx, TOKEN, &req);
     let line = r.log_line("allocate", &req, 1, 2.5, w.kv.counts());
     assert!(!line.contains(TOKEN) && !line.contains('\n'));
@@ -492,12 +473,8 @@ fn log_lines_are_json_with_objects_and_no_secrets() {
 fn a_provisioned_vrf_pool_hands_out_its_block() {
     use metal_ipam_core::ipam::ops;
     use metal_ipam_core::ipam::pool::{PoolId, PoolObject};
-    let w = World::new();
-    let ctx = Ctx {
-        kv: &w.kv,
-        env: &w.env,
-        swap_policy: SwapPolicy::Auto,
-    };
+    let w = World::new(Backend::SpinSqlite, 1_000);
+    let ctx = w.ctx();
     let id = PoolId::namespaced("team-a", "p");
     let mut body = pool("p", &[]);
     // An adopted block: its addresses are known only from Metal.
@@ -521,7 +498,7 @@ fn a_provisioned_vrf_pool_hands_out_its_block() {
     let (again, _) = ops::put_provisioned_pool(&ctx, object.clone(), block, &[], &may).unwrap();
     assert_eq!(again, ops::PutOutcome::Unchanged);
     let mut fixed = object;
-    fixed.spec.prefix = 24;
+    fixed.spec.shape = metal_ipam_core::ipam::pool::PoolShape::addresses(24);
     let e = ops::put_provisioned_pool(&ctx, fixed, block, &[], &may).unwrap_err();
     assert_eq!(e.field(), Some("spec.prefix"));
 }
@@ -552,7 +529,7 @@ fn prefix_claim(name: &str, kind: &str, annotations: Option<Value>) -> Value {
 /// kinds kept apart (a `MetalIPPool` of the same name is another pool).
 #[test]
 fn prefix_pools_hand_out_sub_prefixes() {
-    let w = World::new();
+    let w = World::new(Backend::SpinSqlite, 1_000);
     let spec = json!({"prefixes": ["fd00:10::/60"], "excludedPrefixes": ["fd00:10:0:1::5"],
                       "gateway": "fd00:10::1", "preAllocations": {"m-9": "fd00:10:0:7::/64"}});
     let r = w.call(
@@ -673,7 +650,7 @@ fn prefix_pools_hand_out_sub_prefixes() {
 /// with the field named, before anything is stored.
 #[test]
 fn ipv4_global_prefix_pools_and_their_validation() {
-    let w = World::new();
+    let w = World::new(Backend::SpinSqlite, 1_000);
     let g = "GlobalMetalPrefixPool";
     let r = w.call(
         pools,

@@ -61,23 +61,71 @@ fn code(path: &Path) -> String {
         .join("\n")
 }
 
-/// Every identifier following `prefix` in `code`.
-fn names_after<'c>(code: &'c str, prefix: &str) -> Vec<&'c str> {
-    code.match_indices(prefix)
-        .filter(|(i, _)| {
-            // `crate::` not as part of a longer path such as `my_crate::`.
-            !code[..*i]
-                .chars()
-                .next_back()
-                .is_some_and(|c| c.is_alphanumeric() || c == '_')
-        })
-        .map(|(i, _)| {
-            let rest = &code[i + prefix.len()..];
-            let end = rest
-                .find(|c: char| !(c.is_alphanumeric() || c == '_'))
-                .unwrap_or(rest.len());
-            &rest[..end]
-        })
+/// Every path following `prefix` in `code`, grouped imports expanded:
+/// `crate::{a, b::{c, d}}` after `crate::` is `a`, `b::c` and `b::d`.
+fn paths_after(code: &str, prefix: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for (i, _) in code.match_indices(prefix) {
+        // `crate::` not as part of a longer path such as `my_crate::`.
+        let inside_a_name = code[..i]
+            .chars()
+            .next_back()
+            .is_some_and(|c| c.is_alphanumeric() || c == '_');
+        if !inside_a_name {
+            use_tree(&code[i + prefix.len()..], String::new(), &mut out);
+        }
+    }
+    out.retain(|p| !p.is_empty());
+    out
+}
+
+/// Reads one use tree (`a::b`, `a::{b, c::d}`, `{a, b}`) at the start of
+/// `rest`, pushing each full path (prefixed by `base`); returns how many
+/// bytes it read.
+fn use_tree(rest: &str, base: String, out: &mut Vec<String>) -> usize {
+    let name_end = rest
+        .find(|c: char| !(c.is_alphanumeric() || c == '_'))
+        .unwrap_or(rest.len());
+    let name = &rest[..name_end];
+    let path = match (base.is_empty(), name.is_empty()) {
+        (_, true) => base,
+        (true, false) => name.to_string(),
+        (false, false) => format!("{base}::{name}"),
+    };
+    let after = &rest[name_end..];
+    if let Some(group) = after.strip_prefix("::").filter(|_| !name.is_empty()) {
+        return name_end + 2 + use_tree(group, path, out);
+    }
+    let Some(mut group) = after.strip_prefix('{') else {
+        out.push(path);
+        return name_end;
+    };
+    let mut read = name_end + 1;
+    loop {
+        let blank = group.len() - group.trim_start().len();
+        group = &group[blank..];
+        read += blank;
+        let n = use_tree(group, path.clone(), out);
+        // Up to the next `,` or the closing `}` (an `as` rename, a comment
+        // left by the stripping, nested whitespace).
+        let tail = &group[n..];
+        let Some(stop) = tail.find([',', '}']) else {
+            return read + group.len();
+        };
+        read += n + stop + 1;
+        group = &tail[stop + 1..];
+        if tail[stop..].starts_with('}') {
+            return read;
+        }
+    }
+}
+
+/// Every identifier following `prefix` in `code` (the first segment of
+/// each path, grouped imports expanded).
+fn names_after(code: &str, prefix: &str) -> Vec<String> {
+    paths_after(code, prefix)
+        .into_iter()
+        .map(|p| p.split("::").next().unwrap_or_default().to_string())
         .filter(|n| !n.is_empty())
         .collect()
 }
@@ -119,6 +167,7 @@ fn every_import_points_to_a_lower_layer() {
             continue;
         };
         for used in names_after(&code, "crate::") {
+            let used = used.as_str();
             if used == top || used == "Error" || used == "Result" || used == "ErrorKind" {
                 continue;
             }
@@ -147,12 +196,18 @@ fn submodules_import_each_other_without_a_circle() {
     let mut edges: BTreeMap<(String, String), BTreeSet<String>> = BTreeMap::new();
     for (top, sub, direct, code) in sources() {
         let Some(sub) = sub else { continue };
-        let mut used: Vec<&str> = names_after(&code, &format!("crate::{top}::"));
+        // `crate::top::x` and `crate::{top::{x, y}}` alike.
+        let inside = format!("{top}::");
+        let mut used: Vec<String> = paths_after(&code, "crate::")
+            .iter()
+            .filter_map(|p| p.strip_prefix(&inside))
+            .map(|p| p.split("::").next().unwrap_or_default().to_string())
+            .collect();
         if direct {
             used.extend(names_after(&code, "super::"));
         }
         let out = edges.entry((top.clone(), sub.clone())).or_default();
-        out.extend(used.into_iter().filter(|u| *u != sub).map(str::to_string));
+        out.extend(used.into_iter().filter(|u| *u != sub));
     }
     // Depth-first search for a back edge within each top-level module.
     fn visit(
@@ -191,6 +246,20 @@ fn the_checker_sees_an_upward_arrow() {
     // The scanner itself: an import is found, a comment is not.
     let code = "use crate::ipam::ops;\n let x = my_crate::http::y;";
     assert_eq!(names_after(code, "crate::"), ["ipam"]);
+    // Grouped imports, nested and spread over lines, are read too.
+    let grouped = "use crate::{\n    error::Result,\n    ipam::{ops, pool as p},\n    kv::{self, Ctx},\n};\nuse super::{claim, objects::paused};";
+    assert_eq!(
+        paths_after(grouped, "crate::"),
+        [
+            "error::Result",
+            "ipam::ops",
+            "ipam::pool",
+            "kv::self",
+            "kv::Ctx"
+        ]
+    );
+    assert_eq!(names_after(grouped, "super::"), ["claim", "objects"]);
+    assert_eq!(names_after("crate::kube::Kube<'_, H>", "crate::"), ["kube"]);
     assert_eq!(layer("http"), Some(LAYERS.len() - 1));
     assert!(layer("kv") < layer("ipam"));
 }

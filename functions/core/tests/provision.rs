@@ -6,7 +6,6 @@
 use metal_ipam_core::error::ErrorKind;
 use metal_ipam_core::ipam::pool::PoolId;
 use metal_ipam_core::ipam::vrf::{MetalSpec, Resource};
-use metal_ipam_core::kv::{Ctx, SwapPolicy};
 use metal_ipam_core::metal::client::{Metal, MetalConfig};
 use metal_ipam_core::metal::retry::RetryPolicy;
 use metal_ipam_core::provision::plan::{Decided, INTENT_LEASE_S};
@@ -14,7 +13,7 @@ use metal_ipam_core::provision::record::read_state;
 use metal_ipam_core::provision::step::{deprovision, provision, Phase};
 use metal_ipam_core::provision::target::Target;
 use metal_ipam_core::provision::transitions::{may_register, Begun, PoolRecord};
-use metal_ipam_core::testing::{Backend, MemKv, Reply, ScriptedHttp, TestEnv};
+use metal_ipam_core::testing::{Backend, Reply, ScriptedHttp, TestEnv, World};
 use serde_json::{json, Value};
 
 const TAG: &str = "metal-ipam.dev/pool-uid=u-1";
@@ -43,27 +42,6 @@ fn created_spec() -> MetalSpec {
 
 fn id() -> PoolId {
     PoolId::namespaced("team-a", "vrf")
-}
-
-struct World {
-    kv: MemKv,
-    env: TestEnv,
-}
-
-impl World {
-    fn new(b: Backend) -> Self {
-        World {
-            kv: MemKv::new(b),
-            env: TestEnv::at(10_000),
-        }
-    }
-    fn ctx(&self) -> Ctx<'_, MemKv> {
-        Ctx {
-            kv: &self.kv,
-            env: &self.env,
-            swap_policy: SwapPolicy::Auto,
-        }
-    }
 }
 
 fn created(kind: &str, id: &str) -> Reply {
@@ -97,7 +75,7 @@ fn block() -> Reply {
 #[test]
 fn everything_is_created_in_order_and_a_converged_run_writes_nothing() {
     for b in BACKENDS {
-        let w = World::new(b);
+        let w = World::new(b, 10_000);
         let spec = created_spec();
         let pool = id();
         let t = Target::new(&pool, &spec, Some("u-1"), None);
@@ -181,7 +159,7 @@ fn everything_is_created_in_order_and_a_converged_run_writes_nothing() {
 #[test]
 fn a_lost_answer_is_found_by_tag_not_created_again() {
     for b in BACKENDS {
-        let w = World::new(b);
+        let w = World::new(b, 10_000);
         let spec = created_spec();
         let pool = id();
         let t = Target::new(&pool, &spec, Some("u-1"), None);
@@ -253,7 +231,7 @@ fn a_lost_answer_is_found_by_tag_not_created_again() {
 #[test]
 fn a_second_instance_waits_while_the_first_creates() {
     for b in BACKENDS {
-        let w = World::new(b);
+        let w = World::new(b, 10_000);
         let spec = created_spec();
         let pool = id();
         let t = Target::new(&pool, &spec, Some("u-1"), None);
@@ -283,7 +261,7 @@ fn a_second_instance_waits_while_the_first_creates() {
 
 #[test]
 fn an_adopted_resource_that_does_not_exist_names_its_field() {
-    let w = World::new(Backend::SpinSqlite);
+    let w = World::new(Backend::SpinSqlite, 10_000);
     let spec = spec(
         json!({"metro": "da", "vrf": {"id": UUID}, "reservation": {"id": UUID},
         "vlan": {"vxlan": 1010}}),
@@ -322,7 +300,7 @@ fn an_adopted_resource_that_does_not_exist_names_its_field() {
 #[test]
 fn teardown_deletes_what_was_created_keeps_what_was_adopted_in_order() {
     for b in BACKENDS {
-        let w = World::new(b);
+        let w = World::new(b, 10_000);
         let spec = spec(json!({"metro": "da", "vrf": {"ipRanges": ["10.10.0.0/16"]},
             "reservation": {"network": "10.10.1.0", "cidr": 29}, "vlan": {"vxlan": 1000}}));
         let pool = id();
@@ -395,7 +373,7 @@ fn teardown_deletes_what_was_created_keeps_what_was_adopted_in_order() {
 
 #[test]
 fn a_resource_created_for_another_pool_is_never_adopted() {
-    let w = World::new(Backend::SpinSqlite);
+    let w = World::new(Backend::SpinSqlite, 10_000);
     let spec = spec(json!({"metro": "da", "vrf": {"id": UUID}, "reservation": {"id": UUID}}));
     let pool = id();
     let t = Target::new(&pool, &spec, Some("u-1"), Some("web"));
@@ -493,7 +471,7 @@ fn teardown_keeps_an_adopted_vrf_whatever_the_spec_says_by_then() {
             adopted_vrf_spec(Some("Delete")),
             created_spec(), // the VRF no longer adopted
         ] {
-            let w = World::new(b);
+            let w = World::new(b, 10_000);
             let pool = id();
             let spec = adopted_vrf_spec(None);
             provision_adopted(&w, &Target::new(&pool, &spec, Some("u-1"), None));
@@ -512,7 +490,7 @@ fn teardown_keeps_an_adopted_vrf_whatever_the_spec_says_by_then() {
 /// store write; reverted, it converges again.
 #[test]
 fn a_spec_metal_edit_after_provisioning_is_refused_naming_the_field() {
-    let w = World::new(Backend::SpinSqlite);
+    let w = World::new(Backend::SpinSqlite, 10_000);
     let pool = id();
     let spec = adopted_vrf_spec(None);
     provision_adopted(&w, &Target::new(&pool, &spec, Some("u-1"), None));
@@ -569,7 +547,7 @@ fn a_spec_metal_edit_after_provisioning_is_refused_naming_the_field() {
 #[test]
 fn a_tombstone_is_final_for_its_uid_and_a_new_uid_starts_fresh() {
     for b in BACKENDS {
-        let w = World::new(b);
+        let w = World::new(b, 10_000);
         let pool = id();
         let spec = adopted_vrf_spec(None);
         provision_adopted(&w, &Target::new(&pool, &spec, Some("u-1"), None));
@@ -621,7 +599,7 @@ fn a_tombstone_is_final_for_its_uid_and_a_new_uid_starts_fresh() {
 #[test]
 fn teardown_waits_out_a_live_intent_then_looks_for_its_resource() {
     for b in BACKENDS {
-        let w = World::new(b);
+        let w = World::new(b, 10_000);
         let spec = created_spec();
         let pool = id();
         let t = Target::new(&pool, &spec, Some("u-1"), None);
@@ -650,7 +628,7 @@ fn teardown_waits_out_a_live_intent_then_looks_for_its_resource() {
             .record_created(Resource::Vrf, "v1", &d)
             .unwrap());
         // Had it not, after the lease the teardown looks by tag.
-        let w = World::new(b);
+        let w = World::new(b, 10_000);
         assert!(PoolRecord::new(&w.ctx(), &pool, Some("u-1"))
             .claim_intent(Resource::Vrf, "a", 10_000, &d)
             .unwrap());
@@ -680,7 +658,7 @@ fn teardown_waits_out_a_live_intent_then_looks_for_its_resource() {
 /// decisions and tag before the new incarnation creates anything.
 #[test]
 fn an_earlier_incarnations_leftovers_are_torn_down_before_anything_is_created() {
-    let w = World::new(Backend::RedisSpin36);
+    let w = World::new(Backend::RedisSpin36, 10_000);
     let pool = id();
     let spec = created_spec();
     let d = Decided::of(&spec, Resource::Vrf);
@@ -721,7 +699,7 @@ fn an_earlier_incarnations_leftovers_are_torn_down_before_anything_is_created() 
 #[test]
 fn teardown_counts_what_is_already_gone_as_deleted() {
     for b in BACKENDS {
-        let w = World::new(b);
+        let w = World::new(b, 10_000);
         let spec = created_spec();
         let pool = id();
         let t = Target::new(&pool, &spec, Some("u-1"), None);

@@ -5,8 +5,7 @@
 use metal_ipam_core::capi::{self, StepResult};
 use metal_ipam_core::ipam::pool::PoolId;
 use metal_ipam_core::kube::{Kube, KubeConfig};
-use metal_ipam_core::kv::{Ctx, SwapPolicy};
-use metal_ipam_core::testing::{Backend, MemKv, Reply, ScriptedHttp, TestEnv};
+use metal_ipam_core::testing::{Backend, Reply, ScriptedHttp, World};
 use serde_json::{json, Value};
 
 const CLAIMS: &str = "/apis/ipam.cluster.x-k8s.io/v1beta2/namespaces/ns/ipaddressclaims";
@@ -67,12 +66,8 @@ fn a_paused_deleting_claim_is_left_alone() {
                           "annotations": {"cluster.x-k8s.io/paused": ""}})),
         ),
     )]);
-    let (kv, env, cfg) = (MemKv::new(Backend::SpinSqlite), TestEnv::at(1000), cfg());
-    let ctx = Ctx {
-        kv: &kv,
-        env: &env,
-        swap_policy: SwapPolicy::Auto,
-    };
+    let (w, cfg) = (World::new(Backend::SpinSqlite, 1000), cfg());
+    let ctx = w.ctx();
     let kube = Kube::new(&http, &cfg);
     let out = capi::reconcile_claim(&ctx, &kube, "ns", "c").unwrap();
     assert_eq!((out.result, out.kube_calls), (StepResult::Paused, 1));
@@ -96,12 +91,8 @@ fn a_deleting_claim_is_cleaned_up_then_its_finalizer_removed() {
             Reply::json(200, after),
         ),
     ]);
-    let (kv, env, cfg) = (MemKv::new(Backend::SpinSqlite), TestEnv::at(1000), cfg());
-    let ctx = Ctx {
-        kv: &kv,
-        env: &env,
-        swap_policy: SwapPolicy::Auto,
-    };
+    let (w, cfg) = (World::new(Backend::SpinSqlite, 1000), cfg());
+    let ctx = w.ctx();
     let kube = Kube::new(&http, &cfg);
     let out = capi::reconcile_claim(&ctx, &kube, "ns", "c").unwrap();
     assert_eq!((out.result, out.kube_calls), (StepResult::Released, 4));
@@ -124,12 +115,8 @@ fn an_invalid_live_claim_gets_its_condition_and_nothing_else() {
             Reply::json(200, bad),
         ),
     ]);
-    let (kv, env, cfg) = (MemKv::new(Backend::SpinSqlite), TestEnv::at(1000), cfg());
-    let ctx = Ctx {
-        kv: &kv,
-        env: &env,
-        swap_policy: SwapPolicy::Auto,
-    };
+    let (w, cfg) = (World::new(Backend::SpinSqlite, 1000), cfg());
+    let ctx = w.ctx();
     let kube = Kube::new(&http, &cfg);
     let out = capi::reconcile_claim(&ctx, &kube, "ns", "c").unwrap();
     assert_eq!((out.result, out.kube_calls), (StepResult::Failed, 2));
@@ -153,12 +140,8 @@ fn a_paused_deleting_pool_is_still_deleted() {
             Reply::status(404),
         ),
     ]);
-    let (kv, env, cfg) = (MemKv::new(Backend::SpinSqlite), TestEnv::at(1000), cfg());
-    let ctx = Ctx {
-        kv: &kv,
-        env: &env,
-        swap_policy: SwapPolicy::Auto,
-    };
+    let (w, cfg) = (World::new(Backend::SpinSqlite, 1000), cfg());
+    let ctx = w.ctx();
     let kube = Kube::new(&http, &cfg);
     let out = capi::sync_pool(&ctx, &kube, &PoolId::namespaced("ns", "p")).unwrap();
     assert_eq!((out.result, out.kube_calls), (StepResult::Deleted, 2));
@@ -193,12 +176,8 @@ fn a_conflict_reruns_the_lifecycle_and_every_call_is_counted() {
             Reply::json(200, held),
         ),
     ]);
-    let (kv, env, cfg) = (MemKv::new(Backend::SpinSqlite), TestEnv::at(1000), cfg());
-    let ctx = Ctx {
-        kv: &kv,
-        env: &env,
-        swap_policy: SwapPolicy::Auto,
-    };
+    let (w, cfg) = (World::new(Backend::SpinSqlite, 1000), cfg());
+    let ctx = w.ctx();
     let kube = Kube::new(&http, &cfg);
     let out = capi::sync_pool(&ctx, &kube, &PoolId::namespaced("ns", "p")).unwrap();
     assert_eq!((out.result, out.kube_calls), (StepResult::Synced, 6));

@@ -43,7 +43,7 @@ fn vrf_pool(metro: &str, extra_meta: Value) -> Value {
 }
 
 /// Runs the VRF-backed pool step for `ns/p` against `http`.
-fn sync_vrf(http: &ScriptedHttp) -> metal_ipam_core::capi::Outcome {
+fn sync_vrf(http: &ScriptedHttp) -> metal_ipam_core::capi::Reconciled {
     let (kv, env, cfg) = (
         MemKv::new(Backend::SpinSqlite),
         TestEnv::at(1000),

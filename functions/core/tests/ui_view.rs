@@ -7,48 +7,27 @@ use std::collections::BTreeMap;
 
 use metal_ipam_core::http::api::{self, ApiRequest, ApiResponse};
 use metal_ipam_core::ipam::pool::PoolId;
-use metal_ipam_core::kv::{Ctx, SwapPolicy};
+use metal_ipam_core::kv::Ctx;
 use metal_ipam_core::observe::summary::{self, MachineRow, PortRow, Summary, SUMMARY_VERSION};
 use metal_ipam_core::observe::view;
-use metal_ipam_core::testing::{Backend, MemKv, TestEnv};
+use metal_ipam_core::testing::{Backend, MemKv, RouteFn, World};
 use serde_json::{json, Value};
 
 const TOKEN: &str = "t0ken-for-tests";
 
-struct World {
-    kv: MemKv,
-    env: TestEnv,
-}
+type Handler = RouteFn;
 
-type Handler = for<'a> fn(&Ctx<'a, MemKv>, &str, &ApiRequest<'_>) -> ApiResponse;
-
-impl World {
-    fn new() -> Self {
-        World {
-            kv: MemKv::new(Backend::SpinSqlite),
-            env: TestEnv::at(1_000),
-        }
-    }
-
-    fn ctx(&self) -> Ctx<'_, MemKv> {
-        Ctx {
-            kv: &self.kv,
-            env: &self.env,
-            swap_policy: SwapPolicy::Auto,
-        }
-    }
+/// The calls the tests make: routes, and pools and claims put through them.
+trait Calls {
+    /// The world the calls run in.
+    fn base(&self) -> &World;
 
     fn call(&self, h: Handler, method: &str, path: &str, body: Option<Value>) -> ApiResponse {
         let bytes = body.map(|b| b.to_string().into_bytes()).unwrap_or_default();
         let auth = format!("Bearer {TOKEN}");
-        let req = ApiRequest {
-            method,
-            path,
-            query: "",
-            authorization: Some(&auth),
-            body: &bytes,
-        };
-        let r = h(&self.ctx(), TOKEN, &req);
+        let r = self
+            .base()
+            .request((h, TOKEN), (method, path), Some(&auth), &bytes);
         assert!(r.status < 300, "{method} {path}: {} {:?}", r.status, r.body);
         r
     }
@@ -84,6 +63,12 @@ impl World {
     }
 }
 
+impl Calls for World {
+    fn base(&self) -> &World {
+        self
+    }
+}
+
 fn pools(c: &Ctx<'_, MemKv>, t: &str, r: &ApiRequest<'_>) -> ApiResponse {
     api::pools(c, t, r)
 }
@@ -98,7 +83,7 @@ fn claims(c: &Ctx<'_, MemKv>, t: &str, r: &ApiRequest<'_>) -> ApiResponse {
 /// 600 s grace period; global edge: 10.30.0.1-4, one claim from team-b;
 /// the summary has one machine holding 10.20.0.11.
 fn seeded() -> World {
-    let w = World::new();
+    let w = World::new(Backend::SpinSqlite, 1_000);
     w.pool("team-a", "nodes", &["10.20.0.10-10.20.0.19"], 600);
     w.call(
         pools,
@@ -192,7 +177,7 @@ fn overview_lists_every_pool_with_its_counts() {
 
 #[test]
 fn overview_of_an_empty_store() {
-    let w = World::new();
+    let w = World::new(Backend::SpinSqlite, 1_000);
     let o = view::overview(&w.ctx()).unwrap();
     assert_eq!(
         (o["pools"].clone(), o["reconcile"].clone()),
@@ -326,7 +311,7 @@ fn search_by_address_claim_and_machine() {
 
 #[test]
 fn search_results_are_bounded() {
-    let w = World::new();
+    let w = World::new(Backend::SpinSqlite, 1_000);
     let machines = (0..view::MAX_RESULTS + 5)
         .map(|i| MachineRow {
             namespace: "ns".into(),
@@ -372,7 +357,7 @@ fn bad_queries_are_422() {
 /// its holder.
 #[test]
 fn a_prefix_pool_shows_sub_prefixes_and_is_found_by_an_inner_address() {
-    let w = World::new();
+    let w = World::new(Backend::SpinSqlite, 1_000);
     w.call(
         pools,
         "PUT",

@@ -491,6 +491,17 @@ fn describe(id: &PoolId) -> String {
     }
 }
 
+/// `request.object`, which a write must carry.
+///
+/// # Errors
+/// 400 (naming `request.object`) when it is missing or not an object.
+fn request_object<'r>(req: &'r Map<String, Value>, operation: &str) -> Result<&'r Value> {
+    req.get("object").filter(|o| o.is_object()).ok_or_else(|| {
+        Error::malformed(format!("request.object is required for {operation}"))
+            .with_field("request.object")
+    })
+}
+
 /// Rules 1–4 on a `CREATE` or `UPDATE`: the object names a pool, its spec
 /// parses and validates, an update keeps its Metal resources' spec and
 /// its allocated addresses, and it overlaps no pool it could share
@@ -501,10 +512,7 @@ fn check_write(
     pools: &dyn PoolLookup,
     out: &mut Reviewed,
 ) -> Result<()> {
-    let object = req.get("object").filter(|o| o.is_object()).ok_or_else(|| {
-        Error::malformed(format!("request.object is required for {}", out.operation))
-            .with_field("request.object")
-    })?;
+    let object = request_object(req, &out.operation)?;
     let meta = object.get("metadata").and_then(Value::as_object);
     let id = match pool_id(kind, req, meta) {
         Ok(id) => id,

@@ -29,7 +29,7 @@
 
 use serde_json::{Map, Value};
 
-use super::{PoolLookup, Reviewed, SKIP_DELETE_VALIDATION_ANNOTATION};
+use super::{request_object, PoolLookup, Reviewed, SKIP_DELETE_VALIDATION_ANNOTATION};
 use crate::admission::review::Denial;
 use crate::error::{Error, ErrorKind, Result};
 use crate::kube::names;
@@ -44,10 +44,7 @@ pub(super) fn check_write(
     pools: &dyn PoolLookup,
     out: &mut Reviewed,
 ) -> Result<()> {
-    let object = req.get("object").filter(|o| o.is_object()).ok_or_else(|| {
-        Error::malformed(format!("request.object is required for {}", out.operation))
-            .with_field("request.object")
-    })?;
+    let object = request_object(req, &out.operation)?;
     if out.operation == "UPDATE" {
         let old = req.get("oldObject").and_then(|o| o.get("spec"));
         if old.is_some() && old == object.get("spec") {

@@ -29,6 +29,7 @@ pub use super::device::DEVICE_ANNOTATION;
 use super::device::{resolve_device, DeviceRef};
 use super::objects::{paused, ClusterObject};
 use crate::cloud::Cloud;
+use super::ClaimAnswer;
 use crate::error::Result;
 use crate::ipam::claim::ClaimObject;
 use crate::ipam::ops;
@@ -40,7 +41,7 @@ use crate::ports::http::HttpClient;
 use crate::ports::kv::KvStore;
 use crate::provision::assign::{self, AssignState, Labels, UnassignState, Want};
 use crate::reconcile::{
-    self, Cleanup, Condition, Handler, Order, Outcome, Reason, StepResult, Verdict,
+    self, Cleanup, Condition, Handler, Order, Reason, Reconciled, StepResult, Verdict,
 };
 
 /// Finalizer on claims in VRF-backed pools: held while the claim's address
@@ -87,8 +88,8 @@ pub fn sync_claim_assignment<K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Siz
     cloud: &C,
     ns: &str,
     name: &str,
-) -> Result<Outcome> {
-    reconcile::run(&Assignment {
+) -> Result<Reconciled> {
+    reconcile::run(&mut Assignment {
         ctx,
         kube,
         cloud,
@@ -98,17 +99,17 @@ pub fn sync_claim_assignment<K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Siz
     })
 }
 
-fn unassigned(state: UnassignState, what: &str) -> Outcome {
+fn unassigned(state: UnassignState, what: &str) -> Reconciled {
     match state {
-        UnassignState::Done { deleted: Some(id) } => Outcome::new(
+        UnassignState::Done { deleted: Some(id) } => Reconciled::new(
             StepResult::Released,
             format!("{what}: Metal assignment {id} removed"),
         ),
-        UnassignState::Done { deleted: None } => Outcome::new(
+        UnassignState::Done { deleted: None } => Reconciled::new(
             StepResult::Released,
             format!("{what}: nothing assigned in Metal"),
         ),
-        UnassignState::InProgress(s) => Outcome::new(
+        UnassignState::InProgress(s) => Reconciled::new(
             StepResult::Waiting,
             format!("{what}: an assignment is in progress; removing it after"),
         )
@@ -150,24 +151,24 @@ impl<K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized> Assignment<'_, '_, K
     /// The gates after the claim's own pause: bound (else `waiting`), in a
     /// VRF-backed pool (else `ignored`), its Cluster not paused; then the
     /// device resolved.
-    fn gates(&self, uid: &str, claim: &ClaimObject, g: &mut Gates) -> Result<Option<Outcome>> {
+    fn gates(&self, uid: &str, claim: &ClaimObject, g: &mut Gates) -> Result<Option<Reconciled>> {
         let (ns, kv) = (self.ns, self.ctx.kv);
         let Some(binding) = ops::get_claim(kv, ns, self.name)?.filter(|b| b.uid == uid) else {
             let msg = "the claim is not bound yet";
-            return Ok(Some(Outcome::new(StepResult::Waiting, msg)));
+            return Ok(Some(Reconciled::new(StepResult::Waiting, msg)));
         };
         let pool_id = binding.pool_id(ns)?;
         let vrf_backed =
             ops::get_pool(kv, &pool_id, 0)?.is_some_and(|p| p.object.spec.metal.is_some());
         if !vrf_backed {
             let msg = format!("pool {} is not VRF-backed", pool_id.display());
-            return Ok(Some(Outcome::new(StepResult::Ignored, msg)));
+            return Ok(Some(Reconciled::new(StepResult::Ignored, msg)));
         }
         if let Some(cluster) = &binding.cluster_name {
             let c: Option<ClusterObject> = self.kube.get_as(&kube::CLUSTERS, Some(ns), cluster)?;
             if c.is_some_and(|c| c.is_paused()) {
                 let msg = format!("Cluster {ns}/{cluster} is paused");
-                return Ok(Some(Outcome::new(StepResult::Paused, msg)));
+                return Ok(Some(Reconciled::new(StepResult::Paused, msg)));
             }
         }
         let labels = Labels {
@@ -205,30 +206,30 @@ impl<K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized> Handler<H>
         Some(ASSIGNMENT_FINALIZER)
     }
 
-    fn read(&self, _first: bool) -> Result<Option<ClaimObject>> {
+    fn read(&mut self, _first: bool) -> Result<Option<ClaimObject>> {
         self.now.set(self.ctx.env.now());
         Ok(self.kube.get_as(&kube::CLAIMS, Some(self.ns), self.name)?)
     }
 
     /// Gone without our finalizer's help: remove what the record holds.
-    fn gone(&self) -> Result<Outcome> {
+    fn gone(&mut self) -> Result<Reconciled> {
         let (ctx, ns, name) = (self.ctx, self.ns, self.name);
         Ok(match assign::read(ctx.kv, ns, name)? {
             Some(rec) if !rec.closed => unassigned(
                 assign::unassign(ctx, self.cloud, ns, name, &rec.uid)?,
                 "the claim no longer exists",
             ),
-            _ => Outcome::new(StepResult::Absent, "the claim does not exist"),
+            _ => Reconciled::new(StepResult::Absent, "the claim does not exist"),
         })
     }
 
-    fn parse(&self, _: &ClaimObject) -> Result<Result<Gates, Verdict<()>>> {
+    fn parse(&mut self, _: &ClaimObject) -> Result<Result<Gates, Verdict<()>>> {
         Ok(Ok(Gates::default()))
     }
 
-    fn paused(&self, o: &ClaimObject, g: &mut Gates) -> Result<Option<Outcome>> {
+    fn paused(&mut self, o: &ClaimObject, g: &mut Gates) -> Result<Option<Reconciled>> {
         if paused(o) {
-            return Ok(Some(Outcome::new(
+            return Ok(Some(Reconciled::new(
                 StepResult::Paused,
                 "the claim is paused",
             )));
@@ -237,7 +238,7 @@ impl<K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized> Handler<H>
     }
 
     /// The address is not released while the record holds an assignment.
-    fn cleanup(&self, o: &ClaimObject, _: &Gates) -> Result<Cleanup<()>> {
+    fn cleanup(&mut self, o: &ClaimObject, _: &Gates) -> Result<Cleanup<()>> {
         let uid = o.metadata.uid.as_deref().unwrap_or_default();
         let state = assign::unassign(self.ctx, self.cloud, self.ns, self.name, uid)?;
         let done = matches!(state, UnassignState::Done { .. });
@@ -253,7 +254,7 @@ impl<K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized> Handler<H>
         matches!(g.device, Some(DeviceRef::Known(_)))
     }
 
-    fn apply(&self, _: &ClaimObject, g: Gates) -> Result<Verdict<()>> {
+    fn apply(&mut self, _: &ClaimObject, g: Gates) -> Result<Verdict<()>> {
         let (Some((binding, labels)), Some(device)) = (g.bound, g.device) else {
             unreachable!("the gates passed: bound, device resolved");
         };
@@ -262,7 +263,7 @@ impl<K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized> Handler<H>
             DeviceRef::Known(d) => Some(d),
             DeviceRef::Unknown => None,
             DeviceRef::Invalid(msg) => {
-                let out = Outcome::new(StepResult::Failed, msg.clone()).with_address(address);
+                let out = Reconciled::new(StepResult::Failed, msg.clone()).with_address(address);
                 return Ok(condition("InvalidDevice", false, msg, out));
             }
         };
@@ -281,7 +282,7 @@ impl<K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized> Handler<H>
         Ok(verdict(&state, address, device.as_deref()))
     }
 
-    fn write_status(&self, o: &ClaimObject, c: &Condition, _: &()) -> Result<bool> {
+    fn write_status(&mut self, o: &ClaimObject, c: &Condition, _: &()) -> Result<bool> {
         let ready = Ready {
             status: c.ok,
             reason: c.reason.as_str(),
@@ -293,7 +294,7 @@ impl<K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized> Handler<H>
 }
 
 /// The `MetalAssigned` condition `reason` (`ok`) with `message`, and `out`.
-fn condition(reason: &'static str, ok: bool, message: String, out: Outcome) -> Verdict<()> {
+fn condition(reason: &'static str, ok: bool, message: String, out: Reconciled) -> Verdict<()> {
     let c = Condition {
         ok,
         reason: Reason::Other(reason),
@@ -323,18 +324,18 @@ fn table(
     state: &AssignState,
     address: &str,
     device: Option<&str>,
-) -> (Option<(&'static str, bool)>, Outcome) {
+) -> (Option<(&'static str, bool)>, Reconciled) {
     let device = device.unwrap_or("?");
     let waiting = |reason, msg: String| {
         (
             Some((reason, false)),
-            Outcome::new(StepResult::Waiting, msg),
+            Reconciled::new(StepResult::Waiting, msg),
         )
     };
     match state {
         AssignState::Assigned(id) => (
             Some(("Assigned", true)),
-            Outcome::new(
+            Reconciled::new(
                 StepResult::Bound,
                 format!("{address} is assigned to device {device} (Metal assignment {id})"),
             ),
@@ -357,15 +358,15 @@ fn table(
         ),
         AssignState::Refused(m) => (
             Some(("AssignmentRefused", false)),
-            Outcome::new(StepResult::Failed, format!("Metal refused the assignment: {m}")),
+            Reconciled::new(StepResult::Failed, format!("Metal refused the assignment: {m}")),
         ),
         AssignState::InProgress(s) => (
             None,
-            Outcome::new(StepResult::Waiting, "an assignment is in progress").retry_after(*s),
+            Reconciled::new(StepResult::Waiting, "an assignment is in progress").retry_after(*s),
         ),
         AssignState::Closed => (
             None,
-            Outcome::new(
+            Reconciled::new(
                 StepResult::Waiting,
                 "the claim's assignment was closed (the claim is going)",
             ),

@@ -5,13 +5,12 @@
 //! Order: [`Order::PauseFirst`] — the contract leaves a paused claim alone,
 //! deleting or not (its cluster may be being moved).
 
-use std::cell::Cell;
 use std::net::IpAddr;
 
 use serde_json::{json, Map, Value};
 
 use super::objects::{paused, PoolResource};
-use super::{Reader, Snapshot, ADDRESS_FINALIZER, CLAIM_FINALIZER};
+use super::{ClaimAnswer, Reader, Snapshot, ADDRESS_FINALIZER, CLAIM_FINALIZER};
 use crate::error::{Error, ErrorKind, Known, Result};
 use crate::ipam::claim::{Claim, ClaimObject, IpAddressObject};
 use crate::ipam::ops;
@@ -23,7 +22,7 @@ use crate::kv::Ctx;
 use crate::ports::http::HttpClient;
 use crate::ports::kv::KvStore;
 use crate::reconcile::{
-    self, Cleanup, Condition, Handler, Order, Outcome, Reason, StepResult, Verdict,
+    self, Cleanup, Condition, Handler, Order, Reason, Reconciled, StepResult, Verdict,
 };
 
 /// One claim's reconciliation: `ns/name`, read from the API server or,
@@ -38,9 +37,10 @@ pub struct ClaimHandler<'c, 'k, 'a, K: KvStore, H: HttpClient + ?Sized> {
     /// The claim's name.
     pub name: &'c str,
     /// A full reconcile's lists, read on the first attempt.
-    pub snapshot: Option<&'c Snapshot>,
-    /// Whether this attempt may read from the snapshot.
-    pub first: Cell<bool>,
+    pub snapshot: Option<&'c mut Snapshot>,
+    /// Whether this attempt may read from the snapshot (set by
+    /// [`Handler::read`]).
+    pub first: bool,
 }
 
 /// What the handler works with: the claim as parsed,
@@ -51,9 +51,9 @@ pub struct Parsed {
 }
 
 impl<K: KvStore, H: HttpClient + ?Sized> ClaimHandler<'_, '_, '_, K, H> {
-    fn reader(&self) -> Reader<'_, '_, '_, H> {
-        let snap = if self.first.get() {
-            self.snapshot
+    fn reader(&mut self) -> Reader<'_, '_, '_, H> {
+        let snap = if self.first {
+            self.snapshot.as_deref_mut()
         } else {
             None
         };
@@ -83,16 +83,17 @@ impl<K: KvStore, H: HttpClient + ?Sized> Handler<H> for ClaimHandler<'_, '_, '_,
         Some(CLAIM_FINALIZER)
     }
 
-    fn read(&self, first: bool) -> Result<Option<Self::Object>> {
-        self.first.set(first);
-        self.reader().claim(self.ns, self.name)
+    fn read(&mut self, first: bool) -> Result<Option<Self::Object>> {
+        self.first = first;
+        let (ns, name) = (self.ns, self.name);
+        self.reader().claim(ns, name)
     }
 
-    fn gone(&self) -> Result<Outcome> {
+    fn gone(&mut self) -> Result<Reconciled> {
         gone(self.ctx, self.kube, self.ns, self.name)
     }
 
-    fn parse(&self, o: &Self::Object) -> Result<Result<Parsed, Verdict<Self::Status>>> {
+    fn parse(&mut self, o: &Self::Object) -> Result<Result<Parsed, Verdict<Self::Status>>> {
         Ok(match Claim::parse(&o.json) {
             Ok(claim) => Ok(Parsed { claim, pool: None }),
             Err(e) if e.is(Known::UnsupportedPoolRef) => Err(Verdict::just(
@@ -107,9 +108,9 @@ impl<K: KvStore, H: HttpClient + ?Sized> Handler<H> for ClaimHandler<'_, '_, '_,
         })
     }
 
-    fn paused(&self, o: &Self::Object, p: &mut Parsed) -> Result<Option<Outcome>> {
+    fn paused(&mut self, o: &Self::Object, p: &mut Parsed) -> Result<Option<Reconciled>> {
         if paused(&o.typed) {
-            return Ok(Some(Outcome::new(
+            return Ok(Some(Reconciled::new(
                 StepResult::Paused,
                 "the claim is paused",
             )));
@@ -119,13 +120,13 @@ impl<K: KvStore, H: HttpClient + ?Sized> Handler<H> for ClaimHandler<'_, '_, '_,
             match self.reader().cluster(ns, cluster)? {
                 // A deleting claim proceeds: its Cluster may be gone first.
                 None if !o.typed.metadata.deleting() => {
-                    return Ok(Some(Outcome::new(
+                    return Ok(Some(Reconciled::new(
                         StepResult::Waiting,
                         format!("Cluster {ns}/{cluster} does not exist"),
                     )))
                 }
                 Some(c) if c.is_paused() => {
-                    return Ok(Some(Outcome::new(
+                    return Ok(Some(Reconciled::new(
                         StepResult::Paused,
                         format!("Cluster {ns}/{cluster} is paused"),
                     )))
@@ -138,22 +139,27 @@ impl<K: KvStore, H: HttpClient + ?Sized> Handler<H> for ClaimHandler<'_, '_, '_,
         // HTTP API has no object there and is never paused.
         p.pool = self.reader().pool(&p.claim.pool)?;
         Ok(p.pool.as_ref().is_some_and(paused).then(|| {
-            Outcome::new(
+            Reconciled::new(
                 StepResult::Paused,
                 format!("pool {} is paused", p.claim.pool.display()),
             )
         }))
     }
 
-    fn cleanup(&self, o: &Self::Object, p: &Parsed) -> Result<Cleanup<Self::Status>> {
+    fn cleanup(&mut self, o: &Self::Object, p: &Parsed) -> Result<Cleanup<Self::Status>> {
         finalize(self.ctx, self.kube, &p.claim, &o.typed)
     }
 
-    fn apply(&self, _o: &Self::Object, p: Parsed) -> Result<Verdict<Self::Status>> {
+    fn apply(&mut self, _o: &Self::Object, p: Parsed) -> Result<Verdict<Self::Status>> {
         bind(self, p)
     }
 
-    fn write_status(&self, o: &Self::Object, c: &Condition, s: &Option<String>) -> Result<bool> {
+    fn write_status(
+        &mut self,
+        o: &Self::Object,
+        c: &Condition,
+        s: &Option<String>,
+    ) -> Result<bool> {
         let ready = Ready {
             status: c.ok,
             reason: c.reason.as_str(),
@@ -171,14 +177,14 @@ fn gone<K: KvStore, H: HttpClient + ?Sized>(
     kube: &Kube<'_, H>,
     ns: &str,
     name: &str,
-) -> Result<Outcome> {
+) -> Result<Reconciled> {
     // Only bindings in pools that came from Kubernetes are judged against
     // the API server: a claim made through the plain HTTP API is released
     // only through the HTTP API (the events token must not reach it).
     let released = match ops::get_claim(ctx.kv, ns, name)? {
         Some(b) if b.pool_uid.is_some() => {
             match crate::provision::assign::release(ctx, ns, name, Some(&b.uid)) {
-                Err(e) if e.is(Known::MetalAssignmentHeld) => return Ok(Outcome::new(
+                Err(e) if e.is(Known::MetalAssignmentHeld) => return Ok(Reconciled::new(
                     StepResult::Waiting,
                     "the claim does not exist; its Metal assignment is removed first (assign step)",
                 )
@@ -186,7 +192,7 @@ fn gone<K: KvStore, H: HttpClient + ?Sized>(
                 r => r?,
             }
         }
-        Some(_) => return Ok(Outcome::new(
+        Some(_) => return Ok(Reconciled::new(
             StepResult::Absent,
             "the claim does not exist; its binding was made through the HTTP API and is left alone",
         )),
@@ -194,17 +200,16 @@ fn gone<K: KvStore, H: HttpClient + ?Sized>(
     };
     cleanup_orphan_address(kube, ns, name)?;
     Ok(match released {
-        Some(r) => {
-            Outcome::new(StepResult::Released, "the claim no longer exists").with_address(r.address)
-        }
-        None => Outcome::new(StepResult::Absent, "the claim does not exist"),
+        Some(r) => Reconciled::new(StepResult::Released, "the claim no longer exists")
+            .with_address(r.address),
+        None => Reconciled::new(StepResult::Absent, "the claim does not exist"),
     })
 }
 
 /// The live claim: allocate (or adopt the address of its existing
 /// `IPAddress`), create or complete the `IPAddress`, answer bound.
 fn bind<K: KvStore, H: HttpClient + ?Sized>(
-    h: &ClaimHandler<'_, '_, '_, K, H>,
+    h: &mut ClaimHandler<'_, '_, '_, K, H>,
     p: Parsed,
 ) -> Result<Verdict<Option<String>>> {
     let (kube, ns, name) = (h.kube, h.ns, h.name);
@@ -234,7 +239,7 @@ fn bind<K: KvStore, H: HttpClient + ?Sized>(
             };
             let message = format!("{}: {}", reason.as_str(), e.message());
             return Ok(Verdict::not_ready(reason, e.message(), None)
-                .map_outcome(|o| Outcome { message, ..o }));
+                .map_outcome(|o| Reconciled { message, ..o }));
         }
     };
     let want = record
@@ -265,7 +270,7 @@ fn bind<K: KvStore, H: HttpClient + ?Sized>(
     // Metal assigns addresses, and the node routes its sub-prefix itself
     // (docs/prefix-pools.md).
     let vrf_backed = p.pool.is_some_and(|p| p.vrf_backed) && !claim.pool.kind.is_prefix();
-    let out = Outcome::new(
+    let out = Reconciled::new(
         StepResult::Bound,
         format!("{ns}/{name} has {}", record.address),
     )
@@ -282,7 +287,7 @@ fn bind<K: KvStore, H: HttpClient + ?Sized>(
 /// deleted while its claim lives loses our finalizer first (it is then
 /// re-created identically). `None` when it is still going after that.
 fn live_address<K: KvStore, H: HttpClient + ?Sized>(
-    h: &ClaimHandler<'_, '_, '_, K, H>,
+    h: &mut ClaimHandler<'_, '_, '_, K, H>,
     claim: &Claim,
 ) -> Result<Option<Option<IpAddressObject>>> {
     let (kube, ns, name) = (h.kube, h.ns, h.name);
@@ -314,7 +319,7 @@ fn finalize<K: KvStore, H: HttpClient + ?Sized>(
         .has_finalizer(super::assign::ASSIGNMENT_FINALIZER)
     {
         return Ok(Cleanup::Pending(Verdict::answer(
-            Outcome::new(
+            Reconciled::new(
                 StepResult::Waiting,
                 "the claim's Metal assignment is removed first (assign step)",
             )
@@ -325,7 +330,7 @@ fn finalize<K: KvStore, H: HttpClient + ?Sized>(
         // Deleted without the assignment finalizer while the record still
         // holds an assignment: the assign step removes it first.
         Err(e) if e.is(Known::MetalAssignmentHeld) => {
-            let out = Outcome::new(StepResult::Waiting, e.message().to_string()).metal(true);
+            let out = Reconciled::new(StepResult::Waiting, e.message().to_string()).metal(true);
             return Ok(Cleanup::Pending(Verdict::answer(out)));
         }
         r => r?,
@@ -336,7 +341,7 @@ fn finalize<K: KvStore, H: HttpClient + ?Sized>(
             release_address_object(kube, &ip)?;
         }
     }
-    let mut out = Outcome::new(StepResult::Released, format!("{ns}/{name} released"));
+    let mut out = Reconciled::new(StepResult::Released, format!("{ns}/{name} released"));
     if let Some(r) = released {
         out = out.with_address(r.address);
     }

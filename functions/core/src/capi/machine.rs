@@ -26,7 +26,7 @@ use crate::network::apply::{self, ApplyState, Phase, Report};
 use crate::network::batch::VlanBatches;
 use crate::ports::http::HttpClient;
 use crate::ports::kv::KvStore;
-use crate::reconcile::{self, Cleanup, Condition, Handler, Order, Outcome, StepResult, Verdict};
+use crate::reconcile::{self, Cleanup, Condition, Handler, Order, Reconciled, StepResult, Verdict};
 
 /// What [`sync_machine`] did with a Machine.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -87,7 +87,7 @@ impl Synced {
     }
 
     /// The kit's outcome for it (logs; the answer is the [`Synced`]).
-    fn outcome(&self) -> Outcome {
+    fn outcome(&self) -> Reconciled {
         let result = match self {
             Synced::Absent => StepResult::Absent,
             Synced::Ignored => StepResult::Ignored,
@@ -98,7 +98,7 @@ impl Synced {
             Synced::ReleasedByOperator => StepResult::Kept,
             Synced::DeviceGone(_) => StepResult::Deleted,
         };
-        Outcome::new(result, self.result())
+        Reconciled::new(result, self.result())
     }
 }
 
@@ -132,7 +132,7 @@ pub fn sync_machine<K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized>(
     ns: &str,
     name: &str,
 ) -> Result<Synced> {
-    let h = MachineHandler {
+    let mut h = MachineHandler {
         deps: Deps {
             ctx,
             kube,
@@ -144,7 +144,7 @@ pub fn sync_machine<K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized>(
         infra: RefCell::new(None),
         synced: RefCell::new(None),
     };
-    reconcile::run(&h)?;
+    reconcile::run(&mut h)?;
     Ok(h.synced.take().unwrap_or(Synced::Absent))
 }
 
@@ -271,20 +271,20 @@ impl<K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized> Handler<H>
         None
     }
 
-    fn read(&self, _first: bool) -> Result<Option<MachineObject>> {
+    fn read(&mut self, _first: bool) -> Result<Option<MachineObject>> {
         let read = machine_and_infra(self.deps.kube, self.ns, self.name)?;
         let (machine, infra) = read.unzip();
         *self.infra.borrow_mut() = infra.flatten();
         Ok(machine)
     }
 
-    fn gone(&self) -> Result<Outcome> {
+    fn gone(&mut self) -> Result<Reconciled> {
         Ok(self.answer(Synced::Absent).outcome)
     }
 
     /// A deleting Machine is not parsed (nothing of it is checked): it is
     /// [`Synced::Absent`].
-    fn parse(&self, o: &MachineObject) -> Result<Result<Seen, Verdict<()>>> {
+    fn parse(&mut self, o: &MachineObject) -> Result<Result<Seen, Verdict<()>>> {
         if o.metadata.deleting() {
             return Ok(Err(self.answer(Synced::Absent)));
         }
@@ -302,15 +302,15 @@ impl<K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized> Handler<H>
         }))
     }
 
-    fn paused(&self, _: &MachineObject, _: &mut Seen) -> Result<Option<Outcome>> {
+    fn paused(&mut self, _: &MachineObject, _: &mut Seen) -> Result<Option<Reconciled>> {
         Ok(None)
     }
 
-    fn cleanup(&self, _: &MachineObject, _: &Seen) -> Result<Cleanup<()>> {
+    fn cleanup(&mut self, _: &MachineObject, _: &Seen) -> Result<Cleanup<()>> {
         unreachable!("Machines hold no finalizer of ours: the kit never cleans one up")
     }
 
-    fn apply(&self, o: &MachineObject, mut seen: Seen) -> Result<Verdict<()>> {
+    fn apply(&mut self, o: &MachineObject, mut seen: Seen) -> Result<Verdict<()>> {
         let Some(profile) = seen.annotation.take() else {
             return Ok(self.answer(self.opted_out(o, seen)?));
         };
@@ -320,7 +320,7 @@ impl<K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized> Handler<H>
         Ok(self.answer(self.converge(o, profile, seen)?))
     }
 
-    fn write_status(&self, _: &MachineObject, _: &Condition, _: &()) -> Result<bool> {
+    fn write_status(&mut self, _: &MachineObject, _: &Condition, _: &()) -> Result<bool> {
         Ok(false)
     }
 }

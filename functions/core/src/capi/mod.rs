@@ -48,7 +48,6 @@ pub mod reconcile;
 pub mod steps;
 pub mod vrf;
 
-use std::cell::RefCell;
 use std::collections::BTreeMap;
 
 use serde_json::{json, Map, Value};
@@ -75,7 +74,42 @@ use objects::{ClusterObject, PoolResource};
 /// Reason of `Ready=True` on a bound claim (the contract defines none).
 pub const REASON_ALLOCATED: &str = "AddressAllocated";
 
-pub use crate::reconcile::{Outcome, StepResult};
+pub use crate::reconcile::{Reconciled, StepResult};
+
+/// The claim handler's members of the step's answer: the address involved
+/// and whether the claim's Metal assignment follows (the `assign` step;
+/// a `waiting` release runs again after it). Written and read on the
+/// kit's [`Reconciled`] (the claim handler's and the assignment's) as `address` and `metalAssignment`.
+pub trait ClaimAnswer: Sized {
+    /// With the address involved.
+    fn with_address(self, a: impl Into<String>) -> Self;
+    /// With `metalAssignment` set when `yes` (absent otherwise).
+    fn metal(self, yes: bool) -> Self;
+    /// The address involved, if any.
+    fn address(&self) -> Option<&str>;
+    /// The claim is in a VRF-backed pool: its Metal assignment is the
+    /// `assign` step's.
+    fn metal_assignment(&self) -> bool;
+}
+
+impl ClaimAnswer for Reconciled {
+    fn with_address(self, a: impl Into<String>) -> Self {
+        self.with_detail("address", a.into())
+    }
+    fn metal(self, yes: bool) -> Self {
+        if yes {
+            self.with_detail("metalAssignment", true)
+        } else {
+            self
+        }
+    }
+    fn address(&self) -> Option<&str> {
+        self.detail.get("address").and_then(Value::as_str)
+    }
+    fn metal_assignment(&self) -> bool {
+        self.detail.get("metalAssignment") == Some(&Value::Bool(true))
+    }
+}
 
 /// Objects listed once by a full reconciliation, so that reconciling each
 /// claim does not GET what the lists already returned. Used for the first
@@ -89,7 +123,7 @@ pub struct Snapshot {
     /// Pools by id.
     pub pools: BTreeMap<PoolId, PoolResource>,
     /// Clusters looked up so far by (namespace, name), `None` = absent.
-    clusters: RefCell<BTreeMap<(String, String), Option<ClusterObject>>>,
+    clusters: BTreeMap<(String, String), Option<ClusterObject>>,
 }
 
 impl Snapshot {
@@ -106,7 +140,7 @@ impl Snapshot {
             claims: claims.into_iter().map(|o| (key(o.meta()), o)).collect(),
             addresses: addresses.into_iter().map(|o| (key(o.meta()), o)).collect(),
             pools,
-            clusters: RefCell::default(),
+            clusters: BTreeMap::new(),
         }
     }
 }
@@ -115,7 +149,7 @@ impl Snapshot {
 /// snapshot taken by a full reconciliation.
 struct Reader<'s, 'k, 'a, H: HttpClient + ?Sized> {
     kube: &'k Kube<'a, H>,
-    snap: Option<&'s Snapshot>,
+    snap: Option<&'s mut Snapshot>,
 }
 
 impl<H: HttpClient + ?Sized> Reader<'_, '_, '_, H> {
@@ -124,21 +158,21 @@ impl<H: HttpClient + ?Sized> Reader<'_, '_, '_, H> {
     }
 
     fn claim(&self, ns: &str, name: &str) -> Result<Option<WithJson<ClaimObject>>> {
-        match self.snap {
+        match self.snap.as_deref() {
             Some(s) => Ok(s.claims.get(&Self::key(ns, name)).cloned()),
             None => Ok(self.kube.get_as(&kube::CLAIMS, Some(ns), name)?),
         }
     }
 
     fn address(&self, ns: &str, name: &str) -> Result<Option<IpAddressObject>> {
-        match self.snap {
+        match self.snap.as_deref() {
             Some(s) => Ok(s.addresses.get(&Self::key(ns, name)).cloned()),
             None => Ok(self.kube.get_as(&kube::IP_ADDRESSES, Some(ns), name)?),
         }
     }
 
     fn pool(&self, id: &PoolId) -> Result<Option<PoolResource>> {
-        match self.snap {
+        match self.snap.as_deref() {
             Some(s) => Ok(s.pools.get(id).cloned()),
             None => Ok(self
                 .kube
@@ -146,17 +180,15 @@ impl<H: HttpClient + ?Sized> Reader<'_, '_, '_, H> {
         }
     }
 
-    fn cluster(&self, ns: &str, name: &str) -> Result<Option<ClusterObject>> {
-        let Some(s) = self.snap else {
+    fn cluster(&mut self, ns: &str, name: &str) -> Result<Option<ClusterObject>> {
+        let Some(s) = self.snap.as_deref_mut() else {
             return Ok(self.kube.get_as(&kube::CLUSTERS, Some(ns), name)?);
         };
-        if let Some(c) = s.clusters.borrow().get(&Self::key(ns, name)) {
+        if let Some(c) = s.clusters.get(&Self::key(ns, name)) {
             return Ok(c.clone());
         }
         let c: Option<ClusterObject> = self.kube.get_as(&kube::CLUSTERS, Some(ns), name)?;
-        s.clusters
-            .borrow_mut()
-            .insert(Self::key(ns, name), c.clone());
+        s.clusters.insert(Self::key(ns, name), c.clone());
         Ok(c)
     }
 }
@@ -179,7 +211,7 @@ pub fn reconcile_claim<K: KvStore, H: HttpClient + ?Sized>(
     kube: &Kube<'_, H>,
     ns: &str,
     name: &str,
-) -> Result<Outcome> {
+) -> Result<Reconciled> {
     reconcile_claim_in(ctx, kube, ns, name, None)
 }
 
@@ -193,15 +225,15 @@ pub fn reconcile_claim_in<K: KvStore, H: HttpClient + ?Sized>(
     kube: &Kube<'_, H>,
     ns: &str,
     name: &str,
-    snapshot: Option<&Snapshot>,
-) -> Result<Outcome> {
-    crate::reconcile::run(&claim::ClaimHandler {
+    snapshot: Option<&mut Snapshot>,
+) -> Result<Reconciled> {
+    crate::reconcile::run(&mut claim::ClaimHandler {
         ctx,
         kube,
         ns,
         name,
         snapshot,
-        first: std::cell::Cell::new(true),
+        first: true,
     })
 }
 
@@ -219,8 +251,8 @@ pub fn sync_pool<K: KvStore, H: HttpClient + ?Sized>(
     ctx: &Ctx<'_, K>,
     kube: &Kube<'_, H>,
     id: &PoolId,
-) -> Result<Outcome> {
-    crate::reconcile::run(&pool::PoolHandler { ctx, kube, id })
+) -> Result<Reconciled> {
+    crate::reconcile::run(&mut pool::PoolHandler { ctx, kube, id })
 }
 
 /// The IPAddress objects of `id` (as adoptions), read from the API server.

@@ -20,7 +20,7 @@ use crate::kv::Ctx;
 use crate::ports::http::HttpClient;
 use crate::ports::kv::KvStore;
 use crate::reconcile::{
-    self, Cleanup, Condition, Handler, Order, Outcome, Reason, StepResult, Verdict,
+    self, Cleanup, Condition, Handler, Order, Reason, Reconciled, StepResult, Verdict,
 };
 
 /// One pool's reconciliation.
@@ -54,19 +54,19 @@ impl<K: KvStore, H: HttpClient + ?Sized> Handler<H> for PoolHandler<'_, '_, '_, 
         Some(super::POOL_FINALIZER)
     }
 
-    fn read(&self, _first: bool) -> Result<Option<Self::Object>> {
+    fn read(&mut self, _first: bool) -> Result<Option<Self::Object>> {
         let id = self.id;
         Ok(self
             .kube
             .get_as(id.kind.resource(), id.namespace.as_deref(), &id.name)?)
     }
 
-    fn gone(&self) -> Result<Outcome> {
+    fn gone(&mut self) -> Result<Reconciled> {
         let id = self.id.display();
         Ok(match ops::delete_pool(self.ctx, self.id) {
-            Ok(true) => Outcome::new(StepResult::Deleted, format!("pool {id} no longer exists")),
-            Ok(false) => Outcome::new(StepResult::Absent, format!("pool {id} does not exist")),
-            Err(e) if e.is(Known::PoolInUse) => Outcome::new(
+            Ok(true) => Reconciled::new(StepResult::Deleted, format!("pool {id} no longer exists")),
+            Ok(false) => Reconciled::new(StepResult::Absent, format!("pool {id} does not exist")),
+            Err(e) if e.is(Known::PoolInUse) => Reconciled::new(
                 StepResult::Kept,
                 format!(
                     "pool {id} was removed from Kubernetes while addresses are allocated; kept in the store: {}",
@@ -77,7 +77,7 @@ impl<K: KvStore, H: HttpClient + ?Sized> Handler<H> for PoolHandler<'_, '_, '_, 
         })
     }
 
-    fn parse(&self, o: &Self::Object) -> Result<Result<(), Verdict<Self::Status>>> {
+    fn parse(&mut self, o: &Self::Object) -> Result<Result<(), Verdict<Self::Status>>> {
         // Registered, synced and deleted by the provision step, after its
         // Metal resources (capi::vrf).
         Ok(if o.typed.vrf_backed {
@@ -93,18 +93,18 @@ impl<K: KvStore, H: HttpClient + ?Sized> Handler<H> for PoolHandler<'_, '_, '_, 
         })
     }
 
-    fn paused(&self, o: &Self::Object, _: &mut ()) -> Result<Option<Outcome>> {
+    fn paused(&mut self, o: &Self::Object, _: &mut ()) -> Result<Option<Reconciled>> {
         Ok(paused(o).then(|| {
-            Outcome::new(
+            Reconciled::new(
                 StepResult::Paused,
                 format!("pool {} is paused", self.id.display()),
             )
         }))
     }
 
-    fn cleanup(&self, _o: &Self::Object, _: &()) -> Result<Cleanup<Self::Status>> {
+    fn cleanup(&mut self, _o: &Self::Object, _: &()) -> Result<Cleanup<Self::Status>> {
         match ops::delete_pool(self.ctx, self.id) {
-            Ok(_) => Ok(Cleanup::Done(Outcome::new(
+            Ok(_) => Ok(Cleanup::Done(Reconciled::new(
                 StepResult::Deleted,
                 format!("pool {} deleted", self.id.display()),
             ))),
@@ -117,7 +117,7 @@ impl<K: KvStore, H: HttpClient + ?Sized> Handler<H> for PoolHandler<'_, '_, '_, 
         }
     }
 
-    fn apply(&self, o: &Self::Object, _: ()) -> Result<Verdict<Self::Status>> {
+    fn apply(&mut self, o: &Self::Object, _: ()) -> Result<Verdict<Self::Status>> {
         let (ctx, id) = (self.ctx, self.id);
         let object = match PoolObject::parse(id, &o.json) {
             Ok(p) => p,
@@ -145,11 +145,11 @@ impl<K: KvStore, H: HttpClient + ?Sized> Handler<H> for PoolHandler<'_, '_, '_, 
                     id.display(),
                     adoptions.len()
                 );
-                let out = Outcome::new(StepResult::Synced, message);
+                let out = Reconciled::new(StepResult::Synced, message);
                 Ok(Verdict::ready(Reason::PoolReady, fields, out))
             }
             Err(e) if reconcile::is_verdict(e.kind()) && e.kind() != crate::ErrorKind::NotFound => {
-                let out = Outcome::new(StepResult::Failed, e.to_string());
+                let out = Reconciled::new(StepResult::Failed, e.to_string());
                 Ok(
                     Verdict::not_ready(Reason::Other(e.reason()), e.message(), Map::new())
                         .map_outcome(|_| out),
@@ -159,7 +159,7 @@ impl<K: KvStore, H: HttpClient + ?Sized> Handler<H> for PoolHandler<'_, '_, '_, 
         }
     }
 
-    fn write_status(&self, o: &Self::Object, c: &Condition, s: &Self::Status) -> Result<bool> {
+    fn write_status(&mut self, o: &Self::Object, c: &Condition, s: &Self::Status) -> Result<bool> {
         let ready = Ready {
             status: c.ok,
             reason: c.reason.as_str(),

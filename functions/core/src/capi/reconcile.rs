@@ -37,7 +37,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde_json::{json, Value};
 
 use crate::capi::objects::PoolResource;
-use crate::capi::{self, Outcome};
+use crate::capi::{self, ClaimAnswer, Reconciled};
 use crate::error::{Known, Result};
 use crate::ip::{from_u128, to_u128};
 use crate::ipam::claim::{ClaimObject, IpAddressObject};
@@ -54,7 +54,7 @@ use crate::ports::kv::KvStore;
 
 /// What a full reconciliation did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Report {
+pub struct ReconcileReport {
     /// Pool outcomes by result (`synced`, `failed`, …).
     pub pools: BTreeMap<String, u32>,
     /// Claim outcomes by result (`bound`, `waiting`, …).
@@ -95,7 +95,7 @@ pub struct Report {
     pub machine_rows: Vec<summary::MachineRow>,
 }
 
-impl Report {
+impl ReconcileReport {
     /// As JSON, the body of `POST /v1/reconcile`.
     pub fn to_json(&self) -> Value {
         json!({
@@ -179,7 +179,7 @@ impl Report {
         })
     }
 
-    fn count(map: &mut BTreeMap<String, u32>, o: &Outcome) {
+    fn count(map: &mut BTreeMap<String, u32>, o: &Reconciled) {
         *map.entry(o.result.as_str().to_string()).or_default() += 1;
     }
 }
@@ -192,13 +192,13 @@ impl Report {
 ///
 /// # Errors
 /// Only when the API server cannot be listed at all (503/500) or the store
-/// fails; errors on single objects go into [`Report::errors`].
+/// fails; errors on single objects go into [`ReconcileReport::errors`].
 pub fn reconcile_all<K: KvStore, H: HttpClient + ?Sized>(
     ctx: &Ctx<'_, K>,
     kube: &Kube<'_, H>,
-) -> Result<Report> {
+) -> Result<ReconcileReport> {
     let before = kube.calls();
-    let mut report = Report::default();
+    let mut report = ReconcileReport::default();
     let pool_objects = sync_pools(ctx, kube, &mut report)?;
     let claims = reconcile_claims(ctx, kube, pool_objects, &mut report)?;
     // Pools that came from Kubernetes carry its uid; pools registered
@@ -265,7 +265,7 @@ pub fn reconcile_all<K: KvStore, H: HttpClient + ?Sized>(
 fn sync_pools<K: KvStore, H: HttpClient + ?Sized>(
     ctx: &Ctx<'_, K>,
     kube: &Kube<'_, H>,
-    report: &mut Report,
+    report: &mut ReconcileReport,
 ) -> Result<BTreeMap<PoolId, PoolResource>> {
     let mut pool_objects: BTreeMap<PoolId, PoolResource> = BTreeMap::new();
     for kind in PoolKind::ALL {
@@ -279,7 +279,7 @@ fn sync_pools<K: KvStore, H: HttpClient + ?Sized>(
                 report.vrf_pools.push(id.clone());
             }
             match capi::sync_pool(ctx, kube, &id) {
-                Ok(o) => Report::count(&mut report.pools, &o),
+                Ok(o) => ReconcileReport::count(&mut report.pools, &o),
                 Err(e) => report
                     .errors
                     .push(format!("{} {}: {e}", kind.kind_name(), id.display())),
@@ -308,7 +308,7 @@ fn reconcile_claims<K: KvStore, H: HttpClient + ?Sized>(
     ctx: &Ctx<'_, K>,
     kube: &Kube<'_, H>,
     pool_objects: BTreeMap<PoolId, PoolResource>,
-    report: &mut Report,
+    report: &mut ReconcileReport,
 ) -> Result<Listed> {
     let claims: Vec<WithJson<ClaimObject>> = kube.list_as(&kube::CLAIMS, None)?;
     let addresses: Vec<IpAddressObject> = kube.list_as(&kube::IP_ADDRESSES, None)?;
@@ -341,11 +341,11 @@ fn reconcile_claims<K: KvStore, H: HttpClient + ?Sized>(
             (key, (field("kind"), field("name")))
         })
         .collect();
-    let snapshot = capi::Snapshot::new(claims, addresses, pool_objects);
+    let mut snapshot = capi::Snapshot::new(claims, addresses, pool_objects);
     for (ns, name) in names {
-        match capi::reconcile_claim_in(ctx, kube, &ns, &name, Some(&snapshot)) {
+        match capi::reconcile_claim_in(ctx, kube, &ns, &name, Some(&mut snapshot)) {
             Ok(o) => {
-                Report::count(&mut report.claims, &o);
+                ReconcileReport::count(&mut report.claims, &o);
                 if let (Some(reason), Some((kind, pool))) =
                     (o.reason, pool_refs.get(&(ns.clone(), name.clone())))
                 {
@@ -356,7 +356,7 @@ fn reconcile_claims<K: KvStore, H: HttpClient + ?Sized>(
                     let key = (kind.clone(), pool_ns, pool.clone(), reason.to_string());
                     *report.waiting.entry(key).or_default() += 1;
                 }
-                if o.metal_assignment {
+                if o.metal_assignment() {
                     report.metal_claims.push((ns.clone(), name.clone()));
                 }
             }
@@ -380,9 +380,9 @@ fn reconcile_claims<K: KvStore, H: HttpClient + ?Sized>(
 fn indexed_pools<K: KvStore>(
     ctx: &Ctx<'_, K>,
     pools: &[ops::PoolView],
-    report: &mut Report,
+    report: &mut ReconcileReport,
 ) -> Vec<Loaded> {
-    let read = |id: &PoolId, report: &mut Report| match store::read_pool(ctx.kv, id) {
+    let read = |id: &PoolId, report: &mut ReconcileReport| match store::read_pool(ctx.kv, id) {
         Ok(l) => l,
         Err(e) => {
             report.errors.push(format!("pool {}: {e}", id.display()));
@@ -457,7 +457,7 @@ fn release_stale<K: KvStore, H: HttpClient + ?Sized>(
     managed: &BTreeSet<PoolId>,
     listed: &Listed,
     loaded: &[Loaded],
-    report: &mut Report,
+    report: &mut ReconcileReport,
 ) {
     for l in loaded.iter().filter(|l| managed.contains(&l.object.id)) {
         let id = &l.object.id;
@@ -504,7 +504,7 @@ fn release_binding<K: KvStore, H: HttpClient + ?Sized>(
     kube: &Kube<'_, H>,
     (ns, name): (&str, &str),
     uid: &str,
-    report: &mut Report,
+    report: &mut ReconcileReport,
 ) {
     match kube.get_as::<Meta>(&kube::CLAIMS, Some(ns), name) {
         Ok(Some(c)) if c.metadata.uid.as_deref() == Some(uid) => return,

@@ -58,7 +58,7 @@ use crate::provision::target::Target;
 use crate::provision::transitions::{may_register, Begun, PoolRecord};
 use crate::provision::vrf_cloud::VrfCloud;
 use crate::reconcile::{
-    self, Cleanup, Condition, Handler, Order, Outcome, Reason, StepResult, Verdict,
+    self, Cleanup, Condition, Handler, Order, Reason, Reconciled, StepResult, Verdict,
 };
 
 /// Reason of `Ready=False` while Metal resources are being provisioned.
@@ -90,8 +90,8 @@ pub fn sync_vrf_pool<K: KvStore, H: HttpClient + ?Sized, C: VrfCloud + ?Sized>(
     kube: &Kube<'_, H>,
     cloud: &C,
     id: &PoolId,
-) -> Result<Outcome> {
-    reconcile::run(&VrfPool {
+) -> Result<Reconciled> {
+    reconcile::run(&mut VrfPool {
         ctx,
         kube,
         cloud,
@@ -189,19 +189,19 @@ impl<K: KvStore, H: HttpClient + ?Sized, C: VrfCloud + ?Sized> Handler<H>
         Some(POOL_FINALIZER)
     }
 
-    fn read(&self, _first: bool) -> Result<Option<Self::Object>> {
+    fn read(&mut self, _first: bool) -> Result<Option<Self::Object>> {
         self.now.set(self.ctx.env.now());
         let (r, id) = (self.resource(), self.id);
         Ok(self.kube.get_as(r, id.namespace.as_deref(), &id.name)?)
     }
 
-    fn gone(&self) -> Result<Outcome> {
+    fn gone(&mut self) -> Result<Reconciled> {
         // Its finalizer kept it until its resources were torn down.
         let msg = format!("pool {} does not exist", self.id.display());
-        Ok(Outcome::new(StepResult::Absent, msg))
+        Ok(Reconciled::new(StepResult::Absent, msg))
     }
 
-    fn parse(&self, o: &Self::Object) -> Result<Result<Parsed, Verdict<Fields>>> {
+    fn parse(&mut self, o: &Self::Object) -> Result<Result<Parsed, Verdict<Fields>>> {
         let object = match PoolObject::parse(self.id, &o.json) {
             Ok(p) => p,
             Err(e) => {
@@ -223,12 +223,12 @@ impl<K: KvStore, H: HttpClient + ?Sized, C: VrfCloud + ?Sized> Handler<H>
         }))
     }
 
-    fn paused(&self, o: &Self::Object, _: &mut Parsed) -> Result<Option<Outcome>> {
+    fn paused(&mut self, o: &Self::Object, _: &mut Parsed) -> Result<Option<Reconciled>> {
         let msg = || format!("pool {} is paused", self.id.display());
-        Ok(paused(o).then(|| Outcome::new(StepResult::Paused, msg())))
+        Ok(paused(o).then(|| Reconciled::new(StepResult::Paused, msg())))
     }
 
-    fn cleanup(&self, o: &Self::Object, p: &Parsed) -> Result<Cleanup<Fields>> {
+    fn cleanup(&mut self, o: &Self::Object, p: &Parsed) -> Result<Cleanup<Fields>> {
         teardown(self, &self.target(o, &p.spec))
     }
 
@@ -236,14 +236,14 @@ impl<K: KvStore, H: HttpClient + ?Sized, C: VrfCloud + ?Sized> Handler<H>
         p.invalid.is_none()
     }
 
-    fn apply(&self, o: &Self::Object, p: Parsed) -> Result<Verdict<Fields>> {
+    fn apply(&mut self, o: &Self::Object, p: Parsed) -> Result<Verdict<Fields>> {
         if let Some(e) = p.invalid {
             return Ok(Verdict::not_ready(Reason::InvalidSpec, e, None));
         }
         provision(self, &self.target(o, &p.spec), p.object)
     }
 
-    fn write_status(&self, o: &Self::Object, c: &Condition, s: &Fields) -> Result<bool> {
+    fn write_status(&mut self, o: &Self::Object, c: &Condition, s: &Fields) -> Result<bool> {
         let ready = Ready {
             status: c.ok,
             reason: c.reason.as_str(),
@@ -278,7 +278,7 @@ fn teardown<K: KvStore, H: HttpClient + ?Sized, C: VrfCloud + ?Sized>(
             "pool {} and its Metal resources deleted{more}",
             id.display()
         );
-        Ok(Cleanup::Done(Outcome::new(StepResult::Deleted, msg)))
+        Ok(Cleanup::Done(Reconciled::new(StepResult::Deleted, msg)))
     };
     // From here on nothing is created or registered for the pool.
     if PoolRecord::new(ctx, id, target.uid.as_deref()).begin_teardown()? == Begun::Gone {
@@ -406,11 +406,11 @@ fn register<K: KvStore, H: HttpClient + ?Sized, C: VrfCloud + ?Sized>(
             let mut st = metal_status(progress, Some(&cidr));
             st.insert("ipAddresses".into(), counts);
             let msg = format!("pool {} is ready on {cidr}", id.display());
-            let out = Outcome::new(StepResult::Synced, msg);
+            let out = Reconciled::new(StepResult::Synced, msg);
             Ok(Verdict::ready(Reason::PoolReady, Some(st), out))
         }
         Err(e) if matches!(e.kind(), ErrorKind::Invalid | ErrorKind::Conflict) => {
-            let out = Outcome::new(StepResult::Failed, e.to_string());
+            let out = Reconciled::new(StepResult::Failed, e.to_string());
             let v = Verdict::not_ready(Reason::Other(e.reason()), e.message(), None);
             Ok(v.map_outcome(|_| out))
         }

@@ -121,7 +121,7 @@ fn authenticated<K: KvStore, H: HttpClient + ?Sized>(
 
 fn outcome_response(
     route: &'static str,
-    o: Result<capi::Outcome>,
+    o: Result<capi::Reconciled>,
     kind: &'static str,
     what: String,
 ) -> ApiResponse {
@@ -129,8 +129,8 @@ fn outcome_response(
         Ok(o) => {
             let mut r = ApiResponse::success(200, Some(o.to_json()), route, o.result.as_str());
             r.objects.push((kind, what));
-            if let Some(a) = o.address {
-                r.objects.push(("address", a));
+            if let Some(a) = capi::ClaimAnswer::address(&o) {
+                r.objects.push(("address", a.to_string()));
             }
             r
         }
@@ -172,7 +172,7 @@ fn pool_step<K: KvStore, H: HttpClient + ?Sized>(
     s: &Services<'_, K, H>,
     req: &ApiRequest<'_>,
     step: &Step,
-    run: impl FnOnce(&PoolId) -> Result<capi::Outcome>,
+    run: impl FnOnce(&PoolId) -> Result<capi::Reconciled>,
 ) -> ApiResponse {
     let route = step.template();
     if let Some(r) = guard(
@@ -1091,7 +1091,7 @@ pub fn reconcile<K: KvStore, H: HttpClient + ?Sized>(
 /// with what each answered (`provision`, `assign`, `network`).
 fn chain_reconciled<K: KvStore, H: HttpClient + ?Sized>(
     s: &Services<'_, K, H>,
-    report: &mut reconcile::Report,
+    report: &mut reconcile::ReconcileReport,
 ) -> Value {
     // VRF-backed pools are the provision step's: drive each one (Metal's
     // asynchrony means an event alone may not finish them).

@@ -358,8 +358,8 @@ impl PoolState {
     /// # Examples
     /// ```
     /// use metal_ipam_core::ipam::alloc::{PoolState, AllocRequest};
-    /// use metal_ipam_core::ipam::pool::PoolSpec;
-    /// let pool = PoolSpec { addresses: vec!["10.0.0.10-10.0.0.12".into()], prefix: 24, ..Default::default() }
+    /// use metal_ipam_core::ipam::pool::{PoolShape, PoolSpec};
+    /// let pool = PoolSpec { addresses: vec!["10.0.0.10-10.0.0.12".into()], shape: PoolShape::addresses(24), ..Default::default() }
     ///     .validate().unwrap();
     /// let mut st = PoolState::default();
     /// let req = AllocRequest { claim: "ns/a", claim_name: "a", uid: "u1", requested: None };
@@ -594,8 +594,8 @@ impl PoolState {
     ///
     /// ```
     /// use metal_ipam_core::ipam::alloc::{PoolState, AllocRequest};
-    /// use metal_ipam_core::ipam::pool::PoolSpec;
-    /// let pool = PoolSpec { addresses: vec!["10.0.0.0/30".into()], prefix: 30,
+    /// use metal_ipam_core::ipam::pool::{PoolShape, PoolSpec};
+    /// let pool = PoolSpec { addresses: vec!["10.0.0.0/30".into()], shape: PoolShape::addresses(30),
     ///     address_reuse_grace_period_seconds: 2, ..Default::default() }.validate().unwrap();
     /// let mut st = PoolState::default();
     /// let a = st.allocate(&pool, &AllocRequest { claim: "ns/a", claim_name: "a", uid: "u", requested: None }, 0).unwrap();
@@ -619,8 +619,8 @@ impl PoolState {
     /// # Examples
     /// ```
     /// use metal_ipam_core::ipam::alloc::{PoolState, AllocRequest};
-    /// use metal_ipam_core::ipam::pool::PoolSpec;
-    /// let pool = PoolSpec { addresses: vec!["10.0.0.0/30".into()], prefix: 30, ..Default::default() }
+    /// use metal_ipam_core::ipam::pool::{PoolShape, PoolSpec};
+    /// let pool = PoolSpec { addresses: vec!["10.0.0.0/30".into()], shape: PoolShape::addresses(30), ..Default::default() }
     ///     .validate().unwrap();
     /// let mut st = PoolState::default();
     /// st.allocate(&pool, &AllocRequest { claim: "ns/a", claim_name: "a", uid: "u", requested: None }, 0).unwrap();

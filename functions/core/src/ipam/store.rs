@@ -343,22 +343,7 @@ impl PoolContent {
     /// The content for `next` (see [`Next`]).
     pub fn build(next: &Next) -> PoolContent {
         let Some((object, vp)) = &next.pool else {
-            let h = &next.state.holders;
-            let pages = &h.pages;
-            return PoolContent {
-                deleted: true,
-                pool: None,
-                used: Vec::new(),
-                cooling: Vec::new(),
-                intents: Vec::new(),
-                journal: Vec::new(),
-                holders: (!pages.is_empty()).then(|| HoldersRecord {
-                    incarnation: h.incarnation.clone(),
-                    pages: pages_to_entries(pages),
-                    ..HoldersRecord::default()
-                }),
-                counted: next.state.counted.clone(),
-            };
+            return PoolContent::tombstone(next);
         };
         let fmt = |v: u128| vp.ip(v).to_string();
         let used = next
@@ -387,35 +372,8 @@ impl PoolContent {
             .state
             .intents
             .iter()
-            .map(|i| IntentRecord {
-                kind: match i.kind {
-                    IntentKind::Bind => IntentKindRecord::Bind,
-                    IntentKind::Unbind => IntentKindRecord::Unbind,
-                },
-                claim: i.claim.clone(),
-                uid: i.uid.clone(),
-                address: fmt(i.address),
-                token: i.token.clone(),
-                owner: i.owner.clone(),
-                at: i.at,
-            })
+            .map(|i| IntentRecord::of(i, fmt(i.address)))
             .collect();
-        let h = &next.state.holders;
-        let holders = (*h != Holders::default()).then(|| HoldersRecord {
-            indexed: h.indexed,
-            incarnation: h.incarnation.clone(),
-            recent: h
-                .recent
-                .iter()
-                .map(|r| RecentRecord {
-                    claim: r.claim.clone(),
-                    address: fmt(r.address),
-                    cluster: r.cluster.clone(),
-                    stamp: r.stamp,
-                })
-                .collect(),
-            pages: pages_to_entries(&h.pages),
-        });
         PoolContent {
             deleted: false,
             pool: Some(object.to_json(None)),
@@ -423,10 +381,69 @@ impl PoolContent {
             cooling,
             intents,
             journal: Vec::new(),
-            holders,
+            holders: holders_record(&next.state.holders, &fmt),
             counted: next.state.counted.clone(),
         }
     }
+
+    /// A deleted pool's record: its holder pages (to collect) and its
+    /// counts, nothing else.
+    fn tombstone(next: &Next) -> PoolContent {
+        let h = &next.state.holders;
+        let pages = &h.pages;
+        PoolContent {
+            deleted: true,
+            pool: None,
+            used: Vec::new(),
+            cooling: Vec::new(),
+            intents: Vec::new(),
+            journal: Vec::new(),
+            holders: (!pages.is_empty()).then(|| HoldersRecord {
+                incarnation: h.incarnation.clone(),
+                pages: pages_to_entries(pages),
+                ..HoldersRecord::default()
+            }),
+            counted: next.state.counted.clone(),
+        }
+    }
+}
+
+impl IntentRecord {
+    /// Intent `i` as stored, its value written as `address`.
+    fn of(i: &Intent, address: String) -> IntentRecord {
+        IntentRecord {
+            kind: match i.kind {
+                IntentKind::Bind => IntentKindRecord::Bind,
+                IntentKind::Unbind => IntentKindRecord::Unbind,
+            },
+            claim: i.claim.clone(),
+            uid: i.uid.clone(),
+            address,
+            token: i.token.clone(),
+            owner: i.owner.clone(),
+            at: i.at,
+        }
+    }
+}
+
+/// A live pool's holders as stored (`None` when there is nothing to say),
+/// values written by `fmt`.
+fn holders_record(h: &Holders, fmt: &dyn Fn(u128) -> String) -> Option<HoldersRecord> {
+    (*h != Holders::default()).then(|| HoldersRecord {
+        indexed: h.indexed,
+        incarnation: h.incarnation.clone(),
+        recent: h
+            .recent
+            .iter()
+            .map(|r| RecentRecord {
+                claim: r.claim.clone(),
+                address: fmt(r.address),
+                cluster: r.cluster.clone(),
+                stamp: r.stamp,
+            })
+            .collect(),
+        pages: pages_to_entries(&h.pages),
+    })
 }
 
 impl Content for PoolContent {

@@ -26,6 +26,7 @@ use std::fmt::Write as _;
 use crate::error::Result;
 use crate::ip::Family;
 use crate::ipam::pool::PoolId;
+use crate::ipam::store::Loaded;
 use crate::ipam::{index, ops};
 use crate::kv::{read_record, Ctx};
 use crate::observe::counters::{self, CLASSES, METAL_OPS};
@@ -239,34 +240,7 @@ fn resource_state(p: &Progress, field: &str) -> String {
 /// allocations and releases that counted themselves in their pool's
 /// write), from the same reads.
 fn pools<K: KvStore>(ctx: &Ctx<'_, K>, x: &mut Exposition) -> Result<(usize, index::Counted)> {
-    for (name, help) in POOL_GAUGES {
-        x.family(name, GAUGE, help);
-    }
-    x.family(
-        "metal_ipam_metal_resource",
-        GAUGE,
-        "1 for each Metal resource (vrf, reservation, vlan, gateway) of a VRF-backed pool, labelled with its state.",
-    );
-    x.family(
-        "metal_ipam_metal_pool_phase",
-        GAUGE,
-        "1 for a VRF-backed pool's Metal provisioning phase (provisioning, ready, deleting, deleted).",
-    );
-    x.family(
-        "metal_ipam_pool_record_unreadable",
-        GAUGE,
-        "1 for each pool whose stored record does not load (cut short, corrupt, or from a newer build): it is skipped everywhere else until a PUT (or re-applying the pool object) rebuilds it or a DELETE removes it.",
-    );
-    x.family(
-        "metal_ipam_pool_index_entries",
-        GAUGE,
-        "Entries in the pool index: pools alive, plus pools being provisioned or deleted (bounded by what is alive).",
-    );
-    x.family(
-        "metal_ipam_pool_index_capacity",
-        GAUGE,
-        "Most entries the pool index holds; a new pool past it is refused (TooManyPools).",
-    );
+    pool_families(x);
     let idx = match index::read(ctx.kv)? {
         Some(i) => i,
         None => {
@@ -312,44 +286,88 @@ fn pools<K: KvStore>(ctx: &Ctx<'_, K>, x: &mut Exposition) -> Result<(usize, ind
             }
         };
         n += 1;
-        let c = l.state.counts_at(&l.pool, now);
-        let vrf = l.object.spec.metal.is_some();
-        let progress = if vrf {
-            read_record::<_, ProgressRecord>(ctx.kv, &id)?
-        } else {
-            None
-        };
-        let ready = !vrf || progress.as_ref().is_some_and(|p| phase_of(p) == "ready");
-        let ns = id.namespace.clone().unwrap_or_default();
-        let kind = id.kind.kind_name();
-        let family = match l.pool.family {
-            Family::V4 => "ipv4",
-            Family::V6 => "ipv6",
-        };
-        let labels = [
-            ("namespace", ns.as_str()),
-            ("name", id.name.as_str()),
-            ("kind", kind),
-            ("family", family),
-            ("vrf", if vrf { "true" } else { "false" }),
-        ];
-        let values = [
-            ops::count(c.total),
-            ops::count(c.used),
-            ops::count(c.free),
-            ops::count(c.cooling),
-            ops::count(c.out_of_range),
-            i64::from(ready),
-            i64::from(c.free == 0),
-        ];
-        for ((name, _), v) in POOL_GAUGES.iter().zip(values) {
-            x.sample(name, &labels, v);
-        }
-        if let Some(p) = &progress {
-            metal_samples(x, &id, p);
-        }
+        live_pool_samples(ctx, x, &id, &l, now)?;
     }
     Ok((n, idx.counted(&records)))
+}
+
+/// The pool families' `HELP` and `TYPE` lines.
+fn pool_families(x: &mut Exposition) {
+    for (name, help) in POOL_GAUGES {
+        x.family(name, GAUGE, help);
+    }
+    x.family(
+        "metal_ipam_metal_resource",
+        GAUGE,
+        "1 for each Metal resource (vrf, reservation, vlan, gateway) of a VRF-backed pool, labelled with its state.",
+    );
+    x.family(
+        "metal_ipam_metal_pool_phase",
+        GAUGE,
+        "1 for a VRF-backed pool's Metal provisioning phase (provisioning, ready, deleting, deleted).",
+    );
+    x.family(
+        "metal_ipam_pool_record_unreadable",
+        GAUGE,
+        "1 for each pool whose stored record does not load (cut short, corrupt, or from a newer build): it is skipped everywhere else until a PUT (or re-applying the pool object) rebuilds it or a DELETE removes it.",
+    );
+    x.family(
+        "metal_ipam_pool_index_entries",
+        GAUGE,
+        "Entries in the pool index: pools alive, plus pools being provisioned or deleted (bounded by what is alive).",
+    );
+    x.family(
+        "metal_ipam_pool_index_capacity",
+        GAUGE,
+        "Most entries the pool index holds; a new pool past it is refused (TooManyPools).",
+    );
+}
+
+/// A registered pool's gauges (and its Metal progress when VRF-backed).
+fn live_pool_samples<K: KvStore>(
+    ctx: &Ctx<'_, K>,
+    x: &mut Exposition,
+    id: &PoolId,
+    l: &Loaded,
+    now: u64,
+) -> Result<()> {
+    let c = l.state.counts_at(&l.pool, now);
+    let vrf = l.object.spec.metal.is_some();
+    let progress = if vrf {
+        read_record::<_, ProgressRecord>(ctx.kv, id)?
+    } else {
+        None
+    };
+    let ready = !vrf || progress.as_ref().is_some_and(|p| phase_of(p) == "ready");
+    let ns = id.namespace.clone().unwrap_or_default();
+    let kind = id.kind.kind_name();
+    let family = match l.pool.family {
+        Family::V4 => "ipv4",
+        Family::V6 => "ipv6",
+    };
+    let labels = [
+        ("namespace", ns.as_str()),
+        ("name", id.name.as_str()),
+        ("kind", kind),
+        ("family", family),
+        ("vrf", if vrf { "true" } else { "false" }),
+    ];
+    let values = [
+        ops::count(c.total),
+        ops::count(c.used),
+        ops::count(c.free),
+        ops::count(c.cooling),
+        ops::count(c.out_of_range),
+        i64::from(ready),
+        i64::from(c.free == 0),
+    ];
+    for ((name, _), v) in POOL_GAUGES.iter().zip(values) {
+        x.sample(name, &labels, v);
+    }
+    if let Some(p) = &progress {
+        metal_samples(x, id, p);
+    }
+    Ok(())
 }
 
 fn metal_samples(x: &mut Exposition, id: &PoolId, p: &Progress) {
@@ -530,6 +548,14 @@ fn counter_families<K: KvStore>(
     for (text, n) in in_records {
         t.add_signature(text, *n);
     }
+    request_families(&t, x);
+    call_families(&t, x);
+    Ok(())
+}
+
+/// What the components answered: requests by route and status,
+/// allocations, releases, compare-and-swap conflicts, contention.
+fn request_families(t: &counters::Totals, x: &mut Exposition) {
     x.family(
         "metal_ipam_requests_total",
         COUNTER,
@@ -583,6 +609,11 @@ fn counter_families<K: KvStore>(
             n,
         );
     }
+}
+
+/// The calls made (Metal, Kubernetes), the requests counted without a
+/// signature of their own, and the registries' sizes.
+fn call_families(t: &counters::Totals, x: &mut Exposition) {
     x.family(
         "metal_ipam_metal_calls_total",
         COUNTER,
@@ -642,7 +673,6 @@ fn counter_families<K: KvStore>(
             cap,
         );
     }
-    Ok(())
 }
 
 #[cfg(test)]

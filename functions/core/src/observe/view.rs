@@ -32,7 +32,7 @@ use crate::ipam::alloc::Holder;
 use crate::ipam::holders;
 use crate::ipam::ops::{self, PoolView};
 use crate::ipam::pool::PoolId;
-use crate::ipam::store;
+use crate::ipam::store::{self, Loaded};
 use crate::kv::Ctx;
 use crate::observe::summary::{self, Summary};
 use crate::ports::kv::KvStore;
@@ -261,50 +261,8 @@ pub fn pool<K: KvStore>(ctx: &Ctx<'_, K>, id: &PoolId) -> Result<Option<Value>> 
         .iter()
         .map(|c| (c.address, c.until))
         .collect();
-    // The rows shown: the first MAX_ADDRESS_ROWS used values.
-    let mut shown: Vec<u128> = Vec::new();
-    let mut omitted: u128 = 0;
-    for &(a, b) in l.state.used.ranges() {
-        let n = b - a + 1;
-        let room = MAX_ADDRESS_ROWS.saturating_sub(shown.len()) as u128;
-        if room < n {
-            omitted += n - room;
-        }
-        shown.extend((a..=b).take(usize::try_from(room.min(n)).unwrap_or(0)));
-    }
-    let held: Vec<u128> = shown
-        .iter()
-        .copied()
-        .filter(|v| !cooling.contains_key(v))
-        .collect();
-    let found = holders::holders_of(ctx.kv, &l, &held)?;
-    let mut rows = Vec::new();
-    for v in shown {
-        let address = value_text(&l, v);
-        let until = cooling.get(&v);
-        let holder = if until.is_some() {
-            None
-        } else {
-            found.by_value.get(&v)
-        };
-        let state = if until.is_some() {
-            "cooling"
-        } else if holder.is_some() || !l.state.holders.indexed {
-            "bound"
-        } else {
-            "pending"
-        };
-        rows.push(json!({
-            "address": address,
-            "state": state,
-            "inRange": l.pool.allocatable.contains(v),
-            "claim": holder.map(|h| h.claim.clone()),
-            "cluster": holder.and_then(|h| h.cluster.clone()),
-            "ipAddress": holder.map(|h| h.claim.clone()),
-            "machine": machines.get(&address),
-            "until": until,
-        }));
-    }
+    let (shown, omitted) = shown_values(&l);
+    let (rows, unreadable) = address_rows(ctx, &l, shown, &cooling, &machines)?;
     let mut free = l.pool.allocatable.clone();
     free.subtract(&l.state.used);
     let free_ranges: Vec<String> = free
@@ -337,7 +295,7 @@ pub fn pool<K: KvStore>(ctx: &Ctx<'_, K>, id: &PoolId) -> Result<Option<Value>> 
         "addresses": rows,
         "addressesOmitted": count(omitted),
         "holdersIndexed": l.state.holders.indexed,
-        "holderPagesUnreadable": found.unreadable.len(),
+        "holderPagesUnreadable": unreadable,
         "free": free_ranges,
         "freeRangesOmitted": free.ranges().len().saturating_sub(MAX_FREE_RANGES),
         "cooling": cooling_rows,
@@ -345,6 +303,70 @@ pub fn pool<K: KvStore>(ctx: &Ctx<'_, K>, id: &PoolId) -> Result<Option<Value>> 
         "machinesAsOf": summary.as_ref().map(|s| s.at),
         "now": ctx.env.now(),
     })))
+}
+
+/// The address rows a pool's page shows: the first [`MAX_ADDRESS_ROWS`]
+/// used values, and how many more are used.
+fn shown_values(l: &Loaded) -> (Vec<u128>, u128) {
+    let mut shown: Vec<u128> = Vec::new();
+    let mut omitted: u128 = 0;
+    for &(a, b) in l.state.used.ranges() {
+        let n = b - a + 1;
+        let room = MAX_ADDRESS_ROWS.saturating_sub(shown.len()) as u128;
+        if room < n {
+            omitted += n - room;
+        }
+        shown.extend((a..=b).take(usize::try_from(room.min(n)).unwrap_or(0)));
+    }
+    (shown, omitted)
+}
+
+/// The rows of `shown` values (state, holder, machine), with the count of
+/// holder pages that did not load.
+///
+/// # Errors
+/// Store failures.
+fn address_rows<K: KvStore>(
+    ctx: &Ctx<'_, K>,
+    l: &Loaded,
+    shown: Vec<u128>,
+    cooling: &BTreeMap<u128, u64>,
+    machines: &BTreeMap<String, String>,
+) -> Result<(Vec<Value>, usize)> {
+    let held: Vec<u128> = shown
+        .iter()
+        .copied()
+        .filter(|v| !cooling.contains_key(v))
+        .collect();
+    let found = holders::holders_of(ctx.kv, l, &held)?;
+    let mut rows = Vec::new();
+    for v in shown {
+        let address = value_text(l, v);
+        let until = cooling.get(&v);
+        let holder = if until.is_some() {
+            None
+        } else {
+            found.by_value.get(&v)
+        };
+        let state = if until.is_some() {
+            "cooling"
+        } else if holder.is_some() || !l.state.holders.indexed {
+            "bound"
+        } else {
+            "pending"
+        };
+        rows.push(json!({
+            "address": address,
+            "state": state,
+            "inRange": l.pool.allocatable.contains(v),
+            "claim": holder.map(|h| h.claim.clone()),
+            "cluster": holder.and_then(|h| h.cluster.clone()),
+            "ipAddress": holder.map(|h| h.claim.clone()),
+            "machine": machines.get(&address),
+            "until": until,
+        }));
+    }
+    Ok((rows, found.unreadable.len()))
 }
 
 /// The machines of the last reconcile run: `{"asOf": null | unix seconds,
@@ -452,74 +474,21 @@ pub fn search<K: KvStore>(ctx: &Ctx<'_, K>, query: &str) -> Result<Value> {
     let needle = q.to_lowercase();
     let summary = summary::read(ctx.kv)?;
     let machine_of = machine_addresses(summary.as_ref());
-    let mut results: Vec<Value> = Vec::new();
-    let mut truncated = false;
-    let mut push = |results: &mut Vec<Value>, v: Value| {
-        if results.len() < MAX_RESULTS {
-            results.push(v);
-        } else {
-            truncated = true;
-        }
-    };
+    let mut results = Results::default();
     if let Ok(ip) = q.parse::<IpAddr>() {
-        let wanted = ip.to_string();
-        let ids = match ops::indexed_pools(ctx.kv)? {
-            Some(ids) => ids,
-            // A store written before the pool index: as the overview does.
-            None => ops::list_pools(ctx.kv, None, ctx.env.now())?
-                .pools
-                .into_iter()
-                .map(|v| v.object.id)
-                .collect(),
-        };
-        for id in ids {
-            let ops::Found::Live(l) = ops::find_pool(ctx.kv, &id)? else {
-                continue;
-            };
-            let mut l = *l;
-            l.state.expire(ctx.env.now());
-            // In a prefix pool, the sub-prefix containing the address.
-            let Some(a) = l.pool.value_containing(ip) else {
-                continue;
-            };
-            let found = if l.state.used.contains(a) && !l.state.is_cooling(a) {
-                holders::holders_of(ctx.kv, &l, &[a])?
-            } else {
-                holders::Holdings::default()
-            };
-            let holder = found.by_value.get(&a);
-            if let Some((state, until)) = address_result(&l, a, holder) {
-                push(
-                    &mut results,
-                    json!({
-                        "type": "address",
-                        "address": wanted,
-                        "pool": pool_ref(&id),
-                        "poolKind": id.kind.kind_name(),
-                        "state": state,
-                        "until": until,
-                        "claim": holder.map(|h| h.claim.clone()),
-                        "cluster": holder.and_then(|h| h.cluster.clone()),
-                        "machine": machine_of.get(&wanted),
-                    }),
-                );
-            }
-        }
+        address_results(ctx, ip, &machine_of, &mut results)?;
     }
     if let Some((ns, name)) = claim_name(&needle) {
         if let Some(r) = ops::get_claim(ctx.kv, ns, name)? {
-            push(
-                &mut results,
-                json!({
-                    "type": "claim",
-                    "claim": format!("{ns}/{name}"),
-                    "address": r.address,
-                    "pool": r.pool_id(ns).ok().as_ref().map(pool_ref),
-                    "poolKind": r.pool_ref.kind,
-                    "cluster": r.cluster_name,
-                    "machine": machine_of.get(&r.address),
-                }),
-            );
+            results.push(json!({
+                "type": "claim",
+                "claim": format!("{ns}/{name}"),
+                "address": r.address,
+                "pool": r.pool_id(ns).ok().as_ref().map(pool_ref),
+                "poolKind": r.pool_ref.kind,
+                "cluster": r.cluster_name,
+                "machine": machine_of.get(&r.address),
+            }));
         }
     }
     for m in summary
@@ -533,20 +502,90 @@ pub fn search<K: KvStore>(ctx: &Ctx<'_, K>, query: &str) -> Result<Value> {
             .values()
             .any(|a| a.split('/').next() == Some(q.as_str()));
         if full.to_lowercase().contains(&needle) || has_address {
-            push(
-                &mut results,
-                json!({
-                    "type": "machine",
-                    "machine": full,
-                    "cluster": m.cluster,
-                    "device": m.device,
-                    "phase": m.phase,
-                    "addresses": m.addresses,
-                }),
-            );
+            results.push(json!({
+                "type": "machine",
+                "machine": full,
+                "cluster": m.cluster,
+                "device": m.device,
+                "phase": m.phase,
+                "addresses": m.addresses,
+            }));
         }
     }
+    let Results { results, truncated } = results;
     Ok(json!({"query": q, "results": results, "truncated": truncated}))
+}
+
+/// A search's results: at most [`MAX_RESULTS`], and whether more were
+/// found.
+#[derive(Default)]
+struct Results {
+    results: Vec<Value>,
+    truncated: bool,
+}
+
+impl Results {
+    fn push(&mut self, v: Value) {
+        if self.results.len() < MAX_RESULTS {
+            self.results.push(v);
+        } else {
+            self.truncated = true;
+        }
+    }
+}
+
+/// The search for an address: in every pool, the address (or, in a
+/// prefix pool, the sub-prefix containing it) that is used or cooling.
+///
+/// # Errors
+/// Store failures.
+fn address_results<K: KvStore>(
+    ctx: &Ctx<'_, K>,
+    ip: IpAddr,
+    machine_of: &BTreeMap<String, String>,
+    results: &mut Results,
+) -> Result<()> {
+    let wanted = ip.to_string();
+    let ids = match ops::indexed_pools(ctx.kv)? {
+        Some(ids) => ids,
+        // A store written before the pool index: as the overview does.
+        None => ops::list_pools(ctx.kv, None, ctx.env.now())?
+            .pools
+            .into_iter()
+            .map(|v| v.object.id)
+            .collect(),
+    };
+    for id in ids {
+        let ops::Found::Live(l) = ops::find_pool(ctx.kv, &id)? else {
+            continue;
+        };
+        let mut l = *l;
+        l.state.expire(ctx.env.now());
+        // In a prefix pool, the sub-prefix containing the address.
+        let Some(a) = l.pool.value_containing(ip) else {
+            continue;
+        };
+        let found = if l.state.used.contains(a) && !l.state.is_cooling(a) {
+            holders::holders_of(ctx.kv, &l, &[a])?
+        } else {
+            holders::Holdings::default()
+        };
+        let holder = found.by_value.get(&a);
+        if let Some((state, until)) = address_result(&l, a, holder) {
+            results.push(json!({
+                "type": "address",
+                "address": wanted,
+                "pool": pool_ref(&id),
+                "poolKind": id.kind.kind_name(),
+                "state": state,
+                "until": until,
+                "claim": holder.map(|h| h.claim.clone()),
+                "cluster": holder.and_then(|h| h.cluster.clone()),
+                "machine": machine_of.get(&wanted),
+            }));
+        }
+    }
+    Ok(())
 }
 
 /// The claim a (lower-cased) query names, when it has the shape

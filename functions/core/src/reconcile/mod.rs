@@ -4,7 +4,7 @@
 //! [`run`] owns the order of the lifecycle, the finalizer, the retry after a
 //! 409, the count of Kubernetes calls, and the mapping from a handler's
 //! typed [`Verdict`] to the object's condition and to the step's
-//! [`Outcome`]. A handler only reads, decides and acts. A new contract rule
+//! [`Reconciled`]. A handler only reads, decides and acts. A new contract rule
 //! that holds for every kind is one edit here.
 //!
 //! Handlers: the IPAM claim and the plain pool ([`crate::capi`]), the
@@ -56,7 +56,7 @@
 //!   as described by each handler (claims and VRF-backed pools: not ours
 //!   to clean up any more).
 
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
 
 use crate::error::{ErrorKind, Result};
 use crate::kube::meta::{add_finalizer, remove_finalizer, retrying};
@@ -116,13 +116,14 @@ impl StepResult {
     }
 }
 
-/// What a reconciliation did: the step's answer.
+/// What a reconciliation did: the step's answer. The kit's part is the
+/// same for every kind; a handler adds its own members to the answer's
+/// JSON through [`Reconciled::detail`] (the claim handler's `address` and
+/// `metalAssignment`: [`crate::capi::ClaimAnswer`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Outcome {
+pub struct Reconciled {
     /// What the step concluded.
     pub result: StepResult,
-    /// The address involved, if any.
-    pub address: Option<String>,
     /// Human explanation.
     pub message: String,
     /// Requests sent to the API server.
@@ -130,59 +131,48 @@ pub struct Outcome {
     /// Seconds after which running the step again is worthwhile, when it
     /// is waiting on something that takes time (Metal provisioning).
     pub retry_after: Option<u64>,
-    /// The claim is in a VRF-backed pool: its Metal assignment is the
-    /// `assign` step's (run it after this one; a `waiting` release runs
-    /// again after it).
-    pub metal_assignment: bool,
     /// The reason of the `Ready=False` condition the step wrote, if it
     /// wrote one (what a full reconcile counts claims waiting by; not in
     /// the answer's JSON, whose `message` says it).
     pub reason: Option<&'static str>,
+    /// A handler's own members of the answer's JSON, passed on as they
+    /// are (the kit never reads them).
+    pub detail: Map<String, Value>,
 }
 
-impl Outcome {
-    /// An outcome with `result` and `message`, nothing else.
-    pub fn new(result: StepResult, message: impl Into<String>) -> Outcome {
-        Outcome {
+impl Reconciled {
+    /// An answer with `result` and `message`, nothing else.
+    pub fn new(result: StepResult, message: impl Into<String>) -> Reconciled {
+        Reconciled {
             result,
-            address: None,
             message: message.into(),
             kube_calls: 0,
             retry_after: None,
-            metal_assignment: false,
             reason: None,
+            detail: Map::new(),
         }
     }
 
-    /// With [`Outcome::metal_assignment`] set to `yes`.
-    pub fn metal(mut self, yes: bool) -> Outcome {
-        self.metal_assignment = yes;
-        self
-    }
-
     /// With a wait before the step is worth running again.
-    pub fn retry_after(mut self, seconds: u64) -> Outcome {
+    pub fn retry_after(mut self, seconds: u64) -> Reconciled {
         self.retry_after = Some(seconds);
         self
     }
 
-    /// With the address involved.
-    pub fn with_address(mut self, a: impl Into<String>) -> Outcome {
-        self.address = Some(a.into());
+    /// With the handler's member `key` set to `value` in the answer.
+    pub fn with_detail(mut self, key: &str, value: impl Into<Value>) -> Reconciled {
+        self.detail.insert(key.to_string(), value.into());
         self
     }
 
     /// As JSON (for responses and reports).
     pub fn to_json(&self) -> Value {
         let mut v = json!({"result": self.result.as_str(), "message": self.message, "kubeCalls": self.kube_calls});
-        if let Some(a) = &self.address {
-            v["address"] = a.clone().into();
-        }
         if let Some(s) = self.retry_after {
             v["retryAfter"] = s.into();
         }
-        if self.metal_assignment {
-            v["metalAssignment"] = true.into();
+        if let Value::Object(m) = &mut v {
+            m.extend(self.detail.clone());
         }
         v
     }
@@ -282,12 +272,12 @@ pub struct Verdict<S> {
     /// fields (`S`: an address reference, counts); `None` writes nothing.
     pub status: Option<(Condition, S)>,
     /// The step's answer.
-    pub outcome: Outcome,
+    pub outcome: Reconciled,
 }
 
 impl<S> Verdict<S> {
     /// Nothing to write; answer `outcome`.
-    pub fn answer(outcome: Outcome) -> Self {
+    pub fn answer(outcome: Reconciled) -> Self {
         Verdict {
             status: None,
             outcome,
@@ -296,12 +286,12 @@ impl<S> Verdict<S> {
 
     /// Nothing to write; answer `result` with `message`.
     pub fn just(result: StepResult, message: impl Into<String>) -> Self {
-        Verdict::answer(Outcome::new(result, message))
+        Verdict::answer(Reconciled::new(result, message))
     }
 
     /// `Ready=True` with `reason` and the handler's `fields`; answer
     /// `outcome`.
-    pub fn ready(reason: Reason, fields: S, outcome: Outcome) -> Self {
+    pub fn ready(reason: Reason, fields: S, outcome: Reconciled) -> Self {
         let c = Condition {
             ok: true,
             reason,
@@ -317,7 +307,7 @@ impl<S> Verdict<S> {
     /// [`Reason::result`] and its message `message`.
     pub fn not_ready(reason: Reason, message: impl Into<String>, fields: S) -> Self {
         let message = message.into();
-        let mut outcome = Outcome::new(reason.result(), message.clone());
+        let mut outcome = Reconciled::new(reason.result(), message.clone());
         outcome.reason = Some(reason.as_str());
         let c = Condition {
             ok: false,
@@ -331,7 +321,7 @@ impl<S> Verdict<S> {
     }
 
     /// The same verdict, its outcome changed by `f`.
-    pub fn map_outcome(mut self, f: impl FnOnce(Outcome) -> Outcome) -> Self {
+    pub fn map_outcome(mut self, f: impl FnOnce(Reconciled) -> Reconciled) -> Self {
         self.outcome = f(self.outcome);
         self
     }
@@ -352,7 +342,7 @@ pub enum Order {
 #[derive(Debug, Clone)]
 pub enum Cleanup<S> {
     /// Everything is released: remove the finalizer, then answer.
-    Done(Outcome),
+    Done(Reconciled),
     /// Not yet (or nothing to remove the finalizer for): write and answer
     /// the verdict, keep the finalizer.
     Pending(Verdict<S>),
@@ -360,6 +350,11 @@ pub enum Cleanup<S> {
 
 /// One kind of object's part of the lifecycle (see the module docs for
 /// where [`run`] calls each method).
+///
+/// The phases take `&mut self`: what one phase learns (the attempt's
+/// snapshot rule, the clock read with the object, a second object read
+/// beside it, what the action did) is kept in the handler's own fields for
+/// the next, without interior mutability.
 pub trait Handler<H: HttpClient + ?Sized> {
     /// The object as read from the API server.
     type Object: Object + Clone;
@@ -388,28 +383,28 @@ pub trait Handler<H: HttpClient + ?Sized> {
     ///
     /// # Errors
     /// API server errors.
-    fn read(&self, first: bool) -> Result<Option<Self::Object>>;
+    fn read(&mut self, first: bool) -> Result<Option<Self::Object>>;
     /// The object does not exist: clean up what we hold for it.
     ///
     /// # Errors
     /// Store, Metal and API server errors.
-    fn gone(&self) -> Result<Outcome>;
+    fn gone(&mut self) -> Result<Reconciled>;
     /// Parses the object, or concludes here (not ours, or invalid).
     ///
     /// # Errors
     /// Store or API server errors (a bad spec is a verdict, not an error).
-    fn parse(&self, o: &Self::Object) -> Result<Result<Self::Parsed, Verdict<Self::Status>>>;
+    fn parse(&mut self, o: &Self::Object) -> Result<Result<Self::Parsed, Verdict<Self::Status>>>;
     /// Whether the object waits (paused, or its cluster is missing), and
     /// the answer then. May keep what it read in `p` for later steps.
     ///
     /// # Errors
     /// API server errors.
-    fn paused(&self, o: &Self::Object, p: &mut Self::Parsed) -> Result<Option<Outcome>>;
+    fn paused(&mut self, o: &Self::Object, p: &mut Self::Parsed) -> Result<Option<Reconciled>>;
     /// Releases what the deleting object holds.
     ///
     /// # Errors
     /// Store, Metal and API server errors.
-    fn cleanup(&self, o: &Self::Object, p: &Self::Parsed) -> Result<Cleanup<Self::Status>>;
+    fn cleanup(&mut self, o: &Self::Object, p: &Self::Parsed) -> Result<Cleanup<Self::Status>>;
     /// Whether the live object should carry our finalizer now (before
     /// [`Handler::apply`]); by default always.
     fn keeps_finalizer(&self, _o: &Self::Object, _p: &Self::Parsed) -> bool {
@@ -420,14 +415,14 @@ pub trait Handler<H: HttpClient + ?Sized> {
     /// # Errors
     /// Store, Metal and API server errors that the next run may not meet
     /// (a refusal of the object as it is is a verdict).
-    fn apply(&self, o: &Self::Object, p: Self::Parsed) -> Result<Verdict<Self::Status>>;
+    fn apply(&mut self, o: &Self::Object, p: Self::Parsed) -> Result<Verdict<Self::Status>>;
     /// Writes the condition and status fields if they differ from the
     /// object's; returns whether it wrote.
     ///
     /// # Errors
     /// API server errors (409 when the object changed: the lifecycle runs
     /// again).
-    fn write_status(&self, o: &Self::Object, c: &Condition, s: &Self::Status) -> Result<bool>;
+    fn write_status(&mut self, o: &Self::Object, c: &Condition, s: &Self::Status) -> Result<bool>;
 }
 
 /// Runs `h`'s lifecycle to an outcome (see the module docs).
@@ -439,7 +434,7 @@ pub trait Handler<H: HttpClient + ?Sized> {
 /// # Errors
 /// The handler's errors; a conflict that persists after
 /// [`crate::kube::meta::CONFLICT_RETRIES`] attempts (503).
-pub fn run<H: HttpClient + ?Sized, X: Handler<H>>(h: &X) -> Result<Outcome> {
+pub fn run<H: HttpClient + ?Sized, X: Handler<H>>(h: &mut X) -> Result<Reconciled> {
     let before = h.kube().calls();
     let mut first = true;
     let mut out = retrying(|| {
@@ -451,7 +446,7 @@ pub fn run<H: HttpClient + ?Sized, X: Handler<H>>(h: &X) -> Result<Outcome> {
     Ok(out)
 }
 
-fn once<H: HttpClient + ?Sized, X: Handler<H>>(h: &X, first: bool) -> Result<Outcome> {
+fn once<H: HttpClient + ?Sized, X: Handler<H>>(h: &mut X, first: bool) -> Result<Reconciled> {
     let Some(o) = h.read(first)? else {
         return h.gone();
     };
@@ -469,7 +464,7 @@ fn once<H: HttpClient + ?Sized, X: Handler<H>>(h: &X, first: bool) -> Result<Out
     if deleting {
         let held = h.finalizer().is_some_and(|f| o.meta().has_finalizer(f));
         if X::CLEANUP_NEEDS_FINALIZER && !held {
-            return Ok(Outcome::new(
+            return Ok(Reconciled::new(
                 StepResult::Absent,
                 format!(
                     "the {} is being deleted and holds no metal-ipam finalizer",
@@ -497,10 +492,10 @@ fn once<H: HttpClient + ?Sized, X: Handler<H>>(h: &X, first: bool) -> Result<Out
 
 /// Writes the verdict's condition (if any) and answers its outcome.
 fn finish<H: HttpClient + ?Sized, X: Handler<H>>(
-    h: &X,
+    h: &mut X,
     o: &X::Object,
     v: Verdict<X::Status>,
-) -> Result<Outcome> {
+) -> Result<Reconciled> {
     if let Some((c, s)) = &v.status {
         h.write_status(o, c, s)?;
     }

@@ -5,6 +5,11 @@
 //! [`ValidatedPool`]: the set of allocatable addresses as ranges (so a /64 is
 //! cheap), the reserved addresses, the pre-allocations, and the grace period.
 //! Every problem is reported as a 422 [`Error`] naming the field.
+//! What a pool is ([`PoolKind`], [`PoolId`]) is `id`'s; the object's
+//! envelope is `object`'s.
+
+mod id;
+mod object;
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -31,145 +36,49 @@ pub use crate::kube::{
 /// entries.
 pub const MAX_ENTRIES: usize = 1024;
 
-/// Which of the four pool kinds: namespaced or cluster-wide, handing out
-/// addresses or sub-prefixes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum PoolKind {
-    /// `MetalIPPool`: addresses, to claims of its own namespace.
-    Namespaced,
-    /// `GlobalMetalIPPool`: addresses, to claims of every namespace.
-    Global,
-    /// `MetalPrefixPool`: sub-prefixes, to claims of its own namespace.
-    NamespacedPrefix,
-    /// `GlobalMetalPrefixPool`: sub-prefixes, to claims of every namespace.
-    GlobalPrefix,
+/// What a pool hands out, with the fields only that shape has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PoolShape {
+    /// Addresses (`MetalIPPool`, `GlobalMetalIPPool`).
+    Addresses {
+        /// `spec.prefix`: the prefix length handed out with every address
+        /// (0 in a VRF-backed pool that leaves it to its block).
+        prefix: u8,
+        /// `spec.allocateReservedIPAddresses`: hand out network,
+        /// broadcast/anycast and gateway addresses too.
+        allocate_reserved: bool,
+    },
+    /// Sub-prefixes (`MetalPrefixPool`, `GlobalMetalPrefixPool`) of
+    /// `spec.allocationPrefixLength`.
+    Prefixes {
+        /// The length of every sub-prefix handed out.
+        length: u8,
+    },
 }
 
-impl PoolKind {
-    /// Every kind.
-    pub const ALL: [PoolKind; 4] = [
-        PoolKind::Namespaced,
-        PoolKind::Global,
-        PoolKind::NamespacedPrefix,
-        PoolKind::GlobalPrefix,
-    ];
+impl Default for PoolShape {
+    fn default() -> Self {
+        PoolShape::Addresses {
+            prefix: 0,
+            allocate_reserved: false,
+        }
+    }
+}
 
-    /// The Kubernetes kind name.
-    pub fn kind_name(self) -> &'static str {
+impl PoolShape {
+    /// An address pool handing out `prefix` with every address.
+    pub fn addresses(prefix: u8) -> PoolShape {
+        PoolShape::Addresses {
+            prefix,
+            allocate_reserved: false,
+        }
+    }
+
+    /// A prefix pool's sub-prefix length; `None` for an address pool.
+    pub fn prefix_length(self) -> Option<u8> {
         match self {
-            PoolKind::Namespaced => KIND_NAMESPACED,
-            PoolKind::Global => KIND_GLOBAL,
-            PoolKind::NamespacedPrefix => KIND_PREFIX,
-            PoolKind::GlobalPrefix => KIND_GLOBAL_PREFIX,
-        }
-    }
-
-    /// Parses a kind name (exact, case-sensitive as in Kubernetes).
-    ///
-    /// ```
-    /// use metal_ipam_core::ipam::pool::PoolKind;
-    /// for k in PoolKind::ALL {
-    ///     assert_eq!(PoolKind::from_kind_name(k.kind_name()), Some(k));
-    /// }
-    /// assert_eq!(PoolKind::from_kind_name("InClusterIPPool"), None);
-    /// ```
-    pub fn from_kind_name(kind: &str) -> Option<PoolKind> {
-        PoolKind::ALL.into_iter().find(|k| k.kind_name() == kind)
-    }
-
-    /// Whether pools of this kind are cluster-wide.
-    pub fn is_global(self) -> bool {
-        matches!(self, PoolKind::Global | PoolKind::GlobalPrefix)
-    }
-
-    /// Whether pools of this kind hand out sub-prefixes.
-    pub fn is_prefix(self) -> bool {
-        matches!(self, PoolKind::NamespacedPrefix | PoolKind::GlobalPrefix)
-    }
-
-    /// The kind of this scope (`global`) and shape (`prefix`).
-    pub fn of_shape(global: bool, prefix: bool) -> PoolKind {
-        match (global, prefix) {
-            (false, false) => PoolKind::Namespaced,
-            (true, false) => PoolKind::Global,
-            (false, true) => PoolKind::NamespacedPrefix,
-            (true, true) => PoolKind::GlobalPrefix,
-        }
-    }
-
-    /// The Kubernetes resource of this kind.
-    pub fn resource(self) -> &'static crate::kube::Resource {
-        match self {
-            PoolKind::Namespaced => &crate::kube::METAL_IP_POOLS,
-            PoolKind::Global => &crate::kube::GLOBAL_METAL_IP_POOLS,
-            PoolKind::NamespacedPrefix => &crate::kube::METAL_PREFIX_POOLS,
-            PoolKind::GlobalPrefix => &crate::kube::GLOBAL_METAL_PREFIX_POOLS,
-        }
-    }
-}
-
-/// Identity of a pool: kind, namespace (namespaced kind only) and name.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct PoolId {
-    /// Namespaced or global.
-    pub kind: PoolKind,
-    /// Namespace; `None` for global pools.
-    pub namespace: Option<String>,
-    /// Object name.
-    pub name: String,
-}
-
-impl PoolId {
-    /// A namespaced pool id.
-    pub fn namespaced(namespace: &str, name: &str) -> PoolId {
-        PoolId {
-            kind: PoolKind::Namespaced,
-            namespace: Some(namespace.to_string()),
-            name: name.to_string(),
-        }
-    }
-
-    /// A global pool id.
-    pub fn global(name: &str) -> PoolId {
-        PoolId {
-            kind: PoolKind::Global,
-            namespace: None,
-            name: name.to_string(),
-        }
-    }
-
-    /// The pool of `kind` named `name`; `namespace` is its namespace when
-    /// the kind is namespaced (and ignored for a global pool). The one
-    /// place where (kind, namespace, name) becomes an id: paths, claim
-    /// `poolRef`s, bindings, admission reviews and Kubernetes objects all
-    /// come through here.
-    ///
-    /// # Examples
-    /// ```
-    /// use metal_ipam_core::ipam::pool::{PoolId, PoolKind};
-    /// assert_eq!(PoolId::of(PoolKind::Namespaced, "a", "p"), PoolId::namespaced("a", "p"));
-    /// assert_eq!(PoolId::of(PoolKind::Global, "a", "p"), PoolId::global("p"));
-    /// ```
-    pub fn of(kind: PoolKind, namespace: &str, name: &str) -> PoolId {
-        PoolId {
-            kind,
-            namespace: (!kind.is_global()).then(|| namespace.to_string()),
-            name: name.to_string(),
-        }
-    }
-
-    /// Human form used in messages and logs: `ns/name` or `global/name`.
-    ///
-    /// # Examples
-    /// ```
-    /// use metal_ipam_core::ipam::pool::PoolId;
-    /// assert_eq!(PoolId::namespaced("team-a", "nodes").display(), "team-a/nodes");
-    /// assert_eq!(PoolId::global("edge").display(), "global/edge");
-    /// ```
-    pub fn display(&self) -> String {
-        match &self.namespace {
-            Some(ns) => format!("{ns}/{}", self.name),
-            None => format!("global/{}", self.name),
+            PoolShape::Prefixes { length } => Some(length),
+            PoolShape::Addresses { .. } => None,
         }
     }
 }
@@ -177,16 +86,16 @@ impl PoolId {
 /// The spec of a pool, as registered (field names as in the CRD).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct PoolSpec {
-    /// Single IPs, ranges `a-b` and CIDRs.
+    /// Single IPs, ranges `a-b` and CIDRs; a prefix pool's `prefixes`.
     pub addresses: Vec<String>,
-    /// Prefix length handed out with every address.
-    pub prefix: u8,
+    /// Addresses or prefixes or prefix length handed out, and what only
+    /// that shape has.
+    pub shape: PoolShape,
     /// Default gateway handed out with every address.
     pub gateway: Option<String>,
-    /// Addresses (same syntax as `addresses`) never handed out.
+    /// Addresses (same syntax as `addresses`) never handed out; a prefix
+    /// pool's `excludedPrefixes`.
     pub excluded_addresses: Vec<String>,
-    /// Hand out network, broadcast/anycast and gateway addresses too.
-    pub allocate_reserved_ip_addresses: bool,
     /// Seconds a released address waits before it can be reused.
     pub address_reuse_grace_period_seconds: u32,
     /// Claim name → the address that claim always gets.
@@ -194,10 +103,6 @@ pub struct PoolSpec {
     /// The Metal resources behind a VRF-backed pool. Such a pool may leave
     /// `addresses` empty and `prefix` 0: they are then its block's.
     pub metal: Option<MetalSpec>,
-    /// A prefix pool's `allocationPrefixLength`: `Some` makes this the spec
-    /// of a prefix pool, whose `prefixes` are kept in `addresses` and
-    /// `excludedPrefixes` in `excluded_addresses` (`prefix` is unused).
-    pub allocation_prefix_length: Option<u8>,
 }
 
 /// A validated pool: everything the allocator needs, precomputed.
@@ -232,9 +137,9 @@ impl ValidatedPool {
     /// network address.
     ///
     /// ```
-    /// use metal_ipam_core::ipam::pool::PoolSpec;
+    /// use metal_ipam_core::ipam::pool::{PoolShape, PoolSpec};
     /// let spec = PoolSpec { addresses: vec!["2001:db8::/48".into()],
-    ///     allocation_prefix_length: Some(64), ..Default::default() };
+    ///     shape: PoolShape::Prefixes { length: 64 }, ..Default::default() };
     /// let pool = spec.validate().unwrap();
     /// assert_eq!(pool.total(), 65_536);
     /// let first = pool.allocatable.first().unwrap();
@@ -479,14 +384,15 @@ impl SpecIn {
         };
         Ok(PoolSpec {
             addresses,
-            prefix,
+            shape: PoolShape::Addresses {
+                prefix,
+                allocate_reserved: self.allocate_reserved_ip_addresses,
+            },
             gateway: self.gateway.filter(|g| !g.is_empty()),
             excluded_addresses: self.excluded_addresses,
-            allocate_reserved_ip_addresses: self.allocate_reserved_ip_addresses,
             address_reuse_grace_period_seconds: grace,
             pre_allocations: self.pre_allocations,
             metal,
-            allocation_prefix_length: None,
         })
     }
 }
@@ -550,7 +456,7 @@ impl PrefixSpecIn {
                 })?,
         };
         let mut spec = as_address.checked()?;
-        spec.allocation_prefix_length = Some(len);
+        spec.shape = PoolShape::Prefixes { length: len };
         Ok(spec)
     }
 }
@@ -576,7 +482,7 @@ impl PoolSpec {
     /// use metal_ipam_core::ipam::pool::{PoolKind, PoolSpec};
     /// let v = serde_json::json!({"prefixes": ["fd00:1::/48"]});
     /// let spec = PoolSpec::from_json_as(PoolKind::NamespacedPrefix, &v).unwrap();
-    /// assert_eq!(spec.allocation_prefix_length, Some(64));
+    /// assert_eq!(spec.shape.prefix_length(), Some(64));
     /// assert_eq!(spec.to_json(), serde_json::json!({"prefixes": ["fd00:1::/48"], "allocationPrefixLength": 64}));
     /// let bad = serde_json::json!({"prefixes": ["fd00:1::/48"], "allocationPrefixLength": 0});
     /// assert_eq!(PoolSpec::from_json_as(PoolKind::GlobalPrefix, &bad).unwrap_err().field(), Some("spec.allocationPrefixLength"));
@@ -634,16 +540,20 @@ impl PoolSpec {
     /// and a VRF-backed pool's `addresses` and `prefix` when left to its
     /// block).
     pub fn to_json(&self) -> Value {
-        if let Some(len) = self.allocation_prefix_length {
-            return self.prefix_to_json(len);
-        }
+        let (prefix, allocate_reserved) = match self.shape {
+            PoolShape::Prefixes { length } => return self.prefix_to_json(length),
+            PoolShape::Addresses {
+                prefix,
+                allocate_reserved,
+            } => (prefix, allocate_reserved),
+        };
         let mut m = Map::new();
         let vrf = self.metal.is_some();
         if !vrf || !self.addresses.is_empty() {
             m.insert("addresses".into(), self.addresses.clone().into());
         }
-        if !vrf || self.prefix != 0 {
-            m.insert("prefix".into(), self.prefix.into());
+        if !vrf || prefix != 0 {
+            m.insert("prefix".into(), prefix.into());
         }
         if let Some(g) = &self.gateway {
             m.insert("gateway".into(), g.clone().into());
@@ -654,7 +564,7 @@ impl PoolSpec {
                 self.excluded_addresses.clone().into(),
             );
         }
-        if self.allocate_reserved_ip_addresses {
+        if allocate_reserved {
             m.insert("allocateReservedIPAddresses".into(), true.into());
         }
         self.common_to_json(&mut m);
@@ -672,11 +582,11 @@ impl PoolSpec {
     ///
     /// # Examples
     /// ```
-    /// use metal_ipam_core::ipam::pool::PoolSpec;
+    /// use metal_ipam_core::ipam::pool::{PoolShape, PoolSpec};
     /// let spec = PoolSpec::from_json(&serde_json::json!({"metal": {"metro": "da",
     ///     "vrf": {"ipRanges": ["10.10.0.0/16"]}, "reservation": {"network": "10.10.1.0", "cidr": 29}}})).unwrap();
     /// let full = spec.with_block("10.10.1.0".parse().unwrap(), 29).unwrap();
-    /// assert_eq!((full.addresses[0].as_str(), full.prefix, full.gateway.as_deref()), ("10.10.1.0/29", 29, Some("10.10.1.1")));
+    /// assert_eq!((full.addresses[0].as_str(), full.shape, full.gateway.as_deref()), ("10.10.1.0/29", PoolShape::addresses(29), Some("10.10.1.1")));
     /// // .0 (network), .1 (gateway) and .7 (broadcast) are not handed out.
     /// assert_eq!(full.validate().unwrap().total(), 5);
     /// ```
@@ -701,11 +611,11 @@ impl PoolSpec {
                 ));
             }
         }
-        match out.prefix {
-            _ if out.allocation_prefix_length.is_some() => {}
-            0 => out.prefix = cidr,
-            p if p == cidr => {}
-            p => {
+        match &mut out.shape {
+            PoolShape::Prefixes { .. } => {}
+            PoolShape::Addresses { prefix: p, .. } if *p == 0 => *p = cidr,
+            PoolShape::Addresses { prefix: p, .. } if *p == cidr => {}
+            PoolShape::Addresses { prefix: p, .. } => {
                 return Err(Error::invalid(
                     "spec.prefix",
                     format!("{p} differs from the length of the pool's Metal block {block}"),
@@ -745,8 +655,8 @@ impl PoolSpec {
     ///
     /// # Examples
     /// ```
-    /// use metal_ipam_core::ipam::pool::PoolSpec;
-    /// let spec = PoolSpec { addresses: vec!["10.0.0.0/29".into()], prefix: 29,
+    /// use metal_ipam_core::ipam::pool::{PoolShape, PoolSpec};
+    /// let spec = PoolSpec { addresses: vec!["10.0.0.0/29".into()], shape: PoolShape::addresses(29),
     ///     gateway: Some("10.0.0.1".into()), ..Default::default() };
     /// let pool = spec.validate().unwrap();
     /// // .0 (network), .1 (gateway) and .7 (broadcast) are not handed out.
@@ -756,7 +666,7 @@ impl PoolSpec {
         if let Some(metal) = &self.metal {
             metal.validate()?;
             if let Some((net, cidr)) = metal.block() {
-                if let Some(len) = self.allocation_prefix_length.filter(|l| *l <= cidr) {
+                if let Some(len) = self.shape.prefix_length().filter(|l| *l <= cidr) {
                     // The block's first sub-prefix holds Metal's gateway:
                     // a sub-prefix as long as the block is all of it.
                     return Err(Error::invalid(
@@ -766,7 +676,10 @@ impl PoolSpec {
                 }
                 return self.with_block(net, cidr)?.validate_shape();
             }
-            let known = self.allocation_prefix_length.is_some() || self.prefix != 0;
+            let known = match self.shape {
+                PoolShape::Prefixes { .. } => true,
+                PoolShape::Addresses { prefix, .. } => prefix != 0,
+            };
             if self.addresses.is_empty() || !known {
                 return Err(Error::new(
                     ErrorKind::Invalid,
@@ -781,9 +694,12 @@ impl PoolSpec {
 
     /// [`PoolSpec::validate`] without the Metal section, for either shape.
     fn validate_shape(&self) -> Result<ValidatedPool> {
-        match self.allocation_prefix_length {
-            Some(len) => self.validate_prefixes(len),
-            None => self.validate_addresses(),
+        match self.shape {
+            PoolShape::Prefixes { length } => self.validate_prefixes(length),
+            PoolShape::Addresses {
+                prefix,
+                allocate_reserved,
+            } => self.validate_addresses(prefix, allocate_reserved),
         }
     }
 
@@ -851,9 +767,8 @@ impl PoolSpec {
             let v = to_u128(g) >> shift;
             excluded.push((v, v));
         }
-        let configured = normalize(configured);
-        let allocatable = RangeSet::from_ranges(difference(&configured, &normalize(excluded)));
         let configured = RangeSet::from_ranges(configured);
+        let allocatable = configured.difference(&RangeSet::from_ranges(excluded));
         let (pre_allocations, pre_allocated) =
             self.pre_allocated(family, &allocatable, Some(len))?;
         Ok(ValidatedPool {
@@ -870,7 +785,7 @@ impl PoolSpec {
     }
 
     /// [`PoolSpec::validate`] of an address pool without the Metal section.
-    fn validate_addresses(&self) -> Result<ValidatedPool> {
+    fn validate_addresses(&self, prefix: u8, allocate_reserved: bool) -> Result<ValidatedPool> {
         if self.addresses.is_empty() {
             return Err(Error::invalid(
                 "spec.addresses",
@@ -879,21 +794,19 @@ impl PoolSpec {
         }
         check_entry_count("spec.addresses", self.addresses.len())?;
         check_entry_count("spec.excludedAddresses", self.excluded_addresses.len())?;
-        let (family, configured) = self.configured()?;
+        let (family, configured) = self.configured(prefix)?;
         let first = configured.first().map_or(0, |r| r.0);
-        let (net, last) = subnet_bounds(family, first, self.prefix);
+        let (net, last) = subnet_bounds(family, first, prefix);
         let excluded = ranges(&self.excluded_addresses, "spec.excludedAddresses", family)?;
-        // Sort and sweep: O(n log n) whatever the order of the entries
-        // (inserting or removing them one by one would shift the range list
-        // for each entry, O(n²)).
-        let configured = normalize(configured);
-        let mut allocatable = RangeSet::from_ranges(difference(&configured, &normalize(excluded)));
+        // Sort and sweep (`RangeSet`): O(n log n) whatever the order of
+        // the entries.
         let configured = RangeSet::from_ranges(configured);
+        let mut allocatable = configured.difference(&RangeSet::from_ranges(excluded));
         let gateway = self.gateway_ip(family)?;
-        if !self.allocate_reserved_ip_addresses {
+        if !allocate_reserved {
             let reserved_edges = match family {
-                Family::V4 => self.prefix < 31,
-                Family::V6 => self.prefix < 127,
+                Family::V4 => prefix < 31,
+                Family::V6 => prefix < 127,
             };
             if reserved_edges {
                 allocatable.remove(net);
@@ -908,7 +821,7 @@ impl PoolSpec {
         let (pre_allocations, pre_allocated) = self.pre_allocated(family, &allocatable, None)?;
         Ok(ValidatedPool {
             family,
-            prefix: self.prefix,
+            prefix,
             gateway,
             configured,
             allocatable,
@@ -922,7 +835,7 @@ impl PoolSpec {
     /// `spec.addresses` as ranges, their one family, checked against
     /// `spec.prefix`: at most the family's bits, every entry inside the
     /// subnet of the first address.
-    fn configured(&self) -> Result<(Family, Vec<(u128, u128)>)> {
+    fn configured(&self, prefix: u8) -> Result<(Family, Vec<(u128, u128)>)> {
         let mut family = None;
         let mut configured = Vec::with_capacity(self.addresses.len());
         for (i, entry) in self.addresses.iter().enumerate() {
@@ -932,7 +845,7 @@ impl PoolSpec {
             configured.push((a, b));
         }
         let family = family.unwrap_or(Family::V4);
-        if self.prefix > family.bits() {
+        if prefix > family.bits() {
             return Err(Error::invalid(
                 "spec.prefix",
                 format!(
@@ -943,7 +856,7 @@ impl PoolSpec {
             ));
         }
         let first = configured.first().map_or(0, |r| r.0);
-        let (net, last) = subnet_bounds(family, first, self.prefix);
+        let (net, last) = subnet_bounds(family, first, prefix);
         for (i, &(a, b)) in configured.iter().enumerate() {
             if a < net || b > last {
                 return Err(Error::invalid(
@@ -952,7 +865,7 @@ impl PoolSpec {
                         "{:?} is outside {}/{}, the subnet of the first address and spec.prefix",
                         self.addresses[i],
                         from_u128(family, net),
-                        self.prefix
+                        prefix
                     ),
                 ));
             }
@@ -1049,54 +962,6 @@ fn check_entry_count(field: &str, n: usize) -> Result<()> {
     Ok(())
 }
 
-/// Inclusive ranges sorted, with overlapping and adjacent ones merged:
-/// O(n log n).
-fn normalize(mut ranges: Vec<(u128, u128)>) -> Vec<(u128, u128)> {
-    ranges.sort_unstable();
-    let mut out: Vec<(u128, u128)> = Vec::with_capacity(ranges.len());
-    for (a, b) in ranges {
-        match out.last_mut() {
-            Some(prev) if a <= prev.1.saturating_add(1) => prev.1 = prev.1.max(b),
-            _ => out.push((a, b)),
-        }
-    }
-    out
-}
-
-/// `from` minus `minus`, both sorted and disjoint (as from [`normalize`]),
-/// in one sweep: O(n + m). The result is sorted and disjoint.
-fn difference(from: &[(u128, u128)], minus: &[(u128, u128)]) -> Vec<(u128, u128)> {
-    let mut out = Vec::with_capacity(from.len());
-    let mut j = 0;
-    for &(a, b) in from {
-        let mut start = a;
-        // Exclusions ending before this range cannot touch later ranges.
-        while j < minus.len() && minus[j].1 < start {
-            j += 1;
-        }
-        let mut k = j;
-        let mut covered = false;
-        while k < minus.len() && minus[k].0 <= b {
-            let (xa, xb) = minus[k];
-            if xa > start {
-                out.push((start, xa - 1));
-            }
-            if xb >= b {
-                covered = true;
-                break;
-            }
-            start = xb + 1;
-            k += 1;
-        }
-        if !covered {
-            out.push((start, b));
-        }
-        // The exclusion at `k` may reach into the next range: resume there.
-        j = k;
-    }
-    out
-}
-
 fn check_family(seen: &mut Option<Family>, f: Family, field: &str) -> Result<()> {
     match seen {
         Some(s) if *s != f => Err(Error::invalid(
@@ -1114,125 +979,8 @@ fn check_family(seen: &mut Option<Family>, f: Family, field: &str) -> Result<()>
     }
 }
 
-/// A pool object as registered through the API: envelope plus spec.
-#[derive(Debug, Clone, PartialEq)]
-pub struct PoolObject {
-    /// Identity derived from kind, namespace and name.
-    pub id: PoolId,
-    /// `metadata` as given, minus server-managed fields we do not keep
-    /// (`resourceVersion`, `managedFields`, `creationTimestamp` are kept only
-    /// if present; we never invent them).
-    pub metadata: Map<String, Value>,
-    /// The spec.
-    pub spec: PoolSpec,
-}
-
-impl PoolObject {
-    /// Parses a pool object registered at `id` (from the route).
-    ///
-    /// `apiVersion` must be ours, `kind` must match the route's kind,
-    /// `metadata.name` / `metadata.namespace` must match the route when given
-    /// (they are filled in from the route when absent).
-    ///
-    /// # Errors
-    /// 400 if `body` is not a JSON object; 422 naming the field otherwise.
-    pub fn parse(id: &PoolId, body: &Value) -> Result<PoolObject> {
-        let obj = body
-            .as_object()
-            .ok_or_else(|| Error::malformed("the body must be a JSON object"))?;
-        match obj.get("apiVersion").and_then(Value::as_str) {
-            Some(API_VERSION) => {}
-            Some(other) => {
-                return Err(Error::invalid(
-                    "apiVersion",
-                    format!("{other:?} is not served; use {API_VERSION:?}"),
-                ))
-            }
-            None => return Err(Error::invalid("apiVersion", "is required")),
-        }
-        let want_kind = id.kind.kind_name();
-        match obj.get("kind").and_then(Value::as_str) {
-            Some(k) if k == want_kind => {}
-            Some(k) => {
-                return Err(Error::invalid(
-                    "kind",
-                    format!("{k:?} does not match this route, which serves {want_kind:?}"),
-                ))
-            }
-            None => return Err(Error::invalid("kind", "is required")),
-        }
-        let mut metadata = match obj.get("metadata") {
-            None | Some(Value::Null) => Map::new(),
-            Some(Value::Object(m)) => m.clone(),
-            Some(_) => return Err(Error::invalid("metadata", "must be an object")),
-        };
-        match metadata.get("name").and_then(Value::as_str) {
-            None => {
-                metadata.insert("name".into(), id.name.clone().into());
-            }
-            Some(n) if n == id.name => {}
-            Some(n) => {
-                return Err(Error::invalid(
-                    "metadata.name",
-                    format!("{n:?} does not match the name in the path, {:?}", id.name),
-                ))
-            }
-        }
-        match (
-            &id.namespace,
-            metadata.get("namespace").and_then(Value::as_str),
-        ) {
-            (Some(ns), None) => {
-                metadata.insert("namespace".into(), ns.clone().into());
-            }
-            (Some(ns), Some(n)) if n == ns => {}
-            (Some(ns), Some(n)) => {
-                return Err(Error::invalid(
-                    "metadata.namespace",
-                    format!("{n:?} does not match the namespace in the path, {ns:?}"),
-                ))
-            }
-            (None, Some(_)) => {
-                return Err(Error::invalid(
-                    "metadata.namespace",
-                    format!(
-                        "a {} is cluster-scoped and has no namespace",
-                        id.kind.kind_name()
-                    ),
-                ))
-            }
-            (None, None) => {}
-        }
-        // Fields the server manages are not part of what we store.
-        for k in ["managedFields", "resourceVersion", "selfLink"] {
-            metadata.remove(k);
-        }
-        let spec = PoolSpec::from_json_as(id.kind, obj.get("spec").unwrap_or(&Value::Null))?;
-        Ok(PoolObject {
-            id: id.clone(),
-            metadata,
-            spec,
-        })
-    }
-
-    /// The object as JSON, with `status` when given.
-    pub fn to_json(&self, status: Option<Value>) -> Value {
-        let mut m = Map::new();
-        m.insert("apiVersion".into(), API_VERSION.into());
-        m.insert("kind".into(), self.id.kind.kind_name().into());
-        m.insert("metadata".into(), Value::Object(self.metadata.clone()));
-        m.insert("spec".into(), self.spec.to_json());
-        if let Some(s) = status {
-            m.insert("status".into(), s);
-        }
-        Value::Object(m)
-    }
-
-    /// `metadata.uid`, when the object came from Kubernetes.
-    pub fn uid(&self) -> Option<&str> {
-        self.metadata.get("uid").and_then(Value::as_str)
-    }
-}
+pub use id::{PoolId, PoolKind};
+pub use object::PoolObject;
 
 #[cfg(test)]
 mod tests {
@@ -1242,7 +990,7 @@ mod tests {
     fn spec(addresses: &[&str], prefix: u8) -> PoolSpec {
         PoolSpec {
             addresses: addresses.iter().map(|s| s.to_string()).collect(),
-            prefix,
+            shape: PoolShape::addresses(prefix),
             ..Default::default()
         }
     }
@@ -1257,7 +1005,10 @@ mod tests {
             p.allocatable.first(),
             Some(to_u128("192.168.0.2".parse().unwrap()))
         );
-        s.allocate_reserved_ip_addresses = true;
+        s.shape = PoolShape::Addresses {
+            prefix: 24,
+            allocate_reserved: true,
+        };
         assert_eq!(s.validate().unwrap().total(), 256);
     }
 
@@ -1347,7 +1098,7 @@ mod tests {
             .collect();
         let at_cap = PoolSpec {
             addresses: ips[..MAX_ENTRIES].to_vec(),
-            prefix: 16,
+            shape: PoolShape::addresses(16),
             ..Default::default()
         };
         assert!(at_cap.validate().is_ok());
@@ -1400,7 +1151,7 @@ mod tests {
             .collect();
         let s = PoolSpec {
             addresses,
-            prefix: 16,
+            shape: PoolShape::addresses(16),
             excluded_addresses: excluded,
             pre_allocations: pre,
             ..Default::default()
@@ -1413,56 +1164,6 @@ mod tests {
         assert_eq!(p.total(), 3 * MAX_ENTRIES as u128);
         assert_eq!(p.pre_allocated.len(), MAX_ENTRIES as u128);
         assert_eq!(p.pre_allocations.len(), MAX_ENTRIES);
-    }
-
-    /// Far more entries than the cap, in random order: quadratic code would
-    /// run for minutes here (about 10^10 range moves), the sweep takes
-    /// milliseconds.
-    #[test]
-    fn the_sweep_is_not_quadratic() {
-        let n = 200_000u128;
-        let mut x: u128 = 0x2545_f491_4f6c_dd1d;
-        let mut next = || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x % (n * 4)
-        };
-        let from: Vec<(u128, u128)> = (0..n).map(|_| next()).map(|a| (a * 4, a * 4 + 2)).collect();
-        let minus: Vec<(u128, u128)> = (0..n)
-            .map(|_| next())
-            .map(|a| (a * 4 + 1, a * 4 + 1))
-            .collect();
-        let from = normalize(from);
-        let minus = normalize(minus);
-        let out = difference(&from, &minus);
-        assert!(out.windows(2).all(|w| w[0].1 + 1 < w[1].0));
-        assert!(out.len() >= from.len());
-    }
-
-    proptest::proptest! {
-        /// The sweep computes exactly what inserting and removing entries
-        /// one by one into a [`RangeSet`] computes.
-        #[test]
-        fn the_sweep_equals_one_by_one_set_operations(
-            from in proptest::collection::vec((0u128..200, 0u128..12), 0..40),
-            minus in proptest::collection::vec((0u128..200, 0u128..12), 0..40),
-        ) {
-            let from: Vec<(u128, u128)> = from.into_iter().map(|(a, l)| (a, a + l)).collect();
-            let minus: Vec<(u128, u128)> = minus.into_iter().map(|(a, l)| (a, a + l)).collect();
-            let mut want = RangeSet::new();
-            for &(a, b) in &from {
-                want.insert_range(a, b);
-            }
-            let configured = want.clone();
-            for &(a, b) in &minus {
-                want.remove_range(a, b);
-            }
-            let norm = normalize(from);
-            proptest::prop_assert_eq!(norm.as_slice(), configured.ranges());
-            let got = difference(&norm, &normalize(minus));
-            proptest::prop_assert_eq!(got.as_slice(), want.ranges());
-        }
     }
 
     #[test]
