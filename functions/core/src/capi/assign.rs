@@ -21,15 +21,13 @@
 //! finalizer. For a claim deleted without its finalizers, release waits
 //! on the record instead.
 
-use std::cell::Cell;
-
 use serde_json::json;
 
 pub use super::device::DEVICE_ANNOTATION;
 use super::device::{resolve_device, DeviceRef};
 use super::objects::{paused, ClusterObject};
-use crate::cloud::Cloud;
 use super::ClaimAnswer;
+use crate::cloud::Cloud;
 use crate::error::Result;
 use crate::ipam::claim::ClaimObject;
 use crate::ipam::ops;
@@ -95,7 +93,7 @@ pub fn sync_claim_assignment<K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Siz
         cloud,
         ns,
         name,
-        now: Cell::new(0),
+        now: 0,
     })
 }
 
@@ -135,7 +133,7 @@ struct Assignment<'r, 'a, K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized>
     ns: &'r str,
     name: &'r str,
     /// The clock when the claim was read (the condition's time).
-    now: Cell<u64>,
+    now: u64,
 }
 
 /// What the gates before acting found (filled by [`Handler::paused`]).
@@ -207,7 +205,7 @@ impl<K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized> Handler<H>
     }
 
     fn read(&mut self, _first: bool) -> Result<Option<ClaimObject>> {
-        self.now.set(self.ctx.env.now());
+        self.now = self.ctx.env.now();
         Ok(self.kube.get_as(&kube::CLAIMS, Some(self.ns), self.name)?)
     }
 
@@ -287,7 +285,7 @@ impl<K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized> Handler<H>
             status: c.ok,
             reason: c.reason.as_str(),
             message: &c.message,
-            now: self.now.get(),
+            now: self.now,
         };
         write_condition(self.kube, o, ready)
     }

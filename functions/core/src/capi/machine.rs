@@ -10,8 +10,6 @@
 //! operator's to release with `DELETE …/network`). The step's answer is
 //! [`Synced`]; it writes no condition.
 
-use std::cell::RefCell;
-
 use super::device::device_in;
 use super::network::{
     annotation_of, apply_on_device, delete_stale, ensure_claims, machine_and_infra, network_of,
@@ -141,8 +139,8 @@ pub fn sync_machine<K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized>(
         },
         ns,
         name,
-        infra: RefCell::new(None),
-        synced: RefCell::new(None),
+        infra: None,
+        synced: None,
     };
     reconcile::run(&mut h)?;
     Ok(h.synced.take().unwrap_or(Synced::Absent))
@@ -154,9 +152,9 @@ struct MachineHandler<'r, 'a, K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Si
     ns: &'r str,
     name: &'r str,
     /// The infrastructure machine read with the Machine.
-    infra: RefCell<Option<MachineObject>>,
+    infra: Option<MachineObject>,
     /// The step's answer, kept by the last attempt.
-    synced: RefCell<Option<Synced>>,
+    synced: Option<Synced>,
 }
 
 /// The Machine as read: its opted-in profile, its device and the device's
@@ -168,9 +166,9 @@ struct Seen {
 }
 
 impl<K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized> MachineHandler<'_, '_, K, H, C> {
-    fn answer(&self, s: Synced) -> Verdict<()> {
+    fn answer(&mut self, s: Synced) -> Verdict<()> {
         let out = s.outcome();
-        *self.synced.borrow_mut() = Some(s);
+        self.synced = Some(s);
         Verdict::answer(out)
     }
 
@@ -274,7 +272,7 @@ impl<K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized> Handler<H>
     fn read(&mut self, _first: bool) -> Result<Option<MachineObject>> {
         let read = machine_and_infra(self.deps.kube, self.ns, self.name)?;
         let (machine, infra) = read.unzip();
-        *self.infra.borrow_mut() = infra.flatten();
+        self.infra = infra.flatten();
         Ok(machine)
     }
 
@@ -288,9 +286,9 @@ impl<K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized> Handler<H>
         if o.metadata.deleting() {
             return Ok(Err(self.answer(Synced::Absent)));
         }
-        let infra = self.infra.borrow();
-        let annotation = annotation_of(self.ns, self.name, o, infra.as_ref())?;
-        let device = device_in(o, infra.as_ref())?;
+        let infra = self.infra.as_ref();
+        let annotation = annotation_of(self.ns, self.name, o, infra)?;
+        let device = device_in(o, infra)?;
         let record = match &device {
             Some(d) => apply::read_existing(self.deps.ctx.kv, d)?,
             None => None,

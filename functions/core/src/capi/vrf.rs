@@ -34,8 +34,6 @@
 //! Metal resources exist: `spec.metal` was removed (the webhook refuses
 //! that), which is `Ready=False MetalSpecChanged`.
 
-use std::cell::Cell;
-
 use serde_json::{json, Map, Value};
 
 use super::objects::{paused, PoolResource};
@@ -96,7 +94,7 @@ pub fn sync_vrf_pool<K: KvStore, H: HttpClient + ?Sized, C: VrfCloud + ?Sized>(
         kube,
         cloud,
         id,
-        now: Cell::new(0),
+        now: 0,
     })
 }
 
@@ -115,7 +113,7 @@ struct VrfPool<'r, 'a, K: KvStore, H: HttpClient + ?Sized, C: VrfCloud + ?Sized>
     cloud: &'r C,
     id: &'r PoolId,
     /// The clock when the object was read (the conditions' time).
-    now: Cell<u64>,
+    now: u64,
 }
 
 /// A pool object with `spec.metal`, parsed.
@@ -190,7 +188,7 @@ impl<K: KvStore, H: HttpClient + ?Sized, C: VrfCloud + ?Sized> Handler<H>
     }
 
     fn read(&mut self, _first: bool) -> Result<Option<Self::Object>> {
-        self.now.set(self.ctx.env.now());
+        self.now = self.ctx.env.now();
         let (r, id) = (self.resource(), self.id);
         Ok(self.kube.get_as(r, id.namespace.as_deref(), &id.name)?)
     }
@@ -248,7 +246,7 @@ impl<K: KvStore, H: HttpClient + ?Sized, C: VrfCloud + ?Sized> Handler<H>
             status: c.ok,
             reason: c.reason.as_str(),
             message: &c.message,
-            now: self.now.get(),
+            now: self.now,
         };
         write_pool_status(self.kube, self.resource(), &o.typed, s.clone(), ready)
     }
