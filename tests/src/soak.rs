@@ -96,11 +96,7 @@ pub struct Sample {
 }
 
 fn ctx<'a, K: KvStore>(kv: &'a K, env: &'a TestEnv) -> Ctx<'a, K> {
-    Ctx {
-        kv,
-        env,
-        swap_policy: SwapPolicy::Auto,
-    }
+    Ctx::auto(kv, env)
 }
 
 /// Pool number `n`: its id, object and kind (every fifth a prefix pool,

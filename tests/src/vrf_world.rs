@@ -90,11 +90,7 @@ impl World {
         tokio::task::spawn_blocking(move || {
             let http = BlockingHttp::new();
             let env = TestEnv::seeded(now, NEXT_SEED.fetch_add(1, Ordering::SeqCst));
-            let ctx = Ctx {
-                kv: kv.as_ref(),
-                env: &env,
-                swap_policy: SwapPolicy::Auto,
-            };
+            let ctx = Ctx::auto(kv.as_ref(), &env);
             let kube = Kube::new(&http, &kcfg);
             let metal = Metal::new(&http, &mcfg, &env);
             f(&Run {

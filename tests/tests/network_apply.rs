@@ -78,11 +78,7 @@ impl World {
         tokio::task::spawn_blocking(move || {
             let http = BlockingHttp::new();
             let env = TestEnv::seeded(now, SEED.fetch_add(1, Ordering::SeqCst));
-            let ctx = Ctx {
-                kv: kv.as_ref(),
-                env: &env,
-                swap_policy: SwapPolicy::Auto,
-            };
+            let ctx = Ctx::auto(kv.as_ref(), &env);
             let metal = Metal::new(&http, &cfg, &env);
             f(&ctx, &metal)
         })

@@ -86,11 +86,7 @@ async fn a_vrf_pool_is_provisioned_in_order_hands_out_its_block_and_is_torn_down
     let out = tokio::task::spawn_blocking(move || {
         let http = BlockingHttp::new();
         let env = TestEnv::at(20_000);
-        let ctx = Ctx {
-            kv: kv.as_ref(),
-            env: &env,
-            swap_policy: SwapPolicy::Auto,
-        };
+        let ctx = Ctx::auto(kv.as_ref(), &env);
         capi::reconcile_claim(&ctx, &Kube::new(&http, &kcfg), NS, "m-0")
     })
     .await
@@ -141,11 +137,7 @@ async fn a_vrf_pool_is_provisioned_in_order_hands_out_its_block_and_is_torn_down
     tokio::task::spawn_blocking(move || {
         let http = BlockingHttp::new();
         let env = TestEnv::at(30_002);
-        let ctx = Ctx {
-            kv: kv.as_ref(),
-            env: &env,
-            swap_policy: SwapPolicy::Auto,
-        };
+        let ctx = Ctx::auto(kv.as_ref(), &env);
         let kube = Kube::new(&http, &kcfg);
         kube.delete(&metal_ipam_core::kube::CLAIMS, Some(NS), "m-0")
             .unwrap();

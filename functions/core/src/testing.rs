@@ -262,11 +262,7 @@ impl World {
 
     /// The context requests run in (swaps checked as the backend needs).
     pub fn ctx(&self) -> crate::kv::Ctx<'_, MemKv> {
-        crate::kv::Ctx {
-            kv: &self.kv,
-            env: &self.env,
-            swap_policy: crate::kv::SwapPolicy::Auto,
-        }
+        crate::kv::Ctx::auto(&self.kv, &self.env)
     }
 
     /// Runs route handler `h` (the API token `token`) on `method path`

@@ -12,7 +12,7 @@ use metal_ipam_core::cloud::{
     AssignedAddress, Capabilities, Capability, Cloud, CloudError, CloudEvent, CloudResult,
     DeviceView, Nic, Operation, Segment,
 };
-use metal_ipam_core::kv::{Ctx, SwapPolicy};
+use metal_ipam_core::kv::Ctx;
 use metal_ipam_core::network::apply;
 use metal_ipam_core::network::batch::Direct;
 use metal_ipam_core::network::plan::{Desired, Observed};
@@ -131,11 +131,7 @@ fn a_cloud_without_nic_modes_is_refused_naming_the_capability() {
     let fake = Fake::new(Capabilities::of(&[Capability::BatchAttach]));
     let kv = MemKv::new(Backend::SpinSqlite);
     let env = TestEnv::at(1_000);
-    let ctx = Ctx {
-        kv: &kv,
-        env: &env,
-        swap_policy: SwapPolicy::Auto,
-    };
+    let ctx = Ctx::auto(&kv, &env);
     let desired = layer2(&fake);
     let e = apply::apply(&ctx, &fake, &Direct(&fake), "d", &desired).unwrap_err();
     assert_eq!((e.status(), e.reason()), (422, "CapabilityMissing"), "{e}");

@@ -42,7 +42,7 @@ use metal_ipam_core::ipam::ops;
 use metal_ipam_core::ipam::pool::{PoolId, PoolKind, PoolObject};
 use metal_ipam_core::ipam::store::{self, ClaimRecord};
 use metal_ipam_core::kv::protocol::GUARD_STALL_S;
-use metal_ipam_core::kv::{keys, Ctx, SwapPolicy};
+use metal_ipam_core::kv::{keys, Ctx};
 use metal_ipam_core::ports::kv::KvStore;
 use metal_ipam_core::ports::Env;
 use metal_ipam_core::provision::assign::MetalAssignmentClosed;
@@ -129,11 +129,7 @@ fn claim(shape: Shape, name: &str, uid: &str) -> Claim {
 }
 
 fn ctx<'a, K: KvStore>(kv: &'a K, env: &'a SchedEnv) -> Ctx<'a, K> {
-    Ctx {
-        kv,
-        env,
-        swap_policy: SwapPolicy::Auto,
-    }
+    Ctx::auto(kv, env)
 }
 
 /// Where a schedule starts.

@@ -88,7 +88,7 @@ mod sched;
 use std::sync::Mutex;
 
 use metal_ipam_core::error::{Error, Result};
-use metal_ipam_core::kv::{Ctx, SwapPolicy};
+use metal_ipam_core::kv::Ctx;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use metal_ipam_core::network::apply::{
@@ -348,11 +348,7 @@ impl<K: KvStore> KvStore for Resumes<'_, K> {
 }
 
 fn ctx<'a, K: KvStore>(kv: &'a K, env: &'a ApplyEnv<'a>) -> Ctx<'a, K> {
-    Ctx {
-        kv,
-        env,
-        swap_policy: SwapPolicy::Auto,
-    }
+    Ctx::auto(kv, env)
 }
 
 /// What an instance runs.
@@ -1051,11 +1047,7 @@ fn the_checker_catches_a_call_without_the_last_check() {
 fn a_late_batch_id_is_not_lent_to_a_later_step() {
     let kv = MemKv::new(Backend::SpinSqlite);
     let env = TestEnv::at(NOW);
-    let c = Ctx {
-        kv: &kv,
-        env: &env,
-        swap_policy: SwapPolicy::Auto,
-    };
+    let c = Ctx::auto(&kv, &env);
     let step = |action| Step {
         port: "bond0".into(),
         port_id: PORT_ID.into(),

@@ -65,7 +65,7 @@ use metal_ipam_core::error::{Error, Result};
 use metal_ipam_core::ipam::claim::Claim;
 use metal_ipam_core::ipam::ops;
 use metal_ipam_core::ipam::pool::{PoolId, PoolObject};
-use metal_ipam_core::kv::{Ctx, SwapPolicy};
+use metal_ipam_core::kv::Ctx;
 use metal_ipam_core::ports::kv::KvStore;
 use metal_ipam_core::provision::assign::{self, Closing, Want};
 use metal_ipam_core::provision::plan::INTENT_LEASE_S;
@@ -202,11 +202,7 @@ impl Ledger {
 }
 
 fn ctx<'a, K: KvStore>(kv: &'a K, env: &'a SchedEnv) -> Ctx<'a, K> {
-    Ctx {
-        kv,
-        env,
-        swap_policy: SwapPolicy::Auto,
-    }
+    Ctx::auto(kv, env)
 }
 
 /// What an instance runs.

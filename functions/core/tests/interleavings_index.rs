@@ -38,7 +38,7 @@ use metal_ipam_core::ipam::pool::{PoolId, PoolKind, PoolObject};
 use metal_ipam_core::ipam::store::{self, Next};
 use metal_ipam_core::kv::protocol::GUARD_STALL_S;
 use metal_ipam_core::kv::Step;
-use metal_ipam_core::kv::{keys, Ctx, SwapPolicy};
+use metal_ipam_core::kv::{keys, Ctx};
 use metal_ipam_core::ports::kv::{KvError, KvStore, Swap};
 use metal_ipam_core::testing::{Backend, MemKv, TestEnv};
 use serde_json::json;
@@ -110,11 +110,7 @@ enum Op {
 }
 
 fn ctx<'a, K: KvStore>(kv: &'a K, env: &'a SchedEnv) -> Ctx<'a, K> {
-    Ctx {
-        kv,
-        env,
-        swap_policy: SwapPolicy::Auto,
-    }
+    Ctx::auto(kv, env)
 }
 
 fn perform<K: KvStore>(op: Op, kv: &K, env: &SchedEnv) -> Result<(), String> {

@@ -49,7 +49,7 @@ use metal_ipam_core::ipam::ops;
 use metal_ipam_core::ipam::pool::{PoolId, PoolObject};
 use metal_ipam_core::ipam::vrf::{MetalSpec, Resource};
 use metal_ipam_core::kv::protocol::CasRecord;
-use metal_ipam_core::kv::{keys, Ctx, SwapPolicy};
+use metal_ipam_core::kv::{keys, Ctx};
 use metal_ipam_core::metal::client::{Metal, MetalConfig};
 use metal_ipam_core::metal::retry::RetryPolicy;
 use metal_ipam_core::ports::http::{HttpClient, TransportError, TransportKind};
@@ -92,11 +92,7 @@ fn spec() -> MetalSpec {
 }
 
 fn ctx<'a, K: KvStore>(kv: &'a K, env: &'a dyn Env) -> Ctx<'a, K> {
-    Ctx {
-        kv,
-        env,
-        swap_policy: SwapPolicy::Auto,
-    }
+    Ctx::auto(kv, env)
 }
 
 fn config() -> MetalConfig {

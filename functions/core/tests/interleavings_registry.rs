@@ -30,7 +30,7 @@ mod sched;
 
 use metal_ipam_core::kv::protocol::GUARD_STALL_S;
 use metal_ipam_core::kv::registry::{self, Added, Index, RegistryId, Removed};
-use metal_ipam_core::kv::{Ctx, SwapPolicy};
+use metal_ipam_core::kv::Ctx;
 use metal_ipam_core::ports::kv::KvStore;
 use metal_ipam_core::testing::{Backend, MemKv, TestEnv};
 
@@ -44,11 +44,7 @@ const ID: RegistryId = RegistryId {
 };
 
 fn ctx<'a, K: KvStore>(kv: &'a K, env: &'a SchedEnv) -> Ctx<'a, K> {
-    Ctx {
-        kv,
-        env,
-        swap_policy: SwapPolicy::Auto,
-    }
+    Ctx::auto(kv, env)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

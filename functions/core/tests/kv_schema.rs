@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use metal_ipam_core::ipam::pool::{PoolId, PoolObject};
 use metal_ipam_core::ipam::store::{ClaimRecord, Next, PoolRecord};
 use metal_ipam_core::kv::keys;
-use metal_ipam_core::kv::{Ctx, SwapPolicy};
+use metal_ipam_core::kv::Ctx;
 use metal_ipam_core::ports::kv::KvStore;
 use metal_ipam_core::testing::{Backend, MemKv, TestEnv};
 use serde_json::Value;
@@ -257,11 +257,7 @@ fn a_version_1_pool_index_migrates_on_its_next_write() {
     let (_, bytes) = golden("index-v1").remove(0);
     let kv = MemKv::new(Backend::SpinSqlite);
     let env = TestEnv::at(1_700_000_000);
-    let c = Ctx {
-        kv: &kv,
-        env: &env,
-        swap_policy: SwapPolicy::Auto,
-    };
+    let c = Ctx::auto(&kv, &env);
     // The golden index lists a live namespaced pool and a deleted global one.
     metal_ipam_core::ipam::ops::put_pool(
         &c,
@@ -428,7 +424,7 @@ fn backends_for(old: &Value) -> Vec<metal_ipam_core::testing::Backend> {
 #[test]
 fn golden_old_pool_records_migrate_on_their_next_write() {
     use metal_ipam_core::ipam::store::{self, POOL_VERSION};
-    use metal_ipam_core::kv::{protocol::Step, Ctx, SwapPolicy};
+    use metal_ipam_core::kv::{protocol::Step, Ctx};
     use metal_ipam_core::ports::kv::KvStore;
     use metal_ipam_core::testing::{MemKv, TestEnv};
     let mut golden_files = golden("pool-");
@@ -447,11 +443,7 @@ fn golden_old_pool_records_migrate_on_their_next_write() {
             let kv = MemKv::new(backend);
             let env = TestEnv::at(1_764_440_100);
             kv.set(&keys::pool(&id), &bytes).unwrap();
-            let ctx = Ctx {
-                kv: &kv,
-                env: &env,
-                swap_policy: SwapPolicy::Auto,
-            };
+            let ctx = Ctx::auto(&kv, &env);
             let seen = store::update_pool(&ctx, &id, |cur| {
                 let next = Next {
                     pool: cur.map(|l| (l.object.clone(), l.pool.clone())),
@@ -492,7 +484,7 @@ fn golden_old_pool_records_migrate_on_their_next_write() {
 #[test]
 fn golden_old_progress_records_migrate_on_their_next_write() {
     use metal_ipam_core::kv::protocol::{read_record, update_record, Step};
-    use metal_ipam_core::kv::{Ctx, SwapPolicy};
+    use metal_ipam_core::kv::Ctx;
     use metal_ipam_core::ports::kv::KvStore;
     use metal_ipam_core::provision::record::{ProgressRecord, PROGRESS_VERSION};
     use metal_ipam_core::testing::{MemKv, TestEnv};
@@ -511,11 +503,7 @@ fn golden_old_progress_records_migrate_on_their_next_write() {
             let kv = MemKv::new(backend);
             let env = TestEnv::at(1_764_440_100);
             kv.set(&keys::metal_pool(&id), &bytes).unwrap();
-            let ctx = Ctx {
-                kv: &kv,
-                env: &env,
-                swap_policy: SwapPolicy::Auto,
-            };
+            let ctx = Ctx::auto(&kv, &env);
             let seen = update_record::<_, ProgressRecord, _>(&ctx, &id, |cur| {
                 let p = cur.cloned().unwrap();
                 Ok(Step::Write(Box::new(p.clone()), p))

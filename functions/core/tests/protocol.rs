@@ -52,11 +52,7 @@ fn register(kv: &MemKv, env: &TestEnv, spec: Value) -> PutOutcome {
 }
 
 fn ctx<'a>(kv: &'a MemKv, env: &'a TestEnv) -> Ctx<'a, MemKv> {
-    Ctx {
-        kv,
-        env,
-        swap_policy: SwapPolicy::Auto,
-    }
+    Ctx::auto(kv, env)
 }
 
 #[test]
@@ -163,11 +159,7 @@ fn a_silently_aborted_swap_is_read_back_and_retried() {
                 assert_eq!(b.record.address, "10.7.0.1", "{backend:?}");
             }
         });
-        let c = Ctx {
-            kv: &racing,
-            env: &env,
-            swap_policy: SwapPolicy::Auto,
-        };
+        let c = Ctx::auto(&racing, &env);
         let a = ops::allocate(&c, &claim("ns", "a", "ua", "p")).unwrap();
         assert_eq!(a.record.address, "10.7.0.2", "{backend:?}: retried after B");
         if backend == Backend::Redis {
@@ -843,11 +835,7 @@ fn a_request_past_its_deadline_writes_nothing_and_its_intent_is_taken_over() {
                 env.set_now(env.now() + WRITE_DEADLINE_SECONDS + 1);
             }
         });
-        let c = Ctx {
-            kv: &slow,
-            env: &env,
-            swap_policy: SwapPolicy::Auto,
-        };
+        let c = Ctx::auto(&slow, &env);
         let err = ops::allocate(&c, &claim("ns", "m", "u1", "p")).unwrap_err();
         assert_eq!(
             (err.status(), err.reason()),
@@ -919,11 +907,7 @@ fn a_release_between_a_duplicate_allocations_reads_resurrects_nothing() {
                 assert!(released.is_some(), "{backend:?}");
             }
         });
-        let dup = Ctx {
-            kv: &racing,
-            env: &env,
-            swap_policy: SwapPolicy::Auto,
-        };
+        let dup = Ctx::auto(&racing, &env);
         // Its answer is the state it read (before the release); it writes
         // nothing on its strength.
         ops::allocate(&dup, &claim("ns", "x", "u1", "p")).unwrap();

@@ -5,7 +5,7 @@
 use metal_ipam_core::capi::{assign, machine, vrf, StepResult};
 use metal_ipam_core::ipam::pool::PoolId;
 use metal_ipam_core::kube::{Kube, KubeConfig};
-use metal_ipam_core::kv::{Ctx, SwapPolicy};
+use metal_ipam_core::kv::Ctx;
 use metal_ipam_core::metal::client::{Metal, MetalConfig};
 use metal_ipam_core::metal::retry::RetryPolicy;
 use metal_ipam_core::network::batch::Direct;
@@ -49,11 +49,7 @@ fn sync_vrf(http: &ScriptedHttp) -> metal_ipam_core::capi::Reconciled {
         TestEnv::at(1000),
         kube_cfg(),
     );
-    let ctx = Ctx {
-        kv: &kv,
-        env: &env,
-        swap_policy: SwapPolicy::Auto,
-    };
+    let ctx = Ctx::auto(&kv, &env);
     let kube = Kube::new(http, &cfg);
     let mcfg = metal_cfg();
     let metal = Metal::new(http, &mcfg, &env);
@@ -129,11 +125,7 @@ fn a_paused_deleting_claim_with_nothing_assigned_loses_its_assignment_finalizer(
         TestEnv::at(1000),
         kube_cfg(),
     );
-    let ctx = Ctx {
-        kv: &kv,
-        env: &env,
-        swap_policy: SwapPolicy::Auto,
-    };
+    let ctx = Ctx::auto(&kv, &env);
     let kube = Kube::new(&http, &cfg);
     let mcfg = metal_cfg();
     let metal = Metal::new(&http, &mcfg, &env);
@@ -161,11 +153,7 @@ fn machine(extra_meta: Value, spec: Value) -> Value {
 /// Runs the machine network step for `ns/m` against `http`, on `kv`.
 fn sync_net(http: &ScriptedHttp, kv: &MemKv) -> metal_ipam_core::Result<machine::Synced> {
     let (env, cfg, mcfg) = (TestEnv::at(1000), kube_cfg(), metal_cfg());
-    let ctx = Ctx {
-        kv,
-        env: &env,
-        swap_policy: SwapPolicy::Auto,
-    };
+    let ctx = Ctx::auto(kv, &env);
     let kube = Kube::new(http, &cfg);
     let metal = Metal::new(http, &mcfg, &env);
     machine::sync_machine(&ctx, &kube, &metal, &Direct(&metal), "ns", "m")

@@ -261,11 +261,7 @@ fn counting_costs_an_allocation_nothing() {
         w.put_pool("p", "10.9.0.1-10.9.255.250");
         let bare = |name: &str| {
             let kv = CountingKv::new(&w.kv);
-            let ctx = Ctx {
-                kv: &kv,
-                env: &w.env,
-                swap_policy: SwapPolicy::Auto,
-            };
+            let ctx = Ctx::auto(&kv, &w.env);
             let body = claim(name, "p").to_string();
             let req = ApiRequest {
                 method: "POST",
@@ -310,11 +306,7 @@ fn the_scrape_cost_does_not_depend_on_the_claims() {
         let w = World::new(Backend::SpinSqlite);
         w.put_pool("p", "10.8.0.1-10.8.255.250");
         w.put_pool("q", "10.7.0.1-10.7.0.9");
-        let ctx = Ctx {
-            kv: &w.kv,
-            env: &w.env,
-            swap_policy: SwapPolicy::Auto,
-        };
+        let ctx = Ctx::auto(&w.kv, &w.env);
         for n in 0..claims {
             let body = claim(&format!("m{n}"), "p").to_string();
             let req = ApiRequest {
@@ -572,11 +564,7 @@ fn a_first_failure_after_heavy_traffic_is_counted() {
         assert_eq!(r.status, 200);
     }
     // Whatever the traffic left, fill the registry to its cap.
-    let ctx = Ctx {
-        kv: &w.kv,
-        env: &w.env,
-        swap_policy: SwapPolicy::Auto,
-    };
+    let ctx = Ctx::auto(&w.kv, &w.env);
     let have = w.signatures();
     let filler: Vec<String> = (have..counters::MAX_SIGNATURES)
         .map(|i| format!("pools|/v1/pools|200|listed|-|k{i},0,0,0,0|c0|m"))

@@ -265,11 +265,7 @@ impl World {
     pub fn new() -> World {
         let kv = MemKv::new(Backend::SpinSqlite);
         let env = TestEnv::at(NOW);
-        let ctx = Ctx {
-            kv: &kv,
-            env: &env,
-            swap_policy: SwapPolicy::Auto,
-        };
+        let ctx = Ctx::auto(&kv, &env);
         let mut nodes = seeds::pool(Some("team-a"), "nodes", seeds::nodes_spec());
         nodes["metadata"]["uid"] = json!("uid-nodes");
         let pools = [
@@ -346,11 +342,7 @@ impl World {
     /// `admission` component no Kubernetes client.
     pub fn handle(&self, input: &Input) -> ApiResponse {
         let env = TestEnv::at(NOW);
-        let ctx = Ctx {
-            kv: &self.kv,
-            env: &env,
-            swap_policy: SwapPolicy::Auto,
-        };
+        let ctx = Ctx::auto(&self.kv, &env);
         let http = FakeHttp;
         let kube = Kube::new(&http, &self.kube);
         let (with_ctx, with_kube) = match input.component {

@@ -308,6 +308,19 @@ pub struct Ctx<'a, K: KvStore> {
     pub swap_policy: SwapPolicy,
 }
 
+impl<'a, K: KvStore> Ctx<'a, K> {
+    /// The store and environment with [`SwapPolicy::Auto`] (swaps checked
+    /// as the backend needs: what every component and test uses unless
+    /// `kv_swap_check` says otherwise).
+    pub fn auto(kv: &'a K, env: &'a dyn Env) -> Self {
+        Ctx {
+            kv,
+            env,
+            swap_policy: SwapPolicy::Auto,
+        }
+    }
+}
+
 enum Base {
     Absent,
     Placeholder(SwapCheck),
@@ -697,11 +710,7 @@ mod tests {
         for backend in [Backend::SpinSqlite, Backend::Redis, Backend::RedisSpin36] {
             let kv = MemKv::new(backend);
             let env = TestEnv::at(1_000);
-            let ctx = Ctx {
-                kv: &kv,
-                env: &env,
-                swap_policy: SwapPolicy::Auto,
-            };
+            let ctx = Ctx::auto(&kv, &env);
             // The winner took the guard and crashed before its next step:
             // a request notes the stall (and answers 503), and one a minute
             // later takes the creation over.
@@ -730,11 +739,7 @@ mod tests {
         for backend in [Backend::SpinSqlite, Backend::Redis, Backend::RedisSpin36] {
             let kv = MemKv::new(backend);
             let env = TestEnv::at(1_000);
-            let ctx = Ctx {
-                kv: &kv,
-                env: &env,
-                swap_policy: SwapPolicy::Auto,
-            };
+            let ctx = Ctx::auto(&kv, &env);
             assert_eq!(add(&ctx, "a", 1), 1, "{backend:?}");
             assert_eq!(add(&ctx, "a", 2), 3, "{backend:?}");
             assert_eq!(add(&ctx, "b", 5), 5, "{backend:?}");

@@ -262,7 +262,7 @@ impl Index {
 #[cfg(all(test, feature = "testing"))]
 mod tests {
     use super::*;
-    use crate::kv::SwapPolicy;
+
     use crate::testing::{Backend, MemKv, TestEnv};
 
     const ID: RegistryId = RegistryId {
@@ -275,11 +275,7 @@ mod tests {
         for backend in [Backend::SpinSqlite, Backend::Redis, Backend::RedisSpin36] {
             let kv = MemKv::new(backend);
             let env = TestEnv::at(1_000);
-            let ctx = Ctx {
-                kv: &kv,
-                env: &env,
-                swap_policy: SwapPolicy::Auto,
-            };
+            let ctx = Ctx::auto(&kv, &env);
             assert_eq!(read(&kv, &ID).unwrap(), None);
             assert_eq!(add(&ctx, &ID, &[], 2).unwrap(), Added::Added, "{backend:?}");
             assert_eq!(read(&kv, &ID).unwrap(), Some(BTreeSet::new()));
@@ -299,11 +295,7 @@ mod tests {
         for backend in [Backend::SpinSqlite, Backend::Redis, Backend::RedisSpin36] {
             let kv = MemKv::new(backend);
             let env = TestEnv::at(1_000);
-            let ctx = Ctx {
-                kv: &kv,
-                env: &env,
-                swap_policy: SwapPolicy::Auto,
-            };
+            let ctx = Ctx::auto(&kv, &env);
             assert_eq!(remove(&ctx, &ID, &["a"]).unwrap(), Removed::Absent);
             assert_eq!(
                 read(&kv, &ID).unwrap(),
@@ -332,11 +324,7 @@ mod tests {
         for backend in [Backend::SpinSqlite, Backend::Redis, Backend::RedisSpin36] {
             let kv = MemKv::new(backend);
             let env = TestEnv::at(1_000);
-            let ctx = Ctx {
-                kv: &kv,
-                env: &env,
-                swap_policy: SwapPolicy::Auto,
-            };
+            let ctx = Ctx::auto(&kv, &env);
             // A store written before the index: two records, one other key.
             kv.set("rec/x", b"1").unwrap();
             kv.set("rec/y", b"1").unwrap();

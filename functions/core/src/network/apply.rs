@@ -1173,11 +1173,7 @@ mod tests {
         for backend in [Backend::SpinSqlite, Backend::Redis, Backend::RedisSpin36] {
             let kv = MemKv::new(backend);
             let env = TestEnv::seeded(100, 6);
-            let ctx = Ctx {
-                kv: &kv,
-                env: &env,
-                swap_policy: crate::kv::SwapPolicy::Auto,
-            };
+            let ctx = Ctx::auto(&kv, &env);
             let listed = || {
                 DEVICES
                     .members(&ctx)

@@ -759,17 +759,13 @@ pub fn read_all<K: KvStore>(kv: &K) -> Result<Totals> {
 #[cfg(all(test, feature = "testing"))]
 mod tests {
     use super::*;
-    use crate::kv::SwapPolicy;
+
     use crate::testing::{Backend, MemKv, Reply, ScriptedHttp, TestEnv};
 
     const BACKENDS: [Backend; 3] = [Backend::SpinSqlite, Backend::Redis, Backend::RedisSpin36];
 
     fn ctx<'a>(kv: &'a MemKv, env: &'a TestEnv) -> Ctx<'a, MemKv> {
-        Ctx {
-            kv,
-            env,
-            swap_policy: SwapPolicy::Auto,
-        }
+        Ctx::auto(kv, env)
     }
 
     fn request<'a>(calls: &'a Calls, conflicts: u32, status: u16, reason: &'a str) -> Request<'a> {

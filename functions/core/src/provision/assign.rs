@@ -1123,11 +1123,7 @@ mod tests {
     fn an_intent_is_granted_once_and_a_closed_record_grants_none() {
         let kv = MemKv::new(Backend::SpinSqlite);
         let env = TestEnv::seeded(100, 1);
-        let ctx = Ctx {
-            kv: &kv,
-            env: &env,
-            swap_policy: crate::kv::SwapPolicy::Auto,
-        };
+        let ctx = Ctx::auto(&kv, &env);
         let want = Want {
             uid: "u1".into(),
             address: "10.0.0.5".parse().unwrap(),
@@ -1160,11 +1156,7 @@ mod tests {
     fn an_expired_intent_is_taken_over_by_one() {
         let kv = MemKv::new(Backend::Redis);
         let env = TestEnv::seeded(100, 2);
-        let ctx = Ctx {
-            kv: &kv,
-            env: &env,
-            swap_policy: crate::kv::SwapPolicy::Auto,
-        };
+        let ctx = Ctx::auto(&kv, &env);
         let want = Want {
             uid: "u1".into(),
             address: "2001:db8::5".parse().unwrap(),
@@ -1196,11 +1188,7 @@ mod tests {
         for backend in [Backend::SpinSqlite, Backend::Redis, Backend::RedisSpin36] {
             let kv = MemKv::new(backend);
             let env = TestEnv::seeded(100, 5);
-            let ctx = Ctx {
-                kv: &kv,
-                env: &env,
-                swap_policy: crate::kv::SwapPolicy::Auto,
-            };
+            let ctx = Ctx::auto(&kv, &env);
             let members = || {
                 CLAIMS
                     .members(&ctx)

@@ -353,11 +353,7 @@ mod tests {
     }
 
     fn ctx<'a>(kv: &'a MemKv, env: &'a TestEnv) -> Ctx<'a, MemKv> {
-        Ctx {
-            kv,
-            env,
-            swap_policy: crate::kv::SwapPolicy::Auto,
-        }
+        Ctx::auto(kv, env)
     }
 
     fn stored(ctx: &Ctx<'_, MemKv>, c: Cursor) {

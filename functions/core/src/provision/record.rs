@@ -327,7 +327,7 @@ pub fn read_progress<K: KvStore>(ctx: &Ctx<'_, K>, id: &PoolId) -> Result<Progre
 mod tests {
     use super::*;
     use crate::kv::protocol::{update_record, CasRecord, Step};
-    use crate::kv::SwapPolicy;
+
     use crate::testing::{Backend, MemKv, TestEnv};
     use serde_json::json;
 
@@ -424,11 +424,7 @@ mod tests {
         for backend in [Backend::SpinSqlite, Backend::Redis, Backend::RedisSpin36] {
             let kv = MemKv::new(backend);
             let env = TestEnv::at(100);
-            let ctx = Ctx {
-                kv: &kv,
-                env: &env,
-                swap_policy: SwapPolicy::Auto,
-            };
+            let ctx = Ctx::auto(&kv, &env);
             let id = PoolId::namespaced("ns", "p");
             // Each "instance" records its intent unless one is recorded.
             let claim = |me: &str| {
