@@ -32,6 +32,7 @@ use crate::admission::{self, KvPools};
 use crate::capi;
 use crate::capi::reconcile;
 use crate::error::{Error, ErrorKind, Result};
+use crate::events::chain::{self, ChainRun};
 use crate::events::{self, Outcome};
 use crate::http::api::{self, ApiRequest, ApiResponse};
 use crate::http::{auth, method_not_allowed, no_route};
@@ -40,10 +41,10 @@ use crate::kube::Kube;
 use crate::kv::Ctx;
 use crate::metal::client::{Metal, MetalError};
 use crate::network::batch::{self, BatchOp, Chained, Direction};
-use crate::ports::http::{headers, Deadline, HttpClient};
+use crate::ports::http::HttpClient;
 use crate::ports::kv::KvStore;
 use crate::ports::Env;
-use crate::routes::{check_object, Answer, Call, Component, Step, StepKind};
+use crate::routes::{check_object, Component, Step, StepKind};
 
 /// What a component has at hand for one request.
 pub struct Services<'a, K: KvStore, H: HttpClient + ?Sized> {
@@ -1066,7 +1067,7 @@ pub fn reconcile<K: KvStore, H: HttpClient + ?Sized>(
         Ok(report) => report,
         Err(e) => return ApiResponse::from_error(&e, route),
     };
-    let body = chain_reconciled(s, &mut report);
+    let body = chain::chain_reconciled(&chained(s), &mut report);
     // What the run saw, for the metrics and the browser view: an
     // observation, so a store failure here is reported, not fatal.
     let network = body["network"].as_array().map_or(&[][..], Vec::as_slice);
@@ -1085,98 +1086,6 @@ pub fn reconcile<K: KvStore, H: HttpClient + ?Sized>(
         "reconciled-with-errors",
         "ReconcileIncomplete",
     )
-}
-
-/// The chained steps of a full reconciliation, and its report as JSON
-/// with what each answered (`provision`, `assign`, `network`).
-fn chain_reconciled<K: KvStore, H: HttpClient + ?Sized>(
-    s: &Services<'_, K, H>,
-    report: &mut reconcile::Report,
-) -> Value {
-    // VRF-backed pools are the provision step's: drive each one (Metal's
-    // asynchrony means an event alone may not finish them).
-    let pools: Vec<(String, Call)> = std::mem::take(&mut report.vrf_pools)
-        .into_iter()
-        .map(|id| {
-            let step = capi::steps::pool_steps(&id).metal;
-            (id.display(), Call::new(Component::Provision, step))
-        })
-        .collect();
-    let provisioned = forward_each(s, ("pool", "pool"), pools, 500, &mut report.errors);
-    // Claims in VRF-backed pools: their Metal assignments are the assign
-    // step's.
-    let claims = std::mem::take(&mut report.metal_claims)
-        .into_iter()
-        .map(|(ns, name)| {
-            let object = format!("{ns}/{name}");
-            (
-                object,
-                Call::new(Component::Assign, Step::MetalClaim { ns, name }),
-            )
-        })
-        .collect();
-    let what = ("claim", "IPAddressClaim");
-    let assigned = forward_each(s, what, claims, 500, &mut report.errors);
-    // Opted-in Machines: the network step converges each (without it a
-    // lost Machine event, or a profile edit, would never reach them). Any
-    // error is the machine's to report: a network that does not converge
-    // (a missing profile, a frozen device, a VLAN not there) is one.
-    let machines = std::mem::take(&mut report.machines)
-        .into_iter()
-        .map(|(ns, name)| {
-            let object = format!("{ns}/{name}");
-            (
-                object,
-                Call::new(Component::Network, Step::Machine { ns, name }),
-            )
-        })
-        .collect();
-    let what = ("machine", "Machine");
-    let network = forward_each(s, what, machines, 400, &mut report.errors);
-    let mut body = report.to_json();
-    if !provisioned.is_empty() {
-        body["provision"] = Value::Array(provisioned);
-    }
-    if !assigned.is_empty() {
-        body["assign"] = Value::Array(assigned);
-    }
-    body["network"] = Value::Array(network);
-    body
-}
-
-/// Forwards each `(object, call)`; returns one `{<key>: object, "status",
-/// "result"}` per request and adds the failures (a status from
-/// `failed_from` on, unreachable) to `errors` as
-/// `<kind> <object> (<component>): …`.
-fn forward_each<K: KvStore, H: HttpClient + ?Sized>(
-    s: &Services<'_, K, H>,
-    (key, kind): (&str, &str),
-    requests: Vec<(String, Call)>,
-    failed_from: u16,
-    errors: &mut Vec<String>,
-) -> Vec<Value> {
-    let mut out = Vec::new();
-    for (object, call) in requests {
-        let component = call.component.name();
-        match forward(s, &call) {
-            Ok((status, body, _)) => {
-                if status >= failed_from {
-                    errors.push(format!(
-                        "{kind} {object} ({component}): {status} {}",
-                        body["message"].as_str().unwrap_or("")
-                    ));
-                }
-                let mut entry = json!({"status": status, "result": body["result"]});
-                if let Some(reason) = body.get("reason") {
-                    entry["reason"] = reason.clone();
-                }
-                entry[key] = object.into();
-                out.push(entry);
-            }
-            Err(e) => errors.push(format!("{kind} {object} ({component}): {e}")),
-        }
-    }
-    out
 }
 
 /// A run's report: `ok` as it is when `errors` is empty, else a 500 with
@@ -1252,7 +1161,7 @@ pub fn events<K: KvStore, H: HttpClient + ?Sized>(
         Outcome::Object(ev) => ev,
     };
     let object = format!("{} {}", ev.kind.kind_name(), ev.display());
-    let run = match run_chain(s, events::route::calls(&ev)) {
+    let run = match chain::run_chain(&chained(s), events::route::calls(&ev)) {
         Ok(run) => run,
         Err(e) => {
             let mut r = ApiResponse::from_error(&e, route);
@@ -1268,7 +1177,7 @@ pub fn events<K: KvStore, H: HttpClient + ?Sized>(
                "step": first["step"], "stepStatus": first["status"], "stepResult": first["result"],
                "steps": run.steps}),
     );
-    let mut r = run.status_of(r);
+    let mut r = chain_status(&run, r);
     r.objects.push(("object", object));
     r.objects.push(("step", run.first_component.to_string()));
     r
@@ -1302,104 +1211,27 @@ fn event_auth<K: KvStore, H: HttpClient + ?Sized>(
         }))
 }
 
-/// What an event's chained steps did.
-struct ChainRun {
-    /// `{step, path, status, result}` per call, in order.
-    steps: Vec<Value>,
-    /// The worst status any step answered.
-    worst: u16,
-    /// A step still working (202): the longest wait it asked for.
-    in_progress: Option<u64>,
-    /// The component of the first call.
-    first_component: &'static str,
-}
-
-/// Runs `calls` and what follows each from its answer
-/// ([`events::route::follow_up`]), in order.
-///
-/// # Errors
-/// 503 `StepUnavailable` when a step cannot be reached (the calls before
-/// it stay done).
-fn run_chain<K: KvStore, H: HttpClient + ?Sized>(
-    s: &Services<'_, K, H>,
-    calls: Vec<Call>,
-) -> Result<ChainRun> {
-    let mut run = ChainRun {
-        steps: Vec::new(),
-        worst: 200,
-        in_progress: None,
-        first_component: "",
-    };
-    let mut queue: std::collections::VecDeque<Call> = calls.into();
-    let mut assigned = false;
-    while let Some(call) = queue.pop_front() {
-        let component = call.component.name();
-        if run.first_component.is_empty() {
-            run.first_component = component;
-        }
-        let (status, body, answer) = forward(s, &call)?;
-        queue.extend(events::route::follow_up(&call, &answer, &mut assigned));
-        run.worst = run.worst.max(status);
-        if status == 202 {
-            let wait = answer.retry_after.unwrap_or(1);
-            run.in_progress = Some(run.in_progress.unwrap_or(0).max(wait));
-        }
-        let path = call.step.path();
-        run.steps
-            .push(json!({"step": component, "path": path, "status": status, "result": body}));
+/// `r` with the status `run` calls for: a 5xx step → 502 (503 as it
+/// is) so the forwarder retries; a 4xx step → `step-refused`; a step in
+/// progress → 503 with its `Retry-After` (forwarders retry 503s, not
+/// 2xx).
+fn chain_status(run: &ChainRun, mut r: ApiResponse) -> ApiResponse {
+    let worst = run.worst;
+    if worst >= 500 {
+        r.status = if worst == 503 { 503 } else { 502 };
+        r.outcome = "step-failed";
+        r.headers.push(("retry-after", "1".to_string()));
+        r.detail = Some(format!("a step answered {worst}"));
+    } else if worst >= 400 {
+        r.outcome = "step-refused";
+        r.detail = Some(format!("a step answered {worst}"));
+    } else if let Some(wait) = run.in_progress {
+        r.status = 503;
+        r.outcome = "step-in-progress";
+        r.headers.push(("retry-after", wait.to_string()));
+        r.detail = Some(format!("a step is in progress; deliver again in {wait} s"));
     }
-    Ok(run)
-}
-
-impl ChainRun {
-    /// `r` with the status the run calls for: a 5xx step → 502 (503 as
-    /// it is) so the forwarder retries; a 4xx step → `step-refused`; a
-    /// step in progress → 503 with its `Retry-After` (forwarders retry
-    /// 503s, not 2xx).
-    fn status_of(&self, mut r: ApiResponse) -> ApiResponse {
-        let worst = self.worst;
-        if worst >= 500 {
-            r.status = if worst == 503 { 503 } else { 502 };
-            r.outcome = "step-failed";
-            r.headers.push(("retry-after", "1".to_string()));
-            r.detail = Some(format!("a step answered {worst}"));
-        } else if worst >= 400 {
-            r.outcome = "step-refused";
-            r.detail = Some(format!("a step answered {worst}"));
-        } else if let Some(wait) = self.in_progress {
-            r.status = 503;
-            r.outcome = "step-in-progress";
-            r.headers.push(("retry-after", wait.to_string()));
-            r.detail = Some(format!("a step is in progress; deliver again in {wait} s"));
-        }
-        r
-    }
-}
-
-/// Sends one chained request and returns its status, its body and what
-/// chaining reads of it.
-fn forward<K: KvStore, H: HttpClient + ?Sized>(
-    s: &Services<'_, K, H>,
-    call: &Call,
-) -> Result<(u16, Value, Answer)> {
-    let component = call.component.name();
-    let mut request = http::Request::builder()
-        .method("POST")
-        .uri(call.url())
-        .header(headers::AUTHORIZATION, format!("Bearer {}", s.api_token))
-        .body(Vec::new())
-        .map_err(|e| Error::internal(e.to_string()))?;
-    Deadline::CHAINED.set(&mut request);
-    let resp = s.http.send(request).map_err(|e| {
-        Error::transient(
-            "StepUnavailable",
-            format!("{component} could not be reached"),
-        )
-        .with_detail(e.to_string())
-    })?;
-    let body: Value = serde_json::from_slice(resp.body()).unwrap_or(Value::Null);
-    let answer = Answer::parse(resp.body());
-    Ok((resp.status().as_u16(), body, answer))
+    r
 }
 
 fn ok(route: &'static str, outcome: &'static str, body: Value) -> ApiResponse {
