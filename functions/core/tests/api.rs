@@ -66,6 +66,7 @@ impl World {
             query,
             authorization: auth,
             body,
+            headers: &[],
         };
         let ctx = Ctx {
             kv: &self.kv,
@@ -456,6 +457,7 @@ fn log_lines_are_json_with_objects_and_no_secrets() {
         query: "",
         authorization: Some(&auth),
         body: body.as_bytes(),
+        headers: &[],
     };
     let ctx = Ctx {
         kv: &w.kv,

@@ -47,6 +47,7 @@ impl World {
             query: "",
             authorization: Some(&auth),
             body: &bytes,
+            headers: &[],
         };
         let r = h(&self.ctx(), TOKEN, &req);
         assert!(r.status < 300, "{method} {path}: {} {:?}", r.status, r.body);

@@ -181,12 +181,8 @@ impl AppConfig {
 }
 
 /// The handler a component passes to [`serve_component`].
-pub type ComponentHandler<K, H> = fn(
-    &Services<'_, CountingKv<K>, Tally<H>>,
-    &ApiRequest<'_>,
-    Option<&str>,
-    &dyn Fn(&str) -> Option<String>,
-) -> ApiResponse;
+pub type ComponentHandler<K, H> =
+    fn(&Services<'_, CountingKv<K>, Tally<H>>, &ApiRequest<'_>) -> ApiResponse;
 
 /// What can be decided from the request head alone, before any byte of
 /// the body is read: the configuration, the credential and the declared
@@ -304,13 +300,7 @@ pub fn dispatch_component<K: KvStore, H: HttpClient + Clone>(
         read_token: &config.read_token,
         metal: metal.as_ref(),
     };
-    let header = |name: &str| parts.header(name).map(str::to_string);
-    let mut resp = handler(
-        &services,
-        &parts.api_request(body),
-        parts.header("content-type"),
-        &header,
-    );
+    let mut resp = handler(&services, &parts.api_request(body));
     if let Some(ctx) = ctx.as_ref() {
         record_request(ctx, component, &mut resp, &tally);
     }
@@ -916,8 +906,6 @@ mod tests {
     fn must_not_run(
         _: &Services<'_, CountingKv<MemKv>, Tally<NoHttp>>,
         _: &ApiRequest<'_>,
-        _: Option<&str>,
-        _: &dyn Fn(&str) -> Option<String>,
     ) -> ApiResponse {
         panic!("the handler ran although setup failed")
     }
@@ -946,8 +934,6 @@ mod tests {
     fn inspecting(
         s: &Services<'_, CountingKv<MemKv>, Tally<NoHttp>>,
         req: &ApiRequest<'_>,
-        content_type: Option<&str>,
-        header: &dyn Fn(&str) -> Option<String>,
     ) -> ApiResponse {
         assert_eq!(s.api_token, TOKEN);
         let ctx = s.ctx.expect("a store");
@@ -958,8 +944,8 @@ mod tests {
         );
         assert_eq!(req.path, "/v1/pools");
         assert_eq!(req.body, b"{}");
-        assert_eq!(content_type, Some("application/json"));
-        assert_eq!(header("CE-Type").as_deref(), Some("t"));
+        assert_eq!(req.content_type(), Some("application/json"));
+        assert_eq!(req.header("CE-Type"), Some("t"));
         let _ = ctx.kv.get("a");
         let _ = ctx.kv.increment("b", 1);
         SetupError::InvalidSwapCheck.response()

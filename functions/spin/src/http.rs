@@ -122,6 +122,7 @@ impl RequestParts {
             query: &self.query,
             authorization: self.authorization.as_deref(),
             body,
+            headers: &self.headers,
         }
     }
 }

@@ -273,6 +273,7 @@ fn counting_costs_an_allocation_nothing() {
                 query: "",
                 authorization: Some("Bearer api-t0ken"),
                 body: body.as_bytes(),
+                headers: &[],
             };
             let r = api::allocate(&ctx, TOKEN, &req);
             assert_eq!(r.status, 201);
@@ -323,6 +324,7 @@ fn the_scrape_cost_does_not_depend_on_the_claims() {
                 query: "",
                 authorization: Some("Bearer api-t0ken"),
                 body: body.as_bytes(),
+                headers: &[],
             };
             assert_eq!(api::allocate(&ctx, TOKEN, &req).status, 201);
         }
@@ -413,8 +415,6 @@ const METAL: &str = "https://metal.test/metal/v1";
 fn calling(
     s: &Services<'_, CountingKv<&MemKv>, metal_ipam_core::observe::counters::Tally<Answers>>,
     req: &ApiRequest<'_>,
-    _: Option<&str>,
-    _: &dyn Fn(&str) -> Option<String>,
 ) -> ApiResponse {
     let arg = |name: &str| -> u32 {
         req.query

@@ -119,6 +119,16 @@ impl Input {
             .map(|(_, v)| v.clone())
     }
 
+    /// The headers as the request carries them: `content-type` (if any)
+    /// first, then the others.
+    pub fn all_headers(&self) -> Vec<(String, String)> {
+        let ct = self
+            .content_type
+            .iter()
+            .map(|ct| ("content-type".to_string(), ct.clone()));
+        ct.chain(self.headers.iter().cloned()).collect()
+    }
+
     /// Everything about the input, the body in hex (for a panic report).
     pub fn describe(&self) -> String {
         let mut s = String::new();
@@ -367,22 +377,18 @@ impl World {
             read_token: "",
             metal: None,
         };
+        let headers = input.all_headers();
         let req = ApiRequest {
-            method: &input.method,
-            path: &input.path,
-            query: &input.query,
-            authorization: input.authorization.as_deref(),
-            body: &input.body,
+            headers: &headers,
+            ..to_request(input)
         };
-        let header = |name: &str| input.header(name);
-        let ct = input.content_type.as_deref();
         match input.component {
-            Component::Pools => components::pools(&s, &req, ct, &header),
-            Component::Allocate => components::allocate(&s, &req, ct, &header),
-            Component::Release => components::release(&s, &req, ct, &header),
-            Component::Events => components::events(&s, &req, ct, &header),
-            Component::Admission => components::admission(&s, &req, ct, &header),
-            Component::Reconcile => components::reconcile(&s, &req, ct, &header),
+            Component::Pools => components::pools(&s, &req),
+            Component::Allocate => components::allocate(&s, &req),
+            Component::Release => components::release(&s, &req),
+            Component::Events => components::events(&s, &req),
+            Component::Admission => components::admission(&s, &req),
+            Component::Reconcile => components::reconcile(&s, &req),
         }
     }
 
@@ -417,6 +423,7 @@ fn to_request(input: &Input) -> ApiRequest<'_> {
         query: &input.query,
         authorization: input.authorization.as_deref(),
         body: &input.body,
+        headers: &[],
     }
 }
 

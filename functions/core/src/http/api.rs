@@ -34,6 +34,23 @@ pub struct ApiRequest<'a> {
     pub authorization: Option<&'a str>,
     /// The body.
     pub body: &'a [u8],
+    /// Every header (names in lower case), in the order received.
+    pub headers: &'a [(String, String)],
+}
+
+impl<'a> ApiRequest<'a> {
+    /// The first header named `name` (compared without case).
+    pub fn header(&self, name: &str) -> Option<&'a str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The `Content-Type` header.
+    pub fn content_type(&self) -> Option<&'a str> {
+        self.header("content-type")
+    }
 }
 
 /// A response plus what the log line needs.
@@ -135,7 +152,7 @@ impl ApiResponse {
     /// # Examples
     /// ```
     /// use metal_ipam_core::http::api::*;
-    /// let req = ApiRequest { method: "GET", path: "/v1/pools", query: "", authorization: Some("Bearer x"), body: b"" };
+    /// let req = ApiRequest { method: "GET", path: "/v1/pools", query: "", authorization: Some("Bearer x"), body: b"", headers: &[] };
     /// let resp = pools(&dummy_ctx(), "x", &req);
     /// # fn dummy_ctx() -> metal_ipam_core::kv::Ctx<'static, metal_ipam_core::testing::MemKv> {
     /// #   let kv = Box::leak(Box::new(metal_ipam_core::testing::MemKv::new(metal_ipam_core::testing::Backend::SpinSqlite)));

@@ -231,8 +231,6 @@ fn metal_pool<K: KvStore, H: HttpClient + ?Sized>(
 pub fn provision<K: KvStore, H: HttpClient + ?Sized>(
     s: &Services<'_, K, H>,
     req: &ApiRequest<'_>,
-    _content_type: Option<&str>,
-    _header: &dyn Fn(&str) -> Option<String>,
 ) -> ApiResponse {
     if let Some(r) = authenticated(s, req) {
         return r;
@@ -296,8 +294,6 @@ fn metal_claim<K: KvStore, H: HttpClient + ?Sized>(
 pub fn assign<K: KvStore, H: HttpClient + ?Sized>(
     s: &Services<'_, K, H>,
     req: &ApiRequest<'_>,
-    _content_type: Option<&str>,
-    _header: &dyn Fn(&str) -> Option<String>,
 ) -> ApiResponse {
     if let Some(r) = authenticated(s, req) {
         return r;
@@ -325,8 +321,6 @@ pub fn assign<K: KvStore, H: HttpClient + ?Sized>(
 pub fn poll<K: KvStore, H: HttpClient + ?Sized>(
     s: &Services<'_, K, H>,
     req: &ApiRequest<'_>,
-    _content_type: Option<&str>,
-    _header: &dyn Fn(&str) -> Option<String>,
 ) -> ApiResponse {
     if let Some(r) = authenticated(s, req) {
         return r;
@@ -382,8 +376,6 @@ pub fn poll<K: KvStore, H: HttpClient + ?Sized>(
 pub fn network<K: KvStore, H: HttpClient + ?Sized>(
     s: &Services<'_, K, H>,
     req: &ApiRequest<'_>,
-    _content_type: Option<&str>,
-    _header: &dyn Fn(&str) -> Option<String>,
 ) -> ApiResponse {
     if let Some(r) = authenticated(s, req) {
         return r;
@@ -660,8 +652,6 @@ fn chained<'a, K: KvStore, H: HttpClient + ?Sized>(s: &Services<'a, K, H>) -> Ch
 pub fn attach_vlan<K: KvStore, H: HttpClient + ?Sized>(
     s: &Services<'_, K, H>,
     req: &ApiRequest<'_>,
-    _content_type: Option<&str>,
-    _header: &dyn Fn(&str) -> Option<String>,
 ) -> ApiResponse {
     if let Some(r) = authenticated(s, req) {
         return r;
@@ -674,8 +664,6 @@ pub fn attach_vlan<K: KvStore, H: HttpClient + ?Sized>(
 pub fn detach_vlan<K: KvStore, H: HttpClient + ?Sized>(
     s: &Services<'_, K, H>,
     req: &ApiRequest<'_>,
-    _content_type: Option<&str>,
-    _header: &dyn Fn(&str) -> Option<String>,
 ) -> ApiResponse {
     if let Some(r) = authenticated(s, req) {
         return r;
@@ -768,8 +756,6 @@ fn with_store<K: KvStore, H: HttpClient + ?Sized>(
 pub fn pools<K: KvStore, H: HttpClient + ?Sized>(
     s: &Services<'_, K, H>,
     req: &ApiRequest<'_>,
-    _content_type: Option<&str>,
-    _header: &dyn Fn(&str) -> Option<String>,
 ) -> ApiResponse {
     if let Some(r) = authenticated(s, req) {
         return r;
@@ -816,8 +802,6 @@ fn read_only_headers(r: &mut ApiResponse) {
 pub fn metrics<K: KvStore, H: HttpClient + ?Sized>(
     s: &Services<'_, K, H>,
     req: &ApiRequest<'_>,
-    _content_type: Option<&str>,
-    _header: &dyn Fn(&str) -> Option<String>,
 ) -> ApiResponse {
     const ROUTE: &str = "/v1/metrics";
     if let Some(r) = read_authenticated(s, req) {
@@ -881,8 +865,6 @@ pub fn ui_file(req: &ApiRequest<'_>) -> Option<ApiResponse> {
 pub fn ui<K: KvStore, H: HttpClient + ?Sized>(
     s: &Services<'_, K, H>,
     req: &ApiRequest<'_>,
-    _content_type: Option<&str>,
-    _header: &dyn Fn(&str) -> Option<String>,
 ) -> ApiResponse {
     use crate::observe::view;
     if let Some(r) = ui_file(req) {
@@ -943,8 +925,6 @@ fn claim_component<K: KvStore, H: HttpClient + ?Sized>(
 pub fn allocate<K: KvStore, H: HttpClient + ?Sized>(
     s: &Services<'_, K, H>,
     req: &ApiRequest<'_>,
-    _content_type: Option<&str>,
-    _header: &dyn Fn(&str) -> Option<String>,
 ) -> ApiResponse {
     if let Some(r) = authenticated(s, req) {
         return r;
@@ -957,8 +937,6 @@ pub fn allocate<K: KvStore, H: HttpClient + ?Sized>(
 pub fn release<K: KvStore, H: HttpClient + ?Sized>(
     s: &Services<'_, K, H>,
     req: &ApiRequest<'_>,
-    _content_type: Option<&str>,
-    _header: &dyn Fn(&str) -> Option<String>,
 ) -> ApiResponse {
     if let Some(r) = authenticated(s, req) {
         return r;
@@ -972,8 +950,6 @@ pub fn release<K: KvStore, H: HttpClient + ?Sized>(
 pub fn admission<K: KvStore, H: HttpClient + ?Sized>(
     s: &Services<'_, K, H>,
     req: &ApiRequest<'_>,
-    _content_type: Option<&str>,
-    _header: &dyn Fn(&str) -> Option<String>,
 ) -> ApiResponse {
     if let Some(r) = authenticated(s, req) {
         return r;
@@ -1043,8 +1019,6 @@ impl<H: HttpClient + ?Sized> admission::MachineLookup for KubeMachines<'_, H> {
 pub fn reconcile<K: KvStore, H: HttpClient + ?Sized>(
     s: &Services<'_, K, H>,
     req: &ApiRequest<'_>,
-    _content_type: Option<&str>,
-    _header: &dyn Fn(&str) -> Option<String>,
 ) -> ApiResponse {
     if let Some(r) = authenticated(s, req) {
         return r;
@@ -1136,15 +1110,15 @@ fn accepted(mut r: ApiResponse, retry_after: u64, location: String) -> ApiRespon
 pub fn events<K: KvStore, H: HttpClient + ?Sized>(
     s: &Services<'_, K, H>,
     req: &ApiRequest<'_>,
-    content_type: Option<&str>,
-    header: &dyn Fn(&str) -> Option<String>,
 ) -> ApiResponse {
     let route = StepKind::Events.route().template;
-    let authenticated = event_auth(s, req, content_type, header);
+    let header = |name: &str| req.header(name).map(str::to_string);
+    let content_type = req.content_type();
+    let authenticated = event_auth(s, req, content_type, &header);
     if let Some(r) = guard(authenticated, req, route, Some(StepKind::Events)) {
         return r;
     }
-    let parsed = match events::parse(content_type, header, req.body) {
+    let parsed = match events::parse(content_type, &header, req.body) {
         Ok(p) => p,
         Err(e) => return ApiResponse::from_error(&e, route),
     };

@@ -38,8 +38,6 @@ async fn handle(req: IncomingRequest, out: ResponseOutparam) {
 fn naive<K: KvStore, H: HttpClient + ?Sized>(
     s: &Services<'_, K, H>,
     req: &ApiRequest<'_>,
-    _content_type: Option<&str>,
-    _header: &dyn Fn(&str) -> Option<String>,
 ) -> ApiResponse {
     match auth::check_bearer(s.api_token, req.authorization).and_then(|()| allocate(s, req)) {
         Ok(r) => r,
