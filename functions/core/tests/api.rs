@@ -3,8 +3,9 @@
 //! components; tests/ runs them again through the real .wasm files.
 
 use metal_ipam_core::http::api::{self, ApiRequest, ApiResponse};
+use metal_ipam_core::http::components::{self, Services};
 use metal_ipam_core::kv::{Ctx, SwapPolicy};
-use metal_ipam_core::testing::{Backend, MemKv, TestEnv};
+use metal_ipam_core::testing::{Backend, MemKv, ScriptedHttp, TestEnv};
 use serde_json::{json, Value};
 
 const TOKEN: &str = "t0ken-for-tests";
@@ -77,14 +78,34 @@ impl World {
     }
 }
 
+/// The component's entry (which authenticates) with `c`'s store and
+/// token `t`, no Kubernetes, no outbound HTTP.
+fn component(
+    entry: fn(&Services<'_, MemKv, ScriptedHttp>, &ApiRequest<'_>) -> ApiResponse,
+    c: &Ctx<'_, MemKv>,
+    t: &str,
+    r: &ApiRequest<'_>,
+) -> ApiResponse {
+    let http = ScriptedHttp::new(Vec::new());
+    let s = Services {
+        ctx: Some(c),
+        kube: None,
+        http: &http,
+        api_token: t,
+        events_token: "",
+        read_token: "",
+        metal: None,
+    };
+    entry(&s, r)
+}
 fn pools(c: &Ctx<'_, MemKv>, t: &str, r: &ApiRequest<'_>) -> ApiResponse {
-    api::pools(c, t, r)
+    component(components::pools, c, t, r)
 }
 fn allocate(c: &Ctx<'_, MemKv>, t: &str, r: &ApiRequest<'_>) -> ApiResponse {
-    api::allocate(c, t, r)
+    component(components::allocate, c, t, r)
 }
 fn claims(c: &Ctx<'_, MemKv>, t: &str, r: &ApiRequest<'_>) -> ApiResponse {
-    api::claims(c, t, r)
+    component(components::release, c, t, r)
 }
 
 fn pool(name: &str, addresses: &[&str]) -> Value {
@@ -464,7 +485,7 @@ fn log_lines_are_json_with_objects_and_no_secrets() {
         env: &w.env,
         swap_policy: SwapPolicy::Auto,
     };
-    let r = api::allocate(&ctx, TOKEN, &req);
+    let r = allocate(&ctx, TOKEN, &req);
     let line = r.log_line("allocate", &req, 1, 2.5, w.kv.counts());
     assert!(!line.contains(TOKEN) && !line.contains('\n'));
     let v: Value = serde_json::from_str(&line).unwrap();

@@ -85,14 +85,14 @@ impl World {
     }
 }
 
-fn pools(c: &Ctx<'_, MemKv>, t: &str, r: &ApiRequest<'_>) -> ApiResponse {
-    api::pools(c, t, r)
+fn pools(c: &Ctx<'_, MemKv>, _token: &str, r: &ApiRequest<'_>) -> ApiResponse {
+    api::pools(c, r)
 }
-fn allocate(c: &Ctx<'_, MemKv>, t: &str, r: &ApiRequest<'_>) -> ApiResponse {
-    api::allocate(c, t, r)
+fn allocate(c: &Ctx<'_, MemKv>, _token: &str, r: &ApiRequest<'_>) -> ApiResponse {
+    api::allocate(c, r)
 }
-fn claims(c: &Ctx<'_, MemKv>, t: &str, r: &ApiRequest<'_>) -> ApiResponse {
-    api::claims(c, t, r)
+fn claims(c: &Ctx<'_, MemKv>, _token: &str, r: &ApiRequest<'_>) -> ApiResponse {
+    api::claims(c, r)
 }
 
 /// team-a/nodes: 10.20.0.10-19 (10), three claims, one released into a

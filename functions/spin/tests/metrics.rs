@@ -275,7 +275,7 @@ fn counting_costs_an_allocation_nothing() {
                 body: body.as_bytes(),
                 headers: &[],
             };
-            let r = api::allocate(&ctx, TOKEN, &req);
+            let r = api::allocate(&ctx, &req);
             assert_eq!(r.status, 201);
             kv.counts().total()
         };
@@ -326,7 +326,7 @@ fn the_scrape_cost_does_not_depend_on_the_claims() {
                 body: body.as_bytes(),
                 headers: &[],
             };
-            assert_eq!(api::allocate(&ctx, TOKEN, &req).status, 201);
+            assert_eq!(api::allocate(&ctx, &req).status, 201);
         }
         w.text();
         let text = w.text();

@@ -1,16 +1,16 @@
 //! HTTP-level handling of every route, independent of Spin.
 //!
-//! A function crate turns its Spin request into an [`ApiRequest`], calls the
-//! handler of its component ([`pools`], [`allocate`], [`claims`]) and turns
-//! the [`ApiResponse`] back into a Spin response, printing
-//! [`ApiResponse::log_line`]. Authentication, routing, method checks, body
-//! parsing, the steps and error rendering all happen here, so they are
-//! tested natively.
+//! A function crate turns its Spin request into an [`ApiRequest`], its
+//! component's entry (`http::components`, which authenticates it) calls
+//! the handler here ([`pools`], [`allocate`], [`claims`]), and the shell
+//! turns the [`ApiResponse`] back into a Spin response, printing
+//! [`ApiResponse::log_line`]. Routing, method checks, body parsing, the
+//! steps and error rendering happen here, so they are tested natively.
 
 use serde_json::{json, Map, Value};
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::http::{auth, method_not_allowed, no_route};
+use crate::http::{method_not_allowed, no_route};
 use crate::ipam::claim::Claim;
 use crate::ipam::ops::{self, PutOutcome};
 use crate::ipam::pool::{PoolId, PoolKind, PoolObject};
@@ -153,7 +153,7 @@ impl ApiResponse {
     /// ```
     /// use metal_ipam_core::http::api::*;
     /// let req = ApiRequest { method: "GET", path: "/v1/pools", query: "", authorization: Some("Bearer x"), body: b"", headers: &[] };
-    /// let resp = pools(&dummy_ctx(), "x", &req);
+    /// let resp = pools(&dummy_ctx(), &req);
     /// # fn dummy_ctx() -> metal_ipam_core::kv::Ctx<'static, metal_ipam_core::testing::MemKv> {
     /// #   let kv = Box::leak(Box::new(metal_ipam_core::testing::MemKv::new(metal_ipam_core::testing::Backend::SpinSqlite)));
     /// #   let env = Box::leak(Box::new(metal_ipam_core::testing::TestEnv::at(0)));
@@ -238,12 +238,6 @@ fn path_name(kind: &str, v: &str, label: bool) -> Result<String> {
     Ok(v.to_string())
 }
 
-fn authenticate(token: &str, req: &ApiRequest<'_>, route: &'static str) -> Option<ApiResponse> {
-    auth::check_bearer(token, req.authorization)
-        .err()
-        .map(|e| ApiResponse::from_error(&e, route))
-}
-
 /// The `pools` component: `/v1/pools`, `/v1/pools/{namespace}/{name}`,
 /// `/v1/global-pools`, `/v1/global-pools/{name}`.
 ///
@@ -252,7 +246,7 @@ fn authenticate(token: &str, req: &ApiRequest<'_>, route: &'static str) -> Optio
 /// - `GET` returns it with `status.ipAddresses` (404 if unknown);
 /// - `DELETE` deletes it (204, also when unknown; 409 `PoolInUse` while
 ///   addresses are allocated).
-pub fn pools<K: KvStore>(ctx: &Ctx<'_, K>, token: &str, req: &ApiRequest<'_>) -> ApiResponse {
+pub fn pools<K: KvStore>(ctx: &Ctx<'_, K>, req: &ApiRequest<'_>) -> ApiResponse {
     let step = Step::parse(req.path);
     let route = step.as_ref().map_or("", Step::template);
     let id_parts: Option<PoolPath> = match step {
@@ -268,16 +262,8 @@ pub fn pools<K: KvStore>(ctx: &Ctx<'_, K>, token: &str, req: &ApiRequest<'_>) ->
             Some((PoolKind::NamespacedPrefix, Some(ns), name))
         }
         Some(Step::GlobalPrefixPoolObject { name }) => Some((PoolKind::GlobalPrefix, None, name)),
-        _ => {
-            if let Some(r) = authenticate(token, req, "") {
-                return r;
-            }
-            return no_route(req.path);
-        }
+        _ => return no_route(req.path),
     };
-    if let Some(r) = authenticate(token, req, route) {
-        return r;
-    }
     let Some((kind, ns, name)) = id_parts else {
         if req.method != "GET" {
             return method_not_allowed(route, "GET");
@@ -394,16 +380,10 @@ fn in_record_signature(kind: StepKind, status: u16, outcome: &str) -> String {
 /// Answers the claim's `IPAddress` (in the claim's apiVersion): 201 when
 /// the address was bound by this request, 200 when the claim already had
 /// it. Errors as documented on [`ops::allocate`] and [`Claim::parse`].
-pub fn allocate<K: KvStore>(ctx: &Ctx<'_, K>, token: &str, req: &ApiRequest<'_>) -> ApiResponse {
+pub fn allocate<K: KvStore>(ctx: &Ctx<'_, K>, req: &ApiRequest<'_>) -> ApiResponse {
     let route = StepKind::Claims.route().template;
     if Step::parse(req.path) != Some(Step::Claims {}) {
-        if let Some(r) = authenticate(token, req, "") {
-            return r;
-        }
         return no_route(req.path);
-    }
-    if let Some(r) = authenticate(token, req, route) {
-        return r;
     }
     if req.method != "POST" {
         return method_not_allowed(route, "POST");
@@ -450,17 +430,11 @@ pub fn allocate<K: KvStore>(ctx: &Ctx<'_, K>, token: &str, req: &ApiRequest<'_>)
 /// - `GET` returns the claim's `IPAddress` (404 `ClaimNotFound` if unbound);
 /// - `DELETE` releases its address: 204, also when the claim is unknown. An
 ///   optional `?uid=<uid>` releases only a binding of that uid.
-pub fn claims<K: KvStore>(ctx: &Ctx<'_, K>, token: &str, req: &ApiRequest<'_>) -> ApiResponse {
+pub fn claims<K: KvStore>(ctx: &Ctx<'_, K>, req: &ApiRequest<'_>) -> ApiResponse {
     let route = StepKind::ClaimObject.route().template;
     let Some(Step::ClaimObject { ns, name }) = Step::parse(req.path) else {
-        if let Some(r) = authenticate(token, req, "") {
-            return r;
-        }
         return no_route(req.path);
     };
-    if let Some(r) = authenticate(token, req, route) {
-        return r;
-    }
     let (ns, name) = match path_name("namespace", &ns, true)
         .and_then(|ns| Ok((ns, path_name("name", &name, false)?)))
     {

@@ -1,4 +1,5 @@
-//! Bearer-token authentication.
+//! Bearer-token authentication, and the one check of a request against a
+//! route's policy ([`Policy`], [`authorize`]).
 
 use crate::error::{Error, ErrorKind, Result};
 
@@ -65,4 +66,68 @@ pub fn check_bearer(expected: &str, header: Option<&str>) -> Result<()> {
     } else {
         Err(unauthorized("the bearer token is not valid"))
     }
+}
+
+/// Who may call a route.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Policy {
+    /// The API token only.
+    Api,
+    /// The API token or, when one is configured, the read token (the
+    /// read-only routes: `metrics`, the browser view's data).
+    Read,
+    /// The API token or, when one is configured, the events token, as a
+    /// bearer token or the CloudEvents extension `metalipamtoken`
+    /// (`/v1/events`).
+    Events,
+}
+
+/// The configured tokens (an empty optional token accepts nothing).
+#[derive(Debug, Clone, Copy)]
+pub struct Tokens<'a> {
+    /// The API token (every route).
+    pub api: &'a str,
+    /// The read token ([`Policy::Read`]).
+    pub read: &'a str,
+    /// The events token ([`Policy::Events`]).
+    pub events: &'a str,
+}
+
+/// Checks a request's credential against `policy`: its `Authorization`
+/// header, and for [`Policy::Events`] the token the event presents
+/// (`presented`, read from the body or the headers by the caller).
+///
+/// # Errors
+/// The API token's refusal ([`check_bearer`]: 401, or 500 when it is not
+/// configured) when no accepted credential matches.
+pub fn authorize(
+    policy: Policy,
+    tokens: &Tokens<'_>,
+    authorization: Option<&str>,
+    presented: impl FnOnce() -> Option<String>,
+) -> Result<()> {
+    let api = check_bearer(tokens.api, authorization);
+    let other = |token: &str| !token.is_empty() && check_bearer(token, authorization).is_ok();
+    let ok = api.is_ok()
+        || match policy {
+            Policy::Api => false,
+            Policy::Read => other(tokens.read),
+            Policy::Events => {
+                other(tokens.events)
+                    || (!tokens.events.is_empty()
+                        && presented().is_some_and(|t| {
+                            constant_time_eq(t.as_bytes(), tokens.events.as_bytes())
+                        }))
+            }
+        };
+    if ok {
+        return Ok(());
+    }
+    Err(api.err().unwrap_or_else(|| {
+        Error::new(
+            ErrorKind::Unauthorized,
+            "Unauthorized",
+            "the bearer token is not valid",
+        )
+    }))
 }

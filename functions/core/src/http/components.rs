@@ -35,7 +35,8 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::events::chain::{self, ChainRun};
 use crate::events::{self, Outcome};
 use crate::http::api::{self, ApiRequest, ApiResponse};
-use crate::http::{auth, method_not_allowed, no_route};
+use crate::http::auth::{self, Policy, Tokens};
+use crate::http::{method_not_allowed, no_route};
 use crate::ipam::pool::PoolId;
 use crate::kube::Kube;
 use crate::kv::Ctx;
@@ -85,19 +86,10 @@ fn kube<'a, K: KvStore, H: HttpClient + ?Sized>(s: &Services<'a, K, H>) -> Resul
     })
 }
 
-/// The checks every single-purpose route makes, in order: authentication
-/// (`auth`, already decided by the caller), the exact route (`None` when
-/// the caller already matched it), and the method (`POST`). Returns the
-/// error response, if any.
-fn guard(
-    auth: Result<()>,
-    req: &ApiRequest<'_>,
-    route: &'static str,
-    kind: Option<StepKind>,
-) -> Option<ApiResponse> {
-    if let Err(e) = auth {
-        return Some(ApiResponse::from_error(&e, route));
-    }
+/// The checks every single-purpose route makes after authentication, in
+/// order: the exact route (`None` when the caller already matched it) and
+/// the method (`POST`). Returns the error response, if any.
+fn guard(req: &ApiRequest<'_>, route: &'static str, kind: Option<StepKind>) -> Option<ApiResponse> {
     if kind.is_some_and(|k| Step::parse(req.path).map(|s| s.kind()) != Some(k)) {
         return Some(no_route(req.path));
     }
@@ -107,17 +99,37 @@ fn guard(
     None
 }
 
-/// Authentication before anything else, on every route of a component but
-/// `/v1/events` (which also takes the events token) and `/healthz`: an
-/// unauthenticated request learns nothing, not even whether a path is a
-/// route (401, never 404 or 405 first).
+/// The one authentication of a request, before anything else: its
+/// credential against `policy` ([`auth::authorize`]). An unauthenticated
+/// request learns nothing, not even whether a path is a route (401, never
+/// 404 or 405 first); the refusal names `route` (empty but on
+/// `/v1/events`).
+fn refused<K: KvStore, H: HttpClient + ?Sized>(
+    s: &Services<'_, K, H>,
+    req: &ApiRequest<'_>,
+    policy: Policy,
+    route: &'static str,
+) -> Option<ApiResponse> {
+    let tokens = Tokens {
+        api: s.api_token,
+        read: s.read_token,
+        events: s.events_token,
+    };
+    let presented = || {
+        let header = |name: &str| req.header(name).map(str::to_string);
+        events::presented_token(req.content_type(), &header, req.body)
+    };
+    auth::authorize(policy, &tokens, req.authorization, presented)
+        .err()
+        .map(|e| ApiResponse::from_error(&e, route))
+}
+
+/// [`refused`] for the API token's routes.
 fn authenticated<K: KvStore, H: HttpClient + ?Sized>(
     s: &Services<'_, K, H>,
     req: &ApiRequest<'_>,
 ) -> Option<ApiResponse> {
-    auth::check_bearer(s.api_token, req.authorization)
-        .err()
-        .map(|e| ApiResponse::from_error(&e, ""))
+    refused(s, req, Policy::Api, "")
 }
 
 fn outcome_response(
@@ -151,12 +163,7 @@ fn capi_claim<K: KvStore, H: HttpClient + ?Sized>(
     name: &str,
 ) -> ApiResponse {
     let route = StepKind::Claim.route().template;
-    if let Some(r) = guard(
-        auth::check_bearer(s.api_token, req.authorization),
-        req,
-        route,
-        None,
-    ) {
+    if let Some(r) = guard(req, route, None) {
         return r;
     }
     let checked = check_object(Some(ns), name);
@@ -165,23 +172,17 @@ fn capi_claim<K: KvStore, H: HttpClient + ?Sized>(
 }
 
 /// A pool step route (`step`, one of the routes
-/// [`capi::steps::pool_of_step`] knows): authentication and method, the
-/// pool's names checked, then `run`; 202 with `Retry-After` and `Location`
+/// [`capi::steps::pool_of_step`] knows): the method, the pool's names
+/// checked, then `run`; 202 with `Retry-After` and `Location`
 /// (the VRF step's public twin) when the step is waiting on something that
 /// takes time (Metal), 200 otherwise.
-fn pool_step<K: KvStore, H: HttpClient + ?Sized>(
-    s: &Services<'_, K, H>,
+fn pool_step(
     req: &ApiRequest<'_>,
     step: &Step,
     run: impl FnOnce(&PoolId) -> Result<capi::Outcome>,
 ) -> ApiResponse {
     let route = step.template();
-    if let Some(r) = guard(
-        auth::check_bearer(s.api_token, req.authorization),
-        req,
-        route,
-        None,
-    ) {
+    if let Some(r) = guard(req, route, None) {
         return r;
     }
     let Some(id) = capi::steps::pool_of_step(step) else {
@@ -209,7 +210,7 @@ fn capi_pool<K: KvStore, H: HttpClient + ?Sized>(
     req: &ApiRequest<'_>,
     step: &Step,
 ) -> ApiResponse {
-    pool_step(s, req, step, |id| capi::sync_pool(store(s)?, kube(s)?, id))
+    pool_step(req, step, |id| capi::sync_pool(store(s)?, kube(s)?, id))
 }
 
 /// `POST /v1/capi/metal/pools/{ns}/{name}`,
@@ -221,7 +222,7 @@ fn metal_pool<K: KvStore, H: HttpClient + ?Sized>(
     req: &ApiRequest<'_>,
     step: &Step,
 ) -> ApiResponse {
-    pool_step(s, req, step, |id| {
+    pool_step(req, step, |id| {
         capi::vrf::sync_vrf_pool(store(s)?, kube(s)?, metal_of(s)?, id)
     })
 }
@@ -270,12 +271,7 @@ fn metal_claim<K: KvStore, H: HttpClient + ?Sized>(
         name: name.into(),
     };
     let route = status.template();
-    if let Some(r) = guard(
-        auth::check_bearer(s.api_token, req.authorization),
-        req,
-        route,
-        None,
-    ) {
+    if let Some(r) = guard(req, route, None) {
         return r;
     }
     let checked = status.check_names();
@@ -322,16 +318,11 @@ pub fn poll<K: KvStore, H: HttpClient + ?Sized>(
     s: &Services<'_, K, H>,
     req: &ApiRequest<'_>,
 ) -> ApiResponse {
+    let route = StepKind::MetalPoll.route().template;
     if let Some(r) = authenticated(s, req) {
         return r;
     }
-    let route = StepKind::MetalPoll.route().template;
-    if let Some(r) = guard(
-        auth::check_bearer(s.api_token, req.authorization),
-        req,
-        route,
-        Some(StepKind::MetalPoll),
-    ) {
+    if let Some(r) = guard(req, route, Some(StepKind::MetalPoll)) {
         return r;
     }
     let Some(metal) = s.metal else {
@@ -393,9 +384,6 @@ pub fn network<K: KvStore, H: HttpClient + ?Sized>(
     };
     let (route, netconfig) = (step.template(), step.kind() == StepKind::MachineNetconfig);
     let allowed = if netconfig { "GET" } else { "POST, DELETE" };
-    if let Err(e) = auth::check_bearer(s.api_token, req.authorization) {
-        return ApiResponse::from_error(&e, route);
-    }
     if !allowed.split(", ").any(|m| m == req.method) {
         return method_not_allowed(route, allowed);
     }
@@ -522,12 +510,7 @@ fn machine_sync<K: KvStore, H: HttpClient + ?Sized>(
     name: &str,
 ) -> ApiResponse {
     let route = StepKind::Machine.route().template;
-    if let Some(r) = guard(
-        auth::check_bearer(s.api_token, req.authorization),
-        req,
-        route,
-        None,
-    ) {
+    if let Some(r) = guard(req, route, None) {
         return r;
     }
     let machine = format!("{ns}/{name}");
@@ -577,12 +560,7 @@ fn machines_of<K: KvStore, H: HttpClient + ?Sized>(
     }
     .route()
     .template;
-    if let Some(r) = guard(
-        auth::check_bearer(s.api_token, req.authorization),
-        req,
-        route,
-        None,
-    ) {
+    if let Some(r) = guard(req, route, None) {
         return r;
     }
     let checked = check_object(Some(ns), name);
@@ -681,12 +659,7 @@ fn vlan_batch<K: KvStore, H: HttpClient + ?Sized>(
         Some(Step::VlanBatch { port }) => port,
         _ => return no_route(req.path),
     };
-    if let Some(r) = guard(
-        auth::check_bearer(s.api_token, req.authorization),
-        req,
-        route,
-        None,
-    ) {
+    if let Some(r) = guard(req, route, None) {
         return r;
     }
     let fail = |e: Error| ApiResponse::from_error(&e, route).touching("port", port.clone());
@@ -744,10 +717,10 @@ fn vlan_batch<K: KvStore, H: HttpClient + ?Sized>(
 fn with_store<K: KvStore, H: HttpClient + ?Sized>(
     s: &Services<'_, K, H>,
     req: &ApiRequest<'_>,
-    f: impl FnOnce(&Ctx<'_, K>, &str, &ApiRequest<'_>) -> ApiResponse,
+    f: impl FnOnce(&Ctx<'_, K>, &ApiRequest<'_>) -> ApiResponse,
 ) -> ApiResponse {
     match store(s) {
-        Ok(ctx) => f(ctx, s.api_token, req),
+        Ok(ctx) => f(ctx, req),
         Err(e) => ApiResponse::from_error(&e, ""),
     }
 }
@@ -771,21 +744,6 @@ pub fn pools<K: KvStore, H: HttpClient + ?Sized>(
     }
 }
 
-/// Authentication on the read-only routes: the API token or, when one is
-/// configured, the read token; before anything else, as everywhere.
-fn read_authenticated<K: KvStore, H: HttpClient + ?Sized>(
-    s: &Services<'_, K, H>,
-    req: &ApiRequest<'_>,
-) -> Option<ApiResponse> {
-    let api = auth::check_bearer(s.api_token, req.authorization);
-    if api.is_ok()
-        || (!s.read_token.is_empty() && auth::check_bearer(s.read_token, req.authorization).is_ok())
-    {
-        return None;
-    }
-    api.err().map(|e| ApiResponse::from_error(&e, ""))
-}
-
 /// Headers of every answer of the read-only components: nothing cached,
 /// nothing sniffed, no referrer, not framed.
 fn read_only_headers(r: &mut ApiResponse) {
@@ -804,7 +762,7 @@ pub fn metrics<K: KvStore, H: HttpClient + ?Sized>(
     req: &ApiRequest<'_>,
 ) -> ApiResponse {
     const ROUTE: &str = "/v1/metrics";
-    if let Some(r) = read_authenticated(s, req) {
+    if let Some(r) = refused(s, req, Policy::Read, "") {
         return r;
     }
     if Step::parse_for(Component::Metrics, req.path).is_none() {
@@ -870,7 +828,7 @@ pub fn ui<K: KvStore, H: HttpClient + ?Sized>(
     if let Some(r) = ui_file(req) {
         return r;
     }
-    if let Some(r) = read_authenticated(s, req) {
+    if let Some(r) = refused(s, req, Policy::Read, "") {
         return r;
     }
     let Some(step) = Step::parse_for(Component::Ui, req.path) else {
@@ -913,7 +871,7 @@ pub fn ui<K: KvStore, H: HttpClient + ?Sized>(
 fn claim_component<K: KvStore, H: HttpClient + ?Sized>(
     s: &Services<'_, K, H>,
     req: &ApiRequest<'_>,
-    plain: impl FnOnce(&Ctx<'_, K>, &str, &ApiRequest<'_>) -> ApiResponse,
+    plain: impl FnOnce(&Ctx<'_, K>, &ApiRequest<'_>) -> ApiResponse,
 ) -> ApiResponse {
     match Step::parse(req.path) {
         Some(Step::Claim { ns, name }) => capi_claim(s, req, &ns, &name),
@@ -960,12 +918,7 @@ pub fn admission<K: KvStore, H: HttpClient + ?Sized>(
         Some(step) => step.template(),
         None => return no_route(req.path),
     };
-    if let Some(r) = guard(
-        auth::check_bearer(s.api_token, req.authorization),
-        req,
-        route,
-        None,
-    ) {
+    if let Some(r) = guard(req, route, None) {
         return r;
     }
     let machines = KubeMachines(s.kube);
@@ -1024,12 +977,7 @@ pub fn reconcile<K: KvStore, H: HttpClient + ?Sized>(
         return r;
     }
     let route = StepKind::Reconcile.route().template;
-    if let Some(r) = guard(
-        auth::check_bearer(s.api_token, req.authorization),
-        req,
-        route,
-        Some(StepKind::Reconcile),
-    ) {
+    if let Some(r) = guard(req, route, Some(StepKind::Reconcile)) {
         return r;
     }
     let ctx = match store(s) {
@@ -1112,13 +1060,14 @@ pub fn events<K: KvStore, H: HttpClient + ?Sized>(
     req: &ApiRequest<'_>,
 ) -> ApiResponse {
     let route = StepKind::Events.route().template;
-    let header = |name: &str| req.header(name).map(str::to_string);
-    let content_type = req.content_type();
-    let authenticated = event_auth(s, req, content_type, &header);
-    if let Some(r) = guard(authenticated, req, route, Some(StepKind::Events)) {
+    if let Some(r) = refused(s, req, Policy::Events, route) {
         return r;
     }
-    let parsed = match events::parse(content_type, &header, req.body) {
+    if let Some(r) = guard(req, route, Some(StepKind::Events)) {
+        return r;
+    }
+    let header = |name: &str| req.header(name).map(str::to_string);
+    let parsed = match events::parse(req.content_type(), &header, req.body) {
         Ok(p) => p,
         Err(e) => return ApiResponse::from_error(&e, route),
     };
@@ -1155,34 +1104,6 @@ pub fn events<K: KvStore, H: HttpClient + ?Sized>(
     r.objects.push(("object", object));
     r.objects.push(("step", run.first_component.to_string()));
     r
-}
-
-/// `/v1/events` takes the API token or the events token, as a bearer
-/// token or the `metalipamtoken` CloudEvents extension.
-fn event_auth<K: KvStore, H: HttpClient + ?Sized>(
-    s: &Services<'_, K, H>,
-    req: &ApiRequest<'_>,
-    content_type: Option<&str>,
-    header: &dyn Fn(&str) -> Option<String>,
-) -> Result<()> {
-    let bearer_ok = auth::check_bearer(s.api_token, req.authorization).is_ok()
-        || (!s.events_token.is_empty()
-            && auth::check_bearer(s.events_token, req.authorization).is_ok());
-    let ce_ok = !s.events_token.is_empty()
-        && events::presented_token(content_type, header, req.body)
-            .is_some_and(|t| auth::constant_time_eq(t.as_bytes(), s.events_token.as_bytes()));
-    if bearer_ok || ce_ok {
-        return Ok(());
-    }
-    Err(auth::check_bearer(s.api_token, req.authorization)
-        .err()
-        .unwrap_or_else(|| {
-            Error::new(
-                ErrorKind::Unauthorized,
-                "Unauthorized",
-                "the bearer token is not valid",
-            )
-        }))
 }
 
 /// `r` with the status `run` calls for: a 5xx step → 502 (503 as it
