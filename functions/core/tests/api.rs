@@ -3,8 +3,9 @@
 //! components; tests/ runs them again through the real .wasm files.
 
 use metal_ipam_core::http::api::{self, ApiRequest, ApiResponse};
-use metal_ipam_core::http::components::{self, Services};
+use metal_ipam_core::http::dispatch::{dispatch, Services};
 use metal_ipam_core::kv::{Ctx, SwapPolicy};
+use metal_ipam_core::routes::Component;
 use metal_ipam_core::testing::{Backend, MemKv, ScriptedHttp, TestEnv};
 use serde_json::{json, Value};
 
@@ -80,32 +81,18 @@ impl World {
 
 /// The component's entry (which authenticates) with `c`'s store and
 /// token `t`, no Kubernetes, no outbound HTTP.
-fn component(
-    entry: fn(&Services<'_, MemKv, ScriptedHttp>, &ApiRequest<'_>) -> ApiResponse,
-    c: &Ctx<'_, MemKv>,
-    t: &str,
-    r: &ApiRequest<'_>,
-) -> ApiResponse {
+fn component(component: Component, c: &Ctx<'_, MemKv>, t: &str, r: &ApiRequest<'_>) -> ApiResponse {
     let http = ScriptedHttp::new(Vec::new());
-    let s = Services {
-        ctx: Some(c),
-        kube: None,
-        http: &http,
-        api_token: t,
-        events_token: "",
-        read_token: "",
-        metal: None,
-    };
-    entry(&s, r)
+    dispatch(component, &Services::store_only(c, &http, t), r)
 }
 fn pools(c: &Ctx<'_, MemKv>, t: &str, r: &ApiRequest<'_>) -> ApiResponse {
-    component(components::pools, c, t, r)
+    component(Component::Pools, c, t, r)
 }
 fn allocate(c: &Ctx<'_, MemKv>, t: &str, r: &ApiRequest<'_>) -> ApiResponse {
-    component(components::allocate, c, t, r)
+    component(Component::Allocate, c, t, r)
 }
 fn claims(c: &Ctx<'_, MemKv>, t: &str, r: &ApiRequest<'_>) -> ApiResponse {
-    component(components::release, c, t, r)
+    component(Component::Release, c, t, r)
 }
 
 fn pool(name: &str, addresses: &[&str]) -> Value {

@@ -1,7 +1,7 @@
 //! The fuzz targets: how each generates a request and what it calls.
 //!
 //! Every input goes through the component entry point that serves it in
-//! production ([`metal_ipam_core::http::components`]: routing, authentication,
+//! production ([`metal_ipam_core::http::dispatch`]: routing, authentication,
 //! body parsing, the step) against an in-memory store holding a few pools
 //! and bindings, with a fake outbound HTTP client standing in for the
 //! Kubernetes API and for Spin service chaining. Targets also call the
@@ -18,7 +18,7 @@ use metal_ipam_core::admission;
 use metal_ipam_core::events;
 use metal_ipam_core::http::api::{ApiRequest, ApiResponse};
 use metal_ipam_core::http::auth;
-use metal_ipam_core::http::components::{self, Services};
+use metal_ipam_core::http::dispatch::{dispatch, Services};
 use metal_ipam_core::ipam::claim::Claim;
 use metal_ipam_core::ipam::ops;
 use metal_ipam_core::ipam::pool::{PoolId, PoolObject};
@@ -35,24 +35,38 @@ use super::rng::Rng;
 use super::seeds::{self, Seeds};
 use super::{API_TOKEN, EVENTS_TOKEN, NOW};
 
-/// The component entry points of [`metal_ipam_core::http::components`].
+/// The components the fuzzer sends requests to, through
+/// [`metal_ipam_core::http::dispatch::dispatch`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Component {
-    /// `components::pools`.
+    /// `pools`.
     Pools,
-    /// `components::allocate`.
+    /// `allocate`.
     Allocate,
-    /// `components::release`.
+    /// `release`.
     Release,
-    /// `components::events`.
+    /// `events`.
     Events,
-    /// `components::admission`.
+    /// `admission`.
     Admission,
-    /// `components::reconcile`.
+    /// `reconcile`.
     Reconcile,
 }
 
 impl Component {
+    /// The component of the route table.
+    pub fn served(self) -> metal_ipam_core::routes::Component {
+        use metal_ipam_core::routes::Component as C;
+        match self {
+            Component::Pools => C::Pools,
+            Component::Allocate => C::Allocate,
+            Component::Release => C::Release,
+            Component::Events => C::Events,
+            Component::Admission => C::Admission,
+            Component::Reconcile => C::Reconcile,
+        }
+    }
+
     /// Every component with a core entry point.
     pub const ALL: [Component; 6] = [
         Component::Pools,
@@ -382,14 +396,7 @@ impl World {
             headers: &headers,
             ..to_request(input)
         };
-        match input.component {
-            Component::Pools => components::pools(&s, &req),
-            Component::Allocate => components::allocate(&s, &req),
-            Component::Release => components::release(&s, &req),
-            Component::Events => components::events(&s, &req),
-            Component::Admission => components::admission(&s, &req),
-            Component::Reconcile => components::reconcile(&s, &req),
-        }
+        dispatch(input.component.served(), &s, &req)
     }
 
     /// Runs `input` through its component and through `direct` (the

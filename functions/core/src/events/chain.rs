@@ -16,7 +16,7 @@ use crate::capi::reconcile;
 use crate::error::{Error, Result};
 use crate::network::batch::Chained;
 use crate::ports::http::{headers, Deadline, HttpClient};
-use crate::routes::{Answer, Call, Component, Step};
+use crate::routes::{Answer, Call, Component, Route};
 
 /// What an event's chained steps did.
 #[derive(Debug, Clone, PartialEq)]
@@ -80,8 +80,10 @@ pub fn chain_reconciled<H: HttpClient + ?Sized>(
     let pools: Vec<(String, Call)> = std::mem::take(&mut report.vrf_pools)
         .into_iter()
         .map(|id| {
-            let step = crate::capi::steps::pool_steps(&id).metal;
-            (id.display(), Call::new(Component::Provision, step))
+            (
+                id.display(),
+                Call::new(Component::Provision, Route::VrfPool(id)),
+            )
         })
         .collect();
     let provisioned = forward_each(to, ("pool", "pool"), pools, 500, &mut report.errors);
@@ -93,7 +95,7 @@ pub fn chain_reconciled<H: HttpClient + ?Sized>(
             let object = format!("{ns}/{name}");
             (
                 object,
-                Call::new(Component::Assign, Step::MetalClaim { ns, name }),
+                Call::new(Component::Assign, Route::MetalClaim { ns, name }),
             )
         })
         .collect();
@@ -109,7 +111,7 @@ pub fn chain_reconciled<H: HttpClient + ?Sized>(
             let object = format!("{ns}/{name}");
             (
                 object,
-                Call::new(Component::Network, Step::Machine { ns, name }),
+                Call::new(Component::Network, Route::Machine { ns, name }),
             )
         })
         .collect();

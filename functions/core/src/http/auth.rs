@@ -1,7 +1,8 @@
 //! Bearer-token authentication, and the one check of a request against a
-//! route's policy ([`Policy`], [`authorize`]).
+//! route's policy ([`Auth`], [`authorize`]).
 
 use crate::error::{Error, ErrorKind, Result};
+use crate::routes::Auth;
 
 /// Compares two byte strings in time that depends only on their lengths,
 /// never on where they differ.
@@ -68,40 +69,27 @@ pub fn check_bearer(expected: &str, header: Option<&str>) -> Result<()> {
     }
 }
 
-/// Who may call a route.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Policy {
-    /// The API token only.
-    Api,
-    /// The API token or, when one is configured, the read token (the
-    /// read-only routes: `metrics`, the browser view's data).
-    Read,
-    /// The API token or, when one is configured, the events token, as a
-    /// bearer token or the CloudEvents extension `metalipamtoken`
-    /// (`/v1/events`).
-    Events,
-}
-
 /// The configured tokens (an empty optional token accepts nothing).
 #[derive(Debug, Clone, Copy)]
 pub struct Tokens<'a> {
     /// The API token (every route).
     pub api: &'a str,
-    /// The read token ([`Policy::Read`]).
+    /// The read token ([`Auth::Read`]).
     pub read: &'a str,
-    /// The events token ([`Policy::Events`]).
+    /// The events token ([`Auth::Events`]).
     pub events: &'a str,
 }
 
 /// Checks a request's credential against `policy`: its `Authorization`
-/// header, and for [`Policy::Events`] the token the event presents
+/// header, and for [`Auth::Events`] the token the event presents
 /// (`presented`, read from the body or the headers by the caller).
+/// [`Auth::None`] accepts anything.
 ///
 /// # Errors
 /// The API token's refusal ([`check_bearer`]: 401, or 500 when it is not
 /// configured) when no accepted credential matches.
 pub fn authorize(
-    policy: Policy,
+    policy: Auth,
     tokens: &Tokens<'_>,
     authorization: Option<&str>,
     presented: impl FnOnce() -> Option<String>,
@@ -110,9 +98,10 @@ pub fn authorize(
     let other = |token: &str| !token.is_empty() && check_bearer(token, authorization).is_ok();
     let ok = api.is_ok()
         || match policy {
-            Policy::Api => false,
-            Policy::Read => other(tokens.read),
-            Policy::Events => {
+            Auth::None => true,
+            Auth::Api => false,
+            Auth::Read => other(tokens.read),
+            Auth::Events => {
                 other(tokens.events)
                     || (!tokens.events.is_empty()
                         && presented().is_some_and(|t| {

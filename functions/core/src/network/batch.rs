@@ -35,7 +35,7 @@ use crate::metal::client::{Metal, MetalError};
 use crate::metal::model::{VlanBatch, VlanBatchInput, VlanBatchItem};
 use crate::ports::http::{headers, Deadline, HttpClient};
 use crate::ports::Env;
-use crate::routes::Step;
+use crate::routes::Route;
 
 /// Which way a batch moves VLANs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -216,7 +216,7 @@ impl<H: HttpClient + ?Sized, E: Env + ?Sized> VlanBatches for Direct<'_, H, E> {
 
 /// The path of a port's batch step on its component (the route table's).
 pub fn step_path(port_id: &str) -> String {
-    Step::VlanBatch {
+    Route::VlanBatch {
         port: port_id.to_string(),
     }
     .path()
