@@ -19,8 +19,10 @@ use crate::schema::repo_root;
 /// The API token every test app is started with.
 pub const TOKEN: &str = "component-test-token-0f3a";
 
-/// The components built by `cargo build-wasm`.
-pub const COMPONENTS: [&str; 7] = [
+/// The components built by `cargo build-wasm`: all fifteen of
+/// `spin.toml` (`metal_ipam_core::routes::Component::ALL`), by the names
+/// of their `.wasm` files.
+pub const COMPONENTS: [&str; 15] = [
     "healthz",
     "pools",
     "allocate",
@@ -28,6 +30,14 @@ pub const COMPONENTS: [&str; 7] = [
     "events",
     "admission",
     "reconcile",
+    "provision",
+    "assign",
+    "network",
+    "attach_vlan",
+    "detach_vlan",
+    "poll",
+    "metrics",
+    "ui",
 ];
 
 /// Path of a component's release build.

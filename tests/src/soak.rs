@@ -26,7 +26,7 @@ use metal_ipam_core::ipam::claim::Claim;
 use metal_ipam_core::ipam::index;
 use metal_ipam_core::ipam::ops;
 use metal_ipam_core::ipam::pool::{PoolId, PoolKind, PoolObject};
-use metal_ipam_core::kv::{keys, Ctx, SwapPolicy};
+use metal_ipam_core::kv::{keys, Ctx};
 use metal_ipam_core::observe::{counters, metrics};
 use metal_ipam_core::ports::kv::{CountingKv, KvStore};
 use metal_ipam_core::ports::Env;

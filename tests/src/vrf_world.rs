@@ -10,7 +10,7 @@ use metal_ipam_core::capi::vrf::sync_vrf_pool;
 use metal_ipam_core::capi::{self, StepResult};
 use metal_ipam_core::ipam::pool::PoolId;
 use metal_ipam_core::kube::{Kube, KubeConfig};
-use metal_ipam_core::kv::{Ctx, SwapPolicy};
+use metal_ipam_core::kv::Ctx;
 use metal_ipam_core::metal::client::{Metal, MetalConfig};
 use metal_ipam_core::metal::retry::RetryPolicy;
 use metal_ipam_core::testing::{Backend, MemKv, TestEnv};

@@ -10,7 +10,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use metal_ipam_core::kv::{Ctx, SwapPolicy};
+use metal_ipam_core::kv::Ctx;
 use metal_ipam_core::metal::client::Metal;
 use metal_ipam_core::metal::retry::RetryPolicy;
 use metal_ipam_core::network::apply::{self, Phase, Report, POLL_S};

@@ -8,7 +8,7 @@
 
 use metal_ipam_core::capi::{self, StepResult};
 use metal_ipam_core::kube::Kube;
-use metal_ipam_core::kv::{Ctx, SwapPolicy};
+use metal_ipam_core::kv::Ctx;
 use metal_ipam_core::testing::{Backend, TestEnv};
 use metal_ipam_tests::fake_kube::{IPAM_GROUP, METAL_GROUP};
 use metal_ipam_tests::metal_sim::{BlockingHttp, Fault};
@@ -473,7 +473,7 @@ async fn a_vrf_backed_prefix_pool_splits_its_block() {
         .unwrap();
     assert_eq!(out.result, StepResult::Bound, "{out:?}");
     assert!(
-        !out.metal_assignment,
+        !capi::ClaimAnswer::metal_assignment(&out),
         "no Metal IP assignment for a sub-prefix"
     );
     let ip = w

@@ -3,22 +3,7 @@
 //! service chaining from `events`, the claim reconcile step
 //! `POST /v1/capi/claims/{namespace}/{name}` (CAPI contract, live claims).
 //!
-//! All logic is in [`metal_ipam_core::http::components::allocate`]; the glue in
-//! [`metal_ipam_spin::serve_component`] adapts it to Spin.
+//! All logic is in [`metal_ipam_core::http::dispatch::allocate`]; the glue in
+//! [`metal_ipam_spin::serve`] adapts it to Spin.
 
-use spin_sdk::http::{IncomingRequest, ResponseOutparam};
-use spin_sdk::http_component;
-
-/// The component's `wasi:http/incoming-handler` entry point (streaming:
-/// the body is read by the glue, within the limit, once the head passed).
-#[http_component]
-async fn handle(req: IncomingRequest, out: ResponseOutparam) {
-    metal_ipam_spin::serve_component(
-        "allocate",
-        req,
-        out,
-        true,
-        metal_ipam_core::http::components::allocate,
-    )
-    .await
-}
+metal_ipam_spin::component!(Allocate, allocate);

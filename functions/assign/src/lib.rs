@@ -5,22 +5,7 @@
 //! remove the assignment of a claim that is going, before its address is
 //! released. Holds the Metal token.
 //!
-//! All logic is in [`metal_ipam_core::http::components::assign`]; the glue
-//! in [`metal_ipam_spin::serve_component`] adapts it to Spin.
+//! All logic is in [`metal_ipam_core::http::dispatch::assign`]; the glue
+//! in [`metal_ipam_spin::serve`] adapts it to Spin.
 
-use spin_sdk::http::{IncomingRequest, ResponseOutparam};
-use spin_sdk::http_component;
-
-/// The component's `wasi:http/incoming-handler` entry point (streaming:
-/// the body is read by the glue, within the limit, once the head passed).
-#[http_component]
-async fn handle(req: IncomingRequest, out: ResponseOutparam) {
-    metal_ipam_spin::serve_component(
-        "assign",
-        req,
-        out,
-        true,
-        metal_ipam_core::http::components::assign,
-    )
-    .await
-}
+metal_ipam_spin::component!(Assign, assign);

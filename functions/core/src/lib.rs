@@ -23,8 +23,12 @@
 //!   ([`capi::network`] holds the machinery).
 //!
 //! [`capi::poll`] (the Metal event poll) and [`capi::reconcile`] (the full
-//! reconcile) drive these handlers; [`http::components`] is where the
-//! components call them.
+//! reconcile) drive these handlers; the components reach them through the
+//! dispatcher, [`http::dispatch`]: the route table ([`routes::TABLE`])
+//! gives each route its methods, its authentication policy and its
+//! handler; one authentication per request, 404 and 405 from the table,
+//! then the handler with the route's fields. Each shell is one line naming
+//! its component and entry.
 //!
 //! # The cloud seam
 //! The pool, claim and profile logic talks to one trait,
@@ -61,12 +65,16 @@
 //! - [`capi`]: the CAPI IPAM contract: claim and pool reconciliation, full
 //!   reconcile; VRF-backed pools and claims' Metal assignments on the
 //!   Kubernetes side, and the Metal event poll.
-//! - [`routes`]: the route table: every route's path, component and
-//!   chaining callers, the typed `Step` built and matched from it.
-//! - [`events`]: the payloads event forwarders post to `/v1/events`.
+//! - [`routes`]: the route table: every route's path, component, chaining
+//!   callers, methods and authentication policy; the typed [`routes::Route`]
+//!   (a pool route's pool kind parsed from its path) built and matched
+//!   from it.
+//! - [`events`]: the payloads event forwarders post to `/v1/events`, where
+//!   they are chained to ([`events::route`]) and the chaining itself
+//!   ([`events::chain`]).
 //! - [`admission`]: the validating webhook for the pool kinds.
-//! - [`http`]: requests and responses, auth, the plain HTTP API, one entry
-//!   point per component.
+//! - [`http`]: requests and responses, auth, the dispatcher (one entry per
+//!   component) and the routes' handlers, the plain HTTP API among them.
 //! - `testing` (feature `testing`): in-memory store with each Spin
 //!   backend's quirks, and a deterministic environment.
 #![forbid(unsafe_code)]

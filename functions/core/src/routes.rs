@@ -1,18 +1,23 @@
 //! The route table: every route a component serves, defined once.
 //!
-//! Each line of the table gives a route's path template, the components
-//! that serve it and those that reach it by Spin service chaining; from it
-//! come the typed [`Step`] (its builder, [`Step::path`], and its matcher,
-//! [`Step::parse`]) and [`Step::route`] (the definition).
-//! `events` builds its chained calls from it, `http::components` routes
-//! requests with it, and `tests/routes.rs` checks it against `spin.toml`.
-//! A chained step's answer, as far as chaining reads it, is [`Answer`].
+//! Each row of [`TABLE`] ([`RouteDef`]) gives a route's path template (also
+//! its name in log lines), its [`RouteKind`] (which handler answers it) and,
+//! for a pool route, the [`PoolKind`] its paths name; the components that
+//! serve it and those that reach it by Spin service chaining; its methods
+//! (the `Allow` of a 405) and its [`Auth`] policy. From it come the typed
+//! [`Route`] (its builder, [`Route::path`], and its matcher,
+//! [`Route::parse`]). `http::dispatch` authenticates, answers 404 and 405
+//! and calls the row's handler from it, `events` builds its chained calls
+//! from it, and `tests/routes.rs` checks it against `spin.toml`. A chained
+//! step's answer, as far as chaining reads it, is [`Answer`].
 //!
-//! Imports nothing of ours but `error` and `kube::names`.
+//! Imports nothing of ours but `error`, `kube::names` and `ipam::pool`'s
+//! ids.
 
 use serde::Deserialize;
 
 use crate::error::{Error, Result};
+use crate::ipam::pool::{PoolId, PoolKind};
 use crate::kube::names;
 
 /// A Spin component, by its name in `spin.toml`.
@@ -93,12 +98,126 @@ impl Component {
     }
 }
 
-/// One route's definition.
+impl Component {
+    /// Whether the component has the `default` key-value store in
+    /// `spin.toml` (all but `healthz`, `events` and the VLAN batch steps).
+    pub fn has_store(self) -> bool {
+        !matches!(
+            self,
+            Self::Healthz | Self::Events | Self::AttachVlan | Self::DetachVlan
+        )
+    }
+
+    /// The policy a request to none of the component's routes is
+    /// authenticated by before its 404: that of its first row that needs a
+    /// credential (`read` on `metrics` and `ui`, `events` on `events`, the
+    /// API token elsewhere).
+    pub fn fallback_auth(self) -> Auth {
+        TABLE
+            .iter()
+            .find(|d| d.served_by.contains(&self) && d.auth != Auth::None)
+            .map_or(Auth::Api, |d| d.auth)
+    }
+}
+
+/// Who may call a route.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Route {
+pub enum Auth {
+    /// The API token.
+    Api,
+    /// The API token or the read token (the read-only routes).
+    Read,
+    /// The API token or the events token (bearer or CloudEvents extension).
+    Events,
+    /// No credential (`/healthz`, the browser view's page and files).
+    None,
+}
+
+/// Which handler answers a route; the pool routes' kind is a field of the
+/// [`Route`], not a kind of its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RouteKind {
+    /// Reconcile one `IPAddressClaim` (chained).
+    Claim,
+    /// Sync a plain pool's status (chained).
+    PoolSync,
+    /// Sync a VRF-backed pool (chained).
+    VrfPool,
+    /// A claim's Metal assignment (chained).
+    MetalClaim,
+    /// Converge one Machine's network (chained).
+    Machine,
+    /// The Machines using a `MetalNetworkProfile` (chained).
+    ProfileMachines,
+    /// The Machines of a `PacketMachine` (chained).
+    PacketMachineMachines,
+    /// A port's VLAN batch (chained).
+    VlanBatch,
+    /// A VRF-backed pool's step and status (public).
+    VrfPoolStatus,
+    /// A claim's Metal assignment and its status (public).
+    MetalClaimStatus,
+    /// Apply or release a machine's network.
+    MachineNetwork,
+    /// A machine's rendered OS network configuration.
+    MachineNetconfig,
+    /// The Metal event poll.
+    MetalPoll,
+    /// A full reconciliation.
+    Reconcile,
+    /// Events from forwarders.
+    Events,
+    /// The pool kinds' validating webhook.
+    AdmissionPools,
+    /// The network profiles' validating webhook.
+    AdmissionProfiles,
+    /// A pool collection.
+    PoolList,
+    /// One pool.
+    PoolObject,
+    /// Allocate for a claim.
+    Claims,
+    /// One claim's binding.
+    ClaimObject,
+    /// The Prometheus exposition.
+    Metrics,
+    /// The browser view's page.
+    UiPage,
+    /// The browser view's static files.
+    UiAsset,
+    /// The browser view's overview.
+    UiOverview,
+    /// The browser view's data of one pool.
+    UiPool,
+    /// The browser view's machines.
+    UiMachines,
+    /// The browser view's search.
+    UiSearch,
+    /// Liveness.
+    Healthz,
+}
+
+impl RouteKind {
+    /// The first row of this kind (a pool family's: its namespaced
+    /// pools').
+    pub fn def(self) -> &'static RouteDef {
+        TABLE
+            .iter()
+            .find(|d| d.kind == self)
+            .expect("every kind has a row")
+    }
+}
+
+/// One row of the route table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RouteDef {
     /// The path template (`{…}` marks a segment taken as a field, in the
-    /// order of the step's fields); also the route's name in log lines.
+    /// order of the route's fields); also the route's name in log lines.
     pub template: &'static str,
+    /// Which handler answers it.
+    pub kind: RouteKind,
+    /// The pool kind its paths name (pool routes only).
+    pub pool: Option<PoolKind>,
     /// The components that serve it.
     pub served_by: &'static [Component],
     /// The components that reach it by service chaining; empty for a
@@ -106,223 +225,249 @@ pub struct Route {
     pub chained_from: &'static [Component],
     /// Whether `spin.toml` exposes it (`false`: reached by chaining only).
     pub public: bool,
+    /// The methods it accepts, as a 405's `Allow` lists them.
+    pub methods: &'static str,
+    /// Who may call it.
+    pub auth: Auth,
 }
 
-/// Defines [`Step`], [`StepKind`] and the table, one line per route.
-macro_rules! table {
-    ($(
-        $(#[$doc:meta])*
-        $variant:ident { $($field:ident),* } = $template:literal,
-            served_by [$($served:ident),*], chained_from [$($caller:ident),*], public $public:literal;
-    )*) => {
-        /// A request to a route of the table, with the path's fields.
-        #[derive(Debug, Clone, PartialEq, Eq)]
-        pub enum Step {
-            $( $(#[$doc])* $variant { $(
-                #[allow(missing_docs)] $field: String
-            ),* }, )*
-        }
-
-        /// Which route a [`Step`] is, without its fields.
-        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-        pub enum StepKind {
-            $( $(#[$doc])* $variant, )*
-        }
-
-        impl StepKind {
-            /// Every route of the table.
-            pub const ALL: &'static [StepKind] = &[$(StepKind::$variant),*];
-
-            /// The route's definition.
-            pub fn route(self) -> Route {
-                match self {
-                    $(StepKind::$variant => Route {
-                        template: $template,
-                        served_by: &[$(Component::$served),*],
-                        chained_from: &[$(Component::$caller),*],
-                        public: $public,
-                    },)*
-                }
-            }
-
-            /// The step of this kind with `args` as its fields, in order
-            /// (`None` when their number is not the route's).
-            fn with(self, args: &[&str]) -> Option<Step> {
-                #[allow(unused_mut, unused_variables)]
-                match self {
-                    $(StepKind::$variant => {
-                        let mut it = args.iter();
-                        let step = Step::$variant { $($field: (*it.next()?).to_string()),* };
-                        it.next().is_none().then_some(step)
-                    })*
-                }
-            }
-        }
-
-        impl Step {
-            /// Which route this is.
-            pub fn kind(&self) -> StepKind {
-                match self {
-                    $(Step::$variant { .. } => StepKind::$variant,)*
-                }
-            }
-
-            /// The fields, by name, in the template's order.
-            fn fields(&self) -> Vec<(&'static str, &str)> {
-                match self {
-                    $(Step::$variant { $($field),* } => vec![$((stringify!($field), $field.as_str())),*],)*
-                }
-            }
-        }
-    };
+impl RouteDef {
+    /// Whether `method` is one of the route's.
+    pub fn allows(&self, method: &str) -> bool {
+        self.methods.split(", ").any(|m| m == method)
+    }
 }
 
-table! {
-    // Chained steps (private: no public trigger in spin.toml).
-    /// Reconcile one `IPAddressClaim` (`allocate` while it lives,
-    /// `release` once it is going).
-    Claim { ns, name } = "/v1/capi/claims/{namespace}/{name}",
-        served_by [Allocate, Release], chained_from [Events], public false;
-    /// Sync a namespaced pool's status.
-    Pool { ns, name } = "/v1/capi/pools/{namespace}/{name}",
-        served_by [Pools], chained_from [Events], public false;
-    /// Sync a global pool's status.
-    GlobalPool { name } = "/v1/capi/global-pools/{name}",
-        served_by [Pools], chained_from [Events], public false;
-    /// Sync a VRF-backed namespaced pool.
-    MetalPool { ns, name } = "/v1/capi/metal/pools/{namespace}/{name}",
-        served_by [Provision], chained_from [Events, Reconcile], public false;
-    /// Sync a VRF-backed global pool.
-    MetalGlobalPool { name } = "/v1/capi/metal/global-pools/{name}",
-        served_by [Provision], chained_from [Events, Reconcile], public false;
-    /// Sync a namespaced prefix pool's status.
-    PrefixPool { ns, name } = "/v1/capi/prefix-pools/{namespace}/{name}",
-        served_by [Pools], chained_from [Events], public false;
-    /// Sync a global prefix pool's status.
-    GlobalPrefixPool { name } = "/v1/capi/global-prefix-pools/{name}",
-        served_by [Pools], chained_from [Events], public false;
-    /// Sync a VRF-backed namespaced prefix pool.
-    MetalPrefixPool { ns, name } = "/v1/capi/metal/prefix-pools/{namespace}/{name}",
-        served_by [Provision], chained_from [Events, Reconcile], public false;
-    /// Sync a VRF-backed global prefix pool.
-    MetalGlobalPrefixPool { name } = "/v1/capi/metal/global-prefix-pools/{name}",
-        served_by [Provision], chained_from [Events, Reconcile], public false;
-    /// A claim's Metal assignment.
-    MetalClaim { ns, name } = "/v1/capi/metal/claims/{namespace}/{name}",
-        served_by [Assign], chained_from [Events, Reconcile], public false;
-    /// Converge one Machine's network.
-    Machine { ns, name } = "/v1/capi/machines/{namespace}/{name}/network",
-        served_by [Network], chained_from [Events, Reconcile], public false;
-    /// The Machines using a `MetalNetworkProfile`.
-    ProfileMachines { ns, name } = "/v1/capi/network-profiles/{namespace}/{name}",
-        served_by [Network], chained_from [Events], public false;
-    /// The Machines whose infrastructure machine a `PacketMachine` is.
-    PacketMachineMachines { ns, name } = "/v1/capi/packet-machines/{namespace}/{name}",
-        served_by [Network], chained_from [Events], public false;
-    /// A port's VLAN batch (attach or detach, by the component).
-    VlanBatch { port } = "/v1/metal/ports/{port}/vlan-batches",
-        served_by [AttachVlan, DetachVlan], chained_from [Network, Poll], public false;
-    // Public routes.
-    /// A VRF-backed namespaced pool's step and status.
-    MetalPoolStatus { ns, name } = "/v1/metal/pools/{namespace}/{name}",
-        served_by [Provision], chained_from [], public true;
-    /// A VRF-backed global pool's step and status.
-    MetalGlobalPoolStatus { name } = "/v1/metal/global-pools/{name}",
-        served_by [Provision], chained_from [], public true;
-    /// A VRF-backed namespaced prefix pool's step and status.
-    MetalPrefixPoolStatus { ns, name } = "/v1/metal/prefix-pools/{namespace}/{name}",
-        served_by [Provision], chained_from [], public true;
-    /// A VRF-backed global prefix pool's step and status.
-    MetalGlobalPrefixPoolStatus { name } = "/v1/metal/global-prefix-pools/{name}",
-        served_by [Provision], chained_from [], public true;
-    /// A claim's Metal assignment, and its status.
-    MetalClaimStatus { ns, name } = "/v1/metal/claims/{namespace}/{name}",
-        served_by [Assign], chained_from [], public true;
-    /// Apply or release a machine's network.
-    MachineNetwork { ns, name } = "/v1/machines/{namespace}/{name}/network",
-        served_by [Network], chained_from [], public true;
-    /// A machine's rendered OS network configuration.
-    MachineNetconfig { ns, name } = "/v1/machines/{namespace}/{name}/netconfig",
-        served_by [Network], chained_from [], public true;
-    /// The Metal event poll.
-    MetalPoll {} = "/v1/metal/poll",
-        served_by [Poll], chained_from [], public true;
-    /// A full reconciliation.
-    Reconcile {} = "/v1/reconcile",
-        served_by [Reconcile], chained_from [], public true;
-    /// Events from forwarders.
-    Events {} = "/v1/events",
-        served_by [Events], chained_from [], public true;
-    /// The pool kinds' validating webhook.
-    AdmissionPools {} = "/v1/admission/pools",
-        served_by [Admission], chained_from [], public true;
-    /// The network profiles' validating webhook.
-    AdmissionProfiles {} = "/v1/admission/network-profiles",
-        served_by [Admission], chained_from [], public true;
-    /// The namespaced pools.
-    Pools {} = "/v1/pools",
-        served_by [Pools], chained_from [], public true;
-    /// The global pools.
-    GlobalPools {} = "/v1/global-pools",
-        served_by [Pools], chained_from [], public true;
-    /// One namespaced pool.
-    PoolObject { ns, name } = "/v1/pools/{namespace}/{name}",
-        served_by [Pools], chained_from [], public true;
-    /// One global pool.
-    GlobalPoolObject { name } = "/v1/global-pools/{name}",
-        served_by [Pools], chained_from [], public true;
-    /// The namespaced prefix pools.
-    PrefixPools {} = "/v1/prefix-pools",
-        served_by [Pools], chained_from [], public true;
-    /// The global prefix pools.
-    GlobalPrefixPools {} = "/v1/global-prefix-pools",
-        served_by [Pools], chained_from [], public true;
-    /// One namespaced prefix pool.
-    PrefixPoolObject { ns, name } = "/v1/prefix-pools/{namespace}/{name}",
-        served_by [Pools], chained_from [], public true;
-    /// One global prefix pool.
-    GlobalPrefixPoolObject { name } = "/v1/global-prefix-pools/{name}",
-        served_by [Pools], chained_from [], public true;
-    /// Allocate for a claim.
-    Claims {} = "/v1/claims",
-        served_by [Allocate], chained_from [], public true;
-    /// One claim's binding.
-    ClaimObject { ns, name } = "/v1/claims/{namespace}/{name}",
-        served_by [Release], chained_from [], public true;
-    /// The Prometheus exposition.
-    Metrics {} = "/v1/metrics",
-        served_by [Metrics], chained_from [], public true;
-    /// The browser view's page (HTML).
-    UiPage {} = "/ui",
-        served_by [Ui], chained_from [], public true;
-    /// The browser view's static files (`app.css`, `app.js`).
-    UiAsset { file } = "/ui/{file}",
-        served_by [Ui], chained_from [], public true;
-    /// The browser view's data: the overview (pools, poll, reconcile).
-    UiOverview {} = "/ui/api/overview",
-        served_by [Ui], chained_from [], public true;
-    /// The browser view's data: one namespaced pool's addresses.
-    UiPool { ns, name } = "/ui/api/pools/{namespace}/{name}",
-        served_by [Ui], chained_from [], public true;
-    /// The browser view's data: one global pool's addresses.
-    UiGlobalPool { name } = "/ui/api/global-pools/{name}",
-        served_by [Ui], chained_from [], public true;
-    /// The browser view's data: one namespaced prefix pool.
-    UiPrefixPool { ns, name } = "/ui/api/prefix-pools/{namespace}/{name}",
-        served_by [Ui], chained_from [], public true;
-    /// The browser view's data: one global prefix pool.
-    UiGlobalPrefixPool { name } = "/ui/api/global-prefix-pools/{name}",
-        served_by [Ui], chained_from [], public true;
-    /// The browser view's data: the machines.
-    UiMachines {} = "/ui/api/machines",
-        served_by [Ui], chained_from [], public true;
-    /// The browser view's data: search by address, claim or machine
-    /// (`?q=`).
-    UiSearch {} = "/ui/api/search",
-        served_by [Ui], chained_from [], public true;
-    /// Liveness.
-    Healthz {} = "/healthz",
-        served_by [Healthz], chained_from [], public true;
+use Component as C;
+
+const CHAINED: bool = false;
+const PUBLIC: bool = true;
+const POOL_KINDS: [PoolKind; 4] = [
+    PoolKind::Namespaced,
+    PoolKind::Global,
+    PoolKind::NamespacedPrefix,
+    PoolKind::GlobalPrefix,
+];
+
+/// A row without a pool kind (see [`RouteDef`]'s fields, in order).
+const fn plain(
+    template: &'static str,
+    kind: RouteKind,
+    served_by: &'static [Component],
+    chained_from: &'static [Component],
+    public: bool,
+    methods: &'static str,
+    auth: Auth,
+) -> RouteDef {
+    RouteDef {
+        template,
+        kind,
+        pool: None,
+        served_by,
+        chained_from,
+        public,
+        methods,
+        auth,
+    }
+}
+
+/// Four rows of a pool route family, one per kind: `templates` in the
+/// order of [`POOL_KINDS`] (namespaced, global, namespaced prefix, global
+/// prefix).
+const fn pools(
+    templates: [&'static str; 4],
+    kind: RouteKind,
+    served_by: &'static [Component],
+    chained_from: &'static [Component],
+    public: bool,
+    methods: &'static str,
+    auth: Auth,
+) -> [RouteDef; 4] {
+    let mut out = [plain("", kind, served_by, chained_from, public, methods, auth); 4];
+    let mut i = 0;
+    while i < 4 {
+        out[i].template = templates[i];
+        out[i].pool = Some(POOL_KINDS[i]);
+        i += 1;
+    }
+    out
+}
+
+const POST: &str = "POST";
+const GET: &str = "GET";
+const EVENTS: &[Component] = &[C::Events];
+const FROM_EVENTS_AND_RECONCILE: &[Component] = &[C::Events, C::Reconcile];
+
+#[rustfmt::skip]
+const POOL_SYNC: [RouteDef; 4] = pools(
+    ["/v1/capi/pools/{namespace}/{name}", "/v1/capi/global-pools/{name}", "/v1/capi/prefix-pools/{namespace}/{name}", "/v1/capi/global-prefix-pools/{name}"],
+    RouteKind::PoolSync, &[C::Pools], EVENTS, CHAINED, POST, Auth::Api,
+);
+#[rustfmt::skip]
+const VRF_POOL: [RouteDef; 4] = pools(
+    ["/v1/capi/metal/pools/{namespace}/{name}", "/v1/capi/metal/global-pools/{name}", "/v1/capi/metal/prefix-pools/{namespace}/{name}", "/v1/capi/metal/global-prefix-pools/{name}"],
+    RouteKind::VrfPool, &[C::Provision], FROM_EVENTS_AND_RECONCILE, CHAINED, POST, Auth::Api,
+);
+#[rustfmt::skip]
+const VRF_POOL_STATUS: [RouteDef; 4] = pools(
+    ["/v1/metal/pools/{namespace}/{name}", "/v1/metal/global-pools/{name}", "/v1/metal/prefix-pools/{namespace}/{name}", "/v1/metal/global-prefix-pools/{name}"],
+    RouteKind::VrfPoolStatus, &[C::Provision], &[], PUBLIC, POST, Auth::Api,
+);
+#[rustfmt::skip]
+const POOL_LIST: [RouteDef; 4] = pools(
+    ["/v1/pools", "/v1/global-pools", "/v1/prefix-pools", "/v1/global-prefix-pools"],
+    RouteKind::PoolList, &[C::Pools], &[], PUBLIC, GET, Auth::Api,
+);
+#[rustfmt::skip]
+const POOL_OBJECT: [RouteDef; 4] = pools(
+    ["/v1/pools/{namespace}/{name}", "/v1/global-pools/{name}", "/v1/prefix-pools/{namespace}/{name}", "/v1/global-prefix-pools/{name}"],
+    RouteKind::PoolObject, &[C::Pools], &[], PUBLIC, "GET, PUT, DELETE", Auth::Api,
+);
+#[rustfmt::skip]
+const UI_POOL: [RouteDef; 4] = pools(
+    ["/ui/api/pools/{namespace}/{name}", "/ui/api/global-pools/{name}", "/ui/api/prefix-pools/{namespace}/{name}", "/ui/api/global-prefix-pools/{name}"],
+    RouteKind::UiPool, &[C::Ui], &[], PUBLIC, GET, Auth::Read,
+);
+
+/// Every route, one row each (a pool family's four kinds are four rows).
+#[rustfmt::skip]
+pub const TABLE: &[RouteDef] = &{
+    use RouteKind as K;
+    let singles = [
+        // Chained steps (private: no public trigger in spin.toml).
+        plain("/v1/capi/claims/{namespace}/{name}", K::Claim, &[C::Allocate, C::Release], EVENTS, CHAINED, POST, Auth::Api),
+        plain("/v1/capi/metal/claims/{namespace}/{name}", K::MetalClaim, &[C::Assign], FROM_EVENTS_AND_RECONCILE, CHAINED, POST, Auth::Api),
+        plain("/v1/capi/machines/{namespace}/{name}/network", K::Machine, &[C::Network], FROM_EVENTS_AND_RECONCILE, CHAINED, POST, Auth::Api),
+        plain("/v1/capi/network-profiles/{namespace}/{name}", K::ProfileMachines, &[C::Network], EVENTS, CHAINED, POST, Auth::Api),
+        plain("/v1/capi/packet-machines/{namespace}/{name}", K::PacketMachineMachines, &[C::Network], EVENTS, CHAINED, POST, Auth::Api),
+        plain("/v1/metal/ports/{port}/vlan-batches", K::VlanBatch, &[C::AttachVlan, C::DetachVlan], &[C::Network, C::Poll], CHAINED, POST, Auth::Api),
+        // Public routes.
+        plain("/v1/metal/claims/{namespace}/{name}", K::MetalClaimStatus, &[C::Assign], &[], PUBLIC, POST, Auth::Api),
+        plain("/v1/machines/{namespace}/{name}/network", K::MachineNetwork, &[C::Network], &[], PUBLIC, "POST, DELETE", Auth::Api),
+        plain("/v1/machines/{namespace}/{name}/netconfig", K::MachineNetconfig, &[C::Network], &[], PUBLIC, GET, Auth::Api),
+        plain("/v1/metal/poll", K::MetalPoll, &[C::Poll], &[], PUBLIC, POST, Auth::Api),
+        plain("/v1/reconcile", K::Reconcile, &[C::Reconcile], &[], PUBLIC, POST, Auth::Api),
+        plain("/v1/events", K::Events, &[C::Events], &[], PUBLIC, POST, Auth::Events),
+        plain("/v1/admission/pools", K::AdmissionPools, &[C::Admission], &[], PUBLIC, POST, Auth::Api),
+        plain("/v1/admission/network-profiles", K::AdmissionProfiles, &[C::Admission], &[], PUBLIC, POST, Auth::Api),
+        plain("/v1/claims", K::Claims, &[C::Allocate], &[], PUBLIC, POST, Auth::Api),
+        plain("/v1/claims/{namespace}/{name}", K::ClaimObject, &[C::Release], &[], PUBLIC, "GET, DELETE", Auth::Api),
+        plain("/v1/metrics", K::Metrics, &[C::Metrics], &[], PUBLIC, GET, Auth::Read),
+        plain("/ui", K::UiPage, &[C::Ui], &[], PUBLIC, GET, Auth::None),
+        plain("/ui/{file}", K::UiAsset, &[C::Ui], &[], PUBLIC, GET, Auth::None),
+        plain("/ui/api/overview", K::UiOverview, &[C::Ui], &[], PUBLIC, GET, Auth::Read),
+        plain("/ui/api/machines", K::UiMachines, &[C::Ui], &[], PUBLIC, GET, Auth::Read),
+        plain("/ui/api/search", K::UiSearch, &[C::Ui], &[], PUBLIC, GET, Auth::Read),
+        plain("/healthz", K::Healthz, &[C::Healthz], &[], PUBLIC, "GET, HEAD", Auth::None),
+    ];
+    let families = [
+        POOL_SYNC,
+        VRF_POOL,
+        VRF_POOL_STATUS,
+        POOL_LIST,
+        POOL_OBJECT,
+        UI_POOL,
+    ];
+    let mut out = [singles[0]; 23 + 6 * 4];
+    let mut i = 0;
+    while i < 23 {
+        out[i] = singles[i];
+        i += 1;
+    }
+    let mut f = 0;
+    while f < 6 {
+        let mut k = 0;
+        while k < 4 {
+            out[23 + f * 4 + k] = families[f][k];
+            k += 1;
+        }
+        f += 1;
+    }
+    out
+};
+
+/// A request to a route of the table, with the path's fields (a pool
+/// route's pool, its kind parsed from the path).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(missing_docs)]
+pub enum Route {
+    /// `/v1/capi/claims/{namespace}/{name}`: reconcile one
+    /// `IPAddressClaim` (`allocate` while it lives, `release` once it is
+    /// going).
+    Claim { ns: String, name: String },
+    /// `/v1/capi/{pools,global-pools,prefix-pools,global-prefix-pools}/…`:
+    /// sync a plain pool's status.
+    PoolSync(PoolId),
+    /// `/v1/capi/metal/{…pools}/…`: sync a VRF-backed pool.
+    VrfPool(PoolId),
+    /// `/v1/capi/metal/claims/{namespace}/{name}`: a claim's Metal
+    /// assignment.
+    MetalClaim { ns: String, name: String },
+    /// `/v1/capi/machines/{namespace}/{name}/network`: converge one
+    /// Machine's network.
+    Machine { ns: String, name: String },
+    /// `/v1/capi/network-profiles/{namespace}/{name}`: the Machines using
+    /// a `MetalNetworkProfile`.
+    ProfileMachines { ns: String, name: String },
+    /// `/v1/capi/packet-machines/{namespace}/{name}`: the Machines whose
+    /// infrastructure machine a `PacketMachine` is.
+    PacketMachineMachines { ns: String, name: String },
+    /// `/v1/metal/ports/{port}/vlan-batches`: a port's VLAN batch (attach
+    /// or detach, by the component).
+    VlanBatch { port: String },
+    /// `/v1/metal/{…pools}/…`: a VRF-backed pool's step and status.
+    VrfPoolStatus(PoolId),
+    /// `/v1/metal/claims/{namespace}/{name}`: a claim's Metal assignment,
+    /// and its status.
+    MetalClaimStatus { ns: String, name: String },
+    /// `/v1/machines/{namespace}/{name}/network`: apply or release a
+    /// machine's network.
+    MachineNetwork { ns: String, name: String },
+    /// `/v1/machines/{namespace}/{name}/netconfig`: a machine's rendered OS
+    /// network configuration.
+    MachineNetconfig { ns: String, name: String },
+    /// `/v1/metal/poll`: the Metal event poll.
+    MetalPoll,
+    /// `/v1/reconcile`: a full reconciliation.
+    Reconcile,
+    /// `/v1/events`: events from forwarders.
+    Events,
+    /// `/v1/admission/pools`: the pool kinds' validating webhook.
+    AdmissionPools,
+    /// `/v1/admission/network-profiles`: the profiles' validating webhook.
+    AdmissionProfiles,
+    /// `/v1/pools`, `/v1/global-pools`, …: a pool collection (`/v1/pools`,
+    /// [`PoolKind::Namespaced`], lists every kind).
+    PoolList(PoolKind),
+    /// `/v1/pools/{namespace}/{name}`, …: one pool.
+    PoolObject(PoolId),
+    /// `/v1/claims`: allocate for a claim.
+    Claims,
+    /// `/v1/claims/{namespace}/{name}`: one claim's binding.
+    ClaimObject { ns: String, name: String },
+    /// `/v1/metrics`: the Prometheus exposition.
+    Metrics,
+    /// `/ui`: the browser view's page (HTML).
+    UiPage,
+    /// `/ui/{file}`: the browser view's static files.
+    UiAsset { file: String },
+    /// `/ui/api/overview`: the overview (pools, poll, reconcile).
+    UiOverview,
+    /// `/ui/api/{…pools}/…`: one pool's addresses.
+    UiPool(PoolId),
+    /// `/ui/api/machines`: the machines.
+    UiMachines,
+    /// `/ui/api/search`: search by address, claim or machine (`?q=`).
+    UiSearch,
+    /// `/healthz`: liveness.
+    Healthz,
+}
+
+/// Whether a template's segment is a field (it opens with a brace; the
+/// character is written by its code so that brace-counting tools read
+/// this file right).
+fn is_field(segment: &str) -> bool {
+    segment.starts_with('\x7b')
 }
 
 /// The segments of a path after the leading `/`, ignoring one trailing
@@ -331,32 +476,184 @@ pub fn segments(path: &str) -> Vec<&str> {
     path.trim_end_matches('/').split('/').skip(1).collect()
 }
 
-impl Step {
-    /// The route's definition.
-    pub fn route(&self) -> Route {
-        self.kind().route()
+impl Route {
+    /// Which handler answers it.
+    pub fn kind(&self) -> RouteKind {
+        use RouteKind as K;
+        match self {
+            Route::Claim { .. } => K::Claim,
+            Route::PoolSync(_) => K::PoolSync,
+            Route::VrfPool(_) => K::VrfPool,
+            Route::MetalClaim { .. } => K::MetalClaim,
+            Route::Machine { .. } => K::Machine,
+            Route::ProfileMachines { .. } => K::ProfileMachines,
+            Route::PacketMachineMachines { .. } => K::PacketMachineMachines,
+            Route::VlanBatch { .. } => K::VlanBatch,
+            Route::VrfPoolStatus(_) => K::VrfPoolStatus,
+            Route::MetalClaimStatus { .. } => K::MetalClaimStatus,
+            Route::MachineNetwork { .. } => K::MachineNetwork,
+            Route::MachineNetconfig { .. } => K::MachineNetconfig,
+            Route::MetalPoll => K::MetalPoll,
+            Route::Reconcile => K::Reconcile,
+            Route::Events => K::Events,
+            Route::AdmissionPools => K::AdmissionPools,
+            Route::AdmissionProfiles => K::AdmissionProfiles,
+            Route::PoolList(_) => K::PoolList,
+            Route::PoolObject(_) => K::PoolObject,
+            Route::Claims => K::Claims,
+            Route::ClaimObject { .. } => K::ClaimObject,
+            Route::Metrics => K::Metrics,
+            Route::UiPage => K::UiPage,
+            Route::UiAsset { .. } => K::UiAsset,
+            Route::UiOverview => K::UiOverview,
+            Route::UiPool(_) => K::UiPool,
+            Route::UiMachines => K::UiMachines,
+            Route::UiSearch => K::UiSearch,
+            Route::Healthz => K::Healthz,
+        }
+    }
+
+    /// The pool a pool route names (`None` for any other route).
+    pub fn pool(&self) -> Option<&PoolId> {
+        match self {
+            Route::PoolSync(id)
+            | Route::VrfPool(id)
+            | Route::VrfPoolStatus(id)
+            | Route::PoolObject(id)
+            | Route::UiPool(id) => Some(id),
+            _ => None,
+        }
+    }
+
+    /// The object a route with a namespace and a name names.
+    fn object(&self) -> Option<(&str, &str)> {
+        match self {
+            Route::Claim { ns, name }
+            | Route::MetalClaim { ns, name }
+            | Route::Machine { ns, name }
+            | Route::ProfileMachines { ns, name }
+            | Route::PacketMachineMachines { ns, name }
+            | Route::MetalClaimStatus { ns, name }
+            | Route::MachineNetwork { ns, name }
+            | Route::MachineNetconfig { ns, name }
+            | Route::ClaimObject { ns, name } => Some((ns, name)),
+            _ => None,
+        }
+    }
+
+    /// The route's row in [`TABLE`].
+    pub fn def(&self) -> &'static RouteDef {
+        let (kind, pool) = match self {
+            Route::PoolList(k) => (self.kind(), Some(*k)),
+            _ => (self.kind(), self.pool().map(|id| id.kind)),
+        };
+        TABLE
+            .iter()
+            .find(|d| d.kind == kind && d.pool == pool)
+            .expect("every route has its row")
     }
 
     /// The route's template, its name in log lines.
     pub fn template(&self) -> &'static str {
-        self.route().template
+        self.def().template
+    }
+
+    /// The path's fields, in the template's order.
+    fn fields(&self) -> Vec<&str> {
+        if let Some(id) = self.pool() {
+            return id
+                .namespace
+                .iter()
+                .map(String::as_str)
+                .chain([id.name.as_str()])
+                .collect();
+        }
+        if let Some((ns, name)) = self.object() {
+            return vec![ns, name];
+        }
+        match self {
+            Route::VlanBatch { port } => vec![port],
+            Route::UiAsset { file } => vec![file],
+            _ => Vec::new(),
+        }
+    }
+
+    /// The route of row `def` with `args` as its fields, in order (`None`
+    /// when their number is not the template's).
+    fn with(def: &RouteDef, args: &[&str]) -> Option<Route> {
+        use RouteKind as K;
+        let s = |i: usize| args[i].to_string();
+        let (two, one) = (args.len() == 2, args.len() == 1);
+        if let Some(kind) = def.pool {
+            if def.kind == K::PoolList {
+                return args.is_empty().then_some(Route::PoolList(kind));
+            }
+            let id = match (kind.is_global(), args) {
+                (true, [name]) => PoolId::of(kind, "", name),
+                (false, [ns, name]) => PoolId::of(kind, ns, name),
+                _ => return None,
+            };
+            return Some(match def.kind {
+                K::PoolSync => Route::PoolSync(id),
+                K::VrfPool => Route::VrfPool(id),
+                K::VrfPoolStatus => Route::VrfPoolStatus(id),
+                K::PoolObject => Route::PoolObject(id),
+                _ => Route::UiPool(id),
+            });
+        }
+        let object = |f: fn(String, String) -> Route| two.then(|| f(s(0), s(1)));
+        let none = |r: Route| args.is_empty().then_some(r);
+        match def.kind {
+            K::Claim => object(|ns, name| Route::Claim { ns, name }),
+            K::MetalClaim => object(|ns, name| Route::MetalClaim { ns, name }),
+            K::Machine => object(|ns, name| Route::Machine { ns, name }),
+            K::ProfileMachines => object(|ns, name| Route::ProfileMachines { ns, name }),
+            K::PacketMachineMachines => {
+                object(|ns, name| Route::PacketMachineMachines { ns, name })
+            }
+            K::MetalClaimStatus => object(|ns, name| Route::MetalClaimStatus { ns, name }),
+            K::MachineNetwork => object(|ns, name| Route::MachineNetwork { ns, name }),
+            K::MachineNetconfig => object(|ns, name| Route::MachineNetconfig { ns, name }),
+            K::ClaimObject => object(|ns, name| Route::ClaimObject { ns, name }),
+            K::VlanBatch => one.then(|| Route::VlanBatch { port: s(0) }),
+            K::UiAsset => one.then(|| Route::UiAsset { file: s(0) }),
+            K::MetalPoll => none(Route::MetalPoll),
+            K::Reconcile => none(Route::Reconcile),
+            K::Events => none(Route::Events),
+            K::AdmissionPools => none(Route::AdmissionPools),
+            K::AdmissionProfiles => none(Route::AdmissionProfiles),
+            K::Claims => none(Route::Claims),
+            K::Metrics => none(Route::Metrics),
+            K::UiPage => none(Route::UiPage),
+            K::UiOverview => none(Route::UiOverview),
+            K::UiMachines => none(Route::UiMachines),
+            K::UiSearch => none(Route::UiSearch),
+            K::Healthz => none(Route::Healthz),
+            // Pool families have a pool kind (above).
+            K::PoolSync
+            | K::VrfPool
+            | K::VrfPoolStatus
+            | K::PoolList
+            | K::PoolObject
+            | K::UiPool => None,
+        }
     }
 
     /// The path: the template with the fields in place.
     ///
     /// # Examples
     /// ```
-    /// use metal_ipam_core::routes::Step;
-    /// let s = Step::Claim { ns: "ns".into(), name: "m-0".into() };
-    /// assert_eq!(s.path(), "/v1/capi/claims/ns/m-0");
+    /// use metal_ipam_core::routes::Route;
+    /// let r = Route::Claim { ns: "ns".into(), name: "m-0".into() };
+    /// assert_eq!(r.path(), "/v1/capi/claims/ns/m-0");
     /// ```
     pub fn path(&self) -> String {
         let mut fields = self.fields().into_iter();
         let mut out = String::new();
         for seg in segments(self.template()) {
             out.push('/');
-            match seg.starts_with('{') {
-                true => out.push_str(fields.next().map_or("", |(_, v)| v)),
+            match is_field(seg) {
+                true => out.push_str(fields.next().unwrap_or("")),
                 false => out.push_str(seg),
             }
         }
@@ -364,51 +661,53 @@ impl Step {
     }
 
     /// The route a path is, with its fields (as they are: see
-    /// [`Step::check_names`]); `None` when no route of the table matches.
+    /// [`Route::check_names`]); `None` when no route of the table matches.
     /// One trailing `/` is ignored.
     ///
     /// # Examples
     /// ```
-    /// use metal_ipam_core::routes::Step;
-    /// assert_eq!(Step::parse("/v1/capi/global-pools/p/"),
-    ///     Some(Step::GlobalPool { name: "p".into() }));
-    /// assert_eq!(Step::parse("/v1/capi/global-pools/p/x"), None);
+    /// use metal_ipam_core::ipam::pool::{PoolId, PoolKind};
+    /// use metal_ipam_core::routes::Route;
+    /// assert_eq!(Route::parse("/v1/capi/global-pools/p/"),
+    ///     Some(Route::PoolSync(PoolId::of(PoolKind::Global, "", "p"))));
+    /// assert_eq!(Route::parse("/v1/capi/global-pools/p/x"), None);
     /// ```
-    pub fn parse(path: &str) -> Option<Step> {
+    pub fn parse(path: &str) -> Option<Route> {
         let segs = segments(path);
-        StepKind::ALL.iter().find_map(|kind| {
-            let tpl = segments(kind.route().template);
+        TABLE.iter().find_map(|def| {
+            let tpl = segments(def.template);
             if tpl.len() != segs.len() {
                 return None;
             }
             let mut args = Vec::new();
             for (t, s) in tpl.iter().zip(&segs) {
-                if t.starts_with('{') {
+                if is_field(t) {
                     args.push(*s);
                 } else if t != s {
                     return None;
                 }
             }
-            kind.with(&args)
+            Route::with(def, &args)
         })
     }
 
-    /// The step served by `component`, if the table says it serves it.
-    pub fn parse_for(component: Component, path: &str) -> Option<Step> {
-        Self::parse(path).filter(|s| s.route().served_by.contains(&component))
+    /// The route served by `component`, if the table says it serves it.
+    pub fn parse_for(component: Component, path: &str) -> Option<Route> {
+        Self::parse(path).filter(|r| r.def().served_by.contains(&component))
     }
 
     /// The names in the path checked as today's routes check them: a
     /// namespace as a DNS label, a name as a DNS subdomain (a port is the
-    /// batch step's to check).
+    /// batch step's to check, a file the browser view's).
     ///
     /// # Errors
     /// 400 `Malformed` naming the first field that breaks its rule.
     pub fn check_names(&self) -> Result<()> {
-        let fields = self.fields();
-        let field = |f: &str| fields.iter().find(|(n, _)| *n == f).map(|(_, v)| *v);
-        match field("name") {
-            Some(name) => check_object(field("ns"), name),
+        if let Some(id) = self.pool() {
+            return check_object(id.namespace.as_deref(), &id.name);
+        }
+        match self.object() {
+            Some((ns, name)) => check_object(Some(ns), name),
             None => Ok(()),
         }
     }
@@ -425,19 +724,19 @@ pub fn check_object(ns: Option<&str>, name: &str) -> Result<()> {
         .map_err(Error::malformed)
 }
 
-/// A chained request: a step and the component it goes to.
+/// A chained request: a route and the component it goes to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Call {
-    /// The component that serves it (one of the step's `served_by`).
+    /// The component that serves it (one of the route's `served_by`).
     pub component: Component,
-    /// The step.
-    pub step: Step,
+    /// The route.
+    pub step: Route,
 }
 
 impl Call {
     /// A call of `step` on `component`.
-    pub fn new(component: Component, step: Step) -> Self {
-        debug_assert!(step.route().served_by.contains(&component));
+    pub fn new(component: Component, step: Route) -> Self {
+        debug_assert!(step.def().served_by.contains(&component));
         Self { component, step }
     }
 
@@ -480,38 +779,42 @@ impl Answer {
 mod tests {
     use super::*;
 
-    fn sample(kind: StepKind) -> Step {
-        let n = segments(kind.route().template)
+    fn sample(def: &RouteDef) -> Route {
+        let n = segments(def.template)
             .iter()
             .filter(|s| s.starts_with('{'))
             .count();
         let args: Vec<String> = (0..n).map(|i| format!("a{i}")).collect();
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        kind.with(&args).expect("fields match the template")
+        Route::with(def, &args).expect("fields match the template")
     }
 
     #[test]
     fn every_route_round_trips_and_no_two_overlap() {
-        for kind in StepKind::ALL {
-            let step = sample(*kind);
-            assert_eq!(Step::parse(&step.path()), Some(step.clone()), "{kind:?}");
-            assert_eq!(Step::parse(&format!("{}/", step.path())), Some(step));
+        for def in TABLE {
+            let route = sample(def);
+            assert_eq!(route.def(), def, "{}", def.template);
+            assert_eq!(Route::parse(&route.path()), Some(route.clone()), "{def:?}");
+            assert_eq!(Route::parse(&format!("{}/", route.path())), Some(route));
+        }
+        for (i, a) in TABLE.iter().enumerate() {
+            assert!(TABLE[i + 1..].iter().all(|b| b.template != a.template));
         }
     }
 
     #[test]
     fn names_are_checked_by_field() {
-        let ok = Step::Machine {
+        let ok = Route::Machine {
             ns: "team-a".into(),
             name: "m.0".into(),
         };
         assert!(ok.check_names().is_ok());
-        let bad = Step::Machine {
+        let bad = Route::Machine {
             ns: "a.b".into(),
             name: "m".into(),
         };
         assert!(bad.check_names().is_err());
-        let port = Step::VlanBatch { port: "X_".into() };
+        let port = Route::VlanBatch { port: "X_".into() };
         assert!(port.check_names().is_ok());
     }
 

@@ -281,6 +281,7 @@ impl World {
             query,
             authorization,
             body,
+            headers: &[],
         };
         h(&self.ctx(), token, &req)
     }

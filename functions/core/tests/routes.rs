@@ -6,7 +6,7 @@
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 
-use metal_ipam_core::routes::{Component, Step, StepKind};
+use metal_ipam_core::routes::{Component, Route, RouteDef, TABLE};
 use toml::Value;
 
 /// The manifest: each trigger as (route, or `None` when private;
@@ -51,17 +51,17 @@ fn manifest() -> Manifest {
     Manifest { triggers, hosts }
 }
 
-/// The step of `kind` with made-up fields, and its path.
-fn sample(kind: StepKind) -> String {
-    let template = kind.route().template;
+/// The route of row `def` with made-up fields, and its path.
+fn sample(def: &RouteDef) -> String {
+    let template = def.template;
     let path: Vec<&str> = template
         .split('/')
         .map(|s| if s.starts_with('{') { "x-1" } else { s })
         .collect();
     let path = path.join("/");
     assert_eq!(
-        Step::parse(&path).map(|s| s.kind()),
-        Some(kind),
+        Route::parse(&path).map(|r| r.def()),
+        Some(def),
         "{template}"
     );
     path
@@ -105,9 +105,8 @@ fn the_components_are_the_manifests() {
 #[test]
 fn public_routes_reach_the_component_the_table_names() {
     let m = manifest();
-    for kind in StepKind::ALL {
-        let route = kind.route();
-        let path = sample(*kind);
+    for route in TABLE {
+        let path = sample(route);
         let reached = spin_route(&m, &path).map(|(_, c)| c);
         if route.public {
             let served: Vec<&str> = route.served_by.iter().copied().map(name_of).collect();
@@ -131,8 +130,7 @@ fn chained_routes_are_allowed_hosts_of_their_callers() {
             .expect("declared")
             .1
     };
-    for kind in StepKind::ALL {
-        let route = kind.route();
+    for route in TABLE {
         for caller in route.chained_from {
             for served in route.served_by {
                 let host = format!("http://{}.spin.internal", served.name());
@@ -158,16 +156,13 @@ fn nothing_in_the_manifest_is_unknown_to_the_table() {
     };
     for (route, name) in &m.triggers {
         let c = component(name);
-        let kinds: Vec<_> = StepKind::ALL
-            .iter()
-            .filter(|k| k.route().served_by.contains(&c))
-            .collect();
+        let kinds: Vec<_> = TABLE.iter().filter(|k| k.served_by.contains(&c)).collect();
         match route {
             // A public trigger: some public route of the table arrives
             // through it on this component.
             Some(route) => assert!(
-                kinds.iter().any(|k| k.route().public
-                    && spin_route(&m, &sample(**k)) == Some((route.as_str(), name.as_str()))),
+                kinds.iter().any(|k| k.public
+                    && spin_route(&m, &sample(k)) == Some((route.as_str(), name.as_str()))),
                 "{route} ({name}) serves no route of the table"
             ),
             // A private component: chained routes only.
@@ -175,7 +170,7 @@ fn nothing_in_the_manifest_is_unknown_to_the_table() {
                 !kinds.is_empty()
                     && kinds
                         .iter()
-                        .all(|k| !k.route().public && !k.route().chained_from.is_empty()),
+                        .all(|k| !k.public && !k.chained_from.is_empty()),
                 "{name} is private, yet the table has no chained route on it only"
             ),
         }
@@ -191,10 +186,9 @@ fn nothing_in_the_manifest_is_unknown_to_the_table() {
             };
             let target = component(target);
             assert!(
-                StepKind::ALL.iter().any(|k| {
-                    let r = k.route();
-                    r.served_by.contains(&target) && r.chained_from.contains(&caller)
-                }),
+                TABLE
+                    .iter()
+                    .any(|r| { r.served_by.contains(&target) && r.chained_from.contains(&caller) }),
                 "{} may reach {host}, yet the table has no step of it chained from there",
                 caller.name()
             );
@@ -208,6 +202,6 @@ fn the_batch_path_is_the_tables() {
     let port = "3c2b1a09-8f7e-4d6c-9b5a-4f3e2d1c0b0a";
     assert_eq!(
         metal_ipam_core::network::batch::step_path(port),
-        Step::VlanBatch { port: port.into() }.path()
+        Route::VlanBatch { port: port.into() }.path()
     );
 }

@@ -5,12 +5,14 @@
 
 use std::collections::BTreeMap;
 
-use metal_ipam_core::http::api::{self, ApiRequest, ApiResponse};
+use metal_ipam_core::http::api::{ApiRequest, ApiResponse};
+use metal_ipam_core::http::dispatch::{dispatch, Services};
 use metal_ipam_core::ipam::pool::PoolId;
 use metal_ipam_core::kv::Ctx;
 use metal_ipam_core::observe::summary::{self, MachineRow, PortRow, Summary, SUMMARY_VERSION};
 use metal_ipam_core::observe::view;
-use metal_ipam_core::testing::{Backend, MemKv, RouteFn, World};
+use metal_ipam_core::routes::Component;
+use metal_ipam_core::testing::{Backend, MemKv, RouteFn, ScriptedHttp, World};
 use serde_json::{json, Value};
 
 const TOKEN: &str = "t0ken-for-tests";
@@ -69,14 +71,19 @@ impl Calls for World {
     }
 }
 
+/// `component`'s answer to `r`, with `c`'s store and token `t`.
+fn component(component: Component, c: &Ctx<'_, MemKv>, t: &str, r: &ApiRequest<'_>) -> ApiResponse {
+    let http = ScriptedHttp::new(Vec::new());
+    dispatch(component, &Services::store_only(c, &http, t), r)
+}
 fn pools(c: &Ctx<'_, MemKv>, t: &str, r: &ApiRequest<'_>) -> ApiResponse {
-    api::pools(c, t, r)
+    component(Component::Pools, c, t, r)
 }
 fn allocate(c: &Ctx<'_, MemKv>, t: &str, r: &ApiRequest<'_>) -> ApiResponse {
-    api::allocate(c, t, r)
+    component(Component::Allocate, c, t, r)
 }
 fn claims(c: &Ctx<'_, MemKv>, t: &str, r: &ApiRequest<'_>) -> ApiResponse {
-    api::claims(c, t, r)
+    component(Component::Release, c, t, r)
 }
 
 /// team-a/nodes: 10.20.0.10-19 (10), three claims, one released into a

@@ -2,18 +2,4 @@
 //!
 //! All logic is in [`metal_ipam_core::observe`].
 
-use spin_sdk::http::{IncomingRequest, ResponseOutparam};
-use spin_sdk::http_component;
-
-/// The component's `wasi:http/incoming-handler` entry point.
-#[http_component]
-async fn handle(req: IncomingRequest, out: ResponseOutparam) {
-    metal_ipam_spin::serve_component(
-        "metrics",
-        req,
-        out,
-        true,
-        metal_ipam_core::http::components::metrics,
-    )
-    .await
-}
+metal_ipam_spin::component!(Metrics, metrics);

@@ -4,22 +4,7 @@
 //! `GET /v1/machines/{namespace}/{name}/netconfig?format=` renders the
 //! node's OS network configuration. Holds the Metal token.
 //!
-//! All logic is in [`metal_ipam_core::http::components::network`]; the
-//! glue in [`metal_ipam_spin::serve_component`] adapts it to Spin.
+//! All logic is in [`metal_ipam_core::http::dispatch::network`]; the
+//! glue in [`metal_ipam_spin::serve`] adapts it to Spin.
 
-use spin_sdk::http::{IncomingRequest, ResponseOutparam};
-use spin_sdk::http_component;
-
-/// The component's `wasi:http/incoming-handler` entry point (streaming:
-/// the body is read by the glue, within the limit, once the head passed).
-#[http_component]
-async fn handle(req: IncomingRequest, out: ResponseOutparam) {
-    metal_ipam_spin::serve_component(
-        "network",
-        req,
-        out,
-        true,
-        metal_ipam_core::http::components::network,
-    )
-    .await
-}
+metal_ipam_spin::component!(Network, network);

@@ -1,28 +1,34 @@
-//! The request pipeline every function component runs: [`serve_component`].
+//! The request pipeline every function component runs: [`serve`] (written
+//! by [`component!`](crate::component)).
 //!
 //! 1. [`RequestParts`]: the request head (method, path, query, headers);
-//!    the body is not read yet;
+//!    the body is not read yet; a route that needs no credential (the
+//!    browser view's page and files) is answered from it at once
+//!    ([`dispatch::public`]);
 //! 2. [`admit`], from the head alone: [`AppConfig::load`] (`api_token`
-//!    required; the optional `kv_swap_check`, `events_token`,
+//!    required; the optional `kv_swap_check`, `events_token`, `read_token`,
 //!    `k8s_api_url`, `k8s_token`, and `metal_api_url`, `metal_token`,
-//!    `metal_project_id`; unreadable or invalid → 500), the
-//!    credential (no valid bearer token → 401) and the declared size
+//!    `metal_project_id`; unreadable or invalid → 500), the one
+//!    authentication by the route's policy ([`dispatch::authenticate`]; no
+//!    accepted credential → 401; deferred until the body is read when the
+//!    events token may travel in it) and the declared size
 //!    (`Content-Length` over [`MAX_BODY`] → 413);
 //! 3. [`read_body`]: the body, chunk by chunk, given up with 413 as soon as
 //!    it passes [`MAX_BODY`] (a body without `Content-Length`, e.g.
 //!    chunked, is never buffered past the limit either);
-//! 4. [`dispatch_component`]: the `default` store when the component has
+//! 4. [`dispatch_admitted`]: the `default` store when the component has
 //!    one ([`SpinKv`]; failure → 500 if not granted/configured, 503 if the
 //!    backend failed), wrapped in [`CountingKv`]; the Kubernetes client
 //!    when configured; the Metal client when configured (only the
 //!    components that call Metal declare its variables: `provision`,
 //!    `assign`, `poll`, `network`, `attach-vlan`, `detach-vlan`); outbound
 //!    HTTP ([`SpinHttp`], every request with its deadline); then the core's
-//!    component entry ([`metal_ipam_core::http::components`]);
+//!    component entry ([`metal_ipam_core::http::dispatch`]: 404, 405, the
+//!    route's handler);
 //! 5. [`render`] to a Spin response written to the response outparam, and
 //!    one JSON log line on stdout.
 //!
-//! Steps 2–4 are [`pipeline`], generic over store, variables, body stream
+//! Steps 1–4 are [`pipeline`], generic over store, variables, body stream
 //! and transport, so that it runs natively in tests. Every answer of steps
 //! 2–3 is rendered by the core ([`ApiResponse::from_error`]), like any
 //! other error.
@@ -31,9 +37,9 @@ use std::io::Write;
 use std::time::Instant;
 
 use futures::{Stream, StreamExt};
-use metal_ipam_core::http::api::{ApiRequest, ApiResponse, MAX_BODY};
-use metal_ipam_core::http::auth;
-use metal_ipam_core::http::components::Services;
+use metal_ipam_core::http::api::{ApiResponse, MAX_BODY};
+use metal_ipam_core::http::auth::Tokens;
+use metal_ipam_core::http::dispatch::{self, Admitted, Entry, PublicRoutes, Services};
 use metal_ipam_core::kube::{Kube, KubeConfig};
 use metal_ipam_core::kv::{Ctx, SwapPolicy};
 use metal_ipam_core::metal::client::{Metal, MetalConfig, BASE_PATH};
@@ -42,6 +48,7 @@ use metal_ipam_core::observe::counters::{self, Tally};
 use metal_ipam_core::ports::http::{HttpClient, TransportError};
 use metal_ipam_core::ports::kv::{CountingKv, KvError, KvStore, OpCounts};
 use metal_ipam_core::ports::Env;
+use metal_ipam_core::routes::Component;
 use metal_ipam_core::Error;
 use spin_sdk::http::{Fields, IncomingRequest, OutgoingResponse, Response, ResponseOutparam};
 use spin_sdk::variables;
@@ -180,52 +187,89 @@ impl AppConfig {
     }
 }
 
-/// The handler a component passes to [`serve_component`].
-pub type ComponentHandler<K, H> = fn(
-    &Services<'_, CountingKv<K>, Tally<H>>,
-    &ApiRequest<'_>,
-    Option<&str>,
-    &dyn Fn(&str) -> Option<String>,
-) -> ApiResponse;
+/// A component's entry (the core's, [`metal_ipam_core::http::dispatch`]),
+/// as the pipeline calls it.
+pub type ComponentHandler<K, H> = Entry<CountingKv<K>, Tally<H>>;
+
+/// What a shell serves: the component whose routes' policies
+/// authenticate its requests, its name in log lines and counters (the
+/// component's, but for the bench's baseline), its entry and the handler
+/// of its routes that need no credential, if it has any.
+pub struct Serving<K: KvStore, H: HttpClient> {
+    /// The component of the route table.
+    pub component: Component,
+    /// Its name in log lines and counters.
+    pub name: &'static str,
+    /// Its entry.
+    pub handler: ComponentHandler<K, H>,
+    /// Its public routes' handler (`ui`'s page and files).
+    pub public: Option<PublicRoutes>,
+}
+
+impl<K: KvStore, H: HttpClient> Serving<K, H> {
+    /// `component` with its own name and `handler`, no public routes.
+    pub fn new(component: Component, handler: ComponentHandler<K, H>) -> Self {
+        Serving {
+            component,
+            name: component.name(),
+            handler,
+            public: None,
+        }
+    }
+
+    /// With `public` answering the routes that need no credential.
+    pub fn with_public(self, public: PublicRoutes) -> Self {
+        Serving {
+            public: Some(public),
+            ..self
+        }
+    }
+}
+
+/// The configured tokens.
+fn tokens(config: &AppConfig) -> Tokens<'_> {
+    Tokens {
+        api: &config.api_token,
+        read: &config.read_token,
+        events: &config.events_token,
+    }
+}
 
 /// What can be decided from the request head alone, before any byte of
 /// the body is read: the configuration, the credential and the declared
-/// size. Returns the configuration, or the answer (rendered by the core,
-/// boxed: it is large) that ends the request with its body unread:
+/// size. Returns the configuration and the request's admission (`None`
+/// when its credential may be in the body: see below), or the answer
+/// (rendered by the core, boxed: it is large) that ends the request with
+/// its body unread:
 ///
 /// - 500 when the configuration cannot be loaded ([`SetupError`]);
-/// - 401 `Unauthorized` without `Authorization: Bearer <api_token>`; except
-///   when an `events_token` is configured (only `events` has one in
-///   spin.toml): that token may travel in the body (the CloudEvents
-///   attribute `metalipamtoken`), so the body is read, within the limit,
-///   and the core decides;
+/// - 401 `Unauthorized` without a credential the route's policy accepts
+///   ([`dispatch::authenticate`], the one check); except when the
+///   credential may travel in the body (the events token, in the
+///   CloudEvents attribute `metalipamtoken`: [`dispatch::credential_in_body`]),
+///   where the body is read, within the limit, and the check made then;
 /// - 413 `PayloadTooLarge` when `Content-Length` exceeds [`MAX_BODY`].
-///
-/// The core authenticates every request again, with the body.
 ///
 /// # Errors
 /// The response that answers the request.
 pub fn admit(
+    component: Component,
     parts: &RequestParts,
     vars: impl Fn(&str) -> Result<String, variables::Error>,
-) -> Result<AppConfig, Box<ApiResponse>> {
+) -> Result<(AppConfig, Option<Admitted>), Box<ApiResponse>> {
     let config = AppConfig::load(vars).map_err(|e| e.response())?;
-    if let Err(e) = auth::check_bearer(&config.api_token, parts.authorization.as_deref()) {
-        // A read token is checked by the core, on the read-only routes only.
-        if config.events_token.is_empty()
-            && (config.read_token.is_empty()
-                || auth::check_bearer(&config.read_token, parts.authorization.as_deref()).is_err())
-        {
-            return Err(Box::new(ApiResponse::from_error(&e, "")));
-        }
-    }
+    let head = parts.api_request(&[]);
+    let admitted = match dispatch::credential_in_body(component, &tokens(&config), head.path) {
+        true => None,
+        false => Some(dispatch::authenticate(component, &tokens(&config), &head)?),
+    };
     if parts.content_length().is_some_and(|n| n > MAX_BODY as u64) {
         return Err(Box::new(ApiResponse::from_error(
             &Error::payload_too_large(MAX_BODY),
             "",
         )));
     }
-    Ok(config)
+    Ok((config, admitted))
 }
 
 /// Reads a body from `chunks`, keeping at most `limit` bytes: as soon as
@@ -255,26 +299,58 @@ where
     Ok(body)
 }
 
-/// Store, clients and handler for one request whose body has been read,
-/// independent of Spin (so it runs natively in tests). Returns the response
-/// and the key-value operations made.
-///
-/// The clients send through a [`Tally`] of `http`; when the component has
-/// a store, the request is then counted (`record_request`, below),
-/// included in the returned counts.
-// The component name joins the request's parts: one more than clippy's
-// default, kept flat since the tests call it with literals.
-#[allow(clippy::too_many_arguments)]
+/// One request whose body has been read, independent of Spin (so it runs
+/// natively in tests): [`dispatch::authenticate`], then
+/// [`dispatch_admitted`]. Returns the response and the key-value
+/// operations made (none for a refused request).
 pub fn dispatch_component<K: KvStore, H: HttpClient + Clone>(
-    component: &str,
+    serving: &Serving<K, H>,
     parts: &RequestParts,
     body: &[u8],
     config: &AppConfig,
     open: Option<&dyn Fn() -> Result<K, KvError>>,
     env: &dyn Env,
     http: &H,
-    handler: ComponentHandler<K, H>,
 ) -> (ApiResponse, OpCounts) {
+    let req = parts.api_request(body);
+    match dispatch::authenticate(serving.component, &tokens(config), &req) {
+        Ok(admitted) => {
+            let at = Admission {
+                parts,
+                body,
+                config,
+            };
+            dispatch_admitted(serving, &at, admitted, open, env, http)
+        }
+        Err(r) => (*r, OpCounts::default()),
+    }
+}
+
+/// An admitted request's parts, body and configuration.
+pub struct Admission<'a> {
+    /// The request head.
+    pub parts: &'a RequestParts,
+    /// Its body.
+    pub body: &'a [u8],
+    /// The configuration.
+    pub config: &'a AppConfig,
+}
+
+/// Store, clients and handler for one authenticated request whose body
+/// has been read. Returns the response and the key-value operations made.
+///
+/// The clients send through a [`Tally`] of `http`; when the component has
+/// a store, the request is then counted (`record_request`, below),
+/// included in the returned counts.
+pub fn dispatch_admitted<K: KvStore, H: HttpClient + Clone>(
+    serving: &Serving<K, H>,
+    at: &Admission<'_>,
+    admitted: Admitted,
+    open: Option<&dyn Fn() -> Result<K, KvError>>,
+    env: &dyn Env,
+    http: &H,
+) -> (ApiResponse, OpCounts) {
+    let config = at.config;
     let kv = match open.map(|o| o()) {
         None => None,
         Some(Ok(kv)) => Some(CountingKv::new(kv)),
@@ -304,15 +380,9 @@ pub fn dispatch_component<K: KvStore, H: HttpClient + Clone>(
         read_token: &config.read_token,
         metal: metal.as_ref(),
     };
-    let header = |name: &str| parts.header(name).map(str::to_string);
-    let mut resp = handler(
-        &services,
-        &parts.api_request(body),
-        parts.header("content-type"),
-        &header,
-    );
+    let mut resp = (serving.handler)(&services, &at.parts.api_request(at.body), admitted);
     if let Some(ctx) = ctx.as_ref() {
-        record_request(ctx, component, &mut resp, &tally);
+        record_request(ctx, serving.name, &mut resp, &tally);
     }
     (resp, kv.map(|k| k.counts()).unwrap_or_default())
 }
@@ -352,26 +422,19 @@ fn record_request<K: KvStore, H>(
     }
 }
 
-/// A component's routes that need no token and no store (the browser
-/// view's page and files): the answer, or `None` for any other request.
-pub type PublicRoutes = fn(&ApiRequest<'_>) -> Option<ApiResponse>;
-
-/// Steps 2–4 of the pipeline: [`admit`], then [`read_body`] on the stream
-/// `body` returns (called only when the request is admitted, so a refused
-/// request's body is never read), then [`dispatch_component`]. A request
-/// `public` answers is answered first, like `/healthz`: no token, no store,
-/// its body never read.
-#[allow(clippy::too_many_arguments)]
+/// Steps 2–4 of the pipeline: a route that needs no credential is
+/// answered first ([`dispatch::public`]: no variables, no store, its body
+/// never read); then [`admit`], then [`read_body`] on the stream `body`
+/// returns (called only when the request is admitted, so a refused
+/// request's body is never read), the authentication a credential in the
+/// body waited for, then [`dispatch_admitted`].
 pub async fn pipeline<K, H, S, E>(
-    component: &str,
-    public: Option<PublicRoutes>,
+    serving: &Serving<K, H>,
     parts: &RequestParts,
     body: impl FnOnce() -> S,
     vars: impl Fn(&str) -> Result<String, variables::Error>,
     open: Option<&dyn Fn() -> Result<K, KvError>>,
-    env: &dyn Env,
-    http: &H,
-    handler: ComponentHandler<K, H>,
+    (env, http): (&dyn Env, &H),
 ) -> (ApiResponse, OpCounts)
 where
     K: KvStore,
@@ -379,78 +442,71 @@ where
     S: Stream<Item = Result<Vec<u8>, E>>,
     E: std::fmt::Debug,
 {
-    if let Some(r) = public.and_then(|p| p(&parts.api_request(&[]))) {
-        return (r, OpCounts::default());
+    let refused = |r: ApiResponse| (r, OpCounts::default());
+    let head = parts.api_request(&[]);
+    let public = serving
+        .public
+        .and_then(|p| dispatch::public(serving.component, &head, p));
+    if let Some(r) = public {
+        return refused(r);
     }
-    let config = match admit(parts, vars) {
+    let (config, admitted) = match admit(serving.component, parts, vars) {
         Ok(c) => c,
-        Err(resp) => return (*resp, OpCounts::default()),
+        Err(resp) => return refused(*resp),
     };
     let body = match read_body(body(), MAX_BODY).await {
         Ok(b) => b,
-        Err(e) => return (ApiResponse::from_error(&e, ""), OpCounts::default()),
+        Err(e) => return refused(ApiResponse::from_error(&e, "")),
     };
-    dispatch_component(component, parts, &body, &config, open, env, http, handler)
+    let admitted = match admitted {
+        Some(a) => a,
+        None => {
+            let req = parts.api_request(&body);
+            match dispatch::authenticate(serving.component, &tokens(&config), &req) {
+                Ok(a) => a,
+                Err(r) => return refused(*r),
+            }
+        }
+    };
+    let at = Admission {
+        parts,
+        body: &body,
+        config: &config,
+    };
+    dispatch_admitted(serving, &at, admitted, open, env, http)
 }
 
-/// Serves one request of `component`: the body of the `#[http_component]`
-/// of every component built on [`Services`]. `with_store` says whether the
-/// component has the `default` key-value store in spin.toml.
+/// Serves one request of what `serving` says: the body of the
+/// `#[http_component]` of every component ([`component!`] writes it).
 ///
 /// Takes the request as a stream ([`IncomingRequest`]) so that nothing is
 /// buffered before [`admit`] has looked at the head, and the body is read
 /// by [`read_body`], within [`MAX_BODY`].
-///
-/// # Examples
-/// ```no_run
-/// use spin_sdk::http::{IncomingRequest, ResponseOutparam};
-///
-/// #[spin_sdk::http_component]
-/// async fn handle(req: IncomingRequest, out: ResponseOutparam) {
-///     metal_ipam_spin::serve_component("pools", req, out, true, metal_ipam_core::http::components::pools)
-///         .await
-/// }
-/// # fn main() {}
-/// ```
-pub async fn serve_component(
-    component: &str,
+pub async fn serve(
+    serving: &Serving<SpinKv, SpinHttp>,
     req: IncomingRequest,
     response_out: ResponseOutparam,
-    with_store: bool,
-    handler: ComponentHandler<SpinKv, SpinHttp>,
-) {
-    serve_component_public(component, None, req, response_out, with_store, handler).await;
-}
-
-/// [`serve_component`] for a component with routes `public` answers
-/// without a token or the store (see [`pipeline`]); the same log line.
-pub async fn serve_component_public(
-    component: &str,
-    public: Option<PublicRoutes>,
-    req: IncomingRequest,
-    response_out: ResponseOutparam,
-    with_store: bool,
-    handler: ComponentHandler<SpinKv, SpinHttp>,
 ) {
     let started = Instant::now();
     let parts = RequestParts::from_incoming(&req);
     let env = SpinEnv::new();
     let open = || SpinKv::open_default();
     let (resp, ops) = pipeline(
-        component,
-        public,
+        serving,
         &parts,
         move || req.into_body_stream(),
         spin_variable,
-        if with_store { Some(&open) } else { None },
-        &env,
-        &SpinHttp,
-        handler,
+        if serving.component.has_store() {
+            Some(&open)
+        } else {
+            None
+        },
+        (&env, &SpinHttp),
     )
     .await;
     let duration_ms = started.elapsed().as_secs_f64() * 1000.0;
     let line = resp.log_line(
-        component,
+        serving.name,
         &parts.api_request(&[]),
         unix_millis(),
         duration_ms,
@@ -458,6 +514,44 @@ pub async fn serve_component_public(
     );
     let _ = writeln!(std::io::stdout().lock(), "{line}");
     respond(response_out, render(&resp)).await;
+}
+
+/// A component's `wasi:http/incoming-handler` entry point, in one line:
+/// `metal_ipam_spin::component!(Pools, pools);` names the component (a
+/// [`Component`] variant) and its entry (a function of
+/// [`metal_ipam_core::http::dispatch`]); `component!(Ui, ui, ui_files)`
+/// names the handler of its routes that need no credential too.
+#[macro_export]
+macro_rules! component {
+    ($component:ident, $entry:ident) => {
+        $crate::component!(@serve $component, $entry, None);
+    };
+    ($component:ident, $entry:ident, $public:ident) => {
+        $crate::component!(
+            @serve $component,
+            $entry,
+            Some(::metal_ipam_core::http::dispatch::$public)
+        );
+    };
+    (@serve $component:ident, $entry:ident, $public:expr) => {
+        /// The component's `wasi:http/incoming-handler` entry point
+        /// (streaming: the body is read by the glue, within the limit,
+        /// once the head passed).
+        #[::spin_sdk::http_component]
+        async fn handle(
+            req: ::spin_sdk::http::IncomingRequest,
+            out: ::spin_sdk::http::ResponseOutparam,
+        ) {
+            let component = ::metal_ipam_core::routes::Component::$component;
+            let serving = $crate::Serving {
+                component,
+                name: component.name(),
+                handler: ::metal_ipam_core::http::dispatch::$entry,
+                public: $public,
+            };
+            $crate::serve(&serving, req, out).await
+        }
+    };
 }
 
 /// Writes `resp` to the response outparam.
@@ -488,7 +582,7 @@ mod tests {
     use futures::executor::block_on;
     use futures::stream;
 
-    use metal_ipam_core::http::components;
+    use metal_ipam_core::http::api::ApiRequest;
     use metal_ipam_core::ports::kv::Swap;
     use metal_ipam_core::testing::{Backend, MemCas, MemKv, TestEnv};
     use serde_json::{json, Value};
@@ -595,25 +689,28 @@ mod tests {
     /// One request through the whole pipeline (admission, body, dispatch),
     /// rendering and the log line, with variables `vars`. Also says how many
     /// body chunks were read.
-    fn run_with<'k>(
-        kv: &'k MemKv,
+    fn run_with(
+        kv: &MemKv,
         req: &Req,
         vars: impl Fn(&str) -> Result<String, variables::Error>,
-        handler: ComponentHandler<Shared<'k>, NoHttp>,
+        component: Component,
     ) -> (Response, String, OpCounts, usize) {
         let env = TestEnv::at(1_700_000_000);
         let open = || Ok(Shared(kv));
         let pulled = Cell::new(0);
+        let serving = Serving {
+            component,
+            name: "pools",
+            handler: dispatch::entry(component),
+            public: dispatch::public_routes(component),
+        };
         let (resp, ops) = block_on(pipeline(
-            "pools",
-            None,
+            &serving,
             &req.parts,
             || chunks(&req.body, &pulled),
             vars,
             Some(&open),
-            &env,
-            &NoHttp,
-            handler,
+            (&env, &NoHttp),
         ));
         let line = resp.log_line("pools", &req.parts.api_request(&[]), 1, 0.5, ops);
         (render(&resp), line, ops, pulled.get())
@@ -622,23 +719,26 @@ mod tests {
     /// [`pipeline`] on `req` with a store from `open`: the response, the
     /// key-value operations and the number of body chunks read.
     fn pipe<K: KvStore>(
-        req: &Req,
+        (component, req): (Component, &Req),
         vars: impl Fn(&str) -> Result<String, variables::Error>,
         open: Option<&dyn Fn() -> Result<K, KvError>>,
         handler: ComponentHandler<K, NoHttp>,
     ) -> (ApiResponse, OpCounts, usize) {
         let env = TestEnv::at(0);
         let pulled = Cell::new(0);
+        let serving = Serving {
+            component,
+            name: "test",
+            handler,
+            public: None,
+        };
         let (r, ops) = block_on(pipeline(
-            "test",
-            None,
+            &serving,
             &req.parts,
             || chunks(&req.body, &pulled),
             vars,
             open,
-            &env,
-            &NoHttp,
-            handler,
+            (&env, &NoHttp),
         ));
         (r, ops, pulled.get())
     }
@@ -659,15 +759,12 @@ mod tests {
             let env = TestEnv::at(0);
             let pulled = Cell::new(0);
             let (r, ops) = block_on(pipeline(
-                "ui",
-                Some(components::ui_file as PublicRoutes),
+                &Serving::new(Component::Ui, dispatch::ui).with_public(dispatch::ui_files),
                 &req.parts,
                 || chunks(&req.body, &pulled),
                 vars(Some("auto"), false),
                 Some(&open),
-                &env,
-                &NoHttp,
-                components::ui,
+                (&env, &NoHttp),
             ));
             (r, ops, pulled.get())
         };
@@ -705,7 +802,7 @@ mod tests {
 
     /// One request to `pools` through the whole pipeline.
     fn run(kv: &MemKv, req: &Req) -> (Response, String, OpCounts) {
-        let (r, line, ops, _) = run_with(kv, req, vars(Some("auto"), false), components::pools);
+        let (r, line, ops, _) = run_with(kv, req, vars(Some("auto"), false), Component::Pools);
         (r, line, ops)
     }
 
@@ -916,8 +1013,7 @@ mod tests {
     fn must_not_run(
         _: &Services<'_, CountingKv<MemKv>, Tally<NoHttp>>,
         _: &ApiRequest<'_>,
-        _: Option<&str>,
-        _: &dyn Fn(&str) -> Option<String>,
+        _: Admitted,
     ) -> ApiResponse {
         panic!("the handler ran although setup failed")
     }
@@ -930,12 +1026,22 @@ mod tests {
             opened.set(true);
             Ok(MemKv::new(Backend::SpinSqlite))
         };
-        let (r, ops, pulled) = pipe(&req, vars(Some("bogus"), false), Some(&open), must_not_run);
+        let (r, ops, pulled) = pipe(
+            (Component::Pools, &req),
+            vars(Some("bogus"), false),
+            Some(&open),
+            must_not_run,
+        );
         assert_eq!((r.status, ops.total(), pulled), (500, 0, 0));
         assert!(!opened.get());
 
         let broken = || Err::<MemKv, _>(KvError::NoSuchStore);
-        let (r, ops, _) = pipe(&req, vars(Some("auto"), false), Some(&broken), must_not_run);
+        let (r, ops, _) = pipe(
+            (Component::Pools, &req),
+            vars(Some("auto"), false),
+            Some(&broken),
+            must_not_run,
+        );
         // An unconfigured store is a deployment mistake: 500, like the core.
         assert_eq!(
             (r.status, r.reason, ops.total()),
@@ -946,8 +1052,7 @@ mod tests {
     fn inspecting(
         s: &Services<'_, CountingKv<MemKv>, Tally<NoHttp>>,
         req: &ApiRequest<'_>,
-        content_type: Option<&str>,
-        header: &dyn Fn(&str) -> Option<String>,
+        _: Admitted,
     ) -> ApiResponse {
         assert_eq!(s.api_token, TOKEN);
         let ctx = s.ctx.expect("a store");
@@ -958,8 +1063,8 @@ mod tests {
         );
         assert_eq!(req.path, "/v1/pools");
         assert_eq!(req.body, b"{}");
-        assert_eq!(content_type, Some("application/json"));
-        assert_eq!(header("CE-Type").as_deref(), Some("t"));
+        assert_eq!(req.content_type(), Some("application/json"));
+        assert_eq!(req.header("CE-Type"), Some("t"));
         let _ = ctx.kv.get("a");
         let _ = ctx.kv.increment("b", 1);
         SetupError::InvalidSwapCheck.response()
@@ -973,7 +1078,12 @@ mod tests {
             .push(("content-type".into(), "application/json".into()));
         req.parts.headers.push(("ce-type".into(), "t".into()));
         let open = || Ok(MemKv::new(Backend::Redis));
-        let (r, ops, _) = pipe(&req, vars(Some("always"), true), Some(&open), inspecting);
+        let (r, ops, _) = pipe(
+            (Component::Pools, &req),
+            vars(Some("always"), true),
+            Some(&open),
+            inspecting,
+        );
         assert_eq!(r.status, 500);
         // The handler's get and increment, then the request's counting:
         // its counter's increment, and (its first occurrence) the
@@ -985,13 +1095,23 @@ mod tests {
     #[test]
     fn a_component_without_store_or_kube_says_so() {
         let req = request("POST", "/v1/reconcile", Some("Bearer s3cret-t0ken"), "");
-        let (r, ops, _) = pipe::<MemKv>(&req, vars(None, false), None, components::reconcile);
+        let (r, ops, _) = pipe::<MemKv>(
+            (Component::Reconcile, &req),
+            vars(None, false),
+            None,
+            dispatch::reconcile,
+        );
         assert_eq!(
             (r.status, r.reason, ops.total()),
             (500, Some("StoreMisconfigured"), 0)
         );
         let open = || Ok(MemKv::new(Backend::SpinSqlite));
-        let (r, _, _) = pipe(&req, vars(None, false), Some(&open), components::reconcile);
+        let (r, _, _) = pipe(
+            (Component::Reconcile, &req),
+            vars(None, false),
+            Some(&open),
+            dispatch::reconcile,
+        );
         assert_eq!((r.status, r.reason), (500, Some("KubeNotConfigured")));
     }
 
@@ -1033,9 +1153,13 @@ mod tests {
             ),
             (request("POST", port, bearer, "{"), 400, "MalformedJSON"),
         ];
-        for handler in [components::attach_vlan, components::detach_vlan] {
+        let vlan: [(Component, ComponentHandler<MemKv, NoHttp>); 2] = [
+            (Component::AttachVlan, dispatch::attach_vlan),
+            (Component::DetachVlan, dispatch::detach_vlan),
+        ];
+        for (component, handler) in vlan {
             for (req, status, reason) in &cases {
-                let (r, ops, _) = pipe::<MemKv>(req, metal_vars, None, handler);
+                let (r, ops, _) = pipe::<MemKv>((component, req), metal_vars, None, handler);
                 assert_eq!(
                     (r.status, r.reason.unwrap_or("")),
                     (*status, *reason),
@@ -1048,7 +1172,7 @@ mod tests {
             // A good request gets as far as the outbound call (denied here:
             // no outbound HTTP) and answers the transport error under `metal`.
             let (r, _, _) = pipe::<MemKv>(
-                &request("POST", port, bearer, &create),
+                (component, &request("POST", port, bearer, &create)),
                 metal_vars,
                 None,
                 handler,
@@ -1079,7 +1203,7 @@ mod tests {
         let handlers: [(&str, ComponentHandler<MemKv, NoHttp>, &[&str]); 11] = [
             (
                 "provision",
-                components::provision,
+                dispatch::provision,
                 &[
                     "/v1/metal/pools/a/b",
                     "/v1/metal/pools/a/b/c",
@@ -1088,17 +1212,17 @@ mod tests {
             ),
             (
                 "assign",
-                components::assign,
+                dispatch::assign,
                 &["/v1/metal/claims/a/b", "/v1/metal/claims/a"],
             ),
             (
                 "poll",
-                components::poll,
+                dispatch::poll,
                 &["/v1/metal/poll", "/v1/metal/poll/x"],
             ),
             (
                 "network",
-                components::network,
+                dispatch::network,
                 &[
                     "/v1/machines/a/b/network",
                     "/v1/machines/a",
@@ -1107,37 +1231,37 @@ mod tests {
             ),
             (
                 "attach-vlan",
-                components::attach_vlan,
+                dispatch::attach_vlan,
                 &["/v1/metal/ports/p/vlan-batches", "/v1/x"],
             ),
             (
                 "detach-vlan",
-                components::detach_vlan,
+                dispatch::detach_vlan,
                 &["/v1/metal/ports/p/vlan-batches", "/v1/x"],
             ),
             (
                 "pools",
-                components::pools,
+                dispatch::pools,
                 &["/v1/pools/a/b", "/v1/pools/a/b/c/d", "/v1/capi/pools/a/b"],
             ),
             (
                 "allocate",
-                components::allocate,
+                dispatch::allocate,
                 &["/v1/claims", "/v1/claims/x"],
             ),
             (
                 "release",
-                components::release,
+                dispatch::release,
                 &["/v1/claims/a/b", "/v1/claims/a/b/c"],
             ),
             (
                 "admission",
-                components::admission,
+                dispatch::admission,
                 &["/v1/admission/pools", "/v1/admission/x"],
             ),
             (
                 "reconcile",
-                components::reconcile,
+                dispatch::reconcile,
                 &["/v1/reconcile", "/v1/reconcile/x"],
             ),
         ];
@@ -1146,7 +1270,12 @@ mod tests {
                 for auth in [None, Some("Bearer ev-token"), Some("Bearer nope")] {
                     // No store either: authentication comes before it.
                     let req = request("POST", path, auth, "{}");
-                    let (r, ops, _) = pipe::<MemKv>(&req, tokens(TOKEN, "ev-token"), None, handler);
+                    let served = *Component::ALL
+                        .iter()
+                        .find(|c| c.name() == component)
+                        .unwrap();
+                    let (r, ops, _) =
+                        pipe::<MemKv>((served, &req), tokens(TOKEN, "ev-token"), None, handler);
                     assert_eq!(
                         (r.status, r.reason),
                         (401, Some("Unauthorized")),
@@ -1163,9 +1292,9 @@ mod tests {
         // A Secret written with `echo`: the token ends with a newline.
         let kv = MemKv::new(Backend::SpinSqlite);
         let req = request("GET", "/v1/pools", Some("Bearer dev-token"), "");
-        let (r, _, _, _) = run_with(&kv, &req, tokens("dev-token\n", ""), components::pools);
+        let (r, _, _, _) = run_with(&kv, &req, tokens("dev-token\n", ""), Component::Pools);
         assert_eq!(*r.status(), 200, "{}", String::from_utf8_lossy(r.body()));
-        let (r, _, _, _) = run_with(&kv, &req, tokens(" dev-token\r\n", ""), components::pools);
+        let (r, _, _, _) = run_with(&kv, &req, tokens(" dev-token\r\n", ""), Component::Pools);
         assert_eq!(*r.status(), 200);
         let c = AppConfig::load(tokens("a\n", "\tev-token \n")).unwrap();
         assert_eq!(
@@ -1182,7 +1311,7 @@ mod tests {
                 problem: "is empty"
             }
         );
-        let (r, _, _, pulled) = run_with(&kv, &req, tokens("\n", ""), components::pools);
+        let (r, _, _, pulled) = run_with(&kv, &req, tokens("\n", ""), Component::Pools);
         assert_eq!((*r.status(), pulled), (500, 0));
         let body = json_body(&r);
         assert_eq!(body["reason"], "AuthNotConfigured");
@@ -1205,7 +1334,7 @@ mod tests {
                     req.parts.headers.retain(|(n, _)| n != "content-length");
                 }
                 let (r, line, ops, pulled) =
-                    run_with(&kv, &req, vars(None, false), components::pools);
+                    run_with(&kv, &req, vars(None, false), Component::Pools);
                 assert_eq!((*r.status(), pulled, ops.total()), (401, 0, 0), "{auth:?}");
                 assert_eq!(json_body(&r)["reason"], "Unauthorized");
                 assert!(header(&r, "www-authenticate").is_some());
@@ -1220,7 +1349,7 @@ mod tests {
         let kv = MemKv::new(Backend::SpinSqlite);
         let bearer = format!("Bearer {TOKEN}");
         let req = request("PUT", "/v1/pools/ns/p", Some(&bearer), &big(MAX_BODY + 1));
-        let (r, line, ops, pulled) = run_with(&kv, &req, vars(None, false), components::pools);
+        let (r, line, ops, pulled) = run_with(&kv, &req, vars(None, false), Component::Pools);
         assert_eq!((*r.status(), pulled, ops.total()), (413, 0, 0));
         assert_eq!(header(&r, "content-type"), Some("application/json"));
         assert_eq!(
@@ -1242,7 +1371,7 @@ mod tests {
                 h.1 = "10".into();
             }
         }
-        let (r, _, _, pulled) = run_with(&kv, &lying, vars(None, false), components::pools);
+        let (r, _, _, pulled) = run_with(&kv, &lying, vars(None, false), Component::Pools);
         assert_eq!(*r.status(), 413);
         assert!(pulled <= MAX_BODY / (16 * 1024) + 1, "{pulled} chunks read");
     }
@@ -1260,7 +1389,7 @@ mod tests {
             &kv,
             &unsized_request(16 * MAX_BODY),
             vars(None, false),
-            components::pools,
+            Component::Pools,
         );
         assert_eq!((*r.status(), ops.total()), (413, 0));
         assert_eq!(json_body(&r)["reason"], "PayloadTooLarge");
@@ -1272,7 +1401,7 @@ mod tests {
             &kv,
             &unsized_request(MAX_BODY),
             vars(None, false),
-            components::pools,
+            Component::Pools,
         );
         assert_eq!(*r.status(), 400);
         assert_eq!(json_body(&r)["reason"], "MalformedRequest");
@@ -1312,17 +1441,17 @@ mod tests {
         req.parts
             .headers
             .push(("content-type".into(), "application/cloudevents+json".into()));
-        let (r, _, _, pulled) = run_with(&kv, &req, tokens(TOKEN, "ev"), components::events);
+        let (r, _, _, pulled) = run_with(&kv, &req, tokens(TOKEN, "ev"), Component::Events);
         assert_eq!((*r.status(), pulled), (401, 1));
         // Without an events token, only the header counts: not read.
-        let (r, _, _, pulled) = run_with(&kv, &req, tokens(TOKEN, ""), components::events);
+        let (r, _, _, pulled) = run_with(&kv, &req, tokens(TOKEN, ""), Component::Events);
         assert_eq!((*r.status(), pulled), (401, 0));
         // The declared size is still checked first.
         let mut req = request("POST", "/v1/events", None, &big(MAX_BODY + 1));
         req.parts
             .headers
             .push(("content-type".into(), "application/cloudevents+json".into()));
-        let (r, _, _, pulled) = run_with(&kv, &req, tokens(TOKEN, "ev"), components::events);
+        let (r, _, _, pulled) = run_with(&kv, &req, tokens(TOKEN, "ev"), Component::Events);
         assert_eq!((*r.status(), pulled), (413, 0));
     }
 

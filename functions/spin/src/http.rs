@@ -1,4 +1,4 @@
-//! The Spin-facing pieces of the request pipeline ([`crate::serve_component`]):
+//! The Spin-facing pieces of the request pipeline ([`crate::serve`]):
 //! [`RequestParts`], the head of a Spin request, [`SetupError`] for failures before
 //! the core runs, [`render`] back to a Spin response, and [`spin_variable`].
 //! No variable value, token or backend message ever reaches a response or
@@ -122,6 +122,7 @@ impl RequestParts {
             query: &self.query,
             authorization: self.authorization.as_deref(),
             body,
+            headers: &self.headers,
         }
     }
 }

@@ -13,17 +13,18 @@
 //!   `wasi:http/outgoing-handler` (Kubernetes API, Metal, service chaining),
 //!   every request within its deadline (request options and the shell's
 //!   own check of its end: `outbound`).
-//! - [`serve_component`]: the entry helper every function component calls
-//!   from its `#[http_component]` (streaming form: `IncomingRequest` and
-//!   `ResponseOutparam`): variables, authentication and size checks before
-//!   the body is read, the body read within
-//!   [`metal_ipam_core::http::api::MAX_BODY`], store, clients, the core's
-//!   component entry, rendering, one log line.
+//! - [`component!`]: a component's whole shell, one line naming it and its
+//!   entry; it calls [`serve`] from its `#[http_component]` (streaming form:
+//!   `IncomingRequest` and `ResponseOutparam`): the public routes first,
+//!   then variables, the one authentication (by the route's policy, from
+//!   the core's dispatcher) and size checks before the body is read, the
+//!   body read within [`metal_ipam_core::http::api::MAX_BODY`], store,
+//!   clients, the core's component entry, rendering, one log line.
 //!
-//! The pieces of [`serve_component`] that do not need a Spin host
-//! ([`RequestParts`], [`AppConfig::load`], [`admit`], [`read_body`],
-//! [`pipeline`], [`dispatch_component`], [`render`], [`backoff`]) are
-//! public and tested natively.
+//! The pieces of [`serve`] that do not need a Spin host ([`RequestParts`],
+//! [`AppConfig::load`], [`admit`], [`read_body`], [`pipeline`],
+//! [`dispatch_component`], [`dispatch_admitted`], [`render`], [`backoff`])
+//! are public and tested natively.
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
 
@@ -34,9 +35,9 @@ mod kv;
 mod outbound;
 
 pub use app::{
-    admit, dispatch_component, pipeline, read_body, serve_component, serve_component_public,
-    AppConfig, ComponentHandler, PublicRoutes, SpinHttp, VAR_EVENTS_TOKEN, VAR_K8S_API_URL,
-    VAR_K8S_TOKEN, VAR_METAL_API_URL, VAR_METAL_PROJECT_ID, VAR_METAL_TOKEN,
+    admit, dispatch_admitted, dispatch_component, pipeline, read_body, serve, Admission, AppConfig,
+    ComponentHandler, Serving, SpinHttp, VAR_EVENTS_TOKEN, VAR_K8S_API_URL, VAR_K8S_TOKEN,
+    VAR_METAL_API_URL, VAR_METAL_PROJECT_ID, VAR_METAL_TOKEN,
 };
 pub use env::{backoff, SpinEnv, BACKOFF_BASE, BACKOFF_CAP};
 pub use http::{

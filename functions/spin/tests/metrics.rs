@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use metal_ipam_core::http::api::{self, ApiRequest, ApiResponse};
-use metal_ipam_core::http::components::{self, Services};
+use metal_ipam_core::http::dispatch::{self, Admitted, Services};
 use metal_ipam_core::kube::KubeConfig;
 use metal_ipam_core::kv::registry;
 use metal_ipam_core::kv::{Ctx, SwapPolicy};
@@ -15,9 +15,10 @@ use metal_ipam_core::metal::retry::RetryPolicy;
 use metal_ipam_core::observe::counters;
 use metal_ipam_core::ports::http::{HttpClient, TransportError};
 use metal_ipam_core::ports::kv::{CountingKv, KvError, KvStore, OpCounts};
+use metal_ipam_core::routes::Component;
 use metal_ipam_core::testing::{Backend, MemKv, TestEnv};
 use metal_ipam_core::Error;
-use metal_ipam_spin::{dispatch_component, AppConfig, ComponentHandler, RequestParts};
+use metal_ipam_spin::{dispatch_component, AppConfig, ComponentHandler, RequestParts, Serving};
 use serde_json::{json, Value};
 
 const TOKEN: &str = "api-t0ken";
@@ -75,22 +76,25 @@ impl World {
         }
         let parts = RequestParts::new(method, path, headers);
         let open = || Ok::<_, KvError>(&self.kv);
+        let component = *Component::ALL
+            .iter()
+            .find(|c| c.name() == component)
+            .unwrap();
         dispatch_component(
-            component,
+            &Serving::new(component, handler),
             &parts,
             body.as_bytes(),
             &self.config,
             Some(&open),
             &self.env,
             &NoHttp,
-            handler,
         )
     }
 
     fn put_pool(&self, name: &str, addresses: &str) {
         let (r, _) = self.call(
             "pools",
-            components::pools,
+            dispatch::pools,
             "PUT",
             &format!("/v1/pools/team-a/{name}"),
             Some(TOKEN),
@@ -102,7 +106,7 @@ impl World {
     fn allocate(&self, name: &str, pool: &str) -> (ApiResponse, OpCounts) {
         self.call(
             "allocate",
-            components::allocate,
+            dispatch::allocate,
             "POST",
             "/v1/claims",
             Some(TOKEN),
@@ -113,7 +117,7 @@ impl World {
     fn scrape(&self, token: Option<&str>) -> ApiResponse {
         self.call(
             "metrics",
-            components::metrics,
+            dispatch::metrics,
             "GET",
             "/v1/metrics",
             token,
@@ -173,7 +177,7 @@ fn a_scrape_reports_each_pool_and_the_requests_made() {
         }
         let (r, _) = w.call(
             "release",
-            components::release,
+            dispatch::release,
             "DELETE",
             "/v1/claims/team-a/p2-m2",
             Some(TOKEN),
@@ -238,7 +242,7 @@ fn the_metrics_take_the_api_token_or_the_read_token() {
     // The read token opens nothing else.
     let (r, _) = w.call(
         "pools",
-        components::pools,
+        dispatch::pools,
         "GET",
         "/v1/pools",
         Some(READ),
@@ -269,8 +273,9 @@ fn counting_costs_an_allocation_nothing() {
                 query: "",
                 authorization: Some("Bearer api-t0ken"),
                 body: body.as_bytes(),
+                headers: &[],
             };
-            let r = api::allocate(&ctx, TOKEN, &req);
+            let r = api::allocate(&ctx, &req);
             assert_eq!(r.status, 201);
             kv.counts().total()
         };
@@ -315,8 +320,9 @@ fn the_scrape_cost_does_not_depend_on_the_claims() {
                 query: "",
                 authorization: Some("Bearer api-t0ken"),
                 body: body.as_bytes(),
+                headers: &[],
             };
-            assert_eq!(api::allocate(&ctx, TOKEN, &req).status, 201);
+            assert_eq!(api::allocate(&ctx, &req).status, 201);
         }
         w.text();
         let text = w.text();
@@ -405,8 +411,7 @@ const METAL: &str = "https://metal.test/metal/v1";
 fn calling(
     s: &Services<'_, CountingKv<&MemKv>, metal_ipam_core::observe::counters::Tally<Answers>>,
     req: &ApiRequest<'_>,
-    _: Option<&str>,
-    _: &dyn Fn(&str) -> Option<String>,
+    _: Admitted,
 ) -> ApiResponse {
     let arg = |name: &str| -> u32 {
         req.query
@@ -471,14 +476,13 @@ impl World {
         let open = || Ok::<_, KvError>(&self.kv);
         let handler: ComponentHandler<&MemKv, Answers> = calling;
         dispatch_component(
-            "reconcile",
+            &Serving::new(Component::Reconcile, handler),
             &parts,
             b"",
             &self.config,
             Some(&open),
             &self.env,
             &Answers,
-            handler,
         )
         .0
     }

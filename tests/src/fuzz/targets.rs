@@ -1,7 +1,7 @@
 //! The fuzz targets: how each generates a request and what it calls.
 //!
 //! Every input goes through the component entry point that serves it in
-//! production ([`metal_ipam_core::http::components`]: routing, authentication,
+//! production ([`metal_ipam_core::http::dispatch`]: routing, authentication,
 //! body parsing, the step) against an in-memory store holding a few pools
 //! and bindings, with a fake outbound HTTP client standing in for the
 //! Kubernetes API and for Spin service chaining. Targets also call the
@@ -18,14 +18,14 @@ use metal_ipam_core::admission;
 use metal_ipam_core::events;
 use metal_ipam_core::http::api::{ApiRequest, ApiResponse};
 use metal_ipam_core::http::auth;
-use metal_ipam_core::http::components::{self, Services};
+use metal_ipam_core::http::dispatch::{dispatch, Services};
 use metal_ipam_core::ipam::claim::Claim;
 use metal_ipam_core::ipam::ops;
 use metal_ipam_core::ipam::pool::{PoolId, PoolObject};
 use metal_ipam_core::ipam::store::{self, Loaded};
 use metal_ipam_core::kube::names;
 use metal_ipam_core::kube::{Kube, KubeConfig};
-use metal_ipam_core::kv::{Ctx, SwapPolicy};
+use metal_ipam_core::kv::Ctx;
 use metal_ipam_core::ports::http::{HttpClient, TransportError, TransportKind};
 use metal_ipam_core::testing::{Backend, MemKv, TestEnv};
 use serde_json::{json, Value};
@@ -35,24 +35,38 @@ use super::rng::Rng;
 use super::seeds::{self, Seeds};
 use super::{API_TOKEN, EVENTS_TOKEN, NOW};
 
-/// The component entry points of [`metal_ipam_core::http::components`].
+/// The components the fuzzer sends requests to, through
+/// [`metal_ipam_core::http::dispatch::dispatch`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Component {
-    /// `components::pools`.
+    /// `pools`.
     Pools,
-    /// `components::allocate`.
+    /// `allocate`.
     Allocate,
-    /// `components::release`.
+    /// `release`.
     Release,
-    /// `components::events`.
+    /// `events`.
     Events,
-    /// `components::admission`.
+    /// `admission`.
     Admission,
-    /// `components::reconcile`.
+    /// `reconcile`.
     Reconcile,
 }
 
 impl Component {
+    /// The component of the route table.
+    pub fn served(self) -> metal_ipam_core::routes::Component {
+        use metal_ipam_core::routes::Component as C;
+        match self {
+            Component::Pools => C::Pools,
+            Component::Allocate => C::Allocate,
+            Component::Release => C::Release,
+            Component::Events => C::Events,
+            Component::Admission => C::Admission,
+            Component::Reconcile => C::Reconcile,
+        }
+    }
+
     /// Every component with a core entry point.
     pub const ALL: [Component; 6] = [
         Component::Pools,
@@ -117,6 +131,16 @@ impl Input {
             .iter()
             .find(|(k, _)| k == name)
             .map(|(_, v)| v.clone())
+    }
+
+    /// The headers as the request carries them: `content-type` (if any)
+    /// first, then the others.
+    pub fn all_headers(&self) -> Vec<(String, String)> {
+        let ct = self
+            .content_type
+            .iter()
+            .map(|ct| ("content-type".to_string(), ct.clone()));
+        ct.chain(self.headers.iter().cloned()).collect()
     }
 
     /// Everything about the input, the body in hex (for a panic report).
@@ -359,23 +383,12 @@ impl World {
             read_token: "",
             metal: None,
         };
+        let headers = input.all_headers();
         let req = ApiRequest {
-            method: &input.method,
-            path: &input.path,
-            query: &input.query,
-            authorization: input.authorization.as_deref(),
-            body: &input.body,
+            headers: &headers,
+            ..to_request(input)
         };
-        let header = |name: &str| input.header(name);
-        let ct = input.content_type.as_deref();
-        match input.component {
-            Component::Pools => components::pools(&s, &req, ct, &header),
-            Component::Allocate => components::allocate(&s, &req, ct, &header),
-            Component::Release => components::release(&s, &req, ct, &header),
-            Component::Events => components::events(&s, &req, ct, &header),
-            Component::Admission => components::admission(&s, &req, ct, &header),
-            Component::Reconcile => components::reconcile(&s, &req, ct, &header),
-        }
+        dispatch(input.component.served(), &s, &req)
     }
 
     /// Runs `input` through its component and through `direct` (the
@@ -409,6 +422,7 @@ fn to_request(input: &Input) -> ApiRequest<'_> {
         query: &input.query,
         authorization: input.authorization.as_deref(),
         body: &input.body,
+        headers: &[],
     }
 }
 

@@ -45,7 +45,6 @@ pub mod objects;
 pub mod poll;
 pub mod pool;
 pub mod reconcile;
-pub mod steps;
 pub mod vrf;
 
 use std::collections::BTreeMap;

@@ -113,6 +113,7 @@
 //! at fault in [`Error::field`] where there is one. Bodies over
 //! [`crate::MAX_BODY`] are refused too.
 
+pub mod chain;
 pub mod route;
 
 use std::fmt;

@@ -7,11 +7,10 @@
 use serde_json::Value;
 
 use super::{Action, ObjectEvent, ObjectKind};
-use crate::capi::steps::{pool_steps, PoolSteps};
 use crate::ipam::claim::IpAddressSpec;
 use crate::ipam::pool::{PoolId, PoolKind};
 use crate::kube::names;
-use crate::routes::{Answer, Call, Component, Step};
+use crate::routes::{Answer, Call, Component, Route};
 
 /// Which components and paths an event is forwarded to, by service
 /// chaining, in order.
@@ -62,21 +61,21 @@ pub fn calls(ev: &ObjectEvent) -> Vec<Call> {
             } else {
                 Component::Allocate
             };
-            vec![Call::new(component, Step::Claim { ns, name })]
+            vec![Call::new(component, Route::Claim { ns, name })]
         }
         ObjectKind::IpAddress => ip_address(ev, ns),
         // A Machine's network profile: applied, or released once removed
         // (the step re-reads the Machine; a deleted one needs nothing).
-        ObjectKind::Machine => vec![Call::new(Component::Network, Step::Machine { ns, name })],
+        ObjectKind::Machine => vec![Call::new(Component::Network, Route::Machine { ns, name })],
         // The Machines it concerns are listed by the network step (the
         // event may be a Reference-mode one, or the object stale).
         ObjectKind::NetworkProfile => vec![Call::new(
             Component::Network,
-            Step::ProfileMachines { ns, name },
+            Route::ProfileMachines { ns, name },
         )],
         ObjectKind::PacketMachine => vec![Call::new(
             Component::Network,
-            Step::PacketMachineMachines { ns, name },
+            Route::PacketMachineMachines { ns, name },
         )],
         ObjectKind::Pool(kind) => pool(ev, kind, ns),
     }
@@ -103,7 +102,7 @@ fn ip_address(ev: &ObjectEvent, ns: String) -> Vec<Call> {
         .unwrap_or(&ev.name);
     let mut out = vec![Call::new(
         Component::Allocate,
-        Step::Claim {
+        Route::Claim {
             ns: ns.clone(),
             name: claim.to_string(),
         },
@@ -111,7 +110,7 @@ fn ip_address(ev: &ObjectEvent, ns: String) -> Vec<Call> {
     let Some(pool) = spec.our_pool(&ns) else {
         return out;
     };
-    out.push(Call::new(Component::Pools, pool_steps(&pool).sync));
+    out.push(Call::new(Component::Pools, Route::PoolSync(pool)));
     out
 }
 
@@ -119,10 +118,10 @@ fn ip_address(ev: &ObjectEvent, ns: String) -> Vec<Call> {
 /// VRF-backed pool (the object has `spec.metal`; the pools step leaves it
 /// alone).
 fn pool(ev: &ObjectEvent, kind: PoolKind, ns: String) -> Vec<Call> {
-    let PoolSteps { sync, metal, .. } = pool_steps(&PoolId::of(kind, &ns, &ev.name));
-    let mut out = vec![Call::new(Component::Pools, sync)];
+    let id = PoolId::of(kind, &ns, &ev.name);
+    let mut out = vec![Call::new(Component::Pools, Route::PoolSync(id.clone()))];
     if pointer(ev, "/spec/metal").is_some_and(Value::is_object) {
-        out.push(Call::new(Component::Provision, metal));
+        out.push(Call::new(Component::Provision, Route::VrfPool(id)));
     }
     out
 }
@@ -135,10 +134,10 @@ fn pool(ev: &ObjectEvent, kind: PoolKind, ns: String) -> Vec<Call> {
 pub fn follow_up(done: &Call, answer: &Answer, assigned: &mut bool) -> Vec<Call> {
     let mut out = Vec::new();
     match &done.step {
-        Step::ProfileMachines { ns, .. } | Step::PacketMachineMachines { ns, .. } => {
+        Route::ProfileMachines { ns, .. } | Route::PacketMachineMachines { ns, .. } => {
             for m in &answer.machines {
                 if names::check_subdomain(m).is_ok() {
-                    let step = Step::Machine {
+                    let step = Route::Machine {
                         ns: ns.clone(),
                         name: m.clone(),
                     };
@@ -146,9 +145,9 @@ pub fn follow_up(done: &Call, answer: &Answer, assigned: &mut bool) -> Vec<Call>
                 }
             }
         }
-        Step::Claim { ns, name } if answer.metal_assignment && !*assigned => {
+        Route::Claim { ns, name } if answer.metal_assignment && !*assigned => {
             *assigned = true;
-            let step = Step::MetalClaim {
+            let step = Route::MetalClaim {
                 ns: ns.clone(),
                 name: name.clone(),
             };
@@ -238,7 +237,7 @@ mod tests {
     }
 
     fn claim_call(component: Component) -> Call {
-        let step = Step::Claim {
+        let step = Route::Claim {
             ns: "ns".into(),
             name: "c".into(),
         };
@@ -251,7 +250,7 @@ mod tests {
     fn follow_ups_come_from_the_typed_answer() {
         let assign = Call::new(
             Component::Assign,
-            Step::MetalClaim {
+            Route::MetalClaim {
                 ns: "ns".into(),
                 name: "c".into(),
             },
@@ -273,13 +272,13 @@ mod tests {
 
         let expand = Call::new(
             Component::Network,
-            Step::ProfileMachines {
+            Route::ProfileMachines {
                 ns: "ns".into(),
                 name: "l2".into(),
             },
         );
         let answer = Answer::parse(br#"{"result":"expanded","machines":["m-1","Bad_Name"]}"#);
-        let machine = Step::Machine {
+        let machine = Route::Machine {
             ns: "ns".into(),
             name: "m-1".into(),
         };

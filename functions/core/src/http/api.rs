@@ -1,23 +1,23 @@
 //! HTTP-level handling of every route, independent of Spin.
 //!
-//! A function crate turns its Spin request into an [`ApiRequest`], calls the
-//! handler of its component ([`pools`], [`allocate`], [`claims`]) and turns
-//! the [`ApiResponse`] back into a Spin response, printing
-//! [`ApiResponse::log_line`]. Authentication, routing, method checks, body
-//! parsing, the steps and error rendering all happen here, so they are
-//! tested natively.
+//! A function crate turns its Spin request into an [`ApiRequest`], its
+//! component's entry (`http::components`, which authenticates it) calls
+//! the handler here ([`pools`], [`allocate`], [`claims`]), and the shell
+//! turns the [`ApiResponse`] back into a Spin response, printing
+//! [`ApiResponse::log_line`]. Routing, method checks, body parsing, the
+//! steps and error rendering happen here, so they are tested natively.
 
 use serde_json::{json, Map, Value};
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::http::{auth, method_not_allowed, no_route};
+use crate::http::method_not_allowed;
 use crate::ipam::claim::Claim;
 use crate::ipam::ops::{self, PutOutcome};
 use crate::ipam::pool::{PoolId, PoolKind, PoolObject};
 use crate::kube::names;
 use crate::kv::Ctx;
 use crate::ports::kv::{KvStore, OpCounts};
-use crate::routes::{Step, StepKind};
+use crate::routes::{Route, RouteKind};
 
 pub use crate::MAX_BODY;
 
@@ -34,6 +34,23 @@ pub struct ApiRequest<'a> {
     pub authorization: Option<&'a str>,
     /// The body.
     pub body: &'a [u8],
+    /// Every header (names in lower case), in the order received.
+    pub headers: &'a [(String, String)],
+}
+
+impl<'a> ApiRequest<'a> {
+    /// The first header named `name` (compared without case).
+    pub fn header(&self, name: &str) -> Option<&'a str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The `Content-Type` header.
+    pub fn content_type(&self) -> Option<&'a str> {
+        self.header("content-type")
+    }
 }
 
 /// A response plus what the log line needs.
@@ -135,8 +152,8 @@ impl ApiResponse {
     /// # Examples
     /// ```
     /// use metal_ipam_core::http::api::*;
-    /// let req = ApiRequest { method: "GET", path: "/v1/pools", query: "", authorization: Some("Bearer x"), body: b"" };
-    /// let resp = pools(&dummy_ctx(), "x", &req);
+    /// let req = ApiRequest { method: "GET", path: "/v1/pools", query: "", authorization: Some("Bearer x"), body: b"", headers: &[] };
+    /// let resp = list_pools(&dummy_ctx(), metal_ipam_core::ipam::pool::PoolKind::Namespaced);
     /// # fn dummy_ctx() -> metal_ipam_core::kv::Ctx<'static, metal_ipam_core::testing::MemKv> {
     /// #   let kv = Box::leak(Box::new(metal_ipam_core::testing::MemKv::new(metal_ipam_core::testing::Backend::SpinSqlite)));
     /// #   let env = Box::leak(Box::new(metal_ipam_core::testing::TestEnv::at(0)));
@@ -208,9 +225,6 @@ pub(crate) fn parse_json(body: &[u8]) -> Result<Value> {
     })
 }
 
-/// A pool addressed by a path: kind, namespace (namespaced kind) and name.
-type PoolPath = (PoolKind, Option<String>, String);
-
 fn path_name(kind: &str, v: &str, label: bool) -> Result<String> {
     let check = if label {
         names::check_label(v)
@@ -221,108 +235,87 @@ fn path_name(kind: &str, v: &str, label: bool) -> Result<String> {
     Ok(v.to_string())
 }
 
-fn authenticate(token: &str, req: &ApiRequest<'_>, route: &'static str) -> Option<ApiResponse> {
-    auth::check_bearer(token, req.authorization)
-        .err()
-        .map(|e| ApiResponse::from_error(&e, route))
+/// A pool route's pool with its names checked as the plain API checks
+/// them (the name, then the namespace).
+///
+/// # Errors
+/// 400 `Malformed` naming the field in the path.
+pub(crate) fn checked_pool(id: &PoolId) -> Result<PoolId> {
+    let name = path_name("name", &id.name, false)?;
+    Ok(match &id.namespace {
+        Some(ns) => PoolId::of(id.kind, &path_name("namespace", ns, true)?, &name),
+        None => PoolId::of(id.kind, "", &name),
+    })
 }
 
-/// The `pools` component: `/v1/pools`, `/v1/pools/{namespace}/{name}`,
-/// `/v1/global-pools`, `/v1/global-pools/{name}`.
+/// A claim route's names checked as the plain API checks them (the
+/// namespace, then the name).
 ///
-/// - `GET` on a collection lists pools (`{"apiVersion":"v1","kind":"List","items":[…]}`);
-/// - `PUT` on an object registers (201) or updates (200) it;
+/// # Errors
+/// 400 `Malformed` naming the field in the path.
+pub(crate) fn checked_claim(ns: &str, name: &str) -> Result<(String, String)> {
+    let ns = path_name("namespace", ns, true)?;
+    Ok((ns, path_name("name", name, false)?))
+}
+
+/// `GET /v1/pools`, `/v1/global-pools`, `/v1/prefix-pools`,
+/// `/v1/global-prefix-pools` (`kind`): lists pools
+/// (`{"apiVersion":"v1","kind":"List","items":[…]}`); `/v1/pools` lists
+/// every kind, the others their own.
+pub fn list_pools<K: KvStore>(ctx: &Ctx<'_, K>, kind: PoolKind) -> ApiResponse {
+    let route = Route::PoolList(kind).template();
+    let filter = (kind != PoolKind::Namespaced).then_some(kind);
+    match ops::list_pools_in(ctx, filter) {
+        Ok(listing) => {
+            let n = listing.pools.len();
+            let items: Vec<Value> = listing.pools.iter().map(|v| v.to_json()).collect();
+            let mut body = json!({"apiVersion": "v1", "kind": "List", "items": items});
+            let r = if listing.unreadable.is_empty() {
+                ApiResponse::success(200, Some(body), route, "listed")
+            } else {
+                // Skipped, never fatal: each named with why, so one bad
+                // record hides nothing else and can be repaired by PUT or
+                // DELETE.
+                let bad: Vec<Value> = listing
+                    .unreadable
+                    .iter()
+                    .map(|(id, why)| {
+                        json!({"kind": id.kind.kind_name(), "namespace": id.namespace,
+                               "name": id.name, "error": why})
+                    })
+                    .collect();
+                body["unreadable"] = Value::Array(bad);
+                let names: Vec<String> = listing
+                    .unreadable
+                    .iter()
+                    .map(|(id, _)| id.display())
+                    .collect();
+                ApiResponse::success(200, Some(body), route, "listed-with-unreadable")
+                    .touching("unreadable", names.join(","))
+            };
+            r.touching("pools", n.to_string())
+        }
+        Err(e) => ApiResponse::from_error(&e, route),
+    }
+}
+
+/// `/v1/pools/{namespace}/{name}`, `/v1/global-pools/{name}` and the
+/// prefix pools' twins (`id`):
+///
+/// - `PUT` registers (201) or updates (200) it;
 /// - `GET` returns it with `status.ipAddresses` (404 if unknown);
 /// - `DELETE` deletes it (204, also when unknown; 409 `PoolInUse` while
 ///   addresses are allocated).
-pub fn pools<K: KvStore>(ctx: &Ctx<'_, K>, token: &str, req: &ApiRequest<'_>) -> ApiResponse {
-    let step = Step::parse(req.path);
-    let route = step.as_ref().map_or("", Step::template);
-    let id_parts: Option<PoolPath> = match step {
-        Some(
-            Step::Pools {}
-            | Step::GlobalPools {}
-            | Step::PrefixPools {}
-            | Step::GlobalPrefixPools {},
-        ) => None,
-        Some(Step::PoolObject { ns, name }) => Some((PoolKind::Namespaced, Some(ns), name)),
-        Some(Step::GlobalPoolObject { name }) => Some((PoolKind::Global, None, name)),
-        Some(Step::PrefixPoolObject { ns, name }) => {
-            Some((PoolKind::NamespacedPrefix, Some(ns), name))
-        }
-        Some(Step::GlobalPrefixPoolObject { name }) => Some((PoolKind::GlobalPrefix, None, name)),
-        _ => {
-            if let Some(r) = authenticate(token, req, "") {
-                return r;
-            }
-            return no_route(req.path);
-        }
-    };
-    if let Some(r) = authenticate(token, req, route) {
-        return r;
+pub fn pool_object<K: KvStore>(ctx: &Ctx<'_, K>, req: &ApiRequest<'_>, id: &PoolId) -> ApiResponse {
+    let route = Route::PoolObject(id.clone()).template();
+    match checked_pool(id) {
+        Ok(id) => pool_request(ctx, req, route, (id.kind, id)),
+        Err(e) => ApiResponse::from_error(&e, route),
     }
-    let Some((kind, ns, name)) = id_parts else {
-        if req.method != "GET" {
-            return method_not_allowed(route, "GET");
-        }
-        // `/v1/pools` lists every pool; the others their own kind.
-        let filter = [
-            (StepKind::GlobalPools, PoolKind::Global),
-            (StepKind::PrefixPools, PoolKind::NamespacedPrefix),
-            (StepKind::GlobalPrefixPools, PoolKind::GlobalPrefix),
-        ]
-        .into_iter()
-        .find(|(k, _)| k.route().template == route)
-        .map(|(_, kind)| kind);
-        return match ops::list_pools_in(ctx, filter) {
-            Ok(listing) => {
-                let n = listing.pools.len();
-                let items: Vec<Value> = listing.pools.iter().map(|v| v.to_json()).collect();
-                let mut body = json!({"apiVersion": "v1", "kind": "List", "items": items});
-                let mut r = if listing.unreadable.is_empty() {
-                    ApiResponse::success(200, Some(body), route, "listed")
-                } else {
-                    // Skipped, never fatal: each named with why, so one bad
-                    // record hides nothing else and can be repaired by PUT
-                    // or DELETE.
-                    let bad: Vec<Value> = listing
-                        .unreadable
-                        .iter()
-                        .map(|(id, why)| {
-                            json!({"kind": id.kind.kind_name(), "namespace": id.namespace,
-                                   "name": id.name, "error": why})
-                        })
-                        .collect();
-                    body["unreadable"] = Value::Array(bad);
-                    let names: Vec<String> = listing
-                        .unreadable
-                        .iter()
-                        .map(|(id, _)| id.display())
-                        .collect();
-                    ApiResponse::success(200, Some(body), route, "listed-with-unreadable")
-                        .touching("unreadable", names.join(","))
-                };
-                r = r.touching("pools", n.to_string());
-                r
-            }
-            Err(e) => ApiResponse::from_error(&e, route),
-        };
-    };
-    let id = match (|| -> Result<PoolId> {
-        let name = path_name("name", &name, false)?;
-        Ok(match ns {
-            Some(ns) => PoolId::of(kind, &path_name("namespace", &ns, true)?, &name),
-            None => PoolId::of(kind, "", &name),
-        })
-    })() {
-        Ok(id) => id,
-        Err(e) => return ApiResponse::from_error(&e, route),
-    };
-    pool_object(ctx, req, route, (kind, id))
 }
 
 /// `GET`, `PUT` or `DELETE` of one pool (its names already checked).
-fn pool_object<K: KvStore>(
+fn pool_request<K: KvStore>(
     ctx: &Ctx<'_, K>,
     req: &ApiRequest<'_>,
     route: &'static str,
@@ -365,32 +358,20 @@ fn pool_object<K: KvStore>(
 /// `status` with `outcome`, as its component's shell records it: what an
 /// allocation or a release counts in its pool record's own write, so its
 /// answer carries `counted` and the shell adds nothing.
-fn in_record_signature(kind: StepKind, status: u16, outcome: &str) -> String {
-    let route = kind.route();
+fn in_record_signature(kind: RouteKind, status: u16, outcome: &str) -> String {
+    let route = kind.def();
     let component = route.served_by.first().map_or("", |c| c.name());
     crate::observe::counters::Signature::new(component, route.template, status, outcome, "")
         .encode()
 }
 
-/// The `allocate` component: `POST /v1/claims` with an `IPAddressClaim`.
+/// `POST /v1/claims` with an `IPAddressClaim` (`allocate`).
 ///
 /// Answers the claim's `IPAddress` (in the claim's apiVersion): 201 when
 /// the address was bound by this request, 200 when the claim already had
 /// it. Errors as documented on [`ops::allocate`] and [`Claim::parse`].
-pub fn allocate<K: KvStore>(ctx: &Ctx<'_, K>, token: &str, req: &ApiRequest<'_>) -> ApiResponse {
-    let route = StepKind::Claims.route().template;
-    if Step::parse(req.path) != Some(Step::Claims {}) {
-        if let Some(r) = authenticate(token, req, "") {
-            return r;
-        }
-        return no_route(req.path);
-    }
-    if let Some(r) = authenticate(token, req, route) {
-        return r;
-    }
-    if req.method != "POST" {
-        return method_not_allowed(route, "POST");
-    }
+pub fn allocate<K: KvStore>(ctx: &Ctx<'_, K>, req: &ApiRequest<'_>) -> ApiResponse {
+    let route = Route::Claims.template();
     let claim = match parse_json(req.body).and_then(|b| Claim::parse(&b)) {
         Ok(c) => c,
         Err(e) => return ApiResponse::from_error(&e, route),
@@ -399,7 +380,7 @@ pub fn allocate<K: KvStore>(ctx: &Ctx<'_, K>, token: &str, req: &ApiRequest<'_>)
     let pool_name = claim.pool.display();
     // A new binding counts itself in its pool record's write (no operation
     // of its own): the signature its answer will have.
-    let count_as = in_record_signature(StepKind::Claims, 201, "allocated");
+    let count_as = in_record_signature(RouteKind::Claims, 201, "allocated");
     let result = ops::allocate_counting(ctx, &claim, Some(&count_as)).and_then(|(a, counted)| {
         let body = a
             .record
@@ -411,7 +392,7 @@ pub fn allocate<K: KvStore>(ctx: &Ctx<'_, K>, token: &str, req: &ApiRequest<'_>)
             ApiResponse::success(200, Some(body), route, "existing")
         };
         if a.created {
-            let at = Step::ClaimObject {
+            let at = Route::ClaimObject {
                 ns: claim.id.namespace.clone(),
                 name: claim.id.name.clone(),
             };
@@ -428,25 +409,19 @@ pub fn allocate<K: KvStore>(ctx: &Ctx<'_, K>, token: &str, req: &ApiRequest<'_>)
     .touching("pool", pool_name)
 }
 
-/// The `release` component: `/v1/claims/{namespace}/{name}`.
+/// `/v1/claims/{namespace}/{name}` (`release`).
 ///
 /// - `GET` returns the claim's `IPAddress` (404 `ClaimNotFound` if unbound);
 /// - `DELETE` releases its address: 204, also when the claim is unknown. An
 ///   optional `?uid=<uid>` releases only a binding of that uid.
-pub fn claims<K: KvStore>(ctx: &Ctx<'_, K>, token: &str, req: &ApiRequest<'_>) -> ApiResponse {
-    let route = StepKind::ClaimObject.route().template;
-    let Some(Step::ClaimObject { ns, name }) = Step::parse(req.path) else {
-        if let Some(r) = authenticate(token, req, "") {
-            return r;
-        }
-        return no_route(req.path);
-    };
-    if let Some(r) = authenticate(token, req, route) {
-        return r;
-    }
-    let (ns, name) = match path_name("namespace", &ns, true)
-        .and_then(|ns| Ok((ns, path_name("name", &name, false)?)))
-    {
+pub fn claim_object<K: KvStore>(
+    ctx: &Ctx<'_, K>,
+    req: &ApiRequest<'_>,
+    ns: &str,
+    name: &str,
+) -> ApiResponse {
+    let route = RouteKind::ClaimObject.def().template;
+    let (ns, name) = match checked_claim(ns, name) {
         Ok(v) => v,
         Err(e) => return ApiResponse::from_error(&e, route),
     };
@@ -471,7 +446,7 @@ pub fn claims<K: KvStore>(ctx: &Ctx<'_, K>, token: &str, req: &ApiRequest<'_>) -
                 .split('&')
                 .find_map(|kv| kv.strip_prefix("uid="))
                 .filter(|u| !u.is_empty());
-            let count_as = in_record_signature(StepKind::ClaimObject, 204, "released");
+            let count_as = in_record_signature(RouteKind::ClaimObject, 204, "released");
             crate::provision::assign::release_counting(ctx, &ns, &name, uid, Some(&count_as)).map(
                 |(rec, counted)| match rec {
                     Some(rec) => {

@@ -1,6 +1,8 @@
-//! Bearer-token authentication.
+//! Bearer-token authentication, and the one check of a request against a
+//! route's policy ([`Auth`], [`authorize`]).
 
 use crate::error::{Error, ErrorKind, Result};
+use crate::routes::Auth;
 
 /// Compares two byte strings in time that depends only on their lengths,
 /// never on where they differ.
@@ -65,4 +67,56 @@ pub fn check_bearer(expected: &str, header: Option<&str>) -> Result<()> {
     } else {
         Err(unauthorized("the bearer token is not valid"))
     }
+}
+
+/// The configured tokens (an empty optional token accepts nothing).
+#[derive(Debug, Clone, Copy)]
+pub struct Tokens<'a> {
+    /// The API token (every route).
+    pub api: &'a str,
+    /// The read token ([`Auth::Read`]).
+    pub read: &'a str,
+    /// The events token ([`Auth::Events`]).
+    pub events: &'a str,
+}
+
+/// Checks a request's credential against `policy`: its `Authorization`
+/// header, and for [`Auth::Events`] the token the event presents
+/// (`presented`, read from the body or the headers by the caller).
+/// [`Auth::None`] accepts anything.
+///
+/// # Errors
+/// The API token's refusal ([`check_bearer`]: 401, or 500 when it is not
+/// configured) when no accepted credential matches.
+pub fn authorize(
+    policy: Auth,
+    tokens: &Tokens<'_>,
+    authorization: Option<&str>,
+    presented: impl FnOnce() -> Option<String>,
+) -> Result<()> {
+    let api = check_bearer(tokens.api, authorization);
+    let other = |token: &str| !token.is_empty() && check_bearer(token, authorization).is_ok();
+    let ok = api.is_ok()
+        || match policy {
+            Auth::None => true,
+            Auth::Api => false,
+            Auth::Read => other(tokens.read),
+            Auth::Events => {
+                other(tokens.events)
+                    || (!tokens.events.is_empty()
+                        && presented().is_some_and(|t| {
+                            constant_time_eq(t.as_bytes(), tokens.events.as_bytes())
+                        }))
+            }
+        };
+    if ok {
+        return Ok(());
+    }
+    Err(api.err().unwrap_or_else(|| {
+        Error::new(
+            ErrorKind::Unauthorized,
+            "Unauthorized",
+            "the bearer token is not valid",
+        )
+    }))
 }

@@ -1,11 +1,18 @@
 //! HTTP: requests and responses independent of Spin, authentication, the
-//! plain HTTP API and one entry point per Spin component.
+//! dispatcher and the routes' handlers.
 //!
+//! - [`dispatch`]: the dispatcher: a request to a component through the
+//!   route table ([`crate::routes`]): public routes, one authentication by
+//!   the row's policy, 404, 405 with the row's `Allow`, then the row's
+//!   handler; one entry per component, and [`dispatch::Services`] (store,
+//!   Kubernetes and Metal clients, tokens). The shells call these.
 //! - [`api`]: [`api::ApiRequest`] / [`api::ApiResponse`] (rendering, the log
-//!   line) and the plain HTTP API routes (`/v1/pools`, `/v1/claims`).
-//! - [`auth`]: the bearer-token check.
-//! - [`components`]: which routes each component serves and what it needs
-//!   (store, Kubernetes client, tokens); the shells call these.
+//!   line) and the plain HTTP API's handlers (`/v1/pools`, `/v1/claims`).
+//! - [`auth`]: the bearer-token check and [`auth::authorize`], the one
+//!   check of a credential against a route's policy.
+//! - `steps`, `network`, `read`: the other handlers (the Kubernetes side's
+//!   steps, poll, reconcile, events and admission; a machine's network and
+//!   the VLAN batches; metrics and the browser view).
 //!
 //! The status of an error is decided in one place,
 //! [`crate::ErrorKind::status`]. This is the outermost layer of the core:
@@ -13,7 +20,10 @@
 
 pub mod api;
 pub mod auth;
-pub mod components;
+pub mod dispatch;
+mod network;
+mod read;
+mod steps;
 
 use crate::error::{Error, ErrorKind};
 use api::ApiResponse;

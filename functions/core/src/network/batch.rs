@@ -36,7 +36,7 @@ use crate::cloud::{Cloud, CloudError, Operation};
 use crate::error::{Error, ErrorKind, Result};
 use crate::ipam::vrf::is_uuid;
 use crate::ports::http::{headers, Deadline, HttpClient};
-use crate::routes::Step;
+use crate::routes::Route;
 
 /// Which way a batch moves VLANs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -205,7 +205,7 @@ impl<C: Cloud + ?Sized> VlanBatches for Direct<'_, C> {
 
 /// The path of a port's batch step on its component (the route table's).
 pub fn step_path(port_id: &str) -> String {
-    Step::VlanBatch {
+    Route::VlanBatch {
         port: port_id.to_string(),
     }
     .path()

@@ -59,7 +59,7 @@ use crate::kv::registry::{self, Added, RegistryId};
 use crate::kv::Ctx;
 use crate::ports::http::{HttpClient, TransportError};
 use crate::ports::kv::KvStore;
-use crate::routes::{Component, StepKind};
+use crate::routes::{Component, TABLE};
 
 /// The registry of request signatures (`obs/signatures`).
 pub const REGISTRY: RegistryId = RegistryId {
@@ -315,9 +315,8 @@ fn route_of(component: &str, route: &str) -> &'static str {
         return "-";
     }
     let served = Component::ALL.iter().find(|c| c.name() == component);
-    StepKind::ALL
+    TABLE
         .iter()
-        .map(|k| k.route())
         .find(|r| r.template == route && served.is_some_and(|c| r.served_by.contains(c)))
         .map_or(OTHER, |r| r.template)
 }
@@ -987,8 +986,7 @@ mod tests {
     #[test]
     fn every_field_comes_from_a_finite_set() {
         // Each route a component serves is kept; anything else is `other`.
-        for kind in StepKind::ALL {
-            let r = kind.route();
+        for r in TABLE {
             for c in r.served_by {
                 let s = Signature::new(c.name(), r.template, 200, "ok", "");
                 assert_eq!(s.route, r.template);
@@ -1008,9 +1006,9 @@ mod tests {
         // The longest possible signature fits.
         let longest = Signature {
             component: "attach-vlan".into(),
-            route: StepKind::ALL
+            route: TABLE
                 .iter()
-                .map(|k| k.route().template)
+                .map(|r| r.template)
                 .max_by_key(|t| t.len())
                 .unwrap()
                 .into(),
@@ -1046,12 +1044,7 @@ mod tests {
         let pairs: usize = Component::ALL
             .iter()
             .filter(|c| !no_store.contains(c))
-            .map(|c| {
-                1 + StepKind::ALL
-                    .iter()
-                    .filter(|k| k.route().served_by.contains(c))
-                    .count()
-            })
+            .map(|c| 1 + TABLE.iter().filter(|r| r.served_by.contains(c)).count())
             .sum();
         assert_eq!(
             pairs, 56,

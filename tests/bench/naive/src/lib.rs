@@ -13,8 +13,7 @@
 //! and `IPAddress` answer.
 
 use metal_ipam_core::http::api::{ApiRequest, ApiResponse};
-use metal_ipam_core::http::auth;
-use metal_ipam_core::http::components::Services;
+use metal_ipam_core::http::dispatch::{Admitted, Services};
 use metal_ipam_core::ip::from_u128;
 use metal_ipam_core::ipam::alloc::AllocRequest;
 use metal_ipam_core::ipam::claim::Claim;
@@ -22,26 +21,33 @@ use metal_ipam_core::ipam::store::{ClaimRecord, Next, PoolRecord};
 use metal_ipam_core::kv::keys;
 use metal_ipam_core::ports::http::HttpClient;
 use metal_ipam_core::ports::kv::KvStore;
+use metal_ipam_core::routes::Component;
 use metal_ipam_core::{Error, Result};
 use spin_sdk::http::{IncomingRequest, ResponseOutparam};
 use spin_sdk::http_component;
 
 const ROUTE: &str = "/v1/claims";
 
-/// The component's entry point.
+/// The component's entry point: authenticated as `allocate`'s
+/// `POST /v1/claims` is (the API token), logged and counted as `naive`.
 #[http_component]
 async fn handle(req: IncomingRequest, out: ResponseOutparam) {
-    metal_ipam_spin::serve_component("naive", req, out, true, naive).await
+    let serving = metal_ipam_spin::Serving {
+        component: Component::Allocate,
+        name: "naive",
+        handler: naive,
+        public: None,
+    };
+    metal_ipam_spin::serve(&serving, req, out).await
 }
 
-/// Auth, parse, then [`allocate`]; errors map as in the real component.
+/// Parse, then [`allocate`]; errors map as in the real component.
 fn naive<K: KvStore, H: HttpClient + ?Sized>(
     s: &Services<'_, K, H>,
     req: &ApiRequest<'_>,
-    _content_type: Option<&str>,
-    _header: &dyn Fn(&str) -> Option<String>,
+    _: Admitted,
 ) -> ApiResponse {
-    match auth::check_bearer(s.api_token, req.authorization).and_then(|()| allocate(s, req)) {
+    match allocate(s, req) {
         Ok(r) => r,
         Err(e) => ApiResponse::from_error(&e, ROUTE),
     }
