@@ -1,42 +1,49 @@
 //! Pure domain logic of metal-ipam, a Cluster API IPAM provider that runs as
-//! Spin components.
+//! Spin components. Nothing here depends on Spin: the store, outbound HTTP,
+//! time and randomness are [`ports`] the shells implement. Three pieces
+//! carry the rest; read them first.
 //!
-//! Nothing here depends on Spin: the store, outbound HTTP, time and
-//! randomness are [`ports`] the shells implement, and the HTTP layer works
-//! on plain [`http::api::ApiRequest`] / [`http::api::ApiResponse`] values.
-//! Function crates only adapt Spin to these types (see `README.md` next to
-//! this crate for the one-screen map and where Metal and port networking
-//! go).
+//! # The dispatcher
+//! Every request goes through [`http::dispatch`]. The route table
+//! ([`routes::TABLE`]) gives each route its template, its methods, its
+//! authentication policy ([`routes::Auth`]: API token, read token, events
+//! token, none) and its handler; [`routes::Route`] is a matched route
+//! with its fields (a pool route carries its parsed pool). The dispatcher
+//! answers public routes, authenticates once by the row's policy before
+//! anything else, answers 404 and 405 (with `Allow`) from the table, then
+//! calls the handler with what it reads. Each Spin shell is one line
+//! naming its component; chaining to other components lives with the
+//! events ([`events::chain`]).
 //!
-//! # Start here: the reconcile kit
+//! # The reconcile kit
 //! Every Kubernetes object metal-ipam reconciles goes through one
 //! lifecycle, [`reconcile::run`]: read → gone → parse → pause and deletion
 //! in the handler's [`reconcile::Order`] → finalizer → act → condition and
-//! answer. Each kind is a [`reconcile::Handler`]:
+//! answer ([`reconcile::Reconciled`]). Each kind is a
+//! [`reconcile::Handler`], its phases on `&mut self`:
 //! - [`capi::claim::ClaimHandler`]: `IPAddressClaim` → address and
 //!   `IPAddress`;
 //! - [`capi::pool::PoolHandler`]: plain pools → the store and their counts;
-//! - [`capi::vrf`]: VRF-backed pools → their Metal VRF, reservation, VLAN
-//!   and gateway;
-//! - [`capi::assign`]: a claim's Metal IP assignment to its device;
+//! - [`capi::vrf`]: VRF-backed pools → their VRF, reservation, VLAN and
+//!   gateway (the VRF extension, [`provision::vrf_cloud::VrfCloud`]);
+//! - [`capi::assign`]: a claim's IP assignment to its device;
 //! - [`capi::machine`]: a Machine's port networking from its profile
 //!   ([`capi::network`] holds the machinery).
 //!
-//! [`capi::poll`] (the Metal event poll) and [`capi::reconcile`] (the full
-//! reconcile) drive these handlers; the components reach them through the
-//! dispatcher, [`http::dispatch`]: the route table ([`routes::TABLE`])
-//! gives each route its methods, its authentication policy and its
-//! handler; one authentication per request, 404 and 405 from the table,
-//! then the handler with the route's fields. Each shell is one line naming
-//! its component and entry.
+//! [`capi::poll`] (the cloud's event poll) and [`capi::reconcile`] (the
+//! full reconcile) drive these handlers. Records that one instance works
+//! on at a time (a pool's provisioning intents, a claim's assignment, a
+//! device's apply) hold the one fenced lease, [`kv::lease`].
 //!
 //! # The cloud seam
 //! The pool, claim and profile logic talks to one trait,
 //! [`cloud::Cloud`] (devices with NICs and addresses, segments, attach and
 //! detach with an operation to follow, address assignment, events after a
 //! cursor), and asks its [`cloud::Capabilities`] before relying on what
-//! only some clouds do; Equinix Metal ([`metal::cloud`]) is its first
-//! implementation. `docs/cloud-seam.md` says what each cloud must provide.
+//! only some clouds do (NIC modes, bonding, VRF-backed pools), refusing
+//! clearly where a cloud cannot. Equinix Metal ([`metal::cloud`]) is its
+//! first implementation; `docs/cloud-seam.md` says what each cloud must
+//! provide and what Metal provides beyond it.
 //!
 //! # Modules, by concept (inner first)
 //! - [`error`]: the one [`Error`] type; [`ErrorKind::status`] is the only
@@ -72,11 +79,16 @@
 //! - [`events`]: the payloads event forwarders post to `/v1/events`, where
 //!   they are chained to ([`events::route`]) and the chaining itself
 //!   ([`events::chain`]).
-//! - [`admission`]: the validating webhook for the pool kinds.
+//! - [`observe`]: what operators look at: request counters, the
+//!   reconcile's and the poll's summaries, the Prometheus exposition, the
+//!   browser view's data and page.
+//! - [`admission`]: the validating webhook for the pool kinds and network
+//!   profiles.
 //! - [`http`]: requests and responses, auth, the dispatcher (one entry per
 //!   component) and the routes' handlers, the plain HTTP API among them.
 //! - `testing` (feature `testing`): in-memory store with each Spin
-//!   backend's quirks, and a deterministic environment.
+//!   backend's quirks, a deterministic environment, and `World` (the two
+//!   and a context over them: what a test starts from).
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 

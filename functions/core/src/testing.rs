@@ -295,6 +295,81 @@ pub type RouteFn = for<'a> fn(
     &crate::http::api::ApiRequest<'_>,
 ) -> crate::http::api::ApiResponse;
 
+/// Runs `component`'s entry through the dispatcher (which authenticates)
+/// with `c`'s store and API token `t`: no Kubernetes, no outbound HTTP.
+pub fn store_only(
+    component: crate::routes::Component,
+    c: &crate::kv::Ctx<'_, MemKv>,
+    t: &str,
+    r: &crate::http::api::ApiRequest<'_>,
+) -> crate::http::api::ApiResponse {
+    let http = ScriptedHttp::new(Vec::new());
+    let services = crate::http::dispatch::Services::store_only(c, &http, t);
+    crate::http::dispatch::dispatch(component, &services, r)
+}
+
+/// The `pools` component as a [`RouteFn`] ([`store_only`]).
+pub fn pools(
+    c: &crate::kv::Ctx<'_, MemKv>,
+    t: &str,
+    r: &crate::http::api::ApiRequest<'_>,
+) -> crate::http::api::ApiResponse {
+    store_only(crate::routes::Component::Pools, c, t, r)
+}
+
+/// The `allocate` component as a [`RouteFn`] ([`store_only`]).
+pub fn allocate(
+    c: &crate::kv::Ctx<'_, MemKv>,
+    t: &str,
+    r: &crate::http::api::ApiRequest<'_>,
+) -> crate::http::api::ApiResponse {
+    store_only(crate::routes::Component::Allocate, c, t, r)
+}
+
+/// The `release` component (claims' routes) as a [`RouteFn`]
+/// ([`store_only`]).
+pub fn claims(
+    c: &crate::kv::Ctx<'_, MemKv>,
+    t: &str,
+    r: &crate::http::api::ApiRequest<'_>,
+) -> crate::http::api::ApiResponse {
+    store_only(crate::routes::Component::Release, c, t, r)
+}
+
+/// A stored pool of `object` (a [`crate::ipam::store::Loaded`] at
+/// revision `rev`) whose first `bound` free values are
+/// allocated at `now`, to claims `ns/m-0`, `ns/m-1`, ….
+///
+/// # Panics
+/// When the object's spec is invalid or has fewer than `bound` values.
+pub fn stored_pool(
+    object: crate::ipam::pool::PoolObject,
+    bound: usize,
+    now: u64,
+    rev: u64,
+) -> crate::ipam::store::Loaded {
+    let pool = object.spec.validate().expect("a valid pool");
+    let mut state = crate::ipam::alloc::PoolState::default();
+    for i in 0..bound {
+        let name = format!("m-{i}");
+        let claim = format!("ns/{name}");
+        let req = crate::ipam::alloc::AllocRequest {
+            claim: &claim,
+            claim_name: &name,
+            uid: "u",
+            requested: None,
+        };
+        state.allocate(&pool, &req, now).expect("a free value");
+    }
+    crate::ipam::store::Loaded {
+        object,
+        pool,
+        state,
+        rev,
+        exact: true,
+    }
+}
+
 /// A deterministic [`Env`]: settable clock, counter-based randomness, no
 /// real waiting (a sleep advances the clock and is recorded).
 #[derive(Debug, Default)]

@@ -6,7 +6,6 @@
 use metal_ipam_core::admission::{
     evaluate, review, KvPools, PoolLookup, Reviewed, SKIP_DELETE_VALIDATION_ANNOTATION,
 };
-use metal_ipam_core::ipam::alloc::{AllocRequest, PoolState};
 use metal_ipam_core::ipam::claim::Claim;
 use metal_ipam_core::ipam::ops;
 use metal_ipam_core::ipam::pool::{PoolId, PoolObject};
@@ -31,26 +30,7 @@ fn spec(addresses: &[&str], prefix: u8) -> Value {
 /// A stored pool with the first `bound` free addresses allocated.
 fn stored(id: &PoolId, spec: Value, bound: usize) -> Loaded {
     let object = PoolObject::parse(id, &pool_json(id, spec)).unwrap();
-    let pool = object.spec.validate().unwrap();
-    let mut state = PoolState::default();
-    for i in 0..bound {
-        let name = format!("m-{i}");
-        let claim = format!("ns/{name}");
-        let req = AllocRequest {
-            claim: &claim,
-            claim_name: &name,
-            uid: "u",
-            requested: None,
-        };
-        state.allocate(&pool, &req, 100).unwrap();
-    }
-    Loaded {
-        object,
-        pool,
-        state,
-        rev: 3,
-        exact: true,
-    }
+    metal_ipam_core::testing::stored_pool(object, bound, 100, 3)
 }
 
 /// An `AdmissionReview` as the API server sends it.

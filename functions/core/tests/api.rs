@@ -3,10 +3,7 @@
 //! components; tests/ runs them again through the real .wasm files.
 
 use metal_ipam_core::http::api::{self, ApiRequest, ApiResponse};
-use metal_ipam_core::http::dispatch::{dispatch, Services};
-use metal_ipam_core::kv::Ctx;
-use metal_ipam_core::routes::Component;
-use metal_ipam_core::testing::{Backend, MemKv, RouteFn, ScriptedHttp, World};
+use metal_ipam_core::testing::{allocate, claims, pools, Backend, RouteFn, World};
 use serde_json::{json, Value};
 
 const TOKEN: &str = "t0ken-for-tests";
@@ -63,21 +60,6 @@ impl Calls for World {
     }
 }
 
-/// The component's entry (which authenticates) with `c`'s store and
-/// token `t`, no Kubernetes, no outbound HTTP.
-fn component(component: Component, c: &Ctx<'_, MemKv>, t: &str, r: &ApiRequest<'_>) -> ApiResponse {
-    let http = ScriptedHttp::new(Vec::new());
-    dispatch(component, &Services::store_only(c, &http, t), r)
-}
-fn pools(c: &Ctx<'_, MemKv>, t: &str, r: &ApiRequest<'_>) -> ApiResponse {
-    component(Component::Pools, c, t, r)
-}
-fn allocate(c: &Ctx<'_, MemKv>, t: &str, r: &ApiRequest<'_>) -> ApiResponse {
-    component(Component::Allocate, c, t, r)
-}
-fn claims(c: &Ctx<'_, MemKv>, t: &str, r: &ApiRequest<'_>) -> ApiResponse {
-    component(Component::Release, c, t, r)
-}
 
 fn pool(name: &str, addresses: &[&str]) -> Value {
     json!({"apiVersion": "ipam.metal-ipam.dev/v1alpha1", "kind": "MetalIPPool",

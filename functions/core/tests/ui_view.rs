@@ -5,14 +5,11 @@
 
 use std::collections::BTreeMap;
 
-use metal_ipam_core::http::api::{ApiRequest, ApiResponse};
-use metal_ipam_core::http::dispatch::{dispatch, Services};
+use metal_ipam_core::http::api::ApiResponse;
 use metal_ipam_core::ipam::pool::PoolId;
-use metal_ipam_core::kv::Ctx;
 use metal_ipam_core::observe::summary::{self, MachineRow, PortRow, Summary, SUMMARY_VERSION};
 use metal_ipam_core::observe::view;
-use metal_ipam_core::routes::Component;
-use metal_ipam_core::testing::{Backend, MemKv, RouteFn, ScriptedHttp, World};
+use metal_ipam_core::testing::{allocate, claims, pools, Backend, RouteFn, World};
 use serde_json::{json, Value};
 
 const TOKEN: &str = "t0ken-for-tests";
@@ -71,20 +68,6 @@ impl Calls for World {
     }
 }
 
-/// `component`'s answer to `r`, with `c`'s store and token `t`.
-fn component(component: Component, c: &Ctx<'_, MemKv>, t: &str, r: &ApiRequest<'_>) -> ApiResponse {
-    let http = ScriptedHttp::new(Vec::new());
-    dispatch(component, &Services::store_only(c, &http, t), r)
-}
-fn pools(c: &Ctx<'_, MemKv>, t: &str, r: &ApiRequest<'_>) -> ApiResponse {
-    component(Component::Pools, c, t, r)
-}
-fn allocate(c: &Ctx<'_, MemKv>, t: &str, r: &ApiRequest<'_>) -> ApiResponse {
-    component(Component::Allocate, c, t, r)
-}
-fn claims(c: &Ctx<'_, MemKv>, t: &str, r: &ApiRequest<'_>) -> ApiResponse {
-    component(Component::Release, c, t, r)
-}
 
 /// team-a/nodes: 10.20.0.10-19 (10), three claims, one released into a
 /// 600 s grace period; global edge: 10.30.0.1-4, one claim from team-b;

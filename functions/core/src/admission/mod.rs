@@ -963,7 +963,7 @@ fn check_vlan_users(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ipam::alloc::{AllocRequest, PoolState};
+    
     use serde_json::json;
 
     fn loaded(id: PoolId, addresses: &[&str], prefix: u8, bound: usize) -> Loaded {
@@ -973,27 +973,7 @@ mod tests {
         if let Some(ns) = &id.namespace {
             obj["metadata"]["namespace"] = json!(ns);
         }
-        let object = PoolObject::parse(&id, &obj).unwrap();
-        let pool = object.spec.validate().unwrap();
-        let mut state = PoolState::default();
-        for i in 0..bound {
-            let name = format!("c{i}");
-            let claim = format!("ns/{name}");
-            let req = AllocRequest {
-                claim: &claim,
-                claim_name: &name,
-                uid: "u",
-                requested: None,
-            };
-            state.allocate(&pool, &req, 0).unwrap();
-        }
-        Loaded {
-            object,
-            pool,
-            state,
-            rev: 1,
-            exact: true,
-        }
+        crate::testing::stored_pool(PoolObject::parse(&id, &obj).unwrap(), bound, 0, 1)
     }
 
     fn create(id: &PoolId, addresses: &[&str], prefix: u8) -> Vec<u8> {

@@ -7,13 +7,13 @@
 use serde_json::{json, Value};
 
 use crate::capi;
+use crate::cloud::CloudError;
 use crate::error::{Error, ErrorKind, Result};
 use crate::http::api::{self, ApiRequest, ApiResponse};
 use crate::http::dispatch::{MetalOf, Services};
 use crate::http::steps::{accepted, ok};
 use crate::kube::Kube;
 use crate::kv::Ctx;
-use crate::metal::client::MetalError;
 use crate::network::batch::{self, BatchOp, Chained, Direction};
 use crate::ports::http::HttpClient;
 use crate::ports::kv::KvStore;
@@ -316,7 +316,7 @@ pub(crate) fn vlan_batch<K: KvStore, H: HttpClient + ?Sized>(
         Err(e) => {
             let mut r = ApiResponse::from_error(&Error::from(e.clone()), route);
             r.body = Some(batch::failure_body(&e));
-            if let MetalError::Unavailable { retry_after_s, .. } = &e {
+            if let CloudError::Unavailable { retry_after_s, .. } = &e {
                 r.headers.retain(|(h, _)| *h != "retry-after");
                 r.headers.push(("retry-after", retry_after_s.to_string()));
             }
