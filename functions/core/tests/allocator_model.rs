@@ -159,8 +159,9 @@ impl Model {
         true
     }
 
-    /// Allocatable addresses in ascending order (lazily, so /64 pools work).
-    fn allocatable(&self) -> impl Iterator<Item = u128> + '_ {
+    /// The configured ranges, sorted and merged (the model's own sweep,
+    /// independent of `ip::RangeSet`).
+    fn merged(&self) -> Vec<(u128, u128)> {
         let mut starts: Vec<(u128, u128)> = self
             .g
             .entries
@@ -176,6 +177,12 @@ impl Model {
             }
         }
         merged
+    }
+
+    /// Allocatable addresses in ascending order (lazily, so /64 pools work).
+    fn allocatable(&self) -> impl Iterator<Item = u128> + '_ {
+        let merged = self.merged();
+        merged
             .into_iter()
             .flat_map(|(a, b)| a..=b)
             .filter(move |&a| self.allowed(a))
@@ -183,20 +190,7 @@ impl Model {
 
     fn total(&self) -> u128 {
         // Configured size minus the few disallowed points inside it.
-        let mut starts: Vec<(u128, u128)> = self
-            .g
-            .entries
-            .iter()
-            .map(|&(o, l)| (self.g.base + o, self.g.base + o + l - 1))
-            .collect();
-        starts.sort();
-        let mut merged: Vec<(u128, u128)> = Vec::new();
-        for (a, b) in starts {
-            match merged.last_mut() {
-                Some(last) if a <= last.1 + 1 => last.1 = last.1.max(b),
-                _ => merged.push((a, b)),
-            }
-        }
+        let merged = self.merged();
         let size: u128 = merged.iter().map(|(a, b)| b - a + 1).sum();
         let mut bad = BTreeSet::new();
         for &(o, l) in &self.g.excluded {

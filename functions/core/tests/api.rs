@@ -60,7 +60,6 @@ impl Calls for World {
     }
 }
 
-
 fn pool(name: &str, addresses: &[&str]) -> Value {
     json!({"apiVersion": "ipam.metal-ipam.dev/v1alpha1", "kind": "MetalIPPool",
            "metadata": {"name": name, "namespace": "team-a"},

@@ -68,7 +68,6 @@ impl Calls for World {
     }
 }
 
-
 /// team-a/nodes: 10.20.0.10-19 (10), three claims, one released into a
 /// 600 s grace period; global edge: 10.30.0.1-4, one claim from team-b;
 /// the summary has one machine holding 10.20.0.11.

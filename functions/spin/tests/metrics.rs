@@ -145,6 +145,20 @@ fn claim(name: &str, pool: &str) -> Value {
            "spec": {"poolRef": {"apiGroup": "ipam.metal-ipam.dev", "kind": "MetalIPPool", "name": pool}}})
 }
 
+/// `POST /v1/claims` of claim `name` in pool `pool`, with the API token.
+fn allocate_claim<K: KvStore>(ctx: &Ctx<'_, K>, name: &str, pool: &str) -> ApiResponse {
+    let body = claim(name, pool).to_string();
+    let req = ApiRequest {
+        method: "POST",
+        path: "/v1/claims",
+        query: "",
+        authorization: Some("Bearer api-t0ken"),
+        body: body.as_bytes(),
+        headers: &[],
+    };
+    api::allocate(ctx, &req)
+}
+
 /// The samples of an exposition: `name{labels}` → value.
 fn samples(text: &str) -> BTreeMap<String, f64> {
     text.lines()
@@ -266,16 +280,7 @@ fn counting_costs_an_allocation_nothing() {
         let bare = |name: &str| {
             let kv = CountingKv::new(&w.kv);
             let ctx = Ctx::auto(&kv, &w.env);
-            let body = claim(name, "p").to_string();
-            let req = ApiRequest {
-                method: "POST",
-                path: "/v1/claims",
-                query: "",
-                authorization: Some("Bearer api-t0ken"),
-                body: body.as_bytes(),
-                headers: &[],
-            };
-            let r = api::allocate(&ctx, &req);
+            let r = allocate_claim(&ctx, name, "p");
             assert_eq!(r.status, 201);
             kv.counts().total()
         };
@@ -313,16 +318,7 @@ fn the_scrape_cost_does_not_depend_on_the_claims() {
         w.put_pool("q", "10.7.0.1-10.7.0.9");
         let ctx = Ctx::auto(&w.kv, &w.env);
         for n in 0..claims {
-            let body = claim(&format!("m{n}"), "p").to_string();
-            let req = ApiRequest {
-                method: "POST",
-                path: "/v1/claims",
-                query: "",
-                authorization: Some("Bearer api-t0ken"),
-                body: body.as_bytes(),
-                headers: &[],
-            };
-            assert_eq!(api::allocate(&ctx, &req).status, 201);
+            assert_eq!(allocate_claim(&ctx, &format!("m{n}"), "p").status, 201);
         }
         w.text();
         let text = w.text();

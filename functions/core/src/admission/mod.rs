@@ -963,7 +963,7 @@ fn check_vlan_users(
 #[cfg(test)]
 mod tests {
     use super::*;
-    
+
     use serde_json::json;
 
     fn loaded(id: PoolId, addresses: &[&str], prefix: u8, bound: usize) -> Loaded {
