@@ -67,7 +67,7 @@ use metal_ipam_core::ipam::ops;
 use metal_ipam_core::ipam::pool::{PoolId, PoolObject};
 use metal_ipam_core::kv::Ctx;
 use metal_ipam_core::ports::kv::KvStore;
-use metal_ipam_core::provision::assign::{self, Closing, Want};
+use metal_ipam_core::provision::assign::{self, ClaimAssignment, Closing, Want};
 use metal_ipam_core::provision::plan::INTENT_LEASE_S;
 use metal_ipam_core::testing::{Backend, MemKv, TestEnv};
 use serde_json::json;
@@ -274,7 +274,7 @@ fn assigner<K: KvStore>(
     now: u64,
     with_intent: bool,
 ) -> Result<Answer> {
-    let rec = assign::prepare(c, NS, NAME, &want())?;
+    let rec = ClaimAssignment::new(c, NS, NAME).prepare(&want())?;
     if rec.closed {
         return Ok(Answer::Closed);
     }
@@ -292,13 +292,13 @@ fn assigner<K: KvStore>(
         // The mutation: straight to the post.
     } else if rec.intent.is_some() {
         // Rule 2: look for what the crashed attempt may have made.
-        if !assign::take_over(c, NS, NAME, UID, &token, now)? {
+        if !ClaimAssignment::new(c, NS, NAME).take_over(UID, &token, now)? {
             return Ok(Answer::InProgress);
         }
         if let Some(found) = ledger.all().first() {
             return record_or_undo(c, ledger, &token, found);
         }
-    } else if !assign::begin(c, NS, NAME, UID, &token, now)? {
+    } else if !ClaimAssignment::new(c, NS, NAME).begin(UID, &token, now)? {
         return Ok(Answer::InProgress);
     }
     ledger.post(id);
@@ -311,12 +311,12 @@ fn record_or_undo<K: KvStore>(
     token: &str,
     id: &str,
 ) -> Result<Answer> {
-    if assign::recorded(c, NS, NAME, UID, token, id)? {
+    if ClaimAssignment::new(c, NS, NAME).recorded(UID, token, id)? {
         return Ok(Answer::Assigned(id.to_string()));
     }
     // Rule 4: a late duplicate, or the claim is going.
     ledger.delete(id);
-    assign::withdraw(c, NS, NAME, token, None)?;
+    ClaimAssignment::new(c, NS, NAME).withdraw(token, None)?;
     Ok(match assign::read(c.kv, NS, NAME)? {
         Some(r) if r.uid == UID && !r.closed => match r.assignment {
             Some(a) => Answer::Assigned(a),
@@ -335,7 +335,7 @@ fn unassigner<K: KvStore>(
 ) -> Result<Answer> {
     let mut deleted = None;
     for _ in 0..4 {
-        let rec = match assign::close(c, NS, NAME, UID)? {
+        let rec = match ClaimAssignment::new(c, NS, NAME).close(UID)? {
             Closing::Closed => {
                 ledger.closed_seen.store(true, Ordering::SeqCst);
                 return Ok(Answer::Done(deleted));
@@ -344,7 +344,7 @@ fn unassigner<K: KvStore>(
         };
         if let Some(id) = &rec.assignment {
             ledger.delete(id);
-            assign::cleared(c, NS, NAME, UID, id, false)?;
+            ClaimAssignment::new(c, NS, NAME).cleared(UID, id, false)?;
             deleted = Some(id.clone());
             continue;
         }
@@ -356,14 +356,14 @@ fn unassigner<K: KvStore>(
             });
         }
         let token = c.env.token();
-        if !assign::take_over(c, NS, NAME, UID, &token, now)? {
+        if !ClaimAssignment::new(c, NS, NAME).take_over(UID, &token, now)? {
             continue;
         }
         if let Some(found) = ledger.all().first().cloned() {
             ledger.delete(&found);
             deleted = Some(found);
         }
-        assign::withdraw(c, NS, NAME, &token, None)?;
+        ClaimAssignment::new(c, NS, NAME).withdraw(&token, None)?;
     }
     Ok(Answer::Failed("Contention"))
 }
@@ -511,7 +511,9 @@ fn one_schedule(
     let ledger = Ledger::default();
     bind(&ctx(&kv, &env));
     if start == Start::Prepared {
-        assign::prepare(&ctx(&kv, &env), NS, NAME, &want()).unwrap();
+        ClaimAssignment::new(&ctx(&kv, &env), NS, NAME)
+            .prepare(&want())
+            .unwrap();
     }
     let fns: Vec<_> = roles
         .iter()

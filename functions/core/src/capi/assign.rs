@@ -16,7 +16,7 @@
 //! so none is added once deletion began). The IPAM release step waits
 //! while the claim holds it ([`crate::capi::reconcile_claim`] answers
 //! `waiting` with `metalAssignment`); this step removes the assignment,
-//! closes the claim's record ([`crate::provision::assign::close`]: no
+//! closes the claim's record ([`crate::provision::assign::ClaimAssignment::close`]: no
 //! assignment is made for that uid after) and only then removes the
 //! finalizer. For a claim deleted without its finalizers, release waits
 //! on the record instead.
@@ -37,7 +37,7 @@ use crate::kube::{self, Kube, Resource};
 use crate::kv::Ctx;
 use crate::ports::http::HttpClient;
 use crate::ports::kv::KvStore;
-use crate::provision::assign::{self, AssignState, Labels, UnassignState, Want};
+use crate::provision::assign::{self, AssignState, ClaimAssignment, Labels, UnassignState, Want};
 use crate::reconcile::{
     self, Cleanup, Condition, Handler, Order, Reason, Reconciled, StepResult, Verdict,
 };
@@ -273,7 +273,7 @@ impl<K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized> Handler<H>
         let state = match &device {
             Some(_) => assign::assign(self.ctx, self.cloud, &want, &labels)?,
             None => {
-                assign::prepare(self.ctx, self.ns, self.name, &want)?;
+                ClaimAssignment::new(self.ctx, self.ns, self.name).prepare(&want)?;
                 AssignState::DeviceUnknown
             }
         };

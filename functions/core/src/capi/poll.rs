@@ -415,7 +415,7 @@ impl<K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized> Run<'_, '_, K, H, C>
         on: &[(String, String, String)],
     ) -> Result<()> {
         for (ns, name) in claims {
-            match record::device_deleted(self.deps.ctx, ns, name, d) {
+            match record::ClaimAssignment::new(self.deps.ctx, ns, name).device_deleted(d) {
                 Ok(true) => self.report.device_deleted.push(format!("{ns}/{name}")),
                 Ok(false) => {}
                 Err(e) => {

@@ -9,17 +9,17 @@
 //! (argued in `kv-schema/README.md`, checked by the interleaving checker):
 //!
 //! 1. A `POST` happens only under an intent won by compare-and-swap
-//!    ([`begin`]): no assignment recorded, no intent younger than
+//!    ([`ClaimAssignment::begin`]): no assignment recorded, no intent younger than
 //!    [`INTENT_LEASE_S`], the record not closed.
 //! 2. An intent older than the lease means its owner crashed or lost the
 //!    answer after it may have assigned: the step reads the device's
 //!    assignments and adopts the one with the claim's address before it
-//!    posts again ([`take_over`]).
-//! 3. [`close`] (the claim is going) succeeds only when no assignment is
+//!    posts again ([`ClaimAssignment::take_over`]).
+//! 3. [`ClaimAssignment::close`] (the claim is going) succeeds only when no assignment is
 //!    recorded and no live intent stands; once closed, no intent is granted
 //!    to that claim uid again, so an assignment can never be made for an
 //!    address after its release began.
-//! 4. [`recorded`] refuses to record into a closed record or over another
+//! 4. [`ClaimAssignment::recorded`] refuses to record into a closed record or over another
 //!    assignment: the step then deletes what it just made (a late
 //!    duplicate).
 //!
@@ -209,41 +209,6 @@ pub fn read<K: KvStore>(kv: &K, ns: &str, name: &str) -> Result<Option<Assignmen
     read_record::<K, AssignmentRecord>(kv, &key(ns, name))
 }
 
-/// Applies `change` to the record (one compare-and-swap, retried);
-/// `change` returns `None` to write nothing, else what it concluded.
-fn change<K: KvStore, T>(
-    ctx: &Ctx<'_, K>,
-    ns: &str,
-    name: &str,
-    mut f: impl FnMut(Option<&Assignment>) -> Option<(Assignment, T)>,
-    unchanged: impl Fn(Option<&Assignment>) -> T,
-) -> Result<T> {
-    update_record::<K, AssignmentRecord, T>(ctx, &key(ns, name), |cur| match f(cur) {
-        Some((next, out)) => Ok(Step::Write(Box::new(next), out)),
-        None => Ok(Step::Done(unchanged(cur))),
-    })
-}
-
-/// One compare-and-swap on the record, if there is one: `f` edits a copy
-/// and says whether to write it. Returns whether it wrote.
-fn edit<K: KvStore>(
-    ctx: &Ctx<'_, K>,
-    ns: &str,
-    name: &str,
-    mut f: impl FnMut(&mut Assignment) -> bool,
-) -> Result<bool> {
-    change(
-        ctx,
-        ns,
-        name,
-        |cur| {
-            let mut n = cur?.clone();
-            f(&mut n).then_some((n, true))
-        },
-        |_| false,
-    )
-}
-
 /// The address in the form Metal assigns it: a single address (`/32`,
 /// `/128`).
 ///
@@ -271,7 +236,7 @@ pub struct Want {
 /// The claims whose assignment record is open: the index the poll and
 /// reconcile read instead of listing the store (`metal-claim-index`, a
 /// [`crate::kv::registry::Index`] of `<namespace>/<name>`). A claim is
-/// listed before [`prepare`] creates its record or reopens a closed one;
+/// listed before [`ClaimAssignment::prepare`] creates its record or reopens a closed one;
 /// readers ([`list_open`]) unlist the claims whose record they find
 /// closed or gone, so the index follows the claims alive, not history.
 pub const CLAIMS: Index = Index {
@@ -296,7 +261,7 @@ fn open(r: Option<&Assignment>) -> bool {
     r.is_some_and(|r| !r.closed)
 }
 
-/// What [`prepare`] writes over `cur`, if anything.
+/// What [`ClaimAssignment::prepare`] writes over `cur`, if anything.
 fn prepared(cur: Option<&Assignment>, want: &Want, address: &str) -> Option<Assignment> {
     let fresh = Assignment {
         uid: want.uid.clone(),
@@ -320,222 +285,7 @@ fn prepared(cur: Option<&Assignment>, want: &Want, address: &str) -> Option<Assi
     }
 }
 
-/// Brings the record in line with `want` and returns it: created for a
-/// new claim, the device noted when it becomes known or changes (which
-/// clears a refusal), left alone when nothing differs. A record of another
-/// claim incarnation (another uid) that still holds an assignment is
-/// returned unchanged: the step removes that first. A write that creates
-/// the record or reopens a closed one is made only once the claim is in
-/// [`CLAIMS`], and checked there again once it landed (the index's rule 1).
-///
-/// # Errors
-/// Store errors; 503 `Contention`.
-pub fn prepare<K: KvStore>(
-    ctx: &Ctx<'_, K>,
-    ns: &str,
-    name: &str,
-    want: &Want,
-) -> Result<Assignment> {
-    let address = single(want.address);
-    let m = member(ns, name);
-    let mut listed = false;
-    loop {
-        let mut opens = false;
-        let got =
-            update_record::<K, AssignmentRecord, Option<Assignment>>(ctx, &key(ns, name), |cur| {
-                let next = prepared(cur, want, &address);
-                opens = next.is_some() && !open(cur);
-                match next {
-                    Some(_) if opens && !listed => Ok(Step::Done(None)),
-                    Some(n) => Ok(Step::Write(Box::new(n.clone()), Some(n))),
-                    None => Ok(Step::Done(Some(cur.cloned().unwrap_or_default()))),
-                }
-            })?;
-        match got {
-            Some(rec) => {
-                if listed && opens {
-                    CLAIMS.ensure(ctx, &m)?;
-                }
-                return Ok(rec);
-            }
-            None => {
-                CLAIMS.ensure(ctx, &m)?;
-                listed = true;
-            }
-        }
-    }
-}
-
-/// Records an assignment intent for `uid` by `token` at `now`: the one
-/// compare-and-swap that makes a `POST` exclusive. Granted only when the
-/// record is this uid's, open, holds no assignment, no intent stands
-/// ([`lease::Slot::begin`]) and Metal has not refused. Returns whether it
-/// was granted.
-///
-/// # Errors
-/// Store errors; 503 `Contention`.
-pub fn begin<K: KvStore>(
-    ctx: &Ctx<'_, K>,
-    ns: &str,
-    name: &str,
-    uid: &str,
-    token: &str,
-    now: u64,
-) -> Result<bool> {
-    start(ctx, (ns, name, uid), token, now, |c, intent| {
-        let open = !c.closed && c.assignment.is_none() && c.refused.is_none();
-        open && c.intent.begin(intent)
-    })
-}
-
-/// Takes over an intent older than the lease (its owner crashed or lost
-/// the answer, [`lease::Slot::take_over`]): replaces it by `token`'s, so
-/// that one instance looks for what the old owner may have made. Returns
-/// whether it did.
-///
-/// # Errors
-/// Store errors; 503 `Contention`.
-pub fn take_over<K: KvStore>(
-    ctx: &Ctx<'_, K>,
-    ns: &str,
-    name: &str,
-    uid: &str,
-    token: &str,
-    now: u64,
-) -> Result<bool> {
-    start(ctx, (ns, name, uid), token, now, |c, intent| {
-        c.intent.take_over(intent, now)
-    })
-}
-
-/// [`begin`] and [`take_over`]: on the record of claim `ns/name` for
-/// `uid`, `take` sets `token`'s intent at `now` on a copy, or refuses.
-fn start<K: KvStore>(
-    ctx: &Ctx<'_, K>,
-    (ns, name, uid): (&str, &str, &str),
-    token: &str,
-    now: u64,
-    take: impl Fn(&mut Assignment, AssignIntent) -> bool,
-) -> Result<bool> {
-    edit(ctx, ns, name, |n| {
-        n.uid == uid && take(n, AssignIntent::new(token, now))
-    })
-}
-
-/// Records assignment `id` for `uid`, clearing `token`'s intent. Refused
-/// (returns `false`) when the record is closed, belongs to another uid,
-/// already holds another assignment, or its device was deleted meanwhile:
-/// `id` is then a duplicate (or gone) for the caller to delete.
-///
-/// # Errors
-/// Store errors; 503 `Contention`.
-pub fn recorded<K: KvStore>(
-    ctx: &Ctx<'_, K>,
-    ns: &str,
-    name: &str,
-    uid: &str,
-    token: &str,
-    id: &str,
-) -> Result<bool> {
-    change(
-        ctx,
-        ns,
-        name,
-        |cur| {
-            let c = cur?;
-            if c.uid != uid
-                || c.closed
-                || c.device_gone
-                || c.assignment.as_deref().is_some_and(|a| a != id)
-            {
-                return None;
-            }
-            if c.assignment.as_deref() == Some(id) && c.intent.is_none() {
-                return None;
-            }
-            let mut n = c.clone();
-            n.assignment = Some(id.to_string());
-            if n.intent.as_ref().is_some_and(|i| i.token == token) {
-                n.intent = None;
-            }
-            n.refused = None;
-            n.device_gone = false;
-            Some((n, true))
-        },
-        |cur| cur.is_some_and(|c| c.uid == uid && c.assignment.as_deref() == Some(id)),
-    )
-}
-
-/// Ends `token`'s intent: nothing was assigned (`refused` = Metal's
-/// message when it refused). Returns whether the intent was still
-/// `token`'s.
-///
-/// # Errors
-/// Store errors; 503 `Contention`.
-pub fn withdraw<K: KvStore>(
-    ctx: &Ctx<'_, K>,
-    ns: &str,
-    name: &str,
-    token: &str,
-    refused: Option<&str>,
-) -> Result<bool> {
-    edit(ctx, ns, name, |n| {
-        let withdrawn = n.intent.release(token);
-        n.refused = refused.map(str::to_string);
-        withdrawn
-    })
-}
-
-/// Marks `token`'s intent as having lost its answer at `now`: another
-/// invocation may take it over [`LOST_ANSWER_S`] later (rule 2), instead
-/// of after the whole lease. Returns whether the intent was still
-/// `token`'s.
-///
-/// # Errors
-/// Store errors; 503 `Contention`.
-pub fn mark_lost<K: KvStore>(
-    ctx: &Ctx<'_, K>,
-    ns: &str,
-    name: &str,
-    token: &str,
-    now: u64,
-) -> Result<bool> {
-    edit(ctx, ns, name, |n| match &n.intent {
-        Some(i) if i.token == token && !i.lost => {
-            n.intent = Some(AssignIntent {
-                lost: true,
-                ..AssignIntent::new(token, now)
-            });
-            true
-        }
-        _ => false,
-    })
-}
-
-/// Forgets assignment `id` of `uid` (it was deleted, or went with its
-/// device: `device_gone`). Returns whether it was recorded.
-///
-/// # Errors
-/// Store errors; 503 `Contention`.
-pub fn cleared<K: KvStore>(
-    ctx: &Ctx<'_, K>,
-    ns: &str,
-    name: &str,
-    uid: &str,
-    id: &str,
-    device_gone: bool,
-) -> Result<bool> {
-    edit(ctx, ns, name, |n| {
-        if n.uid != uid || n.assignment.as_deref() != Some(id) {
-            return false;
-        }
-        n.assignment = None;
-        n.device_gone = device_gone;
-        true
-    })
-}
-
-/// Whether [`close`] closed the record.
+/// Whether [`ClaimAssignment::close`] closed the record.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Closing {
     /// Closed (now or before): nothing is or will be assigned for the uid.
@@ -544,46 +294,280 @@ pub enum Closing {
     Holds(Assignment),
 }
 
-/// Closes the record for `uid` (creating it closed when absent), unless
-/// it holds an assignment or an intent. A record of another uid that
-/// holds nothing is replaced by the closed one; one that holds something
-/// is left alone (it is another incarnation's, released by its own
-/// claim's steps) and reported closed for `uid`.
-///
-/// # Errors
-/// Store errors; 503 `Contention`.
-pub fn close<K: KvStore>(ctx: &Ctx<'_, K>, ns: &str, name: &str, uid: &str) -> Result<Closing> {
-    change(
-        ctx,
-        ns,
-        name,
-        |cur| {
-            let closed = |c: Option<&Assignment>| {
-                let mut n = c.cloned().unwrap_or_default();
-                n.uid = uid.to_string();
-                n.closed = true;
-                n.intent = None;
-                Some((n, Closing::Closed))
-            };
-            match cur {
-                None => closed(None),
-                Some(c) if c.uid != uid => {
-                    if c.holds() {
-                        None
-                    } else {
-                        closed(None)
+/// The assignment record of claim `ns/name`: a handle naming the store
+/// and the claim, whose methods are the record's transitions (each one
+/// compare-and-swap, [`crate::kv::protocol::update_record`]).
+pub struct ClaimAssignment<'a, 'k, K: KvStore> {
+    ctx: &'a Ctx<'k, K>,
+    ns: &'a str,
+    name: &'a str,
+}
+
+impl<'a, 'k, K: KvStore> ClaimAssignment<'a, 'k, K> {
+    /// The record of claim `ns/name` in `ctx`'s store.
+    pub fn new(ctx: &'a Ctx<'k, K>, ns: &'a str, name: &'a str) -> Self {
+        ClaimAssignment { ctx, ns, name }
+    }
+
+    fn key(&self) -> ClaimKey {
+        key(self.ns, self.name)
+    }
+
+    /// Applies `change` to the record (one compare-and-swap, retried);
+    /// `change` returns `None` to write nothing, else what it concluded.
+    fn change<T>(
+        &self,
+        mut f: impl FnMut(Option<&Assignment>) -> Option<(Assignment, T)>,
+        unchanged: impl Fn(Option<&Assignment>) -> T,
+    ) -> Result<T> {
+        update_record::<K, AssignmentRecord, T>(self.ctx, &self.key(), |cur| match f(cur) {
+            Some((next, out)) => Ok(Step::Write(Box::new(next), out)),
+            None => Ok(Step::Done(unchanged(cur))),
+        })
+    }
+
+    /// One compare-and-swap on the record, if there is one: `f` edits a copy
+    /// and says whether to write it. Returns whether it wrote.
+    fn edit(&self, mut f: impl FnMut(&mut Assignment) -> bool) -> Result<bool> {
+        self.change(
+            |cur| {
+                let mut n = cur?.clone();
+                f(&mut n).then_some((n, true))
+            },
+            |_| false,
+        )
+    }
+
+    /// Brings the record in line with `want` and returns it: created for a
+    /// new claim, the device noted when it becomes known or changes (which
+    /// clears a refusal), left alone when nothing differs. A record of another
+    /// claim incarnation (another uid) that still holds an assignment is
+    /// returned unchanged: the step removes that first. A write that creates
+    /// the record or reopens a closed one is made only once the claim is in
+    /// [`CLAIMS`], and checked there again once it landed (the index's rule 1).
+    ///
+    /// # Errors
+    /// Store errors; 503 `Contention`.
+    pub fn prepare(&self, want: &Want) -> Result<Assignment> {
+        let address = single(want.address);
+        let m = member(self.ns, self.name);
+        let mut listed = false;
+        loop {
+            let mut opens = false;
+            let got = update_record::<K, AssignmentRecord, Option<Assignment>>(
+                self.ctx,
+                &self.key(),
+                |cur| {
+                    let next = prepared(cur, want, &address);
+                    opens = next.is_some() && !open(cur);
+                    match next {
+                        Some(_) if opens && !listed => Ok(Step::Done(None)),
+                        Some(n) => Ok(Step::Write(Box::new(n.clone()), Some(n))),
+                        None => Ok(Step::Done(Some(cur.cloned().unwrap_or_default()))),
                     }
+                },
+            )?;
+            match got {
+                Some(rec) => {
+                    if listed && opens {
+                        CLAIMS.ensure(self.ctx, &m)?;
+                    }
+                    return Ok(rec);
                 }
-                Some(c) if c.closed => None,
-                Some(c) if c.holds() => None,
-                Some(c) => closed(Some(c)),
+                None => {
+                    CLAIMS.ensure(self.ctx, &m)?;
+                    listed = true;
+                }
             }
-        },
-        |cur| match cur {
-            Some(c) if c.uid == uid && c.holds() && !c.closed => Closing::Holds(c.clone()),
-            _ => Closing::Closed,
-        },
-    )
+        }
+    }
+
+    /// Records an assignment intent for `uid` by `token` at `now`: the one
+    /// compare-and-swap that makes a `POST` exclusive. Granted only when the
+    /// record is this uid's, open, holds no assignment, no intent stands
+    /// ([`lease::Slot::begin`]) and Metal has not refused. Returns whether it
+    /// was granted.
+    ///
+    /// # Errors
+    /// Store errors; 503 `Contention`.
+    pub fn begin(&self, uid: &str, token: &str, now: u64) -> Result<bool> {
+        self.start(uid, token, now, |c, intent| {
+            let open = !c.closed && c.assignment.is_none() && c.refused.is_none();
+            open && c.intent.begin(intent)
+        })
+    }
+
+    /// Takes over an intent older than the lease (its owner crashed or lost
+    /// the answer, [`lease::Slot::take_over`]): replaces it by `token`'s, so
+    /// that one instance looks for what the old owner may have made. Returns
+    /// whether it did.
+    ///
+    /// # Errors
+    /// Store errors; 503 `Contention`.
+    pub fn take_over(&self, uid: &str, token: &str, now: u64) -> Result<bool> {
+        self.start(uid, token, now, |c, intent| c.intent.take_over(intent, now))
+    }
+
+    /// [`Self::begin`] and [`Self::take_over`]: on the record of claim `ns/name` for
+    /// `uid`, `take` sets `token`'s intent at `now` on a copy, or refuses.
+    fn start(
+        &self,
+        uid: &str,
+        token: &str,
+        now: u64,
+        take: impl Fn(&mut Assignment, AssignIntent) -> bool,
+    ) -> Result<bool> {
+        self.edit(|n| n.uid == uid && take(n, AssignIntent::new(token, now)))
+    }
+
+    /// Records assignment `id` for `uid`, clearing `token`'s intent. Refused
+    /// (returns `false`) when the record is closed, belongs to another uid,
+    /// already holds another assignment, or its device was deleted meanwhile:
+    /// `id` is then a duplicate (or gone) for the caller to delete.
+    ///
+    /// # Errors
+    /// Store errors; 503 `Contention`.
+    pub fn recorded(&self, uid: &str, token: &str, id: &str) -> Result<bool> {
+        self.change(
+            |cur| {
+                let c = cur?;
+                if c.uid != uid
+                    || c.closed
+                    || c.device_gone
+                    || c.assignment.as_deref().is_some_and(|a| a != id)
+                {
+                    return None;
+                }
+                if c.assignment.as_deref() == Some(id) && c.intent.is_none() {
+                    return None;
+                }
+                let mut n = c.clone();
+                n.assignment = Some(id.to_string());
+                if n.intent.as_ref().is_some_and(|i| i.token == token) {
+                    n.intent = None;
+                }
+                n.refused = None;
+                n.device_gone = false;
+                Some((n, true))
+            },
+            |cur| cur.is_some_and(|c| c.uid == uid && c.assignment.as_deref() == Some(id)),
+        )
+    }
+
+    /// Ends `token`'s intent: nothing was assigned (`refused` = Metal's
+    /// message when it refused). Returns whether the intent was still
+    /// `token`'s.
+    ///
+    /// # Errors
+    /// Store errors; 503 `Contention`.
+    pub fn withdraw(&self, token: &str, refused: Option<&str>) -> Result<bool> {
+        self.edit(|n| {
+            let withdrawn = n.intent.release(token);
+            n.refused = refused.map(str::to_string);
+            withdrawn
+        })
+    }
+
+    /// Marks `token`'s intent as having lost its answer at `now`: another
+    /// invocation may take it over [`LOST_ANSWER_S`] later (rule 2), instead
+    /// of after the whole lease. Returns whether the intent was still
+    /// `token`'s.
+    ///
+    /// # Errors
+    /// Store errors; 503 `Contention`.
+    pub fn mark_lost(&self, token: &str, now: u64) -> Result<bool> {
+        self.edit(|n| match &n.intent {
+            Some(i) if i.token == token && !i.lost => {
+                n.intent = Some(AssignIntent {
+                    lost: true,
+                    ..AssignIntent::new(token, now)
+                });
+                true
+            }
+            _ => false,
+        })
+    }
+
+    /// Forgets assignment `id` of `uid` (it was deleted, or went with its
+    /// device: `device_gone`). Returns whether it was recorded.
+    ///
+    /// # Errors
+    /// Store errors; 503 `Contention`.
+    pub fn cleared(&self, uid: &str, id: &str, device_gone: bool) -> Result<bool> {
+        self.edit(|n| {
+            if n.uid != uid || n.assignment.as_deref() != Some(id) {
+                return false;
+            }
+            n.assignment = None;
+            n.device_gone = device_gone;
+            true
+        })
+    }
+
+    /// Closes the record for `uid` (creating it closed when absent), unless
+    /// it holds an assignment or an intent. A record of another uid that
+    /// holds nothing is replaced by the closed one; one that holds something
+    /// is left alone (it is another incarnation's, released by its own
+    /// claim's steps) and reported closed for `uid`.
+    ///
+    /// # Errors
+    /// Store errors; 503 `Contention`.
+    pub fn close(&self, uid: &str) -> Result<Closing> {
+        self.change(
+            |cur| {
+                let closed = |c: Option<&Assignment>| {
+                    let mut n = c.cloned().unwrap_or_default();
+                    n.uid = uid.to_string();
+                    n.closed = true;
+                    n.intent = None;
+                    Some((n, Closing::Closed))
+                };
+                match cur {
+                    None => closed(None),
+                    Some(c) if c.uid != uid => {
+                        if c.holds() {
+                            None
+                        } else {
+                            closed(None)
+                        }
+                    }
+                    Some(c) if c.closed => None,
+                    Some(c) if c.holds() => None,
+                    Some(c) => closed(Some(c)),
+                }
+            },
+            |cur| match cur {
+                Some(c) if c.uid == uid && c.holds() && !c.closed => Closing::Holds(c.clone()),
+                _ => Closing::Closed,
+            },
+        )
+    }
+
+    /// Notes that `device` was deleted for the claim's record: its assignment
+    /// went with it (Metal unassigns a deleted device's addresses), and so did
+    /// whatever an attempt in progress may have made (an intent is cleared
+    /// too: nothing waits on a device that is gone; a late answer of that
+    /// attempt is refused by [`Self::recorded`]). Returns whether the record named
+    /// that device and changed.
+    ///
+    /// # Errors
+    /// Store errors; 503 `Contention`.
+    pub fn device_deleted(&self, device: &str) -> Result<bool> {
+        self.change(
+            |cur| {
+                let c = cur?;
+                if c.device.as_deref() != Some(device) || (c.device_gone && c.intent.is_none()) {
+                    return None;
+                }
+                let mut n = c.clone();
+                n.assignment = None;
+                n.intent = None;
+                n.device_gone = true;
+                Some((n, true))
+            },
+            |_| false,
+        )
+    }
 }
 
 /// The release guard of VRF-backed pools ([`ops::ReleaseGuard`]): a
@@ -637,7 +621,7 @@ impl ops::ReleaseGuard for MetalAssignmentClosed {
 
 /// Releases the binding of claim `ns/name` (for `uid`, or whatever uid it
 /// has), honouring the Metal assignment: in a VRF-backed pool the claim's
-/// assignment record is closed first ([`close`]: no assignment is ever made
+/// assignment record is closed first ([`ClaimAssignment::close`]: no assignment is ever made
 /// for that uid afterwards), and an address still assigned to a device is
 /// not released. The one way bindings are released, on every path (the
 /// HTTP API, the claim step, reconcile).
@@ -681,7 +665,7 @@ pub fn release_counting<K: KvStore>(
     if uid.is_some_and(|u| u != binding.uid) {
         return Ok((None, false));
     }
-    match close(ctx, ns, name, &binding.uid)? {
+    match ClaimAssignment::new(ctx, ns, name).close(&binding.uid)? {
         Closing::Closed => ops::release_counting(
             ctx,
             (ns, name),
@@ -807,7 +791,8 @@ pub fn assign<K: KvStore, C: Cloud + ?Sized>(
     labels: &Labels,
 ) -> Result<AssignState> {
     let (ns, name) = (labels.namespace.as_str(), labels.name.as_str());
-    let mut rec = prepare(ctx, ns, name, want)?;
+    let record = ClaimAssignment::new(ctx, ns, name);
+    let mut rec = record.prepare(want)?;
     if rec.uid != want.uid {
         // An earlier incarnation of the claim still holds an assignment:
         // remove it first.
@@ -815,7 +800,7 @@ pub fn assign<K: KvStore, C: Cloud + ?Sized>(
         if let UnassignState::InProgress(s) = unassign(ctx, cloud, ns, name, &old)? {
             return Ok(AssignState::InProgress(s));
         }
-        rec = prepare(ctx, ns, name, want)?;
+        rec = record.prepare(want)?;
     }
     if rec.closed {
         return Ok(AssignState::Closed);
@@ -826,7 +811,7 @@ pub fn assign<K: KvStore, C: Cloud + ?Sized>(
         if let Cleared::InProgress(s) = clear_held(ctx, cloud, ns, name, &rec)? {
             return Ok(AssignState::InProgress(s));
         }
-        rec = prepare(ctx, ns, name, want)?;
+        rec = record.prepare(want)?;
         if rec.device != want.device {
             return Ok(AssignState::InProgress(1));
         }
@@ -853,13 +838,13 @@ pub fn assign<K: KvStore, C: Cloud + ?Sized>(
     let token = ctx.env.token();
     if rec.intent.is_some() {
         // Rule 2: look for what the crashed attempt may have made.
-        if !take_over(ctx, ns, name, &want.uid, &token, now)? {
+        if !record.take_over(&want.uid, &token, now)? {
             return Ok(AssignState::InProgress(1));
         }
         if let Some(id) = find_on_device(cloud, &device, &rec.address)? {
             return record_or_undo(ctx, cloud, labels, &want.uid, &token, &id);
         }
-    } else if !begin(ctx, ns, name, &want.uid, &token, now)? {
+    } else if !record.begin(&want.uid, &token, now)? {
         return Ok(AssignState::InProgress(1));
     }
     post(ctx, cloud, labels, &want.uid, &token, &device, &rec.address)
@@ -898,6 +883,7 @@ fn post<K: KvStore, C: Cloud + ?Sized>(
     address: &str,
 ) -> Result<AssignState> {
     let (ns, name) = (labels.namespace.as_str(), labels.name.as_str());
+    let record = ClaimAssignment::new(ctx, ns, name);
     match cloud.assign_address(device, address, labels.customdata()) {
         Ok(a) => record_or_undo(ctx, cloud, labels, uid, token, &a.id),
         Err(e @ CloudError::Api { status: 422, .. }) => {
@@ -906,7 +892,7 @@ fn post<K: KvStore, C: Cloud + ?Sized>(
                 return record_or_undo(ctx, cloud, labels, uid, token, &id);
             }
             let message = e.to_string();
-            withdraw(ctx, ns, name, token, Some(&message))?;
+            record.withdraw(token, Some(&message))?;
             Ok(AssignState::Refused(message))
         }
         Err(e @ CloudError::OutcomeUnknown { .. }) => {
@@ -916,11 +902,11 @@ fn post<K: KvStore, C: Cloud + ?Sized>(
             if let Ok(Some(id)) = find_on_device(cloud, device, address) {
                 return record_or_undo(ctx, cloud, labels, uid, token, &id);
             }
-            mark_lost(ctx, ns, name, token, ctx.env.now())?;
+            record.mark_lost(token, ctx.env.now())?;
             Err(e.into())
         }
         Err(e) => {
-            withdraw(ctx, ns, name, token, None)?;
+            record.withdraw(token, None)?;
             Err(e.into())
         }
     }
@@ -935,13 +921,14 @@ fn record_or_undo<K: KvStore, C: Cloud + ?Sized>(
     id: &str,
 ) -> Result<AssignState> {
     let (ns, name) = (labels.namespace.as_str(), labels.name.as_str());
-    if recorded(ctx, ns, name, uid, token, id)? {
+    let record = ClaimAssignment::new(ctx, ns, name);
+    if record.recorded(uid, token, id)? {
         return Ok(AssignState::Assigned(id.to_string()));
     }
     // Rule 4: the claim is going (or another assignment is recorded): this
     // one must not stay.
     cloud.unassign_address(id)?;
-    withdraw(ctx, ns, name, token, None)?;
+    record.withdraw(token, None)?;
     match read(ctx.kv, ns, name)? {
         Some(c) if c.uid == uid && !c.closed => match c.assignment {
             Some(a) => Ok(AssignState::Assigned(a)),
@@ -968,9 +955,10 @@ pub fn unassign<K: KvStore, C: Cloud + ?Sized>(
     name: &str,
     uid: &str,
 ) -> Result<UnassignState> {
+    let record = ClaimAssignment::new(ctx, ns, name);
     let mut deleted = None;
     for _ in 0..4 {
-        let rec = match close(ctx, ns, name, uid)? {
+        let rec = match record.close(uid)? {
             Closing::Closed => return Ok(UnassignState::Done { deleted }),
             Closing::Holds(rec) => rec,
         };
@@ -1006,10 +994,11 @@ fn clear_held<K: KvStore, C: Cloud + ?Sized>(
     name: &str,
     rec: &Assignment,
 ) -> Result<Cleared> {
+    let record = ClaimAssignment::new(ctx, ns, name);
     let now = ctx.env.now();
     if let Some(id) = &rec.assignment {
         cloud.unassign_address(id)?;
-        cleared(ctx, ns, name, &rec.uid, id, false)?;
+        record.cleared(&rec.uid, id, false)?;
         return Ok(Cleared::Deleted(Some(id.clone())));
     }
     if rec.live_intent(now) {
@@ -1017,7 +1006,7 @@ fn clear_held<K: KvStore, C: Cloud + ?Sized>(
     }
     // An intent that ended: whatever it made is on the device.
     let token = ctx.env.token();
-    if !take_over(ctx, ns, name, &rec.uid, &token, now)? {
+    if !record.take_over(&rec.uid, &token, now)? {
         return Ok(Cleared::Deleted(None));
     }
     let mut deleted = None;
@@ -1027,42 +1016,8 @@ fn clear_held<K: KvStore, C: Cloud + ?Sized>(
             deleted = Some(id);
         }
     }
-    withdraw(ctx, ns, name, &token, None)?;
+    record.withdraw(&token, None)?;
     Ok(Cleared::Deleted(deleted))
-}
-
-/// Notes that `device` was deleted for the claim's record: its assignment
-/// went with it (Metal unassigns a deleted device's addresses), and so did
-/// whatever an attempt in progress may have made (an intent is cleared
-/// too: nothing waits on a device that is gone; a late answer of that
-/// attempt is refused by [`recorded`]). Returns whether the record named
-/// that device and changed.
-///
-/// # Errors
-/// Store errors; 503 `Contention`.
-pub fn device_deleted<K: KvStore>(
-    ctx: &Ctx<'_, K>,
-    ns: &str,
-    name: &str,
-    device: &str,
-) -> Result<bool> {
-    change(
-        ctx,
-        ns,
-        name,
-        |cur| {
-            let c = cur?;
-            if c.device.as_deref() != Some(device) || (c.device_gone && c.intent.is_none()) {
-                return None;
-            }
-            let mut n = c.clone();
-            n.assignment = None;
-            n.intent = None;
-            n.device_gone = true;
-            Some((n, true))
-        },
-        |_| false,
-    )
 }
 
 /// Every claim whose assignment record is open: (namespace, name) and the
@@ -1129,27 +1084,51 @@ mod tests {
             address: "10.0.0.5".parse().unwrap(),
             device: Some("d1".into()),
         };
-        let rec = prepare(&ctx, "a", "m", &want).unwrap();
+        let rec = ClaimAssignment::new(&ctx, "a", "m").prepare(&want).unwrap();
         assert_eq!(rec.address, "10.0.0.5/32");
-        assert!(begin(&ctx, "a", "m", "u1", "t1", 100).unwrap());
-        assert!(!begin(&ctx, "a", "m", "u1", "t2", 100).unwrap());
+        assert!(ClaimAssignment::new(&ctx, "a", "m")
+            .begin("u1", "t1", 100)
+            .unwrap());
+        assert!(!ClaimAssignment::new(&ctx, "a", "m")
+            .begin("u1", "t2", 100)
+            .unwrap());
         assert!(matches!(
-            close(&ctx, "a", "m", "u1").unwrap(),
+            ClaimAssignment::new(&ctx, "a", "m").close("u1").unwrap(),
             Closing::Holds(_)
         ));
-        assert!(recorded(&ctx, "a", "m", "u1", "t1", "ip-1").unwrap());
-        assert!(!recorded(&ctx, "a", "m", "u1", "t2", "ip-2").unwrap());
-        assert!(cleared(&ctx, "a", "m", "u1", "ip-1", false).unwrap());
-        assert_eq!(close(&ctx, "a", "m", "u1").unwrap(), Closing::Closed);
-        assert!(!begin(&ctx, "a", "m", "u1", "t3", 100).unwrap());
-        assert!(!recorded(&ctx, "a", "m", "u1", "t3", "ip-3").unwrap());
+        assert!(ClaimAssignment::new(&ctx, "a", "m")
+            .recorded("u1", "t1", "ip-1")
+            .unwrap());
+        assert!(!ClaimAssignment::new(&ctx, "a", "m")
+            .recorded("u1", "t2", "ip-2")
+            .unwrap());
+        assert!(ClaimAssignment::new(&ctx, "a", "m")
+            .cleared("u1", "ip-1", false)
+            .unwrap());
+        assert_eq!(
+            ClaimAssignment::new(&ctx, "a", "m").close("u1").unwrap(),
+            Closing::Closed
+        );
+        assert!(!ClaimAssignment::new(&ctx, "a", "m")
+            .begin("u1", "t3", 100)
+            .unwrap());
+        assert!(!ClaimAssignment::new(&ctx, "a", "m")
+            .recorded("u1", "t3", "ip-3")
+            .unwrap());
         // A new incarnation of the claim starts afresh.
         let again = Want {
             uid: "u2".into(),
             ..want
         };
-        assert!(!prepare(&ctx, "a", "m", &again).unwrap().closed);
-        assert!(begin(&ctx, "a", "m", "u2", "t4", 100).unwrap());
+        assert!(
+            !ClaimAssignment::new(&ctx, "a", "m")
+                .prepare(&again)
+                .unwrap()
+                .closed
+        );
+        assert!(ClaimAssignment::new(&ctx, "a", "m")
+            .begin("u2", "t4", 100)
+            .unwrap());
     }
 
     #[test]
@@ -1162,25 +1141,47 @@ mod tests {
             address: "2001:db8::5".parse().unwrap(),
             device: Some("d1".into()),
         };
-        prepare(&ctx, "a", "m", &want).unwrap();
-        assert!(begin(&ctx, "a", "m", "u1", "t1", 100).unwrap());
-        assert!(!take_over(&ctx, "a", "m", "u1", "t2", 100 + INTENT_LEASE_S - 1).unwrap());
-        assert!(take_over(&ctx, "a", "m", "u1", "t2", 100 + INTENT_LEASE_S).unwrap());
-        assert!(!take_over(&ctx, "a", "m", "u1", "t3", 100 + INTENT_LEASE_S).unwrap());
-        assert!(!withdraw(&ctx, "a", "m", "t1", None).unwrap());
-        assert!(withdraw(&ctx, "a", "m", "t2", Some("no")).unwrap());
+        ClaimAssignment::new(&ctx, "a", "m").prepare(&want).unwrap();
+        assert!(ClaimAssignment::new(&ctx, "a", "m")
+            .begin("u1", "t1", 100)
+            .unwrap());
+        assert!(!ClaimAssignment::new(&ctx, "a", "m")
+            .take_over("u1", "t2", 100 + INTENT_LEASE_S - 1)
+            .unwrap());
+        assert!(ClaimAssignment::new(&ctx, "a", "m")
+            .take_over("u1", "t2", 100 + INTENT_LEASE_S)
+            .unwrap());
+        assert!(!ClaimAssignment::new(&ctx, "a", "m")
+            .take_over("u1", "t3", 100 + INTENT_LEASE_S)
+            .unwrap());
+        assert!(!ClaimAssignment::new(&ctx, "a", "m")
+            .withdraw("t1", None)
+            .unwrap());
+        assert!(ClaimAssignment::new(&ctx, "a", "m")
+            .withdraw("t2", Some("no"))
+            .unwrap());
         assert_eq!(
             read(&kv, "a", "m").unwrap().unwrap().refused.as_deref(),
             Some("no")
         );
         // A refusal is not retried until the device changes.
-        assert!(!begin(&ctx, "a", "m", "u1", "t4", 500).unwrap());
+        assert!(!ClaimAssignment::new(&ctx, "a", "m")
+            .begin("u1", "t4", 500)
+            .unwrap());
         let moved = Want {
             device: Some("d2".into()),
             ..want
         };
-        assert_eq!(prepare(&ctx, "a", "m", &moved).unwrap().refused, None);
-        assert!(begin(&ctx, "a", "m", "u1", "t4", 500).unwrap());
+        assert_eq!(
+            ClaimAssignment::new(&ctx, "a", "m")
+                .prepare(&moved)
+                .unwrap()
+                .refused,
+            None
+        );
+        assert!(ClaimAssignment::new(&ctx, "a", "m")
+            .begin("u1", "t4", 500)
+            .unwrap());
     }
 
     #[test]
@@ -1201,17 +1202,26 @@ mod tests {
                 address: "10.0.0.5".parse().unwrap(),
                 device: Some("d1".into()),
             };
-            prepare(&ctx, "a", "m", &want("u1")).unwrap();
-            prepare(&ctx, "a", "n", &want("u9")).unwrap();
+            ClaimAssignment::new(&ctx, "a", "m")
+                .prepare(&want("u1"))
+                .unwrap();
+            ClaimAssignment::new(&ctx, "a", "n")
+                .prepare(&want("u9"))
+                .unwrap();
             assert_eq!(members(), ["a/m", "a/n"], "{backend:?}");
             kv.reset_counts();
-            prepare(&ctx, "a", "m", &want("u1")).unwrap();
+            ClaimAssignment::new(&ctx, "a", "m")
+                .prepare(&want("u1"))
+                .unwrap();
             assert_eq!(
                 kv.counts().total(),
                 1,
                 "an open record's step reads no index"
             );
-            assert_eq!(close(&ctx, "a", "m", "u1").unwrap(), Closing::Closed);
+            assert_eq!(
+                ClaimAssignment::new(&ctx, "a", "m").close("u1").unwrap(),
+                Closing::Closed
+            );
             // The next listing reads it closed and unlists it.
             let open: Vec<ClaimKey> = list_open(&ctx)
                 .unwrap()
@@ -1221,7 +1231,12 @@ mod tests {
             assert_eq!(open, [key("a", "n")]);
             assert_eq!(members(), ["a/n"]);
             // A new incarnation reopens it: listed before.
-            assert!(!prepare(&ctx, "a", "m", &want("u2")).unwrap().closed);
+            assert!(
+                !ClaimAssignment::new(&ctx, "a", "m")
+                    .prepare(&want("u2"))
+                    .unwrap()
+                    .closed
+            );
             assert_eq!(members(), ["a/m", "a/n"]);
             // Lost from the index (an older build's record): the reconcile's
             // repair lists it again, and only it.
