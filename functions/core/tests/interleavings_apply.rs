@@ -418,7 +418,7 @@ fn invocation<K: KvStore>(
 ) -> Result<Answer> {
     let token = c.env.token();
     let now = c.env.now();
-    if let Some(left) = apply::take_lease(c, DEVICE, &token, now)? {
+    if let Some(left) = apply::DeviceRecord::new(c, DEVICE).take_lease(&token, now)? {
         if role != Role::IgnoreLease {
             return Ok(Answer::Busy(left));
         }
@@ -437,7 +437,7 @@ fn invocation<K: KvStore>(
     if !matches!(&out, Err(e) if crashed(e)) {
         metal.releasing(n);
     }
-    apply::release_lease(c, DEVICE, &token)?;
+    apply::DeviceRecord::new(c, DEVICE).release_lease(&token)?;
     out
 }
 
@@ -471,7 +471,7 @@ fn rounds<K: KvStore>(
             if !done && now < r.at.saturating_add(RUNNING_S) {
                 return Ok(Answer::Polling);
             }
-            apply::finish(c, DEVICE, token, None)?;
+            apply::DeviceRecord::new(c, DEVICE).finish(token, None)?;
             continue;
         }
         let Some(next) = (0..plan.len()).find(|&i| !metal.in_effect(i)) else {
@@ -479,10 +479,10 @@ fn rounds<K: KvStore>(
         };
         let batch = if role == Role::CallFirst {
             let batch = metal.call(kv, n, token, c.env.now(), next);
-            apply::record_step(c, DEVICE, token, &plan[next], c.env.now())?;
+            apply::DeviceRecord::new(c, DEVICE).record_step(token, &plan[next], c.env.now())?;
             batch
         } else {
-            apply::record_step(c, DEVICE, token, &plan[next], c.env.now())?;
+            apply::DeviceRecord::new(c, DEVICE).record_step(token, &plan[next], c.env.now())?;
             // The fence's last check, on the instance's own clock; no store
             // operation (no yield point) until the call is made.
             if role != Role::StallsUnfenced && !holder.may_call(c.env.now()) {
@@ -491,7 +491,11 @@ fn rounds<K: KvStore>(
             metal.call(kv, n, token, c.env.now(), next)
         };
         if let Some(b) = batch {
-            apply::set_batch(c, DEVICE, token, &StepRecord::of(&plan[next]), &b)?;
+            apply::DeviceRecord::new(c, DEVICE).set_batch(
+                token,
+                &StepRecord::of(&plan[next]),
+                &b,
+            )?;
         }
     }
     Ok(Answer::MoreSteps)
@@ -630,19 +634,35 @@ fn setup(kv: &MemKv, rand: &SchedEnv, metal: &Metal, start: Start) {
         Start::Empty => {}
         Start::Idle => {
             let token = env.token();
-            assert_eq!(apply::take_lease(&c, DEVICE, &token, NOW).unwrap(), None);
-            apply::release_lease(&c, DEVICE, &token).unwrap();
+            assert_eq!(
+                apply::DeviceRecord::new(&c, DEVICE)
+                    .take_lease(&token, NOW)
+                    .unwrap(),
+                None
+            );
+            apply::DeviceRecord::new(&c, DEVICE)
+                .release_lease(&token)
+                .unwrap();
         }
         Start::Stale => {
             let token = env.token();
-            assert_eq!(apply::take_lease(&c, DEVICE, &token, then).unwrap(), None);
+            assert_eq!(
+                apply::DeviceRecord::new(&c, DEVICE)
+                    .take_lease(&token, then)
+                    .unwrap(),
+                None
+            );
             for (step, s) in metal.plan.iter().enumerate() {
-                apply::record_step(&c, DEVICE, &token, s, then).unwrap();
+                apply::DeviceRecord::new(&c, DEVICE)
+                    .record_step(&token, s, then)
+                    .unwrap();
                 metal.calls.lock().unwrap().push(Call { step, by: GHOST });
                 if matches!(s.action, Action::Assign(_)) {
                     break;
                 }
-                apply::finish(&c, DEVICE, &token, None).unwrap();
+                apply::DeviceRecord::new(&c, DEVICE)
+                    .finish(&token, None)
+                    .unwrap();
             }
         }
     }
@@ -962,33 +982,61 @@ fn a_holder_that_lost_its_lease_writes_nothing() {
     let (a, b) = (ctx(&kv, &a_env), ctx(&kv, &b_env));
     let (ta, tb) = ("token-a", "token-b");
     let steps = plan(3);
-    assert_eq!(apply::take_lease(&a, DEVICE, ta, NOW).unwrap(), None);
-    assert!(apply::record_step(&a, DEVICE, ta, &steps[1], NOW).unwrap());
+    assert_eq!(
+        apply::DeviceRecord::new(&a, DEVICE)
+            .take_lease(ta, NOW)
+            .unwrap(),
+        None
+    );
+    assert!(apply::DeviceRecord::new(&a, DEVICE)
+        .record_step(ta, &steps[1], NOW)
+        .unwrap());
     // Its own lease, ended by its own clock.
     a_clock.store(LATER, Ordering::SeqCst);
     let rec = StepRecord::of(&steps[1]);
     let lost = |r: Result<()>| assert_eq!(r.unwrap_err().reason(), "LeaseLost");
-    lost(apply::set_batch(&a, DEVICE, ta, &rec, "b-1"));
-    lost(apply::finish(&a, DEVICE, ta, None));
-    lost(apply::record_step(&a, DEVICE, ta, &steps[2], LATER).map(|_| ()));
+    lost(apply::DeviceRecord::new(&a, DEVICE).set_batch(ta, &rec, "b-1"));
+    lost(apply::DeviceRecord::new(&a, DEVICE).finish(ta, None));
+    lost(
+        apply::DeviceRecord::new(&a, DEVICE)
+            .record_step(ta, &steps[2], LATER)
+            .map(|_| ()),
+    );
     // Within its lease but too close to its end for a call.
     a_clock.store(NOW, Ordering::SeqCst);
-    lost(apply::record_step(&a, DEVICE, ta, &steps[2], LATER - CALL_S).map(|_| ()));
+    lost(
+        apply::DeviceRecord::new(&a, DEVICE)
+            .record_step(ta, &steps[2], LATER - CALL_S)
+            .map(|_| ()),
+    );
     // Passed on: B took it after it ended.
-    assert_eq!(apply::take_lease(&b, DEVICE, tb, LATER).unwrap(), None);
+    assert_eq!(
+        apply::DeviceRecord::new(&b, DEVICE)
+            .take_lease(tb, LATER)
+            .unwrap(),
+        None
+    );
     let before = apply::read(&kv, DEVICE).unwrap();
-    lost(apply::set_batch(&a, DEVICE, ta, &rec, "b-1"));
-    lost(apply::finish(&a, DEVICE, ta, None));
-    lost(apply::record_step(&a, DEVICE, ta, &steps[2], NOW).map(|_| ()));
+    lost(apply::DeviceRecord::new(&a, DEVICE).set_batch(ta, &rec, "b-1"));
+    lost(apply::DeviceRecord::new(&a, DEVICE).finish(ta, None));
+    lost(
+        apply::DeviceRecord::new(&a, DEVICE)
+            .record_step(ta, &steps[2], NOW)
+            .map(|_| ()),
+    );
     assert_eq!(apply::read(&kv, DEVICE).unwrap(), before);
-    apply::release_lease(&a, DEVICE, ta).unwrap();
+    apply::DeviceRecord::new(&a, DEVICE)
+        .release_lease(ta)
+        .unwrap();
     assert_eq!(
         apply::read(&kv, DEVICE).unwrap(),
         before,
         "A cannot release B's lease"
     );
     // B writes.
-    apply::finish(&b, DEVICE, tb, None).unwrap();
+    apply::DeviceRecord::new(&b, DEVICE)
+        .finish(tb, None)
+        .unwrap();
     assert_eq!(apply::read(&kv, DEVICE).unwrap().running, None);
 }
 
@@ -1056,16 +1104,27 @@ fn a_late_batch_id_is_not_lent_to_a_later_step() {
     let detach = step(Action::Unassign(vec![VLAN.into()]));
     let attach = step(Action::Assign(vec![VLAN.into()]));
     let token = "holder";
-    assert_eq!(apply::take_lease(&c, DEVICE, token, NOW).unwrap(), None);
-    assert!(apply::record_step(&c, DEVICE, token, &attach, NOW).unwrap());
+    assert_eq!(
+        apply::DeviceRecord::new(&c, DEVICE)
+            .take_lease(token, NOW)
+            .unwrap(),
+        None
+    );
+    assert!(apply::DeviceRecord::new(&c, DEVICE)
+        .record_step(token, &attach, NOW)
+        .unwrap());
     // The late answer of the detach batch.
-    apply::set_batch(&c, DEVICE, token, &StepRecord::of(&detach), "b-detach").unwrap();
+    apply::DeviceRecord::new(&c, DEVICE)
+        .set_batch(token, &StepRecord::of(&detach), "b-detach")
+        .unwrap();
     let running = apply::read(&kv, DEVICE).unwrap().running.unwrap();
     assert_eq!(
         (running.step, running.batch),
         (StepRecord::of(&attach), None)
     );
-    apply::set_batch(&c, DEVICE, token, &StepRecord::of(&attach), "b-attach").unwrap();
+    apply::DeviceRecord::new(&c, DEVICE)
+        .set_batch(token, &StepRecord::of(&attach), "b-attach")
+        .unwrap();
     let running = apply::read(&kv, DEVICE).unwrap().running.unwrap();
     assert_eq!(running.batch.as_deref(), Some("b-attach"));
 }

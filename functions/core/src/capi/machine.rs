@@ -182,7 +182,7 @@ impl<K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized> MachineHandler<'_, '
             return Ok(Synced::Ignored);
         };
         if rec.released.as_ref().is_some_and(|r| r.done) {
-            apply::forget(self.deps.ctx, d)?;
+            apply::DeviceRecord::new(self.deps.ctx, d).forget()?;
             return Ok(Synced::Ignored);
         }
         let who = (self.ns, self.name, Self::uid(o));
@@ -190,7 +190,7 @@ impl<K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized> MachineHandler<'_, '
         if report.as_ref().is_some_and(|r| r.phase != Phase::Converged) {
             return Ok(Synced::Released(report, deleted));
         }
-        apply::forget(self.deps.ctx, d)?;
+        apply::DeviceRecord::new(self.deps.ctx, d).forget()?;
         Ok(Synced::Released(None, deleted))
     }
 
@@ -208,7 +208,7 @@ impl<K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized> MachineHandler<'_, '
             return Ok(None);
         };
         if released.profile.as_deref() != Some(profile) {
-            apply::clear_released(self.deps.ctx, d)?;
+            apply::DeviceRecord::new(self.deps.ctx, d).clear_released()?;
             return Ok(None);
         }
         if released.done {
@@ -218,7 +218,7 @@ impl<K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized> MachineHandler<'_, '
         let (report, deleted) = release_device(&self.deps, who, d)?;
         Ok(Some(match report {
             Some(r) if r.phase == Phase::Converged => {
-                apply::release_done(self.deps.ctx, d)?;
+                apply::DeviceRecord::new(self.deps.ctx, d).release_done()?;
                 Synced::Released(None, deleted)
             }
             Some(r) => Synced::Released(Some(r), deleted),

@@ -435,7 +435,7 @@ impl<K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized> Run<'_, '_, K, H, C>
                 Err(e) => r.errors.push(format!("Machine {ns}/{name} (network): {e}")),
             }
         }
-        crate::network::apply::forget(self.deps.ctx, d)
+        crate::network::apply::DeviceRecord::new(self.deps.ctx, d).forget()
     }
 
     /// Claims whose owner had no provider ID yet, rechecked after a device

@@ -23,7 +23,7 @@
 //!   release itself works on the device.
 //!
 //! # The lease is fenced
-//! Every write of the holder ([`record_step`], [`set_batch`], [`finish`])
+//! Every write of the holder ([`DeviceRecord::record_step`], [`DeviceRecord::set_batch`], [`DeviceRecord::finish`])
 //! checks, inside its compare-and-swap, that the record still names the
 //! caller's token as the lease's owner and that the lease has not ended by
 //! the caller's clock; a step is recorded only with at least [`CALL_S`]
@@ -239,7 +239,7 @@ pub fn read_existing<K: KvStore>(kv: &K, device: &str) -> Result<Option<ApplySta
 /// read instead of listing the store (`net-device-index`, a
 /// [`crate::kv::registry::Index`]). A device is listed before its record
 /// is created ([`change`]) and unlisted once the record is forgotten
-/// ([`forget`]).
+/// ([`DeviceRecord::forget`]).
 pub const DEVICES: Index = Index {
     id: RegistryId {
         key: keys::NET_DEVICE_INDEX,
@@ -252,67 +252,303 @@ fn device_of_key(key: &str) -> Option<String> {
     keys::parse_net_device(key).map(str::to_string)
 }
 
-/// One read-modify-write of the device's record. A write that would
-/// create the record is made only once the device is in [`DEVICES`], and
-/// checked there again once it landed (the index's rule 1).
-fn change<K: KvStore, T>(
-    ctx: &Ctx<'_, K>,
-    device: &str,
-    mut f: impl FnMut(&ApplyState) -> Result<Option<(ApplyState, T)>>,
-    unchanged: impl Fn(&ApplyState) -> T,
-) -> Result<T> {
-    let mut listed = false;
-    loop {
-        let mut created = false;
-        let out = update_record::<K, ApplyRecord, Option<T>>(ctx, device, |cur| {
-            created = cur.is_none();
-            let state = cur.cloned().unwrap_or_default();
-            match f(&state)? {
-                Some(_) if created && !listed => Ok(KvStep::Done(None)),
-                Some((next, out)) => Ok(KvStep::Write(Box::new(next), Some(out))),
-                None => Ok(KvStep::Done(Some(unchanged(&state)))),
-            }
-        })?;
-        match out {
-            Some(out) => {
-                if listed && created {
-                    DEVICES.ensure(ctx, device)?;
+/// The apply record of one device: a handle naming the store and the
+/// device, whose methods are the record's transitions (each one
+/// read-modify-write of the record; the lease holder's fenced).
+pub struct DeviceRecord<'a, 'k, K: KvStore> {
+    ctx: &'a Ctx<'k, K>,
+    device: &'a str,
+}
+
+impl<'a, 'k, K: KvStore> DeviceRecord<'a, 'k, K> {
+    /// The record of `device` in `ctx`'s store.
+    pub fn new(ctx: &'a Ctx<'k, K>, device: &'a str) -> Self {
+        DeviceRecord { ctx, device }
+    }
+
+    /// One read-modify-write of the device's record. A write that would
+    /// create the record is made only once the device is in [`DEVICES`], and
+    /// checked there again once it landed (the index's rule 1).
+    fn change<T>(
+        &self,
+        mut f: impl FnMut(&ApplyState) -> Result<Option<(ApplyState, T)>>,
+        unchanged: impl Fn(&ApplyState) -> T,
+    ) -> Result<T> {
+        let mut listed = false;
+        loop {
+            let mut created = false;
+            let out = update_record::<K, ApplyRecord, Option<T>>(self.ctx, self.device, |cur| {
+                created = cur.is_none();
+                let state = cur.cloned().unwrap_or_default();
+                match f(&state)? {
+                    Some(_) if created && !listed => Ok(KvStep::Done(None)),
+                    Some((next, out)) => Ok(KvStep::Write(Box::new(next), Some(out))),
+                    None => Ok(KvStep::Done(Some(unchanged(&state)))),
                 }
-                return Ok(out);
-            }
-            None => {
-                DEVICES.ensure(ctx, device)?;
-                listed = true;
+            })?;
+            match out {
+                Some(out) => {
+                    if listed && created {
+                        DEVICES.ensure(self.ctx, self.device)?;
+                    }
+                    return Ok(out);
+                }
+                None => {
+                    DEVICES.ensure(self.ctx, self.device)?;
+                    listed = true;
+                }
             }
         }
     }
-}
 
-/// A write of the lease's holder, fenced ([`lease::fence`]): inside the
-/// compare-and-swap, `token` must hold the lease on `device` at `at()`
-/// (read on each attempt); then `f` edits a copy of the record and says
-/// whether to write it.
-///
-/// # Errors
-/// 409 `LeaseLost` when `token` does not hold the lease; store errors;
-/// 503 `Contention`.
-fn fenced<K: KvStore>(
-    ctx: &Ctx<'_, K>,
-    device: &str,
-    token: &str,
-    at: impl Fn() -> u64,
-    mut f: impl FnMut(&mut ApplyState) -> bool,
-) -> Result<()> {
-    change(
-        ctx,
-        device,
-        |s| {
-            lease::fence(&s.lease, token, at(), &format!("device {device}"))?;
-            let mut n = s.clone();
-            Ok(f(&mut n).then_some((n, ())))
-        },
-        |_| (),
-    )
+    /// A write of the lease's holder, fenced ([`lease::fence`]): inside the
+    /// compare-and-swap, `token` must hold the lease on `device` at `at()`
+    /// (read on each attempt); then `f` edits a copy of the record and says
+    /// whether to write it.
+    ///
+    /// # Errors
+    /// 409 `LeaseLost` when `token` does not hold the lease; store errors;
+    /// 503 `Contention`.
+    fn fenced(
+        &self,
+        token: &str,
+        at: impl Fn() -> u64,
+        mut f: impl FnMut(&mut ApplyState) -> bool,
+    ) -> Result<()> {
+        self.change(
+            |s| {
+                lease::fence(&s.lease, token, at(), &format!("device {}", self.device))?;
+                let mut n = s.clone();
+                Ok(f(&mut n).then_some((n, ())))
+            },
+            |_| (),
+        )
+    }
+
+    /// Forgets a deleted device's record (its creation guard and any noted
+    /// creation stall too: `kv::protocol::forget_record`), then unlists it
+    /// from [`DEVICES`] (unless a record came back meanwhile): nothing of the
+    /// device is left to apply to or poll. An instance that was working on
+    /// the device when it went stops at its next read of the device (404
+    /// `DeviceNotFound`); its last swap may write the record back, lease
+    /// released, which is harmless (a device id never comes back) and costs
+    /// one key, unlisted (nothing reads it again).
+    ///
+    /// # Idempotency
+    /// Deleting absent keys changes nothing.
+    ///
+    /// # Errors
+    /// Store errors.
+    pub fn forget(&self) -> Result<()> {
+        crate::kv::protocol::forget_record::<K, ApplyRecord>(self.ctx.kv, self.device)?;
+        DEVICES.unlist(self.ctx, self.device, || {
+            Ok(read_existing(self.ctx.kv, self.device)?.is_some())
+        })?;
+        Ok(())
+    }
+
+    /// Records the operator's release of `device` (`profile`: the Machine's
+    /// profile annotation, if any), not done yet. A release already recorded
+    /// for the same annotation is kept as it is (done or not).
+    ///
+    /// # Idempotency
+    /// Asking again changes nothing.
+    ///
+    /// # Errors
+    /// Store errors; 503 `Contention`.
+    pub fn mark_released(&self, profile: Option<&str>, now: u64) -> Result<()> {
+        self.change(
+            |s| {
+                if s.released
+                    .as_ref()
+                    .is_some_and(|r| r.profile.as_deref() == profile)
+                {
+                    return Ok(None);
+                }
+                let mut n = s.clone();
+                n.released = Some(Released {
+                    profile: profile.map(str::to_string),
+                    at: now,
+                    done: false,
+                });
+                Ok(Some((n, ())))
+            },
+            |_| (),
+        )
+    }
+
+    /// Marks the operator's release of `device` done (if one stands).
+    ///
+    /// # Idempotency
+    /// No write when there is none or it is done already.
+    ///
+    /// # Errors
+    /// Store errors; 503 `Contention`.
+    pub fn release_done(&self) -> Result<()> {
+        self.change(
+            |s| {
+                let mut n = s.clone();
+                match n.released.as_mut() {
+                    Some(r) if !r.done => {
+                        r.done = true;
+                        Ok(Some((n, ())))
+                    }
+                    _ => Ok(None),
+                }
+            },
+            |_| (),
+        )
+    }
+
+    /// Withdraws the operator's release of `device` (an explicit apply, or the
+    /// Machine's annotation changed): the profile may be applied again.
+    ///
+    /// # Idempotency
+    /// No write when there is none.
+    ///
+    /// # Errors
+    /// Store errors; 503 `Contention`.
+    pub fn clear_released(&self) -> Result<()> {
+        self.change(
+            |s| {
+                if s.released.is_none() {
+                    return Ok(None);
+                }
+                let mut n = s.clone();
+                n.released = None;
+                Ok(Some((n, ())))
+            },
+            |_| (),
+        )
+    }
+
+    fn lease_for(&self, token: &str, now: u64, honour_release: bool) -> Result<Taken> {
+        self.change(
+            |s| {
+                if honour_release && s.released.is_some() {
+                    return Ok(None);
+                }
+                let mut n = s.clone();
+                let mine = Lease {
+                    owner: token.to_string(),
+                    until: now + LEASE_S,
+                };
+                Ok(n.lease.acquire(mine, now).then_some((n, Taken::Held)))
+            },
+            // A holder releases the lease when its invocation ends (well
+            // before `until`): worth asking again after a poll interval.
+            |s| match &s.lease {
+                _ if honour_release && s.released.is_some() => Taken::Released,
+                Some(l) => Taken::Busy(l.until.saturating_sub(now).clamp(1, POLL_S)),
+                None => Taken::Busy(1),
+            },
+        )
+    }
+
+    /// Takes the lease for `token` at `now` (until `now + LEASE_S`):
+    /// `Ok(None)` when taken, `Ok(Some(s))` when another holds it, `s` the
+    /// seconds worth waiting (the lease's time left, at most [`POLL_S`]: a
+    /// holder releases it as its invocation ends).
+    ///
+    /// # Errors
+    /// Store errors; 503 `Contention`.
+    pub fn take_lease(&self, token: &str, now: u64) -> Result<Option<u64>> {
+        Ok(match self.lease_for(token, now, false)? {
+            Taken::Held => None,
+            Taken::Busy(s) => Some(s),
+            Taken::Released => Some(POLL_S),
+        })
+    }
+
+    /// Releases `token`'s lease (if it still holds it).
+    ///
+    /// # Errors
+    /// Store errors; 503 `Contention`.
+    pub fn release_lease(&self, token: &str) -> Result<()> {
+        self.change(
+            |s| {
+                let mut n = s.clone();
+                Ok(n.lease.release(token).then_some((n, ())))
+            },
+            |_| (),
+        )
+    }
+
+    /// Records the batch id of `step`, if `step` is still the running step
+    /// (no write when it is recorded already, or when another step runs: an
+    /// instance that outlived its lease must not lend its batch to a later
+    /// step). Only the lease's holder (`token`, by the clock) writes.
+    ///
+    /// # Errors
+    /// 409 `LeaseLost` when `token` no longer holds the lease; store errors;
+    /// 503 `Contention`.
+    pub fn set_batch(&self, token: &str, step: &StepRecord, id: &str) -> Result<()> {
+        self.fenced(
+            token,
+            || self.ctx.env.now(),
+            |n| {
+                let Some(r) = n.running.as_mut() else {
+                    return false;
+                };
+                if r.step != *step || r.batch.as_deref() == Some(id) {
+                    return false;
+                }
+                r.batch = Some(id.to_string());
+                true
+            },
+        )
+    }
+
+    /// Clears the running step (recording Metal's failure, if any). Only the
+    /// lease's holder (`token`, by the clock) writes.
+    ///
+    /// # Errors
+    /// 409 `LeaseLost` when `token` no longer holds the lease; store errors;
+    /// 503 `Contention`.
+    pub fn finish(&self, token: &str, failed: Option<String>) -> Result<()> {
+        self.fenced(
+            token,
+            || self.ctx.env.now(),
+            |n| {
+                n.running = None;
+                n.failed = failed.clone();
+                true
+            },
+        )
+    }
+
+    /// Records `step` in the history and, when its effect shows only later
+    /// (everything but the native VLAN calls), as the running step: what an
+    /// invocation writes *before* making the step's Metal call. Only the
+    /// lease's holder (`token`) writes, and only with more than [`CALL_S`]
+    /// seconds of its lease left at `now`. Returns whether the step was
+    /// recorded as running.
+    ///
+    /// # Errors
+    /// 409 `LeaseLost` when `token` does not hold the lease for that long;
+    /// store errors; 503 `Contention`.
+    pub fn record_step(&self, token: &str, step: &Step, now: u64) -> Result<bool> {
+        let rec = StepRecord::of(step);
+        let is_async = !matches!(step.action, Action::SetNative(_) | Action::RemoveNative);
+        self.fenced(
+            token,
+            || now + CALL_S,
+            |n| {
+                if is_async {
+                    n.running = Some(Running {
+                        step: rec.clone(),
+                        batch: None,
+                        at: now,
+                    });
+                }
+                n.history.push(rec.clone());
+                let excess = n.history.len().saturating_sub(HISTORY);
+                n.history.drain(..excess);
+                true
+            },
+        )?;
+        Ok(is_async)
+    }
 }
 
 /// Whether an error is [`lease::lost`]'s.
@@ -366,113 +602,7 @@ pub fn running_devices<K: KvStore>(ctx: &Ctx<'_, K>) -> Result<Vec<String>> {
         .collect())
 }
 
-/// Forgets a deleted device's record (its creation guard and any noted
-/// creation stall too: `kv::protocol::forget_record`), then unlists it
-/// from [`DEVICES`] (unless a record came back meanwhile): nothing of the
-/// device is left to apply to or poll. An instance that was working on
-/// the device when it went stops at its next read of the device (404
-/// `DeviceNotFound`); its last swap may write the record back, lease
-/// released, which is harmless (a device id never comes back) and costs
-/// one key, unlisted (nothing reads it again).
-///
-/// # Idempotency
-/// Deleting absent keys changes nothing.
-///
-/// # Errors
-/// Store errors.
-pub fn forget<K: KvStore>(ctx: &Ctx<'_, K>, device: &str) -> Result<()> {
-    crate::kv::protocol::forget_record::<K, ApplyRecord>(ctx.kv, device)?;
-    DEVICES.unlist(ctx, device, || Ok(read_existing(ctx.kv, device)?.is_some()))?;
-    Ok(())
-}
-
-/// Records the operator's release of `device` (`profile`: the Machine's
-/// profile annotation, if any), not done yet. A release already recorded
-/// for the same annotation is kept as it is (done or not).
-///
-/// # Idempotency
-/// Asking again changes nothing.
-///
-/// # Errors
-/// Store errors; 503 `Contention`.
-pub fn mark_released<K: KvStore>(
-    ctx: &Ctx<'_, K>,
-    device: &str,
-    profile: Option<&str>,
-    now: u64,
-) -> Result<()> {
-    change(
-        ctx,
-        device,
-        |s| {
-            if s.released
-                .as_ref()
-                .is_some_and(|r| r.profile.as_deref() == profile)
-            {
-                return Ok(None);
-            }
-            let mut n = s.clone();
-            n.released = Some(Released {
-                profile: profile.map(str::to_string),
-                at: now,
-                done: false,
-            });
-            Ok(Some((n, ())))
-        },
-        |_| (),
-    )
-}
-
-/// Marks the operator's release of `device` done (if one stands).
-///
-/// # Idempotency
-/// No write when there is none or it is done already.
-///
-/// # Errors
-/// Store errors; 503 `Contention`.
-pub fn release_done<K: KvStore>(ctx: &Ctx<'_, K>, device: &str) -> Result<()> {
-    change(
-        ctx,
-        device,
-        |s| {
-            let mut n = s.clone();
-            match n.released.as_mut() {
-                Some(r) if !r.done => {
-                    r.done = true;
-                    Ok(Some((n, ())))
-                }
-                _ => Ok(None),
-            }
-        },
-        |_| (),
-    )
-}
-
-/// Withdraws the operator's release of `device` (an explicit apply, or the
-/// Machine's annotation changed): the profile may be applied again.
-///
-/// # Idempotency
-/// No write when there is none.
-///
-/// # Errors
-/// Store errors; 503 `Contention`.
-pub fn clear_released<K: KvStore>(ctx: &Ctx<'_, K>, device: &str) -> Result<()> {
-    change(
-        ctx,
-        device,
-        |s| {
-            if s.released.is_none() {
-                return Ok(None);
-            }
-            let mut n = s.clone();
-            n.released = None;
-            Ok(Some((n, ())))
-        },
-        |_| (),
-    )
-}
-
-/// What [`take_lease`] found.
+/// What [`DeviceRecord::take_lease`] found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Taken {
     /// The caller holds the lease now.
@@ -481,73 +611,6 @@ enum Taken {
     Busy(u64),
     /// The operator released the device (only when asked to honour it).
     Released,
-}
-
-fn lease_for<K: KvStore>(
-    ctx: &Ctx<'_, K>,
-    device: &str,
-    token: &str,
-    now: u64,
-    honour_release: bool,
-) -> Result<Taken> {
-    change(
-        ctx,
-        device,
-        |s| {
-            if honour_release && s.released.is_some() {
-                return Ok(None);
-            }
-            let mut n = s.clone();
-            let mine = Lease {
-                owner: token.to_string(),
-                until: now + LEASE_S,
-            };
-            Ok(n.lease.acquire(mine, now).then_some((n, Taken::Held)))
-        },
-        // A holder releases the lease when its invocation ends (well
-        // before `until`): worth asking again after a poll interval.
-        |s| match &s.lease {
-            _ if honour_release && s.released.is_some() => Taken::Released,
-            Some(l) => Taken::Busy(l.until.saturating_sub(now).clamp(1, POLL_S)),
-            None => Taken::Busy(1),
-        },
-    )
-}
-
-/// Takes the lease for `token` at `now` (until `now + LEASE_S`):
-/// `Ok(None)` when taken, `Ok(Some(s))` when another holds it, `s` the
-/// seconds worth waiting (the lease's time left, at most [`POLL_S`]: a
-/// holder releases it as its invocation ends).
-///
-/// # Errors
-/// Store errors; 503 `Contention`.
-pub fn take_lease<K: KvStore>(
-    ctx: &Ctx<'_, K>,
-    device: &str,
-    token: &str,
-    now: u64,
-) -> Result<Option<u64>> {
-    Ok(match lease_for(ctx, device, token, now, false)? {
-        Taken::Held => None,
-        Taken::Busy(s) => Some(s),
-        Taken::Released => Some(POLL_S),
-    })
-}
-
-/// Releases `token`'s lease (if it still holds it).
-///
-/// # Errors
-/// Store errors; 503 `Contention`.
-pub fn release_lease<K: KvStore>(ctx: &Ctx<'_, K>, device: &str, token: &str) -> Result<()> {
-    change(
-        ctx,
-        device,
-        |s| {
-            let mut n = s.clone();
-            Ok(n.lease.release(token).then_some((n, ())))
-        },
-        |_| (),
-    )
 }
 
 /// Where an apply stands after an invocation.
@@ -754,9 +817,10 @@ fn run<K: KvStore, C: Cloud + ?Sized>(
     desired: &Desired,
     honour_release: bool,
 ) -> Result<Option<Report>> {
+    let record = DeviceRecord::new(ctx, device);
     let token = ctx.env.token();
     let now = ctx.env.now();
-    match lease_for(ctx, device, &token, now, honour_release)? {
+    match record.lease_for(&token, now, honour_release)? {
         Taken::Held => {}
         Taken::Busy(left) => {
             return Ok(Some(Report::waiting(
@@ -785,7 +849,7 @@ fn run<K: KvStore, C: Cloud + ?Sized>(
         other => other,
     };
     // Released whatever happened; a crash leaves it to expire.
-    release_lease(ctx, device, &token)?;
+    record.release_lease(&token)?;
     out.map(Some)
 }
 
@@ -819,6 +883,7 @@ fn rounds<K: KvStore, C: Cloud + ?Sized>(
     holder: &Holder<'_>,
     started: u64,
 ) -> Result<Report> {
+    let record = DeviceRecord::new(ctx, device);
     let mut issued = Vec::new();
     for _ in 0..MAX_ROUNDS {
         let now = ctx.env.now();
@@ -830,7 +895,7 @@ fn rounds<K: KvStore, C: Cloud + ?Sized>(
             Some(o) => o,
             None => {
                 // Gone: nothing of it is left to apply to or poll.
-                forget(ctx, device)?;
+                record.forget()?;
                 return Err(device_not_found(device));
             }
         };
@@ -847,7 +912,7 @@ fn rounds<K: KvStore, C: Cloud + ?Sized>(
                     issued,
                 });
             }
-            finish(ctx, device, holder.token, None)?;
+            record.finish(holder.token, None)?;
             continue;
         }
         let steps = plan(&observed, desired)?;
@@ -890,6 +955,7 @@ fn running_done<K: KvStore>(
     r: &Running,
     observed: &Observed,
 ) -> Result<bool> {
+    let record = DeviceRecord::new(ctx, device);
     let dir = direction(&r.step.action);
     let batch_id = match (&r.batch, dir) {
         (Some(b), _) => Some(b.clone()),
@@ -900,7 +966,7 @@ fn running_done<K: KvStore>(
                 .run(dir, &r.step.port_id, &BatchOp::Find {})?
                 .map(|b| b.id);
             if let Some(id) = &found {
-                set_batch(ctx, device, holder.token, &r.step, id)?;
+                record.set_batch(holder.token, &r.step, id)?;
             }
             found
         }
@@ -913,7 +979,7 @@ fn running_done<K: KvStore>(
     match batches.run(dir, &r.step.port_id, &get)? {
         Some(b) if b.state.as_deref() == Some("failed") => {
             let msg = b.error_messages.join("; ");
-            finish(ctx, device, holder.token, Some(msg.clone()))?;
+            record.finish(holder.token, Some(msg.clone()))?;
             Err(Error::conflict(
                 "VlanBatchFailed",
                 format!("the VLAN batch on {} failed: {msg}", r.step.port),
@@ -922,105 +988,6 @@ fn running_done<K: KvStore>(
         Some(b) => Ok(b.finished()),
         None => Ok(true),
     }
-}
-
-/// Records the batch id of `step`, if `step` is still the running step
-/// (no write when it is recorded already, or when another step runs: an
-/// instance that outlived its lease must not lend its batch to a later
-/// step). Only the lease's holder (`token`, by the clock) writes.
-///
-/// # Errors
-/// 409 `LeaseLost` when `token` no longer holds the lease; store errors;
-/// 503 `Contention`.
-pub fn set_batch<K: KvStore>(
-    ctx: &Ctx<'_, K>,
-    device: &str,
-    token: &str,
-    step: &StepRecord,
-    id: &str,
-) -> Result<()> {
-    fenced(
-        ctx,
-        device,
-        token,
-        || ctx.env.now(),
-        |n| {
-            let Some(r) = n.running.as_mut() else {
-                return false;
-            };
-            if r.step != *step || r.batch.as_deref() == Some(id) {
-                return false;
-            }
-            r.batch = Some(id.to_string());
-            true
-        },
-    )
-}
-
-/// Clears the running step (recording Metal's failure, if any). Only the
-/// lease's holder (`token`, by the clock) writes.
-///
-/// # Errors
-/// 409 `LeaseLost` when `token` no longer holds the lease; store errors;
-/// 503 `Contention`.
-pub fn finish<K: KvStore>(
-    ctx: &Ctx<'_, K>,
-    device: &str,
-    token: &str,
-    failed: Option<String>,
-) -> Result<()> {
-    fenced(
-        ctx,
-        device,
-        token,
-        || ctx.env.now(),
-        |n| {
-            n.running = None;
-            n.failed = failed.clone();
-            true
-        },
-    )
-}
-
-/// Records `step` in the history and, when its effect shows only later
-/// (everything but the native VLAN calls), as the running step: what an
-/// invocation writes *before* making the step's Metal call. Only the
-/// lease's holder (`token`) writes, and only with more than [`CALL_S`]
-/// seconds of its lease left at `now`. Returns whether the step was
-/// recorded as running.
-///
-/// # Errors
-/// 409 `LeaseLost` when `token` does not hold the lease for that long;
-/// store errors; 503 `Contention`.
-pub fn record_step<K: KvStore>(
-    ctx: &Ctx<'_, K>,
-    device: &str,
-    token: &str,
-    step: &Step,
-    now: u64,
-) -> Result<bool> {
-    let rec = StepRecord::of(step);
-    let is_async = !matches!(step.action, Action::SetNative(_) | Action::RemoveNative);
-    fenced(
-        ctx,
-        device,
-        token,
-        || now + CALL_S,
-        |n| {
-            if is_async {
-                n.running = Some(Running {
-                    step: rec.clone(),
-                    batch: None,
-                    at: now,
-                });
-            }
-            n.history.push(rec.clone());
-            let excess = n.history.len().saturating_sub(HISTORY);
-            n.history.drain(..excess);
-            true
-        },
-    )?;
-    Ok(is_async)
 }
 
 /// Makes `step`'s Metal call: a VLAN batch created (answered), or a port
@@ -1103,7 +1070,7 @@ fn refused(step: &Step, msg: &str) -> Error {
     )
 }
 
-/// Records `step` ([`record_step`]), then makes its call, if the lease
+/// Records `step` ([`DeviceRecord::record_step`]), then makes its call, if the lease
 /// still leaves time for it.
 fn issue<K: KvStore, C: Cloud + ?Sized>(
     ctx: &Ctx<'_, K>,
@@ -1113,12 +1080,13 @@ fn issue<K: KvStore, C: Cloud + ?Sized>(
     step: &Step,
     holder: &Holder<'_>,
 ) -> Result<()> {
+    let record = DeviceRecord::new(ctx, device);
     // A step the cloud cannot make is refused before it is recorded.
     if capability_of(&step.action).is_some() {
         nic_modes(cloud, step)?;
     }
     let rec = StepRecord::of(step);
-    let is_async = record_step(ctx, device, holder.token, step, ctx.env.now())?;
+    let is_async = record.record_step(holder.token, step, ctx.env.now())?;
     // The fence's last check, on this instance's own clock: the call must
     // end inside the lease.
     if !holder.may_call(ctx.env.now()) {
@@ -1126,7 +1094,7 @@ fn issue<K: KvStore, C: Cloud + ?Sized>(
     }
     let token = holder.token;
     match call(cloud, batches, step) {
-        Ok(Some(b)) => set_batch(ctx, device, token, &rec, &b.id),
+        Ok(Some(b)) => record.set_batch(token, &rec, &b.id),
         Ok(None) => Ok(()),
         // A 422: done if a re-read shows the step's effect (Metal's no-op
         // traps, "already …"), else a refusal, reported with Metal's
@@ -1136,7 +1104,7 @@ fn issue<K: KvStore, C: Cloud + ?Sized>(
             let shows = observe_device(cloud, device)?.is_some_and(|o| effect_shows(&rec, &o));
             if shows {
                 return if is_async {
-                    finish(ctx, device, token, None)
+                    record.finish(token, None)
                 } else {
                     Ok(())
                 };
@@ -1145,18 +1113,18 @@ fn issue<K: KvStore, C: Cloud + ?Sized>(
                 return Err(e.into());
             };
             let msg = messages.join("; ");
-            finish(ctx, device, token, Some(msg.clone()))?;
+            record.finish(token, Some(msg.clone()))?;
             Err(refused(step, &msg))
         }
         // The step's component failed before reaching Metal: nothing was
         // made.
         Err(BatchError::Step(e)) => {
-            finish(ctx, device, token, Some(e.message().to_string()))?;
+            record.finish(token, Some(e.message().to_string()))?;
             Err(e)
         }
         Err(BatchError::Cloud(e)) => {
             if is_async && !matches!(e, CloudError::OutcomeUnknown { .. }) {
-                finish(ctx, device, token, None)?;
+                record.finish(token, None)?;
             }
             Err(e.into())
         }
@@ -1181,15 +1149,21 @@ mod tests {
                     .into_iter()
                     .collect::<Vec<_>>()
             };
-            assert_eq!(take_lease(&ctx, "d1", "t", 100).unwrap(), None);
-            assert_eq!(take_lease(&ctx, "d2", "t", 100).unwrap(), None);
+            assert_eq!(
+                DeviceRecord::new(&ctx, "d1").take_lease("t", 100).unwrap(),
+                None
+            );
+            assert_eq!(
+                DeviceRecord::new(&ctx, "d2").take_lease("t", 100).unwrap(),
+                None
+            );
             assert_eq!(listed(), ["d1", "d2"], "{backend:?}");
             // Writes to an existing record touch no index.
             kv.reset_counts();
-            release_lease(&ctx, "d1", "t").unwrap();
+            DeviceRecord::new(&ctx, "d1").release_lease("t").unwrap();
             assert_eq!(kv.counts().list_keys, 0);
             assert_eq!(listed(), ["d1", "d2"]);
-            forget(&ctx, "d1").unwrap();
+            DeviceRecord::new(&ctx, "d1").forget().unwrap();
             assert_eq!(listed(), ["d2"]);
             // A member whose record is gone (a forget stopped half-way) is
             // dropped by the next listing.

@@ -169,7 +169,7 @@ pub(in crate::capi) fn apply_on_device<K: KvStore, H: HttpClient + ?Sized, C: Cl
 ) -> Result<OnDevice> {
     let (ctx, kube, cloud) = (deps.ctx, deps.kube, deps.cloud);
     let Some(observed) = apply::observe_device(cloud, device)? else {
-        apply::forget(ctx, device)?;
+        apply::DeviceRecord::new(ctx, device).forget()?;
         return Ok(OnDevice::Gone(delete_claims(kube, ns, name, &m.uid)?));
     };
     // The per-VLAN claims first: their addresses are allocated while the
@@ -209,7 +209,7 @@ pub fn apply_machine<K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized>(
 ) -> Result<(Report, String)> {
     let m = read_machine(kube, ns, name)?;
     let device = device_or_conflict(&m, ns, name)?;
-    apply::clear_released(ctx, &device)?;
+    apply::DeviceRecord::new(ctx, &device).clear_released()?;
     let deps = Deps {
         ctx,
         kube,
@@ -244,7 +244,7 @@ pub(in crate::capi) fn release_device<K: KvStore, H: HttpClient + ?Sized, C: Clo
 ) -> Result<(Option<Report>, usize)> {
     let (ctx, kube, cloud) = (deps.ctx, deps.kube, deps.cloud);
     let Some(observed) = apply::observe_device(cloud, device)? else {
-        apply::forget(ctx, device)?;
+        apply::DeviceRecord::new(ctx, device).forget()?;
         return Ok((None, delete_claims(kube, ns, name, uid)?));
     };
     let r = apply::apply(
@@ -297,7 +297,7 @@ pub fn release_machine<K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized>(
             .as_ref()
             .and_then(|i| i.metadata.annotation(PROFILE_ANNOTATION))
     });
-    apply::mark_released(ctx, &device, profile, ctx.env.now())?;
+    apply::DeviceRecord::new(ctx, &device).mark_released(profile, ctx.env.now())?;
     let deps = Deps {
         ctx,
         kube,
@@ -309,7 +309,7 @@ pub fn release_machine<K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized>(
         .as_ref()
         .is_some_and(|r| r.phase == apply::Phase::Converged)
     {
-        apply::release_done(ctx, &device)?;
+        apply::DeviceRecord::new(ctx, &device).release_done()?;
     }
     Ok((report, deleted))
 }
