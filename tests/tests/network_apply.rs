@@ -13,7 +13,7 @@ use std::sync::Arc;
 use metal_ipam_core::kv::Ctx;
 use metal_ipam_core::metal::client::Metal;
 use metal_ipam_core::metal::retry::RetryPolicy;
-use metal_ipam_core::network::apply::{self, Phase, Report, POLL_S};
+use metal_ipam_core::network::apply::{self, ApplyPhase, ApplyReport, POLL_S};
 use metal_ipam_core::network::batch::Direct;
 use metal_ipam_core::network::plan::{Desired, Step};
 use metal_ipam_core::network::profile::{Mode, Profile, VlanRef};
@@ -92,7 +92,7 @@ impl World {
             .await
     }
 
-    async fn apply_once(&self, d: &Desired) -> metal_ipam_core::Result<Report> {
+    async fn apply_once(&self, d: &Desired) -> metal_ipam_core::Result<ApplyReport> {
         let d = d.clone();
         self.run(move |ctx, m| apply::apply(ctx, m, &Direct(m), DEV, &d))
             .await
@@ -104,7 +104,7 @@ impl World {
         for _ in 0..40 {
             let r = self.apply_once(d).await.unwrap();
             issued.extend(r.issued);
-            if r.phase == Phase::Converged {
+            if r.phase == ApplyPhase::Converged {
                 return issued;
             }
         }
@@ -201,7 +201,7 @@ async fn every_mode_of_a_two_port_device_and_back() {
         // Converged: one read, no mutating call.
         w.sim.clear_requests();
         let r = w.apply_once(&d).await.unwrap();
-        assert_eq!((r.phase, r.issued.len()), (Phase::Converged, 0));
+        assert_eq!((r.phase, r.issued.len()), (ApplyPhase::Converged, 0));
         assert_eq!(w.writes(), 0, "{name}: a converged re-run wrote");
         assert_eq!(
             w.sim.requests().len(),
@@ -277,7 +277,7 @@ async fn two_applies_at_once_one_holds_the_device_both_converge() {
     let (a, b) = (a.unwrap(), b.unwrap());
     let waited = [&a, &b]
         .iter()
-        .filter(|r| matches!(&r.phase, Phase::InProgress { waiting, .. } if waiting.contains("another instance")))
+        .filter(|r| matches!(&r.phase, ApplyPhase::InProgress { waiting, .. } if waiting.contains("another instance")))
         .count();
     assert!(waited <= 1, "{a:?} {b:?}");
     let mut issued: Vec<Step> = a.issued.into_iter().chain(b.issued).collect();
@@ -307,7 +307,7 @@ async fn converges_despite(
     let mut converged = false;
     for _ in 0..40 {
         match w.apply_once(&d).await {
-            Ok(r) if r.phase == Phase::Converged => {
+            Ok(r) if r.phase == ApplyPhase::Converged => {
                 converged = true;
                 break;
             }
@@ -364,7 +364,7 @@ async fn a_failed_batch_is_reported_then_retried_and_a_frozen_device_refuses_mod
                 failed = Some(e);
                 break;
             }
-            Ok(r) => assert_ne!(r.phase, Phase::Converged),
+            Ok(r) => assert_ne!(r.phase, ApplyPhase::Converged),
         }
     }
     let e = failed.expect("the batch failure is reported");

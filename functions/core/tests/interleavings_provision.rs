@@ -57,7 +57,7 @@ use metal_ipam_core::ports::kv::{KvError, KvStore, Swap};
 use metal_ipam_core::ports::Env;
 use metal_ipam_core::provision::plan::{Decided, Progress, INTENT_LEASE_S};
 use metal_ipam_core::provision::record::ProgressRecord;
-use metal_ipam_core::provision::step::{deprovision, provision, Phase};
+use metal_ipam_core::provision::step::{deprovision, provision, ProvisionPhase};
 use metal_ipam_core::provision::target::{tag_for, Target};
 use metal_ipam_core::provision::transitions::{may_register, PoolRecord};
 use metal_ipam_core::testing::{Backend, MemKv, TestEnv};
@@ -558,7 +558,7 @@ fn recover_and_check(
         for u in &deleted {
             let t = Target::new(&id, &spec, Some(u), None);
             match deprovision(&ctx(kv, &env), &metal, &t).map(|r| r.phase) {
-                Ok(Phase::Gone) => {}
+                Ok(ProvisionPhase::Gone) => {}
                 Ok(_) => settled = false,
                 Err(e) => return Err(format!("recovery, teardown {u} (round {round}): {e}")),
             }

@@ -10,7 +10,7 @@ use metal_ipam_core::metal::client::{Metal, MetalConfig};
 use metal_ipam_core::metal::retry::RetryPolicy;
 use metal_ipam_core::provision::plan::{Decided, INTENT_LEASE_S};
 use metal_ipam_core::provision::record::read_state;
-use metal_ipam_core::provision::step::{deprovision, provision, Phase};
+use metal_ipam_core::provision::step::{deprovision, provision, ProvisionPhase};
 use metal_ipam_core::provision::target::Target;
 use metal_ipam_core::provision::transitions::{may_register, Begun, PoolRecord};
 use metal_ipam_core::testing::{Backend, Reply, ScriptedHttp, TestEnv, World};
@@ -94,7 +94,7 @@ fn everything_is_created_in_order_and_a_converged_run_writes_nothing() {
         let r = provision(&w.ctx(), &metal, &t).unwrap();
         assert_eq!(
             r.phase,
-            Phase::InProgress {
+            ProvisionPhase::InProgress {
                 waiting: "the Metal Gateway is ready".into(),
                 retry_after_s: 5
             },
@@ -138,7 +138,7 @@ fn everything_is_created_in_order_and_a_converged_run_writes_nothing() {
         let r = provision(&w.ctx(), &metal, &t).unwrap();
         assert_eq!(
             r.phase,
-            Phase::Ready {
+            ProvisionPhase::Ready {
                 block: ("10.10.1.0".parse().unwrap(), 29)
             }
         );
@@ -149,7 +149,7 @@ fn everything_is_created_in_order_and_a_converged_run_writes_nothing() {
         let http = ScriptedHttp::new(vec![("GET /ips/r1", block())]);
         let metal = Metal::new(&http, &cfg, &menv);
         let r = provision(&w.ctx(), &metal, &t).unwrap();
-        assert!(matches!(r.phase, Phase::Ready { .. }));
+        assert!(matches!(r.phase, ProvisionPhase::Ready { .. }));
         assert!(r.done.is_empty());
         assert_eq!(w.kv.dump(), before);
         http.assert_done();
@@ -189,7 +189,7 @@ fn a_lost_answer_is_found_by_tag_not_created_again() {
         assert!(
             matches!(
                 r.phase,
-                Phase::InProgress {
+                ProvisionPhase::InProgress {
                     retry_after_s: 1,
                     ..
                 }
@@ -250,7 +250,7 @@ fn a_second_instance_waits_while_the_first_creates() {
         let r = provision(&w.ctx(), &metal, &t).unwrap();
         assert_eq!(
             r.phase,
-            Phase::InProgress {
+            ProvisionPhase::InProgress {
                 waiting: "another instance is creating the vrf".into(),
                 retry_after_s: INTENT_LEASE_S
             }
@@ -326,7 +326,7 @@ fn teardown_deletes_what_was_created_keeps_what_was_adopted_in_order() {
         let metal = Metal::new(&http, &cfg, &menv);
         assert!(matches!(
             provision(&w.ctx(), &metal, &t).unwrap().phase,
-            Phase::Ready { .. }
+            ProvisionPhase::Ready { .. }
         ));
         http.assert_done();
 
@@ -342,7 +342,11 @@ fn teardown_deletes_what_was_created_keeps_what_was_adopted_in_order() {
         ]);
         let metal = Metal::new(&http, &cfg, &menv);
         let r = deprovision(&w.ctx(), &metal, &t).unwrap();
-        assert!(matches!(r.phase, Phase::InProgress { .. }), "{:?}", r.phase);
+        assert!(
+            matches!(r.phase, ProvisionPhase::InProgress { .. }),
+            "{:?}",
+            r.phase
+        );
         http.assert_done();
 
         let http = ScriptedHttp::new(vec![
@@ -355,7 +359,7 @@ fn teardown_deletes_what_was_created_keeps_what_was_adopted_in_order() {
         ]);
         let metal = Metal::new(&http, &cfg, &menv);
         let r = deprovision(&w.ctx(), &metal, &t).unwrap();
-        assert_eq!(r.phase, Phase::Gone);
+        assert_eq!(r.phase, ProvisionPhase::Gone);
         assert!(r.done.iter().any(|d| d == "kept vlan n1"), "{:?}", r.done);
         http.assert_done();
 
@@ -365,7 +369,7 @@ fn teardown_deletes_what_was_created_keeps_what_was_adopted_in_order() {
         let metal = Metal::new(&http, &cfg, &menv);
         assert_eq!(
             deprovision(&w.ctx(), &metal, &t).unwrap().phase,
-            Phase::Gone
+            ProvisionPhase::Gone
         );
         assert_eq!(w.kv.dump(), before);
     }
@@ -429,7 +433,7 @@ fn provision_adopted(w: &World, t: &Target<'_>) {
     let metal = Metal::new(&http, &cfg, &menv);
     assert!(matches!(
         provision(&w.ctx(), &metal, t).unwrap().phase,
-        Phase::Ready { .. }
+        ProvisionPhase::Ready { .. }
     ));
     http.assert_done();
 }
@@ -456,7 +460,7 @@ fn teardown_keeping_the_vrf(w: &World, t: &Target<'_>) -> Vec<String> {
     let (cfg, menv) = (cfg(), TestEnv::at(0));
     let metal = Metal::new(&http, &cfg, &menv);
     let r = deprovision(&w.ctx(), &metal, t).unwrap();
-    assert_eq!(r.phase, Phase::Gone);
+    assert_eq!(r.phase, ProvisionPhase::Gone);
     http.assert_done();
     r.done
 }
@@ -535,7 +539,7 @@ fn a_spec_metal_edit_after_provisioning_is_refused_naming_the_field() {
     let t = Target::new(&pool, &spec, Some("u-1"), None);
     assert!(matches!(
         provision(&w.ctx(), &metal, &t).unwrap().phase,
-        Phase::Ready { .. }
+        ProvisionPhase::Ready { .. }
     ));
 }
 
@@ -614,7 +618,7 @@ fn teardown_waits_out_a_live_intent_then_looks_for_its_resource() {
         let r = deprovision(&w.ctx(), &metal, &t).unwrap();
         assert_eq!(
             r.phase,
-            Phase::InProgress {
+            ProvisionPhase::InProgress {
                 waiting: "another instance is creating the vrf: it is torn down once recorded"
                     .into(),
                 retry_after_s: INTENT_LEASE_S - 10
@@ -643,7 +647,7 @@ fn teardown_waits_out_a_live_intent_then_looks_for_its_resource() {
         let metal = Metal::new(&http, &cfg, &menv);
         assert_eq!(
             deprovision(&w.ctx(), &metal, &t).unwrap().phase,
-            Phase::Gone
+            ProvisionPhase::Gone
         );
         http.assert_done();
         // The creator's late answer is refused: it deletes its own.
@@ -684,7 +688,10 @@ fn an_earlier_incarnations_leftovers_are_torn_down_before_anything_is_created() 
     let (cfg, menv) = (cfg(), TestEnv::at(0));
     let metal = Metal::new(&http, &cfg, &menv);
     let r = provision(&c, &metal, &t).unwrap();
-    assert!(matches!(r.phase, Phase::InProgress { .. }), "{r:?}");
+    assert!(
+        matches!(r.phase, ProvisionPhase::InProgress { .. }),
+        "{r:?}"
+    );
     http.assert_done();
     let p = read_state(&w.kv, &pool).unwrap().unwrap();
     assert_eq!(p.uid.as_deref(), Some("u-1"));
@@ -718,7 +725,7 @@ fn teardown_counts_what_is_already_gone_as_deleted() {
         let metal = Metal::new(&http, &cfg, &menv);
         assert!(matches!(
             provision(&w.ctx(), &metal, &t).unwrap().phase,
-            Phase::Ready { .. }
+            ProvisionPhase::Ready { .. }
         ));
         let gone = || Reply::json(404, json!({"error": "Not found"}));
         let http = ScriptedHttp::new(vec![
@@ -751,7 +758,7 @@ fn teardown_counts_what_is_already_gone_as_deleted() {
         ]);
         let metal = Metal::new(&http, &cfg, &menv);
         let r = deprovision(&w.ctx(), &metal, &t).unwrap();
-        assert_eq!(r.phase, Phase::Gone, "{b:?}: {:?}", r.done);
+        assert_eq!(r.phase, ProvisionPhase::Gone, "{b:?}: {:?}", r.done);
         http.assert_done();
     }
 }

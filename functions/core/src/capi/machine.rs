@@ -20,7 +20,7 @@ use crate::cloud::Cloud;
 use crate::error::Result;
 use crate::kube::{self, Kube, Resource};
 use crate::kv::Ctx;
-use crate::network::apply::{self, ApplyState, Phase, Report};
+use crate::network::apply::{self, ApplyPhase, ApplyReport, ApplyState};
 use crate::network::batch::VlanBatches;
 use crate::ports::http::HttpClient;
 use crate::ports::kv::KvStore;
@@ -38,11 +38,11 @@ pub enum Synced {
     /// the next sync) applies it once the device is active.
     WaitingForDevice,
     /// The profile applied (converged or in progress).
-    Applied(Report),
+    Applied(ApplyReport),
     /// The annotation removed from a machine whose device we configured,
     /// or the operator's release not done yet: released (`None` once
     /// done, with the claims deleted).
-    Released(Option<Report>, usize),
+    Released(Option<ApplyReport>, usize),
     /// The operator released the device (`DELETE …/network`) and the
     /// annotation is as it was then: left alone, no Metal call.
     ReleasedByOperator,
@@ -69,7 +69,7 @@ impl Synced {
     }
 
     /// The apply's report, when one ran.
-    pub fn report(&self) -> Option<&Report> {
+    pub fn report(&self) -> Option<&ApplyReport> {
         match self {
             Synced::Applied(r) | Synced::Released(Some(r), _) => Some(r),
             _ => None,
@@ -90,7 +90,7 @@ impl Synced {
             Synced::Absent => StepResult::Absent,
             Synced::Ignored => StepResult::Ignored,
             Synced::WaitingForDevice => StepResult::Waiting,
-            Synced::Applied(r) if r.phase == Phase::Converged => StepResult::Synced,
+            Synced::Applied(r) if r.phase == ApplyPhase::Converged => StepResult::Synced,
             Synced::Applied(_) | Synced::Released(Some(_), _) => StepResult::Waiting,
             Synced::Released(None, _) => StepResult::Released,
             Synced::ReleasedByOperator => StepResult::Kept,
@@ -187,7 +187,10 @@ impl<K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized> MachineHandler<'_, '
         }
         let who = (self.ns, self.name, Self::uid(o));
         let (report, deleted) = release_device(&self.deps, who, d)?;
-        if report.as_ref().is_some_and(|r| r.phase != Phase::Converged) {
+        if report
+            .as_ref()
+            .is_some_and(|r| r.phase != ApplyPhase::Converged)
+        {
             return Ok(Synced::Released(report, deleted));
         }
         apply::DeviceRecord::new(self.deps.ctx, d).forget()?;
@@ -217,7 +220,7 @@ impl<K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized> MachineHandler<'_, '
         let who = (self.ns, self.name, Self::uid(o));
         let (report, deleted) = release_device(&self.deps, who, d)?;
         Ok(Some(match report {
-            Some(r) if r.phase == Phase::Converged => {
+            Some(r) if r.phase == ApplyPhase::Converged => {
                 apply::DeviceRecord::new(self.deps.ctx, d).release_done()?;
                 Synced::Released(None, deleted)
             }

@@ -51,7 +51,7 @@ use crate::ports::http::HttpClient;
 use crate::ports::kv::KvStore;
 use crate::provision::plan::{owner, Owner, Progress};
 use crate::provision::record::{read_progress, read_state};
-use crate::provision::step::{self, Phase};
+use crate::provision::step::{self, ProvisionPhase};
 use crate::provision::target::Target;
 use crate::provision::transitions::{may_register, Begun, PoolRecord};
 use crate::provision::vrf_cloud::VrfCloud;
@@ -295,15 +295,15 @@ fn teardown<K: KvStore, H: HttpClient + ?Sized, C: VrfCloud + ?Sized>(
     }
     let report = step::deprovision(ctx, h.cloud, target)?;
     match report.phase {
-        Phase::Gone => deleted(format!(" ({})", report.done.join(", "))),
-        Phase::InProgress {
+        ProvisionPhase::Gone => deleted(format!(" ({})", report.done.join(", "))),
+        ProvisionPhase::InProgress {
             waiting: w,
             retry_after_s,
         } => {
             let v = waiting(&report.progress, Reason::MetalTearingDown, w, retry_after_s);
             Ok(Cleanup::Pending(v))
         }
-        Phase::Ready { .. } => unreachable!("teardown never reports ready"),
+        ProvisionPhase::Ready { .. } => unreachable!("teardown never reports ready"),
     }
 }
 
@@ -363,11 +363,11 @@ fn provision<K: KvStore, H: HttpClient + ?Sized, C: VrfCloud + ?Sized>(
         Err(e) => return Err(e),
     };
     match report.phase {
-        Phase::Ready { block } => {
+        ProvisionPhase::Ready { block } => {
             let uid = target.uid.as_deref();
             register(h, object, (block, uid), &report.progress)
         }
-        Phase::InProgress {
+        ProvisionPhase::InProgress {
             waiting: w,
             retry_after_s,
         } => Ok(waiting(
@@ -376,7 +376,7 @@ fn provision<K: KvStore, H: HttpClient + ?Sized, C: VrfCloud + ?Sized>(
             w,
             retry_after_s,
         )),
-        Phase::Gone => unreachable!("provisioning never reports gone"),
+        ProvisionPhase::Gone => unreachable!("provisioning never reports gone"),
     }
 }
 

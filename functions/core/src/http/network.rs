@@ -239,13 +239,13 @@ pub(crate) fn machines_of<K: KvStore, H: HttpClient + ?Sized>(
 fn network_answer(
     route: &'static str,
     outcome: &'static str,
-    report: Option<&crate::network::apply::Report>,
+    report: Option<&crate::network::apply::ApplyReport>,
     none: Value,
     ns: &str,
     name: &str,
 ) -> ApiResponse {
     let machine = format!("{ns}/{name}");
-    let mut body = report.map_or(none, crate::network::apply::Report::to_json);
+    let mut body = report.map_or(none, crate::network::apply::ApplyReport::to_json);
     body["machine"] = machine.clone().into();
     let r = ApiResponse::success(200, Some(body), route, outcome).touching("machine", machine);
     match report.and_then(|r| r.phase.retry_after()) {

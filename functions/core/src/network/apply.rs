@@ -615,7 +615,7 @@ enum Taken {
 
 /// Where an apply stands after an invocation.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Phase {
+pub enum ApplyPhase {
     /// The device is as desired: nothing left to do.
     Converged,
     /// A step is running, or another instance holds the device: run again
@@ -628,12 +628,12 @@ pub enum Phase {
     },
 }
 
-impl Phase {
+impl ApplyPhase {
     /// `converged` or `in-progress` (bodies and log outcomes).
     pub fn name(&self) -> &'static str {
         match self {
-            Phase::Converged => "converged",
-            Phase::InProgress { .. } => "in-progress",
+            ApplyPhase::Converged => "converged",
+            ApplyPhase::InProgress { .. } => "in-progress",
         }
     }
 
@@ -641,30 +641,30 @@ impl Phase {
     /// converged.
     pub fn retry_after(&self) -> Option<u64> {
         match self {
-            Phase::Converged => None,
-            Phase::InProgress { retry_after, .. } => Some(*retry_after),
+            ApplyPhase::Converged => None,
+            ApplyPhase::InProgress { retry_after, .. } => Some(*retry_after),
         }
     }
 }
 
 /// What an invocation did.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Report {
+pub struct ApplyReport {
     /// Where it stands.
-    pub phase: Phase,
+    pub phase: ApplyPhase,
     /// The plan from the last observation (what is left).
     pub remaining: Vec<Step>,
     /// The steps this invocation issued.
     pub issued: Vec<Step>,
 }
 
-impl Report {
+impl ApplyReport {
     /// As JSON (`phase`, `remaining`, `issued`).
     pub fn to_json(&self) -> Value {
         let mut v = json!({"phase": self.phase.name(),
             "remaining": self.remaining.iter().map(Step::to_json).collect::<Vec<_>>(),
             "issued": self.issued.iter().map(Step::to_json).collect::<Vec<_>>()});
-        if let Phase::InProgress {
+        if let ApplyPhase::InProgress {
             waiting,
             retry_after,
         } = &self.phase
@@ -675,9 +675,9 @@ impl Report {
         v
     }
 
-    fn waiting(waiting: &str, retry_after: u64) -> Report {
-        Report {
-            phase: Phase::InProgress {
+    fn waiting(waiting: &str, retry_after: u64) -> ApplyReport {
+        ApplyReport {
+            phase: ApplyPhase::InProgress {
                 waiting: waiting.into(),
                 retry_after,
             },
@@ -783,7 +783,7 @@ pub fn apply<K: KvStore, C: Cloud + ?Sized>(
     batches: &dyn VlanBatches,
     device: &str,
     desired: &Desired,
-) -> Result<Report> {
+) -> Result<ApplyReport> {
     run(ctx, cloud, batches, device, desired, false).map(|r| r.unwrap_or_else(released_report))
 }
 
@@ -801,12 +801,12 @@ pub fn apply_profile<K: KvStore, C: Cloud + ?Sized>(
     batches: &dyn VlanBatches,
     device: &str,
     desired: &Desired,
-) -> Result<Option<Report>> {
+) -> Result<Option<ApplyReport>> {
     run(ctx, cloud, batches, device, desired, true)
 }
 
-fn released_report() -> Report {
-    Report::waiting("the operator released this device", POLL_S)
+fn released_report() -> ApplyReport {
+    ApplyReport::waiting("the operator released this device", POLL_S)
 }
 
 fn run<K: KvStore, C: Cloud + ?Sized>(
@@ -816,14 +816,14 @@ fn run<K: KvStore, C: Cloud + ?Sized>(
     device: &str,
     desired: &Desired,
     honour_release: bool,
-) -> Result<Option<Report>> {
+) -> Result<Option<ApplyReport>> {
     let record = DeviceRecord::new(ctx, device);
     let token = ctx.env.token();
     let now = ctx.env.now();
     match record.lease_for(&token, now, honour_release)? {
         Taken::Held => {}
         Taken::Busy(left) => {
-            return Ok(Some(Report::waiting(
+            return Ok(Some(ApplyReport::waiting(
                 "another instance is applying to this device",
                 left,
             )))
@@ -842,7 +842,7 @@ fn run<K: KvStore, C: Cloud + ?Sized>(
     let out = match rounds(ctx, cloud, batches, device, desired, &holder, now) {
         // The lease passed on (this instance stalled): the new holder
         // goes on; nothing was called outside the lease.
-        Err(e) if is_lease_lost(&e) => Ok(Report::waiting(
+        Err(e) if is_lease_lost(&e) => Ok(ApplyReport::waiting(
             "the lease passed to another instance",
             POLL_S,
         )),
@@ -882,7 +882,7 @@ fn rounds<K: KvStore, C: Cloud + ?Sized>(
     desired: &Desired,
     holder: &Holder<'_>,
     started: u64,
-) -> Result<Report> {
+) -> Result<ApplyReport> {
     let record = DeviceRecord::new(ctx, device);
     let mut issued = Vec::new();
     for _ in 0..MAX_ROUNDS {
@@ -903,8 +903,8 @@ fn rounds<K: KvStore, C: Cloud + ?Sized>(
             let done = running_done(ctx, batches, device, holder, r, &observed)?;
             if !done && now < r.at.saturating_add(RUNNING_S) {
                 let remaining = plan(&observed, desired)?;
-                return Ok(Report {
-                    phase: Phase::InProgress {
+                return Ok(ApplyReport {
+                    phase: ApplyPhase::InProgress {
                         waiting: format!("{} on {}", r.step.action, r.step.port),
                         retry_after: POLL_S,
                     },
@@ -917,8 +917,8 @@ fn rounds<K: KvStore, C: Cloud + ?Sized>(
         }
         let steps = plan(&observed, desired)?;
         let Some(next) = steps.first().cloned() else {
-            return Ok(Report {
-                phase: Phase::Converged,
+            return Ok(ApplyReport {
+                phase: ApplyPhase::Converged,
                 remaining: steps,
                 issued,
             });
@@ -930,8 +930,8 @@ fn rounds<K: KvStore, C: Cloud + ?Sized>(
         Some(o) => plan(&o, desired)?,
         None => Vec::new(),
     };
-    Ok(Report {
-        phase: Phase::InProgress {
+    Ok(ApplyReport {
+        phase: ApplyPhase::InProgress {
             waiting: "more steps".into(),
             retry_after: 1,
         },

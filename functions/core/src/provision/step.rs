@@ -28,7 +28,7 @@ pub const GATEWAY_POLL_S: u64 = 5;
 
 /// Where provisioning or teardown stands after an invocation.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Phase {
+pub enum ProvisionPhase {
     /// Every resource exists and the gateway is active.
     Ready {
         /// The block: network address and prefix length.
@@ -49,9 +49,9 @@ pub enum Phase {
 
 /// What an invocation did and where it stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Report {
+pub struct ProvisionReport {
     /// Where it stands.
-    pub phase: Phase,
+    pub phase: ProvisionPhase,
     /// The resources held afterwards.
     pub progress: Progress,
     /// What it did, in order (`created vrf <id>`, …), for the log.
@@ -69,7 +69,7 @@ enum Round {
     /// Plan again.
     Again,
     /// Answer this.
-    Stop(Phase, Box<Progress>),
+    Stop(ProvisionPhase, Box<Progress>),
 }
 
 /// Whose record [`provision`] works on this round.
@@ -80,7 +80,7 @@ enum Turn {
     /// incarnation's teardown moved on): read it again.
     Again,
     /// An earlier incarnation's teardown is in progress: answer this.
-    Wait(Phase),
+    Wait(ProvisionPhase),
 }
 
 /// Provisions the pool's resources, up to [`MAX_ROUNDS`] actions. The
@@ -105,7 +105,7 @@ pub fn provision<K: KvStore, C: VrfCloud + ?Sized>(
     ctx: &Ctx<'_, K>,
     cloud: &C,
     t: &Target<'_>,
-) -> Result<Report> {
+) -> Result<ProvisionReport> {
     let d = Driver { ctx, cloud };
     let mut done = Vec::new();
     let mut indexed = false;
@@ -122,7 +122,7 @@ pub fn provision<K: KvStore, C: VrfCloud + ?Sized>(
             Turn::Plan(p) => *p,
             Turn::Again => continue,
             Turn::Wait(phase) => {
-                return Ok(Report {
+                return Ok(ProvisionReport {
                     phase,
                     progress: Progress::default(),
                     done,
@@ -164,19 +164,19 @@ pub fn deprovision<K: KvStore, C: VrfCloud + ?Sized>(
     ctx: &Ctx<'_, K>,
     cloud: &C,
     t: &Target<'_>,
-) -> Result<Report> {
+) -> Result<ProvisionReport> {
     let d = Driver { ctx, cloud };
     let uid = t.uid.as_deref();
     let mut done = Vec::new();
     for _ in 0..MAX_ROUNDS {
         let cur = read_state(ctx.kv, t.id)?;
-        let gone = |done: Vec<String>| -> Result<Report> {
+        let gone = |done: Vec<String>| -> Result<ProvisionReport> {
             // Torn down: the pool index need not list it for its Metal
             // resources any more (a failure here is repaired by the
             // reconcile's tidy).
             let _ = crate::ipam::index::unlist_metal(ctx, t.id);
-            Ok(Report {
-                phase: Phase::Gone,
+            Ok(ProvisionReport {
+                phase: ProvisionPhase::Gone,
                 progress: Progress::default(),
                 done,
             })
@@ -208,7 +208,7 @@ pub fn deprovision<K: KvStore, C: VrfCloud + ?Sized>(
         let of = t.with_uid(p.uid.as_deref());
         match d.teardown_round(&of, &p, &retire, &mut done)? {
             Round::Again => {}
-            Round::Stop(Phase::Gone, _) => return gone(done),
+            Round::Stop(ProvisionPhase::Gone, _) => return gone(done),
             Round::Stop(phase, progress) => return Ok(stopped(phase, progress, done)),
         }
     }
@@ -246,8 +246,8 @@ impl<'k, K: KvStore, C: VrfCloud + ?Sized> Driver<'_, 'k, K, C> {
                 }
                 let earlier = t.with_uid(Some(&v));
                 match self.teardown_round(&earlier, &p, std::slice::from_ref(&v), done)? {
-                    Round::Stop(Phase::InProgress { waiting, retry_after_s }, _) => {
-                        Ok(Turn::Wait(Phase::InProgress {
+                    Round::Stop(ProvisionPhase::InProgress { waiting, retry_after_s }, _) => {
+                        Ok(Turn::Wait(ProvisionPhase::InProgress {
                             waiting: format!(
                                 "tearing down the Metal resources of an earlier pool of this name (uid {v}) first: {waiting}"
                             ),
@@ -278,7 +278,7 @@ impl<'k, K: KvStore, C: VrfCloud + ?Sized> Driver<'_, 'k, K, C> {
         now: u64,
         done: &mut Vec<String>,
     ) -> Result<Round> {
-        let waiting = |waiting: String, retry_after_s| Phase::InProgress {
+        let waiting = |waiting: String, retry_after_s| ProvisionPhase::InProgress {
             waiting,
             retry_after_s,
         };
@@ -326,7 +326,10 @@ impl<'k, K: KvStore, C: VrfCloud + ?Sized> Driver<'_, 'k, K, C> {
             }
             Action::Ready => {
                 let block = self.cloud.block(&progress)?;
-                return Ok(Round::Stop(Phase::Ready { block }, Box::new(progress)));
+                return Ok(Round::Stop(
+                    ProvisionPhase::Ready { block },
+                    Box::new(progress),
+                ));
             }
         }
         Ok(Round::Again)
@@ -440,7 +443,7 @@ impl<'k, K: KvStore, C: VrfCloud + ?Sized> Driver<'_, 'k, K, C> {
         match plan::teardown(t.spec, p, self.ctx.env.now()) {
             Teardown::WaitForCreation(r, s) => {
                 return Ok(Round::Stop(
-                    Phase::InProgress {
+                    ProvisionPhase::InProgress {
                         waiting: format!(
                             "another instance is creating the {}: it is torn down once recorded",
                             r.field()
@@ -477,7 +480,7 @@ impl<'k, K: KvStore, C: VrfCloud + ?Sized> Driver<'_, 'k, K, C> {
             Teardown::AwaitGatewayGone => return self.gateway_gone(t, p, done),
             Teardown::Done => {
                 if record.finish_teardown(retire)? {
-                    return Ok(Round::Stop(Phase::Gone, Box::default()));
+                    return Ok(Round::Stop(ProvisionPhase::Gone, Box::default()));
                 }
             }
         }
@@ -525,7 +528,7 @@ impl<'k, K: KvStore, C: VrfCloud + ?Sized> Driver<'_, 'k, K, C> {
         let id = p.held_id(Resource::Gateway)?;
         if !self.cloud.gateway_gone(&id)? {
             return Ok(Round::Stop(
-                Phase::InProgress {
+                ProvisionPhase::InProgress {
                     waiting: "the Metal Gateway is being deleted".into(),
                     retry_after_s: GATEWAY_POLL_S,
                 },
@@ -540,8 +543,8 @@ impl<'k, K: KvStore, C: VrfCloud + ?Sized> Driver<'_, 'k, K, C> {
 }
 
 /// The report of an invocation that stopped at `phase` on `progress`.
-fn stopped(phase: Phase, progress: Box<Progress>, done: Vec<String>) -> Report {
-    Report {
+fn stopped(phase: ProvisionPhase, progress: Box<Progress>, done: Vec<String>) -> ProvisionReport {
+    ProvisionReport {
         phase,
         progress: *progress,
         done,
@@ -549,9 +552,13 @@ fn stopped(phase: Phase, progress: Box<Progress>, done: Vec<String>) -> Report {
 }
 
 /// The report of an invocation that used its [`MAX_ROUNDS`]: call again.
-fn used_all_rounds<K: KvStore>(ctx: &Ctx<'_, K>, id: &PoolId, done: Vec<String>) -> Result<Report> {
-    Ok(Report {
-        phase: Phase::InProgress {
+fn used_all_rounds<K: KvStore>(
+    ctx: &Ctx<'_, K>,
+    id: &PoolId,
+    done: Vec<String>,
+) -> Result<ProvisionReport> {
+    Ok(ProvisionReport {
+        phase: ProvisionPhase::InProgress {
             waiting: "more steps".into(),
             retry_after_s: 1,
         },

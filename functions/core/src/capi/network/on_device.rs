@@ -13,7 +13,7 @@ use crate::ipam::pool::PoolId;
 use crate::ipam::vrf::Resource as MetalResource;
 use crate::kube::Kube;
 use crate::kv::Ctx;
-use crate::network::apply::{self, Report};
+use crate::network::apply::{self, ApplyReport};
 use crate::network::batch::VlanBatches;
 use crate::network::plan::{Desired, Observed, Step};
 use crate::network::profile::{PoolName, Profile, VlanRef};
@@ -151,7 +151,7 @@ pub fn plan_machine<K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized>(
 /// What applying a profile to a device came to.
 pub(in crate::capi) enum OnDevice {
     /// The apply ran (converged or in progress).
-    Applied(Report),
+    Applied(ApplyReport),
     /// The operator released the device meanwhile (nothing called).
     Released,
     /// The device is gone: record forgotten, claims deleted (how many).
@@ -179,7 +179,7 @@ pub(in crate::capi) fn apply_on_device<K: KvStore, H: HttpClient + ?Sized, C: Cl
     let Some(report) = apply::apply_profile(ctx, cloud, deps.batches, device, &desired)? else {
         return Ok(OnDevice::Released);
     };
-    if report.phase == apply::Phase::Converged {
+    if report.phase == apply::ApplyPhase::Converged {
         delete_stale(kube, ns, &claims.stale)?;
     }
     Ok(OnDevice::Applied(report))
@@ -206,7 +206,7 @@ pub fn apply_machine<K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized>(
     batches: &dyn VlanBatches,
     ns: &str,
     name: &str,
-) -> Result<(Report, String)> {
+) -> Result<(ApplyReport, String)> {
     let m = read_machine(kube, ns, name)?;
     let device = device_or_conflict(&m, ns, name)?;
     apply::DeviceRecord::new(ctx, &device).clear_released()?;
@@ -219,8 +219,8 @@ pub fn apply_machine<K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized>(
     match apply_on_device(&deps, (ns, name), &m, &device)? {
         OnDevice::Applied(r) => Ok((r, device)),
         OnDevice::Released => Ok((
-            Report {
-                phase: apply::Phase::InProgress {
+            ApplyReport {
+                phase: apply::ApplyPhase::InProgress {
                     waiting: "the operator released this device meanwhile".into(),
                     retry_after: apply::POLL_S,
                 },
@@ -241,7 +241,7 @@ pub(in crate::capi) fn release_device<K: KvStore, H: HttpClient + ?Sized, C: Clo
     deps: &Deps<'_, '_, K, H, C>,
     (ns, name, uid): (&str, &str, &str),
     device: &str,
-) -> Result<(Option<Report>, usize)> {
+) -> Result<(Option<ApplyReport>, usize)> {
     let (ctx, kube, cloud) = (deps.ctx, deps.kube, deps.cloud);
     let Some(observed) = apply::observe_device(cloud, device)? else {
         apply::DeviceRecord::new(ctx, device).forget()?;
@@ -254,7 +254,7 @@ pub(in crate::capi) fn release_device<K: KvStore, H: HttpClient + ?Sized, C: Clo
         device,
         &Desired::teardown(&observed),
     )?;
-    if r.phase != apply::Phase::Converged {
+    if r.phase != apply::ApplyPhase::Converged {
         return Ok((Some(r), 0));
     }
     Ok((Some(r), delete_claims(kube, ns, name, uid)?))
@@ -283,7 +283,7 @@ pub fn release_machine<K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized>(
     batches: &dyn VlanBatches,
     ns: &str,
     name: &str,
-) -> Result<(Option<Report>, usize)> {
+) -> Result<(Option<ApplyReport>, usize)> {
     let Some((machine, infra)) = machine_and_infra(kube, ns, name)? else {
         return Ok((None, 0));
     };
@@ -307,7 +307,7 @@ pub fn release_machine<K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized>(
     let (report, deleted) = release_device(&deps, (ns, name, &uid), &device)?;
     if report
         .as_ref()
-        .is_some_and(|r| r.phase == apply::Phase::Converged)
+        .is_some_and(|r| r.phase == apply::ApplyPhase::Converged)
     {
         apply::DeviceRecord::new(ctx, &device).release_done()?;
     }
