@@ -15,7 +15,7 @@ use metal_ipam_core::metal::client::Metal;
 use metal_ipam_core::metal::retry::RetryPolicy;
 use metal_ipam_core::network::apply::{self, ApplyPhase, ApplyReport, POLL_S};
 use metal_ipam_core::network::batch::Direct;
-use metal_ipam_core::network::plan::{Desired, Step};
+use metal_ipam_core::network::plan::{Desired, PortStep};
 use metal_ipam_core::network::profile::{Mode, Profile, VlanRef};
 use metal_ipam_core::testing::{Backend, MemKv, TestEnv};
 use metal_ipam_tests::metal_sim::{BlockingHttp, Fault, MetalSim, SimConfig};
@@ -86,7 +86,7 @@ impl World {
         .unwrap()
     }
 
-    async fn dry_run(&self, d: &Desired) -> Vec<Step> {
+    async fn dry_run(&self, d: &Desired) -> Vec<PortStep> {
         let d = d.clone();
         self.run(move |_, m| apply::observe_and_plan(m, DEV, &d).unwrap())
             .await
@@ -99,7 +99,7 @@ impl World {
     }
 
     /// Applies until converged; returns the steps issued, in order.
-    async fn converge(&self, d: &Desired) -> Vec<Step> {
+    async fn converge(&self, d: &Desired) -> Vec<PortStep> {
         let mut issued = Vec::new();
         for _ in 0..40 {
             let r = self.apply_once(d).await.unwrap();
@@ -280,7 +280,7 @@ async fn two_applies_at_once_one_holds_the_device_both_converge() {
         .filter(|r| matches!(&r.phase, ApplyPhase::InProgress { waiting, .. } if waiting.contains("another instance")))
         .count();
     assert!(waited <= 1, "{a:?} {b:?}");
-    let mut issued: Vec<Step> = a.issued.into_iter().chain(b.issued).collect();
+    let mut issued: Vec<PortStep> = a.issued.into_iter().chain(b.issued).collect();
     issued.extend(w.converge(&d).await);
     assert_eq!(issued, planned, "each step issued once");
     assert_eq!(w.mode("bond0"), "layer2-individual");

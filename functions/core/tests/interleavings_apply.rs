@@ -94,7 +94,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use metal_ipam_core::network::apply::{
     self, Holder, StepRecord, CALL_S, LEASE_S, MAX_ROUNDS, RUNNING_S,
 };
-use metal_ipam_core::network::plan::{Action, Step};
+use metal_ipam_core::network::plan::{Action, PortStep};
 use metal_ipam_core::ports::kv::{KvError, KvStore, Swap};
 use metal_ipam_core::ports::Env;
 use metal_ipam_core::testing::{Backend, MemKv, TestEnv};
@@ -123,8 +123,8 @@ type Verdict = std::result::Result<(), String>;
 
 /// The device's plan: convert to layer 2, assign a VLAN (a batch), set it
 /// native; its last `steps` steps.
-fn plan(steps: usize) -> Vec<Step> {
-    let step = |action| Step {
+fn plan(steps: usize) -> Vec<PortStep> {
+    let step = |action| PortStep {
         port: "bond0".into(),
         port_id: PORT_ID.into(),
         action,
@@ -157,7 +157,7 @@ struct Grant {
 /// Metal, as far as the protocol can tell: the calls made on the device's
 /// port, and what the checker saw at each lease taken and call made.
 struct Metal {
-    plan: Vec<Step>,
+    plan: Vec<PortStep>,
     calls: Mutex<Vec<Call>>,
     grants: Mutex<Vec<Grant>>,
     violations: Mutex<Vec<String>>,
@@ -1096,7 +1096,7 @@ fn a_late_batch_id_is_not_lent_to_a_later_step() {
     let kv = MemKv::new(Backend::SpinSqlite);
     let env = TestEnv::at(NOW);
     let c = Ctx::auto(&kv, &env);
-    let step = |action| Step {
+    let step = |action| PortStep {
         port: "bond0".into(),
         port_id: PORT_ID.into(),
         action,

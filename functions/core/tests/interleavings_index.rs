@@ -37,7 +37,7 @@ use metal_ipam_core::ipam::ops::{self, Found};
 use metal_ipam_core::ipam::pool::{PoolId, PoolKind, PoolObject};
 use metal_ipam_core::ipam::store::{self, Next};
 use metal_ipam_core::kv::protocol::GUARD_STALL_S;
-use metal_ipam_core::kv::Step;
+use metal_ipam_core::kv::Decision;
 use metal_ipam_core::kv::{keys, Ctx};
 use metal_ipam_core::ports::kv::{KvError, KvStore, Swap};
 use metal_ipam_core::testing::{Backend, MemKv, TestEnv};
@@ -124,7 +124,7 @@ fn perform<K: KvStore>(op: Op, kv: &K, env: &SchedEnv) -> Result<(), String> {
             let o = p.object(false);
             let v = o.spec.validate().unwrap();
             store::update_pool(&c, &p.id(), |_| {
-                Ok(Step::Write(
+                Ok(Decision::Write(
                     Box::new(Next {
                         pool: Some((o.clone(), v.clone())),
                         state: PoolState::default(),

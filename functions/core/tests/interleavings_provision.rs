@@ -442,13 +442,13 @@ fn reviving_creator<K: KvStore, H: HttpClient + ?Sized>(
     metal: &Metal<'_, H, dyn Env + '_>,
     t: &Target<'_>,
 ) -> metal_ipam_core::error::Result<String> {
-    use metal_ipam_core::kv::protocol::{update_record, Step};
+    use metal_ipam_core::kv::protocol::{update_record, Decision};
     use metal_ipam_core::provision::plan::{Held, Intent};
     let now = c.env.now();
     let won = update_record::<K, ProgressRecord, bool>(c, t.id, |cur| {
         let mut p = revived(cur);
         if p.vrf.is_some() || p.intent.is_some() {
-            return Ok(Step::Done(false));
+            return Ok(Decision::Done(false));
         }
         p.intent = Some(Intent {
             resource: Resource::Vrf,
@@ -456,7 +456,7 @@ fn reviving_creator<K: KvStore, H: HttpClient + ?Sized>(
             at: now,
             decided: Some(decided()),
         });
-        Ok(Step::Write(Box::new(p), true))
+        Ok(Decision::Write(Box::new(p), true))
     })?;
     if !won {
         return Ok("another creates".into());
@@ -474,7 +474,7 @@ fn reviving_creator<K: KvStore, H: HttpClient + ?Sized>(
     update_record::<K, ProgressRecord, ()>(c, t.id, |cur| {
         let mut p = revived(cur);
         if p.vrf.is_some() {
-            return Ok(Step::Done(()));
+            return Ok(Decision::Done(()));
         }
         p.set(
             Resource::Vrf,
@@ -484,7 +484,7 @@ fn reviving_creator<K: KvStore, H: HttpClient + ?Sized>(
                 decided: Some(decided()),
             }),
         );
-        Ok(Step::Write(Box::new(p), ()))
+        Ok(Decision::Write(Box::new(p), ()))
     })?;
     Ok(format!("created {}", vrf.id))
 }

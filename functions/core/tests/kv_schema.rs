@@ -424,7 +424,7 @@ fn backends_for(old: &Value) -> Vec<metal_ipam_core::testing::Backend> {
 #[test]
 fn golden_old_pool_records_migrate_on_their_next_write() {
     use metal_ipam_core::ipam::store::{self, POOL_VERSION};
-    use metal_ipam_core::kv::{protocol::Step, Ctx};
+    use metal_ipam_core::kv::{protocol::Decision, Ctx};
     use metal_ipam_core::ports::kv::KvStore;
     use metal_ipam_core::testing::{MemKv, TestEnv};
     let mut golden_files = golden("pool-");
@@ -449,7 +449,7 @@ fn golden_old_pool_records_migrate_on_their_next_write() {
                     pool: cur.map(|l| (l.object.clone(), l.pool.clone())),
                     state: cur.map(|l| l.state.clone()).unwrap_or_default(),
                 };
-                Ok(Step::Write(Box::new(next), cur.cloned()))
+                Ok(Decision::Write(Box::new(next), cur.cloned()))
             })
             .unwrap_or_else(|e| panic!("{file} {backend:?}: {e}"));
             assert_eq!(seen, before, "{file}: what the decision saw");
@@ -483,7 +483,7 @@ fn golden_old_pool_records_migrate_on_their_next_write() {
 /// and read back as version 3 with the same content.
 #[test]
 fn golden_old_progress_records_migrate_on_their_next_write() {
-    use metal_ipam_core::kv::protocol::{read_record, update_record, Step};
+    use metal_ipam_core::kv::protocol::{read_record, update_record, Decision};
     use metal_ipam_core::kv::Ctx;
     use metal_ipam_core::ports::kv::KvStore;
     use metal_ipam_core::provision::record::{ProgressRecord, PROGRESS_VERSION};
@@ -506,7 +506,7 @@ fn golden_old_progress_records_migrate_on_their_next_write() {
             let ctx = Ctx::auto(&kv, &env);
             let seen = update_record::<_, ProgressRecord, _>(&ctx, &id, |cur| {
                 let p = cur.cloned().unwrap();
-                Ok(Step::Write(Box::new(p.clone()), p))
+                Ok(Decision::Write(Box::new(p.clone()), p))
             })
             .unwrap_or_else(|e| panic!("{file} {backend:?}: {e}"));
             assert_eq!(seen, before, "{file}: what the decision saw");

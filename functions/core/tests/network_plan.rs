@@ -12,7 +12,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use metal_ipam_core::network::plan::{
-    plan, Action, Desired, DesiredPort, Observed, ObservedPort, Step,
+    plan, Action, Desired, DesiredPort, Observed, ObservedPort, PortStep,
 };
 use metal_ipam_core::network::profile::{bonds, Mode, Profile, VlanRef};
 use serde_json::json;
@@ -59,7 +59,7 @@ impl Model {
         }
     }
 
-    fn apply(&mut self, s: &Step) -> Result<(), String> {
+    fn apply(&mut self, s: &PortStep) -> Result<(), String> {
         let name = s.port.as_str();
         let (bond, members) = self.group_of(name);
         let is_bond = name == bond;
@@ -320,7 +320,7 @@ fn group_states(bond: &str, members: &[&str], universe: &[&str]) -> Vec<Ports> {
     out
 }
 
-fn run(from: &Model, to: &Model) -> Vec<Step> {
+fn run(from: &Model, to: &Model) -> Vec<PortStep> {
     let steps = plan(&from.observed(), &to.desired()).unwrap();
     let mut m = from.clone();
     for s in &steps {
@@ -413,7 +413,7 @@ fn model(ports: &[PortRow<'_>]) -> Model {
     }
 }
 
-fn names(steps: &[Step]) -> Vec<String> {
+fn names(steps: &[PortStep]) -> Vec<String> {
     steps
         .iter()
         .map(|s| format!("{} {}", s.port, s.action.name()))
@@ -519,7 +519,7 @@ fn the_dry_run_form_names_ports_actions_and_vlans() {
         ("eth1", false, false, &["v-a"], None),
     ]);
     let steps = run(&l3, &hybrid);
-    let v: Vec<_> = steps.iter().map(Step::to_json).collect();
+    let v: Vec<_> = steps.iter().map(PortStep::to_json).collect();
     assert_eq!(
         v,
         [

@@ -47,7 +47,7 @@ use crate::ipam::pool::{PoolId, PoolKind};
 use crate::ipam::store::{self, ClaimRecord, Loaded, Next};
 use crate::kube::object::{Meta, Object, WithJson};
 use crate::kube::{self, Kube};
-use crate::kv::{keys, Ctx, Step};
+use crate::kv::{keys, Ctx, Decision};
 use crate::observe::summary::{self, PoolName, Summary, Waiting};
 use crate::ports::http::HttpClient;
 use crate::ports::kv::KvStore;
@@ -261,7 +261,7 @@ pub fn reconcile_all<K: KvStore, H: HttpClient + ?Sized>(
     Ok(report)
 }
 
-/// Step 1: every pool listed and synced; the listed objects by id.
+/// Decision 1: every pool listed and synced; the listed objects by id.
 fn sync_pools<K: KvStore, H: HttpClient + ?Sized>(
     ctx: &Ctx<'_, K>,
     kube: &Kube<'_, H>,
@@ -301,7 +301,7 @@ struct Listed {
     in_use: BTreeMap<PoolId, BTreeSet<u128>>,
 }
 
-/// Step 2: every claim listed and reconciled (one list of claims and one
+/// Decision 2: every claim listed and reconciled (one list of claims and one
 /// of `IPAddress`es serve every claim's first attempt; a conflict makes
 /// that claim's retry read fresh).
 fn reconcile_claims<K: KvStore, H: HttpClient + ?Sized>(
@@ -444,7 +444,7 @@ fn candidates(l: &Loaded, in_use: Option<&BTreeSet<u128>>, skip_intents: bool) -
         .collect()
 }
 
-/// Step 3: bindings without a live claim released, in `managed` pools,
+/// Decision 3: bindings without a live claim released, in `managed` pools,
 /// unless an `IPAddress` holds the address. Only each pool's candidates
 /// ([`candidates`]; none when every binding has its `IPAddress`) are
 /// looked at: their holders from the holder index (a `get` per holder page
@@ -556,16 +556,16 @@ fn reclaim_leaks<K: KvStore>(
 ) -> Result<u32> {
     store::update_pool(ctx, id, |current| {
         let Some(l) = current else {
-            return Ok(Step::Done(0));
+            return Ok(Decision::Done(0));
         };
         if !l.state.holders.indexed {
-            return Ok(Step::Done(0));
+            return Ok(Decision::Done(0));
         }
         let candidates = candidates(l, Some(in_use), true);
         // The usual case under CAPI (every binding has its `IPAddress`):
         // nothing to check, so no key is read.
         if candidates.is_empty() {
-            return Ok(Step::Done(0));
+            return Ok(Decision::Done(0));
         }
         let found = holders::holders_of(ctx.kv, l, &candidates)?;
         if let Some((page, why)) = found.unreadable.first() {
@@ -613,9 +613,9 @@ fn reclaim_leaks<K: KvStore>(
             n += 1;
         }
         if n == 0 {
-            return Ok(Step::Done(0));
+            return Ok(Decision::Done(0));
         }
-        Ok(Step::Write(
+        Ok(Decision::Write(
             Box::new(Next {
                 pool: Some((l.object.clone(), l.pool.clone())),
                 state,

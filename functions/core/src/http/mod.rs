@@ -4,8 +4,9 @@
 //! - [`dispatch`]: the dispatcher: a request to a component through the
 //!   route table ([`crate::routes`]): public routes, one authentication by
 //!   the row's policy, 404, 405 with the row's `Allow`, then the row's
-//!   handler; one entry per component, and [`dispatch::Services`] (store,
-//!   Kubernetes and Metal clients, tokens). The shells call these.
+//!   handler; one entry per component. The shells call these.
+//! - [`services`]: [`services::Services`] (store, Kubernetes and Metal
+//!   clients, tokens): what a handler has at hand.
 //! - [`api`]: [`api::ApiRequest`] / [`api::ApiResponse`] (rendering, the log
 //!   line) and the plain HTTP API's handlers (`/v1/pools`, `/v1/claims`).
 //! - [`auth`]: the bearer-token check and [`auth::authorize`], the one
@@ -23,6 +24,7 @@ pub mod auth;
 pub mod dispatch;
 mod network;
 mod read;
+pub mod services;
 mod steps;
 
 use crate::error::{Error, ErrorKind};

@@ -10,7 +10,7 @@ use crate::capi;
 use crate::cloud::CloudError;
 use crate::error::{Error, ErrorKind, Result};
 use crate::http::api::{self, ApiRequest, ApiResponse};
-use crate::http::dispatch::{MetalOf, Services};
+use crate::http::services::{MetalOf, Services};
 use crate::http::steps::{accepted, ok};
 use crate::kube::Kube;
 use crate::kv::Ctx;

@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use crate::error::{Error, Result};
 use crate::http::api::{ApiRequest, ApiResponse};
-use crate::http::dispatch::Services;
+use crate::http::services::Services;
 use crate::http::{method_not_allowed, no_route};
 use crate::observe::{metrics as exposition, ui, view};
 use crate::ports::http::HttpClient;

@@ -13,7 +13,7 @@ use crate::error::Result;
 use crate::events::chain::{self, ChainRun};
 use crate::events::{self, Outcome};
 use crate::http::api::{ApiRequest, ApiResponse};
-use crate::http::dispatch::Services;
+use crate::http::services::Services;
 use crate::ipam::pool::PoolId;
 use crate::kube::Kube;
 use crate::ports::http::HttpClient;

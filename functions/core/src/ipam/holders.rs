@@ -38,7 +38,7 @@ use crate::ipam::store::{
     self, ClaimRecord, HolderPage, HolderPageRecord, Loaded, Next, PageEntry,
 };
 use crate::kv::protocol::{forget_record, replace_unreadable, update_record};
-use crate::kv::{keys, Ctx, Step, SwapCheck};
+use crate::kv::{keys, Ctx, Decision, SwapCheck};
 use crate::ports::kv::KvStore;
 
 /// A flush: the `recent` entries to write to their pages, with what the
@@ -144,8 +144,8 @@ fn write_page<K: KvStore>(
     let pid = (f.id.clone(), f.incarnation.clone(), page);
     let out = update_record::<K, HolderPageRecord, ()>(ctx, &pid, |cur| {
         Ok(match f.merge(cur, entries) {
-            None => Step::Done(()),
-            Some(next) => Step::Write(Box::new(next), ()),
+            None => Decision::Done(()),
+            Some(next) => Decision::Write(Box::new(next), ()),
         })
     });
     match out {
@@ -207,10 +207,10 @@ pub fn run_flush<K: KvStore>(ctx: &Ctx<'_, K>, f: &Flush) -> Result<Flushed> {
     }
     let removed = store::update_pool(ctx, &f.id, |cur| {
         let Some(l) = cur else {
-            return Ok(Step::Done(0));
+            return Ok(Decision::Done(0));
         };
         if l.state.holders.page_incarnation() != f.incarnation {
-            return Ok(Step::Done(0));
+            return Ok(Decision::Done(0));
         }
         let mut state = l.state.clone();
         let before = state.holders.recent.len();
@@ -220,9 +220,9 @@ pub fn run_flush<K: KvStore>(ctx: &Ctx<'_, K>, f: &Flush) -> Result<Flushed> {
             state.holders.indexed = false;
         }
         if state == l.state {
-            return Ok(Step::Done(0));
+            return Ok(Decision::Done(0));
         }
-        Ok(Step::Write(
+        Ok(Decision::Write(
             Box::new(Next {
                 pool: Some((l.object.clone(), l.pool.clone())),
                 state,
@@ -470,14 +470,14 @@ fn index_pool<K: KvStore>(
     }
     let go = store::update_pool(ctx, id, |cur| {
         let Some(c) = mine(cur, &inc) else {
-            return Ok(Step::Done(false));
+            return Ok(Decision::Done(false));
         };
         let mut state = c.state.clone();
         state.holders.pages.union_with(&pages);
         if state == c.state {
-            return Ok(Step::Done(true));
+            return Ok(Decision::Done(true));
         }
-        Ok(Step::Write(
+        Ok(Decision::Write(
             Box::new(Next {
                 pool: Some((c.object.clone(), c.pool.clone())),
                 state,
@@ -498,11 +498,11 @@ fn index_pool<K: KvStore>(
     }
     store::update_pool(ctx, id, |cur| {
         let Some(c) = mine(cur, &inc) else {
-            return Ok(Step::Done(false));
+            return Ok(Decision::Done(false));
         };
         let mut state = c.state.clone();
         state.holders.indexed = true;
-        Ok(Step::Write(
+        Ok(Decision::Write(
             Box::new(Next {
                 pool: Some((c.object.clone(), c.pool.clone())),
                 state,
@@ -539,21 +539,21 @@ pub fn sweep_pages<K: KvStore>(
     }
     store::update_pool(ctx, id, |cur| {
         if cur.is_some() {
-            return Ok(Step::Done(()));
+            return Ok(Decision::Done(()));
         }
         let (live, (listed_inc, listed)) = store::read_pool_or_pages(ctx.kv, id)?;
         if live.is_some() || listed_inc != inc {
-            return Ok(Step::Done(()));
+            return Ok(Decision::Done(()));
         }
         let mut left = listed.clone();
         left.subtract(pages);
         if left == listed {
-            return Ok(Step::Done(()));
+            return Ok(Decision::Done(()));
         }
         let mut state = PoolState::default();
         state.holders.incarnation = listed_inc;
         state.holders.pages = left;
-        Ok(Step::Write(Box::new(Next { pool: None, state }), ()))
+        Ok(Decision::Write(Box::new(Next { pool: None, state }), ()))
     })
 }
 

@@ -63,7 +63,9 @@ use crate::ipam::alloc::{TAKEOVER_AFTER_SECONDS, WRITE_DEADLINE_SECONDS};
 use crate::ipam::pool::{parse_entry, PoolId};
 use crate::ipam::store::{self, Loaded};
 use crate::kv::keys;
-use crate::kv::protocol::{read_record, update_record, Content, Ctx, Envelope, Enveloped, Step};
+use crate::kv::protocol::{
+    read_record, update_record, Content, Ctx, Decision, Envelope, Enveloped,
+};
 use crate::kv::records::SwapCheck;
 use crate::ports::kv::KvStore;
 
@@ -650,7 +652,7 @@ pub fn reserve<K: KvStore>(ctx: &Ctx<'_, K>, id: &PoolId, held: &Held) -> Result
             at: now,
             held: held.to_entries(),
         });
-        Ok(Step::Write(
+        Ok(Decision::Write(
             Box::new(next),
             Reservation {
                 token: token.clone(),
@@ -681,13 +683,13 @@ pub fn settle<K: KvStore>(ctx: &Ctx<'_, K>, id: &PoolId, token: Option<&str>) ->
         let mut next = before.clone().unwrap_or_default();
         if next.collecting.contains_key(&key) {
             // Its tombstone is being removed: nothing of it to settle.
-            return Ok(Step::Done(()));
+            return Ok(Decision::Done(()));
         }
         refresh(ctx.kv, &mut next, &key, token, now)?;
         if before.as_ref() == Some(&next) || (before.is_none() && next == Index::default()) {
-            return Ok(Step::Done(()));
+            return Ok(Decision::Done(()));
         }
-        Ok(Step::Write(Box::new(next), ()))
+        Ok(Decision::Write(Box::new(next), ()))
     })
 }
 
@@ -723,7 +725,7 @@ fn mark_metal<K: KvStore>(ctx: &Ctx<'_, K>, id: &PoolId, on: bool) -> Result<()>
         let now = ctx.env.now();
         let current = seen.and_then(|i| i.pools.get(&key));
         if current.map_or(!on, |e| e.metal == on) {
-            return Ok(Step::Done(()));
+            return Ok(Decision::Done(()));
         }
         let mut next = seen.cloned().unwrap_or_default();
         if on && current.is_none() && next.pools.len() >= MAX_POOLS {
@@ -736,7 +738,7 @@ fn mark_metal<K: KvStore>(ctx: &Ctx<'_, K>, id: &PoolId, on: bool) -> Result<()>
         if !on {
             refresh(ctx.kv, &mut next, &key, None, now)?;
         }
-        Ok(Step::Write(Box::new(next), ()))
+        Ok(Decision::Write(Box::new(next), ()))
     })
 }
 
@@ -772,7 +774,7 @@ pub fn tidy<K: KvStore>(
 ) -> Result<Tidied> {
     update_record::<K, IndexRecord, Tidied>(ctx, &(), |seen| {
         let Some(before) = seen else {
-            return Ok(Step::Done(Tidied::default()));
+            return Ok(Decision::Done(Tidied::default()));
         };
         let now = ctx.env.now();
         let mut next = before.clone();
@@ -794,9 +796,9 @@ pub fn tidy<K: KvStore>(
             removed: keys.len() - next.pools.len(),
         };
         if next == *before {
-            return Ok(Step::Done(out));
+            return Ok(Decision::Done(out));
         }
-        Ok(Step::Write(Box::new(next), out))
+        Ok(Decision::Write(Box::new(next), out))
     })
 }
 
@@ -830,7 +832,7 @@ pub struct Collected {
 pub fn collect<K: KvStore>(ctx: &Ctx<'_, K>) -> Result<Collected> {
     let due: Vec<String> = update_record::<K, IndexRecord, Vec<String>>(ctx, &(), |seen| {
         let Some(before) = seen else {
-            return Ok(Step::Done(Vec::new()));
+            return Ok(Decision::Done(Vec::new()));
         };
         let now = ctx.env.now();
         let mut next = before.clone();
@@ -848,9 +850,9 @@ pub fn collect<K: KvStore>(ctx: &Ctx<'_, K>) -> Result<Collected> {
         }
         let all: Vec<String> = next.collecting.keys().cloned().collect();
         if moving.is_empty() {
-            return Ok(Step::Done(all));
+            return Ok(Decision::Done(all));
         }
-        Ok(Step::Write(Box::new(next), all))
+        Ok(Decision::Write(Box::new(next), all))
     })?;
     if due.is_empty() {
         return Ok(Collected::default());
@@ -863,16 +865,16 @@ pub fn collect<K: KvStore>(ctx: &Ctx<'_, K>) -> Result<Collected> {
     }
     update_record::<K, IndexRecord, ()>(ctx, &(), |seen| {
         let Some(before) = seen else {
-            return Ok(Step::Done(()));
+            return Ok(Decision::Done(()));
         };
         let mut next = before.clone();
         for k in &due {
             next.collecting.remove(k);
         }
         if next == *before {
-            return Ok(Step::Done(()));
+            return Ok(Decision::Done(()));
         }
-        Ok(Step::Write(Box::new(next), ()))
+        Ok(Decision::Write(Box::new(next), ()))
     })?;
     Ok(Collected { removed: due.len() })
 }
@@ -892,13 +894,13 @@ pub fn create_from_listing<K: KvStore>(ctx: &Ctx<'_, K>) -> Result<()> {
         .collect();
     update_record::<K, IndexRecord, ()>(ctx, &(), |seen| {
         if seen.is_some() {
-            return Ok(Step::Done(()));
+            return Ok(Decision::Done(()));
         }
         let pools = listed
             .iter()
             .map(|k| (k.clone(), Entry::default()))
             .collect();
-        Ok(Step::Write(
+        Ok(Decision::Write(
             Box::new(Index {
                 pools,
                 ..Index::default()

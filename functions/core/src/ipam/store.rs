@@ -19,7 +19,7 @@ use crate::ipam::claim::{AddressView, CapiVersion, Claim, ClaimId, IpAddress, Po
 use crate::ipam::pool::{PoolId, PoolKind, PoolObject, ValidatedPool};
 use crate::kv::keys::{self, Scoped};
 use crate::kv::protocol::{
-    read_record, update_record, CasRecord, Content, Ctx, Envelope, Enveloped, Step,
+    read_record, update_record, CasRecord, Content, Ctx, Decision, Envelope, Enveloped,
 };
 use crate::kv::records::{decode_versioned, writers_after, written_by, SwapCheck, RECORD_VERSION};
 use crate::ports::kv::KvStore;
@@ -785,7 +785,7 @@ pub fn replace_unreadable_pool<K: KvStore, T>(
 pub fn update_pool<K: KvStore, T>(
     ctx: &Ctx<'_, K>,
     id: &PoolId,
-    decide: impl FnMut(Option<&Loaded>) -> Result<Step<T, Next>>,
+    decide: impl FnMut(Option<&Loaded>) -> Result<Decision<T, Next>>,
 ) -> Result<T> {
     update_record::<K, PoolRecord, T>(ctx, id, decide)
 }

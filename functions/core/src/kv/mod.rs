@@ -27,7 +27,7 @@ pub mod records;
 pub mod registry;
 
 pub use protocol::{
-    forget_record, read_record, update_record, CasRecord, Ctx, Envelope, Enveloped, StateRecord,
-    Step, SwapPolicy, MAX_CAS_ATTEMPTS,
+    forget_record, read_record, update_record, CasRecord, Ctx, Decision, Envelope, Enveloped,
+    StateRecord, SwapPolicy, MAX_CAS_ATTEMPTS,
 };
 pub use records::{SwapCheck, RECENT_WRITERS, RECORD_VERSION};

@@ -69,7 +69,7 @@ impl SwapPolicy {
 /// What a read-modify-write callback decided (`N`: what the record type
 /// builds from, [`CasRecord::Next`]).
 #[derive(Debug)]
-pub enum Step<T, N> {
+pub enum Decision<T, N> {
     /// Nothing to write; return `T`.
     Done(T),
     /// Write `N`, then return `T`.
@@ -347,7 +347,7 @@ pub fn read_record<K: KvStore, R: CasRecord>(kv: &K, id: &R::Id) -> Result<Optio
 /// One read-modify-write of a record, retried on conflict.
 ///
 /// `decide` sees the current content (`None` if absent or a tombstone) and
-/// returns [`Step::Done`] (nothing to write) or [`Step::Write`]. It runs
+/// returns [`Decision::Done`] (nothing to write) or [`Decision::Write`]. It runs
 /// after the record has been read for this attempt and before the swap, so
 /// anything it reads from the store is at least as recent as the record it
 /// sees. It may be called several times (once per attempt); it may read but
@@ -368,7 +368,7 @@ pub fn read_record<K: KvStore, R: CasRecord>(kv: &K, id: &R::Id) -> Result<Optio
 pub fn update_record<K: KvStore, R: CasRecord, T>(
     ctx: &Ctx<'_, K>,
     id: &R::Id,
-    mut decide: impl FnMut(Option<&R::View>) -> Result<Step<T, R::Next>>,
+    mut decide: impl FnMut(Option<&R::View>) -> Result<Decision<T, R::Next>>,
 ) -> Result<T> {
     let key = R::key(id);
     let mut guard = Guard::default();
@@ -379,8 +379,8 @@ pub fn update_record<K: KvStore, R: CasRecord, T>(
         let (cas, current) = ctx.kv.cas_read(&key)?;
         let (base, view) = read_base::<R>(current.as_deref(), id)?;
         let (next, out) = match decide(view.as_ref())? {
-            Step::Done(out) => return Ok(out),
-            Step::Write(next, out) => (next, out),
+            Decision::Done(out) => return Ok(out),
+            Decision::Write(next, out) => (next, out),
         };
         let (rev, check, writers) = match base {
             Base::Absent => {
@@ -700,7 +700,7 @@ mod tests {
     fn add(ctx: &Ctx<'_, MemKv>, id: &str, by: u64) -> u64 {
         update_record::<_, Counter, _>(ctx, id, |seen| {
             let n = seen.copied().unwrap_or(0) + by;
-            Ok(Step::Write(Box::new(Some(n)), n))
+            Ok(Decision::Write(Box::new(Some(n)), n))
         })
         .expect("update")
     }
@@ -716,13 +716,13 @@ mod tests {
             // later takes the creation over.
             assert_eq!(kv.increment("counter-init/a", 1).unwrap(), 1);
             let stalled = update_record::<_, Counter, _>(&ctx, "a", |_| {
-                Ok(Step::Write(Box::new(Some(4)), ()))
+                Ok(Decision::Write(Box::new(Some(4)), ()))
             })
             .unwrap_err();
             assert_eq!(stalled.reason(), "Contention", "{backend:?}");
             env.set_now(1_000 + GUARD_STALL_S - 1);
             assert!(update_record::<_, Counter, _>(&ctx, "a", |_| {
-                Ok(Step::Write(Box::new(Some(4)), ()))
+                Ok(Decision::Write(Box::new(Some(4)), ()))
             })
             .is_err());
             env.set_now(1_000 + GUARD_STALL_S);
@@ -756,7 +756,7 @@ mod tests {
             assert_eq!(kv.increment("counter-init/a", 0).unwrap(), 1, "{backend:?}");
             // A decision that writes nothing leaves the record as it is.
             let seen =
-                update_record::<_, Counter, _>(&ctx, "a", |seen| Ok(Step::Done(seen.copied())))
+                update_record::<_, Counter, _>(&ctx, "a", |seen| Ok(Decision::Done(seen.copied())))
                     .unwrap();
             assert_eq!(seen, Some(3));
             let again = Counter::decode(&kv.get("counter/a").unwrap().unwrap()).unwrap();

@@ -26,7 +26,7 @@ use std::collections::BTreeSet;
 use serde::{Deserialize, Serialize};
 
 use crate::error::Result;
-use crate::kv::protocol::{read_record, update_record, Ctx, Enveloped, StateRecord, Step};
+use crate::kv::protocol::{read_record, update_record, Ctx, Decision, Enveloped, StateRecord};
 use crate::ports::kv::KvStore;
 
 /// Which registry: its record key and its creation guard's key.
@@ -97,15 +97,15 @@ pub fn add<K: KvStore>(
             .filter(|m| have.is_none_or(|h| !h.contains(*m)))
             .collect();
         if seen.is_some() && missing.is_empty() {
-            return Ok(Step::Done(Added::Present));
+            return Ok(Decision::Done(Added::Present));
         }
         let mut next = seen.cloned().unwrap_or_default();
         if next.members.len() + missing.len() > cap {
-            return Ok(Step::Done(Added::Full));
+            return Ok(Decision::Done(Added::Full));
         }
         next.members
             .extend(missing.iter().map(|m| (*m).to_string()));
-        Ok(Step::Write(Box::new(next), Added::Added))
+        Ok(Decision::Write(Box::new(next), Added::Added))
     })
 }
 
@@ -128,16 +128,16 @@ pub enum Removed {
 pub fn remove<K: KvStore>(ctx: &Ctx<'_, K>, id: &RegistryId, members: &[&str]) -> Result<Removed> {
     update_record::<K, RegistryRecord, Removed>(ctx, id, |seen| {
         let Some(seen) = seen else {
-            return Ok(Step::Done(Removed::Absent));
+            return Ok(Decision::Done(Removed::Absent));
         };
         if !members.iter().any(|m| seen.members.contains(*m)) {
-            return Ok(Step::Done(Removed::Absent));
+            return Ok(Decision::Done(Removed::Absent));
         }
         let mut next = seen.clone();
         for m in members {
             next.members.remove(*m);
         }
-        Ok(Step::Write(Box::new(next), Removed::Removed))
+        Ok(Decision::Write(Box::new(next), Removed::Removed))
     })
 }
 

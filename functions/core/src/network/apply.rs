@@ -56,12 +56,12 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use super::batch::{BatchError, BatchOp, Direction, VlanBatches};
-use super::plan::{plan, Action, Desired, Observed, Step};
+use super::plan::{plan, Action, Desired, Observed, PortStep};
 use super::profile::Mode;
 use crate::cloud::{missing, Capability, Cloud, CloudError, ModeChange, NicModes, Operation};
 use crate::error::{Error, ErrorKind, Known, Result};
 use crate::kv::lease::{self, Slot};
-use crate::kv::protocol::{read_record, update_record, Enveloped, StateRecord, Step as KvStep};
+use crate::kv::protocol::{read_record, update_record, Decision, Enveloped, StateRecord};
 use crate::kv::registry::{Index, RegistryId};
 use crate::kv::{keys, Ctx};
 use crate::ports::kv::KvStore;
@@ -105,7 +105,7 @@ pub struct StepRecord {
 
 impl StepRecord {
     /// As stored.
-    pub fn of(s: &Step) -> StepRecord {
+    pub fn of(s: &PortStep) -> StepRecord {
         let (vlans, bulk) = match &s.action {
             Action::Assign(v) | Action::Unassign(v) => (v.clone(), false),
             Action::SetNative(v) => (vec![v.clone()], false),
@@ -281,9 +281,9 @@ impl<'a, 'k, K: KvStore> DeviceRecord<'a, 'k, K> {
                 created = cur.is_none();
                 let state = cur.cloned().unwrap_or_default();
                 match f(&state)? {
-                    Some(_) if created && !listed => Ok(KvStep::Done(None)),
-                    Some((next, out)) => Ok(KvStep::Write(Box::new(next), Some(out))),
-                    None => Ok(KvStep::Done(Some(unchanged(&state)))),
+                    Some(_) if created && !listed => Ok(Decision::Done(None)),
+                    Some((next, out)) => Ok(Decision::Write(Box::new(next), Some(out))),
+                    None => Ok(Decision::Done(Some(unchanged(&state)))),
                 }
             })?;
             match out {
@@ -527,7 +527,7 @@ impl<'a, 'k, K: KvStore> DeviceRecord<'a, 'k, K> {
     /// # Errors
     /// 409 `LeaseLost` when `token` does not hold the lease for that long;
     /// store errors; 503 `Contention`.
-    pub fn record_step(&self, token: &str, step: &Step, now: u64) -> Result<bool> {
+    pub fn record_step(&self, token: &str, step: &PortStep, now: u64) -> Result<bool> {
         let rec = StepRecord::of(step);
         let is_async = !matches!(step.action, Action::SetNative(_) | Action::RemoveNative);
         self.fenced(
@@ -653,17 +653,17 @@ pub struct ApplyReport {
     /// Where it stands.
     pub phase: ApplyPhase,
     /// The plan from the last observation (what is left).
-    pub remaining: Vec<Step>,
+    pub remaining: Vec<PortStep>,
     /// The steps this invocation issued.
-    pub issued: Vec<Step>,
+    pub issued: Vec<PortStep>,
 }
 
 impl ApplyReport {
     /// As JSON (`phase`, `remaining`, `issued`).
     pub fn to_json(&self) -> Value {
         let mut v = json!({"phase": self.phase.name(),
-            "remaining": self.remaining.iter().map(Step::to_json).collect::<Vec<_>>(),
-            "issued": self.issued.iter().map(Step::to_json).collect::<Vec<_>>()});
+            "remaining": self.remaining.iter().map(PortStep::to_json).collect::<Vec<_>>(),
+            "issued": self.issued.iter().map(PortStep::to_json).collect::<Vec<_>>()});
         if let ApplyPhase::InProgress {
             waiting,
             retry_after,
@@ -725,7 +725,7 @@ pub fn observe_and_plan<C: Cloud + ?Sized>(
     cloud: &C,
     device: &str,
     desired: &Desired,
-) -> Result<Vec<Step>> {
+) -> Result<Vec<PortStep>> {
     plan(&observe(cloud, device)?, desired)
 }
 
@@ -998,7 +998,7 @@ fn running_done<K: KvStore>(
 fn call<C: Cloud + ?Sized>(
     cloud: &C,
     batches: &dyn VlanBatches,
-    step: &Step,
+    step: &PortStep,
 ) -> std::result::Result<Option<Operation>, BatchError> {
     let id = step.port_id.as_str();
     let create = |dir: Direction, vlans: &[String]| {
@@ -1048,7 +1048,7 @@ fn capability_of(action: &Action) -> Option<Capability> {
 /// # Errors
 /// 422 `CapabilityMissing` naming the capability, when the cloud lacks
 /// the one the step needs or has no NIC modes at all.
-fn nic_modes<'c, C: Cloud + ?Sized>(cloud: &'c C, step: &Step) -> Result<&'c dyn NicModes> {
+fn nic_modes<'c, C: Cloud + ?Sized>(cloud: &'c C, step: &PortStep) -> Result<&'c dyn NicModes> {
     let need = capability_of(&step.action).unwrap_or(Capability::NicModes);
     let what = format!("{} on {}", step.action.name(), step.port);
     cloud.capabilities().require(cloud.name(), need, &what)?;
@@ -1059,7 +1059,7 @@ fn nic_modes<'c, C: Cloud + ?Sized>(cloud: &'c C, step: &Step) -> Result<&'c dyn
 
 /// The 409 for Metal refusing `step` with `msg`: `VlanBatchRefused` or
 /// `PortChangeRefused`.
-fn refused(step: &Step, msg: &str) -> Error {
+fn refused(step: &PortStep, msg: &str) -> Error {
     let (reason, what) = match &step.action {
         Action::Assign(_) | Action::Unassign(_) => ("VlanBatchRefused", "the VLAN batch"),
         _ => ("PortChangeRefused", step.action.name()),
@@ -1077,7 +1077,7 @@ fn issue<K: KvStore, C: Cloud + ?Sized>(
     cloud: &C,
     batches: &dyn VlanBatches,
     device: &str,
-    step: &Step,
+    step: &PortStep,
     holder: &Holder<'_>,
 ) -> Result<()> {
     let record = DeviceRecord::new(ctx, device);

@@ -266,7 +266,7 @@ impl Action {
 
 /// One step of a plan: an action on a port.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Step {
+pub struct PortStep {
     /// Port name.
     pub port: String,
     /// Port UUID.
@@ -275,7 +275,7 @@ pub struct Step {
     pub action: Action,
 }
 
-impl Step {
+impl PortStep {
     /// As JSON (what `dryRun` answers).
     pub fn to_json(&self) -> Value {
         let mut v =
@@ -336,8 +336,8 @@ fn mode_calls(
     to: Mode,
     bond: &(String, String),
     second: &(String, String),
-) -> Option<Vec<Step>> {
-    let on = |p: &(String, String), action: Action| Step {
+) -> Option<Vec<PortStep>> {
+    let on = |p: &(String, String), action: Action| PortStep {
         port: p.0.clone(),
         port_id: p.1.clone(),
         action,
@@ -364,10 +364,10 @@ fn mode_calls(
     })
 }
 
-fn plan_group(cur: &Group, want: &Group) -> Vec<Step> {
+fn plan_group(cur: &Group, want: &Group) -> Vec<PortStep> {
     let bond = (cur.ports[0].0.clone(), cur.ports[0].1.clone());
     let second = (cur.ports[2].0.clone(), cur.ports[2].1.clone());
-    let step = |i: usize, action: Action| Step {
+    let step = |i: usize, action: Action| PortStep {
         port: cur.ports[i].0.clone(),
         port_id: cur.ports[i].1.clone(),
         action,
@@ -428,7 +428,7 @@ fn plan_group(cur: &Group, want: &Group) -> Vec<Step> {
 /// 409 `NetworkFrozen` when a mode change is needed on a `network_frozen`
 /// device; 422 when a port of the device is missing from `desired` or the
 /// other way round.
-pub fn plan(observed: &Observed, desired: &Desired) -> Result<Vec<Step>> {
+pub fn plan(observed: &Observed, desired: &Desired) -> Result<Vec<PortStep>> {
     let mut steps = Vec::new();
     for (bond, members) in bonds(observed.eth_ports()) {
         let names: Vec<&str> = std::iter::once(bond)

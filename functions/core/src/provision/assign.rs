@@ -38,7 +38,7 @@ use crate::ipam::ops;
 use crate::ipam::store::ClaimRecord;
 use crate::kv::keys;
 use crate::kv::lease::{self, Lease as _, Slot};
-use crate::kv::protocol::{read_record, update_record, Enveloped, StateRecord, Step};
+use crate::kv::protocol::{read_record, update_record, Decision, Enveloped, StateRecord};
 use crate::kv::registry::{Index, RegistryId};
 use crate::kv::Ctx;
 use crate::ports::kv::KvStore;
@@ -321,8 +321,8 @@ impl<'a, 'k, K: KvStore> ClaimAssignment<'a, 'k, K> {
         unchanged: impl Fn(Option<&Assignment>) -> T,
     ) -> Result<T> {
         update_record::<K, AssignmentRecord, T>(self.ctx, &self.key(), |cur| match f(cur) {
-            Some((next, out)) => Ok(Step::Write(Box::new(next), out)),
-            None => Ok(Step::Done(unchanged(cur))),
+            Some((next, out)) => Ok(Decision::Write(Box::new(next), out)),
+            None => Ok(Decision::Done(unchanged(cur))),
         })
     }
 
@@ -361,9 +361,9 @@ impl<'a, 'k, K: KvStore> ClaimAssignment<'a, 'k, K> {
                     let next = prepared(cur, want, &address);
                     opens = next.is_some() && !open(cur);
                     match next {
-                        Some(_) if opens && !listed => Ok(Step::Done(None)),
-                        Some(n) => Ok(Step::Write(Box::new(n.clone()), Some(n))),
-                        None => Ok(Step::Done(Some(cur.cloned().unwrap_or_default()))),
+                        Some(_) if opens && !listed => Ok(Decision::Done(None)),
+                        Some(n) => Ok(Decision::Write(Box::new(n.clone()), Some(n))),
+                        None => Ok(Decision::Done(Some(cur.cloned().unwrap_or_default()))),
                     }
                 },
             )?;

@@ -40,7 +40,7 @@ use serde::{Deserialize, Serialize};
 use crate::cloud::Cloud;
 use crate::error::Result;
 use crate::kv::keys;
-use crate::kv::protocol::{read_record, update_record, Enveloped, StateRecord, Step};
+use crate::kv::protocol::{read_record, update_record, Decision, Enveloped, StateRecord};
 use crate::kv::Ctx;
 use crate::ports::kv::KvStore;
 
@@ -243,7 +243,7 @@ pub fn ingest<K: KvStore, C: Cloud + ?Sized>(
     let cursor = update_record::<K, CursorRecord, Cursor>(ctx, &(), |cur| {
         if cur.map(|c| &c.last) != last.as_ref() {
             // Another poller ingested meanwhile: its record stands.
-            return Ok(Step::Done(cur.cloned().unwrap_or_default()));
+            return Ok(Decision::Done(cur.cloned().unwrap_or_default()));
         }
         let mut next = cur.cloned().unwrap_or_default();
         next.gen += 1;
@@ -262,7 +262,7 @@ pub fn ingest<K: KvStore, C: Cloud + ?Sized>(
             }
         }
         next.recheck_unplaced |= resync || !named.is_empty();
-        Ok(Step::Write(Box::new(next.clone()), next))
+        Ok(Decision::Write(Box::new(next.clone()), next))
     })?;
     Ok(Ingested {
         events: count,
@@ -304,7 +304,7 @@ pub fn done<K: KvStore>(
 ) -> Result<Cursor> {
     update_record::<K, CursorRecord, Cursor>(ctx, &(), |cur| {
         let Some(cur) = cur else {
-            return Ok(Step::Done(Cursor::default()));
+            return Ok(Decision::Done(Cursor::default()));
         };
         let mut next = cur.clone();
         next.pending.retain(|p| !handled.iter().any(|h| h.same(p)));
@@ -325,9 +325,9 @@ pub fn done<K: KvStore>(
             next.recheck_unplaced = false;
         }
         if next == *cur {
-            return Ok(Step::Done(next));
+            return Ok(Decision::Done(next));
         }
-        Ok(Step::Write(Box::new(next.clone()), next))
+        Ok(Decision::Write(Box::new(next.clone()), next))
     })
 }
 
@@ -358,7 +358,7 @@ mod tests {
 
     fn stored(ctx: &Ctx<'_, MemKv>, c: Cursor) {
         update_record::<_, CursorRecord, ()>(ctx, &(), |_| {
-            Ok(Step::Write(Box::new(c.clone()), ()))
+            Ok(Decision::Write(Box::new(c.clone()), ()))
         })
         .unwrap();
     }
@@ -443,7 +443,7 @@ mod tests {
             update_record::<_, CursorRecord, ()>(&ctx, &(), |c| {
                 let mut c = c.cloned().unwrap();
                 c.pending[0].gen = 3;
-                Ok(Step::Write(Box::new(c), ()))
+                Ok(Decision::Write(Box::new(c), ()))
             })
             .unwrap();
             let after = done(&ctx, std::slice::from_ref(&bad), &[], None, 1_200).unwrap();

@@ -326,7 +326,7 @@ pub fn read_progress<K: KvStore>(ctx: &Ctx<'_, K>, id: &PoolId) -> Result<Progre
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kv::protocol::{update_record, CasRecord, Step};
+    use crate::kv::protocol::{update_record, CasRecord, Decision};
 
     use crate::testing::{Backend, MemKv, TestEnv};
     use serde_json::json;
@@ -431,7 +431,7 @@ mod tests {
                 update_record::<_, ProgressRecord, bool>(&ctx, &id, |cur| {
                     let p = cur.cloned().unwrap_or_default();
                     if p.intent.is_some() {
-                        return Ok(Step::Done(false));
+                        return Ok(Decision::Done(false));
                     }
                     let mut next = p;
                     next.intent = Some(Intent {
@@ -440,7 +440,7 @@ mod tests {
                         at: 100,
                         decided: None,
                     });
-                    Ok(Step::Write(Box::new(next), true))
+                    Ok(Decision::Write(Box::new(next), true))
                 })
                 .unwrap()
             };

@@ -18,7 +18,7 @@ use crate::error::{Error, Result};
 use crate::ipam::pool::PoolId;
 use crate::ipam::vrf::Resource;
 use crate::kv::lease::Slot;
-use crate::kv::protocol::{update_record, Step};
+use crate::kv::protocol::{update_record, Decision};
 use crate::kv::Ctx;
 use crate::ports::kv::KvStore;
 
@@ -91,8 +91,8 @@ impl<'a, 'k, K: KvStore> PoolRecord<'a, 'k, K> {
         mut f: impl FnMut(Option<&Progress>) -> (Option<Progress>, T),
     ) -> Result<T> {
         update_record::<K, ProgressRecord, T>(self.ctx, self.id, |cur| match f(cur) {
-            (Some(next), out) => Ok(Step::Write(Box::new(next), out)),
-            (None, out) => Ok(Step::Done(out)),
+            (Some(next), out) => Ok(Decision::Write(Box::new(next), out)),
+            (None, out) => Ok(Decision::Done(out)),
         })
     }
 

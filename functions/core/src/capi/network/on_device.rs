@@ -15,7 +15,7 @@ use crate::kube::Kube;
 use crate::kv::Ctx;
 use crate::network::apply::{self, ApplyReport};
 use crate::network::batch::VlanBatches;
-use crate::network::plan::{Desired, Observed, Step};
+use crate::network::plan::{Desired, Observed, PortStep};
 use crate::network::profile::{PoolName, Profile, VlanRef};
 use crate::ports::http::HttpClient;
 use crate::ports::kv::KvStore;
@@ -144,7 +144,7 @@ pub fn plan_machine<K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized>(
     Ok(
         json!({"machine": format!("{ns}/{name}"), "profile": m.profile_name, "device": device,
               "modes": m.profile.on_device(observed.eth_ports()).modes().iter().map(|(b, md)| (b.to_string(), Value::from(md.as_str()))).collect::<serde_json::Map<_, _>>(),
-              "plan": steps.iter().map(Step::to_json).collect::<Vec<_>>()}),
+              "plan": steps.iter().map(PortStep::to_json).collect::<Vec<_>>()}),
     )
 }
 

@@ -9,7 +9,7 @@ use crate::ipam::claim::Claim;
 use crate::ipam::holders::Flush;
 use crate::ipam::index::{self, Held};
 use crate::ipam::store::{self, ClaimRecord, Loaded, Next};
-use crate::kv::{keys, Ctx, Step};
+use crate::kv::{keys, Ctx, Decision};
 use crate::ports::kv::KvStore;
 
 use super::{flush_of, pay, read_claims, stale, within_deadline, FollowUp};
@@ -193,7 +193,7 @@ fn bind<K: KvStore>(
         let Some(l) = current else {
             // No pool: a binding left from it still answers (two reads).
             if let Some(record) = binding_of(ctx.kv, &ckey, claim)? {
-                return Ok(Step::Done(Some((
+                return Ok(Decision::Done(Some((
                     FollowUp::None,
                     Allocated {
                         record,
@@ -216,7 +216,7 @@ fn bind<K: KvStore>(
                                     .addresses_of(&crate::ip::RangeSet::from_ranges([(v, v)])),
                             };
                             needs = Some(held);
-                            return Ok(Step::Done(None));
+                            return Ok(Decision::Done(None));
                         }
                         Some(g) => g.check(ctx.env.now())?,
                     }
@@ -225,10 +225,10 @@ fn bind<K: KvStore>(
         }
         Ok(
             match bind_decide(ctx, claim, target, l, (&cname, &ckey), &me, count_as)? {
-                Step::Done(o) => Step::Done(Some(o)),
-                Step::Write(next, o) => {
+                Decision::Done(o) => Decision::Done(Some(o)),
+                Decision::Write(next, o) => {
                     owed = flush_of(l, &next.state, flush_at);
-                    Step::Write(next, Some(o))
+                    Decision::Write(next, Some(o))
                 }
             },
         )
@@ -262,8 +262,8 @@ struct BindCtx<'a> {
 
 impl BindCtx<'_> {
     /// Writes `state` back with the pool as read, answering `out`.
-    fn write(&self, state: PoolState, out: BindOutcome) -> Step<BindOutcome, Next> {
-        Step::Write(
+    fn write(&self, state: PoolState, out: BindOutcome) -> Decision<BindOutcome, Next> {
+        Decision::Write(
             Box::new(Next {
                 pool: Some((self.l.object.clone(), self.l.pool.clone())),
                 state,
@@ -284,7 +284,7 @@ fn bind_decide<K: KvStore>(
     (cname, ckey): (&str, &str),
     me: &str,
     count_as: Option<&str>,
-) -> Result<Step<BindOutcome, Next>> {
+) -> Result<Decision<BindOutcome, Next>> {
     let b = BindCtx {
         claim,
         target,
@@ -305,7 +305,7 @@ fn bind_decide<K: KvStore>(
         .as_ref()
         .filter(|r| !state.is_unbinding(cname, &r.token))
     {
-        return bind_live(&b, record).map(Step::Done);
+        return bind_live(&b, record).map(Decision::Done);
     }
     // 2. An intent about this claim.
     if let Some(intent) = state.intent(cname).cloned() {
@@ -317,7 +317,7 @@ fn bind_decide<K: KvStore>(
     bind_new(ctx, &b, state)
 }
 
-/// Step 1 of [`bind_decide`]: the claim's live binding is the answer.
+/// Decision 1 of [`bind_decide`]: the claim's live binding is the answer.
 /// Nothing of ours to write: confirmed intents wait for the next decision
 /// that writes anyway (an answer costs two reads).
 fn bind_live(b: &BindCtx<'_>, record: &ClaimRecord) -> Result<BindOutcome> {
@@ -334,7 +334,7 @@ fn bind_live(b: &BindCtx<'_>, record: &ClaimRecord) -> Result<BindOutcome> {
     Ok((FollowUp::None, out, 0))
 }
 
-/// Step 2 of [`bind_decide`]: an intent about this claim. Its own live
+/// Decision 2 of [`bind_decide`]: an intent about this claim. Its own live
 /// `Bind` answers (or is taken over once stale); another uid's or an
 /// `Unbind` refuses while live; a stale one is cleared from `state` and
 /// `None` lets a new binding be made.
@@ -342,7 +342,7 @@ fn bind_over_intent(
     b: &BindCtx<'_>,
     state: &mut PoolState,
     intent: &Intent,
-) -> Result<Option<Step<BindOutcome, Next>>> {
+) -> Result<Option<Decision<BindOutcome, Next>>> {
     let (claim, l) = (b.claim, b.l);
     let old = stale(intent, b.now);
     match intent.kind {
@@ -366,7 +366,7 @@ fn bind_over_intent(
             };
             if !old {
                 // Its owner is writing the binding: same answer, no write.
-                return Ok(Some(Step::Done((FollowUp::None, out, 0))));
+                return Ok(Some(Decision::Done((FollowUp::None, out, 0))));
             }
             // Its owner gave up (crash or deadline): take it over.
             if let Some(i) = state.intents.iter_mut().find(|i| i.claim == b.cname) {
@@ -411,13 +411,13 @@ fn bind_over_intent(
     }
 }
 
-/// Step 3 of [`bind_decide`]: a new binding under a fresh `Bind` intent
+/// Decision 3 of [`bind_decide`]: a new binding under a fresh `Bind` intent
 /// owned by this request.
 fn bind_new<K: KvStore>(
     ctx: &Ctx<'_, K>,
     b: &BindCtx<'_>,
     mut state: PoolState,
-) -> Result<Step<BindOutcome, Next>> {
+) -> Result<Decision<BindOutcome, Next>> {
     let (claim, l) = (b.claim, b.l);
     if state.intents.len() >= MAX_INTENTS {
         return Err(Error::transient(

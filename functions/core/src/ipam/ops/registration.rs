@@ -14,7 +14,7 @@ use crate::ipam::holders;
 use crate::ipam::index::{self, Held};
 use crate::ipam::pool::{PoolId, PoolObject, ValidatedPool};
 use crate::ipam::store::{self, ClaimRecord, Loaded, Next, PoolRecord};
-use crate::kv::{keys, Ctx, Step};
+use crate::kv::{keys, Ctx, Decision};
 use crate::ports::kv::KvStore;
 
 use super::recovery::repair;
@@ -218,7 +218,7 @@ pub fn delete_provisioned_pool<K: KvStore>(ctx: &Ctx<'_, K>, id: &PoolId) -> Res
         };
         let h = &next.state.holders;
         let pages = (h.incarnation.clone(), h.pages.clone());
-        Ok(Step::Write(Box::new(next), pages))
+        Ok(Decision::Write(Box::new(next), pages))
     })?;
     let _ = holders::sweep_pages(ctx, id, &pages.0, &pages.1);
     let _ = index::settle(ctx, id, None);
@@ -362,7 +362,7 @@ fn register_new<K: KvStore>(
     me: &str,
     now: u64,
     counted: BTreeMap<String, u64>,
-) -> Step<Registered, Next> {
+) -> Decision<Registered, Next> {
     let mut state = PoolState {
         counted,
         ..PoolState::default()
@@ -398,7 +398,7 @@ fn register_new<K: KvStore>(
         object: object.clone(),
         counts: state.counts(pool),
     };
-    Step::Write(
+    Decision::Write(
         Box::new(Next {
             pool: Some((object.clone(), pool.clone())),
             state,
@@ -420,7 +420,7 @@ fn register_update(
     pool: &ValidatedPool,
     l: &Loaded,
     now: u64,
-) -> Result<Step<Registered, Next>> {
+) -> Result<Decision<Registered, Next>> {
     let (dropped, n) = l.state.dropped_by(&l.pool, pool, 10);
     if n > 0 {
         let list: Vec<String> = dropped.iter().map(|&a| pool_ip(&l.pool, a)).collect();
@@ -466,9 +466,13 @@ fn register_update(
         counts: state.counts(pool),
     };
     if *object == l.object && state == l.state {
-        return Ok(Step::Done(((PutOutcome::Unchanged, view), Vec::new(), 0)));
+        return Ok(Decision::Done((
+            (PutOutcome::Unchanged, view),
+            Vec::new(),
+            0,
+        )));
     }
-    Ok(Step::Write(
+    Ok(Decision::Write(
         Box::new(Next {
             pool: Some((object.clone(), pool.clone())),
             state,
@@ -498,13 +502,13 @@ fn pool_ip(pool: &crate::ipam::pool::ValidatedPool, a: u128) -> String {
 pub fn delete_pool<K: KvStore>(ctx: &Ctx<'_, K>, id: &PoolId) -> Result<bool> {
     let (deleted, pages) = match store::update_pool(ctx, id, |current| {
         let Some(l) = current else {
-            return Ok(Step::Done((false, None)));
+            return Ok(Decision::Done((false, None)));
         };
         unbound(id, l)?;
         let next = Next::tombstone(l);
         let h = &next.state.holders;
         let pages = (h.incarnation.clone(), h.pages.clone());
-        Ok(Step::Write(Box::new(next), (true, Some(pages))))
+        Ok(Decision::Write(Box::new(next), (true, Some(pages))))
     }) {
         Err(e) if e.is(Known::UnreadableRecord) => delete_unreadable(ctx, id)?,
         other => other?,

@@ -8,7 +8,7 @@ use crate::ipam::holders::Flush;
 use crate::ipam::pool::PoolId;
 use crate::ipam::store::Loaded;
 use crate::ipam::store::{self, ClaimRecord, Next};
-use crate::kv::{keys, Ctx, Step};
+use crate::kv::{keys, Ctx, Decision};
 use crate::ports::kv::KvStore;
 
 use super::{flush_of, pay, read_claims, stale, within_deadline, FollowUp};
@@ -135,10 +135,10 @@ pub fn release_counting<K: KvStore, G: ReleaseGuard>(
         let Some(l) = current else {
             // The pool is gone; only the key is left to remove.
             let now = ctx.env.now();
-            return Ok(Step::Done((FollowUp::Delete, Some(first.clone()), now)));
+            return Ok(Decision::Done((FollowUp::Delete, Some(first.clone()), now)));
         };
         let step = release_decide(&r, l, &mut counted)?;
-        if let Step::Write(next, _) = &step {
+        if let Decision::Write(next, _) = &step {
             owed = flush_of(l, &next.state, FLUSH_AT);
         }
         Ok(step)
@@ -196,13 +196,13 @@ fn release_decide<K: KvStore, G: ReleaseGuard>(
     r: &ReleaseCtx<'_, '_, K, G>,
     l: &Loaded,
     counted: &mut bool,
-) -> Result<Step<ReleaseOut, Next>> {
+) -> Result<Decision<ReleaseOut, Next>> {
     let now = r.ctx.env.now();
     let (mine, seen) = read_claims(r.ctx.kv, l, &r.cname, &r.ckey)?;
     let mut state = l.state.clone();
     state.confirm(&seen, write_stamp(l.rev + 1));
     let write = |state: PoolState, out| {
-        Step::Write(
+        Decision::Write(
             Box::new(Next {
                 pool: Some((l.object.clone(), l.pool.clone())),
                 state,
@@ -211,10 +211,10 @@ fn release_decide<K: KvStore, G: ReleaseGuard>(
         )
     };
     let Some(record) = mine else {
-        return Ok(Step::Done((FollowUp::None, None, 0)));
+        return Ok(Decision::Done((FollowUp::None, None, 0)));
     };
     if r.uid.is_some_and(|u| u != record.uid) || record.pool_id(r.namespace)? != r.pool_id {
-        return Ok(Step::Done((FollowUp::None, None, 0)));
+        return Ok(Decision::Done((FollowUp::None, None, 0)));
     }
     if l.object.spec.metal.is_some() {
         r.guard
@@ -228,7 +228,7 @@ fn release_decide<K: KvStore, G: ReleaseGuard>(
         // Already released by another request; take its key removal
         // over only when its owner gave up.
         if !stale(i, now) {
-            return Ok(Step::Done((FollowUp::None, Some(record), 0)));
+            return Ok(Decision::Done((FollowUp::None, Some(record), 0)));
         }
         i.owner = r.me.clone();
         i.at = now;
