@@ -156,7 +156,13 @@ fn sync_net(http: &ScriptedHttp, kv: &MemKv) -> metal_ipam_core::Result<machine:
     let ctx = Ctx::auto(kv, &env);
     let kube = Kube::new(http, &cfg);
     let metal = Metal::new(http, &mcfg, &env);
-    machine::sync_machine(&ctx, &kube, &metal, &Direct(&metal), "ns", "m")
+    let deps = metal_ipam_core::capi::network::Deps {
+        ctx: &ctx,
+        kube: &kube,
+        cloud: &metal,
+        batches: &Direct(&metal),
+    };
+    machine::sync_machine(deps, "ns", "m")
 }
 
 /// Deletion first, no finalizer of ours: a deleting Machine is absent at

@@ -19,9 +19,7 @@ use super::objects::MachineObject;
 use crate::cloud::Cloud;
 use crate::error::Result;
 use crate::kube::{self, Kube, Resource};
-use crate::kv::Ctx;
 use crate::network::apply::{self, ApplyPhase, ApplyReport, ApplyState};
-use crate::network::batch::VlanBatches;
 use crate::ports::http::HttpClient;
 use crate::ports::kv::KvStore;
 use crate::reconcile::{self, Cleanup, Condition, Handler, Order, Reconciled, StepResult, Verdict};
@@ -123,20 +121,12 @@ impl Synced {
 /// `VlanBatchFailed`, `VlanBatchRefused`, `PortChangeRefused`; Metal, store
 /// and API server errors.
 pub fn sync_machine<K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized>(
-    ctx: &Ctx<'_, K>,
-    kube: &Kube<'_, H>,
-    cloud: &C,
-    batches: &dyn VlanBatches,
+    deps: Deps<'_, '_, K, H, C>,
     ns: &str,
     name: &str,
 ) -> Result<Synced> {
     let mut h = MachineHandler {
-        deps: Deps {
-            ctx,
-            kube,
-            cloud,
-            batches,
-        },
+        deps,
         ns,
         name,
         infra: None,

@@ -270,14 +270,7 @@ impl<K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized> Run<'_, '_, K, H, C>
     /// The machine network step for `ns/name`, its result or error reported.
     fn sync_net(&mut self, ns: &str, name: &str) {
         let r = &mut self.report;
-        match sync_machine(
-            self.deps.ctx,
-            self.deps.kube,
-            self.deps.cloud,
-            self.deps.batches,
-            ns,
-            name,
-        ) {
+        match sync_machine(self.deps, ns, name) {
             Ok(s) => {
                 if let Some(n) = synced_name(&s) {
                     r.network.push((format!("{ns}/{name}"), n));

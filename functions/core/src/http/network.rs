@@ -7,13 +7,12 @@
 use serde_json::{json, Value};
 
 use crate::capi;
+use crate::capi::network::Deps;
 use crate::cloud::CloudError;
 use crate::error::{Error, ErrorKind, Result};
 use crate::http::api::{self, ApiRequest, ApiResponse};
 use crate::http::services::{MetalOf, Services};
 use crate::http::steps::{accepted, ok};
-use crate::kube::Kube;
-use crate::kv::Ctx;
 use crate::network::batch::{self, BatchOp, Chained, Direction};
 use crate::ports::http::HttpClient;
 use crate::ports::kv::KvStore;
@@ -62,17 +61,23 @@ pub(crate) fn machine<K: KvStore, H: HttpClient + ?Sized>(
         name,
         chained: s.chained(),
     };
+    let deps = Deps {
+        ctx,
+        kube,
+        cloud: metal,
+        batches: &at.chained,
+    };
     let answer = if netconfig {
-        netconfig_answer(ctx, kube, metal, &at, req.query)
+        netconfig_answer(deps, &at, req.query)
     } else if req.method == "DELETE" {
-        release_answer(ctx, kube, metal, &at)
+        release_answer(deps, &at)
     } else if req.query.split('&').any(|kv| kv == "dryRun=true") {
-        capi::network::plan_machine(ctx, kube, metal, ns, name).map(|plan| {
+        capi::network::plan_machine(deps, ns, name).map(|plan| {
             ApiResponse::success(200, Some(plan), route, "planned")
                 .touching("machine", machine.clone())
         })
     } else {
-        apply_answer(ctx, kube, metal, &at)
+        apply_answer(deps, &at)
     };
     answer.unwrap_or_else(fail)
 }
@@ -87,14 +92,12 @@ struct MachineAt<'a, H: HttpClient + ?Sized> {
 
 /// `GET …/netconfig?format=`: the node's configuration as text.
 fn netconfig_answer<K: KvStore, H: HttpClient + ?Sized>(
-    ctx: &Ctx<'_, K>,
-    kube: &Kube<'_, H>,
-    metal: &MetalOf<'_, H>,
+    deps: Deps<'_, '_, K, H, MetalOf<'_, H>>,
     at: &MachineAt<'_, H>,
     query: &str,
 ) -> Result<ApiResponse> {
     let format = capi::network::format_of(query)?;
-    let (text, pending) = capi::network::netconfig(ctx, kube, metal, at.ns, at.name, format)?;
+    let (text, pending) = capi::network::netconfig(deps, at.ns, at.name, format)?;
     let content_type = match format {
         crate::network::render::Format::Shell => "text/x-shellscript",
         crate::network::render::Format::Ifupdown => "text/plain; charset=utf-8",
@@ -110,13 +113,10 @@ fn netconfig_answer<K: KvStore, H: HttpClient + ?Sized>(
 
 /// `DELETE …/network`: release the machine's network.
 fn release_answer<K: KvStore, H: HttpClient + ?Sized>(
-    ctx: &Ctx<'_, K>,
-    kube: &Kube<'_, H>,
-    metal: &MetalOf<'_, H>,
+    deps: Deps<'_, '_, K, H, MetalOf<'_, H>>,
     at: &MachineAt<'_, H>,
 ) -> Result<ApiResponse> {
-    let (report, deleted) =
-        capi::network::release_machine(ctx, kube, metal, &at.chained, at.ns, at.name)?;
+    let (report, deleted) = capi::network::release_machine(deps, at.ns, at.name)?;
     let outcome = if report
         .as_ref()
         .is_some_and(|r| r.phase.retry_after().is_some())
@@ -134,13 +134,10 @@ fn release_answer<K: KvStore, H: HttpClient + ?Sized>(
 
 /// `POST …/network`: apply the machine's profile.
 fn apply_answer<K: KvStore, H: HttpClient + ?Sized>(
-    ctx: &Ctx<'_, K>,
-    kube: &Kube<'_, H>,
-    metal: &MetalOf<'_, H>,
+    deps: Deps<'_, '_, K, H, MetalOf<'_, H>>,
     at: &MachineAt<'_, H>,
 ) -> Result<ApiResponse> {
-    let (report, device) =
-        capi::network::apply_machine(ctx, kube, metal, &at.chained, at.ns, at.name)?;
+    let (report, device) = capi::network::apply_machine(deps, at.ns, at.name)?;
     let phase = report.phase.name();
     Ok(
         network_answer(at.route, phase, Some(&report), json!({}), at.ns, at.name)
@@ -166,8 +163,14 @@ pub(crate) fn machine_sync<K: KvStore, H: HttpClient + ?Sized>(
     let machine = format!("{ns}/{name}");
     let checked = check_object(Some(ns), name);
     let result = checked.and_then(|_| {
-        let (ctx, kube, metal) = (s.store()?, s.kube()?, s.metal()?);
-        capi::machine::sync_machine(ctx, kube, metal, &s.chained(), ns, name)
+        let batches = s.chained();
+        let deps = Deps {
+            ctx: s.store()?,
+            kube: s.kube()?,
+            cloud: s.metal()?,
+            batches: &batches,
+        };
+        capi::machine::sync_machine(deps, ns, name)
     });
     let synced = match result {
         Ok(x) => x,

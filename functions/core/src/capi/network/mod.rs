@@ -261,5 +261,13 @@ pub struct Deps<'r, 'a, K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized> {
     pub batches: &'r dyn VlanBatches,
 }
 
+// References only: copied freely, whatever the store, client or cloud.
+impl<K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized> Clone for Deps<'_, '_, K, H, C> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized> Copy for Deps<'_, '_, K, H, C> {}
+
 pub use on_device::{apply_machine, plan_machine, release_machine};
 pub(super) use on_device::{apply_on_device, release_device, OnDevice};

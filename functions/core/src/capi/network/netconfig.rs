@@ -4,11 +4,10 @@
 
 use super::claims::{bound_address, claims_of_slots, pool_slots};
 use super::on_device::resolve_vlans;
+use super::Deps;
 use super::{not_found, read_machine, MachineNetwork};
 use crate::cloud::{Cloud, DeviceView};
 use crate::error::{Error, Result};
-use crate::kube::Kube;
-use crate::kv::Ctx;
 use crate::network::network_data;
 use crate::network::node::{node_network, Pending, Slot};
 use crate::network::profile::{PoolName, VlanRef};
@@ -26,13 +25,14 @@ use crate::ports::kv::KvStore;
 /// # Errors
 /// As [`read_machine`]; 404 `VlanNotFound`; Metal errors.
 pub fn netconfig<K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized>(
-    ctx: &Ctx<'_, K>,
-    kube: &Kube<'_, H>,
-    cloud: &C,
+    deps: Deps<'_, '_, K, H, C>,
     ns: &str,
     name: &str,
     format: Format,
 ) -> Result<(String, Vec<Pending>)> {
+    let Deps {
+        ctx, kube, cloud, ..
+    } = deps;
     let m = read_machine(kube, ns, name)?;
     let resolved = resolve_vlans(ctx, cloud, ns, &m.profile)?;
     let vxlan_of = |r: &VlanRef| resolved.iter().find(|(x, _, _)| x == r).map(|(_, _, n)| *n);

@@ -11,10 +11,8 @@ use crate::cloud::{Cloud, Segment};
 use crate::error::{Error, Result};
 use crate::ipam::pool::PoolId;
 use crate::ipam::vrf::Resource as MetalResource;
-use crate::kube::Kube;
 use crate::kv::Ctx;
 use crate::network::apply::{self, ApplyReport};
-use crate::network::batch::VlanBatches;
 use crate::network::plan::{Desired, Observed, PortStep};
 use crate::network::profile::{PoolName, Profile, VlanRef};
 use crate::ports::http::HttpClient;
@@ -130,12 +128,13 @@ fn device_or_conflict(m: &MachineNetwork, ns: &str, name: &str) -> Result<String
 /// As [`read_machine`]; 409 `DeviceUnknown`, `NetworkFrozen`; 404
 /// `DeviceNotFound`, `VlanNotFound`; Metal errors.
 pub fn plan_machine<K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized>(
-    ctx: &Ctx<'_, K>,
-    kube: &Kube<'_, H>,
-    cloud: &C,
+    deps: Deps<'_, '_, K, H, C>,
     ns: &str,
     name: &str,
 ) -> Result<Value> {
+    let Deps {
+        ctx, kube, cloud, ..
+    } = deps;
     let m = read_machine(kube, ns, name)?;
     let device = device_or_conflict(&m, ns, name)?;
     let observed = apply::observe(cloud, &device)?;
@@ -200,22 +199,14 @@ pub(in crate::capi) fn apply_on_device<K: KvStore, H: HttpClient + ?Sized, C: Cl
 /// record forgotten and the machine's claims deleted); 409
 /// `VlanBatchFailed`, `VlanBatchRefused`, `PortChangeRefused`.
 pub fn apply_machine<K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized>(
-    ctx: &Ctx<'_, K>,
-    kube: &Kube<'_, H>,
-    cloud: &C,
-    batches: &dyn VlanBatches,
+    deps: Deps<'_, '_, K, H, C>,
     ns: &str,
     name: &str,
 ) -> Result<(ApplyReport, String)> {
+    let Deps { ctx, kube, .. } = deps;
     let m = read_machine(kube, ns, name)?;
     let device = device_or_conflict(&m, ns, name)?;
     apply::DeviceRecord::new(ctx, &device).clear_released()?;
-    let deps = Deps {
-        ctx,
-        kube,
-        cloud,
-        batches,
-    };
     match apply_on_device(&deps, (ns, name), &m, &device)? {
         OnDevice::Applied(r) => Ok((r, device)),
         OnDevice::Released => Ok((
@@ -277,13 +268,11 @@ pub(in crate::capi) fn release_device<K: KvStore, H: HttpClient + ?Sized, C: Clo
 /// As [`apply_machine`] (a device that is gone is released: its record
 /// forgotten and the claims deleted).
 pub fn release_machine<K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized>(
-    ctx: &Ctx<'_, K>,
-    kube: &Kube<'_, H>,
-    cloud: &C,
-    batches: &dyn VlanBatches,
+    deps: Deps<'_, '_, K, H, C>,
     ns: &str,
     name: &str,
 ) -> Result<(Option<ApplyReport>, usize)> {
+    let Deps { ctx, kube, .. } = deps;
     let Some((machine, infra)) = machine_and_infra(kube, ns, name)? else {
         return Ok((None, 0));
     };
@@ -298,12 +287,6 @@ pub fn release_machine<K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized>(
             .and_then(|i| i.metadata.annotation(PROFILE_ANNOTATION))
     });
     apply::DeviceRecord::new(ctx, &device).mark_released(profile, ctx.env.now())?;
-    let deps = Deps {
-        ctx,
-        kube,
-        cloud,
-        batches,
-    };
     let (report, deleted) = release_device(&deps, (ns, name, &uid), &device)?;
     if report
         .as_ref()
