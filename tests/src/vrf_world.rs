@@ -37,6 +37,28 @@ pub struct Run<'a> {
     pub metal: &'a Metal<'a, BlockingHttp, TestEnv>,
 }
 
+impl<'a> Run<'a> {
+    /// The machine network's context on this run, with `batches` as its
+    /// VLAN steps.
+    pub fn deps<'r>(
+        &'r self,
+        batches: &'r dyn metal_ipam_core::network::batch::VlanBatches,
+    ) -> metal_ipam_core::capi::network::Deps<
+        'r,
+        'a,
+        MemKv,
+        BlockingHttp,
+        Metal<'a, BlockingHttp, TestEnv>,
+    > {
+        metal_ipam_core::capi::network::Deps {
+            ctx: self.ctx,
+            kube: self.kube,
+            cloud: self.metal,
+            batches,
+        }
+    }
+}
+
 /// The fake API server, the simulator and the shared store.
 pub struct World {
     /// The fake Kubernetes API.

@@ -11,7 +11,6 @@
 use metal_ipam_core::capi::assign::{
     sync_claim_assignment, ASSIGNMENT_FINALIZER, CONDITION, DEVICE_ANNOTATION,
 };
-use metal_ipam_core::capi::network::Deps;
 use metal_ipam_core::capi::poll::poll;
 use metal_ipam_core::capi::{self, ClaimAnswer, Reconciled, StepResult};
 use metal_ipam_core::error::Result;
@@ -620,16 +619,7 @@ async fn an_elastic_ip_of_a_profile_is_claimed_assigned_and_rendered() {
     w.sim.clear_requests();
     let (report, device) = w
         .spawn(20_000, |r| {
-            apply_machine(
-                Deps {
-                    ctx: r.ctx,
-                    kube: r.kube,
-                    cloud: r.metal,
-                    batches: &Direct(r.metal),
-                },
-                NS,
-                "m-0",
-            )
+            apply_machine(r.deps(&Direct(r.metal)), NS, "m-0")
         })
         .await
         .unwrap()
@@ -660,17 +650,7 @@ async fn an_elastic_ip_of_a_profile_is_claimed_assigned_and_rendered() {
 
     let (text, pending) = w
         .spawn(20_003, |r| {
-            netconfig(
-                Deps {
-                    ctx: r.ctx,
-                    kube: r.kube,
-                    cloud: r.metal,
-                    batches: &Direct(r.metal),
-                },
-                NS,
-                "m-0",
-                Format::Shell,
-            )
+            netconfig(r.deps(&Direct(r.metal)), NS, "m-0", Format::Shell)
         })
         .await
         .unwrap()
@@ -683,16 +663,7 @@ async fn an_elastic_ip_of_a_profile_is_claimed_assigned_and_rendered() {
 
     let (_, deleted) = w
         .spawn(20_004, |r| {
-            release_machine(
-                Deps {
-                    ctx: r.ctx,
-                    kube: r.kube,
-                    cloud: r.metal,
-                    batches: &Direct(r.metal),
-                },
-                NS,
-                "m-0",
-            )
+            release_machine(r.deps(&Direct(r.metal)), NS, "m-0")
         })
         .await
         .unwrap()
