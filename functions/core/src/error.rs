@@ -89,6 +89,14 @@ pub enum Known {
     /// A pool would share addresses with another pool of its address
     /// space. 409 (422 from the webhook).
     PoolOverlap,
+    /// A taken-over kind's in-cluster provider has replicas (the fence). 409.
+    InClusterProviderActive,
+    /// A takeover was asked for during a hand-back of the kind. 409.
+    HandBackInProgress,
+    /// A takeover could not import every pool of the kind. 409.
+    TakeoverIncomplete,
+    /// A hand-back was asked for while released addresses cool down. 409.
+    AddressesCooling,
 }
 
 impl Known {
@@ -111,6 +119,10 @@ impl Known {
             Known::MetalBlockUnknown => "MetalBlockUnknown",
             Known::UnreadableRecord => "UnreadableRecord",
             Known::PoolOverlap => "PoolOverlap",
+            Known::InClusterProviderActive => "InClusterProviderActive",
+            Known::HandBackInProgress => "HandBackInProgress",
+            Known::TakeoverIncomplete => "TakeoverIncomplete",
+            Known::AddressesCooling => "AddressesCooling",
         }
     }
 }

@@ -195,6 +195,9 @@ pub enum RouteKind {
     UiSearch,
     /// Liveness.
     Healthz,
+    /// Take over, show or hand back one of the in-cluster provider's pool
+    /// kinds (`capi::takeover`).
+    Takeover,
 }
 
 impl RouteKind {
@@ -242,12 +245,7 @@ use Component as C;
 
 const CHAINED: bool = false;
 const PUBLIC: bool = true;
-const POOL_KINDS: [PoolKind; 4] = [
-    PoolKind::Namespaced,
-    PoolKind::Global,
-    PoolKind::NamespacedPrefix,
-    PoolKind::GlobalPrefix,
-];
+const POOL_KINDS: [PoolKind; 4] = PoolKind::ALL;
 
 /// A row without a pool kind (see [`RouteDef`]'s fields, in order).
 const fn plain(
@@ -272,9 +270,10 @@ const fn plain(
 }
 
 /// Four rows of a pool route family, one per kind: `templates` in the
-/// order of [`POOL_KINDS`] (namespaced, global, namespaced prefix, global
+/// order of `kinds` (namespaced, global, namespaced prefix, global
 /// prefix).
-const fn pools(
+const fn pools_of(
+    kinds: [PoolKind; 4],
     templates: [&'static str; 4],
     kind: RouteKind,
     served_by: &'static [Component],
@@ -287,10 +286,23 @@ const fn pools(
     let mut i = 0;
     while i < 4 {
         out[i].template = templates[i];
-        out[i].pool = Some(POOL_KINDS[i]);
+        out[i].pool = Some(kinds[i]);
         i += 1;
     }
     out
+}
+
+/// [`pools_of`] our kinds ([`POOL_KINDS`]).
+const fn pools(
+    templates: [&'static str; 4],
+    kind: RouteKind,
+    served_by: &'static [Component],
+    chained_from: &'static [Component],
+    public: bool,
+    methods: &'static str,
+    auth: Auth,
+) -> [RouteDef; 4] {
+    pools_of(POOL_KINDS, templates, kind, served_by, chained_from, public, methods, auth)
 }
 
 const POST: &str = "POST";
@@ -302,6 +314,14 @@ const FROM_EVENTS_AND_RECONCILE: &[Component] = &[C::Events, C::Reconcile];
 const POOL_SYNC: [RouteDef; 4] = pools(
     ["/v1/capi/pools/{namespace}/{name}", "/v1/capi/global-pools/{name}", "/v1/capi/prefix-pools/{namespace}/{name}", "/v1/capi/global-prefix-pools/{name}"],
     RouteKind::PoolSync, &[C::Pools], EVENTS, CHAINED, POST, Auth::Api,
+);
+/// The in-cluster provider's pools, synced while metal-ipam has taken
+/// their kind over (`capi::takeover`).
+#[rustfmt::skip]
+const IN_CLUSTER_POOL_SYNC: [RouteDef; 4] = pools_of(
+    PoolKind::IN_CLUSTER,
+    ["/v1/capi/in-cluster/pools/{namespace}/{name}", "/v1/capi/in-cluster/global-pools/{name}", "/v1/capi/in-cluster/prefix-pools/{namespace}/{name}", "/v1/capi/in-cluster/global-prefix-pools/{name}"],
+    RouteKind::PoolSync, &[C::Pools], FROM_EVENTS_AND_RECONCILE, CHAINED, POST, Auth::Api,
 );
 #[rustfmt::skip]
 const VRF_POOL: [RouteDef; 4] = pools(
@@ -359,6 +379,7 @@ pub const TABLE: &[RouteDef] = &{
         plain("/ui/api/machines", K::UiMachines, &[C::Ui], &[], PUBLIC, GET, Auth::Read),
         plain("/ui/api/search", K::UiSearch, &[C::Ui], &[], PUBLIC, GET, Auth::Read),
         plain("/healthz", K::Healthz, &[C::Healthz], &[], PUBLIC, "GET, HEAD", Auth::None),
+        plain("/v1/takeover/{kind}", K::Takeover, &[C::Reconcile], &[], PUBLIC, "GET, POST, DELETE", Auth::Api),
     ];
     let families = [
         POOL_SYNC,
@@ -367,18 +388,19 @@ pub const TABLE: &[RouteDef] = &{
         POOL_LIST,
         POOL_OBJECT,
         UI_POOL,
+        IN_CLUSTER_POOL_SYNC,
     ];
-    let mut out = [singles[0]; 23 + 6 * 4];
+    let mut out = [singles[0]; 24 + 7 * 4];
     let mut i = 0;
-    while i < 23 {
+    while i < 24 {
         out[i] = singles[i];
         i += 1;
     }
     let mut f = 0;
-    while f < 6 {
+    while f < 7 {
         let mut k = 0;
         while k < 4 {
-            out[23 + f * 4 + k] = families[f][k];
+            out[24 + f * 4 + k] = families[f][k];
             k += 1;
         }
         f += 1;
@@ -461,6 +483,9 @@ pub enum Route {
     UiSearch,
     /// `/healthz`: liveness.
     Healthz,
+    /// `/v1/takeover/{kind}`: take over (`POST`), show (`GET`) or hand
+    /// back (`DELETE`) one of the in-cluster provider's pool kinds.
+    Takeover(PoolKind),
 }
 
 /// Whether a template's segment is a field (it opens with a brace; the
@@ -510,6 +535,7 @@ impl Route {
             Route::UiMachines => K::UiMachines,
             Route::UiSearch => K::UiSearch,
             Route::Healthz => K::Healthz,
+            Route::Takeover(_) => K::Takeover,
         }
     }
 
@@ -574,6 +600,7 @@ impl Route {
         match self {
             Route::VlanBatch { port } => vec![port],
             Route::UiAsset { file } => vec![file],
+            Route::Takeover(kind) => vec![kind.kind_name()],
             _ => Vec::new(),
         }
     }
@@ -617,6 +644,11 @@ impl Route {
             K::ClaimObject => object(|ns, name| Route::ClaimObject { ns, name }),
             K::VlanBatch => one.then(|| Route::VlanBatch { port: s(0) }),
             K::UiAsset => one.then(|| Route::UiAsset { file: s(0) }),
+            // Only the in-cluster provider's kinds can be taken over.
+            K::Takeover => one
+                .then(|| PoolKind::of_group(crate::kube::IN_CLUSTER_GROUP, args[0]))
+                .flatten()
+                .map(Route::Takeover),
             K::MetalPoll => none(Route::MetalPoll),
             K::Reconcile => none(Route::Reconcile),
             K::Events => none(Route::Events),
@@ -784,7 +816,11 @@ mod tests {
             .iter()
             .filter(|s| s.starts_with('{'))
             .count();
-        let args: Vec<String> = (0..n).map(|i| format!("a{i}")).collect();
+        let args: Vec<String> = match def.kind {
+            // Only an in-cluster pool kind's name is a takeover route.
+            RouteKind::Takeover => vec!["InClusterIPPool".to_string()],
+            _ => (0..n).map(|i| format!("a{i}")).collect(),
+        };
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         Route::with(def, &args).expect("fields match the template")
     }

@@ -429,7 +429,8 @@ pub fn evaluate_with(
         }
         return Ok(out);
     }
-    let pool_kind = PoolKind::from_kind_name(kind.kind).filter(|_| kind.group == pool::GROUP);
+    // Our kinds only: the in-cluster provider's pools have its webhook.
+    let pool_kind = PoolKind::of_group(kind.group, kind.kind).filter(|k| !k.is_in_cluster());
     let Some(pool_kind) = pool_kind else {
         return Ok(out);
     };

@@ -10,7 +10,8 @@ use std::net::IpAddr;
 use serde_json::{json, Map, Value};
 
 use super::objects::{paused, PoolResource};
-use super::{ClaimAnswer, Reader, Snapshot, ADDRESS_FINALIZER, CLAIM_FINALIZER};
+use super::takeover::{self, Finalizers};
+use super::{ClaimAnswer, Reader, Snapshot, ADDRESS_FINALIZER};
 use crate::error::{Error, ErrorKind, Known, Result};
 use crate::ipam::claim::{Claim, ClaimObject, IpAddressObject};
 use crate::ipam::ops;
@@ -41,6 +42,9 @@ pub struct ClaimHandler<'c, 'k, 'a, K: KvStore, H: HttpClient + ?Sized> {
     /// Whether this attempt may read from the snapshot (set by
     /// [`Handler::read`]).
     pub first: bool,
+    /// The finalizers of the claim's pool kind (set by [`Handler::parse`]:
+    /// the in-cluster provider's on a taken-over kind, ours otherwise).
+    pub finalizers: Finalizers,
 }
 
 /// What the handler works with: the claim as parsed,
@@ -80,7 +84,7 @@ impl<K: KvStore, H: HttpClient + ?Sized> Handler<H> for ClaimHandler<'_, '_, '_,
         &kube::CLAIMS
     }
     fn finalizer(&self) -> Option<&'static str> {
-        Some(CLAIM_FINALIZER)
+        Some(self.finalizers.claim)
     }
 
     fn read(&mut self, first: bool) -> Result<Option<Self::Object>> {
@@ -95,7 +99,15 @@ impl<K: KvStore, H: HttpClient + ?Sized> Handler<H> for ClaimHandler<'_, '_, '_,
 
     fn parse(&mut self, o: &Self::Object) -> Result<Result<Parsed, Verdict<Self::Status>>> {
         Ok(match Claim::parse(&o.json) {
-            Ok(claim) => Ok(Parsed { claim, pool: None }),
+            // The in-cluster provider's pools are served only while taken
+            // over and fenced (capi::takeover); nothing is written before.
+            Ok(claim) if !takeover::serves(self.ctx, self.kube, claim.pool.kind, false)? => Err(
+                Verdict::answer(takeover::not_served(claim.pool.kind, "claim")),
+            ),
+            Ok(claim) => {
+                self.finalizers = Finalizers::of(claim.pool.kind);
+                Ok(Parsed { claim, pool: None })
+            }
             Err(e) if e.is(Known::UnsupportedPoolRef) => Err(Verdict::just(
                 StepResult::Ignored,
                 "spec.poolRef is not served by metal-ipam",
@@ -147,7 +159,7 @@ impl<K: KvStore, H: HttpClient + ?Sized> Handler<H> for ClaimHandler<'_, '_, '_,
     }
 
     fn cleanup(&mut self, o: &Self::Object, p: &Parsed) -> Result<Cleanup<Self::Status>> {
-        finalize(self.ctx, self.kube, &p.claim, &o.typed)
+        finalize(self.ctx, self.kube, &p.claim, &o.typed, self.finalizers.address)
     }
 
     fn apply(&mut self, _o: &Self::Object, p: Parsed) -> Result<Verdict<Self::Status>> {
@@ -198,7 +210,7 @@ fn gone<K: KvStore, H: HttpClient + ?Sized>(
         )),
         None => None,
     };
-    cleanup_orphan_address(kube, ns, name)?;
+    cleanup_orphan_address(kube, ns, name, released.is_some())?;
     Ok(match released {
         Some(r) => Reconciled::new(StepResult::Released, "the claim no longer exists")
             .with_address(r.address),
@@ -242,9 +254,8 @@ fn bind<K: KvStore, H: HttpClient + ?Sized>(
                 .map_outcome(|o| Reconciled { message, ..o }));
         }
     };
-    let want = record
-        .to_ip_address(ns, name)?
-        .with_finalizer(ADDRESS_FINALIZER);
+    let finalizer = h.finalizers.address;
+    let want = record.to_ip_address(ns, name)?.with_finalizer(finalizer);
     match ip {
         None => {
             kube.create(&kube::IP_ADDRESSES, Some(ns), &want.to_json())?;
@@ -258,7 +269,7 @@ fn bind<K: KvStore, H: HttpClient + ?Sized>(
                 );
                 return Ok(Verdict::not_ready(Reason::AllocationFailed, msg, None));
             }
-            if let Some(patch) = want.metadata_patch(&o, ADDRESS_FINALIZER) {
+            if let Some(patch) = want.metadata_patch(&o, finalizer) {
                 let m = &o.metadata;
                 let ns = m.namespace.as_deref();
                 kube.merge_patch(&kube::IP_ADDRESSES, ns, &m.name, false, &patch.to_json())?;
@@ -294,7 +305,7 @@ fn live_address<K: KvStore, H: HttpClient + ?Sized>(
     let mut ip = h.reader().address(ns, name)?;
     if let Some(o) = &ip {
         if o.metadata.deleting() && o.metadata.owned_by(&claim.id.uid) {
-            remove_finalizer(kube, &kube::IP_ADDRESSES, o, ADDRESS_FINALIZER)?;
+            remove_finalizer(kube, &kube::IP_ADDRESSES, o, h.finalizers.address)?;
             ip = kube.get_as(&kube::IP_ADDRESSES, Some(ns), name)?;
             if ip.as_ref().is_some_and(|o| o.metadata.deleting()) {
                 return Ok(None);
@@ -311,6 +322,7 @@ fn finalize<K: KvStore, H: HttpClient + ?Sized>(
     kube: &Kube<'_, H>,
     claim: &Claim,
     claim_obj: &ClaimObject,
+    address_finalizer: &str,
 ) -> Result<Cleanup<Option<String>>> {
     let ns = claim.id.namespace.as_str();
     let name = claim.id.name.as_str();
@@ -337,8 +349,8 @@ fn finalize<K: KvStore, H: HttpClient + ?Sized>(
     };
     let ip: Option<IpAddressObject> = kube.get_as(&kube::IP_ADDRESSES, Some(ns), name)?;
     if let Some(ip) = ip {
-        if ip.metadata.owned_by(&claim.id.uid) || ip.metadata.has_finalizer(ADDRESS_FINALIZER) {
-            release_address_object(kube, &ip)?;
+        if ip.metadata.owned_by(&claim.id.uid) || ip.metadata.has_finalizer(address_finalizer) {
+            release_address_object(kube, &ip, address_finalizer)?;
         }
     }
     let mut out = Reconciled::new(StepResult::Released, format!("{ns}/{name} released"));
@@ -348,27 +360,36 @@ fn finalize<K: KvStore, H: HttpClient + ?Sized>(
     Ok(Cleanup::Done(out))
 }
 
+/// The `IPAddress` of a claim that no longer exists: ours (our finalizer)
+/// goes; one with the in-cluster provider's finalizer goes only when this
+/// step released its binding (`released`: its kind is taken over and the
+/// address was ours to serve), otherwise it is the in-cluster provider's.
 fn cleanup_orphan_address<H: HttpClient + ?Sized>(
     kube: &Kube<'_, H>,
     ns: &str,
     name: &str,
+    released: bool,
 ) -> Result<()> {
     let ip: Option<IpAddressObject> = kube.get_as(&kube::IP_ADDRESSES, Some(ns), name)?;
-    match ip {
-        Some(ip) if ip.metadata.has_finalizer(ADDRESS_FINALIZER) => {
-            release_address_object(kube, &ip)
-        }
-        _ => Ok(()),
+    let Some(ip) = ip else { return Ok(()) };
+    if ip.metadata.has_finalizer(ADDRESS_FINALIZER) {
+        return release_address_object(kube, &ip, ADDRESS_FINALIZER);
     }
+    let theirs = takeover::IN_CLUSTER_ADDRESS_FINALIZER;
+    if released && ip.metadata.has_finalizer(theirs) {
+        return release_address_object(kube, &ip, theirs);
+    }
+    Ok(())
 }
 
-/// Removes our finalizer from an `IPAddress` and deletes it unless it is
-/// already going.
+/// Removes `finalizer` (ours, or the in-cluster provider's on a taken-over
+/// kind) from an `IPAddress` and deletes it unless it is already going.
 pub(super) fn release_address_object<H: HttpClient + ?Sized>(
     kube: &Kube<'_, H>,
     ip: &IpAddressObject,
+    finalizer: &str,
 ) -> Result<()> {
-    let remaining = remove_finalizer(kube, &kube::IP_ADDRESSES, ip, ADDRESS_FINALIZER)?;
+    let remaining = remove_finalizer(kube, &kube::IP_ADDRESSES, ip, finalizer)?;
     if remaining.is_some_and(|o| !o.metadata.deleting()) {
         let m = &ip.metadata;
         kube.delete(&kube::IP_ADDRESSES, m.namespace.as_deref(), &m.name)?;

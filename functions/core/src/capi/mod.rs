@@ -45,6 +45,7 @@ pub mod objects;
 pub mod poll;
 pub mod pool;
 pub mod reconcile;
+pub mod takeover;
 pub mod vrf;
 
 use std::collections::BTreeMap;
@@ -233,6 +234,7 @@ pub fn reconcile_claim_in<K: KvStore, H: HttpClient + ?Sized>(
         name,
         snapshot,
         first: true,
+        finalizers: takeover::Finalizers::of(PoolKind::Namespaced),
     })
 }
 
@@ -340,6 +342,28 @@ fn write_pool_status<H: HttpClient + ?Sized>(
         return Ok(false);
     }
     st.insert("conditions".into(), Value::Array(conditions));
+    let patch = json!({"metadata": {"resourceVersion": m.resource_version_json()}, "status": st});
+    kube.merge_patch(r, m.namespace.as_deref(), &m.name, true, &patch)?;
+    Ok(true)
+}
+
+/// Writes an in-cluster provider's pool's status in its schema (only
+/// `ipAddresses`: it has no conditions) if it differs; returns whether it
+/// wrote.
+fn write_in_cluster_pool_status<H: HttpClient + ?Sized>(
+    kube: &Kube<'_, H>,
+    r: &Resource,
+    o: &PoolResource,
+    fields: Option<Map<String, Value>>,
+) -> Result<bool> {
+    let m = &o.metadata;
+    let Some(st) = fields else { return Ok(false) };
+    let changed = st
+        .get("ipAddresses")
+        .is_some_and(|v| o.status.ip_addresses.as_ref() != Some(v));
+    if !changed {
+        return Ok(false);
+    }
     let patch = json!({"metadata": {"resourceVersion": m.resource_version_json()}, "status": st});
     kube.merge_patch(r, m.namespace.as_deref(), &m.name, true, &patch)?;
     Ok(true)

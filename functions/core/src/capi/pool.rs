@@ -9,7 +9,7 @@
 use serde_json::{Map, Value};
 
 use super::objects::{paused, PoolResource};
-use super::{adoptions_for, write_pool_status};
+use super::{adoptions_for, write_in_cluster_pool_status, write_pool_status};
 use crate::error::{Known, Result};
 use crate::ipam::ops;
 use crate::ipam::pool::{PoolId, PoolObject};
@@ -51,7 +51,7 @@ impl<K: KvStore, H: HttpClient + ?Sized> Handler<H> for PoolHandler<'_, '_, '_, 
         self.id.kind.resource()
     }
     fn finalizer(&self) -> Option<&'static str> {
-        Some(super::POOL_FINALIZER)
+        Some(super::takeover::Finalizers::of(self.id.kind).pool)
     }
 
     fn read(&mut self, _first: bool) -> Result<Option<Self::Object>> {
@@ -78,6 +78,13 @@ impl<K: KvStore, H: HttpClient + ?Sized> Handler<H> for PoolHandler<'_, '_, '_, 
     }
 
     fn parse(&mut self, o: &Self::Object) -> Result<Result<(), Verdict<Self::Status>>> {
+        let kind = self.id.kind;
+        // The in-cluster provider's pools only while taken over (the
+        // takeover's own import included) and fenced: nothing is written
+        // before this.
+        if !super::takeover::serves(self.ctx, self.kube, kind, true)? {
+            return Ok(Err(Verdict::answer(super::takeover::not_served(kind, "pool"))));
+        }
         // Registered, synced and deleted by the provision step, after its
         // Metal resources (capi::vrf).
         Ok(if o.typed.vrf_backed {
@@ -167,6 +174,10 @@ impl<K: KvStore, H: HttpClient + ?Sized> Handler<H> for PoolHandler<'_, '_, '_, 
             now: self.ctx.env.now(),
         };
         let fields = (!s.is_empty()).then(|| s.clone());
+        if self.id.kind.is_in_cluster() {
+            // The in-cluster schema has no conditions: only the counts.
+            return write_in_cluster_pool_status(self.kube, self.resource(), &o.typed, fields);
+        }
         write_pool_status(self.kube, self.resource(), &o.typed, fields, ready)
     }
 }

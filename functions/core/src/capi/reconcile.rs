@@ -3,7 +3,8 @@
 //! Event forwarders drop events (Knative sends none for objects that
 //! existed before it started; every forwarder gives up after a few
 //! retries), so `POST /v1/reconcile` runs periodically (a CronJob). It:
-//! 1. lists every pool (paginated) and syncs it — a pool the store does not
+//! 1. lists every pool (paginated; the in-cluster provider's kinds only
+//!    while taken over, `capi::takeover`) and syncs it — a pool the store does not
 //!    know (first install, store lost, `clusterctl move`) is registered
 //!    together with the addresses its existing `IPAddress` objects hold, so
 //!    no address already handed out changes;
@@ -268,7 +269,17 @@ fn sync_pools<K: KvStore, H: HttpClient + ?Sized>(
     report: &mut ReconcileReport,
 ) -> Result<BTreeMap<PoolId, PoolResource>> {
     let mut pool_objects: BTreeMap<PoolId, PoolResource> = BTreeMap::new();
-    for kind in PoolKind::ALL {
+    // The in-cluster provider's kinds only while taken over (their CRDs
+    // need not even exist otherwise).
+    let mut kinds = PoolKind::ALL.to_vec();
+    for kind in PoolKind::IN_CLUSTER {
+        match capi::takeover::record(ctx.kv, kind) {
+            Ok(Some(r)) if r.state == capi::takeover::State::Serving => kinds.push(kind),
+            Ok(_) => {}
+            Err(e) => report.errors.push(format!("takeover of {}: {e}", kind.kind_name())),
+        }
+    }
+    for kind in kinds {
         for p in kube.list_as::<PoolResource>(kind.resource(), None)? {
             let m = &p.metadata;
             if m.name.is_empty() {

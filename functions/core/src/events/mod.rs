@@ -150,7 +150,9 @@ pub enum ObjectKind {
     Claim,
     /// `ipam.cluster.x-k8s.io` `IPAddress`.
     IpAddress,
-    /// `ipam.metal-ipam.dev` `MetalIPPool` or `GlobalMetalIPPool`.
+    /// A pool: one of ours (`ipam.metal-ipam.dev`), or one of the
+    /// in-cluster provider's (`ipam.cluster.x-k8s.io`, served during a
+    /// takeover).
     Pool(PoolKind),
     /// `cluster.x-k8s.io` `Machine` (its network profile).
     Machine,
@@ -192,6 +194,8 @@ impl ObjectKind {
     ///     Some(ObjectKind::NetworkProfile));
     /// assert_eq!(ObjectKind::classify("infrastructure.cluster.x-k8s.io/v1beta1", "PacketMachine"),
     ///     Some(ObjectKind::PacketMachine));
+    /// assert_eq!(ObjectKind::classify("ipam.cluster.x-k8s.io/v1alpha2", "InClusterIPPool"),
+    ///     Some(ObjectKind::Pool(PoolKind::InCluster)));
     /// assert_eq!(ObjectKind::classify("v1", "ConfigMap"), None);
     /// ```
     pub fn classify(api_version: &str, kind: &str) -> Option<ObjectKind> {
@@ -199,8 +203,10 @@ impl ObjectKind {
         match (group, kind) {
             (CAPI_IPAM_GROUP, "IPAddressClaim") => Some(ObjectKind::Claim),
             (CAPI_IPAM_GROUP, "IPAddress") => Some(ObjectKind::IpAddress),
+            // The in-cluster provider's pools share the CAPI IPAM group.
+            (CAPI_IPAM_GROUP, k) => PoolKind::of_group(CAPI_IPAM_GROUP, k).map(ObjectKind::Pool),
             (pool::GROUP, crate::network::profile::KIND) => Some(ObjectKind::NetworkProfile),
-            (pool::GROUP, k) => PoolKind::from_kind_name(k).map(ObjectKind::Pool),
+            (pool::GROUP, k) => PoolKind::of_group(pool::GROUP, k).map(ObjectKind::Pool),
             (CAPI_GROUP, "Machine") => Some(ObjectKind::Machine),
             (INFRA_GROUP, "PacketMachine") => Some(ObjectKind::PacketMachine),
             _ => None,
@@ -878,8 +884,15 @@ mod tests {
                 Some(ObjectKind::Claim)
             );
         }
+        // The in-cluster provider's pools share the CAPI IPAM group (served
+        // only during a takeover); metal3's share no group of ours.
         assert_eq!(
             ObjectKind::classify("ipam.cluster.x-k8s.io/v1alpha2", "InClusterIPPool"),
+            Some(ObjectKind::Pool(PoolKind::InCluster))
+        );
+        assert_eq!(ObjectKind::classify("ipam.metal3.io/v1alpha1", "IPPool"), None);
+        assert_eq!(
+            ObjectKind::classify("ipam.metal-ipam.dev/v1alpha1", "InClusterIPPool"),
             None
         );
         assert_eq!(

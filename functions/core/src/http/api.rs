@@ -9,7 +9,7 @@
 
 use serde_json::{json, Map, Value};
 
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{Error, ErrorKind, Known, Result};
 use crate::http::method_not_allowed;
 use crate::ipam::claim::Claim;
 use crate::ipam::ops::{self, PutOutcome};
@@ -373,6 +373,20 @@ fn in_record_signature(kind: RouteKind, status: u16, outcome: &str) -> String {
 pub fn allocate<K: KvStore>(ctx: &Ctx<'_, K>, req: &ApiRequest<'_>) -> ApiResponse {
     let route = Route::Claims.template();
     let claim = match parse_json(req.body).and_then(|b| Claim::parse(&b)) {
+        // The in-cluster provider's pools are served through Kubernetes
+        // only, during a takeover (capi::takeover).
+        Ok(c) if c.pool.kind.is_in_cluster() => {
+            let e = Error::new(
+                ErrorKind::Invalid,
+                Known::UnsupportedPoolRef.as_str(),
+                format!(
+                    "spec.poolRef {} is the in-cluster provider's: metal-ipam serves it only through Kubernetes, while the kind is taken over (docs/takeover.md)",
+                    c.pool.kind.kind_name()
+                ),
+            )
+            .with_field("spec.poolRef");
+            return ApiResponse::from_error(&e, route);
+        }
         Ok(c) => c,
         Err(e) => return ApiResponse::from_error(&e, route),
     };

@@ -272,9 +272,11 @@ entries! {
         }
     }
 
-    /// `reconcile`: `POST /v1/reconcile`.
+    /// `reconcile`: `POST /v1/reconcile`, and the takeover of the
+    /// in-cluster provider's pool kinds.
     reconcile(s, req) {
         Route::Reconcile => steps::reconcile(s),
+        Route::Takeover(kind) => steps::takeover(s, req, kind),
     }
 
     /// `provision`: the VRF-backed pool step, chained and public.

@@ -370,3 +370,59 @@ pub(crate) fn accepted(mut r: ApiResponse, retry_after: u64, location: String) -
 pub(crate) fn ok(route: &'static str, outcome: &'static str, body: Value) -> ApiResponse {
     ApiResponse::success(200, Some(body), route, outcome)
 }
+
+/// What `POST /v1/takeover/{kind}` may carry: the in-cluster provider's
+/// Deployment, when it is not clusterctl's default.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TakeoverBody {
+    #[serde(default)]
+    deployment: Option<capi::takeover::DeploymentRef>,
+}
+
+/// `/v1/takeover/{kind}` (API token): `POST` takes one of the in-cluster
+/// provider's pool kinds over (optional body `{"deployment": {"namespace",
+/// "name"}}`), `GET` shows where it stands, `DELETE` hands it back; each
+/// answers 200 with the kind's state, its pools and addresses
+/// (`capi::takeover`; docs/takeover.md).
+pub(crate) fn takeover<K: KvStore, H: HttpClient + ?Sized>(
+    s: &Services<'_, K, H>,
+    req: &ApiRequest<'_>,
+    kind: crate::ipam::pool::PoolKind,
+) -> ApiResponse {
+    use capi::takeover as t;
+    let route = Route::Takeover(kind).template();
+    let run = || -> Result<(t::TakeoverReport, &'static str)> {
+        let ctx = s.store()?;
+        match req.method {
+            "POST" => {
+                let body: TakeoverBody = if req.body.iter().all(u8::is_ascii_whitespace) {
+                    TakeoverBody::default()
+                } else {
+                    serde_json::from_slice(req.body).map_err(|e| {
+                        crate::error::Error::malformed(format!(
+                            "the body must be {{\"deployment\": {{\"namespace\": …, \"name\": …}}}} or empty: {e}"
+                        ))
+                    })?
+                };
+                let kube = s.kube()?;
+                let d = body.deployment.unwrap_or_default();
+                Ok((t::take_over(ctx, kube, kind, d)?, "taken-over"))
+            }
+            "DELETE" => Ok((t::hand_back(ctx, kind)?, "handed-back")),
+            _ => Ok((
+                t::TakeoverReport {
+                    record: t::record(ctx.kv, kind)?,
+                    ..t::TakeoverReport::default()
+                },
+                "shown",
+            )),
+        }
+    };
+    match run() {
+        Ok((report, outcome)) => {
+            ApiResponse::success(200, Some(report.to_json(kind)), route, outcome)
+        }
+        Err(e) => ApiResponse::from_error(&e, route),
+    }
+}

@@ -250,12 +250,13 @@ fn pool_ref(pr: &Map<String, Value>, version: CapiVersion) -> Result<(PoolRef, P
         kind: kind.to_string(),
         name: pool_name.to_string(),
     };
-    match (
-        pool_ref.api_group.as_deref(),
-        PoolKind::from_kind_name(kind),
-    ) {
-        (Some(pool::GROUP), Some(k)) => Ok((pool_ref, k)),
-        _ => Err(Error::new(
+    match pool_ref
+        .api_group
+        .as_deref()
+        .and_then(|g| PoolKind::of_group(g, kind))
+    {
+        Some(k) => Ok((pool_ref, k)),
+        None => Err(Error::new(
             ErrorKind::Invalid,
             "UnsupportedPoolRef",
             format!(
@@ -419,8 +420,11 @@ impl IpAddress {
             true,
         )];
         if let (Some(uid), Some(group)) = (v.pool_uid, v.pool_ref.api_group.as_deref()) {
+            // The pool's own version: ours, or the in-cluster provider's.
+            let api_version = PoolKind::of_group(group, &v.pool_ref.kind)
+                .map_or_else(|| format!("{group}/{}", pool::VERSION), PoolKind::api_version);
             owners.push(OwnerReference::owner(
-                &format!("{group}/{}", pool::VERSION),
+                &api_version,
                 &v.pool_ref.kind,
                 &v.pool_ref.name,
                 uid,
@@ -603,9 +607,10 @@ impl IpAddressSpec {
         self.address.parse().ok()
     }
 
-    /// The pool of ours `poolRef` names, for an `IPAddress` in
-    /// `namespace`: our group, one of our kinds, a valid name; `None`
-    /// otherwise.
+    /// The pool `poolRef` names, for an `IPAddress` in `namespace`: one of
+    /// our kinds in our group (or one of the in-cluster provider's kinds in
+    /// its group, which metal-ipam serves only during a takeover) and a
+    /// valid name; `None` otherwise.
     ///
     /// ```
     /// use metal_ipam_core::ipam::claim::{IpAddressSpec, PoolRef};
@@ -617,10 +622,10 @@ impl IpAddressSpec {
     /// ```
     pub fn our_pool(&self, namespace: &str) -> Option<PoolId> {
         let r = self.pool_ref.as_ref()?;
-        if r.api_group.as_deref() != Some(pool::GROUP) || names::check_subdomain(&r.name).is_err() {
+        if names::check_subdomain(&r.name).is_err() {
             return None;
         }
-        let kind = PoolKind::from_kind_name(&r.kind)?;
+        let kind = PoolKind::of_group(r.api_group.as_deref()?, &r.kind)?;
         Some(PoolId::of(kind, namespace, &r.name))
     }
 }
@@ -671,8 +676,9 @@ mod tests {
     #[test]
     fn foreign_pool_refs_are_unsupported() {
         for (group, kind) in [
-            (json!("ipam.cluster.x-k8s.io"), "InClusterIPPool"),
+            (json!("ipam.metal3.io"), "IPPool"),
             (json!("ipam.metal-ipam.dev"), "InClusterIPPool"),
+            (json!("ipam.cluster.x-k8s.io"), "MetalIPPool"),
             (json!("other.example"), "MetalIPPool"),
         ] {
             let mut j = claim_json();

@@ -130,6 +130,58 @@ pub const GLOBAL_METAL_PREFIX_POOLS: Resource = Resource {
     namespaced: false,
 };
 
+/// The in-cluster IPAM provider's group (the CAPI IPAM group), for the
+/// pools metal-ipam serves during a takeover (`capi::takeover`).
+pub const IN_CLUSTER_GROUP: &str = "ipam.cluster.x-k8s.io";
+/// The in-cluster provider's storage version of its pools.
+pub const IN_CLUSTER_VERSION: &str = "v1alpha2";
+
+/// The in-cluster provider's `InClusterIPPool`.
+pub const IN_CLUSTER_IP_POOLS: Resource = Resource {
+    group: IN_CLUSTER_GROUP,
+    version: IN_CLUSTER_VERSION,
+    plural: "inclusterippools",
+    kind: "InClusterIPPool",
+    namespaced: true,
+};
+
+/// The in-cluster provider's `GlobalInClusterIPPool`.
+pub const GLOBAL_IN_CLUSTER_IP_POOLS: Resource = Resource {
+    group: IN_CLUSTER_GROUP,
+    version: IN_CLUSTER_VERSION,
+    plural: "globalinclusterippools",
+    kind: "GlobalInClusterIPPool",
+    namespaced: false,
+};
+
+/// The in-cluster provider's `InClusterPrefixPool`.
+pub const IN_CLUSTER_PREFIX_POOLS: Resource = Resource {
+    group: IN_CLUSTER_GROUP,
+    version: IN_CLUSTER_VERSION,
+    plural: "inclusterprefixpools",
+    kind: "InClusterPrefixPool",
+    namespaced: true,
+};
+
+/// The in-cluster provider's `GlobalInClusterPrefixPool`.
+pub const GLOBAL_IN_CLUSTER_PREFIX_POOLS: Resource = Resource {
+    group: IN_CLUSTER_GROUP,
+    version: IN_CLUSTER_VERSION,
+    plural: "globalinclusterprefixpools",
+    kind: "GlobalInClusterPrefixPool",
+    namespaced: false,
+};
+
+/// `apps/v1` `Deployment`: the in-cluster provider's controller, whose
+/// replicas fence a takeover (read only, one name).
+pub const DEPLOYMENTS: Resource = Resource {
+    group: "apps",
+    version: "v1",
+    plural: "deployments",
+    kind: "Deployment",
+    namespaced: true,
+};
+
 /// CAPI `Machine`: its `spec.providerID` names the Metal device
 /// (`equinixmetal://<uuid>`) of a claim it owns.
 pub const MACHINES: Resource = Resource {
@@ -200,6 +252,32 @@ pub const USED_PERMISSIONS: &[(&str, &str, &str)] = &[
     ),
     ("ipam.metal-ipam.dev", "metalnetworkprofiles", "get"),
     ("ipam.metal-ipam.dev", "metalnetworkprofiles", "list"),
+    // A takeover of the in-cluster provider's pools (capi::takeover).
+    ("ipam.cluster.x-k8s.io", "inclusterippools", "get"),
+    ("ipam.cluster.x-k8s.io", "inclusterippools", "list"),
+    ("ipam.cluster.x-k8s.io", "inclusterippools", "patch"),
+    ("ipam.cluster.x-k8s.io", "inclusterippools/status", "patch"),
+    ("ipam.cluster.x-k8s.io", "globalinclusterippools", "get"),
+    ("ipam.cluster.x-k8s.io", "globalinclusterippools", "list"),
+    ("ipam.cluster.x-k8s.io", "globalinclusterippools", "patch"),
+    (
+        "ipam.cluster.x-k8s.io",
+        "globalinclusterippools/status",
+        "patch",
+    ),
+    ("ipam.cluster.x-k8s.io", "inclusterprefixpools", "get"),
+    ("ipam.cluster.x-k8s.io", "inclusterprefixpools", "list"),
+    ("ipam.cluster.x-k8s.io", "inclusterprefixpools", "patch"),
+    ("ipam.cluster.x-k8s.io", "inclusterprefixpools/status", "patch"),
+    ("ipam.cluster.x-k8s.io", "globalinclusterprefixpools", "get"),
+    ("ipam.cluster.x-k8s.io", "globalinclusterprefixpools", "list"),
+    ("ipam.cluster.x-k8s.io", "globalinclusterprefixpools", "patch"),
+    (
+        "ipam.cluster.x-k8s.io",
+        "globalinclusterprefixpools/status",
+        "patch",
+    ),
+    ("apps", "deployments", "get"),
 ];
 
 /// Page size asked for when listing.

@@ -22,6 +22,7 @@
 //! | conflict counter | `obs/conflicts/<component>` | counter |
 //! | counter registry | `obs/counters`, guard `obs-init/counters` | `kv::registry::RegistryRecord` (the three families above, by key) |
 //! | dropped requests (earlier builds) | `obs/dropped` | counter |
+//! | takeover record | `takeover/<Kind>` (an in-cluster provider's pool kind) | `capi::takeover::TakeoverRecord` |
 //! | pool index | `pool-index`, guard `pool-index-init` | `kv::registry::RegistryRecord` (pool record keys) |
 //! | holder page | `holders/<pool key suffix>/<incarnation>/<page>` (e.g. `holders/ns/<namespace>/<name>/<incarnation>/0`), guard `holders-init/…` | `ipam::store::HolderPage` |
 //!
@@ -41,12 +42,19 @@ pub trait Scoped: Sized {
     fn namespace(&self) -> Option<&str>;
     /// Its name.
     fn name(&self) -> &str;
-    /// Whether it is of the second shape (a prefix pool), keyed under
-    /// `prefix-ns/…` and `prefix-global/…`.
-    fn prefix(&self) -> bool;
-    /// The object a key names (for the parsers).
-    fn from_parts(prefix: bool, namespace: Option<&str>, name: &str) -> Self;
+    /// Its family's scope word, put before `ns/…` and `global/…`: one of
+    /// [`SCOPES`] (`""` for plain pools, `prefix-` for prefix pools, …).
+    fn scope(&self) -> &'static str;
+    /// The object a key names (for the parsers); `None` for a scope word
+    /// it does not know.
+    fn from_parts(scope: &str, namespace: Option<&str>, name: &str) -> Option<Self>;
 }
+
+/// Every scope word a pool-scoped key may carry: our address pools (none),
+/// our prefix pools, and the in-cluster provider's two shapes (pools served
+/// during a takeover), so a pool of one family never shares a key with a
+/// same-named pool of another.
+pub const SCOPES: [&str; 4] = ["", "prefix-", "incluster-", "incluster-prefix-"];
 
 /// Prefix of every pool record key.
 pub const POOL_PREFIX: &str = "pool/";
@@ -56,7 +64,7 @@ pub const CLAIM_PREFIX: &str = "claim/";
 pub const POOL_INIT_PREFIX: &str = "pool-init/";
 
 fn pool_suffix(id: &impl Scoped) -> String {
-    let shape = if id.prefix() { "prefix-" } else { "" };
+    let shape = id.scope();
     match id.namespace() {
         Some(ns) => format!("{shape}ns/{ns}/{}", id.name()),
         None => format!("{shape}global/{}", id.name()),
@@ -78,6 +86,14 @@ fn pool_suffix(id: &impl Scoped) -> String {
 /// assert_eq!(keys::parse_pool(&keys::pool(&p)), Some(p));
 /// let g = PoolId::of(PoolKind::GlobalPrefix, "", "g");
 /// assert_eq!(keys::parse_pool(&keys::pool(&g)), Some(g));
+/// // The in-cluster provider's pools, served during a takeover.
+/// let i = PoolId::of(PoolKind::InCluster, "a", "b");
+/// assert_eq!(keys::pool(&i), "pool/incluster-ns/a/b");
+/// assert_eq!(keys::parse_pool(&keys::pool(&i)), Some(i));
+/// let gi = PoolId::of(PoolKind::GlobalInClusterPrefix, "", "g");
+/// assert_eq!(keys::pool(&gi), "pool/incluster-prefix-global/g");
+/// assert_eq!(keys::parse_pool(&keys::pool(&gi)), Some(gi));
+/// assert_eq!(keys::parse_pool::<PoolId>("pool/other-ns/a/b"), None);
 /// ```
 pub fn pool(id: &impl Scoped) -> String {
     format!("{POOL_PREFIX}{}", pool_suffix(id))
@@ -132,6 +148,16 @@ pub fn metal_claim_init(namespace: &str, name: &str) -> String {
 /// The claim (namespace, name) an assignment record key belongs to.
 pub fn parse_metal_claim(key: &str) -> Option<(&str, &str)> {
     key.strip_prefix(METAL_CLAIM_PREFIX)?.split_once('/')
+}
+
+/// `takeover/<Kind>`: the takeover record of one of the in-cluster
+/// provider's pool kinds.
+///
+/// ```
+/// assert_eq!(metal_ipam_core::kv::keys::takeover("InClusterIPPool"), "takeover/InClusterIPPool");
+/// ```
+pub fn takeover(kind: &str) -> String {
+    format!("takeover/{kind}")
 }
 
 /// `metal/poll`: the Metal event poller's cursor.
@@ -399,11 +425,13 @@ pub fn parse_claim(key: &str) -> Option<(&str, &str)> {
 pub fn parse_pool<S: Scoped>(key: &str) -> Option<S> {
     let rest = key.strip_prefix(POOL_PREFIX)?;
     let parts: Vec<&str> = rest.split('/').collect();
-    match parts.as_slice() {
-        ["ns", ns, name] => Some(S::from_parts(false, Some(ns), name)),
-        ["global", name] => Some(S::from_parts(false, None, name)),
-        ["prefix-ns", ns, name] => Some(S::from_parts(true, Some(ns), name)),
-        ["prefix-global", name] => Some(S::from_parts(true, None, name)),
-        _ => None,
-    }
+    let (scope, ns, name) = match parts.as_slice() {
+        [scope, ns, name] => (scope.strip_suffix("ns")?, Some(*ns), *name),
+        [scope, name] => (scope.strip_suffix("global")?, None, *name),
+        _ => return None,
+    };
+    SCOPES
+        .contains(&scope)
+        .then(|| S::from_parts(scope, ns, name))
+        .flatten()
 }

@@ -1,10 +1,14 @@
-//! Which pool: the four kinds ([`PoolKind`]) and a pool's identity
+//! Which pool: the pool kinds ([`PoolKind`]: our four and, during a
+//! takeover, the in-cluster provider's four) and a pool's identity
 //! ([`PoolId`]), the one place (kind, namespace, name) becomes an id.
 
 use super::{KIND_GLOBAL, KIND_GLOBAL_PREFIX, KIND_NAMESPACED, KIND_PREFIX};
+use crate::kube::{self, Resource};
 
-/// Which of the four pool kinds: namespaced or cluster-wide, handing out
-/// addresses or sub-prefixes.
+/// Which pool kind: ours (namespaced or cluster-wide, handing out
+/// addresses or sub-prefixes) or the in-cluster provider's, which
+/// metal-ipam serves only while it has taken that kind over
+/// (`capi::takeover`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum PoolKind {
     /// `MetalIPPool`: addresses, to claims of its own namespace.
@@ -15,15 +19,32 @@ pub enum PoolKind {
     NamespacedPrefix,
     /// `GlobalMetalPrefixPool`: sub-prefixes, to claims of every namespace.
     GlobalPrefix,
+    /// The in-cluster provider's `InClusterIPPool`.
+    InCluster,
+    /// The in-cluster provider's `GlobalInClusterIPPool`.
+    GlobalInCluster,
+    /// The in-cluster provider's `InClusterPrefixPool`.
+    InClusterPrefix,
+    /// The in-cluster provider's `GlobalInClusterPrefixPool`.
+    GlobalInClusterPrefix,
 }
 
 impl PoolKind {
-    /// Every kind.
+    /// Our kinds (group `ipam.metal-ipam.dev`).
     pub const ALL: [PoolKind; 4] = [
         PoolKind::Namespaced,
         PoolKind::Global,
         PoolKind::NamespacedPrefix,
         PoolKind::GlobalPrefix,
+    ];
+
+    /// The in-cluster provider's kinds (group `ipam.cluster.x-k8s.io`),
+    /// served only while taken over.
+    pub const IN_CLUSTER: [PoolKind; 4] = [
+        PoolKind::InCluster,
+        PoolKind::GlobalInCluster,
+        PoolKind::InClusterPrefix,
+        PoolKind::GlobalInClusterPrefix,
     ];
 
     /// The Kubernetes kind name.
@@ -33,33 +54,73 @@ impl PoolKind {
             PoolKind::Global => KIND_GLOBAL,
             PoolKind::NamespacedPrefix => KIND_PREFIX,
             PoolKind::GlobalPrefix => KIND_GLOBAL_PREFIX,
+            in_cluster => in_cluster.resource().kind,
         }
     }
 
-    /// Parses a kind name (exact, case-sensitive as in Kubernetes).
+    /// Parses a kind name of either group (exact, case-sensitive as in
+    /// Kubernetes; the names of the two groups differ).
     ///
     /// ```
     /// use metal_ipam_core::ipam::pool::PoolKind;
-    /// for k in PoolKind::ALL {
+    /// for k in PoolKind::ALL.into_iter().chain(PoolKind::IN_CLUSTER) {
     ///     assert_eq!(PoolKind::from_kind_name(k.kind_name()), Some(k));
     /// }
-    /// assert_eq!(PoolKind::from_kind_name("InClusterIPPool"), None);
+    /// assert_eq!(PoolKind::from_kind_name("InClusterIPPool"), Some(PoolKind::InCluster));
+    /// assert_eq!(PoolKind::from_kind_name("IPPool"), None);
     /// ```
     pub fn from_kind_name(kind: &str) -> Option<PoolKind> {
-        PoolKind::ALL.into_iter().find(|k| k.kind_name() == kind)
+        PoolKind::ALL
+            .into_iter()
+            .chain(PoolKind::IN_CLUSTER)
+            .find(|k| k.kind_name() == kind)
+    }
+
+    /// The kind of `group` named `kind`: ours in our group, the in-cluster
+    /// provider's in its group.
+    ///
+    /// ```
+    /// use metal_ipam_core::ipam::pool::PoolKind;
+    /// assert_eq!(PoolKind::of_group("ipam.cluster.x-k8s.io", "GlobalInClusterIPPool"), Some(PoolKind::GlobalInCluster));
+    /// assert_eq!(PoolKind::of_group("ipam.cluster.x-k8s.io", "MetalIPPool"), None);
+    /// assert_eq!(PoolKind::of_group("ipam.metal-ipam.dev", "InClusterIPPool"), None);
+    /// ```
+    pub fn of_group(group: &str, kind: &str) -> Option<PoolKind> {
+        PoolKind::from_kind_name(kind).filter(|k| k.group() == group)
+    }
+
+    /// The kind's API group.
+    pub fn group(self) -> &'static str {
+        self.resource().group
+    }
+
+    /// The kind's `apiVersion` as metal-ipam reads and writes it.
+    pub fn api_version(self) -> String {
+        self.resource().api_version()
+    }
+
+    /// Whether this is one of the in-cluster provider's kinds.
+    pub fn is_in_cluster(self) -> bool {
+        PoolKind::IN_CLUSTER.contains(&self)
     }
 
     /// Whether pools of this kind are cluster-wide.
     pub fn is_global(self) -> bool {
-        matches!(self, PoolKind::Global | PoolKind::GlobalPrefix)
+        !self.resource().namespaced
     }
 
     /// Whether pools of this kind hand out sub-prefixes.
     pub fn is_prefix(self) -> bool {
-        matches!(self, PoolKind::NamespacedPrefix | PoolKind::GlobalPrefix)
+        matches!(
+            self,
+            PoolKind::NamespacedPrefix
+                | PoolKind::GlobalPrefix
+                | PoolKind::InClusterPrefix
+                | PoolKind::GlobalInClusterPrefix
+        )
     }
 
-    /// The kind of this scope (`global`) and shape (`prefix`).
+    /// Our kind of this scope (`global`) and shape (`prefix`).
     pub fn of_shape(global: bool, prefix: bool) -> PoolKind {
         match (global, prefix) {
             (false, false) => PoolKind::Namespaced,
@@ -69,13 +130,29 @@ impl PoolKind {
         }
     }
 
+    /// The kind of this shape in `self`'s family (ours or the in-cluster
+    /// provider's).
+    pub fn with_shape(self, global: bool, prefix: bool) -> PoolKind {
+        let ours = PoolKind::of_shape(global, prefix);
+        if self.is_in_cluster() {
+            let i = PoolKind::ALL.iter().position(|k| *k == ours).unwrap_or(0);
+            PoolKind::IN_CLUSTER[i]
+        } else {
+            ours
+        }
+    }
+
     /// The Kubernetes resource of this kind.
-    pub fn resource(self) -> &'static crate::kube::Resource {
+    pub fn resource(self) -> &'static Resource {
         match self {
-            PoolKind::Namespaced => &crate::kube::METAL_IP_POOLS,
-            PoolKind::Global => &crate::kube::GLOBAL_METAL_IP_POOLS,
-            PoolKind::NamespacedPrefix => &crate::kube::METAL_PREFIX_POOLS,
-            PoolKind::GlobalPrefix => &crate::kube::GLOBAL_METAL_PREFIX_POOLS,
+            PoolKind::Namespaced => &kube::METAL_IP_POOLS,
+            PoolKind::Global => &kube::GLOBAL_METAL_IP_POOLS,
+            PoolKind::NamespacedPrefix => &kube::METAL_PREFIX_POOLS,
+            PoolKind::GlobalPrefix => &kube::GLOBAL_METAL_PREFIX_POOLS,
+            PoolKind::InCluster => &kube::IN_CLUSTER_IP_POOLS,
+            PoolKind::GlobalInCluster => &kube::GLOBAL_IN_CLUSTER_IP_POOLS,
+            PoolKind::InClusterPrefix => &kube::IN_CLUSTER_PREFIX_POOLS,
+            PoolKind::GlobalInClusterPrefix => &kube::GLOBAL_IN_CLUSTER_PREFIX_POOLS,
         }
     }
 }

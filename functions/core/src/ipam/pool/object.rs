@@ -4,7 +4,7 @@
 use crate::error::{Error, Result};
 use serde_json::{Map, Value};
 
-use super::{PoolId, PoolSpec, API_VERSION};
+use super::{PoolId, PoolSpec};
 
 /// A pool object as registered through the API: envelope plus spec.
 #[derive(Debug, Clone, PartialEq)]
@@ -22,7 +22,8 @@ pub struct PoolObject {
 impl PoolObject {
     /// Parses a pool object registered at `id` (from the route).
     ///
-    /// `apiVersion` must be ours, `kind` must match the route's kind,
+    /// `apiVersion` must be the kind's (ours, or the in-cluster provider's
+    /// for its kinds), `kind` must match the route's kind,
     /// `metadata.name` / `metadata.namespace` must match the route when given
     /// (they are filled in from the route when absent).
     ///
@@ -32,12 +33,13 @@ impl PoolObject {
         let obj = body
             .as_object()
             .ok_or_else(|| Error::malformed("the body must be a JSON object"))?;
+        let api_version = id.kind.api_version();
         match obj.get("apiVersion").and_then(Value::as_str) {
-            Some(API_VERSION) => {}
+            Some(v) if v == api_version => {}
             Some(other) => {
                 return Err(Error::invalid(
                     "apiVersion",
-                    format!("{other:?} is not served; use {API_VERSION:?}"),
+                    format!("{other:?} is not served; use {api_version:?}"),
                 ))
             }
             None => return Err(Error::invalid("apiVersion", "is required")),
@@ -110,7 +112,7 @@ impl PoolObject {
     /// The object as JSON, with `status` when given.
     pub fn to_json(&self, status: Option<Value>) -> Value {
         let mut m = Map::new();
-        m.insert("apiVersion".into(), API_VERSION.into());
+        m.insert("apiVersion".into(), self.id.kind.api_version().into());
         m.insert("kind".into(), self.id.kind.kind_name().into());
         m.insert("metadata".into(), Value::Object(self.metadata.clone()));
         m.insert("spec".into(), self.spec.to_json());
