@@ -302,7 +302,16 @@ const fn pools(
     methods: &'static str,
     auth: Auth,
 ) -> [RouteDef; 4] {
-    pools_of(POOL_KINDS, templates, kind, served_by, chained_from, public, methods, auth)
+    pools_of(
+        POOL_KINDS,
+        templates,
+        kind,
+        served_by,
+        chained_from,
+        public,
+        methods,
+        auth,
+    )
 }
 
 const POST: &str = "POST";

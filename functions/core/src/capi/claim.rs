@@ -159,7 +159,13 @@ impl<K: KvStore, H: HttpClient + ?Sized> Handler<H> for ClaimHandler<'_, '_, '_,
     }
 
     fn cleanup(&mut self, o: &Self::Object, p: &Parsed) -> Result<Cleanup<Self::Status>> {
-        finalize(self.ctx, self.kube, &p.claim, &o.typed, self.finalizers.address)
+        finalize(
+            self.ctx,
+            self.kube,
+            &p.claim,
+            &o.typed,
+            self.finalizers.address,
+        )
     }
 
     fn apply(&mut self, _o: &Self::Object, p: Parsed) -> Result<Verdict<Self::Status>> {

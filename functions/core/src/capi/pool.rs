@@ -83,7 +83,9 @@ impl<K: KvStore, H: HttpClient + ?Sized> Handler<H> for PoolHandler<'_, '_, '_, 
         // takeover's own import included) and fenced: nothing is written
         // before this.
         if !super::takeover::serves(self.ctx, self.kube, kind, true)? {
-            return Ok(Err(Verdict::answer(super::takeover::not_served(kind, "pool"))));
+            return Ok(Err(Verdict::answer(super::takeover::not_served(
+                kind, "pool",
+            ))));
         }
         // Registered, synced and deleted by the provision step, after its
         // Metal resources (capi::vrf).

@@ -276,7 +276,9 @@ fn sync_pools<K: KvStore, H: HttpClient + ?Sized>(
         match capi::takeover::record(ctx.kv, kind) {
             Ok(Some(r)) if r.state == capi::takeover::State::Serving => kinds.push(kind),
             Ok(_) => {}
-            Err(e) => report.errors.push(format!("takeover of {}: {e}", kind.kind_name())),
+            Err(e) => report
+                .errors
+                .push(format!("takeover of {}: {e}", kind.kind_name())),
         }
     }
     for kind in kinds {

@@ -361,7 +361,9 @@ pub fn take_over<K: KvStore, H: HttpClient + ?Sized>(
                     .map_or(0, |v| usize::try_from(v.counts.used).unwrap_or(usize::MAX));
                 report.pools.push(id.display());
             }
-            Ok(o) => report.errors.push(format!("{}: {}", id.display(), o.message)),
+            Ok(o) => report
+                .errors
+                .push(format!("{}: {}", id.display(), o.message)),
             Err(e) => report.errors.push(format!("{}: {e}", id.display())),
         }
     }
@@ -403,7 +405,13 @@ pub fn hand_back<K: KvStore>(ctx: &Ctx<'_, K>, kind: PoolKind) -> Result<Takeove
         let mut until = None;
         for v in ops::list_pools_in(ctx, Some(kind))?.pools {
             if let Some(l) = store::read_pool(ctx.kv, &v.object.id)? {
-                let last = l.state.cooling.iter().map(|c| c.until).filter(|u| *u > now).max();
+                let last = l
+                    .state
+                    .cooling
+                    .iter()
+                    .map(|c| c.until)
+                    .filter(|u| *u > now)
+                    .max();
                 until = until.max(last);
             }
         }
@@ -452,7 +460,11 @@ fn forget_pools<K: KvStore>(
                 return Err(Error::new(
                     ErrorKind::Transient,
                     "HandBackRetry",
-                    format!("pool {} still has bindings ({}): call again", id.display(), e.message()),
+                    format!(
+                        "pool {} still has bindings ({}): call again",
+                        id.display(),
+                        e.message()
+                    ),
                 ))
             }
             Err(e) => return Err(e),

@@ -890,7 +890,10 @@ mod tests {
             ObjectKind::classify("ipam.cluster.x-k8s.io/v1alpha2", "InClusterIPPool"),
             Some(ObjectKind::Pool(PoolKind::InCluster))
         );
-        assert_eq!(ObjectKind::classify("ipam.metal3.io/v1alpha1", "IPPool"), None);
+        assert_eq!(
+            ObjectKind::classify("ipam.metal3.io/v1alpha1", "IPPool"),
+            None
+        );
         assert_eq!(
             ObjectKind::classify("ipam.metal-ipam.dev/v1alpha1", "InClusterIPPool"),
             None

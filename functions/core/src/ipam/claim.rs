@@ -421,8 +421,10 @@ impl IpAddress {
         )];
         if let (Some(uid), Some(group)) = (v.pool_uid, v.pool_ref.api_group.as_deref()) {
             // The pool's own version: ours, or the in-cluster provider's.
-            let api_version = PoolKind::of_group(group, &v.pool_ref.kind)
-                .map_or_else(|| format!("{group}/{}", pool::VERSION), PoolKind::api_version);
+            let api_version = PoolKind::of_group(group, &v.pool_ref.kind).map_or_else(
+                || format!("{group}/{}", pool::VERSION),
+                PoolKind::api_version,
+            );
             owners.push(OwnerReference::owner(
                 &api_version,
                 &v.pool_ref.kind,

@@ -32,12 +32,17 @@ impl Scoped for PoolId {
         &self.name
     }
     fn scope(&self) -> &'static str {
-        keys::SCOPES[usize::from(self.kind.is_prefix()) + 2 * usize::from(self.kind.is_in_cluster())]
+        keys::SCOPES
+            [usize::from(self.kind.is_prefix()) + 2 * usize::from(self.kind.is_in_cluster())]
     }
     fn from_parts(scope: &str, namespace: Option<&str>, name: &str) -> Option<Self> {
         let i = keys::SCOPES.iter().position(|s| *s == scope)?;
         let (prefix, in_cluster) = (i % 2 == 1, i >= 2);
-        let family = if in_cluster { PoolKind::InCluster } else { PoolKind::Namespaced };
+        let family = if in_cluster {
+            PoolKind::InCluster
+        } else {
+            PoolKind::Namespaced
+        };
         let kind = family.with_shape(namespace.is_none(), prefix);
         Some(PoolId::of(kind, namespace.unwrap_or_default(), name))
     }

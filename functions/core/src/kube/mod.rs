@@ -268,10 +268,22 @@ pub const USED_PERMISSIONS: &[(&str, &str, &str)] = &[
     ("ipam.cluster.x-k8s.io", "inclusterprefixpools", "get"),
     ("ipam.cluster.x-k8s.io", "inclusterprefixpools", "list"),
     ("ipam.cluster.x-k8s.io", "inclusterprefixpools", "patch"),
-    ("ipam.cluster.x-k8s.io", "inclusterprefixpools/status", "patch"),
+    (
+        "ipam.cluster.x-k8s.io",
+        "inclusterprefixpools/status",
+        "patch",
+    ),
     ("ipam.cluster.x-k8s.io", "globalinclusterprefixpools", "get"),
-    ("ipam.cluster.x-k8s.io", "globalinclusterprefixpools", "list"),
-    ("ipam.cluster.x-k8s.io", "globalinclusterprefixpools", "patch"),
+    (
+        "ipam.cluster.x-k8s.io",
+        "globalinclusterprefixpools",
+        "list",
+    ),
+    (
+        "ipam.cluster.x-k8s.io",
+        "globalinclusterprefixpools",
+        "patch",
+    ),
     (
         "ipam.cluster.x-k8s.io",
         "globalinclusterprefixpools/status",
