@@ -35,6 +35,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::error::{Error, ErrorKind, Known, Result};
+use crate::ipam::alloc::{IntentKind, TAKEOVER_AFTER_SECONDS};
+use crate::ipam::claim::Claim;
 use crate::ipam::ops;
 use crate::ipam::pool::{PoolId, PoolKind};
 use crate::ipam::store;
@@ -433,8 +435,48 @@ pub fn hand_back<K: KvStore>(ctx: &Ctx<'_, K>, kind: PoolKind) -> Result<Takeove
     Ok(report)
 }
 
+/// Finishes the `Bind` intents pool `id`'s record holds: an allocation
+/// whose request gave up after its pool write (crash, deadline) is taken
+/// over as the claim's own retry would (`ops::allocate`, which writes the
+/// binding), so that the release after it finds the binding. A live one
+/// (its request still working) asks to be called again.
+///
+/// # Errors
+/// 503 `HandBackRetry` while an allocation in the pool is in flight; store
+/// errors.
+fn finish_binds<K: KvStore>(ctx: &Ctx<'_, K>, id: &PoolId) -> Result<()> {
+    let Some(l) = store::read_pool(ctx.kv, id).ok().flatten() else {
+        return Ok(());
+    };
+    let now = ctx.env.now();
+    for i in l.state.intents.iter().filter(|i| i.kind == IntentKind::Bind) {
+        if now.saturating_sub(i.at) < TAKEOVER_AFTER_SECONDS {
+            return Err(Error::new(
+                ErrorKind::Transient,
+                "HandBackRetry",
+                format!(
+                    "an allocation for {} in pool {} is in flight: call again in {TAKEOVER_AFTER_SECONDS} s",
+                    i.claim,
+                    id.display()
+                ),
+            ));
+        }
+        let Some((ns, name)) = i.claim.split_once('/') else { continue };
+        let claim = Claim::parse(&json!({
+            "apiVersion": "ipam.cluster.x-k8s.io/v1beta2", "kind": "IPAddressClaim",
+            "metadata": {"namespace": ns, "name": name, "uid": i.uid},
+            "spec": {"poolRef": {"apiGroup": id.kind.group(), "kind": id.kind.kind_name(), "name": id.name}},
+        }))?;
+        ops::allocate(ctx, &claim)?;
+    }
+    Ok(())
+}
+
 /// Forgets every pool of `kind` in the store: each binding released, then
-/// the pool deleted (a tombstone), through the allocator's own steps.
+/// the pool deleted (a tombstone), through the allocator's own steps, then
+/// any binding key still naming it (left by a release cut short) deleted.
+/// Two listings of the store's keys per pool: a hand-back is an operator's
+/// rare step.
 fn forget_pools<K: KvStore>(
     ctx: &Ctx<'_, K>,
     kind: PoolKind,
@@ -447,13 +489,24 @@ fn forget_pools<K: KvStore>(
         .map(|v| v.object.id.clone())
         .chain(listing.unreadable.iter().map(|(id, _)| id.clone()));
     for id in ids {
+        finish_binds(ctx, &id)?;
         for (ns, name, b) in ops::bindings_of_pool(ctx.kv, &id)? {
             if crate::provision::assign::release(ctx, &ns, &name, Some(&b.uid))?.is_some() {
                 report.addresses += 1;
             }
         }
         match ops::delete_pool(ctx, &id) {
-            Ok(_) => report.pools.push(id.display()),
+            Ok(_) => {
+                // A release whose request crashed after its pool write
+                // leaves its binding key for the intent's owner, which is
+                // gone; the tombstone ends the pool's intents, so the key
+                // goes here (no request can bind in a deleted pool, and a
+                // new takeover waits for this hand-back to finish).
+                for (ns, name, _) in ops::bindings_of_pool(ctx.kv, &id)? {
+                    ctx.kv.delete(&keys::claim(&ns, &name))?;
+                }
+                report.pools.push(id.display());
+            }
             // A claim bound between the listing and the deletion (the
             // kind was serving until just now): the next call finishes.
             Err(e) if e.is(Known::PoolInUse) => {
