@@ -2,7 +2,7 @@
 //! a real kube-apiserver ([`crate::real_kube`], from `KUBEBUILDER_ASSETS`)
 //! — one interface, so a CAPI scenario is written once and runs on both.
 //!
-//! Seeding and inspection (`create`, `get`, `put`, `delete`) and recording
+//! Seeding and inspection (`create`, `get`, `put`, `delete`, `list`) and recording
 //! (`requests`, `writes`, `schema_violations`) behave the same on both,
 //! with two differences the tests must allow for:
 //! - a real server collects garbage in the background (kube-controller-
@@ -113,6 +113,19 @@ impl Kube {
         match self {
             Kube::Fake(k) => k.delete(group, plural, ns, name),
             Kube::Real(s) => s.delete(group, plural, ns, name),
+        }
+    }
+
+    /// Every stored object of a kind, in all namespaces, ordered by
+    /// namespace and name (see [`FakeKube::list`]; on the real server one
+    /// unpaged LIST as the admin).
+    ///
+    /// # Panics
+    /// If `plural.group` is not served, or the LIST fails.
+    pub fn list(&self, group: &str, plural: &str) -> Vec<Value> {
+        match self {
+            Kube::Fake(k) => k.list(group, plural),
+            Kube::Real(s) => s.list(group, plural),
         }
     }
 

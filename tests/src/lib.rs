@@ -4,6 +4,7 @@ pub mod client;
 pub mod fake_kube;
 pub mod fuzz;
 pub mod harness;
+pub mod in_cluster;
 pub mod kube;
 pub mod metal_sim;
 pub mod real_kube;

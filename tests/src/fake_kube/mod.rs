@@ -40,6 +40,8 @@
 //! | `ipam.metal-ipam.dev/v1alpha1` | `globalmetalippools` | cluster | yes | deploy/crds |
 //! | `ipam.metal-ipam.dev/v1alpha1` | `metalprefixpools` | namespaced | yes | deploy/crds |
 //! | `ipam.metal-ipam.dev/v1alpha1` | `globalmetalprefixpools` | cluster | yes | deploy/crds |
+//! | `ipam.cluster.x-k8s.io/v1alpha2` | `inclusterippools`, `inclusterprefixpools` | namespaced | yes | in-cluster provider CRDs (tests/fixtures/crds) |
+//! | `ipam.cluster.x-k8s.io/v1alpha2` | `globalinclusterippools`, `globalinclusterprefixpools` | cluster | yes | in-cluster provider CRDs (tests/fixtures/crds) |
 //! | `cluster.x-k8s.io/v1beta2` | `clusters` | namespaced | yes | none: any object |
 //!
 //! Only v1beta2 of the CAPI IPAM kinds is served. A real API server also
@@ -141,6 +143,7 @@ use tokio::task::JoinHandle;
 pub use error::ApiError;
 
 use server::Shared;
+pub(crate) use store::IN_CLUSTER_CRDS;
 use store::{by_object, by_plural, meta_str, DeleteOptions, Fault, ResourceType, State, Write};
 
 /// `ipam.cluster.x-k8s.io`: `ipaddressclaims`, `ipaddresses` (v1beta2).

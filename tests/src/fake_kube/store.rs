@@ -76,6 +76,16 @@ const CLAIMS_CRD: &str =
 const ADDRESSES_CRD: &str =
     "cluster-api__core_config_crd_bases_ipam.cluster.x-k8s.io_ipaddresses.yaml";
 
+/// The in-cluster IPAM provider's pool CRDs in `tests/fixtures/crds/`:
+/// `InClusterIPPool`, `GlobalInClusterIPPool`, `InClusterPrefixPool`,
+/// `GlobalInClusterPrefixPool`.
+pub(crate) const IN_CLUSTER_CRDS: [&str; 4] = [
+    "cluster-api-ipam-provider-in-cluster__config_crd_bases_ipam.cluster.x-k8s.io_inclusterippools.yaml",
+    "cluster-api-ipam-provider-in-cluster__config_crd_bases_ipam.cluster.x-k8s.io_globalinclusterippools.yaml",
+    "cluster-api-ipam-provider-in-cluster__config_crd_bases_ipam.cluster.x-k8s.io_inclusterprefixpools.yaml",
+    "cluster-api-ipam-provider-in-cluster__config_crd_bases_ipam.cluster.x-k8s.io_globalinclusterprefixpools.yaml",
+];
+
 /// The resources FakeKube serves, loaded once per test process.
 pub(crate) fn resource_types() -> &'static [ResourceType] {
     static TYPES: OnceLock<Vec<ResourceType>> = OnceLock::new();
@@ -108,6 +118,12 @@ pub(crate) fn resource_types() -> &'static [ResourceType] {
                 load(ours.join("ipam.metal-ipam.dev_metalnetworkprofiles.yaml")),
                 "v1alpha1",
             ),
+            // The in-cluster provider's pool kinds (v1alpha2, its storage
+            // version), for the takeover tests and `crate::in_cluster`.
+            ResourceType::from_crd(load(reference.join(IN_CLUSTER_CRDS[0])), "v1alpha2"),
+            ResourceType::from_crd(load(reference.join(IN_CLUSTER_CRDS[1])), "v1alpha2"),
+            ResourceType::from_crd(load(reference.join(IN_CLUSTER_CRDS[2])), "v1alpha2"),
+            ResourceType::from_crd(load(reference.join(IN_CLUSTER_CRDS[3])), "v1alpha2"),
             ResourceType {
                 group: super::CLUSTER_GROUP.to_owned(),
                 version: "v1beta2".to_owned(),

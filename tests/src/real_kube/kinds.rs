@@ -3,7 +3,8 @@
 //! The same kinds and versions FakeKube serves (checked by a unit test
 //! against [`FakeKube::path`](crate::fake_kube::FakeKube::path)): every CRD
 //! in `deploy/crds/` at its storage version, CAPI's `IPAddressClaim` and
-//! `IPAddress` from `tests/fixtures/crds/` at v1beta2, and minimal CRDs made
+//! `IPAddress` from `tests/fixtures/crds/` at v1beta2, the in-cluster IPAM
+//! provider's four pool kinds from there at v1alpha2, and minimal CRDs made
 //! here for `Cluster`, `Machine` (v1beta2) and `PacketMachine` (v1beta1),
 //! whose `spec` and `status` keep any field.
 
@@ -11,7 +12,7 @@ use std::sync::OnceLock;
 
 use serde_json::{json, Value};
 
-use crate::fake_kube::{CLUSTER_GROUP, INFRA_GROUP};
+use crate::fake_kube::{CLUSTER_GROUP, INFRA_GROUP, IN_CLUSTER_CRDS};
 use crate::schema::{capi_crds_dir, load_crd, repo_root, Crd, Scope};
 
 const CLAIMS_CRD: &str =
@@ -122,6 +123,9 @@ pub(crate) fn kinds() -> &'static [Kind] {
         let reference = capi_crds_dir();
         kinds.push(Kind::new(&load(reference.join(CLAIMS_CRD)), "v1beta2"));
         kinds.push(Kind::new(&load(reference.join(ADDRESSES_CRD)), "v1beta2"));
+        for file in IN_CLUSTER_CRDS {
+            kinds.push(Kind::new(&load(reference.join(file)), "v1alpha2"));
+        }
         let ours = repo_root().join("deploy/crds");
         let mut files: Vec<_> = std::fs::read_dir(&ours)
             .unwrap_or_else(|e| panic!("{}: {e}", ours.display()))
@@ -197,6 +201,10 @@ mod tests {
             (METAL_GROUP, "metalprefixpools", true),
             (METAL_GROUP, "globalmetalprefixpools", true),
             (METAL_GROUP, "metalnetworkprofiles", false),
+            (IPAM_GROUP, "inclusterippools", true),
+            (IPAM_GROUP, "globalinclusterippools", true),
+            (IPAM_GROUP, "inclusterprefixpools", true),
+            (IPAM_GROUP, "globalinclusterprefixpools", true),
             (CLUSTER_GROUP, "clusters", true),
             (CLUSTER_GROUP, "machines", true),
             (INFRA_GROUP, "packetmachines", true),
@@ -204,7 +212,7 @@ mod tests {
             let k = by_plural(group, plural).unwrap_or_else(|| panic!("{plural}.{group}"));
             assert_eq!(k.status, status, "{plural}.{group} status subresource");
         }
-        assert_eq!(kinds().len(), 10);
+        assert_eq!(kinds().len(), 14);
         let claim =
             json!({"apiVersion": "ipam.cluster.x-k8s.io/v1beta2", "kind": "IPAddressClaim"});
         assert_eq!(
