@@ -6,6 +6,7 @@ pub mod fuzz;
 pub mod harness;
 pub mod kube;
 pub mod metal_sim;
+pub mod oci_registry;
 pub mod real_kube;
 pub mod real_spin;
 pub mod schema;
