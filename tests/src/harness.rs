@@ -13,7 +13,7 @@ use metal_ipam_host::test_redis::TestRedis;
 use metal_ipam_host::{Host, HostBuilder};
 use serde_json::Value;
 
-use crate::real_spin::{ClientTls, SpinApp, SpinBin, SpinStore};
+use crate::real_spin::{AppSource, ClientTls, SpinApp, SpinBin, SpinStore};
 use crate::schema::repo_root;
 
 /// The API token every test app is started with.
@@ -223,10 +223,32 @@ impl App {
     /// # Panics
     /// When the runtime was given but does not start.
     pub async fn on(runtime: Runtime, vars: &[(&str, String)], tls: &[ClientTls]) -> Option<App> {
-        let vars: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (*k, v.as_str())).collect();
         if runtime == Runtime::Host {
+            let vars: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (*k, v.as_str())).collect();
             return Some(App::with_variables(&vars));
         }
+        require_wasm();
+        App::on_from(runtime, &AppSource::repo(), vars, tls).await
+    }
+
+    /// [`App::on`] of another [`AppSource`] (e.g. the app as pushed to an
+    /// OCI registry), on real Spin only; `None` when that runtime was not
+    /// given.
+    ///
+    /// # Panics
+    /// When `runtime` is [`Runtime::Host`] (the test host loads local
+    /// manifests only), or the runtime was given but does not start.
+    pub async fn on_from(
+        runtime: Runtime,
+        source: &AppSource,
+        vars: &[(&str, String)],
+        tls: &[ClientTls],
+    ) -> Option<App> {
+        assert!(
+            runtime != Runtime::Host,
+            "the test host loads local manifests only"
+        );
+        let vars: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (*k, v.as_str())).collect();
         let bin = SpinBin::from_env()?;
         let dir = TempDir::new("spin");
         let (store, backend, redis) = if runtime == Runtime::SpinSqlite {
@@ -245,7 +267,7 @@ impl App {
                 Some(redis),
             )
         };
-        let spin = SpinApp::start(bin, dir, store, &vars, tls)
+        let spin = SpinApp::start_from(bin, source, dir, store, &vars, tls)
             .await
             .unwrap_or_else(|e| panic!("{}: {e:#}", runtime.name()));
         Some(App {
@@ -381,6 +403,14 @@ impl App {
             .open(&allowed, "default")
             .await
             .expect("default store")
+    }
+
+    /// The `spin up` process behind a real-Spin app (`None` on the host).
+    pub fn spin(&self) -> Option<&SpinApp> {
+        match &self.engine {
+            Engine::Host(_) => None,
+            Engine::Spin(s) => Some(s),
+        }
     }
 
     /// Real Spin's process group (`None` on the host).

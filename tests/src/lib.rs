@@ -7,6 +7,7 @@ pub mod harness;
 pub mod in_cluster;
 pub mod kube;
 pub mod metal_sim;
+pub mod oci_registry;
 pub mod real_kube;
 pub mod real_spin;
 pub mod schema;

@@ -1,10 +1,13 @@
 //! Real Spin for the tests: `spin up` of the repository's own `spin.toml`
-//! and `.wasm` files, with the Spin CLI named by [`SPIN_BIN_ENV`]
-//! (`SPIN_BIN`), on Spin's SQLite key-value store or its Redis one.
+//! and `.wasm` files, or of the app as pushed to an OCI registry
+//! ([`AppSource`], [`SpinBin::registry_push`]), with the Spin CLI named by
+//! [`SPIN_BIN_ENV`] (`SPIN_BIN`), on Spin's SQLite key-value store or its
+//! Redis one.
 //!
-//! This module owns starting and stopping a Spin process and talking to it
-//! over loopback HTTP; [`crate::harness::App`] puts it behind the same
-//! interface as the in-process test host, so one test body runs on both.
+//! This module owns starting and stopping a Spin process, running the Spin
+//! CLI's other commands the tests need, and talking to a server over
+//! loopback HTTP; [`crate::harness::App`] puts it behind the same interface
+//! as the in-process test host, so one test body runs on both.
 //!
 //! - The process gets a temporary directory of its own: the runtime config
 //!   (`[key_value_store.default]` of type `spin` with a file in that
@@ -46,6 +49,10 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
 /// component).
 const START_TIMEOUT: Duration = Duration::from_secs(300);
 
+/// How long `spin registry push` may take (the app is some 12 MB, pushed
+/// over loopback).
+const PUSH_TIMEOUT: Duration = Duration::from_secs(120);
+
 /// The Spin CLI the tests were given.
 #[derive(Debug, Clone)]
 pub struct SpinBin {
@@ -85,6 +92,100 @@ impl SpinBin {
     /// The version number alone (`3.6.3`), from [`SpinBin::version`].
     pub fn number(&self) -> &str {
         self.version.split_whitespace().nth(1).unwrap_or("?")
+    }
+
+    /// `spin registry push` of `manifest` (its `.wasm` files as they are:
+    /// no `--build`, and `SPIN_ALWAYS_BUILD` cannot reach it) to
+    /// `reference` (`host:port/repository:tag`); `insecure` adds
+    /// `--insecure`, which in Spin 3.x and 4.x also means plain HTTP.
+    /// Spin's registry cache goes to `cache_dir`, its output to
+    /// `cache_dir/push.log`. Answers the manifest digest Spin reports
+    /// (`sha256:…`).
+    ///
+    /// # Errors
+    /// If the push fails, takes longer than 120 s or reports no digest; the
+    /// error carries Spin's output.
+    pub fn registry_push(
+        &self,
+        manifest: &Path,
+        reference: &str,
+        insecure: bool,
+        cache_dir: &Path,
+    ) -> Result<String> {
+        std::fs::create_dir_all(cache_dir).context("registry cache dir")?;
+        let log = cache_dir.join("push.log");
+        let mut cmd = Command::new(&self.path);
+        cmd.args(["registry", "push", "--from"])
+            .arg(manifest)
+            .arg("--cache-dir")
+            .arg(cache_dir);
+        if insecure {
+            cmd.arg("--insecure");
+        }
+        cmd.arg(reference);
+        clean_env(&mut cmd);
+        std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+        let out = std::fs::File::create(&log).context("push.log")?;
+        let mut child = cmd
+            .stdin(Stdio::null())
+            .stdout(out.try_clone()?)
+            .stderr(out)
+            .spawn()
+            .with_context(|| format!("starting {}", self.path.display()))?;
+        let deadline = Instant::now() + PUSH_TIMEOUT;
+        let status = loop {
+            if let Some(status) = child.try_wait()? {
+                break status;
+            }
+            if Instant::now() > deadline {
+                kill_group(&mut child);
+                bail!(
+                    "{} registry push {reference}: not done in {} s:\n{}",
+                    self.version,
+                    PUSH_TIMEOUT.as_secs(),
+                    tail(&log, 30)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let output = std::fs::read_to_string(&log).unwrap_or_default();
+        if !status.success() {
+            bail!(
+                "{} registry push {reference}: {status}:\n{output}",
+                self.version
+            );
+        }
+        // "Pushed with digest sha256:…" (3.6 and 4.0 alike).
+        output
+            .split_whitespace()
+            .find(|w| w.starts_with("sha256:"))
+            .map(str::to_string)
+            .with_context(|| format!("{} registry push named no digest:\n{output}", self.version))
+    }
+}
+
+/// What `spin up --from` runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AppSource {
+    /// A `spin.toml` on disk (with its `.wasm` files where it names them).
+    Manifest(PathBuf),
+    /// An app pushed to an OCI registry: `reference` is
+    /// `host[:port]/repository:tag` or `…@sha256:…`; `insecure` adds
+    /// `--insecure` (plain HTTP or an untrusted certificate). Spin pulls it
+    /// into a registry cache in the process's directory, so nothing comes
+    /// from an earlier pull.
+    Registry {
+        /// The reference.
+        reference: String,
+        /// Whether to pass `--insecure`.
+        insecure: bool,
+    },
+}
+
+impl AppSource {
+    /// The repository's own `spin.toml`.
+    pub fn repo() -> AppSource {
+        AppSource::Manifest(repo_root().join("spin.toml"))
     }
 }
 
@@ -142,8 +243,8 @@ pub fn runtime_config(store: &SpinStore, tls: &[ClientTls]) -> String {
     out
 }
 
-/// A running `spin up` of the repository's `spin.toml`; dropping it stops
-/// the process.
+/// A running `spin up` of the repository's `spin.toml` (or of another
+/// [`AppSource`]); dropping it stops the process.
 pub struct SpinApp {
     child: Child,
     /// `http://127.0.0.1:<port>`.
@@ -190,6 +291,24 @@ impl SpinApp {
         tls: &[ClientTls],
     ) -> Result<SpinApp> {
         crate::harness::require_wasm();
+        Self::start_from(bin, &AppSource::repo(), dir, store, vars, tls).await
+    }
+
+    /// [`SpinApp::start`] of `source`: the repository's `spin.toml`, another
+    /// manifest, or an app in an OCI registry (pulled into
+    /// `dir/registry-cache`, see [`SpinApp::registry_cache`]).
+    ///
+    /// # Errors
+    /// As [`SpinApp::start`] (a failed pull is Spin exiting during
+    /// startup).
+    pub async fn start_from(
+        bin: &SpinBin,
+        source: &AppSource,
+        dir: TempDir,
+        store: SpinStore,
+        vars: &[(&str, &str)],
+        tls: &[ClientTls],
+    ) -> Result<SpinApp> {
         let rc = dir.path().join("runtime-config.toml");
         std::fs::write(&rc, runtime_config(&store, tls)).context("runtime config")?;
         let log = dir.path().join("spin.log");
@@ -203,7 +322,7 @@ impl SpinApp {
             attempt += 1;
             let port = free_port()?;
             let base_url = format!("http://127.0.0.1:{port}");
-            let mut child = spawn(bin, dir.path(), &rc, &log, port, vars)?;
+            let mut child = spawn(bin, source, dir.path(), &rc, &log, port, vars)?;
             match wait_until_serving(&base_url, &mut child).await {
                 Ok(()) => {
                     return Ok(SpinApp {
@@ -223,6 +342,12 @@ impl SpinApp {
                 }
             }
         }
+    }
+
+    /// Where Spin put what it pulled of an [`AppSource::Registry`] app
+    /// (`registry/manifests/…`, `registry/wasm/sha256:…`).
+    pub fn registry_cache(&self) -> PathBuf {
+        self.dir.path().join("registry-cache")
     }
 
     /// The process group of `spin up` and the processes it started.
@@ -290,7 +415,7 @@ impl Drop for SpinApp {
 /// Kills `spin up` and its `spin trigger` child: the whole process group
 /// `spawn` gave them (SIGTERM does not stop `spin up`, and SIGKILL to it
 /// alone leaves the trigger process serving).
-fn kill_group(child: &mut Child) {
+pub(crate) fn kill_group(child: &mut Child) {
     if let Ok(pid) = libc::pid_t::try_from(child.id()) {
         // SAFETY: kill(2) with a negative pid signals the process group
         // whose id is that pid: the group `spawn` made for this child.
@@ -302,11 +427,24 @@ fn kill_group(child: &mut Child) {
     let _ = child.wait();
 }
 
-/// Starts `spin up` of the repository's `spin.toml` on `port` in `dir`, its
-/// output to `log`, with only the variables given (and a few variables of
-/// the environment Spin itself needs).
+/// Clears `cmd`'s environment but for what Spin itself needs (`PATH`,
+/// `HOME`, the temp and cache directories): no `SPIN_VARIABLE_*` or
+/// `SPIN_ALWAYS_BUILD` of the developer's reaches it.
+fn clean_env(cmd: &mut Command) {
+    cmd.env_clear();
+    for keep in ["PATH", "HOME", "TMPDIR", "XDG_CACHE_HOME", "XDG_DATA_HOME"] {
+        if let Some(v) = std::env::var_os(keep) {
+            cmd.env(keep, v);
+        }
+    }
+}
+
+/// Starts `spin up` of `source` on `port` in `dir`, its output to `log`,
+/// with only the variables given (and a few variables of the environment
+/// Spin itself needs).
 fn spawn(
     bin: &SpinBin,
+    source: &AppSource,
     dir: &Path,
     rc: &Path,
     log: &Path,
@@ -314,20 +452,29 @@ fn spawn(
     vars: &[(&str, &str)],
 ) -> Result<Child> {
     let mut cmd = Command::new(&bin.path);
-    cmd.arg("up")
-        .arg("--from")
-        .arg(repo_root().join("spin.toml"))
-        .args(["--listen", &format!("127.0.0.1:{port}")])
+    cmd.arg("up").arg("--from");
+    match source {
+        AppSource::Manifest(path) => {
+            cmd.arg(path);
+        }
+        AppSource::Registry {
+            reference,
+            insecure,
+        } => {
+            cmd.arg(reference)
+                .arg("--cache-dir")
+                .arg(dir.join("registry-cache"));
+            if *insecure {
+                cmd.arg("--insecure");
+            }
+        }
+    }
+    cmd.args(["--listen", &format!("127.0.0.1:{port}")])
         .arg("--runtime-config-file")
         .arg(rc)
         .arg("--state-dir")
-        .arg(dir.join("state"))
-        .env_clear();
-    for keep in ["PATH", "HOME", "TMPDIR", "XDG_CACHE_HOME", "XDG_DATA_HOME"] {
-        if let Some(v) = std::env::var_os(keep) {
-            cmd.env(keep, v);
-        }
-    }
+        .arg(dir.join("state"));
+    clean_env(&mut cmd);
     cmd.env("SPIN_VARIABLE_API_TOKEN", TOKEN);
     for (k, v) in vars {
         cmd.env(format!("SPIN_VARIABLE_{}", k.to_ascii_uppercase()), v);
@@ -380,7 +527,7 @@ async fn wait_until_serving(base_url: &str, child: &mut Child) -> std::result::R
 /// answer has arrived. A server that refuses a large body before reading it
 /// answers and closes; hyper's client keeps writing and reports the reset
 /// instead of the answer, curl (and this) report the answer.
-async fn exchange(
+pub(crate) async fn exchange(
     base_url: &str,
     parts: &http::request::Parts,
     path: &str,
