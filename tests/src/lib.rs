@@ -1,6 +1,7 @@
 //! Shared helpers for metal-ipam's component, concurrency and schema tests.
 
 pub mod client;
+pub mod clusterctl;
 pub mod fake_kube;
 pub mod fuzz;
 pub mod harness;

@@ -54,15 +54,20 @@
 //!   one: ready in milliseconds instead of about a second).
 //! * **kube-apiserver** on a free port, HTTPS only; ready when `/readyz`
 //!   answers `ok` (deadline 120 s).
-//! * **CRDs** (see `kinds.rs`), each waited for until `Established`, then
-//!   **kube-controller-manager** with only the garbage collector (before:
-//!   it would notice kinds created later only on its 30 s rediscovery), then
-//!   `deploy/namespace.yaml` and `deploy/rbac.yaml` as they are, and a
+//! * **CRDs** (see `kinds.rs`; metal-ipam's own from the clusterctl
+//!   artifact `deploy/clusterctl/ipam-components.yaml`, substituted with
+//!   [`sample_value`](crate::clusterctl::sample_value)s, the others from
+//!   `tests/fixtures/crds/` and `kinds.rs`), each waited for until
+//!   `Established`, then **kube-controller-manager** with only the garbage
+//!   collector (before: it would notice kinds created later only on its 30 s
+//!   rediscovery), then the artifact's Namespace and RBAC (ServiceAccounts,
+//!   the token Secret, ClusterRoles and bindings: what `clusterctl init`
+//!   installs, from the same file), and a
 //!   TokenRequest for the ServiceAccount `metal-ipam` (24 h). The garbage
 //!   collector syncs its informers in the background (about 1.4 s); no
 //!   scenario waits for it (the app deletes what it owns itself).
 //!
-//! The Secret of type `kubernetes.io/service-account-token` in rbac.yaml is
+//! The Secret of type `kubernetes.io/service-account-token` of the RBAC is
 //! created like the rest; nothing fills in its `data.token` (the token
 //! controller does not run), which nothing here needs: the tests use the
 //! TokenRequest token.
@@ -199,7 +204,8 @@ impl ControlPlane {
     }
 
     /// A token of the ServiceAccount `metal-ipam` in `metal-ipam-system`
-    /// (valid 24 h), with exactly the RBAC that deploy/rbac.yaml grants.
+    /// (valid 24 h), with exactly the RBAC that the clusterctl artifact
+    /// (generated from deploy/rbac.yaml) grants.
     pub fn sa_token(&self) -> &str {
         &self.sa_token
     }
@@ -269,6 +275,65 @@ impl ControlPlane {
 
     fn lock_namespaces(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
         self.namespaces.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Server-side applies `obj` as the admin (field manager
+    /// `metal-ipam-tests`, conflicts forced): creates it or updates it to
+    /// this content, as `kubectl apply --server-side` and clusterctl do.
+    /// The collection is found as in [`collection_path`].
+    ///
+    /// # Errors
+    /// An object without apiVersion, kind or name, or a connection failure;
+    /// any HTTP status is an `Ok`.
+    pub fn apply(&self, obj: &Value) -> Result<Reply, String> {
+        let name = obj
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .ok_or_else(|| format!("an object without metadata.name: {obj}"))?;
+        let path = format!(
+            "{}/{name}?fieldManager=metal-ipam-tests&force=true",
+            collection_path(obj)?
+        );
+        let req = Request::new("PATCH", &path)
+            .token(&self.admin_token)
+            .body_of_type("application/apply-patch+yaml", obj);
+        let client = self.client.clone();
+        block_on(async move { client.send(req).await })
+    }
+
+    /// Creates (or server-side applies) a CustomResourceDefinition as the
+    /// admin and waits until it is `Established` (deadline 60 s).
+    ///
+    /// # Errors
+    /// If the API server refuses it or it is not established in time.
+    pub fn install_crd(&self, crd: &Value) -> Result<(), String> {
+        let reply = self.apply(crd)?;
+        if !reply.is_success() {
+            return Err(format!(
+                "{}: {} {}",
+                describe(crd),
+                reply.status,
+                reply.message()
+            ));
+        }
+        let name = crd
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let path = format!("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}");
+        let started = Instant::now();
+        loop {
+            let reply = self.admin("GET", &path, None);
+            if established(&reply.body) {
+                return Ok(());
+            }
+            if started.elapsed() > STEP_DEADLINE {
+                return Err(format!(
+                    "CRD {name}: not Established within {STEP_DEADLINE:?}"
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     /// Exclusive use of the control plane by the calling test until the
@@ -395,11 +460,12 @@ fn kubeconfig(server: &str, ca: &Path, token: &str) -> String {
     )
 }
 
-/// The collection path to POST a built-in object of deploy/ to: core kinds
-/// under `/api/v1`, others under `/apis/<apiVersion>`, the plural being the
-/// lower-cased kind plus `s` (right for every kind deploy/namespace.yaml and
-/// deploy/rbac.yaml hold: Namespace, ServiceAccount, Secret, ClusterRole,
-/// ClusterRoleBinding; a kind it gets wrong fails loudly with 404).
+/// The collection path to POST an object of deploy/ to: core kinds under
+/// `/api/v1`, others under `/apis/<apiVersion>`, the plural being the
+/// lower-cased kind plus `s` (`es` after an `s`, `ies` for a final `y`):
+/// right for every kind of deploy/ and its clusterctl artifacts (Namespace,
+/// ServiceAccount, Secret, ClusterRole, Ingress, NetworkPolicy, SpinApp, …);
+/// a kind it gets wrong fails loudly with 404.
 fn collection_path(obj: &Value) -> Result<String, String> {
     let api_version = obj.get("apiVersion").and_then(Value::as_str).unwrap_or("");
     let kind = obj.get("kind").and_then(Value::as_str).unwrap_or("");
@@ -415,11 +481,49 @@ fn collection_path(obj: &Value) -> Result<String, String> {
         .pointer("/metadata/namespace")
         .and_then(Value::as_str)
         .map_or_else(String::new, |ns| format!("/namespaces/{ns}"));
-    Ok(format!(
-        "{prefix}{namespace}/{}s",
-        kind.to_ascii_lowercase()
-    ))
+    let kind = kind.to_ascii_lowercase();
+    let plural = if kind.ends_with('s') {
+        format!("{kind}es")
+    } else if let Some(stem) = kind.strip_suffix('y') {
+        format!("{stem}ies")
+    } else {
+        format!("{kind}s")
+    };
+    Ok(format!("{prefix}{namespace}/{plural}"))
 }
+
+/// `Kind name`, for messages.
+fn describe(obj: &Value) -> String {
+    format!(
+        "{} {}",
+        obj.get("kind").and_then(Value::as_str).unwrap_or("?"),
+        obj.pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or("?")
+    )
+}
+
+/// Whether a CRD's status says `Established`.
+fn established(crd: &Value) -> bool {
+    crd.pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .is_some_and(|cs| {
+            cs.iter().any(|c| {
+                c.get("type").and_then(Value::as_str) == Some("Established")
+                    && c.get("status").and_then(Value::as_str) == Some("True")
+            })
+        })
+}
+
+/// The kinds of the clusterctl artifact the control plane installs at
+/// start (besides its CRDs): the namespace and the RBAC.
+const ARTIFACT_START_KINDS: &[&str] = &[
+    "Namespace",
+    "ServiceAccount",
+    "Secret",
+    "ClusterRole",
+    "ClusterRoleBinding",
+];
 
 fn start(assets: PathBuf) -> Result<ControlPlane, String> {
     let apiserver_bin = required_binary(&assets, "kube-apiserver")?;
@@ -542,14 +646,47 @@ fn start(assets: PathBuf) -> Result<ControlPlane, String> {
         .ok_or_else(|| format!("GET /version: no gitVersion in {}", reply.body))?
         .to_owned();
 
+    // The clusterctl artifact, substituted with sample values: metal-ipam's
+    // CRDs, namespace and RBAC come from it, as `clusterctl init` installs
+    // them.
+    let artifact = crate::clusterctl::substituted_components(
+        &crate::schema::repo_root(),
+        &std::collections::BTreeMap::new(),
+    )
+    .map_err(|e| format!("the clusterctl artifact: {e:#}"))?;
+    let artifact_crds: Vec<&Value> = artifact
+        .iter()
+        .filter(|o| o["kind"] == "CustomResourceDefinition")
+        .collect();
+    let ours: HashSet<String> = kinds::kinds()
+        .iter()
+        .filter(|k| k.group == crate::fake_kube::METAL_GROUP)
+        .map(kinds::Kind::crd_name)
+        .collect();
+    let from_artifact: HashSet<String> = artifact_crds
+        .iter()
+        .filter_map(|c| c.pointer("/metadata/name").and_then(Value::as_str))
+        .map(str::to_owned)
+        .collect();
+    if ours != from_artifact {
+        return Err(format!(
+            "the clusterctl artifact's CRDs {from_artifact:?} are not deploy/crds/ {ours:?}: \
+             run deploy/clusterctl/generate"
+        ));
+    }
+
     // CRDs, established before the garbage collector starts.
     let crd_path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions";
-    for kind in kinds::kinds() {
-        let reply = admin("POST", crd_path, Some(&kind.crd))?;
+    let others = kinds::kinds()
+        .iter()
+        .filter(|k| k.group != crate::fake_kube::METAL_GROUP)
+        .map(|k| &k.crd);
+    for crd in others.chain(artifact_crds.iter().copied()) {
+        let reply = admin("POST", crd_path, Some(crd))?;
         if !reply.is_success() {
             return Err(format!(
                 "installing CRD {}: {} {}",
-                kind.crd_name(),
+                describe(crd),
                 reply.status,
                 reply.message()
             ));
@@ -563,17 +700,7 @@ fn start(assets: PathBuf) -> Result<ControlPlane, String> {
             STEP_DEADLINE,
             || {
                 let reply = admin("GET", &path, None)?;
-                let established = reply
-                    .body
-                    .pointer("/status/conditions")
-                    .and_then(Value::as_array)
-                    .is_some_and(|cs| {
-                        cs.iter().any(|c| {
-                            c.get("type").and_then(Value::as_str) == Some("Established")
-                                && c.get("status").and_then(Value::as_str) == Some("True")
-                        })
-                    });
-                Ok(established)
+                Ok(established(&reply.body))
             },
         )?;
     }
@@ -606,22 +733,23 @@ fn start(assets: PathBuf) -> Result<ControlPlane, String> {
         }
     };
 
-    // deploy/namespace.yaml and deploy/rbac.yaml, as they are.
-    for file in ["deploy/namespace.yaml", "deploy/rbac.yaml"] {
-        let path = crate::schema::repo_root().join(file);
-        let docs = crate::schema::load_yaml_documents(&path)
-            .map_err(|e| format!("{}: {e:#}", path.display()))?;
-        for doc in docs.iter().filter(|d| d.is_object()) {
-            let reply = admin("POST", &collection_path(doc)?, Some(doc))?;
-            if !reply.is_success() {
-                return Err(format!(
-                    "{file}: creating {} {}: {} {}",
-                    doc["kind"],
-                    doc.pointer("/metadata/name").unwrap_or(&Value::Null),
-                    reply.status,
-                    reply.message()
-                ));
-            }
+    // The artifact's namespace and RBAC, in the file's order (the
+    // ServiceAccount before its token Secret).
+    let start_objects = artifact.iter().filter(|o| {
+        o["kind"]
+            .as_str()
+            .is_some_and(|k| ARTIFACT_START_KINDS.contains(&k))
+    });
+    for doc in start_objects {
+        let reply = admin("POST", &collection_path(doc)?, Some(doc))?;
+        if !reply.is_success() {
+            return Err(format!(
+                "{}/ipam-components.yaml: creating {}: {} {}",
+                crate::clusterctl::ARTIFACT_DIR,
+                describe(doc),
+                reply.status,
+                reply.message()
+            ));
         }
     }
     let token_request = json!({
@@ -702,6 +830,17 @@ mod tests {
         ];
         for (obj, path) in cases {
             assert_eq!(collection_path(&obj).unwrap(), path);
+        }
+        for (kind, plural) in [
+            ("Ingress", "ingresses"),
+            ("NetworkPolicy", "networkpolicies"),
+            ("SpinApp", "spinapps"),
+        ] {
+            let obj = json!({"apiVersion": "a.b/v1", "kind": kind, "metadata": {"name": "n"}});
+            assert_eq!(
+                collection_path(&obj).unwrap(),
+                format!("/apis/a.b/v1/{plural}")
+            );
         }
         assert!(collection_path(&json!({"kind": "X"})).is_err());
     }
