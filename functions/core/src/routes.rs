@@ -270,10 +270,9 @@ const fn plain(
 }
 
 /// Four rows of a pool route family, one per kind: `templates` in the
-/// order of `kinds` (namespaced, global, namespaced prefix, global
+/// order of [`POOL_KINDS`] (namespaced, global, namespaced prefix, global
 /// prefix).
-const fn pools_of(
-    kinds: [PoolKind; 4],
+const fn pools(
     templates: [&'static str; 4],
     kind: RouteKind,
     served_by: &'static [Component],
@@ -286,32 +285,20 @@ const fn pools_of(
     let mut i = 0;
     while i < 4 {
         out[i].template = templates[i];
-        out[i].pool = Some(kinds[i]);
+        out[i].pool = Some(POOL_KINDS[i]);
         i += 1;
     }
     out
 }
 
-/// [`pools_of`] our kinds ([`POOL_KINDS`]).
-const fn pools(
-    templates: [&'static str; 4],
-    kind: RouteKind,
-    served_by: &'static [Component],
-    chained_from: &'static [Component],
-    public: bool,
-    methods: &'static str,
-    auth: Auth,
-) -> [RouteDef; 4] {
-    pools_of(
-        POOL_KINDS,
-        templates,
-        kind,
-        served_by,
-        chained_from,
-        public,
-        methods,
-        auth,
-    )
+/// A family's rows for `kinds` instead (the same order of shapes).
+const fn of_kinds(mut rows: [RouteDef; 4], kinds: [PoolKind; 4]) -> [RouteDef; 4] {
+    let mut i = 0;
+    while i < 4 {
+        rows[i].pool = Some(kinds[i]);
+        i += 1;
+    }
+    rows
 }
 
 const POST: &str = "POST";
@@ -327,11 +314,10 @@ const POOL_SYNC: [RouteDef; 4] = pools(
 /// The in-cluster provider's pools, synced while metal-ipam has taken
 /// their kind over (`capi::takeover`).
 #[rustfmt::skip]
-const IN_CLUSTER_POOL_SYNC: [RouteDef; 4] = pools_of(
-    PoolKind::IN_CLUSTER,
+const IN_CLUSTER_POOL_SYNC: [RouteDef; 4] = of_kinds(pools(
     ["/v1/capi/in-cluster/pools/{namespace}/{name}", "/v1/capi/in-cluster/global-pools/{name}", "/v1/capi/in-cluster/prefix-pools/{namespace}/{name}", "/v1/capi/in-cluster/global-prefix-pools/{name}"],
     RouteKind::PoolSync, &[C::Pools], FROM_EVENTS_AND_RECONCILE, CHAINED, POST, Auth::Api,
-);
+), PoolKind::IN_CLUSTER);
 #[rustfmt::skip]
 const VRF_POOL: [RouteDef; 4] = pools(
     ["/v1/capi/metal/pools/{namespace}/{name}", "/v1/capi/metal/global-pools/{name}", "/v1/capi/metal/prefix-pools/{namespace}/{name}", "/v1/capi/metal/global-prefix-pools/{name}"],

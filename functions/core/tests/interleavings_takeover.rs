@@ -1,5 +1,8 @@
 //! The interleaving checker over a hand-back (`capi::takeover::hand_back`)
-//! racing the claim steps of the kind that read `serving` just before it:
+//! racing the claim steps of the kind (each reads the takeover record, the
+//! gate, then decides on the pool, as the claim step does within
+//! `GATE_FRESH_SECONDS`; the clock does not move during a schedule, and
+//! moves past the hand-back's quiet period between its calls after it):
 //! an allocation of a new claim and a release of a bound one, on an
 //! in-cluster provider's pool registered in the store. Every KV operation
 //! is a yield point and any operation may crash before any of them, on each
@@ -13,8 +16,9 @@
 //!   claim binding naming the pool, no takeover record;
 //! - no address was ever answered to two claims.
 //!
-//! Pairs are enumerated exhaustively without a crash; pairs and the triple
-//! are sampled with PCT with up to one crash. The counts are printed.
+//! An allocation racing a hand-back is enumerated exhaustively without a
+//! crash; both pairs and the triple are sampled with PCT with up to one
+//! crash. The counts are printed.
 
 #[path = "interleavings/sched.rs"]
 mod sched;
@@ -76,8 +80,11 @@ fn seed(kv: &MemKv, env: &SchedEnv) {
         since: NOW,
         deployment: DeploymentRef::default(),
     };
-    kv.set(&keys::takeover(KIND.kind_name()), &serde_json::to_vec(&rec).unwrap())
-        .unwrap();
+    kv.set(
+        &keys::takeover(KIND.kind_name()),
+        &serde_json::to_vec(&rec).unwrap(),
+    )
+    .unwrap();
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -106,12 +113,23 @@ fn one_schedule(
             move |k: &sched::SchedKv<'_, MemKv>| -> Result<Option<String>, String> {
                 let c = ctx(k, env);
                 match op {
-                    Op::Allocate => ops::allocate(&c, &claim("b"))
-                        .map(|a| Some(a.record.address))
-                        .map_err(|e| e.to_string()),
-                    Op::Release => assign::release(&c, NS, "a", Some("uid-a"))
-                        .map(|_| None)
-                        .map_err(|e| e.to_string()),
+                    // The claim step: the gate, then the allocation.
+                    Op::Allocate => match takeover::record(k, KIND) {
+                        Ok(Some(r)) if r.state == State::Serving => ops::allocate(&c, &claim("b"))
+                            .map(|a| Some(a.record.address))
+                            .map_err(|e| e.to_string()),
+                        Ok(_) => Err("not served".to_string()),
+                        Err(e) => Err(e.to_string()),
+                    },
+                    Op::Release => match takeover::record(k, KIND) {
+                        Ok(Some(r)) if r.state == State::Serving => {
+                            assign::release(&c, NS, "a", Some("uid-a"))
+                                .map(|_| None)
+                                .map_err(|e| e.to_string())
+                        }
+                        Ok(_) => Err("not served".to_string()),
+                        Err(e) => Err(e.to_string()),
+                    },
                     Op::HandBack => takeover::hand_back(&c, KIND)
                         .map(|_| None)
                         .map_err(|e| e.to_string()),
@@ -143,13 +161,14 @@ fn one_schedule(
     loop {
         calls += 1;
         let out = takeover::hand_back(&ctx(&kv, &env), KIND);
-        if out.is_ok() {
+        if out.as_ref().is_ok_and(|r| r.record.is_none()) {
             break;
         }
-        if calls == 6 {
+        if calls == 8 {
             return fail(format!("the hand-back wedged: {out:?}"));
         }
-        env.0.set_now(env.0.now() + GUARD_STALL_S + 600);
+        env.0
+            .set_now(env.0.now() + GUARD_STALL_S + takeover::QUIET_SECONDS);
     }
     // Nothing of the kind is left.
     match ops::find_pool(&kv, &pool_id()) {
@@ -160,13 +179,22 @@ fn one_schedule(
         return fail("the takeover record is left".into());
     }
     for key in kv.list_keys().unwrap() {
-        let Some((ns, _)) = keys::parse_claim(&key) else { continue };
-        let Some(bytes) = kv.get(&key).unwrap() else { continue };
+        let Some((ns, _)) = keys::parse_claim(&key) else {
+            continue;
+        };
+        let Some(bytes) = kv.get(&key).unwrap() else {
+            continue;
+        };
         if let Ok(b) = ClaimRecord::decode(&bytes) {
             if b.pool_id(ns).ok() == Some(pool_id()) {
                 let index = ops::indexed_pools(&kv);
-                let raw = kv.get(&keys::pool(&pool_id())).unwrap().map(|v| String::from_utf8_lossy(&v).to_string());
-                return fail(format!("binding {key} names the handed-back pool (index {index:?}, record {raw:?})"));
+                let raw = kv
+                    .get(&keys::pool(&pool_id()))
+                    .unwrap()
+                    .map(|v| String::from_utf8_lossy(&v).to_string());
+                return fail(format!(
+                    "binding {key} names the handed-back pool (index {index:?}, record {raw:?})"
+                ));
             }
         }
     }
@@ -201,10 +229,12 @@ fn sample(backend: Backend, ops_run: &[Op], crashes: usize, seeds: u64) -> usize
     most
 }
 
-/// Pairs without a crash: every schedule.
+/// An allocation racing a hand-back without a crash: every schedule. (A
+/// release racing one has too many to enumerate in a CI run: the sampled
+/// test below covers it.)
 #[test]
-fn a_hand_back_racing_a_claim_step_leaves_nothing_under_every_schedule() {
-    for ops_run in [[Op::Allocate, Op::HandBack], [Op::Release, Op::HandBack]] {
+fn a_hand_back_racing_an_allocation_leaves_nothing_under_every_schedule() {
+    for ops_run in [[Op::Allocate, Op::HandBack]] {
         let mut every = 0;
         for backend in BACKENDS {
             every += explore(backend, &ops_run, 0).0;

@@ -45,6 +45,10 @@ pub struct ClaimHandler<'c, 'k, 'a, K: KvStore, H: HttpClient + ?Sized> {
     /// The finalizers of the claim's pool kind (set by [`Handler::parse`]:
     /// the in-cluster provider's on a taken-over kind, ours otherwise).
     pub finalizers: Finalizers,
+    /// When the takeover gate said `serving`, on a taken-over kind (set by
+    /// [`Handler::parse`]): the allocation must follow within
+    /// [`takeover::GATE_FRESH_SECONDS`] (a hand-back counts on it).
+    pub gated_at: Option<u64>,
 }
 
 /// What the handler works with: the claim as parsed,
@@ -106,6 +110,7 @@ impl<K: KvStore, H: HttpClient + ?Sized> Handler<H> for ClaimHandler<'_, '_, '_,
             ),
             Ok(claim) => {
                 self.finalizers = Finalizers::of(claim.pool.kind);
+                self.gated_at = claim.pool.kind.is_in_cluster().then(|| self.ctx.env.now());
                 Ok(Parsed { claim, pool: None })
             }
             Err(e) if e.is(Known::UnsupportedPoolRef) => Err(Verdict::just(
@@ -242,6 +247,14 @@ fn bind<K: KvStore, H: HttpClient + ?Sized>(
         .as_ref()
         .filter(|o| o.spec.pool_ref.as_ref() == Some(&claim.pool_ref))
         .and_then(|o| o.spec.ip());
+    if h.gated_at
+        .is_some_and(|t| h.ctx.env.now().saturating_sub(t) > takeover::GATE_FRESH_SECONDS)
+    {
+        return Err(Error::transient(
+            "StepTooSlow",
+            "this step took too long since it read its kind's takeover record; retry",
+        ));
+    }
     let allocated = match existing {
         Some(a) => ops::adopt(h.ctx, &claim, a),
         None => ops::allocate(h.ctx, &claim),

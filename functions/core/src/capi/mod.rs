@@ -235,6 +235,7 @@ pub fn reconcile_claim_in<K: KvStore, H: HttpClient + ?Sized>(
         snapshot,
         first: true,
         finalizers: takeover::Finalizers::of(PoolKind::Namespaced),
+        gated_at: None,
     })
 }
 

@@ -35,11 +35,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::error::{Error, ErrorKind, Known, Result};
-use crate::ipam::alloc::{IntentKind, TAKEOVER_AFTER_SECONDS};
+use crate::ipam::alloc::{IntentKind, TAKEOVER_AFTER_SECONDS, WRITE_DEADLINE_SECONDS};
 use crate::ipam::claim::Claim;
 use crate::ipam::ops;
 use crate::ipam::pool::{PoolId, PoolKind};
-use crate::ipam::store;
+use crate::ipam::store::{self, ClaimRecord};
 use crate::kube::object::{metadata, Object, ObjectMeta};
 use crate::kube::{self, Kube};
 use crate::kv::{keys, Ctx};
@@ -384,11 +384,24 @@ pub fn take_over<K: KvStore, H: HttpClient + ?Sized>(
     Ok(report)
 }
 
-/// Hands `kind` back: stops serving it, then forgets its pools and their
-/// bindings in the store (nothing is written to Kubernetes: the
+/// How long a hand-back waits, after it stopped serving the kind, before it
+/// forgets the kind's pools: a claim step that read `serving` before has
+/// made its pool decision by then (it decides within
+/// [`GATE_FRESH_SECONDS`] of its read, or not at all).
+pub const QUIET_SECONDS: u64 = TAKEOVER_AFTER_SECONDS;
+
+/// How long after reading `serving` a claim step may still make its pool
+/// decision; a slower one answers 503 and its retry reads the record again.
+pub const GATE_FRESH_SECONDS: u64 = WRITE_DEADLINE_SECONDS;
+
+/// Hands `kind` back, in two calls: the first stops serving it (the record
+/// says `returning`) and answers when to call again; once
+/// [`QUIET_SECONDS`] have passed, the next forgets the kind's pools and
+/// their bindings in the store (nothing is written to Kubernetes: the
 /// `IPAddress` objects, with the in-cluster provider's finalizers, are its
-/// state), then removes the record. The in-cluster provider may be scaled
-/// up after it answers.
+/// state) and removes the record. The in-cluster provider may be scaled up
+/// after that answer. Forgetting frees no address to anyone: nothing
+/// allocates in the kind's pools any more.
 ///
 /// # Idempotency
 /// A kind not taken over is answered as it is; a hand-back cut short
@@ -397,42 +410,55 @@ pub fn take_over<K: KvStore, H: HttpClient + ?Sized>(
 /// # Errors
 /// 409 `AddressesCooling` while a released address of the kind's pools is
 /// in its reuse grace period (the in-cluster provider would not know it;
-/// nothing written; the message says until when); store errors.
+/// the message says until when); 503 `HandBackRetry` while an allocation
+/// cut short must be finished first; store errors.
 pub fn hand_back<K: KvStore>(ctx: &Ctx<'_, K>, kind: PoolKind) -> Result<TakeoverReport> {
     let Some(mut rec) = record(ctx.kv, kind)? else {
         return Ok(TakeoverReport::default());
     };
-    if rec.state == State::Serving {
-        let now = ctx.env.now();
-        let mut until = None;
-        for v in ops::list_pools_in(ctx, Some(kind))?.pools {
-            if let Some(l) = store::read_pool(ctx.kv, &v.object.id)? {
-                let last = l
-                    .state
-                    .cooling
-                    .iter()
-                    .map(|c| c.until)
-                    .filter(|u| *u > now)
-                    .max();
-                until = until.max(last);
-            }
-        }
-        if let Some(until) = until {
-            return Err(Error::conflict(
-                Known::AddressesCooling.as_str(),
-                format!(
-                    "released addresses of {} pools are in their reuse grace period until {} (unix seconds): the in-cluster provider would hand them out at once; hand back after that",
-                    kind.kind_name(),
-                    until
-                ),
-            ));
-        }
+    let now = ctx.env.now();
+    cooling_until(ctx, kind, now)?;
+    if rec.state != State::Returning {
+        write(ctx, &mut rec, State::Returning)?;
     }
-    write(ctx, &mut rec, State::Returning)?;
+    if now < rec.since + QUIET_SECONDS {
+        return Ok(TakeoverReport {
+            record: Some(rec),
+            ..TakeoverReport::default()
+        });
+    }
     let mut report = TakeoverReport::default();
     forget_pools(ctx, kind, &mut report)?;
     ctx.kv.delete(&keys::takeover(kind.kind_name()))?;
     Ok(report)
+}
+
+/// Refuses while a released address of `kind`'s pools is cooling.
+fn cooling_until<K: KvStore>(ctx: &Ctx<'_, K>, kind: PoolKind, now: u64) -> Result<()> {
+    let mut until = None;
+    for v in ops::list_pools_in(ctx, Some(kind))?.pools {
+        if let Some(l) = store::read_pool(ctx.kv, &v.object.id)? {
+            let last = l
+                .state
+                .cooling
+                .iter()
+                .map(|c| c.until)
+                .filter(|u| *u > now)
+                .max();
+            until = until.max(last);
+        }
+    }
+    match until {
+        None => Ok(()),
+        Some(until) => Err(Error::conflict(
+            Known::AddressesCooling.as_str(),
+            format!(
+                "released addresses of {} pools are in their reuse grace period until {} (unix seconds): the in-cluster provider would hand them out at once; hand back after that",
+                kind.kind_name(),
+                until
+            ),
+        )),
+    }
 }
 
 /// Finishes the `Bind` intents pool `id`'s record holds: an allocation
@@ -449,7 +475,24 @@ fn finish_binds<K: KvStore>(ctx: &Ctx<'_, K>, id: &PoolId) -> Result<()> {
         return Ok(());
     };
     let now = ctx.env.now();
-    for i in l.state.intents.iter().filter(|i| i.kind == IntentKind::Bind) {
+    for i in l
+        .state
+        .intents
+        .iter()
+        .filter(|i| i.kind == IntentKind::Bind)
+    {
+        let Some((ns, name)) = i.claim.split_once('/') else {
+            continue;
+        };
+        // Done: its binding is written (the intent stays in the record until
+        // a later decision confirms it).
+        let written = ctx.kv.get(&keys::claim(ns, name))?;
+        if written
+            .and_then(|b| ClaimRecord::decode(&b).ok())
+            .is_some_and(|b| b.token == i.token)
+        {
+            continue;
+        }
         if now.saturating_sub(i.at) < TAKEOVER_AFTER_SECONDS {
             return Err(Error::new(
                 ErrorKind::Transient,
@@ -461,7 +504,6 @@ fn finish_binds<K: KvStore>(ctx: &Ctx<'_, K>, id: &PoolId) -> Result<()> {
                 ),
             ));
         }
-        let Some((ns, name)) = i.claim.split_once('/') else { continue };
         let claim = Claim::parse(&json!({
             "apiVersion": "ipam.cluster.x-k8s.io/v1beta2", "kind": "IPAddressClaim",
             "metadata": {"namespace": ns, "name": name, "uid": i.uid},

@@ -420,6 +420,12 @@ pub(crate) fn takeover<K: KvStore, H: HttpClient + ?Sized>(
         }
     };
     match run() {
+        // A hand-back in its quiet period: 202, call again after it.
+        Ok((report, "handed-back")) if report.record.is_some() => {
+            let mut body = report.to_json(kind);
+            body["retryAfterSeconds"] = t::QUIET_SECONDS.into();
+            ApiResponse::success(202, Some(body), route, "returning")
+        }
         Ok((report, outcome)) => {
             ApiResponse::success(200, Some(report.to_json(kind)), route, outcome)
         }
