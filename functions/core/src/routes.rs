@@ -316,7 +316,7 @@ const POOL_SYNC: [RouteDef; 4] = pools(
 #[rustfmt::skip]
 const IN_CLUSTER_POOL_SYNC: [RouteDef; 4] = of_kinds(pools(
     ["/v1/capi/in-cluster/pools/{namespace}/{name}", "/v1/capi/in-cluster/global-pools/{name}", "/v1/capi/in-cluster/prefix-pools/{namespace}/{name}", "/v1/capi/in-cluster/global-prefix-pools/{name}"],
-    RouteKind::PoolSync, &[C::Pools], FROM_EVENTS_AND_RECONCILE, CHAINED, POST, Auth::Api,
+    RouteKind::PoolSync, &[C::Pools], EVENTS, CHAINED, POST, Auth::Api,
 ), PoolKind::IN_CLUSTER);
 #[rustfmt::skip]
 const VRF_POOL: [RouteDef; 4] = pools(

@@ -56,7 +56,12 @@ fn sample(def: &RouteDef) -> String {
     let template = def.template;
     let path: Vec<&str> = template
         .split('/')
-        .map(|s| if s.starts_with('{') { "x-1" } else { s })
+        .map(|s| match s {
+            // Only an in-cluster pool kind's name is a takeover route.
+            "{kind}" => "InClusterIPPool",
+            s if s.starts_with('{') => "x-1",
+            s => s,
+        })
         .collect();
     let path = path.join("/");
     assert_eq!(
