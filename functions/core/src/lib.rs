@@ -62,6 +62,8 @@
 //!   capabilities, the NIC modes extension, cloud-neutral views.
 //! - [`metal`]: the Equinix Metal API client (typed models, retries,
 //!   pagination) and Metal as a [`cloud::Cloud`].
+//! - [`pnap`]: phoenixNAP Bare Metal Cloud, the next cloud: so far its
+//!   OAuth 2.0 client credentials.
 //! - [`network`]: Layer2 / Hybrid networking: network profiles (per-port
 //!   desired state), the port plan, the node's OS configuration.
 //! - [`provision`]: VRF-backed pools' Metal resources, provisioned in
@@ -105,6 +107,7 @@ pub mod kv;
 pub mod metal;
 pub mod network;
 pub mod observe;
+pub mod pnap;
 pub mod ports;
 pub mod provision;
 pub mod reconcile;

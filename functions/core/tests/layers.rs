@@ -15,7 +15,7 @@ const LAYERS: &[&[&str]] = &[
     &["error"],
     &["ports", "ip"],
     &["kv", "cloud"],
-    &["kube", "metal"],
+    &["kube", "metal", "pnap"],
     &["ipam"],
     &["routes"],
     &["network", "provision"],

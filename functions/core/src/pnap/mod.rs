@@ -1,0 +1,15 @@
+//! phoenixNAP Bare Metal Cloud: the second cloud behind [`crate::cloud`]
+//! (issue 29; `docs/cloud-seam.md` maps its concepts). Its specifications
+//! are vendored in `tests/fixtures/phoenixnap-openapi/`.
+//!
+//! Holds so far the OAuth 2.0 client credentials ([`auth`]: the token
+//! request, its answer and the token cached with its expiry, refreshed once
+//! on a 401) and the objects metal-ipam reads and sends ([`model`]). The
+//! typed client, the [`crate::cloud::Cloud`] implementation and the pool
+//! kinds come next.
+//!
+//! Imports only `cloud` (its error type): like `metal`, nothing of IPAM,
+//! Kubernetes or the store.
+
+pub mod auth;
+pub mod model;
