@@ -24,9 +24,13 @@
 //! extension ([`Cloud::nic_modes`]); VRFs and gateways stay behind the Metal
 //! implementation.
 //!
+//! [`retry`] is every HTTP cloud client's retry decision (429 and
+//! `Retry-After`, 5xx, lost answers never repeated for a POST).
+//!
 //! Owns no IPAM, Kubernetes or KV knowledge and imports only `error`.
 
 mod error;
+pub mod retry;
 
 pub use error::CloudError;
 

@@ -3,7 +3,8 @@
 //!
 //! - [`model`]: typed requests and responses (`serde`), the `oneOf`
 //!   answers told apart by `type`;
-//! - [`retry`]: when to retry and how long to wait, as a pure decision;
+//! - [`retry`]: when to retry and how long to wait, as a pure decision
+//!   (`crate::cloud::retry`, shared with the other clouds' clients);
 //! - [`client`]: [`client::Metal`], over [`crate::ports::http::HttpClient`]
 //!   and [`crate::ports::Env`] (clock, waits);
 //! - [`cloud`]: Metal as a [`crate::cloud::Cloud`], the seam the domain
@@ -17,4 +18,4 @@
 pub mod client;
 pub mod cloud;
 pub mod model;
-pub mod retry;
+pub use crate::cloud::retry;

@@ -1,4 +1,4 @@
-//! When to retry a Metal request, and how long to wait: a pure decision
+//! When to retry a cloud API request, and how long to wait: a pure decision
 //! from the attempt's outcome, the time spent and a random value, so that
 //! every branch is tested without a clock.
 //!
@@ -93,7 +93,7 @@ pub enum Next {
 ///
 /// # Examples
 /// ```
-/// use metal_ipam_core::metal::retry::{decide, Attempt, Next, RetryPolicy};
+/// use metal_ipam_core::cloud::retry::{decide, Attempt, Next, RetryPolicy};
 /// let p = RetryPolicy::default();
 /// let limited = Attempt::Response { status: 429, retry_after: Some("2"), rate_limit_reset: None };
 /// assert_eq!(decide(&p, 1, 0, 0, 0, true, &limited), Next::Wait(2_000));
@@ -149,7 +149,7 @@ fn server_wait_ms(retry_after: Option<&str>, reset: Option<&str>, now_s: u64) ->
 /// uniformly over `[nominal/2, 3·nominal/2)`, capped.
 ///
 /// ```
-/// use metal_ipam_core::metal::retry::{backoff_ms, RetryPolicy};
+/// use metal_ipam_core::cloud::retry::{backoff_ms, RetryPolicy};
 /// let p = RetryPolicy { budget_ms: 60_000, base_ms: 100, cap_ms: 1_000 };
 /// assert_eq!(backoff_ms(&p, 1, 0), 50);
 /// assert_eq!(backoff_ms(&p, 2, 0), 100);
