@@ -4,12 +4,14 @@
 //!
 //! Holds so far the OAuth 2.0 client credentials ([`auth`]: the token
 //! request, its answer and the token cached with its expiry, refreshed once
-//! on a 401) and the objects metal-ipam reads and sends ([`model`]). The
-//! typed client, the [`crate::cloud::Cloud`] implementation and the pool
+//! on a 401), the objects metal-ipam reads and sends ([`model`]) and the
+//! typed client ([`client`]: retries, error bodies, one method per call).
+//! The [`crate::cloud::Cloud`] implementation, the simulator and the pool
 //! kinds come next.
 //!
 //! Imports only `cloud` (its error type): like `metal`, nothing of IPAM,
 //! Kubernetes or the store.
 
 pub mod auth;
+pub mod client;
 pub mod model;

@@ -1,0 +1,597 @@
+//! The phoenixNAP API client: the OAuth token ([`super::auth`]) fetched
+//! when needed and refreshed once on a 401, retries within a budget
+//! ([`crate::cloud::retry`]: 429 after `Retry-After`, 5xx and lost answers
+//! retried for GET, PUT, PATCH and DELETE, never for a POST, whose outcome
+//! is then unknown: look the resource up by name before creating it
+//! again), error bodies, and one typed method per call metal-ipam makes,
+//! over the [`HttpClient`] port.
+//!
+//! Requests go to `<api_url>/<api>/v1/…` (`bmc`, `networks`, `ips`,
+//! `audit`) with `Authorization: Bearer <token>` and
+//! `Accept: application/json`; the token request goes to
+//! [`PnapConfig::token_url`] with HTTP Basic. Neither the client secret
+//! nor the token appears in an error or in `Debug`.
+
+use std::cell::{Cell, RefCell};
+
+use http::header::HeaderName;
+use http::Method;
+use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::Value;
+
+use super::auth::{
+    parse_token_answer, Credentials, Token, TokenCache, FORM_CONTENT_TYPE, TOKEN_FORM, TOKEN_URL,
+};
+use super::model::{
+    ErrorBody, Event, IpBlock, IpBlockCreate, PrivateNetwork, PrivateNetworkCreate, PublicNetwork,
+    PublicNetworkCreate, PublicNetworkIpBlock, PublicNetworkIpBlockCreate, Server,
+    ServerPrivateNetwork, ServerPublicNetwork,
+};
+use crate::cloud::retry::{decide, Attempt, Next, RetryPolicy, MIN_ATTEMPT_MS};
+use crate::cloud::{CloudError, CloudResult};
+use crate::ports::http::{headers, Deadline, HttpClient, TransportError, TransportKind};
+use crate::ports::Env;
+
+/// phoenixNAP's API server.
+pub const API_URL: &str = "https://api.phoenixnap.com";
+
+/// Longest connect of one attempt, in milliseconds.
+pub const CONNECT_MS: u64 = 3_000;
+
+/// The events read at most per audit log request.
+pub const EVENTS_LIMIT: u32 = 1_000;
+
+/// Where phoenixNAP is and how to authenticate.
+#[derive(Clone, PartialEq, Eq)]
+pub struct PnapConfig {
+    /// The API server, e.g. [`API_URL`] (no trailing slash needed).
+    pub api_url: String,
+    /// The OAuth token endpoint, e.g. [`TOKEN_URL`].
+    pub token_url: String,
+    /// The client id and secret.
+    pub credentials: Credentials,
+    /// Retry limits per request.
+    pub retry: RetryPolicy,
+}
+
+impl std::fmt::Debug for PnapConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PnapConfig")
+            .field("api_url", &self.api_url)
+            .field("token_url", &self.token_url)
+            .field("credentials", &self.credentials)
+            .field("retry", &self.retry)
+            .finish()
+    }
+}
+
+impl PnapConfig {
+    /// phoenixNAP's own endpoints with `credentials` and the default retry
+    /// policy.
+    pub fn public(credentials: Credentials) -> PnapConfig {
+        PnapConfig {
+            api_url: API_URL.into(),
+            token_url: TOKEN_URL.into(),
+            credentials,
+            retry: RetryPolicy::default(),
+        }
+    }
+}
+
+/// Characters escaped in a path segment or query value: all but
+/// unreserved ones.
+const ESCAPE: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+
+fn seg(s: &str) -> String {
+    utf8_percent_encode(s, ESCAPE).to_string()
+}
+
+const PRIVATE_NETWORKS: &str = "/networks/v1/private-networks";
+const PUBLIC_NETWORKS: &str = "/networks/v1/public-networks";
+const IP_BLOCKS: &str = "/ips/v1/ip-blocks";
+const SERVERS: &str = "/bmc/v1/servers";
+const EVENTS: &str = "/audit/v1/events";
+
+fn server_private(server: &str) -> String {
+    format!(
+        "{SERVERS}/{}/network-configuration/private-network-configuration/private-networks",
+        seg(server)
+    )
+}
+
+fn server_public(server: &str) -> String {
+    format!(
+        "{SERVERS}/{}/network-configuration/public-network-configuration/public-networks",
+        seg(server)
+    )
+}
+
+/// What the retry policy sees of an attempt's result.
+fn attempt_of(result: &Result<http::Response<Vec<u8>>, TransportError>) -> Attempt<'_> {
+    match result {
+        Ok(r) => {
+            let header = |n: &HeaderName| r.headers().get(n).and_then(|v| v.to_str().ok());
+            Attempt::Response {
+                status: r.status().as_u16(),
+                retry_after: header(&headers::RETRY_AFTER),
+                rate_limit_reset: None,
+            }
+        }
+        Err(e) if e.kind.not_sent() => Attempt::NotSent,
+        Err(_) => Attempt::Transport,
+    }
+}
+
+/// The client: configuration, transport, clock and the token, counting its
+/// requests.
+pub struct Pnap<'a, H: HttpClient + ?Sized, E: Env + ?Sized> {
+    http: &'a H,
+    cfg: &'a PnapConfig,
+    env: &'a E,
+    tokens: RefCell<TokenCache>,
+    calls: Cell<u32>,
+}
+
+impl<'a, H: HttpClient + ?Sized, E: Env + ?Sized> Pnap<'a, H, E> {
+    /// A client for `cfg` over `http`, waiting and timing with `env`,
+    /// without a token yet.
+    pub fn new(http: &'a H, cfg: &'a PnapConfig, env: &'a E) -> Self {
+        Pnap {
+            http,
+            cfg,
+            env,
+            tokens: RefCell::new(TokenCache::default()),
+            calls: Cell::new(0),
+        }
+    }
+
+    /// HTTP requests sent (token requests and retries included).
+    pub fn calls(&self) -> u32 {
+        self.calls.get()
+    }
+
+    /// Sends one API request: a token first if none is usable, the request
+    /// with retries, and on a 401 a fresh token and the request once more.
+    /// Returns the status and body of a 2xx.
+    ///
+    /// # Errors
+    /// See [`CloudError`]; a 4xx other than 429 is [`CloudError::Api`] with
+    /// the body's `message` and `validationErrors`.
+    pub fn send(
+        &self,
+        method: Method,
+        path: &str,
+        query: &[(&str, String)],
+        body: Option<&Value>,
+    ) -> CloudResult<(u16, Vec<u8>)> {
+        let mut url = format!("{}{path}", self.cfg.api_url.trim_end_matches('/'));
+        for (i, (k, v)) in query.iter().enumerate() {
+            url.push(if i == 0 { '?' } else { '&' });
+            url.push_str(k);
+            url.push('=');
+            url.push_str(&seg(v));
+        }
+        let request = format!("{method} {path}");
+        let bytes = body.map(|b| b.to_string().into_bytes());
+        loop {
+            let bearer = self.token()?.bearer();
+            let build = || {
+                let mut b = http::Request::builder()
+                    .method(method.clone())
+                    .uri(&url)
+                    .header(headers::AUTHORIZATION, &bearer)
+                    .header(headers::ACCEPT, "application/json")
+                    .header(headers::USER_AGENT, user_agent());
+                if bytes.is_some() {
+                    b = b.header(headers::CONTENT_TYPE, "application/json");
+                }
+                b.body(bytes.clone().unwrap_or_default())
+            };
+            let repeatable = method != Method::POST;
+            match self.with_retries(&request, repeatable, build)? {
+                resp if resp.status().as_u16() == 401 => {
+                    if !self.tokens.borrow_mut().on_unauthorized() {
+                        return Err(api_error(request, resp));
+                    }
+                }
+                resp if resp.status().is_success() => {
+                    self.tokens.borrow_mut().on_success();
+                    return Ok((resp.status().as_u16(), resp.into_body()));
+                }
+                resp => return Err(api_error(request, resp)),
+            }
+        }
+    }
+
+    /// The token to send: the cached one, or a fresh one from the token
+    /// endpoint (a request that is safe to repeat).
+    fn token(&self) -> CloudResult<Token> {
+        let now = self.env.now_ms();
+        if let Some(t) = self.tokens.borrow().current(now) {
+            return Ok(t.clone());
+        }
+        let authorization = self.cfg.credentials.basic_authorization();
+        let build = || {
+            http::Request::builder()
+                .method(Method::POST)
+                .uri(&self.cfg.token_url)
+                .header(headers::AUTHORIZATION, &authorization)
+                .header(headers::CONTENT_TYPE, FORM_CONTENT_TYPE)
+                .header(headers::ACCEPT, "application/json")
+                .header(headers::USER_AGENT, user_agent())
+                .body(TOKEN_FORM.as_bytes().to_vec())
+        };
+        let request = "POST token".to_owned();
+        let resp = self.with_retries(&request, true, build)?;
+        if !resp.status().is_success() {
+            // 400/401 `invalid_client`: the credentials are refused. The
+            // body is OAuth's error, which names no secret.
+            let status = resp.status().as_u16();
+            let body: Value = serde_json::from_slice(resp.body()).unwrap_or(Value::Null);
+            let messages = ["error", "error_description"]
+                .iter()
+                .filter_map(|k| body.get(*k).and_then(Value::as_str))
+                .map(str::to_owned)
+                .collect();
+            return Err(CloudError::Api {
+                status,
+                request: "POST token (phoenixNAP's client id and secret)".into(),
+                messages,
+            });
+        }
+        let token = parse_token_answer(resp.body(), self.env.now_ms())?;
+        self.tokens.borrow_mut().store(token.clone());
+        Ok(token)
+    }
+
+    /// Sends what `build` makes until an answer the retry policy keeps,
+    /// within the budget; the answer is any status but the retried ones.
+    fn with_retries(
+        &self,
+        request: &str,
+        repeatable: bool,
+        build: impl Fn() -> http::Result<http::Request<Vec<u8>>>,
+    ) -> CloudResult<http::Response<Vec<u8>>> {
+        let start = self.env.now_ms();
+        let mut last = String::new();
+        for attempt in 1u32.. {
+            let mut req = build().map_err(|e| CloudError::Api {
+                status: 0,
+                request: request.to_owned(),
+                messages: vec![format!("cannot build the request: {e}")],
+            })?;
+            let left = self
+                .cfg
+                .retry
+                .budget_ms
+                .saturating_sub(self.env.now_ms().saturating_sub(start));
+            if attempt > 1 && left < MIN_ATTEMPT_MS {
+                return Err(CloudError::Unavailable {
+                    retry_after_s: 1,
+                    detail: format!("{last} after {} attempt(s)", attempt - 1),
+                });
+            }
+            Deadline {
+                connect_ms: CONNECT_MS,
+                total_ms: left,
+            }
+            .set(&mut req);
+            self.calls.set(self.calls.get() + 1);
+            let result = self.http.send(req);
+            match &result {
+                Err(e) if e.kind == TransportKind::Tls => {
+                    return Err(CloudError::Tls {
+                        detail: format!("{request}: {e}"),
+                    })
+                }
+                Err(e) if e.kind == TransportKind::Denied => {
+                    return Err(CloudError::Denied {
+                        detail: format!("{request}: {e}"),
+                    })
+                }
+                _ => {}
+            }
+            last = match &result {
+                Err(e) => format!("{request}: {e}"),
+                Ok(r) => format!("{request}: {}", r.status().as_u16()),
+            };
+            let elapsed = self.env.now_ms().saturating_sub(start);
+            match decide(
+                &self.cfg.retry,
+                attempt,
+                elapsed,
+                self.env.now(),
+                self.env.random_u64(),
+                repeatable,
+                &attempt_of(&result),
+            ) {
+                Next::Wait(ms) => self.env.sleep_ms(ms),
+                Next::GiveUp { retry_after_s } => {
+                    return Err(CloudError::Unavailable {
+                        retry_after_s,
+                        detail: format!("{last} after {attempt} attempt(s)"),
+                    })
+                }
+                Next::Unknown => return Err(CloudError::OutcomeUnknown { detail: last }),
+                Next::Answer => {
+                    return result.map_err(|e| CloudError::OutcomeUnknown {
+                        detail: format!("{request}: {e}"),
+                    })
+                }
+            }
+        }
+        unreachable!("the attempt counter does not run out")
+    }
+
+    fn json<T: DeserializeOwned>(request: &str, body: &[u8]) -> CloudResult<T> {
+        serde_json::from_slice(body).map_err(|e| CloudError::Malformed {
+            detail: format!("{request}: {e}"),
+        })
+    }
+
+    /// GETs and reads `T`; `None` on 404.
+    fn get<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        query: &[(&str, String)],
+    ) -> CloudResult<Option<T>> {
+        match self.send(Method::GET, path, query, None) {
+            Ok((_, body)) => Self::json(path, &body).map(Some),
+            Err(e) if e.status() == Some(404) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// POSTs `input` and reads the answer.
+    fn post<I: Serialize, T: DeserializeOwned>(&self, path: &str, input: &I) -> CloudResult<T> {
+        let body = serde_json::to_value(input).map_err(|e| CloudError::Malformed {
+            detail: format!("POST {path}: {e}"),
+        })?;
+        let (_, answer) = self.send(Method::POST, path, &[], Some(&body))?;
+        Self::json(path, &answer)
+    }
+
+    /// DELETEs: `true` if this call deleted it or started to, `false` if it
+    /// was gone (404).
+    fn delete(&self, path: &str) -> CloudResult<bool> {
+        match self.send(Method::DELETE, path, &[], None) {
+            Ok(_) => Ok(true),
+            Err(e) if e.status() == Some(404) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    // -- private networks ---------------------------------------------------
+
+    /// The private networks, of `location` if given.
+    ///
+    /// # Errors
+    /// See [`Pnap::send`].
+    pub fn private_networks(&self, location: Option<&str>) -> CloudResult<Vec<PrivateNetwork>> {
+        let query: Vec<(&str, String)> = location
+            .map(|l| ("location", l.into()))
+            .into_iter()
+            .collect();
+        Ok(self.get(PRIVATE_NETWORKS, &query)?.unwrap_or_default())
+    }
+
+    /// One private network; `None` if it does not exist.
+    ///
+    /// # Errors
+    /// See [`Pnap::send`].
+    pub fn private_network(&self, id: &str) -> CloudResult<Option<PrivateNetwork>> {
+        self.get(&format!("{PRIVATE_NETWORKS}/{}", seg(id)), &[])
+    }
+
+    /// Creates a private network. Not repeated after a lost answer
+    /// ([`CloudError::OutcomeUnknown`]): look it up by its unique name.
+    ///
+    /// # Errors
+    /// See [`Pnap::send`].
+    pub fn create_private_network(
+        &self,
+        input: &PrivateNetworkCreate,
+    ) -> CloudResult<PrivateNetwork> {
+        self.post(PRIVATE_NETWORKS, input)
+    }
+
+    /// Deletes a private network; `false` if it was gone. Idempotent.
+    ///
+    /// # Errors
+    /// See [`Pnap::send`] (400 while servers are on it).
+    pub fn delete_private_network(&self, id: &str) -> CloudResult<bool> {
+        self.delete(&format!("{PRIVATE_NETWORKS}/{}", seg(id)))
+    }
+
+    // -- public networks and IP blocks --------------------------------------
+
+    /// The public networks, of `location` if given.
+    ///
+    /// # Errors
+    /// See [`Pnap::send`].
+    pub fn public_networks(&self, location: Option<&str>) -> CloudResult<Vec<PublicNetwork>> {
+        let query: Vec<(&str, String)> = location
+            .map(|l| ("location", l.into()))
+            .into_iter()
+            .collect();
+        Ok(self.get(PUBLIC_NETWORKS, &query)?.unwrap_or_default())
+    }
+
+    /// One public network; `None` if it does not exist.
+    ///
+    /// # Errors
+    /// See [`Pnap::send`].
+    pub fn public_network(&self, id: &str) -> CloudResult<Option<PublicNetwork>> {
+        self.get(&format!("{PUBLIC_NETWORKS}/{}", seg(id)), &[])
+    }
+
+    /// Creates a public network (not repeated after a lost answer).
+    ///
+    /// # Errors
+    /// See [`Pnap::send`].
+    pub fn create_public_network(&self, input: &PublicNetworkCreate) -> CloudResult<PublicNetwork> {
+        self.post(PUBLIC_NETWORKS, input)
+    }
+
+    /// Deletes a public network; `false` if it was gone.
+    ///
+    /// # Errors
+    /// See [`Pnap::send`].
+    pub fn delete_public_network(&self, id: &str) -> CloudResult<bool> {
+        self.delete(&format!("{PUBLIC_NETWORKS}/{}", seg(id)))
+    }
+
+    /// Attaches IP block `block` to public network `network` (asynchronous:
+    /// 202). Not repeated after a lost answer: read the network.
+    ///
+    /// # Errors
+    /// See [`Pnap::send`].
+    pub fn attach_ip_block(&self, network: &str, block: &str) -> CloudResult<PublicNetworkIpBlock> {
+        let input = PublicNetworkIpBlockCreate { id: block.into() };
+        self.post(
+            &format!("{PUBLIC_NETWORKS}/{}/ip-blocks", seg(network)),
+            &input,
+        )
+    }
+
+    /// Detaches an IP block from a public network; `false` if it was not
+    /// attached (404).
+    ///
+    /// # Errors
+    /// See [`Pnap::send`].
+    pub fn detach_ip_block(&self, network: &str, block: &str) -> CloudResult<bool> {
+        self.delete(&format!(
+            "{PUBLIC_NETWORKS}/{}/ip-blocks/{}",
+            seg(network),
+            seg(block)
+        ))
+    }
+
+    /// Every IP block of the account.
+    ///
+    /// # Errors
+    /// See [`Pnap::send`].
+    pub fn ip_blocks(&self) -> CloudResult<Vec<IpBlock>> {
+        Ok(self.get(IP_BLOCKS, &[])?.unwrap_or_default())
+    }
+
+    /// One IP block; `None` if it does not exist.
+    ///
+    /// # Errors
+    /// See [`Pnap::send`].
+    pub fn ip_block(&self, id: &str) -> CloudResult<Option<IpBlock>> {
+        self.get(&format!("{IP_BLOCKS}/{}", seg(id)), &[])
+    }
+
+    /// Orders an IP block (not repeated after a lost answer: look it up by
+    /// its description).
+    ///
+    /// # Errors
+    /// See [`Pnap::send`].
+    pub fn create_ip_block(&self, input: &IpBlockCreate) -> CloudResult<IpBlock> {
+        self.post(IP_BLOCKS, input)
+    }
+
+    /// Deletes an IP block; `false` if it was gone.
+    ///
+    /// # Errors
+    /// See [`Pnap::send`] (an assigned block is refused).
+    pub fn delete_ip_block(&self, id: &str) -> CloudResult<bool> {
+        self.delete(&format!("{IP_BLOCKS}/{}", seg(id)))
+    }
+
+    // -- servers --------------------------------------------------------------
+
+    /// One server with its network configuration; `None` if it does not
+    /// exist.
+    ///
+    /// # Errors
+    /// See [`Pnap::send`].
+    pub fn server(&self, id: &str) -> CloudResult<Option<Server>> {
+        self.get(&format!("{SERVERS}/{}", seg(id)), &[])
+    }
+
+    /// Puts a server on a private network with `membership.ips`
+    /// (asynchronous: the answer reads `in-progress`). Not repeated after a
+    /// lost answer: read the server.
+    ///
+    /// # Errors
+    /// See [`Pnap::send`].
+    pub fn join_private_network(
+        &self,
+        server: &str,
+        membership: &ServerPrivateNetwork,
+    ) -> CloudResult<ServerPrivateNetwork> {
+        self.post(&server_private(server), membership)
+    }
+
+    /// Takes a server off a private network; `false` if it was not on it.
+    ///
+    /// # Errors
+    /// See [`Pnap::send`].
+    pub fn leave_private_network(&self, server: &str, network: &str) -> CloudResult<bool> {
+        self.delete(&format!("{}/{}", server_private(server), seg(network)))
+    }
+
+    /// Puts a server on a public network with `membership.ips` (from the
+    /// network's blocks; asynchronous). Not repeated after a lost answer.
+    ///
+    /// # Errors
+    /// See [`Pnap::send`].
+    pub fn join_public_network(
+        &self,
+        server: &str,
+        membership: &ServerPublicNetwork,
+    ) -> CloudResult<ServerPublicNetwork> {
+        self.post(&server_public(server), membership)
+    }
+
+    /// Takes a server off a public network; `false` if it was not on it.
+    ///
+    /// # Errors
+    /// See [`Pnap::send`].
+    pub fn leave_public_network(&self, server: &str, network: &str) -> CloudResult<bool> {
+        self.delete(&format!("{}/{}", server_public(server), seg(network)))
+    }
+
+    // -- audit log --------------------------------------------------------------
+
+    /// The audit log's events from `from` (RFC 3339, inclusive), oldest
+    /// first, at most [`EVENTS_LIMIT`]; a 206 (a truncated list) reads like
+    /// a 200.
+    ///
+    /// # Errors
+    /// See [`Pnap::send`].
+    pub fn events(&self, from: &str) -> CloudResult<Vec<Event>> {
+        let query = [
+            ("from", from.to_owned()),
+            ("limit", EVENTS_LIMIT.to_string()),
+            ("order", "ASC".to_owned()),
+        ];
+        let (_, body) = self.send(Method::GET, EVENTS, &query, None)?;
+        Self::json(EVENTS, &body)
+    }
+}
+
+fn user_agent() -> &'static str {
+    concat!("metal-ipam/", env!("CARGO_PKG_VERSION"))
+}
+
+/// [`CloudError::Api`] for a non-2xx answer, with phoenixNAP's messages.
+fn api_error(request: String, resp: http::Response<Vec<u8>>) -> CloudError {
+    let status = resp.status().as_u16();
+    let messages = serde_json::from_slice::<ErrorBody>(resp.body())
+        .map(ErrorBody::messages)
+        .unwrap_or_default();
+    CloudError::Api {
+        status,
+        request,
+        messages,
+    }
+}
