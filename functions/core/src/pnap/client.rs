@@ -27,7 +27,7 @@ use super::auth::{
 use super::model::{
     ErrorBody, Event, IpBlock, IpBlockCreate, PrivateNetwork, PrivateNetworkCreate, PublicNetwork,
     PublicNetworkCreate, PublicNetworkIpBlock, PublicNetworkIpBlockCreate, Server,
-    ServerPrivateNetwork, ServerPublicNetwork,
+    ServerNetworkUpdate, ServerPrivateNetwork, ServerPublicNetwork,
 };
 use crate::cloud::retry::{decide, Attempt, Next, RetryPolicy, MIN_ATTEMPT_MS};
 use crate::cloud::{CloudError, CloudResult};
@@ -136,6 +136,8 @@ pub struct Pnap<'a, H: HttpClient + ?Sized, E: Env + ?Sized> {
     env: &'a E,
     tokens: RefCell<TokenCache>,
     calls: Cell<u32>,
+    /// A shorter retry budget for the next requests (the poll's reads).
+    budget_ms: Cell<Option<u64>>,
 }
 
 impl<'a, H: HttpClient + ?Sized, E: Env + ?Sized> Pnap<'a, H, E> {
@@ -148,7 +150,16 @@ impl<'a, H: HttpClient + ?Sized, E: Env + ?Sized> Pnap<'a, H, E> {
             env,
             tokens: RefCell::new(TokenCache::default()),
             calls: Cell::new(0),
+            budget_ms: Cell::new(None),
         }
+    }
+
+    /// Runs `f` with each request's retry budget at most `budget_ms`.
+    pub fn within<T>(&self, budget_ms: u64, f: impl FnOnce(&Self) -> T) -> T {
+        let before = self.budget_ms.replace(Some(budget_ms));
+        let out = f(self);
+        self.budget_ms.set(before);
+        out
     }
 
     /// HTTP requests sent (token requests and retries included).
@@ -266,11 +277,10 @@ impl<'a, H: HttpClient + ?Sized, E: Env + ?Sized> Pnap<'a, H, E> {
                 request: request.to_owned(),
                 messages: vec![format!("cannot build the request: {e}")],
             })?;
-            let left = self
-                .cfg
-                .retry
-                .budget_ms
-                .saturating_sub(self.env.now_ms().saturating_sub(start));
+            let budget = self.budget_ms.get().map_or(self.cfg.retry.budget_ms, |b| {
+                b.min(self.cfg.retry.budget_ms)
+            });
+            let left = budget.saturating_sub(self.env.now_ms().saturating_sub(start));
             if attempt > 1 && left < MIN_ATTEMPT_MS {
                 return Err(CloudError::Unavailable {
                     retry_after_s: 1,
@@ -302,8 +312,12 @@ impl<'a, H: HttpClient + ?Sized, E: Env + ?Sized> Pnap<'a, H, E> {
                 Ok(r) => format!("{request}: {}", r.status().as_u16()),
             };
             let elapsed = self.env.now_ms().saturating_sub(start);
+            let policy = RetryPolicy {
+                budget_ms: budget,
+                ..self.cfg.retry
+            };
             match decide(
-                &self.cfg.retry,
+                &policy,
                 attempt,
                 elapsed,
                 self.env.now(),
@@ -354,6 +368,15 @@ impl<'a, H: HttpClient + ?Sized, E: Env + ?Sized> Pnap<'a, H, E> {
             detail: format!("POST {path}: {e}"),
         })?;
         let (_, answer) = self.send(Method::POST, path, &[], Some(&body))?;
+        Self::json(path, &answer)
+    }
+
+    /// PATCHes `input` and reads the answer.
+    fn patch<I: Serialize, T: DeserializeOwned>(&self, path: &str, input: &I) -> CloudResult<T> {
+        let body = serde_json::to_value(input).map_err(|e| CloudError::Malformed {
+            detail: format!("PATCH {path}: {e}"),
+        })?;
+        let (_, answer) = self.send(Method::PATCH, path, &[], Some(&body))?;
         Self::json(path, &answer)
     }
 
@@ -531,6 +554,23 @@ impl<'a, H: HttpClient + ?Sized, E: Env + ?Sized> Pnap<'a, H, E> {
         self.post(&server_private(server), membership)
     }
 
+    /// Sets the IPs a server has on a private network it is on (not
+    /// empty: leave the network instead).
+    ///
+    /// # Errors
+    /// See [`Pnap::send`].
+    pub fn update_private_ips(
+        &self,
+        server: &str,
+        network: &str,
+        ips: &[String],
+    ) -> CloudResult<ServerPrivateNetwork> {
+        self.patch(
+            &format!("{}/{}", server_private(server), seg(network)),
+            &ServerNetworkUpdate { ips: ips.to_vec() },
+        )
+    }
+
     /// Takes a server off a private network; `false` if it was not on it.
     ///
     /// # Errors
@@ -550,6 +590,22 @@ impl<'a, H: HttpClient + ?Sized, E: Env + ?Sized> Pnap<'a, H, E> {
         membership: &ServerPublicNetwork,
     ) -> CloudResult<ServerPublicNetwork> {
         self.post(&server_public(server), membership)
+    }
+
+    /// Sets the IPs a server has on a public network it is on (not empty).
+    ///
+    /// # Errors
+    /// See [`Pnap::send`].
+    pub fn update_public_ips(
+        &self,
+        server: &str,
+        network: &str,
+        ips: &[String],
+    ) -> CloudResult<ServerPublicNetwork> {
+        self.patch(
+            &format!("{}/{}", server_public(server), seg(network)),
+            &ServerNetworkUpdate { ips: ips.to_vec() },
+        )
     }
 
     /// Takes a server off a public network; `false` if it was not on it.
@@ -576,6 +632,17 @@ impl<'a, H: HttpClient + ?Sized, E: Env + ?Sized> Pnap<'a, H, E> {
         ];
         let (_, body) = self.send(Method::GET, EVENTS, &query, None)?;
         Self::json(EVENTS, &body)
+    }
+
+    /// The newest event of the audit log, if there is one.
+    ///
+    /// # Errors
+    /// See [`Pnap::send`].
+    pub fn newest_event(&self) -> CloudResult<Option<Event>> {
+        let query = [("limit", "1".to_owned()), ("order", "DESC".to_owned())];
+        let (_, body) = self.send(Method::GET, EVENTS, &query, None)?;
+        let events: Vec<Event> = Self::json(EVENTS, &body)?;
+        Ok(events.into_iter().next())
     }
 }
 

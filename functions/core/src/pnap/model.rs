@@ -256,6 +256,15 @@ pub struct ServerPublicNetwork {
     pub status_description: Option<String>,
 }
 
+/// New IPs of a server on a network it is a member of
+/// (`ServerNetworkUpdate`; without `force`, never empty: leave the network
+/// instead).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ServerNetworkUpdate {
+    /// Every IP the server keeps on the network.
+    pub ips: Vec<String>,
+}
+
 /// An error answer (`Error`, the same in every API).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase")]
