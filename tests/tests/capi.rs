@@ -5,6 +5,7 @@
 
 use metal_ipam_tests::fake_kube::{FakeKube, Recorded, IPAM_GROUP, METAL_GROUP};
 use metal_ipam_tests::harness::{App, Resp, Runtime, TOKEN};
+use metal_ipam_tests::in_cluster::{self, PoolKind as InClusterKind};
 use metal_ipam_tests::kube::Kube;
 use metal_ipam_tests::real_kube::ControlPlane;
 use metal_ipam_tests::real_spin::SpinBin;
@@ -999,6 +1000,31 @@ async fn the_code_uses_exactly_the_permissions_rbac_grants(w: World) {
         w.kube.delete(METAL_GROUP, plural, ns, "pods");
         w.touch(plural, ns, "pods").await;
         assert!(w.kube.get(METAL_GROUP, plural, ns, "pods").is_none());
+    }
+    // And the takeover of each in-cluster pool kind: the fence reads the
+    // in-cluster provider's Deployment (absent here), the import lists the
+    // kind's pools, the pool step keeps its finalizer and writes its status.
+    for kind in InClusterKind::ALL {
+        let ns = (!kind.is_global()).then_some("team-a");
+        let mut p = in_cluster::pool(
+            kind,
+            ns.unwrap_or(""),
+            "imported",
+            if kind.is_prefix() {
+                json!({"prefixes": ["fd00:78::/62"], "allocationPrefixLength": 64})
+            } else {
+                json!({"addresses": ["10.78.0.10-10.78.0.12"], "prefix": 24})
+            },
+        );
+        p["metadata"]["finalizers"] = json!([]);
+        w.kube.create(p);
+        let r = w
+            .app
+            .call("POST", &format!("/v1/takeover/{}", kind.kind()), None)
+            .await;
+        assert_eq!(r.status, 200, "{}", r.body);
+        let r = w.touch(kind.plural(), ns, "imported").await;
+        assert_eq!(r.status, 200, "{}", r.body);
     }
     let used: BTreeSet<(String, String, String)> =
         w.kube.requests().iter().map(permission_of).collect();

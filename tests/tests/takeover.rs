@@ -90,6 +90,18 @@ impl World {
         out
     }
 
+    /// [`World::addresses`] of the pools of one kind.
+    fn addresses_of(&self, kind: &str) -> BTreeMap<String, String> {
+        let all = self.addresses();
+        self.kube
+            .list(IPAM_GROUP, "ipaddresses")
+            .iter()
+            .filter(|a| a["spec"]["poolRef"]["kind"] == kind)
+            .filter_map(|a| a["metadata"]["name"].as_str())
+            .map(|n| (n.to_string(), all[n].clone()))
+            .collect()
+    }
+
     /// The in-cluster provider's controller at `replicas` (desired; the
     /// real API server runs no Deployment controller, so none run).
     fn deployment(&self, replicas: u32) {
@@ -341,6 +353,120 @@ async fn takeover_and_hand_back_change_no_address(w: World) {
     assert_eq!(r.body["state"], state, "{}", r.body);
 }
 
+/// The global and prefix kinds through the same switch and back: a
+/// `GlobalInClusterIPPool` serving two namespaces and an
+/// `InClusterPrefixPool` handing out IPv6 /64s, each with claims the
+/// in-cluster provider bound, taken over, a new claim served next to them,
+/// handed back and resumed by the in-cluster provider.
+async fn global_and_prefix_kinds_keep_every_address(w: World) {
+    w.deployment(0);
+    let cases = [
+        (
+            IcKind::GlobalInClusterIPPool,
+            None,
+            json!({"addresses": ["10.51.0.10-10.51.0.19"], "prefix": 24, "gateway": "10.51.0.1"}),
+            [("ns-a", "g-0"), ("ns-b", "g-1"), ("ns-b", "g-2")],
+        ),
+        (
+            IcKind::InClusterPrefixPool,
+            Some(NS),
+            json!({"prefixes": ["fd00:51::/62"], "allocationPrefixLength": 64,
+                   "excludedPrefixes": ["fd00:51::/64"]}),
+            [(NS, "p-0"), (NS, "p-1"), (NS, "p-2")],
+        ),
+    ];
+    for (kind, pool_ns, spec, claims) in cases {
+        let kind_name = kind.kind();
+        w.kube.create(in_cluster::pool(
+            kind,
+            pool_ns.unwrap_or(""),
+            "shared",
+            spec,
+        ));
+        for (ns, name) in &claims[..2] {
+            w.kube
+                .create(in_cluster::claim(ns, name, kind, "shared", None));
+        }
+        InCluster::new(&w.kube).kinds(&[kind]).settle(5);
+        let before = w.addresses_of(kind_name);
+        assert_eq!(before.len(), 2, "{kind_name}: {before:?}");
+
+        let path = format!("/v1/takeover/{kind_name}");
+        let r = w.call("POST", &path).await;
+        assert_eq!(r.status, 200, "{kind_name}: {}", r.body);
+        assert_eq!(r.body["addresses"], 2, "{kind_name}: {}", r.body);
+
+        // A claim made now is served by metal-ipam, next to the imported
+        // ones (w.addresses() asserts no address is held twice).
+        let (ns, name) = claims[2];
+        w.kube
+            .create(in_cluster::claim(ns, name, kind, "shared", None));
+        let r = w.touch("ipaddressclaims", Some(ns), name).await;
+        assert_eq!(r.status, 200, "{kind_name}: {}", r.body);
+        let during = w.addresses_of(kind_name);
+        assert_eq!(during.len(), 3, "{kind_name}: {during:?}");
+        for (c, a) in &before {
+            assert_eq!(&during[c], a, "{kind_name}: {c} keeps its address");
+        }
+        let new = w
+            .kube
+            .get(IPAM_GROUP, "ipaddresses", Some(ns), name)
+            .expect("the new claim's IPAddress");
+        assert_eq!(new["spec"]["poolRef"]["kind"], kind_name);
+        if kind.is_prefix() {
+            assert_eq!(new["spec"]["prefix"], 64, "{new}");
+            assert_eq!(new["spec"]["address"], "fd00:51:0:3::", "{new}");
+        } else {
+            assert_eq!(new["spec"]["address"], "10.51.0.12", "{new}");
+        }
+        assert_eq!(
+            finalizers(
+                &w.kube
+                    .get(IPAM_GROUP, "ipaddressclaims", Some(ns), name)
+                    .unwrap()
+            ),
+            vec![in_cluster::RELEASE_ADDRESS_FINALIZER]
+        );
+
+        // The pool's status in the in-cluster schema.
+        let r = w.touch(kind.plural(), pool_ns, "shared").await;
+        assert_eq!(r.status, 200, "{kind_name}: {}", r.body);
+        let pool = w
+            .kube
+            .get(IPAM_GROUP, kind.plural(), pool_ns, "shared")
+            .unwrap();
+        assert_eq!(pool["status"]["ipAddresses"]["used"], 3, "{pool}");
+
+        // Handed back; the in-cluster provider resumes with the same
+        // addresses (and serves a claim of its own without collision).
+        let r = w.call("DELETE", &path).await;
+        assert_eq!((r.status, &r.body["state"]), (202, &json!("returning")));
+        if w.runtime == Runtime::Host {
+            w.app.host().advance_clock(121);
+            let r = w.call("DELETE", &path).await;
+            assert_eq!(r.status, 200, "{kind_name}: {}", r.body);
+        }
+        w.kube.create(in_cluster::claim(
+            claims[0].0,
+            &format!("{name}-late"),
+            kind,
+            "shared",
+            None,
+        ));
+        InCluster::new(&w.kube).kinds(&[kind]).settle(5);
+        let after = w.addresses_of(kind_name);
+        for (c, a) in &during {
+            assert_eq!(
+                after.get(c),
+                Some(a),
+                "{kind_name}: {c} across the hand-back"
+            );
+        }
+        assert_eq!(after.len(), 4, "{kind_name}: {after:?}");
+    }
+}
+
 metal_ipam_tests::on_every_runtime!(
     world: takeover_and_hand_back_change_no_address,
+    global_and_prefix_kinds_keep_every_address,
 );
