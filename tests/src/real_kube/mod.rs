@@ -40,9 +40,17 @@
 //! process (see `process.rs`); etcd's data is removed at exit, the logs are
 //! kept until a later run finds the process gone.
 //!
-//! * **Certificates** (the `openssl` CLI): an ECDSA P-256 CA and the API
-//!   server's serving certificate (SANs `IP:127.0.0.1`, `DNS:localhost`),
-//!   an RSA service-account signing key pair.
+//! * **Certificates** (the `openssl` CLI): an ECDSA P-256 CA, the API
+//!   server's and the webhook endpoint's serving certificates (SANs
+//!   `IP:127.0.0.1`, `DNS:localhost`), an RSA service-account signing key
+//!   pair.
+//! * **The admission webhook's endpoint** (`webhook.rs`): HTTPS on a
+//!   loopback port reserved at start, in front of a Spin app once
+//!   [`ControlPlane::install_artifact_webhook`] routes it there (what the
+//!   artifact's Ingress is in a cluster); the API server's
+//!   `--admission-control-config-file` makes it send `Bearer`
+//!   [`crate::harness::TOKEN`] to that `host:port` and nowhere else, as
+//!   `deploy/admission-config.example.yaml` describes.
 //! * **Authentication**: a static token file with the admin token (user
 //!   `admin`, group `system:masters`) and one for the controller manager
 //!   (user `kube-controller-manager`, also `system:masters`, so its calls do
@@ -99,6 +107,7 @@ mod http;
 mod kinds;
 mod process;
 mod session;
+mod webhook;
 
 use std::collections::hash_map::RandomState;
 use std::collections::HashSet;
@@ -150,6 +159,8 @@ pub struct ControlPlane {
     /// The audit log offset past the latest fence's marker: every line
     /// before it is older than any later fence.
     audit_offset: AtomicU64,
+    /// The HTTPS endpoint the API server calls the admission webhook on.
+    webhook: webhook::Endpoint,
 }
 
 impl std::fmt::Debug for ControlPlane {
@@ -375,6 +386,120 @@ impl ControlPlane {
 }
 
 // ---------------------------------------------------------------------------
+// The admission webhook of the clusterctl artifact
+// ---------------------------------------------------------------------------
+
+impl ControlPlane {
+    /// Installs the clusterctl artifact's `ValidatingWebhookConfiguration`
+    /// as `clusterctl init` would with only the required variables set (so
+    /// every default stands: `failurePolicy: Fail`), its host the
+    /// control plane's webhook endpoint (`127.0.0.1:<port>`, HTTPS with a
+    /// certificate of the control plane's CA, put into each webhook's
+    /// `caBundle` as cert-manager's cainjector would), and routes that
+    /// endpoint to the Spin app at `app` (`http://127.0.0.1:<port>`). The
+    /// API server then calls the app for every pool and profile write,
+    /// sending `Bearer` [`crate::harness::TOKEN`].
+    ///
+    /// Hold the returned guard while the webhook is wanted and drop it
+    /// before the [`Session`] (it deletes the configuration: a session's
+    /// wipe deletes pools, which the webhook may refuse).
+    ///
+    /// # Errors
+    /// If `app` is not an `http://` address, the artifact cannot be read or
+    /// substituted, or the API server refuses the configuration.
+    pub fn install_artifact_webhook(&'static self, app: &str) -> Result<ArtifactWebhook, String> {
+        let app: SocketAddr = app
+            .strip_prefix("http://")
+            .and_then(|a| a.parse().ok())
+            .ok_or_else(|| format!("not an http://address:port: {app}"))?;
+        let mut config = artifact_webhook_configuration(&self.webhook.host())?;
+        let ca = std::fs::read(&self.ca_file)
+            .map_err(|e| format!("reading {}: {e}", self.ca_file.display()))?;
+        let ca = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, ca);
+        for hook in config["webhooks"].as_array_mut().into_iter().flatten() {
+            hook["clientConfig"]["caBundle"] = json!(ca);
+        }
+        self.webhook.route_to(Some(app));
+        let reply = self.apply(&config)?;
+        if !reply.is_success() {
+            self.webhook.route_to(None);
+            return Err(format!(
+                "{}: {} {}",
+                describe(&config),
+                reply.status,
+                reply.message()
+            ));
+        }
+        Ok(ArtifactWebhook {
+            cp: self,
+            app,
+            config: reply.body,
+        })
+    }
+}
+
+/// The artifact's `ValidatingWebhookConfiguration`, substituted as
+/// `clusterctl init` does for a user who set only the required variables
+/// (the webhook's host `host`, sample values for the others).
+fn artifact_webhook_configuration(host: &str) -> Result<Value, String> {
+    use crate::clusterctl;
+    let path = crate::schema::repo_root()
+        .join(clusterctl::ARTIFACT_DIR)
+        .join("ipam-components.yaml");
+    let text =
+        std::fs::read_to_string(&path).map_err(|e| format!("reading {}: {e}", path.display()))?;
+    let text = clusterctl::substitute(&text, |name| {
+        if name == clusterctl::WEBHOOK_HOST.name {
+            return Some(host.to_owned());
+        }
+        clusterctl::VARIABLES
+            .iter()
+            .find(|v| v.name == name && v.default.is_none())
+            .map(|v| clusterctl::sample_value(v.name))
+    })
+    .map_err(|e| format!("{}: {e:#}", path.display()))?;
+    crate::schema::parse_yaml_documents(&text)
+        .map_err(|e| format!("{}: {e:#}", path.display()))?
+        .into_iter()
+        .find(|o| o["kind"] == "ValidatingWebhookConfiguration")
+        .ok_or_else(|| format!("{}: no ValidatingWebhookConfiguration", path.display()))
+}
+
+/// The artifact's webhook configuration, installed by
+/// [`ControlPlane::install_artifact_webhook`]; dropping it deletes the
+/// configuration and routes the endpoint nowhere.
+#[derive(Debug)]
+pub struct ArtifactWebhook {
+    cp: &'static ControlPlane,
+    app: SocketAddr,
+    config: Value,
+}
+
+impl ArtifactWebhook {
+    /// The configuration as the API server stored it.
+    pub fn configuration(&self) -> &Value {
+        &self.config
+    }
+
+    /// Whether the endpoint reaches the app: `false` makes the webhook a
+    /// call that fails (the TLS handshake succeeds, then the connection
+    /// closes), as when every replica is down.
+    pub fn reach_app(&self, reach: bool) {
+        self.cp.webhook.route_to(reach.then_some(self.app));
+    }
+}
+
+impl Drop for ArtifactWebhook {
+    fn drop(&mut self) {
+        let name = self.config["metadata"]["name"].as_str().unwrap_or_default();
+        let path =
+            format!("/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/{name}");
+        let _ = self.cp.request("DELETE", &path, &self.cp.admin_token, None);
+        self.cp.webhook.route_to(None);
+    }
+}
+
+// ---------------------------------------------------------------------------
 // Start
 // ---------------------------------------------------------------------------
 
@@ -563,6 +688,8 @@ fn start(assets: PathBuf) -> Result<ControlPlane, String> {
     }
     let mut etcd = Proc::spawn("etcd", &etcd_bin, &etcd_args, &dir, dir.join("etcd.log"))?;
     process::make_certificates(&dir).map_err(in_dir)?;
+    let webhook = webhook::Endpoint::start(&dir)?;
+    let admission_config = webhook.write_admission_config(&dir, crate::harness::TOKEN)?;
     let admin_token = random_token();
     let kcm_token = random_token();
     write(
@@ -608,6 +735,7 @@ fn start(assets: PathBuf) -> Result<ControlPlane, String> {
         arg("audit-log-path", &audit_log),
         "--audit-log-mode=blocking".to_owned(),
         "--audit-log-format=json".to_owned(),
+        arg("admission-control-config-file", &admission_config),
     ];
     let mut apiserver = Proc::spawn(
         "kube-apiserver",
@@ -796,6 +924,7 @@ fn start(assets: PathBuf) -> Result<ControlPlane, String> {
         namespaces: Mutex::new(namespaces),
         sessions: Arc::new(tokio::sync::Semaphore::new(1)),
         audit_offset: AtomicU64::new(0),
+        webhook,
         dir,
     })
 }

@@ -88,9 +88,10 @@ pub(crate) fn run(program: &str, args: &str, cwd: &Path) -> Result<(), String> {
     }
 }
 
-/// The CA, the API server's serving certificate and the service-account key
-/// pair, made with the `openssl` CLI in `dir`: `ca.crt`/`ca.key` and
-/// `apiserver.crt`/`apiserver.key` (ECDSA P-256; SANs `IP:127.0.0.1`,
+/// The CA, the serving certificates of the API server and of the admission
+/// webhook's endpoint, and the service-account key pair, made with the
+/// `openssl` CLI in `dir`: `ca.crt`/`ca.key`, `apiserver.crt`/`apiserver.key`
+/// and `webhook.crt`/`webhook.key` (ECDSA P-256; SANs `IP:127.0.0.1`,
 /// `DNS:localhost`), `sa.key`/`sa.pub` (RSA 2048).
 pub(crate) fn make_certificates(dir: &Path) -> Result<(), String> {
     // The CA chain is ECDSA P-256 (instant; RSA key generation takes 0.2 s
@@ -117,25 +118,35 @@ fn make_serving_chain(dir: &Path) -> Result<(), String> {
          -addext keyUsage=critical,keyCertSign,cRLSign",
         dir,
     )?;
+    sign_server_certificate(dir, "apiserver", "kube-apiserver")?;
+    sign_server_certificate(dir, "webhook", "metal-ipam-webhook")
+}
+
+/// `<name>.key` and `<name>.crt` in `dir`: an ECDSA P-256 serving
+/// certificate for `IP:127.0.0.1` and `DNS:localhost`, signed by `ca.crt`.
+fn sign_server_certificate(dir: &Path, name: &str, cn: &str) -> Result<(), String> {
     run(
         "openssl",
-        "req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
-         -keyout apiserver.key -out apiserver.csr \
-         -subj /CN=kube-apiserver",
+        &format!(
+            "req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+             -keyout {name}.key -out {name}.csr -subj /CN={cn}"
+        ),
         dir,
     )?;
     fs::write(
-        dir.join("apiserver.ext"),
+        dir.join(format!("{name}.ext")),
         "subjectAltName=IP:127.0.0.1,DNS:localhost\n\
          basicConstraints=critical,CA:FALSE\n\
          keyUsage=critical,digitalSignature\n\
          extendedKeyUsage=serverAuth\n",
     )
-    .map_err(|e| format!("writing apiserver.ext: {e}"))?;
+    .map_err(|e| format!("writing {name}.ext: {e}"))?;
     run(
         "openssl",
-        "x509 -req -sha256 -days 7 -in apiserver.csr -CA ca.crt -CAkey ca.key \
-         -CAcreateserial -extfile apiserver.ext -out apiserver.crt",
+        &format!(
+            "x509 -req -sha256 -days 7 -in {name}.csr -CA ca.crt -CAkey ca.key \
+             -CAcreateserial -extfile {name}.ext -out {name}.crt"
+        ),
         dir,
     )
 }

@@ -407,22 +407,41 @@ impl Session {
         namespace: Option<&str>,
         name: &str,
     ) -> Option<DeleteOutcome> {
+        let path = resource(group, plural).path(namespace, Some(name));
+        self.try_delete(group, plural, namespace, name)
+            .unwrap_or_else(|e| panic!("real_kube: DELETE {path}: {e}"))
+    }
+
+    /// [`delete`](Self::delete), returning the API error (an admission
+    /// webhook's denial, say) instead of panicking.
+    ///
+    /// # Panics
+    /// If `plural.group` is not an installed kind.
+    pub fn try_delete(
+        &self,
+        group: &str,
+        plural: &str,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Option<DeleteOutcome>, ApiError> {
         // A custom resource removed at once is answered with a `Status`
         // (`Success`), not its last state as FakeKube returns it: that comes
         // from a GET just before.
-        let last = self.get(group, plural, namespace, name)?;
+        let Some(last) = self.get(group, plural, namespace, name) else {
+            return Ok(None);
+        };
         let path = resource(group, plural).path(namespace, Some(name));
         let reply = self.cp.admin("DELETE", &path, None);
         match reply.status {
-            404 => None,
-            _ if reply.is_success() => Some(if has_finalizers(&reply.body) {
+            404 => Ok(None),
+            _ if reply.is_success() => Ok(Some(if has_finalizers(&reply.body) {
                 DeleteOutcome::Finalizing(reply.body)
             } else if reply.body.get("kind").and_then(Value::as_str) == Some("Status") {
                 DeleteOutcome::Removed(last)
             } else {
                 DeleteOutcome::Removed(reply.body)
-            }),
-            _ => panic!("real_kube: DELETE {path}: {}", api_error(&reply)),
+            })),
+            _ => Err(api_error(&reply)),
         }
     }
 
