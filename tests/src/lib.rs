@@ -9,6 +9,7 @@ pub mod in_cluster;
 pub mod kube;
 pub mod metal_sim;
 pub mod oci_registry;
+pub mod pnap_sim;
 pub mod real_kube;
 pub mod real_spin;
 pub mod schema;

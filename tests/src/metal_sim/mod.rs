@@ -213,7 +213,7 @@
 
 mod blocking;
 mod server;
-mod spec;
+pub(crate) mod spec;
 mod state;
 
 use std::collections::BTreeMap;

@@ -1,8 +1,16 @@
-//! The vendored OpenAPI bundle as the simulator uses it: the operation
+//! A vendored OpenAPI 3.0 document as a simulator uses it: the operation
 //! table (method and path template → `operationId`, parameters, request
 //! body, responses), request checking (path and query parameters, JSON
 //! body) and answer checking, each on validators compiled once, on first
 //! use, and shared by every simulator of the process.
+//!
+//! One loader ([`Spec::load`]) serves every simulator: Metal's bundle
+//! ([`spec`]) and phoenixNAP's four specifications
+//! (`crate::pnap_sim`). What differs between them is in [`SpecOptions`]:
+//! the name used in panics, whether a nested object may come back as
+//! `{"href"}` alone (Metal only) and an optional edit of the parsed
+//! document before it is compiled (a documented relaxation of a spec
+//! inconsistency; Metal needs none).
 //!
 //! OpenAPI 3.0 schemas are rewritten into JSON Schema draft 2020-12 before
 //! they reach `jsonschema` ([`convert`]): `nullable: true` adds `null` to
@@ -14,10 +22,11 @@
 //! with `properties` or `allOf` and no `additionalProperties` gets
 //! `unevaluatedProperties: false`, except schemas used as an `allOf` part
 //! (closing a part would refuse its siblings' fields). Answers are checked
-//! against the open schemas, where a nested referenced object may also be
-//! `{"href": …}` alone: the spec's introduction documents that form for
-//! nested objects not named in `include`, although the referenced schemas'
-//! `required` lists (`VrfIpReservation` needs `vrf` and `type`) refuse it.
+//! against the open schemas. For Metal ([`SpecOptions::nested_href`]), a
+//! nested referenced object of an answer may also be `{"href": …}` alone:
+//! Metal's introduction documents that form for nested objects not named
+//! in `include`, although the referenced schemas' `required` lists
+//! (`VrfIpReservation` needs `vrf` and `type`) refuse it.
 //!
 //! Every validator document carries the rewritten `components` next to the
 //! schema itself, so `#/components/schemas/…` references resolve within it.
@@ -38,10 +47,31 @@ pub const BASE_PATH: &str = "/metal/v1";
 
 const DRAFT_2020_12: &str = "https://json-schema.org/draft/2020-12/schema";
 
-/// The loaded spec (parsed on first use).
+/// How Metal's bundle is read.
+const METAL: SpecOptions = SpecOptions {
+    name: "Metal",
+    nested_href: true,
+    relax: None,
+};
+
+/// The loaded Metal spec (parsed on first use).
 pub(crate) fn spec() -> &'static Spec {
     static SPEC: OnceLock<Spec> = OnceLock::new();
-    SPEC.get_or_init(|| Spec::parse(BUNDLE))
+    SPEC.get_or_init(|| Spec::load(BUNDLE, &METAL))
+}
+
+/// What differs between the documents [`Spec::load`] reads.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SpecOptions {
+    /// The API's name, for panics (`"Metal"`, `"phoenixNAP BMC"`).
+    pub name: &'static str,
+    /// Whether a nested referenced object of an answer may be
+    /// `{"href": …}` alone (Metal's `include` convention).
+    pub nested_href: bool,
+    /// An edit of the parsed document before anything is compiled from
+    /// it: where a simulator deliberately departs from its spec, the
+    /// departure is made here and listed in that simulator's docs.
+    pub relax: Option<fn(&mut Value)>,
 }
 
 /// Which way a schema is read.
@@ -134,6 +164,8 @@ pub(crate) enum Lookup<'s> {
 
 /// The spec: operations and the rewritten components.
 pub(crate) struct Spec {
+    name: &'static str,
+    nested_href: bool,
     ops: Vec<Operation>,
     request_components: Value,
     response_components: Value,
@@ -172,8 +204,18 @@ fn kind_of(doc: &Value, schema: &Value) -> Kind {
 }
 
 impl Spec {
-    fn parse(text: &str) -> Spec {
-        let doc: Value = serde_norway::from_str(text).expect("the vendored Metal spec parses");
+    /// Parses an OpenAPI 3.0 document (YAML or JSON) as `opts` says.
+    ///
+    /// # Panics
+    /// If the text does not parse or lacks `components.schemas` or
+    /// `paths`: the documents are vendored, so that is a broken checkout.
+    pub fn load(text: &str, opts: &SpecOptions) -> Spec {
+        let mut doc: Value = serde_norway::from_str(text)
+            .unwrap_or_else(|e| panic!("the vendored {} spec parses: {e}", opts.name));
+        if let Some(relax) = opts.relax {
+            relax(&mut doc);
+        }
+        let href = opts.nested_href;
         let schemas = doc
             .pointer("/components/schemas")
             .and_then(Value::as_object)
@@ -183,7 +225,7 @@ impl Spec {
         let components = |mode| {
             let converted: Map<String, Value> = schemas
                 .iter()
-                .map(|(name, s)| (name.clone(), convert(s, mode, parts.contains(name))))
+                .map(|(name, s)| (name.clone(), convert(s, mode, parts.contains(name), href)))
                 .collect();
             json!({ "schemas": converted })
         };
@@ -207,6 +249,8 @@ impl Spec {
             }
         }
         Spec {
+            name: opts.name,
+            nested_href: href,
             ops,
             request_components: components(Mode::Request),
             response_components: components(Mode::Response),
@@ -252,7 +296,6 @@ impl Spec {
     }
 
     /// The operation with this `operationId`.
-    #[cfg(test)]
     pub fn operation(&self, id: &str) -> Option<&Operation> {
         self.ops.iter().find(|op| op.id == id)
     }
@@ -278,7 +321,12 @@ impl Spec {
             .with_draft(Draft::Draft202012)
             .should_validate_formats(true)
             .build(&Value::Object(root))
-            .unwrap_or_else(|e| panic!("a schema of the vendored Metal spec does not compile: {e}"))
+            .unwrap_or_else(|e| {
+                panic!(
+                    "a schema of the vendored {} spec does not compile: {e}",
+                    self.name
+                )
+            })
     }
 }
 
@@ -307,8 +355,9 @@ fn collect_all_of_parts(node: &Value, out: &mut BTreeSet<String>) {
 
 /// Rewrites one OpenAPI 3.0 schema node as JSON Schema 2020-12 (see the
 /// module docs); `open` keeps an object schema open in [`Mode::Request`]
-/// (it is an `allOf` part).
-pub(crate) fn convert(node: &Value, mode: Mode, open: bool) -> Value {
+/// (it is an `allOf` part); `href` lets a nested referenced object of an
+/// answer be `{"href"}` alone ([`SpecOptions::nested_href`]).
+pub(crate) fn convert(node: &Value, mode: Mode, open: bool, href: bool) -> Value {
     let Some(obj) = node.as_object() else {
         return node.clone();
     };
@@ -324,31 +373,34 @@ pub(crate) fn convert(node: &Value, mode: Mode, open: bool) -> Value {
                     .as_object()
                     .map(|p| {
                         p.iter()
-                            .map(|(name, s)| (name.clone(), nested(s, mode)))
+                            .map(|(name, s)| (name.clone(), nested(s, mode, href)))
                             .collect::<Map<String, Value>>()
                     })
                     .unwrap_or_default();
                 out.insert(k.clone(), Value::Object(props));
             }
             "items" => {
-                out.insert(k.clone(), nested(v, mode));
+                out.insert(k.clone(), nested(v, mode, href));
             }
             "not" => {
-                out.insert(k.clone(), convert(v, mode, false));
+                out.insert(k.clone(), convert(v, mode, false, href));
             }
             "additionalProperties" => {
-                out.insert(k.clone(), convert(v, mode, false));
+                out.insert(k.clone(), convert(v, mode, false, href));
             }
             "allOf" => {
                 let parts = v.as_array().into_iter().flatten();
                 out.insert(
                     k.clone(),
-                    parts.map(|p| convert(p, mode, true)).collect::<Value>(),
+                    parts
+                        .map(|p| convert(p, mode, true, href))
+                        .collect::<Value>(),
                 );
             }
             "oneOf" | "anyOf" => {
                 let branches = v.as_array().into_iter().flatten();
-                let converted: Vec<Value> = branches.map(|b| convert(b, mode, false)).collect();
+                let converted: Vec<Value> =
+                    branches.map(|b| convert(b, mode, false, href)).collect();
                 if any_of.is_empty() {
                     any_of = converted;
                 } else {
@@ -386,13 +438,14 @@ pub(crate) fn convert(node: &Value, mode: Mode, open: bool) -> Value {
     Value::Object(out)
 }
 
-/// A nested schema (a property or array items): in answers, a referenced
-/// object may also come back as `{"href": …}` only, the form the spec's
-/// introduction gives for nested objects not asked for with `include`
-/// (the referenced schemas' own `required` lists would refuse it).
-fn nested(node: &Value, mode: Mode) -> Value {
-    let converted = convert(node, mode, false);
-    if mode == Mode::Response && converted.get("$ref").is_some() {
+/// A nested schema (a property or array items): in answers with `href`
+/// (Metal), a referenced object may also come back as `{"href": …}` only,
+/// the form Metal's introduction gives for nested objects not asked for
+/// with `include` (the referenced schemas' own `required` lists would
+/// refuse it).
+fn nested(node: &Value, mode: Mode, href: bool) -> Value {
+    let converted = convert(node, mode, false, href);
+    if href && mode == Mode::Response && converted.get("$ref").is_some() {
         json!({ "anyOf": [converted, {
             "type": "object",
             "required": ["href"],
@@ -431,13 +484,13 @@ impl Checker {
                 .map(|(i, b)| {
                     (
                         schema_name(b, i),
-                        spec.compile(mode, convert(b, mode, false)),
+                        spec.compile(mode, convert(b, mode, false, spec.nested_href)),
                     )
                 })
                 .collect(),
             None => vec![(
                 schema_name(schema, 0),
-                spec.compile(mode, convert(schema, mode, false)),
+                spec.compile(mode, convert(schema, mode, false, spec.nested_href)),
             )],
         };
         Checker { branches }
@@ -690,7 +743,10 @@ impl Operation {
                     .params
                     .iter()
                     .filter(|p| p.location == location)
-                    .map(|p| (p.name.clone(), convert(&p.schema, Mode::Request, false)))
+                    .map(|p| {
+                        let s = convert(&p.schema, Mode::Request, false, spec.nested_href);
+                        (p.name.clone(), s)
+                    })
                     .collect();
                 json!({ "type": "object", "properties": props })
             };
@@ -824,16 +880,16 @@ mod tests {
             "x-thing": 1, "example": {}
         });
         assert_eq!(
-            convert(&s, Mode::Request, false),
+            convert(&s, Mode::Request, false, true),
             json!({
                 "properties": {"a": {"type": ["string", "null"], "enum": ["x", null]}},
                 "anyOf": [{"$ref": "#/components/schemas/A"}],
                 "unevaluatedProperties": false
             })
         );
-        let open = convert(&s, Mode::Response, false);
+        let open = convert(&s, Mode::Response, false, true);
         assert!(open.get("unevaluatedProperties").is_none());
-        assert!(convert(&s, Mode::Request, true)
+        assert!(convert(&s, Mode::Request, true, true)
             .get("unevaluatedProperties")
             .is_none());
     }
