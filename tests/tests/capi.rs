@@ -1004,16 +1004,17 @@ async fn the_code_uses_exactly_the_permissions_rbac_grants(w: World) {
     // And the takeover of each in-cluster pool kind: the fence reads the
     // in-cluster provider's Deployment (absent here), the import lists the
     // kind's pools, the pool step keeps its finalizer and writes its status.
-    for kind in InClusterKind::ALL {
+    // (Distinct addresses: the overlap rule holds across the kinds.)
+    for (i, kind) in InClusterKind::ALL.into_iter().enumerate() {
         let ns = (!kind.is_global()).then_some("team-a");
         let mut p = in_cluster::pool(
             kind,
             ns.unwrap_or(""),
             "imported",
             if kind.is_prefix() {
-                json!({"prefixes": ["fd00:78::/62"], "allocationPrefixLength": 64})
+                json!({"prefixes": [format!("fd00:78:{i}::/62")], "allocationPrefixLength": 64})
             } else {
-                json!({"addresses": ["10.78.0.10-10.78.0.12"], "prefix": 24})
+                json!({"addresses": [format!("10.78.{i}.10-10.78.{i}.12")], "prefix": 24})
             },
         );
         p["metadata"]["finalizers"] = json!([]);

@@ -8,7 +8,9 @@
 //! webhook configuration's `caBundle` carries, as cert-manager's cainjector
 //! would put it there) and copies bytes both ways to the Spin app it is
 //! routed to. Routed nowhere, it closes each connection after the
-//! handshake: the API server sees a webhook that does not answer.
+//! handshake: the API server sees a webhook that does not answer. A change
+//! of route closes the connections open at the time too (the API server
+//! keeps its connections to a webhook alive).
 //!
 //! The API server authenticates to the webhook as the example in
 //! `deploy/admission-config.example.yaml` says: an `AdmissionConfiguration`
@@ -17,10 +19,11 @@
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
 use tokio_rustls::rustls::pki_types::pem::PemObject;
 use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio_rustls::rustls::ServerConfig;
@@ -35,7 +38,7 @@ const STEP_TIMEOUT: Duration = Duration::from_secs(10);
 #[derive(Debug)]
 pub(crate) struct Endpoint {
     addr: SocketAddr,
-    upstream: Arc<Mutex<Option<SocketAddr>>>,
+    upstream: watch::Sender<Option<SocketAddr>>,
 }
 
 impl Endpoint {
@@ -61,8 +64,7 @@ impl Endpoint {
         let addr = listener
             .local_addr()
             .map_err(|e| format!("the webhook endpoint's address: {e}"))?;
-        let upstream: Arc<Mutex<Option<SocketAddr>>> = Arc::new(Mutex::new(None));
-        let route = Arc::clone(&upstream);
+        let (upstream, route) = watch::channel(None);
         runtime().spawn(async move {
             let Ok(listener) = TcpListener::from_std(listener) else {
                 return;
@@ -71,8 +73,7 @@ impl Endpoint {
                 let Ok((tcp, _)) = listener.accept().await else {
                     continue;
                 };
-                let to = *route.lock().unwrap_or_else(|p| p.into_inner());
-                tokio::spawn(forward(acceptor.clone(), tcp, to));
+                tokio::spawn(forward(acceptor.clone(), tcp, route.clone()));
             }
         });
         Ok(Endpoint { addr, upstream })
@@ -83,9 +84,10 @@ impl Endpoint {
         self.addr.to_string()
     }
 
-    /// Routes new connections to `app` (a plain-HTTP address), or nowhere.
+    /// Routes connections to `app` (a plain-HTTP address), or nowhere;
+    /// the connections open now are closed.
     pub(crate) fn route_to(&self, app: Option<SocketAddr>) {
-        *self.upstream.lock().unwrap_or_else(|p| p.into_inner()) = app;
+        self.upstream.send_replace(app);
     }
 
     /// Writes the kube-apiserver's `--admission-control-config-file` and the
@@ -126,17 +128,24 @@ impl Endpoint {
     }
 }
 
-/// One connection: the TLS handshake, then bytes both ways to `to` until
-/// either side closes.
-async fn forward(acceptor: TlsAcceptor, tcp: TcpStream, to: Option<SocketAddr>) {
+/// One connection: the TLS handshake, then bytes both ways to the route's
+/// app until either side closes or the route changes.
+async fn forward(
+    acceptor: TlsAcceptor,
+    tcp: TcpStream,
+    mut route: watch::Receiver<Option<SocketAddr>>,
+) {
     let Ok(Ok(mut tls)) = tokio::time::timeout(STEP_TIMEOUT, acceptor.accept(tcp)).await else {
         return;
     };
-    let Some(to) = to else {
+    let Some(to) = *route.borrow_and_update() else {
         return;
     };
     let Ok(Ok(mut app)) = tokio::time::timeout(STEP_TIMEOUT, TcpStream::connect(to)).await else {
         return;
     };
-    let _ = tokio::io::copy_bidirectional(&mut tls, &mut app).await;
+    tokio::select! {
+        _ = tokio::io::copy_bidirectional(&mut tls, &mut app) => {}
+        _ = route.changed() => {}
+    }
 }
