@@ -370,7 +370,7 @@ async fn global_and_prefix_kinds_keep_every_address(w: World) {
         (
             IcKind::InClusterPrefixPool,
             Some(NS),
-            json!({"prefixes": ["fd00:51::/62"], "allocationPrefixLength": 64,
+            json!({"prefixes": ["fd00:51::/61"], "allocationPrefixLength": 64,
                    "excludedPrefixes": ["fd00:51::/64"]}),
             [(NS, "p-0"), (NS, "p-1"), (NS, "p-2")],
         ),
