@@ -265,12 +265,18 @@ fn memberships_are_operations_read_from_the_server() {
             "GET /bmc/v1/servers/s1",
             server("powered-on", json!([]), json!([])),
         ),
+        (
+            "GET /bmc/v1/servers/s1",
+            server("powered-on", json!([]), json!([])),
+        ),
     ]);
     run(&http, |cloud| {
+        // An unfinished membership may be joining or leaving (both read
+        // `in-progress`): the operation found says neither.
         let running = cloud.unfinished_operation("s1").unwrap().unwrap();
         assert_eq!(
             (running.id.as_str(), running.state.as_deref()),
-            ("join:n1", Some("in_progress"))
+            ("change:n1", Some("in_progress"))
         );
         assert_eq!(
             cloud
@@ -297,6 +303,9 @@ fn memberships_are_operations_read_from_the_server() {
         );
         let failed = cloud.operation("s1", "join:n1").unwrap().unwrap();
         assert_eq!(failed.state.as_deref(), Some("failed"));
+        // The found one is done once the membership is gone (a leave).
+        let done = cloud.operation("s1", "change:n1").unwrap().unwrap();
+        assert_eq!(done.state.as_deref(), Some("completed"));
         assert!(cloud.operation("s1", "bogus").unwrap().is_none());
     });
 }
