@@ -5,7 +5,7 @@
 //! hints, and the refusals of what phoenixNAP cannot do.
 
 use metal_ipam_core::cloud::retry::RetryPolicy;
-use metal_ipam_core::cloud::{Capability, Cloud};
+use metal_ipam_core::cloud::{Capability, Cloud, CloudError};
 use metal_ipam_core::pnap::auth::Credentials;
 use metal_ipam_core::pnap::client::{Pnap, PnapConfig};
 use metal_ipam_core::testing::{Reply, ScriptedHttp, TestEnv};
@@ -199,6 +199,62 @@ fn an_address_no_network_holds_is_refused_naming_the_location() {
             "{e}"
         );
         assert!(cloud.assign_address("s1", "not-an-ip", Map::new()).is_err());
+    });
+}
+
+#[test]
+fn phoenixnaps_refusals_are_the_seams_422_and_a_changing_membership_is_not_now() {
+    let http = script(vec![
+        (
+            "GET /bmc/v1/servers/s1",
+            server("powered-on", json!([]), json!([])),
+        ),
+        (
+            "GET /networks/v1/private-networks?location=PHX",
+            private_networks(),
+        ),
+        (
+            JOIN_PRIVATE,
+            Reply::json(
+                400,
+                json!({"message": "10.0.0.5 is already used by server s2"}),
+            ),
+        ),
+        (
+            "GET /bmc/v1/servers/s1",
+            server(
+                "powered-on",
+                json!([{"id": "n1", "ips": ["10.0.0.6"], "statusDescription": "in-progress"}]),
+                json!([]),
+            ),
+        ),
+        (
+            "GET /networks/v1/private-networks?location=PHX",
+            private_networks(),
+        ),
+        (
+            "PATCH /bmc/v1/servers/s1/network-configuration/private-network-configuration/private-networks/n1",
+            Reply::json(409, json!({"message": "the membership is in progress"})),
+        ),
+    ]);
+    run(&http, |cloud| {
+        let taken = cloud
+            .assign_address("s1", "10.0.0.5", Map::new())
+            .unwrap_err();
+        assert!(taken.says(422, "already used by server s2"), "{taken:?}");
+        let busy = cloud
+            .assign_address("s1", "10.0.0.5", Map::new())
+            .unwrap_err();
+        assert!(
+            matches!(
+                busy,
+                CloudError::Unavailable {
+                    retry_after_s: 5,
+                    ..
+                }
+            ),
+            "{busy:?}"
+        );
     });
 }
 

@@ -36,6 +36,13 @@
 //!   not found", which makes the poll re-read every server it knows (the
 //!   servers' state is the truth).
 //!
+//! - **Refusals**: phoenixNAP refuses a membership write with 400 (an IP
+//!   outside the range or used by another server, a server that cannot
+//!   change now) or 409 (the membership is changing). At the seam the 400
+//!   is a 422, a refusal in the current state that callers re-read before
+//!   they believe it (as Metal's 422), and the 409 is
+//!   [`CloudError::Unavailable`]: try again once the change is done.
+//!
 //! phoenixNAP has only [`Capability::ChosenAddresses`]: no NIC modes,
 //! bonding, native segments, VRF-backed pools or gateways to create.
 
@@ -177,6 +184,38 @@ fn address_id(server: &str, kind: Kind, network: &str, ip: &str) -> String {
     format!("{server}/{}/{network}/{ip}", kind.name())
 }
 
+/// Seconds a caller waits before trying a membership write phoenixNAP
+/// refused because the membership is changing.
+pub const MEMBERSHIP_BUSY_S: u64 = 5;
+
+/// phoenixNAP's refusal of a membership write as the seam's: a 400 (an IP
+/// outside the range, already used, a server in a state that cannot
+/// change) is a refusal in the current state, 422, which callers re-read
+/// before they believe it; a 409 (the membership is changing) is "not
+/// now", [`CloudError::Unavailable`]. Anything else is as it was.
+fn seam_error(e: CloudError) -> CloudError {
+    match e {
+        CloudError::Api {
+            status: 400,
+            request,
+            messages,
+        } => CloudError::Api {
+            status: 422,
+            request,
+            messages,
+        },
+        CloudError::Api {
+            status: 409,
+            request,
+            messages,
+        } => CloudError::Unavailable {
+            retry_after_s: MEMBERSHIP_BUSY_S,
+            detail: format!("{request}: 409 {}", messages.join("; ")),
+        },
+        other => other,
+    }
+}
+
 fn refused(request: &str, message: String) -> CloudError {
     CloudError::Api {
         status: 422,
@@ -228,7 +267,7 @@ impl<H: HttpClient + ?Sized, E: Env + ?Sized> Pnap<'_, H, E> {
     }
 
     fn join(&self, server: &str, kind: Kind, network: &str, ips: Vec<String>) -> CloudResult<()> {
-        match kind {
+        let joined = match kind {
             Kind::Private => self
                 .join_private_network(
                     server,
@@ -250,7 +289,8 @@ impl<H: HttpClient + ?Sized, E: Env + ?Sized> Pnap<'_, H, E> {
                     },
                 )
                 .map(drop),
-        }
+        };
+        joined.map_err(seam_error)
     }
 
     fn set_ips(&self, server: &str, kind: Kind, network: &str, ips: &[String]) -> CloudResult<()> {
@@ -258,6 +298,7 @@ impl<H: HttpClient + ?Sized, E: Env + ?Sized> Pnap<'_, H, E> {
             Kind::Private => self.update_private_ips(server, network, ips).map(drop),
             Kind::Public => self.update_public_ips(server, network, ips).map(drop),
         }
+        .map_err(seam_error)
     }
 
     fn leave(&self, server: &str, kind: Kind, network: &str) -> CloudResult<bool> {
@@ -265,6 +306,7 @@ impl<H: HttpClient + ?Sized, E: Env + ?Sized> Pnap<'_, H, E> {
             Kind::Private => self.leave_private_network(server, network),
             Kind::Public => self.leave_public_network(server, network),
         }
+        .map_err(seam_error)
     }
 }
 
