@@ -433,6 +433,182 @@ async fn ip_blocks_attach_asynchronously_and_public_memberships_use_them() {
     assert_clean(&sim);
 }
 
+fn strings(ips: &[&str]) -> Vec<String> {
+    ips.iter().map(|s| (*s).to_owned()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn membership_patches_replace_the_ips_of_an_assigned_membership_by_the_join_rules() {
+    let sim = PnapSim::start().await;
+    sim.add_server(S1, "node-1", "PHX");
+    sim.add_server(S2, "node-2", "PHX");
+    let net = with(cfg(&sim), |p| {
+        p.create_private_network(&private("pool a", Some("10.0.0.0/24")))
+            .unwrap()
+    })
+    .await;
+    let id = net.id.clone();
+    let (in_progress, refused, not_member, no_server) = with(cfg(&sim), move |p| {
+        p.join_private_network(S1, &join_private(&id, &["10.0.0.10"]))
+            .unwrap();
+        // Still joining: its IPs cannot be updated yet.
+        let in_progress = p.update_private_ips(S1, &id, &strings(&["10.0.0.11"]));
+        p.join_private_network(S2, &join_private(&id, &["10.0.0.20"]))
+            .unwrap();
+        p.server(S1).unwrap();
+        p.server(S2).unwrap();
+        let refused = [
+            &[][..],
+            &["10.0.0.20"][..],
+            &["10.0.1.5"][..],
+            &["10.0.0.0"][..],
+            &["10.0.0.255"][..],
+            &["10.0.0.11", "10.0.0.11"][..],
+            &["not an ip"][..],
+        ]
+        .map(|ips| status_of(&p.update_private_ips(S1, &id, &strings(ips))));
+        let not_member =
+            p.update_private_ips(S1, "60473a6115e34466c9f8f0aa", &strings(&["10.0.0.12"]));
+        let no_server =
+            p.update_private_ips("60473a6115e34466c9f8f0ff", &id, &strings(&["10.0.0.12"]));
+        (
+            status_of(&in_progress),
+            refused,
+            status_of(&not_member),
+            status_of(&no_server),
+        )
+    })
+    .await;
+    assert_eq!(in_progress, Some(409));
+    assert_eq!(refused, [Some(400); 7]);
+    assert_eq!((not_member, no_server), (Some(404), Some(404)));
+    let events_before = sim.events().len();
+
+    // Adding an IP keeps the membership assigned, at once (no reads).
+    let id = net.id.clone();
+    let (added, server, moved, s2) = with(cfg(&sim), move |p| {
+        let added = p
+            .update_private_ips(S1, &id, &strings(&["10.0.0.10", "10.0.0.11"]))
+            .unwrap();
+        let server = p.server(S1).unwrap().unwrap();
+        // The server's own IPs count as free; the one it drops is free for
+        // another server.
+        p.update_private_ips(S1, &id, &strings(&["10.0.0.11", "10.0.0.30 - 10.0.0.31"]))
+            .unwrap();
+        let moved = p
+            .update_private_ips(S2, &id, &strings(&["10.0.0.20", "10.0.0.10"]))
+            .unwrap();
+        let s2 = p.server(S2).unwrap().unwrap();
+        (added, server, moved, s2)
+    })
+    .await;
+    assert_eq!(added.ips, ["10.0.0.10", "10.0.0.11"]);
+    assert_eq!(added.status_description.as_deref(), Some("assigned"));
+    assert_eq!(added.dhcp, Some(false));
+    assert_eq!(server.private_ip_addresses, ["10.0.0.10", "10.0.0.11"]);
+    assert_eq!(
+        server
+            .network_configuration
+            .private_network_configuration
+            .unwrap()
+            .private_networks[0]
+            .status_description
+            .as_deref(),
+        Some("assigned")
+    );
+    assert_eq!(moved.ips, ["10.0.0.20", "10.0.0.10"]);
+    assert_eq!(s2.private_ip_addresses, ["10.0.0.20", "10.0.0.10"]);
+    let s1 = sim
+        .memberships()
+        .into_iter()
+        .find(|m| m.server_id == S1)
+        .unwrap();
+    assert_eq!(s1.addresses.len(), 3, "10.0.0.11 and the range of two");
+
+    // Public: IPs of an assigned block of the network, not its gateway.
+    let (block_net, refused, added, ranged) = with(cfg(&sim), |p| {
+        let block = p
+            .create_ip_block(&IpBlockCreate {
+                location: "PHX".into(),
+                cidr_block_size: "/29".into(),
+                description: None,
+            })
+            .unwrap();
+        let net = p
+            .create_public_network(&PublicNetworkCreate {
+                name: "public a".into(),
+                description: None,
+                location: "PHX".into(),
+                vlan_id: None,
+                ip_blocks: Vec::new(),
+            })
+            .unwrap();
+        p.attach_ip_block(&net.id, &block.id).unwrap();
+        p.public_network(&net.id).unwrap();
+        p.join_public_network(S1, &join_public(&net.id, &["198.18.0.2"]))
+            .unwrap();
+        p.join_public_network(S2, &join_public(&net.id, &["198.18.0.6"]))
+            .unwrap();
+        p.server(S1).unwrap();
+        p.server(S2).unwrap();
+        let refused = [
+            &[][..],
+            &["198.18.0.1"][..],
+            &["198.18.0.7"][..],
+            &["198.18.0.9"][..],
+            &["198.18.0.6"][..],
+        ]
+        .map(|ips| status_of(&p.update_public_ips(S1, &net.id, &strings(ips))));
+        let added = p
+            .update_public_ips(S1, &net.id, &strings(&["198.18.0.2", "198.18.0.3"]))
+            .unwrap();
+        let ranged = p
+            .update_public_ips(S1, &net.id, &strings(&["198.18.0.2 - 198.18.0.4"]))
+            .unwrap();
+        (net.id, refused, added, ranged)
+    })
+    .await;
+    assert_eq!(refused, [Some(400); 5]);
+    assert_eq!(added.ips, ["198.18.0.2", "198.18.0.3"]);
+    assert_eq!(added.status_description.as_deref(), Some("assigned"));
+    assert_eq!(ranged.ips, ["198.18.0.2 - 198.18.0.4"]);
+    let s1 = sim
+        .memberships()
+        .into_iter()
+        .find(|m| m.server_id == S1 && m.network_id == block_net)
+        .unwrap();
+    assert_eq!(s1.addresses.len(), 3);
+    assert_eq!(s1.status, MembershipStatus::Assigned);
+
+    // Leaving: no update meanwhile.
+    let net = block_net.clone();
+    let leaving = with(cfg(&sim), move |p| {
+        p.leave_public_network(S2, &net).unwrap();
+        p.update_public_ips(S2, &net, &strings(&["198.18.0.5"]))
+    })
+    .await;
+    assert_eq!(status_of(&leaving), Some(409));
+
+    // Each applied PATCH is in the log; refused ones are not.
+    let names: Vec<String> = sim.events()[events_before..]
+        .iter()
+        .map(|e| e.name.clone())
+        .collect();
+    let count = |n: &str| names.iter().filter(|x| *x == n).count();
+    assert_eq!(count("API.UpdateServerPrivateNetwork"), 3);
+    assert_eq!(count("API.UpdateServerPublicNetwork"), 2);
+    let patch = sim
+        .events()
+        .into_iter()
+        .find(|e| e.name == "API.UpdateServerPublicNetwork")
+        .unwrap();
+    assert_eq!(patch.verb, "PATCH");
+    assert!(patch
+        .uri
+        .ends_with(&format!("/public-networks/{block_net}")));
+    assert_clean(&sim);
+}
+
 // -- audit log -------------------------------------------------------------------------
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

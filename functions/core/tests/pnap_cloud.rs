@@ -5,7 +5,7 @@
 //! hints, and the refusals of what phoenixNAP cannot do.
 
 use metal_ipam_core::cloud::retry::RetryPolicy;
-use metal_ipam_core::cloud::{Capability, Cloud};
+use metal_ipam_core::cloud::{Capability, Cloud, CloudError};
 use metal_ipam_core::pnap::auth::Credentials;
 use metal_ipam_core::pnap::client::{Pnap, PnapConfig};
 use metal_ipam_core::testing::{Reply, ScriptedHttp, TestEnv};
@@ -203,6 +203,62 @@ fn an_address_no_network_holds_is_refused_naming_the_location() {
 }
 
 #[test]
+fn phoenixnaps_refusals_are_the_seams_422_and_a_changing_membership_is_not_now() {
+    let http = script(vec![
+        (
+            "GET /bmc/v1/servers/s1",
+            server("powered-on", json!([]), json!([])),
+        ),
+        (
+            "GET /networks/v1/private-networks?location=PHX",
+            private_networks(),
+        ),
+        (
+            JOIN_PRIVATE,
+            Reply::json(
+                400,
+                json!({"message": "10.0.0.5 is already used by server s2"}),
+            ),
+        ),
+        (
+            "GET /bmc/v1/servers/s1",
+            server(
+                "powered-on",
+                json!([{"id": "n1", "ips": ["10.0.0.6"], "statusDescription": "in-progress"}]),
+                json!([]),
+            ),
+        ),
+        (
+            "GET /networks/v1/private-networks?location=PHX",
+            private_networks(),
+        ),
+        (
+            "PATCH /bmc/v1/servers/s1/network-configuration/private-network-configuration/private-networks/n1",
+            Reply::json(409, json!({"message": "the membership is in progress"})),
+        ),
+    ]);
+    run(&http, |cloud| {
+        let taken = cloud
+            .assign_address("s1", "10.0.0.5", Map::new())
+            .unwrap_err();
+        assert!(taken.says(422, "already used by server s2"), "{taken:?}");
+        let busy = cloud
+            .assign_address("s1", "10.0.0.5", Map::new())
+            .unwrap_err();
+        assert!(
+            matches!(
+                busy,
+                CloudError::Unavailable {
+                    retry_after_s: 5,
+                    ..
+                }
+            ),
+            "{busy:?}"
+        );
+    });
+}
+
+#[test]
 fn unassigning_removes_the_ip_and_leaves_with_the_last_one() {
     let http = script(vec![
         (
@@ -265,12 +321,18 @@ fn memberships_are_operations_read_from_the_server() {
             "GET /bmc/v1/servers/s1",
             server("powered-on", json!([]), json!([])),
         ),
+        (
+            "GET /bmc/v1/servers/s1",
+            server("powered-on", json!([]), json!([])),
+        ),
     ]);
     run(&http, |cloud| {
+        // An unfinished membership may be joining or leaving (both read
+        // `in-progress`): the operation found says neither.
         let running = cloud.unfinished_operation("s1").unwrap().unwrap();
         assert_eq!(
             (running.id.as_str(), running.state.as_deref()),
-            ("join:n1", Some("in_progress"))
+            ("change:n1", Some("in_progress"))
         );
         assert_eq!(
             cloud
@@ -297,6 +359,9 @@ fn memberships_are_operations_read_from_the_server() {
         );
         let failed = cloud.operation("s1", "join:n1").unwrap().unwrap();
         assert_eq!(failed.state.as_deref(), Some("failed"));
+        // The found one is done once the membership is gone (a leave).
+        let done = cloud.operation("s1", "change:n1").unwrap().unwrap();
+        assert_eq!(done.state.as_deref(), Some("completed"));
         assert!(cloud.operation("s1", "bogus").unwrap().is_none());
     });
 }

@@ -51,8 +51,10 @@ pub const EMULATED: &[(Api, &str)] = &[
     (Api::Bmc, "serversGet"),
     (Api::Bmc, "serversServerIdGet"),
     (Api::Bmc, "serversServerIdPrivateNetworksPost"),
+    (Api::Bmc, "serversServerIdPrivateNetworksPatch"),
     (Api::Bmc, "deletePrivateNetwork"),
     (Api::Bmc, "serversServerIdPublicNetworksPost"),
+    (Api::Bmc, "serversServerIdPublicNetworksPatch"),
     (Api::Bmc, "serversServerIdPublicNetworksDelete"),
     (Api::Networks, "privateNetworksGet"),
     (Api::Networks, "privateNetworksPost"),
@@ -516,8 +518,10 @@ fn event_name(op: &str) -> String {
         "ipBlocksIpBlockIdPatch" => "UpdateIpBlock",
         "ipBlocksIpBlockIdDelete" => "DeleteIpBlock",
         "serversServerIdPrivateNetworksPost" => "AddServerPrivateNetwork",
+        "serversServerIdPrivateNetworksPatch" => "UpdateServerPrivateNetwork",
         "deletePrivateNetwork" => "RemoveServerPrivateNetwork",
         "serversServerIdPublicNetworksPost" => "AddServerPublicNetwork",
+        "serversServerIdPublicNetworksPatch" => "UpdateServerPublicNetwork",
         "serversServerIdPublicNetworksDelete" => "RemoveServerPublicNetwork",
         other => other,
     };
@@ -967,6 +971,12 @@ impl State {
             }
             "serversServerIdPrivateNetworksPost" => self.join(call, NetworkKind::Private),
             "serversServerIdPublicNetworksPost" => self.join(call, NetworkKind::Public),
+            "serversServerIdPrivateNetworksPatch" => {
+                self.update_ips(call, NetworkKind::Private, "privateNetworkId")
+            }
+            "serversServerIdPublicNetworksPatch" => {
+                self.update_ips(call, NetworkKind::Public, "publicNetworkId")
+            }
             "deletePrivateNetwork" => self.leave(call, NetworkKind::Private, "privateNetworkId"),
             "serversServerIdPublicNetworksDelete" => {
                 self.leave(call, NetworkKind::Public, "publicNetworkId")
@@ -1449,8 +1459,17 @@ impl State {
 
     // -- memberships ----------------------------------------------------------------
 
-    fn used_elsewhere(&self, kind: NetworkKind, network: &str, a: Ipv4Addr) -> Option<&str> {
+    /// The server (other than `except`) whose membership of `network`
+    /// holds `a`, if any.
+    fn used_elsewhere(
+        &self,
+        kind: NetworkKind,
+        network: &str,
+        a: Ipv4Addr,
+        except: Option<&str>,
+    ) -> Option<&str> {
         self.members_of(kind, network)
+            .filter(|m| except != Some(m.server_id.as_str()))
             .find(|m| m.addresses.contains(&a))
             .map(|m| m.server_id.as_str())
     }
@@ -1510,12 +1529,12 @@ impl State {
         let dhcp = call.body().get("dhcp") == Some(&Value::Bool(true));
         let force = call.force();
         let (ips, addresses) = match kind {
-            NetworkKind::Private => self.private_ips(&network, given, dhcp, force)?,
+            NetworkKind::Private => self.private_ips(&network, given, dhcp, force, None)?,
             NetworkKind::Public => {
                 if call.body().get("computeSlaacIp") == Some(&Value::Bool(true)) {
                     return bad("computeSlaacIp applies to IPv6 blocks, which are not emulated");
                 }
-                self.public_ips(&network, given.unwrap_or_default(), force)?
+                self.public_ips(&network, given.unwrap_or_default(), force, false, None)?
             }
         };
         let reads = self.membership_reads;
@@ -1548,6 +1567,7 @@ impl State {
         given: Option<Vec<String>>,
         dhcp: bool,
         force: bool,
+        except: Option<&str>,
     ) -> Result<(Vec<String>, Vec<Ipv4Addr>), ApiError> {
         let n = self
             .private_networks
@@ -1574,7 +1594,7 @@ impl State {
                 let next = range
                     .hosts()
                     .find(|a| {
-                        self.used_elsewhere(NetworkKind::Private, network, *a)
+                        self.used_elsewhere(NetworkKind::Private, network, *a, None)
                             .is_none()
                     })
                     .ok_or_else(|| {
@@ -1596,9 +1616,10 @@ impl State {
                                     ));
                                 } else if addresses.contains(&a) {
                                     problems.push(format!("{a} is given twice"));
-                                } else if let (false, Some(other)) =
-                                    (force, self.used_elsewhere(NetworkKind::Private, network, a))
-                                {
+                                } else if let (false, Some(other)) = (
+                                    force,
+                                    self.used_elsewhere(NetworkKind::Private, network, a, except),
+                                ) {
                                     problems.push(format!("{a} is already used by server {other}"));
                                 } else {
                                     addresses.push(a);
@@ -1623,11 +1644,15 @@ impl State {
         }
     }
 
+    /// Public `ips` (`ranges`: `a - b` entries too, as the PATCH's
+    /// `ServerNetworkUpdate` allows), free but for `except`'s own.
     fn public_ips(
         &self,
         network: &str,
         entries: Vec<String>,
         force: bool,
+        ranges: bool,
+        except: Option<&str>,
     ) -> Result<(Vec<String>, Vec<Ipv4Addr>), ApiError> {
         if entries.is_empty() {
             if force {
@@ -1643,14 +1668,17 @@ impl State {
             .collect();
         let mut problems = Vec::new();
         let mut addresses = Vec::new();
-        for e in &entries {
-            let a = match parse_entry(e, false) {
-                Ok(list) => list[0],
+        let parsed: Vec<Ipv4Addr> = entries
+            .iter()
+            .flat_map(|e| match parse_entry(e, ranges) {
+                Ok(list) => list,
                 Err(p) => {
                     problems.push(p);
-                    continue;
+                    Vec::new()
                 }
-            };
+            })
+            .collect();
+        for a in parsed {
             let Some((b, net)) = blocks.iter().find(|(_, n)| n.contains(&a)) else {
                 problems.push(format!(
                     "{a} is not inside an IP block of the public network {network}"
@@ -1668,9 +1696,10 @@ impl State {
                 ));
             } else if addresses.contains(&a) {
                 problems.push(format!("{a} is given twice"));
-            } else if let (false, Some(other)) =
-                (force, self.used_elsewhere(NetworkKind::Public, network, a))
-            {
+            } else if let (false, Some(other)) = (
+                force,
+                self.used_elsewhere(NetworkKind::Public, network, a, except),
+            ) {
                 problems.push(format!("{a} is already used by server {other}"));
             } else {
                 addresses.push(a);
@@ -1685,6 +1714,78 @@ impl State {
                 validation: problems,
             })
         }
+    }
+
+    /// `PATCH …/{private,public}-networks/{id}` (`ServerNetworkUpdate`):
+    /// replaces the IPs of an assigned membership at once, by the rules of
+    /// joining (the server's own IPs count as free); 200 with the
+    /// membership.
+    fn update_ips(&mut self, call: &Call<'_>, kind: NetworkKind, param: &str) -> Answer {
+        let server_id = call.param("serverId").to_owned();
+        let network = call.param(param).to_owned();
+        let Some(server) = self.servers.iter().find(|s| s.id == server_id) else {
+            return not_found(format!("Server {server_id} not found"));
+        };
+        if !matches!(server.status.as_str(), "powered-on" | "powered-off") {
+            return bad(format!(
+                "Server {server_id} is {}: its networks cannot change now",
+                server.status
+            ));
+        }
+        let Some(i) = self
+            .memberships
+            .iter()
+            .position(|m| m.kind == kind && m.server_id == server_id && m.network_id == network)
+        else {
+            return not_found(format!(
+                "Server {server_id} is not a member of network {network}"
+            ));
+        };
+        let m = &self.memberships[i];
+        if m.status != MembershipStatus::Assigned {
+            return conflict(format!(
+                "The membership of server {server_id} in network {network} is in progress: update its IPs once it is assigned"
+            ));
+        }
+        let given: Vec<String> = call
+            .body()
+            .get("ips")
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(Value::as_str)
+                    .map(str::to_owned)
+                    .collect()
+            })
+            .unwrap_or_default();
+        let force = call.force();
+        if given.is_empty() && !force {
+            return bad("At least 1 IP address is required (or force=true)");
+        }
+        let dhcp = m.dhcp;
+        let (ips, addresses) = match kind {
+            NetworkKind::Private => {
+                if dhcp && !given.is_empty() {
+                    return bad("ips must be empty when dhcp is true");
+                }
+                self.private_ips(&network, Some(given), false, force, Some(&server_id))?
+            }
+            NetworkKind::Public => {
+                self.public_ips(&network, given, force, true, Some(&server_id))?
+            }
+        };
+        let m = &mut self.memberships[i];
+        m.ips.clone_from(&ips);
+        m.addresses = addresses;
+        let answer = match kind {
+            NetworkKind::Private => json!({
+                "id": network, "ips": ips, "dhcp": dhcp, "statusDescription": "assigned"
+            }),
+            NetworkKind::Public => json!({
+                "id": network, "ips": ips, "statusDescription": "assigned"
+            }),
+        };
+        Ok((200, Some(answer)))
     }
 
     fn leave(&mut self, call: &Call<'_>, kind: NetworkKind, param: &str) -> Answer {

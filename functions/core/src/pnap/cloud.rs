@@ -16,6 +16,12 @@
 //!   `leave:<network>`, and its state is read from the server: a
 //!   membership `in-progress` is `in_progress`, `assigned` is `completed`,
 //!   `error` is `failed`; after a leave, no membership is `completed`.
+//! - A membership reads `in-progress` both while joining and while
+//!   leaving, so the unfinished operation found on a server (a lost
+//!   answer's lookup) cannot say which it is: its id is
+//!   `change:<network>`, and it is `completed` once the membership is
+//!   `assigned` or gone, whichever way it went (the caller re-reads the
+//!   server's networks after it, as after any operation).
 //! - An **address on a server** is one of the `ips` of a membership
 //!   ([`AssignedAddress`] id `<server>/<private|public>/<network>/<ip>`).
 //!   [`Cloud::assign_address`] finds the network whose range (private:
@@ -29,6 +35,13 @@
 //!   newer than the cursor (a timestamp) and, when there are any, "cursor
 //!   not found", which makes the poll re-read every server it knows (the
 //!   servers' state is the truth).
+//!
+//! - **Refusals**: phoenixNAP refuses a membership write with 400 (an IP
+//!   outside the range or used by another server, a server that cannot
+//!   change now) or 409 (the membership is changing). At the seam the 400
+//!   is a 422, a refusal in the current state that callers re-read before
+//!   they believe it (as Metal's 422), and the 409 is
+//!   [`CloudError::Unavailable`]: try again once the change is done.
 //!
 //! phoenixNAP has only [`Capability::ChosenAddresses`]: no NIC modes,
 //! bonding, native segments, VRF-backed pools or gateways to create.
@@ -157,9 +170,50 @@ fn operation_id(attach: bool, network: &str) -> String {
     format!("{}:{network}", if attach { "join" } else { "leave" })
 }
 
+/// Which way an operation goes, as its id says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Direction {
+    Join,
+    Leave,
+    /// Found unfinished: joining or leaving, phoenixNAP does not say.
+    Either,
+}
+
 /// The [`AssignedAddress`] id of `ip` on `network` of `server`.
 fn address_id(server: &str, kind: Kind, network: &str, ip: &str) -> String {
     format!("{server}/{}/{network}/{ip}", kind.name())
+}
+
+/// Seconds a caller waits before trying a membership write phoenixNAP
+/// refused because the membership is changing.
+pub const MEMBERSHIP_BUSY_S: u64 = 5;
+
+/// phoenixNAP's refusal of a membership write as the seam's: a 400 (an IP
+/// outside the range, already used, a server in a state that cannot
+/// change) is a refusal in the current state, 422, which callers re-read
+/// before they believe it; a 409 (the membership is changing) is "not
+/// now", [`CloudError::Unavailable`]. Anything else is as it was.
+fn seam_error(e: CloudError) -> CloudError {
+    match e {
+        CloudError::Api {
+            status: 400,
+            request,
+            messages,
+        } => CloudError::Api {
+            status: 422,
+            request,
+            messages,
+        },
+        CloudError::Api {
+            status: 409,
+            request,
+            messages,
+        } => CloudError::Unavailable {
+            retry_after_s: MEMBERSHIP_BUSY_S,
+            detail: format!("{request}: 409 {}", messages.join("; ")),
+        },
+        other => other,
+    }
 }
 
 fn refused(request: &str, message: String) -> CloudError {
@@ -171,21 +225,22 @@ fn refused(request: &str, message: String) -> CloudError {
 }
 
 /// The operation's state from a membership (or its absence).
-fn operation_of(id: &str, attach: bool, member: Option<&Membership>) -> Operation {
-    let (state, errors) = match (attach, member.and_then(|m| m.status.as_deref())) {
-        (true, Some("assigned")) => ("completed", vec![]),
-        (true, Some("error")) => (
+fn operation_of(id: &str, direction: Direction, member: Option<&Membership>) -> Operation {
+    use Direction::{Either, Join, Leave};
+    let status = member.map(|m| m.status.as_deref());
+    let (state, errors) = match (direction, status) {
+        (Join | Either, Some(Some("assigned"))) => ("completed", vec![]),
+        (Join | Either, Some(Some("error"))) => (
             "failed",
             vec!["phoenixNAP reports the membership in error".to_owned()],
         ),
-        (true, Some(_)) => ("in_progress", vec![]),
-        (true, None) if member.is_some() => ("in_progress", vec![]),
-        (true, None) => (
+        (Join | Either, Some(_)) => ("in_progress", vec![]),
+        (Join, None) => (
             "failed",
             vec!["the server is not on the network".to_owned()],
         ),
-        (false, _) if member.is_none() => ("completed", vec![]),
-        (false, _) => ("in_progress", vec![]),
+        (Leave | Either, None) => ("completed", vec![]),
+        (Leave, Some(_)) => ("in_progress", vec![]),
     };
     Operation {
         id: id.to_owned(),
@@ -212,7 +267,7 @@ impl<H: HttpClient + ?Sized, E: Env + ?Sized> Pnap<'_, H, E> {
     }
 
     fn join(&self, server: &str, kind: Kind, network: &str, ips: Vec<String>) -> CloudResult<()> {
-        match kind {
+        let joined = match kind {
             Kind::Private => self
                 .join_private_network(
                     server,
@@ -234,7 +289,8 @@ impl<H: HttpClient + ?Sized, E: Env + ?Sized> Pnap<'_, H, E> {
                     },
                 )
                 .map(drop),
-        }
+        };
+        joined.map_err(seam_error)
     }
 
     fn set_ips(&self, server: &str, kind: Kind, network: &str, ips: &[String]) -> CloudResult<()> {
@@ -242,6 +298,7 @@ impl<H: HttpClient + ?Sized, E: Env + ?Sized> Pnap<'_, H, E> {
             Kind::Private => self.update_private_ips(server, network, ips).map(drop),
             Kind::Public => self.update_public_ips(server, network, ips).map(drop),
         }
+        .map_err(seam_error)
     }
 
     fn leave(&self, server: &str, kind: Kind, network: &str) -> CloudResult<bool> {
@@ -249,6 +306,7 @@ impl<H: HttpClient + ?Sized, E: Env + ?Sized> Pnap<'_, H, E> {
             Kind::Private => self.leave_private_network(server, network),
             Kind::Public => self.leave_public_network(server, network),
         }
+        .map_err(seam_error)
     }
 }
 
@@ -365,9 +423,10 @@ impl<H: HttpClient + ?Sized, E: Env + ?Sized> Cloud for Pnap<'_, H, E> {
         let Some((verb, network)) = id.split_once(':') else {
             return Ok(None);
         };
-        let attach = match verb {
-            "join" => true,
-            "leave" => false,
+        let direction = match verb {
+            "join" => Direction::Join,
+            "leave" => Direction::Leave,
+            "change" => Direction::Either,
             _ => return Ok(None),
         };
         let Some(server) = self.server(nic)? else {
@@ -375,7 +434,7 @@ impl<H: HttpClient + ?Sized, E: Env + ?Sized> Cloud for Pnap<'_, H, E> {
         };
         let all = memberships(&server.network_configuration);
         let member = all.iter().find(|m| m.network == network);
-        Ok(Some(operation_of(id, attach, member)))
+        Ok(Some(operation_of(id, direction, member)))
     }
 
     fn unfinished_operation(&self, nic: &str) -> CloudResult<Option<Operation>> {
@@ -385,7 +444,10 @@ impl<H: HttpClient + ?Sized, E: Env + ?Sized> Cloud for Pnap<'_, H, E> {
         Ok(memberships(&server.network_configuration)
             .iter()
             .find(|m| m.status.as_deref() == Some("in-progress"))
-            .map(|m| operation_of(&operation_id(true, &m.network), true, Some(m))))
+            .map(|m| {
+                let id = format!("change:{}", m.network);
+                operation_of(&id, Direction::Either, Some(m))
+            }))
     }
 
     fn addresses(&self, device: &str) -> CloudResult<Vec<AssignedAddress>> {
