@@ -25,10 +25,13 @@
 //! implementation.
 //!
 //! [`retry`] is every HTTP cloud client's retry decision (429 and
-//! `Retry-After`, 5xx, lost answers never repeated for a POST).
+//! `Retry-After`, 5xx, lost answers never repeated for a POST), and
+//! [`attempts`] the loop that sends a request's attempts by it.
 //!
-//! Owns no IPAM, Kubernetes or KV knowledge and imports only `error`.
+//! Owns no IPAM, Kubernetes or KV knowledge and imports only `error` and
+//! (in `attempts`) the `ports`.
 
+pub mod attempts;
 mod error;
 pub mod retry;
 

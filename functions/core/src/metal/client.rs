@@ -12,7 +12,6 @@
 
 use std::cell::{Cell, RefCell};
 
-use http::header::HeaderName;
 use http::Method;
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use serde::de::DeserializeOwned;
@@ -24,10 +23,11 @@ use super::model::{
     PortAssignInput, VirtualNetwork, VirtualNetworkCreateInput, VlanBatch, VlanBatchInput, Vrf,
     VrfCreateInput, VrfIpReservation, VrfIpReservationCreateInput, VrfMetalGatewayCreateInput,
 };
-use super::retry::{decide, Attempt, Next, RetryPolicy};
+use super::retry::RetryPolicy;
+use crate::cloud::attempts::Attempts;
 use crate::cloud::CloudError;
 use crate::error::{Error, ErrorKind};
-use crate::ports::http::{headers, Deadline, HttpClient, TransportError, TransportKind};
+use crate::ports::http::{headers, HttpClient};
 use crate::ports::Env;
 
 /// Where the Metal API is, the project, and how to authenticate.
@@ -130,27 +130,8 @@ impl From<MetalError> for Error {
     }
 }
 
-/// Longest connect of one attempt, in milliseconds (at most half of the
-/// attempt's deadline: [`Deadline::timeouts`]).
-pub const CONNECT_MS: u64 = 3_000;
-
 pub use super::retry::MIN_ATTEMPT_MS;
-
-/// What the retry policy sees of an attempt's result.
-fn attempt_of(result: &Result<http::Response<Vec<u8>>, TransportError>) -> Attempt<'_> {
-    match result {
-        Ok(r) => {
-            let header = |n: &HeaderName| r.headers().get(n).and_then(|v| v.to_str().ok());
-            Attempt::Response {
-                status: r.status().as_u16(),
-                retry_after: header(&headers::RETRY_AFTER),
-                rate_limit_reset: header(&headers::X_RATELIMIT_RESET),
-            }
-        }
-        Err(e) if e.kind.not_sent() => Attempt::NotSent,
-        Err(_) => Attempt::Transport,
-    }
-}
+pub use crate::cloud::attempts::{attempt_deadline, CONNECT_MS};
 
 /// The answer to `request`: a 2xx's status and body, else
 /// [`MetalError::Api`] with Metal's messages.
@@ -168,25 +149,6 @@ fn answer(request: String, resp: http::Response<Vec<u8>>) -> Result<(u16, Vec<u8
         request,
         messages,
     })
-}
-
-/// The deadline of one attempt with `left_ms` of the request's budget
-/// left: the whole attempt, connecting included, within what is left;
-/// connecting within [`CONNECT_MS`] (and half of what is left). With the
-/// retry policy's waits, which never end past the budget, a request ends
-/// within its budget, whatever the peer does.
-///
-/// ```
-/// use metal_ipam_core::metal::client::attempt_deadline;
-/// use metal_ipam_core::ports::http::Deadline;
-/// assert_eq!(attempt_deadline(10_000), Deadline { connect_ms: 3_000, total_ms: 10_000 });
-/// assert_eq!(attempt_deadline(800).timeouts().connect_ms, 400);
-/// ```
-pub fn attempt_deadline(left_ms: u64) -> Deadline {
-    Deadline {
-        connect_ms: CONNECT_MS,
-        total_ms: left_ms,
-    }
 }
 
 /// Characters escaped in a query value: everything but unreserved ones.
@@ -278,87 +240,29 @@ impl<'a, H: HttpClient + ?Sized, E: Env + ?Sized> Metal<'a, H, E> {
         let repeatable = method != Method::POST;
         let url = self.url(path, query);
         let bytes = body.map(|b| b.to_string().into_bytes()).unwrap_or_default();
-        let start = self.env.now_ms();
-        let mut last = String::new();
-        for attempt in 1u32.. {
-            let mut req = self.request(&method, &url, body.is_some(), &bytes, &request)?;
-            // This attempt may use what is left of the request's budget. A
-            // retry has at least MIN_ATTEMPT_MS of it (the policy's waits
-            // leave that much), unless the wait overran: then it stops.
-            let left = self
-                .cfg
-                .retry
-                .budget_ms
-                .saturating_sub(self.env.now_ms().saturating_sub(start));
-            if attempt > 1 && left < MIN_ATTEMPT_MS {
-                return Err(MetalError::Unavailable {
-                    retry_after_s: 1,
-                    detail: format!("{last} after {} attempt(s)", attempt - 1),
-                });
-            }
-            attempt_deadline(left).set(&mut req);
-            self.calls.set(self.calls.get() + 1);
-            let result = self.http.send(req);
-            match &result {
-                Err(e) if e.kind == TransportKind::Tls => {
-                    return Err(MetalError::Tls {
-                        detail: format!("{request}: {e}"),
-                    })
-                }
-                Err(e) if e.kind == TransportKind::Denied => {
-                    return Err(MetalError::Denied {
-                        detail: format!("{request}: {e}"),
-                    })
-                }
-                Err(_) => {}
-                Ok(r) => self.note(r),
-            }
-            let elapsed = self.env.now_ms().saturating_sub(start);
-            last = match &result {
-                Err(e) => format!("{request}: {e}"),
-                Ok(r) => format!("{request}: {}", r.status().as_u16()),
-            };
-            let now_s = self.env.now();
-            match decide(
-                &self.cfg.retry,
-                attempt,
-                elapsed,
-                now_s,
-                self.env.random_u64(),
-                repeatable,
-                &attempt_of(&result),
-            ) {
-                Next::Wait(ms) => self.env.sleep_ms(ms),
-                Next::GiveUp { retry_after_s } => {
-                    return Err(MetalError::Unavailable {
-                        retry_after_s,
-                        detail: format!("{last} after {attempt} attempt(s)"),
-                    })
-                }
-                Next::Unknown => return Err(MetalError::OutcomeUnknown { detail: last }),
-                Next::Answer => {
-                    let Ok(resp) = result else {
-                        unreachable!("a lost connection is never an answer")
-                    };
-                    return answer(request, resp);
-                }
-            }
-        }
-        unreachable!("the attempt counter does not run out")
+        let attempts = Attempts {
+            http: self.http,
+            env: self.env,
+            policy: self.cfg.retry,
+            calls: &self.calls,
+        };
+        let resp = attempts.send(
+            &request,
+            repeatable,
+            || self.request(&method, &url, body.is_some(), &bytes),
+            |r| self.note(r),
+        )?;
+        answer(request, resp)
     }
 
     /// One attempt's request: the token, JSON headers and `bytes`.
-    ///
-    /// # Errors
-    /// [`MetalError::Api`] with status 0 when it cannot be built.
     fn request(
         &self,
         method: &Method,
         url: &str,
         has_body: bool,
         bytes: &[u8],
-        request: &str,
-    ) -> Result<http::Request<Vec<u8>>, MetalError> {
+    ) -> http::Result<http::Request<Vec<u8>>> {
         let mut b = http::Request::builder()
             .method(method.clone())
             .uri(url)
@@ -371,11 +275,7 @@ impl<'a, H: HttpClient + ?Sized, E: Env + ?Sized> Metal<'a, H, E> {
         if has_body {
             b = b.header(headers::CONTENT_TYPE, "application/json");
         }
-        b.body(bytes.to_vec()).map_err(|e| MetalError::Api {
-            status: 0,
-            request: request.to_string(),
-            messages: vec![format!("cannot build the request: {e}")],
-        })
+        b.body(bytes.to_vec())
     }
 
     fn json<T: DeserializeOwned>(&self, request: &str, body: &[u8]) -> Result<T, MetalError> {

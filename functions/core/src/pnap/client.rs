@@ -14,7 +14,6 @@
 
 use std::cell::{Cell, RefCell};
 
-use http::header::HeaderName;
 use http::Method;
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use serde::de::DeserializeOwned;
@@ -29,16 +28,14 @@ use super::model::{
     PublicNetworkCreate, PublicNetworkIpBlock, PublicNetworkIpBlockCreate, Server,
     ServerNetworkUpdate, ServerPrivateNetwork, ServerPublicNetwork,
 };
-use crate::cloud::retry::{decide, Attempt, Next, RetryPolicy, MIN_ATTEMPT_MS};
+use crate::cloud::attempts::Attempts;
+use crate::cloud::retry::RetryPolicy;
 use crate::cloud::{CloudError, CloudResult};
-use crate::ports::http::{headers, Deadline, HttpClient, TransportError, TransportKind};
+use crate::ports::http::{headers, HttpClient};
 use crate::ports::Env;
 
 /// phoenixNAP's API server.
 pub const API_URL: &str = "https://api.phoenixnap.com";
-
-/// Longest connect of one attempt, in milliseconds.
-pub const CONNECT_MS: u64 = 3_000;
 
 /// The events read at most per audit log request.
 pub const EVENTS_LIMIT: u32 = 1_000;
@@ -110,22 +107,6 @@ fn server_public(server: &str) -> String {
         "{SERVERS}/{}/network-configuration/public-network-configuration/public-networks",
         seg(server)
     )
-}
-
-/// What the retry policy sees of an attempt's result.
-fn attempt_of(result: &Result<http::Response<Vec<u8>>, TransportError>) -> Attempt<'_> {
-    match result {
-        Ok(r) => {
-            let header = |n: &HeaderName| r.headers().get(n).and_then(|v| v.to_str().ok());
-            Attempt::Response {
-                status: r.status().as_u16(),
-                retry_after: header(&headers::RETRY_AFTER),
-                rate_limit_reset: None,
-            }
-        }
-        Err(e) if e.kind.not_sent() => Attempt::NotSent,
-        Err(_) => Attempt::Transport,
-    }
 }
 
 /// The client: configuration, transport, clock and the token, counting its
@@ -261,86 +242,27 @@ impl<'a, H: HttpClient + ?Sized, E: Env + ?Sized> Pnap<'a, H, E> {
         Ok(token)
     }
 
-    /// Sends what `build` makes until an answer the retry policy keeps,
-    /// within the budget; the answer is any status but the retried ones.
+    /// Sends what `build` makes through the shared attempt loop
+    /// ([`Attempts`]), within the budget (shortened by [`Pnap::within`]).
     fn with_retries(
         &self,
         request: &str,
         repeatable: bool,
         build: impl Fn() -> http::Result<http::Request<Vec<u8>>>,
     ) -> CloudResult<http::Response<Vec<u8>>> {
-        let start = self.env.now_ms();
-        let mut last = String::new();
-        for attempt in 1u32.. {
-            let mut req = build().map_err(|e| CloudError::Api {
-                status: 0,
-                request: request.to_owned(),
-                messages: vec![format!("cannot build the request: {e}")],
-            })?;
-            let budget = self.budget_ms.get().map_or(self.cfg.retry.budget_ms, |b| {
-                b.min(self.cfg.retry.budget_ms)
-            });
-            let left = budget.saturating_sub(self.env.now_ms().saturating_sub(start));
-            if attempt > 1 && left < MIN_ATTEMPT_MS {
-                return Err(CloudError::Unavailable {
-                    retry_after_s: 1,
-                    detail: format!("{last} after {} attempt(s)", attempt - 1),
-                });
-            }
-            Deadline {
-                connect_ms: CONNECT_MS,
-                total_ms: left,
-            }
-            .set(&mut req);
-            self.calls.set(self.calls.get() + 1);
-            let result = self.http.send(req);
-            match &result {
-                Err(e) if e.kind == TransportKind::Tls => {
-                    return Err(CloudError::Tls {
-                        detail: format!("{request}: {e}"),
-                    })
-                }
-                Err(e) if e.kind == TransportKind::Denied => {
-                    return Err(CloudError::Denied {
-                        detail: format!("{request}: {e}"),
-                    })
-                }
-                _ => {}
-            }
-            last = match &result {
-                Err(e) => format!("{request}: {e}"),
-                Ok(r) => format!("{request}: {}", r.status().as_u16()),
-            };
-            let elapsed = self.env.now_ms().saturating_sub(start);
-            let policy = RetryPolicy {
-                budget_ms: budget,
+        let budget_ms = self.budget_ms.get().map_or(self.cfg.retry.budget_ms, |b| {
+            b.min(self.cfg.retry.budget_ms)
+        });
+        let attempts = Attempts {
+            http: self.http,
+            env: self.env,
+            policy: RetryPolicy {
+                budget_ms,
                 ..self.cfg.retry
-            };
-            match decide(
-                &policy,
-                attempt,
-                elapsed,
-                self.env.now(),
-                self.env.random_u64(),
-                repeatable,
-                &attempt_of(&result),
-            ) {
-                Next::Wait(ms) => self.env.sleep_ms(ms),
-                Next::GiveUp { retry_after_s } => {
-                    return Err(CloudError::Unavailable {
-                        retry_after_s,
-                        detail: format!("{last} after {attempt} attempt(s)"),
-                    })
-                }
-                Next::Unknown => return Err(CloudError::OutcomeUnknown { detail: last }),
-                Next::Answer => {
-                    return result.map_err(|e| CloudError::OutcomeUnknown {
-                        detail: format!("{request}: {e}"),
-                    })
-                }
-            }
-        }
-        unreachable!("the attempt counter does not run out")
+            },
+            calls: &self.calls,
+        };
+        attempts.send(request, repeatable, build, |_| {})
     }
 
     fn json<T: DeserializeOwned>(request: &str, body: &[u8]) -> CloudResult<T> {
