@@ -751,9 +751,7 @@ pub fn substituted_components(
     root: &Path,
     overrides: &BTreeMap<&str, String>,
 ) -> Result<Vec<Value>> {
-    let path = root.join(ARTIFACT_DIR).join("ipam-components.yaml");
-    let text = std::fs::read_to_string(&path).with_context(|| path.display().to_string())?;
-    let text = substitute(&text, |name| {
+    components_with(root, |name| {
         Some(
             overrides
                 .get(name)
@@ -761,7 +759,32 @@ pub fn substituted_components(
                 .unwrap_or_else(|| sample_value(name)),
         )
     })
-    .with_context(|| path.display().to_string())?;
+}
+
+/// [`substituted_components`] as `clusterctl init` makes them for a user
+/// who set only the required variables (`overrides`, [`sample_value`]s for
+/// the others): every variable with a default keeps it.
+///
+/// # Errors
+/// As [`substituted_components`].
+pub fn components_with_defaults(
+    root: &Path,
+    overrides: &BTreeMap<&str, String>,
+) -> Result<Vec<Value>> {
+    components_with(root, |name| {
+        overrides.get(name).cloned().or_else(|| {
+            VARIABLES
+                .iter()
+                .find(|v| v.name == name && v.default.is_none())
+                .map(|v| sample_value(v.name))
+        })
+    })
+}
+
+fn components_with(root: &Path, lookup: impl Fn(&str) -> Option<String>) -> Result<Vec<Value>> {
+    let path = root.join(ARTIFACT_DIR).join("ipam-components.yaml");
+    let text = std::fs::read_to_string(&path).with_context(|| path.display().to_string())?;
+    let text = substitute(&text, lookup).with_context(|| path.display().to_string())?;
     Ok(parse_yaml_documents(&text)?
         .into_iter()
         .filter(Value::is_object)

@@ -21,14 +21,14 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{bail, ensure, Context, Result};
 use serde_json::Value;
 use sha2::Digest as _;
 
 use crate::harness::{free_port, tail, TempDir};
-use crate::real_spin::{exchange, kill_group, SpinResponse};
+use crate::real_spin::{exchange, kill_group, wait_until_ok, SpinResponse};
 
 /// The registry's program as Debian's `docker-registry` package installs it.
 pub const REGISTRY_PROGRAM: &str = "docker-registry";
@@ -235,32 +235,7 @@ impl Drop for Registry {
 /// Waits until `GET http://host/v2/` answers 200 (the Distribution API's
 /// version check; 401 would mean authentication is on), or says why not.
 async fn wait_until_serving(host: &str, child: &mut Child) -> std::result::Result<(), String> {
-    let deadline = Instant::now() + START_TIMEOUT;
-    let base = format!("http://{host}");
-    let (probe, ()) = http::Request::get("/v2/")
-        .body(())
-        .map_err(|e| e.to_string())?
-        .into_parts();
-    loop {
-        let answer = exchange(&base, &probe, "/v2/", Vec::new());
-        if let Ok(Ok(r)) = tokio::time::timeout(Duration::from_secs(5), answer).await {
-            if r.parts.status == 200 {
-                return Ok(());
-            }
-        }
-        match child.try_wait() {
-            Ok(Some(status)) => return Err(format!("exited during startup ({status})")),
-            Err(e) => return Err(format!("cannot be waited for: {e}")),
-            Ok(None) => {}
-        }
-        if Instant::now() > deadline {
-            return Err(format!(
-                "did not answer GET /v2/ on {host} within {} s",
-                START_TIMEOUT.as_secs()
-            ));
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_until_ok(&format!("http://{host}"), "/v2/", child, START_TIMEOUT).await
 }
 
 /// `sha256:<hex>` of `bytes`, as OCI digests are written.

@@ -494,13 +494,25 @@ fn spawn(
 /// Waits until `GET /healthz` answers 200, or says why not: the process
 /// exited, or [`START_TIMEOUT`] passed.
 async fn wait_until_serving(base_url: &str, child: &mut Child) -> std::result::Result<(), String> {
-    let deadline = Instant::now() + START_TIMEOUT;
-    let (health, ()) = http::Request::get("/healthz")
+    wait_until_ok(base_url, "/healthz", child, START_TIMEOUT).await
+}
+
+/// Waits until `GET <base_url><path>` answers 200 (each probe bounded to
+/// 5 s, one every 50 ms), or says why not: `child` exited, or `within`
+/// passed. Shared by every test that starts a server process.
+pub(crate) async fn wait_until_ok(
+    base_url: &str,
+    path: &str,
+    child: &mut Child,
+    within: Duration,
+) -> std::result::Result<(), String> {
+    let deadline = Instant::now() + within;
+    let (probe_head, ()) = http::Request::get(path)
         .body(())
         .map_err(|e| e.to_string())?
         .into_parts();
     loop {
-        let probe = exchange(base_url, &health, "/healthz", Vec::new());
+        let probe = exchange(base_url, &probe_head, path, Vec::new());
         if let Ok(Ok(r)) = tokio::time::timeout(Duration::from_secs(5), probe).await {
             if r.parts.status == 200 {
                 return Ok(());
@@ -513,8 +525,8 @@ async fn wait_until_serving(base_url: &str, child: &mut Child) -> std::result::R
         }
         if Instant::now() > deadline {
             return Err(format!(
-                "did not serve on {base_url} within {} s",
-                START_TIMEOUT.as_secs()
+                "did not answer GET {path} on {base_url} within {} s",
+                within.as_secs()
             ));
         }
         tokio::time::sleep(Duration::from_millis(50)).await;

@@ -212,7 +212,7 @@
 #![warn(missing_docs)]
 
 mod blocking;
-mod server;
+pub(crate) mod server;
 pub(crate) mod spec;
 mod state;
 

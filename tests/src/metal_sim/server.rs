@@ -92,13 +92,14 @@ impl Shared {
     }
 }
 
-/// The service's way to close a connection without answering.
+/// The service's way to close a connection without answering (the
+/// simulators' dropped-answer faults).
 #[derive(Debug)]
-struct HangUp;
+pub(crate) struct HangUp;
 
 impl std::fmt::Display for HangUp {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("the Metal simulator hung up (injected fault)")
+        f.write_str("the simulator hung up (injected fault)")
     }
 }
 
@@ -107,6 +108,22 @@ impl std::error::Error for HangUp {}
 /// Accepts connections until the task is aborted; aborting it drops the
 /// connection tasks with it.
 pub(crate) async fn serve(listener: TcpListener, shared: Arc<Shared>) {
+    serve_connections(listener, move |req| {
+        let shared = Arc::clone(&shared);
+        async move { handle(&shared, req).await }
+    })
+    .await;
+}
+
+/// Serves HTTP/1 on `listener`, each request answered by `handle` (a
+/// [`HangUp`] closes the connection unanswered), until the task is aborted;
+/// aborting it drops the connection tasks with it. Shared by the Metal and
+/// phoenixNAP simulators.
+pub(crate) async fn serve_connections<F, Fut>(listener: TcpListener, handle: F)
+where
+    F: Fn(Request<Incoming>) -> Fut + Clone + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Result<Response<Full<Bytes>>, HangUp>> + Send + 'static,
+{
     let mut connections = JoinSet::new();
     loop {
         tokio::select! {
@@ -115,16 +132,12 @@ pub(crate) async fn serve(listener: TcpListener, shared: Arc<Shared>) {
                     tokio::time::sleep(Duration::from_millis(10)).await;
                     continue;
                 };
-                let shared = Arc::clone(&shared);
+                let handle = handle.clone();
                 connections.spawn(async move {
-                    let service = service_fn(move |req| {
-                        let shared = Arc::clone(&shared);
-                        async move { handle(&shared, req).await }
-                    });
                     // A hang-up (ours or the client's) ends the connection;
                     // neither is an error of the server.
                     let _ = http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), service)
+                        .serve_connection(TokioIo::new(stream), service_fn(handle))
                         .await;
                 });
             }

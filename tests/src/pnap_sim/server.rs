@@ -12,17 +12,14 @@ use bytes::Bytes;
 use http::header::{CONTENT_TYPE, RETRY_AFTER};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
-use hyper::server::conn::http1;
-use hyper::service::service_fn;
 use hyper::{Request, Response};
-use hyper_util::rt::TokioIo;
 use serde_json::{json, Value};
 use tokio::net::TcpListener;
-use tokio::task::JoinSet;
 
 use super::spec::{Api, TOKEN_PATH};
 use super::state::{ApiError, Call, State};
 use super::{Fault, Recorded};
+use crate::metal_sim::server::{serve_connections, HangUp};
 use crate::metal_sim::spec::{parse_query, Lookup, Operation};
 
 /// The route name of the token endpoint in fault rules and counts.
@@ -104,43 +101,14 @@ impl Shared {
     }
 }
 
-/// The service's way to close a connection without answering.
-#[derive(Debug)]
-struct HangUp;
-
-impl std::fmt::Display for HangUp {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("the phoenixNAP simulator hung up (injected fault)")
-    }
-}
-
-impl std::error::Error for HangUp {}
-
-/// Accepts connections until the task is aborted; aborting it drops the
-/// connection tasks with it.
+/// Accepts connections until the task is aborted (the Metal simulator's
+/// loop, [`serve_connections`]).
 pub(crate) async fn serve(listener: TcpListener, shared: Arc<Shared>) {
-    let mut connections = JoinSet::new();
-    loop {
-        tokio::select! {
-            accepted = listener.accept() => {
-                let Ok((stream, _)) = accepted else {
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                    continue;
-                };
-                let shared = Arc::clone(&shared);
-                connections.spawn(async move {
-                    let service = service_fn(move |req| {
-                        let shared = Arc::clone(&shared);
-                        async move { handle(&shared, req).await }
-                    });
-                    let _ = http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), service)
-                        .await;
-                });
-            }
-            Some(_) = connections.join_next(), if !connections.is_empty() => {}
-        }
-    }
+    serve_connections(listener, move |req| {
+        let shared = Arc::clone(&shared);
+        async move { handle(&shared, req).await }
+    })
+    .await;
 }
 
 fn respond(status: u16, body: Option<&Value>, retry_after: Option<u64>) -> Response<Full<Bytes>> {

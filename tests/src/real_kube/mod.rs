@@ -443,26 +443,12 @@ impl ControlPlane {
 /// (the webhook's host `host`, sample values for the others).
 fn artifact_webhook_configuration(host: &str) -> Result<Value, String> {
     use crate::clusterctl;
-    let path = crate::schema::repo_root()
-        .join(clusterctl::ARTIFACT_DIR)
-        .join("ipam-components.yaml");
-    let text =
-        std::fs::read_to_string(&path).map_err(|e| format!("reading {}: {e}", path.display()))?;
-    let text = clusterctl::substitute(&text, |name| {
-        if name == clusterctl::WEBHOOK_HOST.name {
-            return Some(host.to_owned());
-        }
-        clusterctl::VARIABLES
-            .iter()
-            .find(|v| v.name == name && v.default.is_none())
-            .map(|v| clusterctl::sample_value(v.name))
-    })
-    .map_err(|e| format!("{}: {e:#}", path.display()))?;
-    crate::schema::parse_yaml_documents(&text)
-        .map_err(|e| format!("{}: {e:#}", path.display()))?
+    let values = [(clusterctl::WEBHOOK_HOST.name, host.to_owned())].into();
+    clusterctl::components_with_defaults(&crate::schema::repo_root(), &values)
+        .map_err(|e| format!("the clusterctl artifact: {e:#}"))?
         .into_iter()
         .find(|o| o["kind"] == "ValidatingWebhookConfiguration")
-        .ok_or_else(|| format!("{}: no ValidatingWebhookConfiguration", path.display()))
+        .ok_or_else(|| "the clusterctl artifact has no ValidatingWebhookConfiguration".to_owned())
 }
 
 /// The artifact's webhook configuration, installed by
