@@ -39,9 +39,10 @@ use serde_json::{json, Map, Value};
 use super::objects::{paused, PoolResource};
 use super::{write_pool_status, POOL_FINALIZER};
 use crate::error::{Error, ErrorKind, Known, Result};
+use crate::ipam::backing::{Backing, BackingSpec};
 use crate::ipam::ops;
 use crate::ipam::pool::{PoolId, PoolObject};
-use crate::ipam::vrf::{MetalSpec, Resource};
+use crate::ipam::vrf::Resource;
 use crate::kube::conditions::Ready;
 use crate::kube::object::{Meta, Object, WithJson};
 use crate::kube::{Kube, Resource as KubeResource, NETWORK_PROFILES};
@@ -119,7 +120,7 @@ struct VrfPool<'r, 'a, K: KvStore, H: HttpClient + ?Sized, C: VrfCloud + ?Sized>
 /// A pool object with `spec.metal`, parsed.
 struct Parsed {
     object: PoolObject,
-    spec: MetalSpec,
+    spec: BackingSpec,
     /// Why `spec.metal` breaks the section's rules (deletion policies
     /// Metal can carry out included): refused before anything is created,
     /// even the finalizer (the webhook may be bypassed).
@@ -130,7 +131,7 @@ struct Parsed {
 type Fields = Option<Map<String, Value>>;
 
 impl<K: KvStore, H: HttpClient + ?Sized, C: VrfCloud + ?Sized> VrfPool<'_, '_, K, H, C> {
-    fn target<'p>(&'p self, o: &WithJson<PoolResource>, spec: &'p MetalSpec) -> Target<'p> {
+    fn target<'p>(&'p self, o: &WithJson<PoolResource>, spec: &'p BackingSpec) -> Target<'p> {
         let m = o.meta();
         let cluster = m.label(crate::ipam::claim::CLUSTER_NAME_LABEL);
         Target::new(self.id, spec, m.uid.as_deref(), cluster)
@@ -210,10 +211,10 @@ impl<K: KvStore, H: HttpClient + ?Sized, C: VrfCloud + ?Sized> Handler<H>
                 )))
             }
         };
-        let Some(spec) = object.spec.metal.clone() else {
+        let Some(spec) = object.spec.backing().map(Backing::to_owned_spec) else {
             return self.no_spec_metal(o).map(Err);
         };
-        let invalid = spec.validate().err().map(|e| e.to_string());
+        let invalid = spec.as_backing().validate().err().map(|e| e.to_string());
         Ok(Ok(Parsed {
             object,
             spec,
@@ -290,7 +291,7 @@ fn teardown<K: KvStore, H: HttpClient + ?Sized, C: VrfCloud + ?Sized>(
         }
         return Err(e);
     }
-    if let Some(v) = vlan_in_use(h)? {
+    if let Some(v) = vlan_in_use(h, target)? {
         return Ok(Cleanup::Pending(v));
     }
     let report = step::deprovision(ctx, h.cloud, target)?;
@@ -311,6 +312,7 @@ fn teardown<K: KvStore, H: HttpClient + ?Sized, C: VrfCloud + ?Sized>(
 /// machines (`PoolVlanInUse` naming them); `None` when none does.
 fn vlan_in_use<K: KvStore, H: HttpClient + ?Sized, C: VrfCloud + ?Sized>(
     h: &VrfPool<'_, '_, K, H, C>,
+    target: &Target<'_>,
 ) -> Result<Option<Verdict<Fields>>> {
     let progress = read_progress(h.ctx, h.id)?;
     let vlan = progress.vlan.as_ref().map(|h| h.id.as_str());
@@ -319,7 +321,7 @@ fn vlan_in_use<K: KvStore, H: HttpClient + ?Sized, C: VrfCloud + ?Sized>(
         return Ok(None);
     }
     let ports = match vlan {
-        Some(v) => h.cloud.vlan_ports(v)?,
+        Some(v) => h.cloud.vlan_ports(target, v)?,
         None => Vec::new(),
     };
     let msg = format!(

@@ -26,10 +26,12 @@
 //! Spin.
 
 pub mod alloc;
+pub mod backing;
 pub mod claim;
 pub mod holders;
 pub mod index;
 pub mod ops;
+pub mod pnap;
 pub mod pool;
 pub mod store;
 pub mod vrf;

@@ -37,9 +37,11 @@
 //! teardown follows the recorded decisions whatever the spec says by then.
 //!
 //! # Order
-//! Provisioning follows [`Resource::ALL`] (VRF, reservation, VLAN,
+//! Provisioning follows the backing's chain ([`Backing::chain`]: on Metal
+//! [`Resource::ALL`], VRF, reservation, VLAN,
 //! gateway): each needs the ones before. Teardown follows
-//! [`TEARDOWN_ORDER`] (gateway, reservation, VLAN, VRF), deleting what its
+//! [`Backing::teardown_order`] (on Metal gateway, reservation, VLAN, VRF;
+//! on phoenixNAP the network, then its block), deleting what its
 //! decision says to delete and Metal allows (a resource a retained one
 //! depends on is kept: Metal refuses to delete a reservation or VLAN with a
 //! gateway, a VRF with reservations), waiting for the gateway to be gone
@@ -49,7 +51,8 @@
 use serde_json::Value;
 
 use crate::error::{Error, Result};
-use crate::ipam::vrf::{DeletionPolicy, MetalSpec, Resource};
+use crate::ipam::backing::Backing;
+use crate::ipam::vrf::{DeletionPolicy, Resource};
 use crate::kv::lease::{self, Lease as _};
 
 /// How long a creation intent excludes other instances, in seconds: longer
@@ -71,8 +74,10 @@ pub struct Decided {
 }
 
 impl Decided {
-    /// The decision for `r` from `spec`.
-    pub fn of(spec: &MetalSpec, r: Resource) -> Decided {
+    /// The decision for `r` from `spec` (a [`Backing`], or the
+    /// `MetalSpec` / `PnapSpec` it borrows).
+    pub fn of<'s>(spec: impl Into<Backing<'s>>, r: Resource) -> Decided {
+        let spec = spec.into();
         Decided {
             delete: spec.deletion(r) == DeletionPolicy::Delete,
             spec: spec.section(r),
@@ -291,7 +296,7 @@ pub enum Action {
 
 /// The first field where `spec` differs from a decision already taken
 /// (held resources, and the one being created), with the message.
-fn refused_change(spec: &MetalSpec, progress: &Progress) -> Option<(String, String)> {
+fn refused_change(spec: Backing<'_>, progress: &Progress) -> Option<(String, String)> {
     let taken = Resource::ALL
         .into_iter()
         .filter_map(|r| {
@@ -312,10 +317,11 @@ fn refused_change(spec: &MetalSpec, progress: &Progress) -> Option<(String, Stri
                 "is being created"
             };
             let message = format!(
-                "the pool's {} {what} as spec.metal said before, and {field} cannot change once it is: \
+                "the pool's {} {what} as {} said before, and {field} cannot change once it is: \
                  revert the change (a different {} needs a new pool)",
-                r.field(),
-                r.field()
+                spec.field(r),
+                spec.path(),
+                spec.field(r)
             );
             return Some((field, message));
         }
@@ -332,11 +338,12 @@ fn refused_change(spec: &MetalSpec, progress: &Progress) -> Option<(String, Stri
 /// let spec = MetalSpec::default(); // everything created
 /// assert_eq!(next(&spec, &Progress::default(), 0), Action::Create(Resource::Vrf));
 /// ```
-pub fn next(spec: &MetalSpec, progress: &Progress, now: u64) -> Action {
+pub fn next<'s>(spec: impl Into<Backing<'s>>, progress: &Progress, now: u64) -> Action {
+    let spec = spec.into();
     if let Some((field, message)) = refused_change(spec, progress) {
         return Action::Refuse { field, message };
     }
-    for r in Resource::ALL {
+    for &r in spec.chain() {
         if progress.held(r).is_some() {
             continue;
         }
@@ -349,22 +356,12 @@ pub fn next(spec: &MetalSpec, progress: &Progress, now: u64) -> Action {
             _ => Action::Create(r),
         };
     }
-    if progress.gateway_state.as_deref() == Some("active") {
+    if !spec.awaits_gateway() || progress.gateway_state.as_deref() == Some("active") {
         Action::Ready
     } else {
         Action::AwaitGateway
     }
 }
-
-/// Teardown order, Metal's documented one: the gateway (gone before its
-/// reservation can be deleted), the reservation, the VLAN (once no port
-/// uses it), the VRF.
-pub const TEARDOWN_ORDER: [Resource; 4] = [
-    Resource::Gateway,
-    Resource::Reservation,
-    Resource::Vlan,
-    Resource::Vrf,
-];
 
 /// The next teardown action.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -397,7 +394,7 @@ pub enum Teardown {
 /// spec says `deletionPolicy: Delete`, kept when it says `Retain`, and
 /// otherwise deleted when metal-ipam created it: never by whether the
 /// current spec adopts it.
-fn decided_delete(progress: &Progress, legacy: &MetalSpec, r: Resource) -> bool {
+fn decided_delete(progress: &Progress, legacy: Backing<'_>, r: Resource) -> bool {
     let Some(h) = progress.held(r) else {
         return false;
     };
@@ -409,34 +406,26 @@ fn decided_delete(progress: &Progress, legacy: &MetalSpec, r: Resource) -> bool 
     }
 }
 
-/// What `r` is made on in Metal: a reservation in a VRF, a gateway on a
-/// reservation and a VLAN. Metal refuses to delete a resource while one
-/// made on it exists.
-fn made_on(r: Resource) -> &'static [Resource] {
-    match r {
-        Resource::Vrf | Resource::Vlan => &[],
-        Resource::Reservation => &[Resource::Vrf],
-        Resource::Gateway => &[Resource::Reservation, Resource::Vlan],
-    }
-}
-
-/// The held resource that stays in Metal and keeps `r` from being deleted
-/// (one made on it, [`made_on`]: a gateway keeps its reservation and VLAN,
-/// a reservation its VRF).
-fn kept_for(progress: &Progress, legacy: &MetalSpec, r: Resource) -> Option<Resource> {
+/// The held resource that stays in the cloud and keeps `r` from being
+/// deleted (one made on it, [`Backing::made_on`]: on Metal a gateway keeps
+/// its reservation and VLAN, a reservation its VRF).
+fn kept_for(progress: &Progress, legacy: Backing<'_>, r: Resource) -> Option<Resource> {
     let stays = |d: Resource| {
         progress.held(d).is_some()
             && (!decided_delete(progress, legacy, d) || kept_for(progress, legacy, d).is_some())
     };
-    Resource::ALL
-        .into_iter()
-        .filter(|d| made_on(*d).contains(&r))
+    legacy
+        .chain()
+        .iter()
+        .copied()
+        .filter(|d| legacy.made_on(*d).contains(&r))
         .find(|d| stays(*d))
 }
 
 /// The next teardown action given `progress` at `now`: the recorded
 /// decisions say what is deleted (`legacy`, the current spec, answers only
-/// for resources recorded without one), in [`TEARDOWN_ORDER`]; the gateway
+/// for resources recorded without one), in the backing's
+/// [`Backing::teardown_order`]; the gateway
 /// must be gone (no longer recorded) before the reservation is touched; a
 /// live creation intent is waited out, then its resource looked for.
 ///
@@ -450,7 +439,8 @@ fn kept_for(progress: &Progress, legacy: &MetalSpec, r: Resource) -> Option<Reso
 ///     gateway_state: Some("active".into()), deleting: true, ..Progress::default() };
 /// assert_eq!(teardown(&spec, &p, 0), Teardown::Delete(Resource::Gateway));
 /// ```
-pub fn teardown(legacy: &MetalSpec, progress: &Progress, now: u64) -> Teardown {
+pub fn teardown<'s>(legacy: impl Into<Backing<'s>>, progress: &Progress, now: u64) -> Teardown {
+    let legacy = legacy.into();
     if let Some(i) = &progress.intent {
         if progress.held(i.resource).is_none() {
             return if i.live(now) {
@@ -460,7 +450,7 @@ pub fn teardown(legacy: &MetalSpec, progress: &Progress, now: u64) -> Teardown {
             };
         }
     }
-    for r in TEARDOWN_ORDER {
+    for &r in legacy.teardown_order() {
         if progress.held(r).is_none()
             || !decided_delete(progress, legacy, r)
             || kept_for(progress, legacy, r).is_some()
@@ -475,7 +465,7 @@ pub fn teardown(legacy: &MetalSpec, progress: &Progress, now: u64) -> Teardown {
     // The retained ones, dependents first (the VRF before the reservation
     // that keeps it, …): while a resource is recorded, what depends on it
     // is not deleted.
-    for r in Resource::ALL {
+    for &r in legacy.chain() {
         if progress.held(r).is_some() {
             let kept = if decided_delete(progress, legacy, r) {
                 kept_for(progress, legacy, r)
@@ -494,6 +484,7 @@ pub fn teardown(legacy: &MetalSpec, progress: &Progress, now: u64) -> Teardown {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ipam::vrf::MetalSpec;
     use serde_json::json;
 
     const UUID: &str = "8f3d3c4e-0b1a-4f7e-9c52-2d6f1f0a9b11";

@@ -325,7 +325,7 @@ impl<'k, K: KvStore, C: VrfCloud + ?Sized> Driver<'_, 'k, K, C> {
                 }
             }
             Action::Ready => {
-                let block = self.cloud.block(&progress)?;
+                let block = self.cloud.block(t, &progress)?;
                 return Ok(Round::Stop(
                     ProvisionPhase::Ready { block },
                     Box::new(progress),
@@ -394,7 +394,7 @@ impl<'k, K: KvStore, C: VrfCloud + ?Sized> Driver<'_, 'k, K, C> {
             Some(id) => {
                 let kept = record.record_created(r, &id, &decided)?;
                 if !kept {
-                    self.cloud.delete(r, &id)?;
+                    self.cloud.delete(t, r, &id)?;
                 }
                 Ok(Some((id, kept)))
             }
@@ -421,7 +421,7 @@ impl<'k, K: KvStore, C: VrfCloud + ?Sized> Driver<'_, 'k, K, C> {
         if self.record(t).record_created(r, id, decided)? {
             done.push(format!("{how} {} {id}", r.field()));
         } else {
-            self.cloud.delete(r, id)?;
+            self.cloud.delete(t, r, id)?;
             done.push(format!(
                 "deleted {} {id}: another is recorded, or the pool is gone",
                 r.field()
@@ -504,16 +504,16 @@ impl<'k, K: KvStore, C: VrfCloud + ?Sized> Driver<'_, 'k, K, C> {
     ) -> Result<Round> {
         let id = p.held_id(r)?;
         if r == Resource::Vlan {
-            let ports = self.cloud.vlan_ports(&id)?;
+            let ports = self.cloud.vlan_ports(t, &id)?;
             if !ports.is_empty() {
                 for port in &ports {
-                    self.cloud.unassign_port(port, &id)?;
+                    self.cloud.unassign_port(t, port, &id)?;
                     done.push(format!("unassigned vlan {id} from port {port}"));
                 }
                 return Ok(Round::Again);
             }
         }
-        self.cloud.delete(r, &id)?;
+        self.cloud.delete(t, r, &id)?;
         PoolRecord::new(self.ctx, t.id, p.uid.as_deref()).record_deleted(r, &id)?;
         done.push(format!("deleted {} {id}", r.field()));
         Ok(Round::Again)

@@ -7,6 +7,9 @@
 
 use serde_json::{Map, Value};
 
+use crate::error::{Error, ErrorKind, Result};
+use crate::ipam::backing::Backing;
+use crate::ipam::pnap::PnapSpec;
 use crate::ipam::pool::PoolId;
 use crate::ipam::vrf::MetalSpec;
 
@@ -15,8 +18,8 @@ use crate::ipam::vrf::MetalSpec;
 pub struct Target<'a> {
     /// The pool.
     pub id: &'a PoolId,
-    /// Its `spec.metal`.
-    pub spec: &'a MetalSpec,
+    /// What backs it (`spec.metal` or `spec.phoenixnap`).
+    pub spec: Backing<'a>,
     /// The pool's uid, when it came from Kubernetes.
     pub uid: Option<String>,
     /// The pool's cluster (its `cluster.x-k8s.io/cluster-name` label).
@@ -27,16 +30,49 @@ impl<'a> Target<'a> {
     /// The target for pool `id` (uid and cluster when known).
     pub fn new(
         id: &'a PoolId,
-        spec: &'a MetalSpec,
+        spec: impl Into<Backing<'a>>,
         uid: Option<&str>,
         cluster: Option<&str>,
     ) -> Target<'a> {
         Target {
             id,
-            spec,
+            spec: spec.into(),
             uid: uid.map(str::to_string),
             cluster: cluster.map(str::to_string),
         }
+    }
+
+    /// The pool's `spec.metal`.
+    ///
+    /// # Errors
+    /// 500 `WrongCloud` when the pool is backed by another cloud.
+    pub fn metal(&self) -> Result<&'a MetalSpec> {
+        self.spec
+            .metal()
+            .ok_or_else(|| self.wrong_cloud("Equinix Metal"))
+    }
+
+    /// The pool's `spec.phoenixnap`.
+    ///
+    /// # Errors
+    /// 500 `WrongCloud` when the pool is backed by another cloud.
+    pub fn pnap(&self) -> Result<&'a PnapSpec> {
+        self.spec
+            .pnap()
+            .ok_or_else(|| self.wrong_cloud("phoenixNAP"))
+    }
+
+    fn wrong_cloud(&self, cloud: &str) -> Error {
+        Error::new(
+            ErrorKind::Internal,
+            "WrongCloud",
+            format!(
+                "pool {} is backed by {} ({}), not by {cloud}",
+                self.id.display(),
+                self.spec.cloud(),
+                self.spec.path()
+            ),
+        )
     }
 
     /// The same pool as incarnation `uid` (whose resources carry its tag):

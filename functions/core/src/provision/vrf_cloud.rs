@@ -71,7 +71,7 @@ pub trait VrfCloud {
     ///
     /// # Errors
     /// The cloud's.
-    fn delete(&self, r: Resource, id: &str) -> Result<bool>;
+    fn delete(&self, t: &Target<'_>, r: Resource, id: &str) -> Result<bool>;
 
     /// The block of the recorded reservation: network address and prefix
     /// length.
@@ -79,7 +79,7 @@ pub trait VrfCloud {
     /// # Errors
     /// 409 `MetalReservationGone`; 500 for a reservation without a block;
     /// the cloud's.
-    fn block(&self, progress: &Progress) -> Result<(IpAddr, u8)>;
+    fn block(&self, t: &Target<'_>, progress: &Progress) -> Result<(IpAddr, u8)>;
 
     /// The gateway's state (`None`: it does not exist).
     ///
@@ -97,11 +97,11 @@ pub trait VrfCloud {
     ///
     /// # Errors
     /// The cloud's.
-    fn vlan_ports(&self, vlan: &str) -> Result<Vec<String>>;
+    fn vlan_ports(&self, t: &Target<'_>, vlan: &str) -> Result<Vec<String>>;
 
     /// Takes VLAN `vlan` off `port` (a port gone meanwhile counts as done).
     ///
     /// # Errors
     /// The cloud's.
-    fn unassign_port(&self, port: &str, vlan: &str) -> Result<()>;
+    fn unassign_port(&self, t: &Target<'_>, port: &str, vlan: &str) -> Result<()>;
 }

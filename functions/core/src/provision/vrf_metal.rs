@@ -9,7 +9,7 @@ use super::plan::Progress;
 use super::target::Target;
 use super::vrf_cloud::{CreateError, VrfCloud};
 use crate::error::{Error, Result};
-use crate::ipam::vrf::Resource;
+use crate::ipam::vrf::{MetalSpec, Resource};
 use crate::metal::client::{Metal, MetalError};
 use crate::metal::model::{
     IpAddress, VirtualNetworkCreateInput, VrfCreateInput, VrfIpReservationCreateInput,
@@ -31,7 +31,7 @@ impl From<MetalError> for CreateError {
 /// Metal Gateways.
 impl<H: HttpClient + ?Sized, E: Env + ?Sized> VrfCloud for Metal<'_, H, E> {
     fn adopt(&self, t: &Target<'_>, progress: &Progress, r: Resource) -> Result<String> {
-        adopt(self, t, progress, r)
+        adopt(self, t, t.metal()?, progress, r)
     }
 
     fn create(
@@ -40,7 +40,11 @@ impl<H: HttpClient + ?Sized, E: Env + ?Sized> VrfCloud for Metal<'_, H, E> {
         progress: &Progress,
         r: Resource,
     ) -> std::result::Result<String, CreateError> {
-        Ok(create(self, t, progress, r)?)
+        let s = t.metal().map_err(|error| CreateError {
+            error,
+            outcome_unknown: false,
+        })?;
+        Ok(create(self, t, s, progress, r)?)
     }
 
     fn find_created(
@@ -49,14 +53,14 @@ impl<H: HttpClient + ?Sized, E: Env + ?Sized> VrfCloud for Metal<'_, H, E> {
         progress: &Progress,
         r: Resource,
     ) -> Result<Option<String>> {
-        find_created(self, t, progress, r)
+        find_created(self, t, t.metal()?, progress, r)
     }
 
-    fn delete(&self, r: Resource, id: &str) -> Result<bool> {
+    fn delete(&self, _t: &Target<'_>, r: Resource, id: &str) -> Result<bool> {
         delete(self, r, id)
     }
 
-    fn block(&self, progress: &Progress) -> Result<(IpAddr, u8)> {
+    fn block(&self, _t: &Target<'_>, progress: &Progress) -> Result<(IpAddr, u8)> {
         block_of(self, progress)
     }
 
@@ -74,11 +78,11 @@ impl<H: HttpClient + ?Sized, E: Env + ?Sized> VrfCloud for Metal<'_, H, E> {
         }
     }
 
-    fn vlan_ports(&self, vlan: &str) -> Result<Vec<String>> {
+    fn vlan_ports(&self, _t: &Target<'_>, vlan: &str) -> Result<Vec<String>> {
         Ok(Metal::vlan_ports(self, vlan)?)
     }
 
-    fn unassign_port(&self, port: &str, vlan: &str) -> Result<()> {
+    fn unassign_port(&self, _t: &Target<'_>, port: &str, vlan: &str) -> Result<()> {
         match Metal::unassign_port(self, port, vlan) {
             Ok(_) => Ok(()),
             Err(e) if e.status() == Some(404) => Ok(()),
@@ -99,14 +103,15 @@ fn field(r: Resource, f: &str) -> String {
 fn adopt<H: HttpClient + ?Sized, E: Env + ?Sized>(
     metal: &Metal<'_, H, E>,
     t: &Target<'_>,
+    s: &MetalSpec,
     progress: &Progress,
     r: Resource,
 ) -> Result<String> {
     let invalid = |what: String| Error::invalid(field(r, "id"), what);
     match r {
-        Resource::Vrf => adopt_vrf(metal, t),
+        Resource::Vrf => adopt_vrf(metal, t, s),
         Resource::Reservation => {
-            let id = t.spec.reservation.id.clone().unwrap_or_default();
+            let id = s.reservation.id.clone().unwrap_or_default();
             let vrf = progress.held_id(Resource::Vrf)?;
             match metal.get_ip(&id)? {
                 Some(IpAddress::Vrf(res)) if t.belongs_elsewhere(&res.tags) => Err(invalid(
@@ -120,9 +125,9 @@ fn adopt<H: HttpClient + ?Sized, E: Env + ?Sized>(
                 None => Err(invalid(format!("reservation {id} does not exist"))),
             }
         }
-        Resource::Vlan => adopt_vlan(metal, t),
+        Resource::Vlan => adopt_vlan(metal, t, s),
         Resource::Gateway => {
-            let id = t.spec.gateway.id.clone().unwrap_or_default();
+            let id = s.gateway.id.clone().unwrap_or_default();
             let gw = metal
                 .get_gateway(&id)?
                 .ok_or_else(|| invalid(format!("Metal Gateway {id} does not exist")))?;
@@ -145,10 +150,11 @@ fn adopt<H: HttpClient + ?Sized, E: Env + ?Sized>(
 fn adopt_vrf<H: HttpClient + ?Sized, E: Env + ?Sized>(
     metal: &Metal<'_, H, E>,
     t: &Target<'_>,
+    s: &MetalSpec,
 ) -> Result<String> {
-    let metro = t.spec.metro.to_ascii_lowercase();
+    let metro = s.metro.to_ascii_lowercase();
     let invalid = |what: String| Error::invalid(field(Resource::Vrf, "id"), what);
-    let id = t.spec.vrf.id.clone().unwrap_or_default();
+    let id = s.vrf.id.clone().unwrap_or_default();
     let vrf = metal
         .get_vrf(&id)?
         .ok_or_else(|| invalid(format!("VRF {id} does not exist in the project")))?;
@@ -175,8 +181,8 @@ fn adopt_vrf<H: HttpClient + ?Sized, E: Env + ?Sized>(
 fn adopt_vlan<H: HttpClient + ?Sized, E: Env + ?Sized>(
     metal: &Metal<'_, H, E>,
     t: &Target<'_>,
+    s: &MetalSpec,
 ) -> Result<String> {
-    let s = t.spec;
     let metro = s.metro.to_ascii_lowercase();
     let invalid = |f: &str, what: String| Error::invalid(field(Resource::Vlan, f), what);
     let vlan = match (&s.vlan.id, s.vlan.vxlan) {
@@ -215,10 +221,10 @@ fn adopt_vlan<H: HttpClient + ?Sized, E: Env + ?Sized>(
 fn create<H: HttpClient + ?Sized, E: Env + ?Sized>(
     metal: &Metal<'_, H, E>,
     t: &Target<'_>,
+    s: &MetalSpec,
     progress: &Progress,
     r: Resource,
 ) -> std::result::Result<String, MetalError> {
-    let s = t.spec;
     let about = format!("metal-ipam pool {}", t.id.display());
     let missing = |what: &str| MetalError::Malformed {
         detail: format!("the {what} is not recorded yet"),
@@ -270,10 +276,11 @@ fn create<H: HttpClient + ?Sized, E: Env + ?Sized>(
 fn find_created<H: HttpClient + ?Sized, E: Env + ?Sized>(
     metal: &Metal<'_, H, E>,
     t: &Target<'_>,
+    s: &MetalSpec,
     progress: &Progress,
     r: Resource,
 ) -> Result<Option<String>> {
-    let metro = t.spec.metro.to_ascii_lowercase();
+    let metro = s.metro.to_ascii_lowercase();
     let tag = t.tag();
     let tagged = |tags: &[String]| tags.contains(&tag);
     let mut ids: Vec<String> = match r {

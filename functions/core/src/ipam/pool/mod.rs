@@ -19,6 +19,8 @@ use serde_json::{Map, Value};
 
 use crate::error::{Error, ErrorKind, Known, Result};
 use crate::ip::{from_u128, subnet_bounds, to_u128, Family, RangeSet};
+use crate::ipam::backing::Backing;
+use crate::ipam::pnap::{PnapIn, PnapSpec};
 use crate::ipam::vrf::{null_default, parse_at, MetalIn, MetalSpec};
 use crate::kube::names;
 
@@ -103,6 +105,10 @@ pub struct PoolSpec {
     /// The Metal resources behind a VRF-backed pool. Such a pool may leave
     /// `addresses` empty and `prefix` 0: they are then its block's.
     pub metal: Option<MetalSpec>,
+    /// The phoenixNAP network behind a phoenixNAP-backed pool (never with
+    /// `metal`). Such a pool may leave `addresses` and `prefix` to its
+    /// block too.
+    pub phoenixnap: Option<PnapSpec>,
 }
 
 /// A validated pool: everything the allocator needs, precomputed.
@@ -329,6 +335,7 @@ pub const SPEC_FIELDS: &[&str] = &[
     "addressReuseGracePeriodSeconds",
     "preAllocations",
     "metal",
+    "phoenixnap",
 ];
 
 /// A pool's `spec` as read: the fields whose absence depends on `metal`
@@ -349,6 +356,7 @@ struct SpecIn {
     #[serde(default, deserialize_with = "null_default")]
     pre_allocations: BTreeMap<String, String>,
     metal: Option<MetalIn>,
+    phoenixnap: Option<PnapIn>,
 }
 
 impl SpecIn {
@@ -356,7 +364,14 @@ impl SpecIn {
     /// VRF-backed, the numbers are in range, an empty gateway is none.
     fn checked(self) -> Result<PoolSpec> {
         let metal = self.metal.map(MetalIn::checked).transpose()?;
-        let vrf = metal.is_some();
+        let phoenixnap = self.phoenixnap.map(PnapIn::checked).transpose()?;
+        if metal.is_some() && phoenixnap.is_some() {
+            return Err(Error::invalid(
+                "spec.phoenixnap",
+                "a pool is backed by one cloud: set spec.metal or spec.phoenixnap, not both",
+            ));
+        }
+        let vrf = metal.is_some() || phoenixnap.is_some();
         let addresses = match self.addresses {
             Some(a) => a,
             None if vrf => Vec::new(),
@@ -393,6 +408,7 @@ impl SpecIn {
             address_reuse_grace_period_seconds: grace,
             pre_allocations: self.pre_allocations,
             metal,
+            phoenixnap,
         })
     }
 }
@@ -406,6 +422,7 @@ pub const PREFIX_SPEC_FIELDS: &[&str] = &[
     "addressReuseGracePeriodSeconds",
     "preAllocations",
     "metal",
+    "phoenixnap",
 ];
 
 /// `allocationPrefixLength` when not given (as the in-cluster provider).
@@ -424,6 +441,7 @@ struct PrefixSpecIn {
     #[serde(default, deserialize_with = "null_default")]
     pre_allocations: BTreeMap<String, String>,
     metal: Option<MetalIn>,
+    phoenixnap: Option<PnapIn>,
 }
 
 impl PrefixSpecIn {
@@ -438,8 +456,9 @@ impl PrefixSpecIn {
             address_reuse_grace_period_seconds: self.address_reuse_grace_period_seconds,
             pre_allocations: self.pre_allocations,
             metal: self.metal,
+            phoenixnap: self.phoenixnap,
         };
-        let vrf = as_address.metal.is_some();
+        let vrf = as_address.metal.is_some() || as_address.phoenixnap.is_some();
         if self.prefixes.is_none() && !vrf {
             return Err(Error::invalid("spec.prefixes", "is required"));
         }
@@ -462,6 +481,16 @@ impl PrefixSpecIn {
 }
 
 impl PoolSpec {
+    /// What backs the pool in a cloud (`spec.metal` or `spec.phoenixnap`),
+    /// if anything.
+    pub fn backing(&self) -> Option<Backing<'_>> {
+        match (&self.metal, &self.phoenixnap) {
+            (Some(m), _) => Some(Backing::Metal(m)),
+            (None, Some(p)) => Some(Backing::Pnap(p)),
+            (None, None) => None,
+        }
+    }
+
     /// Parses `spec` from JSON, reporting the exact field of any type error.
     ///
     /// # Errors
@@ -498,7 +527,7 @@ impl PoolSpec {
     /// A prefix pool's spec as JSON (the prefix pool's field names).
     fn prefix_to_json(&self, len: u8) -> Value {
         let mut m = Map::new();
-        if self.metal.is_none() || !self.addresses.is_empty() {
+        if self.backing().is_none() || !self.addresses.is_empty() {
             m.insert("prefixes".into(), self.addresses.clone().into());
         }
         m.insert("allocationPrefixLength".into(), len.into());
@@ -534,6 +563,9 @@ impl PoolSpec {
         if let Some(metal) = &self.metal {
             m.insert("metal".into(), metal.to_json());
         }
+        if let Some(p) = &self.phoenixnap {
+            m.insert("phoenixnap".into(), p.to_json());
+        }
     }
 
     /// The spec as JSON (CRD field names; empty optional fields omitted,
@@ -548,7 +580,7 @@ impl PoolSpec {
             } => (prefix, allocate_reserved),
         };
         let mut m = Map::new();
-        let vrf = self.metal.is_some();
+        let vrf = self.backing().is_some();
         if !vrf || !self.addresses.is_empty() {
             m.insert("addresses".into(), self.addresses.clone().into());
         }
@@ -591,9 +623,10 @@ impl PoolSpec {
     /// assert_eq!(full.validate().unwrap().total(), 5);
     /// ```
     pub fn with_block(&self, net: IpAddr, cidr: u8) -> Result<PoolSpec> {
-        if self.metal.is_none() {
+        let Some(backing) = self.backing() else {
             return Ok(self.clone());
-        }
+        };
+        let cloud = backing.cloud();
         let family = Family::of(net);
         let (lo, hi) = subnet_bounds(family, to_u128(net), cidr);
         let block = format!("{}/{cidr}", from_u128(family, lo));
@@ -607,7 +640,7 @@ impl PoolSpec {
             if !inside {
                 return Err(Error::invalid(
                     format!("spec.addresses[{i}]"),
-                    format!("{entry:?} is outside the pool's Metal block {block}"),
+                    format!("{entry:?} is outside the pool's {cloud} block {block}"),
                 ));
             }
         }
@@ -618,9 +651,13 @@ impl PoolSpec {
             PoolShape::Addresses { prefix: p, .. } => {
                 return Err(Error::invalid(
                     "spec.prefix",
-                    format!("{p} differs from the length of the pool's Metal block {block}"),
+                    format!("{p} differs from the length of the pool's {cloud} block {block}"),
                 ))
             }
+        }
+        if !backing.gateway_in_block() {
+            // No gateway of the cloud's: the pool's is what the spec says.
+            return Ok(out);
         }
         let gw = from_u128(family, lo + 1).to_string();
         match out.gateway.as_deref() {
@@ -629,7 +666,7 @@ impl PoolSpec {
             Some(g) => {
                 return Err(Error::invalid(
                     "spec.gateway",
-                    format!("{g:?}: the Metal Gateway of block {block} is {gw}"),
+                    format!("{g:?}: the {cloud} gateway of block {block} is {gw}"),
                 ))
             }
         }
@@ -663,9 +700,16 @@ impl PoolSpec {
     /// assert_eq!(pool.total(), 5);
     /// ```
     pub fn validate(&self) -> Result<ValidatedPool> {
-        if let Some(metal) = &self.metal {
-            metal.validate()?;
-            if let Some((net, cidr)) = metal.block() {
+        if let Some(backing) = self.backing() {
+            backing.validate()?;
+            let cloud = backing.cloud();
+            if backing.pnap().is_some() && self.shape.prefix_length().is_some() {
+                return Err(Error::invalid(
+                    "spec.phoenixnap",
+                    "a phoenixNAP network puts single addresses on servers: back an address pool with it, not a prefix pool",
+                ));
+            }
+            if let Some((net, cidr)) = backing.block() {
                 if let Some(len) = self.shape.prefix_length().filter(|l| *l <= cidr) {
                     // The block's first sub-prefix holds Metal's gateway:
                     // a sub-prefix as long as the block is all of it.
@@ -681,12 +725,22 @@ impl PoolSpec {
                 PoolShape::Addresses { prefix, .. } => prefix != 0,
             };
             if self.addresses.is_empty() || !known {
+                let (what, field) = match backing {
+                    Backing::Metal(_) => ("adopted Metal reservation", "spec.metal.reservation.id"),
+                    Backing::Pnap(p) if p.kind() == crate::ipam::pnap::NetworkKind::Public => {
+                        ("phoenixNAP IP block", "spec.phoenixnap.ipBlock")
+                    }
+                    Backing::Pnap(_) => (
+                        "adopted phoenixNAP network",
+                        "spec.phoenixnap.privateNetwork",
+                    ),
+                };
                 return Err(Error::new(
                     ErrorKind::Invalid,
                     BLOCK_UNKNOWN,
-                    "the pool's addresses come from its adopted Metal reservation, which is read when the pool is provisioned",
+                    format!("the pool's addresses come from its {what}, which is read from {cloud} when the pool is provisioned"),
                 )
-                .with_field("spec.metal.reservation.id"));
+                .with_field(field));
             }
         }
         self.validate_shape()
@@ -763,7 +817,7 @@ impl PoolSpec {
                 .map(unit)
                 .collect();
         let gateway = self.gateway_ip(family)?;
-        if let (Some(g), Some(_)) = (gateway, &self.metal) {
+        if let (Some(g), Some(_)) = (gateway, self.backing()) {
             let v = to_u128(g) >> shift;
             excluded.push((v, v));
         }
