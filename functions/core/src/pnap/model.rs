@@ -33,6 +33,10 @@ pub struct PrivateNetwork {
     /// The servers and their IPs on it.
     #[serde(default)]
     pub memberships: Vec<NetworkMembership>,
+    /// When it was created (RFC 3339; required by the specification, read
+    /// leniently): the oldest of duplicates is kept.
+    #[serde(default)]
+    pub created_on: Option<String>,
 }
 
 /// Creating a private network (`PrivateNetworkCreate`).
@@ -87,6 +91,10 @@ pub struct PublicNetwork {
     /// The servers and their IPs on it.
     #[serde(default)]
     pub memberships: Vec<NetworkMembership>,
+    /// When it was created (RFC 3339; required by the specification, read
+    /// leniently).
+    #[serde(default)]
+    pub created_on: Option<String>,
 }
 
 /// Creating a public network (`PublicNetworkCreate`).
@@ -144,9 +152,16 @@ pub struct IpBlock {
     /// What it is assigned to (a public network's or server's id).
     #[serde(default)]
     pub assigned_resource_id: Option<String>,
+    /// The kind of resource it is assigned to (`server` for a block on a
+    /// server; anything else is taken for a public network).
+    #[serde(default)]
+    pub assigned_resource_type: Option<String>,
     /// The description (metal-ipam's marker of a block it ordered).
     #[serde(default)]
     pub description: Option<String>,
+    /// When it was ordered (RFC 3339).
+    #[serde(default)]
+    pub created_on: Option<String>,
 }
 
 /// Ordering an IP block (`IpBlockCreate`).
