@@ -17,6 +17,7 @@
 //!   VRF-backed pools must do (VRF, reservation, VLAN, gateway: an
 //!   extension of a bare-metal cloud); [`vrf_metal`]: Equinix Metal's
 //!   implementation.
+//! - [`pnap_pools`]: phoenixNAP's calls for pools backed by its networks and IP blocks (imports `pnap`).
 //! - [`step`]: the driver, [`step::provision`] and [`step::deprovision`],
 //!   which run the plan against the cloud and the store, one recorded
 //!   action at a time.
@@ -31,6 +32,7 @@
 
 pub mod assign;
 pub mod plan;
+pub mod pnap_pools;
 pub mod poll;
 pub mod record;
 pub mod step;
