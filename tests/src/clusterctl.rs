@@ -122,6 +122,12 @@ pub const METAL_SECRET: Variable = Variable {
     default: Some("metal-ipam-metal"),
     meaning: "optional Secret with key `token` (the Equinix Metal API token)",
 };
+/// The phoenixNAP client credentials Secret's name.
+pub const PNAP_SECRET: Variable = Variable {
+    name: "METAL_IPAM_PNAP_SECRET",
+    default: Some("metal-ipam-pnap"),
+    meaning: "optional Secret with keys `client-id` and `client-secret` (phoenixNAP OAuth client credentials, for pools backed by phoenixNAP networks)",
+};
 /// The Metal project.
 pub const PROJECT_ID: Variable = Variable {
     name: "METAL_IPAM_METAL_PROJECT_ID",
@@ -174,6 +180,7 @@ pub const VARIABLES: &[Variable] = &[
     TOKENS_SECRET,
     RUNTIME_CONFIG_SECRET,
     METAL_SECRET,
+    PNAP_SECRET,
     PROJECT_ID,
     METAL_API_URL,
     EVENTS_TOKEN,
@@ -214,6 +221,7 @@ const SECRET_NAMES: &[(&str, Variable)] = &[
     ("metal-ipam-tokens", TOKENS_SECRET),
     ("metal-ipam-runtime-config", RUNTIME_CONFIG_SECRET),
     ("metal-ipam-metal", METAL_SECRET),
+    ("metal-ipam-pnap", PNAP_SECRET),
 ];
 
 #[derive(Debug, Clone, Copy)]

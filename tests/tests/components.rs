@@ -596,24 +596,23 @@ fn manifest_grants_each_component_only_what_it_needs() {
                 ),
                 // With the batch steps, the only components with the Metal
                 // token and Metal host; network and poll chain to the batch
-                // steps.
-                "provision" | "assign" | "poll" | "network" => (
-                    vec!["default"],
-                    [
-                        "{{ k8s_api_url }}",
-                        "{{ metal_api_url }}",
-                        "http://attach-vlan.spin.internal",
-                        "http://detach-vlan.spin.internal",
-                    ]
-                    .iter()
-                    .take(if matches!(id.as_str(), "poll" | "network") {
-                        4
-                    } else {
-                        2
-                    })
-                    .map(|h| h.to_string())
-                    .collect(),
-                    vec![
+                // steps. Of them, the ones that serve pools and claims
+                // (provision, assign, poll) also hold phoenixNAP's client
+                // credentials and hosts; network is Metal-only.
+                "provision" | "assign" | "poll" | "network" => {
+                    let chains = matches!(id.as_str(), "poll" | "network");
+                    let pnap = id != "network";
+                    let mut hosts = vec!["{{ k8s_api_url }}", "{{ metal_api_url }}"];
+                    if pnap {
+                        hosts.extend(["{{ pnap_api_url }}", "{{ pnap_auth_url }}"]);
+                    }
+                    if chains {
+                        hosts.extend([
+                            "http://attach-vlan.spin.internal",
+                            "http://detach-vlan.spin.internal",
+                        ]);
+                    }
+                    let mut vars = vec![
                         "api_token",
                         "k8s_api_url",
                         "k8s_token",
@@ -621,8 +620,21 @@ fn manifest_grants_each_component_only_what_it_needs() {
                         "metal_api_url",
                         "metal_project_id",
                         "metal_token",
-                    ],
-                ),
+                    ];
+                    if pnap {
+                        vars.extend([
+                            "pnap_api_url",
+                            "pnap_auth_url",
+                            "pnap_client_id",
+                            "pnap_client_secret",
+                        ]);
+                    }
+                    (
+                        vec!["default"],
+                        hosts.into_iter().map(str::to_string).collect(),
+                        vars,
+                    )
+                }
                 // Read-only views: the store only (they count their own
                 // requests and may create the pool index), no outbound
                 // host, the read token beside the API token.
@@ -663,6 +675,7 @@ fn manifest_grants_each_component_only_what_it_needs() {
         "events_token",
         "k8s_token",
         "metal_token",
+        "pnap_client_secret",
         "read_token",
     ] {
         assert!(

@@ -814,7 +814,7 @@ fn spin_app_sets_every_variable_spin_toml_declares() {
             "the SpinApp sets {name}, which spin.toml does not declare"
         );
     }
-    // The design's five variables are all there.
+    // Every variable the design has is set.
     let names: BTreeSet<&str> = set_vars.keys().map(String::as_str).collect();
     assert_eq!(
         names,
@@ -827,6 +827,10 @@ fn spin_app_sets_every_variable_spin_toml_declares() {
             "metal_api_url",
             "metal_project_id",
             "metal_token",
+            "pnap_api_url",
+            "pnap_auth_url",
+            "pnap_client_id",
+            "pnap_client_secret",
             "read_token"
         ])
     );
@@ -836,6 +840,16 @@ fn spin_app_sets_every_variable_spin_toml_declares() {
         set_vars["metal_token"]["valueFrom"]["secretKeyRef"],
         json!({"name": "metal-ipam-metal", "key": "token", "optional": true})
     );
+    // So are phoenixNAP's client credentials.
+    for (name, key) in [
+        ("pnap_client_id", "client-id"),
+        ("pnap_client_secret", "client-secret"),
+    ] {
+        assert_eq!(
+            set_vars[name]["valueFrom"]["secretKeyRef"],
+            json!({"name": "metal-ipam-pnap", "key": key, "optional": true})
+        );
+    }
     assert_eq!(
         set_vars["k8s_api_url"]["value"],
         "https://kubernetes.default.svc"

@@ -99,6 +99,7 @@ fn want() -> Want {
         uid: UID.into(),
         address: ADDRESS.parse().unwrap(),
         device: Some("d1".into()),
+        cloud: Default::default(),
     }
 }
 

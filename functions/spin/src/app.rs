@@ -45,6 +45,8 @@ use metal_ipam_core::kv::{Ctx, SwapPolicy};
 use metal_ipam_core::metal::client::{Metal, MetalConfig, BASE_PATH};
 use metal_ipam_core::metal::retry::RetryPolicy;
 use metal_ipam_core::observe::counters::{self, Tally};
+use metal_ipam_core::pnap::auth::{Credentials, TOKEN_PATH};
+use metal_ipam_core::pnap::client::{Pnap, PnapConfig};
 use metal_ipam_core::ports::http::{HttpClient, TransportError};
 use metal_ipam_core::ports::kv::{CountingKv, KvError, KvStore, OpCounts};
 use metal_ipam_core::ports::Env;
@@ -78,6 +80,17 @@ pub const VAR_METAL_API_URL: &str = "metal_api_url";
 pub const VAR_METAL_TOKEN: &str = "metal_token";
 /// Variable: the Equinix Metal project of the VRF-backed pools.
 pub const VAR_METAL_PROJECT_ID: &str = "metal_project_id";
+/// Variable: the phoenixNAP API server, `scheme://host[:port]` (the
+/// client adds each API's base path); only the components that call the
+/// clouds declare the phoenixNAP variables.
+pub const VAR_PNAP_API_URL: &str = "pnap_api_url";
+/// Variable: phoenixNAP's authentication server, `scheme://host[:port]`
+/// (the token endpoint's path [`TOKEN_PATH`] is added).
+pub const VAR_PNAP_AUTH_URL: &str = "pnap_auth_url";
+/// Variable: the phoenixNAP OAuth client id.
+pub const VAR_PNAP_CLIENT_ID: &str = "pnap_client_id";
+/// Variable: the phoenixNAP OAuth client secret (a secret).
+pub const VAR_PNAP_CLIENT_SECRET: &str = "pnap_client_secret";
 
 /// Outbound HTTP on `wasi:http/outgoing-handler`, blocking, never longer
 /// than the request's [`Deadline`]: its timeouts as request options
@@ -111,6 +124,9 @@ pub struct AppConfig {
     /// Equinix Metal access, when `metal_api_url`, `metal_token` and
     /// `metal_project_id` are all set.
     pub metal: Option<MetalConfig>,
+    /// phoenixNAP access, when `pnap_api_url`, `pnap_auth_url`,
+    /// `pnap_client_id` and `pnap_client_secret` are all set.
+    pub pnap: Option<PnapConfig>,
 }
 
 impl std::fmt::Debug for AppConfig {
@@ -119,6 +135,7 @@ impl std::fmt::Debug for AppConfig {
             .field("swap_policy", &self.swap_policy)
             .field("kube", &self.kube)
             .field("metal", &self.metal)
+            .field("pnap", &self.pnap)
             .finish_non_exhaustive()
     }
 }
@@ -176,6 +193,24 @@ impl AppConfig {
                 project_id: project.trim().to_string(),
                 retry: RetryPolicy::default(),
             });
+        let (api, auth, id, secret) = (
+            optional(VAR_PNAP_API_URL)?,
+            optional(VAR_PNAP_AUTH_URL)?,
+            optional(VAR_PNAP_CLIENT_ID)?,
+            optional(VAR_PNAP_CLIENT_SECRET)?,
+        );
+        let pnap = [&api, &auth, &id, &secret]
+            .iter()
+            .all(|v| !v.trim().is_empty())
+            .then(|| PnapConfig {
+                api_url: api.trim().trim_end_matches('/').to_string(),
+                token_url: format!("{}{TOKEN_PATH}", auth.trim().trim_end_matches('/')),
+                credentials: Credentials {
+                    client_id: id.trim().to_string(),
+                    client_secret: secret.trim().to_string(),
+                },
+                retry: RetryPolicy::default(),
+            });
         Ok(AppConfig {
             api_token: api_token.to_string(),
             events_token: optional(VAR_EVENTS_TOKEN)?.trim().to_string(),
@@ -183,6 +218,7 @@ impl AppConfig {
             swap_policy,
             kube,
             metal,
+            pnap,
         })
     }
 }
@@ -371,6 +407,7 @@ pub fn dispatch_admitted<K: KvStore, H: HttpClient + Clone>(
         .metal
         .as_ref()
         .map(|cfg| Metal::new(&tally, cfg, env));
+    let pnap = config.pnap.as_ref().map(|cfg| Pnap::new(&tally, cfg, env));
     let services = Services {
         ctx: ctx.as_ref(),
         kube: kube.as_ref(),
@@ -379,6 +416,7 @@ pub fn dispatch_admitted<K: KvStore, H: HttpClient + Clone>(
         events_token: &config.events_token,
         read_token: &config.read_token,
         metal: metal.as_ref(),
+        pnap: pnap.as_ref(),
     };
     let mut resp = (serving.handler)(&services, &at.parts.api_request(at.body), admitted);
     if let Some(ctx) = ctx.as_ref() {

@@ -50,6 +50,7 @@ impl World {
                 swap_policy: SwapPolicy::Auto,
                 kube: None,
                 metal: None,
+                pnap: None,
             },
         }
     }

@@ -382,6 +382,7 @@ impl World {
             events_token: EVENTS_TOKEN,
             read_token: "",
             metal: None,
+            pnap: None,
         };
         let headers = input.all_headers();
         let req = ApiRequest {

@@ -27,7 +27,7 @@ pub use super::device::DEVICE_ANNOTATION;
 use super::device::{resolve_device, DeviceRef};
 use super::objects::{paused, ClusterObject};
 use super::ClaimAnswer;
-use crate::cloud::Cloud;
+use crate::cloud::CloudKind;
 use crate::error::Result;
 use crate::ipam::claim::ClaimObject;
 use crate::ipam::ops;
@@ -38,6 +38,7 @@ use crate::kv::Ctx;
 use crate::ports::http::HttpClient;
 use crate::ports::kv::KvStore;
 use crate::provision::assign::{self, AssignState, ClaimAssignment, Labels, UnassignState, Want};
+use crate::provision::clouds::PickCloud;
 use crate::reconcile::{
     self, Cleanup, Condition, Handler, Order, Reason, Reconciled, StepResult, Verdict,
 };
@@ -80,7 +81,7 @@ fn write_condition<H: HttpClient + ?Sized>(
 /// 503 for an unavailable API server, store or Metal (the next invocation
 /// resumes); 500 for credentials or RBAC. Metal refusing the assignment is
 /// not an error: the claim's condition says it (`failed`).
-pub fn sync_claim_assignment<K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized>(
+pub fn sync_claim_assignment<K: KvStore, H: HttpClient + ?Sized, C: PickCloud + ?Sized>(
     ctx: &Ctx<'_, K>,
     kube: &Kube<'_, H>,
     cloud: &C,
@@ -126,7 +127,7 @@ fn unassigned(state: UnassignState, what: &str) -> Reconciled {
 /// `DeviceNotFound`, `DeviceDeleted`, `DeviceNotActive`: `waiting`;
 /// `AssignmentRefused`, `InvalidDevice`: `failed`), or none while an
 /// assignment is in progress or closed.
-struct Assignment<'r, 'a, K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized> {
+struct Assignment<'r, 'a, K: KvStore, H: HttpClient + ?Sized, C: PickCloud + ?Sized> {
     ctx: &'r Ctx<'a, K>,
     kube: &'r Kube<'a, H>,
     cloud: &'r C,
@@ -143,9 +144,11 @@ struct Gates {
     bound: Option<(ClaimRecord, Labels)>,
     /// The claim's device.
     device: Option<DeviceRef>,
+    /// The cloud of the claim's pool.
+    cloud: CloudKind,
 }
 
-impl<K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized> Assignment<'_, '_, K, H, C> {
+impl<K: KvStore, H: HttpClient + ?Sized, C: PickCloud + ?Sized> Assignment<'_, '_, K, H, C> {
     /// The gates after the claim's own pause: bound (else `waiting`), in a
     /// VRF-backed pool (else `ignored`), its Cluster not paused; then the
     /// device resolved.
@@ -156,12 +159,12 @@ impl<K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized> Assignment<'_, '_, K
             return Ok(Some(Reconciled::new(StepResult::Waiting, msg)));
         };
         let pool_id = binding.pool_id(ns)?;
-        let vrf_backed =
-            ops::get_pool(kv, &pool_id, 0)?.is_some_and(|p| p.object.spec.metal.is_some());
-        if !vrf_backed {
-            let msg = format!("pool {} is not VRF-backed", pool_id.display());
+        let pool = ops::get_pool(kv, &pool_id, 0)?;
+        let Some(cloud) = pool.and_then(|p| p.object.spec.backing().map(|b| b.kind())) else {
+            let msg = format!("pool {} is not backed by a cloud", pool_id.display());
             return Ok(Some(Reconciled::new(StepResult::Ignored, msg)));
-        }
+        };
+        g.cloud = cloud;
         if let Some(cluster) = &binding.cluster_name {
             let c: Option<ClusterObject> = self.kube.get_as(&kube::CLUSTERS, Some(ns), cluster)?;
             if c.is_some_and(|c| c.is_paused()) {
@@ -184,7 +187,7 @@ impl<K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized> Assignment<'_, '_, K
     }
 }
 
-impl<K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized> Handler<H>
+impl<K: KvStore, H: HttpClient + ?Sized, C: PickCloud + ?Sized> Handler<H>
     for Assignment<'_, '_, K, H, C>
 {
     type Object = ClaimObject;
@@ -269,6 +272,7 @@ impl<K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized> Handler<H>
             uid: labels.uid.clone(),
             address: binding.ip()?,
             device: device.clone(),
+            cloud: g.cloud,
         };
         let state = match &device {
             Some(_) => assign::assign(self.ctx, self.cloud, &want, &labels)?,

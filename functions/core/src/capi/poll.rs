@@ -59,6 +59,7 @@ use crate::network::batch::VlanBatches;
 use crate::ports::http::HttpClient;
 use crate::ports::kv::KvStore;
 use crate::provision::assign::{self as record, Assignment};
+use crate::provision::clouds::PickCloud;
 use crate::provision::poll::{self, Failed, PendingDevice};
 
 /// Claim steps one call runs at most (the rest wait for the next call).
@@ -233,7 +234,7 @@ fn synced_name(s: &Synced) -> Option<&'static str> {
 }
 
 /// One call's work: the steps it runs, what it reports, the budgets left.
-struct Run<'r, 'a, K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized> {
+struct Run<'r, 'a, K: KvStore, H: HttpClient + ?Sized, C: Cloud + PickCloud + ?Sized> {
     /// The store, the API server, the cloud, the VLAN steps.
     deps: Deps<'r, 'a, K, H, C>,
     report: PollReport,
@@ -251,7 +252,7 @@ struct Run<'r, 'a, K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized> {
     stopped: Option<Error>,
 }
 
-impl<K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized> Run<'_, '_, K, H, C> {
+impl<K: KvStore, H: HttpClient + ?Sized, C: Cloud + PickCloud + ?Sized> Run<'_, '_, K, H, C> {
     fn out_of_time(&self) -> bool {
         self.deps.ctx.env.now() >= self.started.saturating_add(POLL_TIME_S)
     }
@@ -515,7 +516,7 @@ fn finish_report(
 /// `MetalUnavailable`), after what the call handled was recorded.
 /// Failures of single claims, machines, device reads and the Machines list
 /// are in the report instead (the devices not handled stay pending).
-pub fn poll<K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized>(
+pub fn poll<K: KvStore, H: HttpClient + ?Sized, C: Cloud + PickCloud + ?Sized>(
     ctx: &Ctx<'_, K>,
     kube: &Kube<'_, H>,
     cloud: &C,

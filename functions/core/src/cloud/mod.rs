@@ -45,6 +45,36 @@ use crate::error::{Error, ErrorKind, Result};
 /// A call's result: the value, or what the cloud answered.
 pub type CloudResult<T> = std::result::Result<T, CloudError>;
 
+/// Which cloud an object lives in: a pool's backing, an assignment's
+/// record, a device's provider ID.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum CloudKind {
+    /// Equinix Metal (the default of records written before there were
+    /// two).
+    #[default]
+    Metal,
+    /// phoenixNAP Bare Metal Cloud.
+    Phoenixnap,
+}
+
+impl CloudKind {
+    /// The name in messages (`Metal`, `phoenixNAP`).
+    pub fn name(self) -> &'static str {
+        match self {
+            CloudKind::Metal => "Metal",
+            CloudKind::Phoenixnap => "phoenixNAP",
+        }
+    }
+
+    /// Whether it is Metal (a record leaves the default out).
+    pub fn is_metal(&self) -> bool {
+        *self == CloudKind::Metal
+    }
+}
+
 /// What a cloud may or may not do, beyond what every [`Cloud`] provides.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Capability {

@@ -9,9 +9,11 @@ use crate::kube::Kube;
 use crate::kv::Ctx;
 use crate::metal::client::Metal;
 use crate::network::batch::Chained;
+use crate::pnap::client::Pnap;
 use crate::ports::http::HttpClient;
 use crate::ports::kv::KvStore;
 use crate::ports::Env;
+use crate::provision::clouds::{BareMetal, Clouds};
 
 /// What a component has at hand for one request.
 pub struct Services<'a, K: KvStore, H: HttpClient + ?Sized> {
@@ -30,10 +32,16 @@ pub struct Services<'a, K: KvStore, H: HttpClient + ?Sized> {
     pub read_token: &'a str,
     /// The Metal client (`None` when the component has no Metal token).
     pub metal: Option<&'a Metal<'a, H, dyn Env + 'a>>,
+    /// The phoenixNAP client (`None` when the component has no phoenixNAP
+    /// client credentials).
+    pub pnap: Option<&'a PnapOf<'a, H>>,
 }
 
 /// The Metal client as the services hold it.
 pub(crate) type MetalOf<'a, H> = Metal<'a, H, dyn Env + 'a>;
+
+/// The phoenixNAP client as the services hold it.
+pub type PnapOf<'a, H> = Pnap<'a, H, dyn Env + 'a>;
 
 impl<'a, K: KvStore, H: HttpClient + ?Sized> Services<'a, K, H> {
     /// The services of a component with a store and nothing else (no
@@ -47,6 +55,7 @@ impl<'a, K: KvStore, H: HttpClient + ?Sized> Services<'a, K, H> {
             events_token: "",
             read_token: "",
             metal: None,
+            pnap: None,
         }
     }
 
@@ -99,6 +108,18 @@ impl<'a, K: KvStore, H: HttpClient + ?Sized> Services<'a, K, H> {
                 "Equinix Metal is not configured (variables metal_token and metal_project_id)",
             )
         })
+    }
+
+    /// The clouds the component has credentials for: pools and claims are
+    /// served by the cloud of their backing.
+    pub(crate) fn clouds(&self) -> Clouds<'a>
+    where
+        H: 'a,
+    {
+        Clouds {
+            metal: self.metal.map(|m| m as &dyn BareMetal),
+            pnap: self.pnap.map(|p| p as &dyn BareMetal),
+        }
     }
 
     /// The chained steps (VLAN batches, an event's steps), reached with

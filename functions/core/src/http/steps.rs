@@ -98,7 +98,7 @@ pub(crate) fn vrf_pool<K: KvStore, H: HttpClient + ?Sized>(
     id: &PoolId,
 ) -> ApiResponse {
     pool_step(route, id, |id| {
-        capi::vrf::sync_vrf_pool(s.store()?, s.kube()?, s.metal()?, id)
+        capi::vrf::sync_vrf_pool(s.store()?, s.kube()?, &s.clouds(), id)
     })
 }
 
@@ -119,7 +119,7 @@ pub(crate) fn metal_claim<K: KvStore, H: HttpClient + ?Sized>(
     let route = status.template();
     let checked = status.check_names();
     let result = checked.and_then(|_| {
-        capi::assign::sync_claim_assignment(s.store()?, s.kube()?, s.metal()?, ns, name)
+        capi::assign::sync_claim_assignment(s.store()?, s.kube()?, &s.clouds(), ns, name)
     });
     let retry_after = result.as_ref().ok().and_then(|o| o.retry_after);
     let r = outcome_response(route, result, "claim", format!("{ns}/{name}"));

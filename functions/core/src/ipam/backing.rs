@@ -17,6 +17,7 @@ use serde_json::Value;
 
 use super::pnap::PnapSpec;
 use super::vrf::{DeletionPolicy, MetalSpec, Resource};
+use crate::cloud::CloudKind;
 use crate::error::Result;
 
 /// A pool's backing, borrowed from its spec.
@@ -88,6 +89,14 @@ impl<'a> Backing<'a> {
         match self {
             Backing::Metal(_) => "spec.metal",
             Backing::Pnap(_) => "spec.phoenixnap",
+        }
+    }
+
+    /// The cloud.
+    pub fn kind(self) -> CloudKind {
+        match self {
+            Backing::Metal(_) => CloudKind::Metal,
+            Backing::Pnap(_) => CloudKind::Phoenixnap,
         }
     }
 

@@ -11,7 +11,7 @@
 //!   (`ipBlock`): the block is the pool's. The network is adopted by `id` or
 //!   by `vlanId`, or created (the default) with the block attached; the
 //!   block is adopted by `id` or ordered by size (`cidrBlockSize`, IPv4
-//!   /22–/30) and attached to the network. phoenixNAP's gateway is the
+//!   /28–/31, the sizes phoenixNAP sells) and attached to the network. phoenixNAP's gateway is the
 //!   block's first usable address, as on Metal.
 //!
 //! Each resource has a `deletionPolicy` as on Metal (`Delete` the default
@@ -59,8 +59,6 @@ pub struct NetworkSpec {
     pub vlan_id: Option<u16>,
     /// The range of a private network to create.
     pub cidr: Option<String>,
-    /// Name of a created network (default: the pool's tag).
-    pub name: Option<String>,
     /// Explicit deletion policy.
     pub deletion_policy: Option<DeletionPolicy>,
 }
@@ -71,14 +69,15 @@ pub struct NetworkSpec {
 pub struct IpBlockSpec {
     /// Adopt this block.
     pub id: Option<String>,
-    /// Prefix length of a block to order (IPv4 22–30).
+    /// Prefix length of a block to order (IPv4 28–31: phoenixNAP's sizes;
+    /// a larger block is ordered through its support and adopted).
     pub cidr_block_size: Option<u8>,
     /// Explicit deletion policy.
     pub deletion_policy: Option<DeletionPolicy>,
 }
 
 /// Which kind of network backs the pool.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum NetworkKind {
     /// A private network: its CIDR is the block.
     Private,
@@ -92,6 +91,14 @@ impl NetworkKind {
         match self {
             NetworkKind::Private => "privateNetwork",
             NetworkKind::Public => "publicNetwork",
+        }
+    }
+
+    /// `private` or `public`, for messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            NetworkKind::Private => "private",
+            NetworkKind::Public => "public",
         }
     }
 }
@@ -284,7 +291,6 @@ impl PnapSpec {
             put(&mut m, "id", &n.id);
             put(&mut m, "vlanId", &n.vlan_id);
             put(&mut m, "cidr", &n.cidr);
-            put(&mut m, "name", &n.name);
             put(&mut m, "deletionPolicy", &policy(n.deletion_policy));
             Value::Object(m)
         };
@@ -314,7 +320,7 @@ impl PnapSpec {
     ///   `cidr`) or described for creation, not both; `vlanId` is 2–4094;
     ///   a created private network's `cidr` is an aligned private IPv4
     ///   range (/8–/30); a public network has no `cidr`;
-    /// - a block is adopted (`id`) or ordered (`cidrBlockSize` 22–30), not
+    /// - a block is adopted (`id`) or ordered (`cidrBlockSize` 28–31), not
     ///   both;
     /// - ids are phoenixNAP's (hex, 24 digits in the specs' examples: 1–64
     ///   letters and digits accepted).
@@ -358,11 +364,7 @@ impl PnapSpec {
         let n = self.network();
         if let Some(id) = &n.id {
             check_id(id, &f("id"))?;
-            for (set, k) in [
-                (n.vlan_id.is_some(), "vlanId"),
-                (n.cidr.is_some(), "cidr"),
-                (n.name.is_some(), "name"),
-            ] {
+            for (set, k) in [(n.vlan_id.is_some(), "vlanId"), (n.cidr.is_some(), "cidr")] {
                 if set {
                     return Err(Error::invalid(
                         f(k),
@@ -379,19 +381,6 @@ impl PnapSpec {
                 return Err(Error::invalid(
                     f("vlanId"),
                     format!("{v}: a VLAN id is 2–4094"),
-                ));
-            }
-        }
-        if let Some(name) = &n.name {
-            let ok = (1..=100).contains(&name.len())
-                && name.chars().any(|c| c.is_ascii_alphabetic())
-                && name
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || "(). -".contains(c));
-            if !ok || self.adopted(Resource::Vlan) {
-                return Err(Error::invalid(
-                    f("name"),
-                    format!("{name:?}: a created network's name is 1–100 letters, digits, spaces and ( ) . -, with a letter"),
                 ));
             }
         }
@@ -434,11 +423,11 @@ impl PnapSpec {
                         ))
                     }
                     (Some(id), None) => check_id(id, "spec.phoenixnap.ipBlock.id")?,
-                    (None, Some(s)) if (22..=30).contains(&s) => {}
+                    (None, Some(s)) if (28..=31).contains(&s) => {}
                     (None, Some(s)) => {
                         return Err(Error::invalid(
                             "spec.phoenixnap.ipBlock.cidrBlockSize",
-                            format!("{s}: an ordered public block is IPv4 /22–/30"),
+                            format!("{s}: phoenixNAP sells IPv4 blocks of /28 to /31 (order a larger one through its support and adopt it by id)"),
                         ))
                     }
                     (None, None) => {
@@ -543,7 +532,7 @@ mod tests {
     fn valid_shapes_pass() {
         for v in [
             json!({"location": "PHX", "privateNetwork": {"cidr": "10.20.0.0/24"}}),
-            json!({"location": "PHX", "privateNetwork": {"cidr": "10.20.0.0/24", "vlanId": 20, "name": "pool a"}}),
+            json!({"location": "PHX", "privateNetwork": {"cidr": "10.20.0.0/24", "vlanId": 20}}),
             json!({"location": "PHX", "privateNetwork": {"vlanId": 20}}),
             json!({"location": "PHX", "privateNetwork": {"id": "60473a6115e34466c9f8f083"}}),
             json!({"location": "ASH", "publicNetwork": {}, "ipBlock": {"cidrBlockSize": 29}}),
@@ -610,7 +599,7 @@ mod tests {
                 "spec.phoenixnap.publicNetwork.cidr",
             ),
             (
-                json!({"location": "PHX", "publicNetwork": {}, "ipBlock": {"cidrBlockSize": 31}}),
+                json!({"location": "PHX", "publicNetwork": {}, "ipBlock": {"cidrBlockSize": 27}}),
                 "spec.phoenixnap.ipBlock.cidrBlockSize",
             ),
             (

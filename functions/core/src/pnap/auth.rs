@@ -19,7 +19,14 @@ use serde::Deserialize;
 
 use crate::cloud::CloudError;
 
-/// The token endpoint on phoenixNAP's authentication server.
+/// The token endpoint's path on the authentication server.
+pub const TOKEN_PATH: &str = "/auth/realms/BMC/protocol/openid-connect/token";
+
+/// phoenixNAP's authentication server.
+pub const AUTH_URL: &str = "https://auth.phoenixnap.com";
+
+/// The token endpoint on phoenixNAP's authentication server
+/// ([`AUTH_URL`] and [`TOKEN_PATH`]).
 pub const TOKEN_URL: &str =
     "https://auth.phoenixnap.com/auth/realms/BMC/protocol/openid-connect/token";
 

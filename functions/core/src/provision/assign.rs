@@ -30,8 +30,9 @@ use std::net::IpAddr;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use super::clouds::PickCloud;
 use super::plan::INTENT_LEASE_S;
-use crate::cloud::{Cloud, CloudError};
+use crate::cloud::{Cloud, CloudError, CloudKind};
 use crate::error::{Error, ErrorKind, Known, Result};
 use crate::ip::Family;
 use crate::ipam::ops;
@@ -106,6 +107,10 @@ pub type AssignmentRecord = Enveloped<Assignment>;
 pub struct Assignment {
     /// The claim's uid.
     pub uid: String,
+    /// The cloud the assignment is made in (left out for Metal, the
+    /// default of records written before there were two).
+    #[serde(default, skip_serializing_if = "CloudKind::is_metal")]
+    pub cloud: CloudKind,
     /// The claim's address, in the form Metal takes (`10.0.0.5/32`).
     pub address: String,
     /// The claim's device, once known.
@@ -136,8 +141,7 @@ impl Assignment {
     ///
     /// ```
     /// use metal_ipam_core::provision::assign::Assignment;
-    /// let mut a = Assignment { uid: "u".into(), address: "10.0.0.5/32".into(), device: None,
-    ///     assignment: None, intent: None, refused: None, device_gone: false, closed: false };
+    /// let mut a = Assignment { uid: "u".into(), address: "10.0.0.5/32".into(), ..Default::default() };
     /// assert_eq!(a.state_name(0), "waiting-for-device");
     /// a.device = Some("d".into());
     /// assert_eq!(a.state_name(0), "pending");
@@ -231,6 +235,8 @@ pub struct Want {
     pub address: IpAddr,
     /// Its device, once known.
     pub device: Option<String>,
+    /// The cloud of its pool (and so of its device).
+    pub cloud: CloudKind,
 }
 
 /// The claims whose assignment record is open: the index the poll and
@@ -265,6 +271,7 @@ fn open(r: Option<&Assignment>) -> bool {
 fn prepared(cur: Option<&Assignment>, want: &Want, address: &str) -> Option<Assignment> {
     let fresh = Assignment {
         uid: want.uid.clone(),
+        cloud: want.cloud,
         address: address.to_string(),
         device: want.device.clone(),
         ..Assignment::default()
@@ -273,7 +280,7 @@ fn prepared(cur: Option<&Assignment>, want: &Want, address: &str) -> Option<Assi
         None => Some(fresh),
         Some(c) if c.uid != want.uid => (!c.holds()).then_some(fresh),
         Some(c) if c.closed => None,
-        Some(c) if c.address != address && !c.holds() => Some(fresh),
+        Some(c) if (c.address != address || c.cloud != want.cloud) && !c.holds() => Some(fresh),
         Some(c) if want.device.is_some() && c.device != want.device && !c.holds() => {
             let mut n = c.clone();
             n.device = want.device.clone();
@@ -784,12 +791,13 @@ fn find_on_device<C: Cloud + ?Sized>(
 /// Store errors; Metal unavailable (503, nothing lost: the next invocation
 /// resumes); 503 `MetalOutcomeUnknown` when the `POST`'s answer was lost
 /// (the next invocation after the lease looks for it before posting again).
-pub fn assign<K: KvStore, C: Cloud + ?Sized>(
+pub fn assign<K: KvStore, C: PickCloud + ?Sized>(
     ctx: &Ctx<'_, K>,
-    cloud: &C,
+    clouds: &C,
     want: &Want,
     labels: &Labels,
 ) -> Result<AssignState> {
+    let cloud = clouds.pick(want.cloud)?;
     let (ns, name) = (labels.namespace.as_str(), labels.name.as_str());
     let record = ClaimAssignment::new(ctx, ns, name);
     let mut rec = record.prepare(want)?;
@@ -797,7 +805,7 @@ pub fn assign<K: KvStore, C: Cloud + ?Sized>(
         // An earlier incarnation of the claim still holds an assignment:
         // remove it first.
         let old = rec.uid.clone();
-        if let UnassignState::InProgress(s) = unassign(ctx, cloud, ns, name, &old)? {
+        if let UnassignState::InProgress(s) = unassign(ctx, clouds, ns, name, &old)? {
             return Ok(AssignState::InProgress(s));
         }
         rec = record.prepare(want)?;
@@ -948,9 +956,9 @@ fn record_or_undo<K: KvStore, C: Cloud + ?Sized>(
 ///
 /// # Errors
 /// Store errors; Metal unavailable (503; the next invocation resumes).
-pub fn unassign<K: KvStore, C: Cloud + ?Sized>(
+pub fn unassign<K: KvStore, C: PickCloud + ?Sized>(
     ctx: &Ctx<'_, K>,
-    cloud: &C,
+    clouds: &C,
     ns: &str,
     name: &str,
     uid: &str,
@@ -962,7 +970,7 @@ pub fn unassign<K: KvStore, C: Cloud + ?Sized>(
             Closing::Closed => return Ok(UnassignState::Done { deleted }),
             Closing::Holds(rec) => rec,
         };
-        match clear_held(ctx, cloud, ns, name, &rec)? {
+        match clear_held(ctx, clouds.pick(rec.cloud)?, ns, name, &rec)? {
             Cleared::Deleted(Some(id)) => deleted = Some(id),
             Cleared::Deleted(None) => {}
             Cleared::InProgress(s) => return Ok(UnassignState::InProgress(s)),
@@ -1083,6 +1091,7 @@ mod tests {
             uid: "u1".into(),
             address: "10.0.0.5".parse().unwrap(),
             device: Some("d1".into()),
+            cloud: Default::default(),
         };
         let rec = ClaimAssignment::new(&ctx, "a", "m").prepare(&want).unwrap();
         assert_eq!(rec.address, "10.0.0.5/32");
@@ -1140,6 +1149,7 @@ mod tests {
             uid: "u1".into(),
             address: "2001:db8::5".parse().unwrap(),
             device: Some("d1".into()),
+            cloud: Default::default(),
         };
         ClaimAssignment::new(&ctx, "a", "m").prepare(&want).unwrap();
         assert!(ClaimAssignment::new(&ctx, "a", "m")
@@ -1170,6 +1180,7 @@ mod tests {
             .unwrap());
         let moved = Want {
             device: Some("d2".into()),
+            cloud: Default::default(),
             ..want
         };
         assert_eq!(
@@ -1201,6 +1212,7 @@ mod tests {
                 uid: uid.into(),
                 address: "10.0.0.5".parse().unwrap(),
                 device: Some("d1".into()),
+                cloud: Default::default(),
             };
             ClaimAssignment::new(&ctx, "a", "m")
                 .prepare(&want("u1"))

@@ -31,6 +31,7 @@
 //! ports; never `http`, `kube` or `capi`, which call it.
 
 pub mod assign;
+pub mod clouds;
 pub mod plan;
 pub mod pnap_pools;
 pub mod poll;
@@ -40,3 +41,4 @@ pub mod target;
 pub mod transitions;
 pub mod vrf_cloud;
 pub mod vrf_metal;
+pub mod vrf_pnap;

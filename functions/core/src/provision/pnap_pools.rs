@@ -61,6 +61,7 @@ use ipnet::IpNet;
 use super::vrf_cloud::CreateError;
 use crate::cloud::CloudError;
 use crate::error::{Error, ErrorKind, Result};
+pub use crate::ipam::pnap::NetworkKind;
 use crate::pnap::client::Pnap;
 use crate::pnap::model::{
     IpBlock, IpBlockCreate, NetworkMembership, PrivateNetwork, PrivateNetworkCreate, PublicNetwork,
@@ -75,34 +76,6 @@ pub const NAME_MAX: usize = 100;
 /// The description of every network metal-ipam creates (for people; the
 /// name is what identifies it).
 pub const NETWORK_DESCRIPTION: &str = "Created by metal-ipam for a pool; deleted with it.";
-
-/// Which kind of phoenixNAP network backs a pool.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum NetworkKind {
-    /// A private network: the pool's range is its `cidr`.
-    Private,
-    /// A public network: the pool's range is its IP block.
-    Public,
-}
-
-impl NetworkKind {
-    /// The pool's `spec.phoenixnap` field naming the network:
-    /// `privateNetwork` or `publicNetwork`.
-    pub fn field(self) -> &'static str {
-        match self {
-            NetworkKind::Private => "privateNetwork",
-            NetworkKind::Public => "publicNetwork",
-        }
-    }
-
-    /// `private` or `public`, for messages.
-    pub fn name(self) -> &'static str {
-        match self {
-            NetworkKind::Private => "private",
-            NetworkKind::Public => "public",
-        }
-    }
-}
 
 /// A tag as a name phoenixNAP accepts for a network (and the description
 /// of an IP block): see the module docs. Idempotent: a fitted name fits.

@@ -422,7 +422,6 @@ pub const PREFIX_SPEC_FIELDS: &[&str] = &[
     "addressReuseGracePeriodSeconds",
     "preAllocations",
     "metal",
-    "phoenixnap",
 ];
 
 /// `allocationPrefixLength` when not given (as the in-cluster provider).
@@ -441,7 +440,6 @@ struct PrefixSpecIn {
     #[serde(default, deserialize_with = "null_default")]
     pre_allocations: BTreeMap<String, String>,
     metal: Option<MetalIn>,
-    phoenixnap: Option<PnapIn>,
 }
 
 impl PrefixSpecIn {
@@ -456,9 +454,9 @@ impl PrefixSpecIn {
             address_reuse_grace_period_seconds: self.address_reuse_grace_period_seconds,
             pre_allocations: self.pre_allocations,
             metal: self.metal,
-            phoenixnap: self.phoenixnap,
+            phoenixnap: None,
         };
-        let vrf = as_address.metal.is_some() || as_address.phoenixnap.is_some();
+        let vrf = as_address.metal.is_some();
         if self.prefixes.is_none() && !vrf {
             return Err(Error::invalid("spec.prefixes", "is required"));
         }
