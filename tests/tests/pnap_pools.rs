@@ -4,13 +4,16 @@
 //! specs: private and public networks and IP blocks created, found,
 //! adopted, read and deleted; a public network created with its block;
 //! a creation whose answer was lost found exactly once (and a creation
-//! repeated without looking refused under the taken name, then found);
+//! repeated without looking refused under the taken name, then found; a
+//! network someone else named alike neither found nor taken for ours);
 //! duplicates deleted, the oldest kept; members taken off, and a network
 //! not deleted while any server is still a member.
 
 use metal_ipam_core::cloud::retry::RetryPolicy;
 use metal_ipam_core::pnap::client::{Pnap, PnapConfig};
-use metal_ipam_core::pnap::model::{ServerPrivateNetwork, ServerPublicNetwork};
+use metal_ipam_core::pnap::model::{
+    PrivateNetworkCreate, ServerPrivateNetwork, ServerPublicNetwork,
+};
 use metal_ipam_core::provision::pnap_pools::{
     adopt_block, adopt_network, attach_block, block_cidr, create_block, create_private_network,
     create_public_network, delete_block, delete_network, find_block, find_network, fit_name,
@@ -331,6 +334,31 @@ async fn duplicates_are_deleted_and_the_oldest_kept() {
     assert_eq!(blocks, [first_block]);
     let nets: Vec<String> = sim.private_networks().into_iter().map(|n| n.id).collect();
     assert_eq!(nets, [first_net]);
+    assert_clean(&sim);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_network_someone_else_named_alike_is_not_taken_for_ours() {
+    let sim = PnapSim::start().await;
+    let (refused, found) = with(&sim, |p| {
+        p.create_private_network(&PrivateNetworkCreate {
+            name: TAG.into(),
+            description: Some("made by hand".into()),
+            location: "PHX".into(),
+            vlan_id: None,
+            cidr: Some("10.9.0.0/24".into()),
+        })
+        .unwrap();
+        let refused = create_private_network(p, "PHX", TAG, "10.0.0.0/24", None).unwrap_err();
+        (
+            (refused.outcome_unknown, refused.error.reason()),
+            find_network(p, NetworkKind::Private, "PHX", TAG).unwrap(),
+        )
+    })
+    .await;
+    assert_eq!(refused, (false, "PnapRefused"), "a refusal, not ours");
+    assert_eq!(found, None);
+    assert_eq!(sim.private_networks().len(), 1, "theirs is left alone");
     assert_clean(&sim);
 }
 
