@@ -970,3 +970,193 @@ async fn requests_that_break_the_specs_are_refused_and_recorded() {
     assert!(sim.events().is_empty(), "refused writes are not in the log");
     assert_eq!(sim.answer_violations(), Vec::<String>::new());
 }
+
+// -- names, descriptions, creation times, members and blocks as pools read them ------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn names_follow_the_spec_s_pattern_and_are_unique_unless_allowed_twice() {
+    let sim = PnapSim::start().await;
+    let out = with(cfg(&sim), |p| {
+        let underscore = p.create_private_network(&private("pool_a", Some("10.0.0.0/24")));
+        let long = p.create_private_network(&private(&"a".repeat(101), Some("10.0.0.0/24")));
+        let digits = p.create_private_network(&private("1234", Some("10.0.0.0/24")));
+        let description = p.create_ip_block(&IpBlockCreate {
+            location: "PHX".into(),
+            cidr_block_size: "/29".into(),
+            description: Some("d".repeat(251)),
+        });
+        [
+            status_of(&underscore),
+            status_of(&long),
+            status_of(&digits),
+            status_of(&description),
+        ]
+    })
+    .await;
+    assert_eq!(out, [Some(400); 4]);
+    let v = sim.violations();
+    assert_eq!(v.len(), 4, "{v:#?}");
+    assert!(sim.private_networks().is_empty() && sim.ip_blocks().is_empty());
+
+    // A fresh simulator: names taken twice only when allowed, each network
+    // with its description and creation time.
+    let sim = PnapSim::start().await;
+    let first_at = sim.now_ms();
+    let (first, refused) = with(cfg(&sim), |p| {
+        let mut a = private("metal-ipam-ns-pool-1a2b3c4d", Some("10.0.0.0/24"));
+        a.description = Some("made by a test".into());
+        let first = p.create_private_network(&a).unwrap();
+        a.cidr = Some("10.1.0.0/24".into());
+        (first, status_of(&p.create_private_network(&a)))
+    })
+    .await;
+    assert_eq!(refused, Some(400));
+    sim.advance(1_500);
+    sim.allow_duplicate_names(true);
+    let (second, listed) = with(cfg(&sim), |p| {
+        let mut a = private("metal-ipam-ns-pool-1a2b3c4d", Some("10.1.0.0/24"));
+        a.description = Some("made by a test".into());
+        let second = p.create_private_network(&a).unwrap();
+        let public = PublicNetworkCreate {
+            name: "twice".into(),
+            description: None,
+            location: "PHX".into(),
+            vlan_id: None,
+            ip_blocks: Vec::new(),
+        };
+        p.create_public_network(&public).unwrap();
+        p.create_public_network(&public).unwrap();
+        (second, p.private_networks(Some("PHX")).unwrap())
+    })
+    .await;
+    assert_eq!(first.created_on, Some(rfc3339_ms(first_at)));
+    assert_eq!(second.created_on, Some(rfc3339_ms(first_at + 1_500)));
+    assert_eq!(listed.len(), 2);
+    assert!(listed.iter().all(|n| n.name == first.name));
+    assert_eq!(sim.public_networks().len(), 2);
+    let kept = sim.private_networks();
+    assert_eq!(kept[0].description.as_deref(), Some("made by a test"));
+    sim.allow_duplicate_names(false);
+    let third = with(cfg(&sim), |p| {
+        status_of(
+            &p.create_private_network(&private("metal-ipam-ns-pool-1a2b3c4d", Some("10.2.0.0/24"))),
+        )
+    })
+    .await;
+    assert_eq!(third, Some(400));
+    assert_clean(&sim);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn networks_list_members_in_every_state_and_blocks_name_their_network() {
+    let sim = PnapSim::start().await;
+    sim.add_server(S1, "node-1", "PHX");
+    sim.add_server(S2, "node-2", "PHX");
+    let created_at = rfc3339_ms(sim.now_ms());
+    let (private_id, public_id, block_id, read) = with(cfg(&sim), |p| {
+        let n = p
+            .create_private_network(&private("pool a", Some("10.0.0.0/24")))
+            .unwrap();
+        let b = p
+            .create_ip_block(&IpBlockCreate {
+                location: "PHX".into(),
+                cidr_block_size: "/29".into(),
+                description: Some("metal-ipam-ns-pool-1a2b3c4d".into()),
+            })
+            .unwrap();
+        let pubnet = p
+            .create_public_network(&PublicNetworkCreate {
+                name: "public a".into(),
+                description: None,
+                location: "PHX".into(),
+                vlan_id: None,
+                ip_blocks: vec![metal_ipam_core::pnap::model::PublicNetworkIpBlockCreate {
+                    id: b.id.clone(),
+                }],
+            })
+            .unwrap();
+        let read = p.ip_block(&b.id).unwrap().unwrap();
+        (n.id, pubnet.id, b.id, read)
+    })
+    .await;
+    assert_eq!(
+        read.assigned_resource_id.as_deref(),
+        Some(public_id.as_str())
+    );
+    assert_eq!(read.assigned_resource_type.as_deref(), Some("network"));
+    assert_eq!(read.created_on.as_deref(), Some(created_at.as_str()));
+    assert_eq!(
+        read.description.as_deref(),
+        Some("metal-ipam-ns-pool-1a2b3c4d")
+    );
+    sim.settle();
+
+    // Joining, assigned and leaving members are all listed.
+    let (pn, pu) = (private_id.clone(), public_id.clone());
+    let states = with(cfg(&sim), move |p| {
+        let members = |p: &Client<'_>| -> (Vec<String>, Vec<String>) {
+            let ids = |m: Vec<metal_ipam_core::pnap::model::NetworkMembership>| {
+                m.into_iter().map(|m| m.resource_id).collect::<Vec<_>>()
+            };
+            (
+                ids(p.private_network(&pn).unwrap().unwrap().memberships),
+                ids(p.public_network(&pu).unwrap().unwrap().memberships),
+            )
+        };
+        p.join_private_network(S1, &join_private(&pn, &["10.0.0.10"]))
+            .unwrap();
+        p.join_public_network(S2, &join_public(&pu, &["198.18.0.2"]))
+            .unwrap();
+        let joining = members(p);
+        p.server(S1).unwrap();
+        p.server(S2).unwrap();
+        let assigned = members(p);
+        p.leave_private_network(S1, &pn).unwrap();
+        let leaving = members(p);
+        p.server(S1).unwrap();
+        let left = members(p);
+        (joining, assigned, leaving, left)
+    })
+    .await;
+    let both = (vec![S1.to_owned()], vec![S2.to_owned()]);
+    assert_eq!(states.0, both, "joining");
+    assert_eq!(states.1, both, "assigned");
+    assert_eq!(states.2, both, "leaving");
+    assert_eq!(states.3, (vec![], vec![S2.to_owned()]), "left");
+
+    // Detached, the block names no network; a deleted public network frees
+    // its blocks without deleting them.
+    let (pu, b) = (public_id.clone(), block_id.clone());
+    let (detach_refused, detached, reattached, freed) = with(cfg(&sim), move |p| {
+        let refused = status_of(&p.detach_ip_block(&pu, &b));
+        p.leave_public_network(S2, &pu).unwrap();
+        p.server(S2).unwrap();
+        p.detach_ip_block(&pu, &b).unwrap();
+        let detached = p.ip_block(&b).unwrap().unwrap();
+        p.attach_ip_block(&pu, &b).unwrap();
+        let reattached = p.ip_block(&b).unwrap().unwrap();
+        p.delete_public_network(&pu).unwrap();
+        (
+            refused,
+            detached,
+            reattached,
+            p.ip_block(&b).unwrap().unwrap(),
+        )
+    })
+    .await;
+    assert_eq!(detach_refused, Some(409), "members hold IPs of the block");
+    assert_eq!(
+        (
+            detached.status.as_str(),
+            detached.assigned_resource_id,
+            detached.assigned_resource_type
+        ),
+        ("unassigned", None, None)
+    );
+    assert_eq!(reattached.assigned_resource_id, Some(public_id));
+    assert_eq!(
+        (freed.status.as_str(), freed.assigned_resource_id),
+        ("unassigned", None)
+    );
+    assert_clean(&sim);
+}

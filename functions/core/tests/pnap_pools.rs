@@ -2,10 +2,11 @@
 //! a scripted transport: which requests each call makes, in which order,
 //! with which bodies; adoption by id, by VLAN and in the wrong location;
 //! private and public creations (the public one with its block); a lost
-//! answer or a refusal under a taken name reported as an unknown outcome;
-//! duplicates found by name or description, the younger deleted; an
-//! assigned block detached before it is deleted; members and a member
-//! that is gone.
+//! answer or a refusal under a name metal-ipam took reported as an unknown
+//! outcome (not one someone else took); duplicates found by name and
+//! metal-ipam's description (networks) or description (blocks), the
+//! younger deleted; an assigned block detached before it is deleted;
+//! members and a member that is gone.
 
 use metal_ipam_core::cloud::retry::RetryPolicy;
 use metal_ipam_core::pnap::auth::Credentials;
@@ -75,15 +76,24 @@ fn lines(sent: &[(String, Value)]) -> Vec<&str> {
     sent.iter().map(|(l, _)| l.as_str()).collect()
 }
 
+/// A private network metal-ipam created (its description).
 fn private(id: &str, name: &str, vlan: u16, location: &str, created: &str) -> Value {
-    json!({"id": id, "name": name, "vlanId": vlan, "type": "PRIVATE", "location": location,
-        "locationDefault": false, "cidr": "10.0.0.0/24", "servers": [],
-        "memberships": [], "status": "READY", "createdOn": created})
+    json!({"id": id, "name": name, "description": NETWORK_DESCRIPTION, "vlanId": vlan,
+        "type": "PRIVATE", "location": location, "locationDefault": false,
+        "cidr": "10.0.0.0/24", "servers": [], "memberships": [], "status": "READY",
+        "createdOn": created})
+}
+
+/// A network someone else created under the same name.
+fn foreign(mut network: Value) -> Value {
+    network["description"] = json!("made by hand");
+    network
 }
 
 fn public(id: &str, name: &str, vlan: u16, blocks: Value, members: Value) -> Value {
-    json!({"id": id, "name": name, "vlanId": vlan, "location": "PHX", "ipBlocks": blocks,
-        "memberships": members, "status": "READY", "createdOn": "2025-01-01T00:00:00.000Z"})
+    json!({"id": id, "name": name, "description": NETWORK_DESCRIPTION, "vlanId": vlan,
+        "location": "PHX", "ipBlocks": blocks, "memberships": members, "status": "READY",
+        "createdOn": "2025-01-01T00:00:00.000Z"})
 }
 
 fn block(id: &str, description: &str, created: &str, assigned: Option<(&str, &str)>) -> Value {
@@ -343,9 +353,19 @@ fn a_refusal_under_a_taken_name_is_an_unknown_outcome_and_another_is_not() {
                 ),
             ),
             step(&format!("POST {PRIVATE}"), refused()),
+            // Taken by a network someone else named alike: a refusal.
             step(
                 &format!("GET {PRIVATE}?location=PHX"),
-                Reply::json(200, json!([])),
+                Reply::json(
+                    200,
+                    json!([foreign(private(
+                        "n0",
+                        TAG,
+                        10,
+                        "PHX",
+                        "2025-01-01T00:00:00Z"
+                    ))]),
+                ),
             ),
         ],
         |p| {
@@ -381,6 +401,7 @@ fn find_keeps_the_oldest_network_and_deletes_the_younger() {
                     json!([
                         private("a-young", TAG, 11, "PHX", "2025-01-01T00:00:30.5Z"),
                         private("other", "another pool", 12, "PHX", "2025-01-01T00:00:00Z"),
+                        foreign(private("hand", TAG, 13, "PHX", "2025-01-01T00:00:00Z")),
                         private("z-old", TAG, 10, "PHX", "2025-01-01T00:00:30Z"),
                     ]),
                 ),

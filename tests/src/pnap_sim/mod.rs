@@ -78,9 +78,9 @@
 //!
 //! | Resource | Endpoints | Rules (400 unless noted) |
 //! | --- | --- | --- |
-//! | Private networks | `GET/POST /networks/v1/private-networks` (`?location=`), `GET/PUT/DELETE …/{id}` | `location` one of [`LOCATIONS`]; `name` unique; `vlanId` unique per location among private and public networks, absent: the next free from [`FIRST_AUTO_VLAN`]; `cidr` required unless `force=true`, an RFC 1918 network address of /30 or larger, not overlapping another private network of the location; one `locationDefault` per location. 201 `status: READY`; `BUSY` while a membership of it is in progress. DELETE (204) refused while it has members (any state): `Private network <id> has members (…): remove them from it first`; 404 when unknown |
-//! | Public networks | `GET/POST /networks/v1/public-networks`, `GET/PATCH/DELETE …/{id}`, `POST …/{id}/ip-blocks`, `DELETE …/{id}/ip-blocks/{ipBlockId}` | name unique, VLAN as above; `ipBlocks` at creation or by POST (202 `{id, cidr, usedIpsCount}`): the block exists, is in the network's location, is not assigned (409), at most [`MAX_BLOCKS_PER_NETWORK`]. An attached block reads `assigning` for [`SimConfig::block_reads`] reads (of it, or of its network), then `assigned`; only then do joins take IPs from it; the network is `BUSY` meanwhile. Detaching (202) is immediate; refused (409) while members hold IPs of the block, unless `force=true`. DELETE (204) refused while it has members; frees its blocks (`unassigned`) |
-//! | IP blocks | `GET/POST /ips/v1/ip-blocks`, `GET/PATCH/DELETE …/{id}` | `cidrBlockSize` one of [`BLOCK_SIZES`], `ipVersion` `V4` only; cut from [`PUBLIC_POOL`] (fake), lowest free aligned block; 201 `status: unassigned`; `assignedResourceId` the public network, `assignedResourceType: network`; PATCH sets `description`; DELETE (200 `{result, ipBlockId}`) refused while assigned or assigning |
+//! | Private networks | `GET/POST /networks/v1/private-networks` (`?location=`), `GET/PUT/DELETE …/{id}` | `location` one of [`LOCATIONS`]; `name` unique among private networks (unless [`PnapSim::allow_duplicate_names`]); `description` kept; `createdOn` the simulator's clock; `vlanId` unique per location among private and public networks, absent: the next free from [`FIRST_AUTO_VLAN`]; `cidr` required unless `force=true`, an RFC 1918 network address of /30 or larger, not overlapping another private network of the location; one `locationDefault` per location. 201 `status: READY`; `BUSY` while a membership of it is in progress. `memberships` (and the deprecated `servers`) list every member in any state (joining, assigned, leaving). DELETE (204) refused (400) while it has members (any state): `Private network <id> has members (…): remove them from it first`; 404 when unknown |
+//! | Public networks | `GET/POST /networks/v1/public-networks`, `GET/PATCH/DELETE …/{id}`, `POST …/{id}/ip-blocks`, `DELETE …/{id}/ip-blocks/{ipBlockId}` | name unique among public networks (as above), `description` and `createdOn` as above, VLAN as above; `memberships` every member in any state; `ipBlocks` at creation or by POST (202 `{id, cidr, usedIpsCount}`): the block exists, is in the network's location, is not assigned (409), at most [`MAX_BLOCKS_PER_NETWORK`]. An attached block reads `assigning` for [`SimConfig::block_reads`] reads (of it, or of its network), then `assigned`; only then do joins take IPs from it; the network is `BUSY` meanwhile. Detaching (202) is immediate; refused (409) while members hold IPs of the block, unless `force=true`. DELETE (204) refused (400) while it has members (any state); frees its blocks (`unassigned`, not deleted) |
+//! | IP blocks | `GET/POST /ips/v1/ip-blocks`, `GET/PATCH/DELETE …/{id}` | `cidrBlockSize` one of [`BLOCK_SIZES`], `ipVersion` `V4` only; cut from [`PUBLIC_POOL`] (fake), lowest free aligned block; 201 `status: unassigned`; `description` kept (not unique: several blocks may share one), `createdOn` the simulator's clock; `assignedResourceId` the public network, `assignedResourceType: network` while attached (gone once detached or the network deleted); PATCH sets `description`; DELETE (200 `{result, ipBlockId}`) refused while assigned or assigning |
 //! | Servers | `GET /bmc/v1/servers`, `GET …/{id}` | seeded by the test ([`PnapSim::add_server`]); `networkConfiguration` lists its memberships with `statusDescription`; `privateIpAddresses` / `publicIpAddresses` the IPs of its assigned memberships. 404 when unknown or deleted ([`PnapSim::delete_server`]) |
 //! | Memberships | `POST /bmc/v1/servers/{id}/network-configuration/private-network-configuration/private-networks`, `PATCH` and `DELETE …/private-networks/{privateNetworkId}`, and the same under `public-network-configuration/public-networks` | the server exists (404) and is `powered-on` or `powered-off`; the network exists and is in the server's location; the server is not a member already (any state). Private `ips`: addresses or ranges `a - b` inside the network's range, not its network or broadcast address, not used by another member (unless `force=true`), none twice, at most 256; absent with `dhcp` false: the next free address; `dhcp: true` with IPs refused. Public `ips`: single addresses inside an `assigned` block of the network, not the block's network, gateway (its first host) or broadcast address, not used by another member (unless `force=true`); none: refused unless `force=true`. 202, `statusDescription: in-progress`, then `assigned` after [`SimConfig::membership_reads`] reads of the server. Leaving: 202, the membership reads `in-progress` as many reads, then is gone (its IPs free); leaving again meanwhile answers 202; 404 when not a member. Updating the IPs: `PATCH …/private-networks/{privateNetworkId}` and `PATCH …/public-networks/{publicNetworkId}` (`ServerNetworkUpdate {ips}`): the server exists (404) and is `powered-on` or `powered-off`; it is a member (404) and the membership is `assigned` (409 while joining or leaving); `ips` not empty unless `force=true`; each IP by the rules of joining (private: inside the range, not its network or broadcast address; public: inside an `assigned` block of the network, not its network, gateway or broadcast address; free, the server's own IPs counting as free; none twice); a private `dhcp` membership takes no IPs. The IPs are replaced at once: 200 with the membership, `statusDescription: assigned` |
 //! | Audit log | `GET /audit/v1/events` (`from`, `to` inclusive, `limit`, `order` default `ASC`, `username`, `verb`, `uri` a path prefix) | every applied write of the APIs (2xx, heard or not) appends `{name, timestamp, userInfo {accountId, clientId, username}}`; `timestamp` is the simulator's clock ([`PnapSim::now_ms`], moved only by [`PnapSim::advance`] / [`PnapSim::set_now_ms`]); events of one instant keep their order. More than [`PnapSim::set_events_cap`] events: the first ones, 206 |
@@ -118,6 +118,20 @@
 //!   (`API.CreatePrivateNetwork`, `API.AddServerPrivateNetwork`,
 //!   `API.DeleteServer` for [`PnapSim::delete_server`], …); seeding
 //!   records none; refused requests record none.
+//! - Network names are unique per kind (the specs: "should be unique"); a
+//!   taken name is a 400. [`PnapSim::allow_duplicate_names`] lifts the
+//!   rule, for callers that must cope with duplicates if phoenixNAP
+//!   allowed them. IP block descriptions are never unique.
+//! - A private network with members (any state) is not deleted, as the
+//!   public network DELETE's description says of public networks (the
+//!   private one's says nothing); both refusals are 400 (the public DELETE
+//!   declares 400 and 409). A public network's deletion frees its blocks
+//!   (its description says so); they are not deleted.
+//! - `createdOn` of networks and blocks is the simulator's clock at
+//!   creation (milliseconds, `Z`): resources created at one instant share
+//!   it. `assignedResourceType` of a block on a public network is
+//!   `network` (the spec's example is `server`, and no value for a network
+//!   is documented).
 //! - Status strings: networks `READY` / `BUSY` (never `DELETING` or
 //!   `ERROR`: deletes are immediate); blocks `unassigned` → `assigning` →
 //!   `assigned`, back to `unassigned` at once when detached; memberships
@@ -486,6 +500,13 @@ impl PnapSim {
     /// first `cap` (`None` lifts the cap).
     pub fn set_events_cap(&self, cap: Option<usize>) {
         self.shared.lock().state.events_cap = cap;
+    }
+
+    /// Lets a network name be taken twice (of one kind) from now on, or
+    /// not (the default): the specs say a name "should be unique", which
+    /// the simulator enforces unless told otherwise.
+    pub fn allow_duplicate_names(&self, allow: bool) {
+        self.shared.lock().state.duplicate_names = allow;
     }
 
     /// Finishes every pending membership change and block attachment.

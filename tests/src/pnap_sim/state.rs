@@ -430,6 +430,8 @@ pub(crate) struct State {
     pub membership_reads: u32,
     pub block_reads: u32,
     pub events_cap: Option<usize>,
+    /// Whether a network name may be taken twice (of one kind).
+    pub duplicate_names: bool,
     pub account_id: String,
     pub username: String,
     pub client_id: String,
@@ -545,6 +547,7 @@ impl State {
             membership_reads,
             block_reads,
             events_cap: None,
+            duplicate_names: false,
             account_id: "pnap-sim-account".into(),
             username,
             client_id,
@@ -1116,7 +1119,7 @@ impl State {
         let name = call.str_field("name").unwrap_or_default();
         let location = call.str_field("location").unwrap_or_default();
         location_ok(&location)?;
-        if self.private_networks.iter().any(|n| n.name == name) {
+        if !self.duplicate_names && self.private_networks.iter().any(|n| n.name == name) {
             return bad(format!("A private network named {name:?} already exists"));
         }
         let location_default = call.body().get("locationDefault") == Some(&Value::Bool(true));
@@ -1186,10 +1189,11 @@ impl State {
         let Some(i) = self.private_networks.iter().position(|n| n.id == id) else {
             return not_found(format!("Private network {id} not found"));
         };
-        if self
-            .private_networks
-            .iter()
-            .any(|n| n.id != id && n.name == name)
+        if !self.duplicate_names
+            && self
+                .private_networks
+                .iter()
+                .any(|n| n.id != id && n.name == name)
         {
             return bad(format!("A private network named {name:?} already exists"));
         }
@@ -1236,7 +1240,7 @@ impl State {
         let name = call.str_field("name").unwrap_or_default();
         let location = call.str_field("location").unwrap_or_default();
         location_ok(&location)?;
-        if self.public_networks.iter().any(|n| n.name == name) {
+        if !self.duplicate_names && self.public_networks.iter().any(|n| n.name == name) {
             return bad(format!("A public network named {name:?} already exists"));
         }
         let block_ids: Vec<String> = call
@@ -1284,10 +1288,11 @@ impl State {
             return not_found(format!("Public network {id} not found"));
         };
         if let Some(name) = call.str_field("name") {
-            if self
-                .public_networks
-                .iter()
-                .any(|n| n.id != id && n.name == name)
+            if !self.duplicate_names
+                && self
+                    .public_networks
+                    .iter()
+                    .any(|n| n.id != id && n.name == name)
             {
                 return bad(format!("A public network named {name:?} already exists"));
             }

@@ -20,6 +20,9 @@ pub struct PrivateNetwork {
     pub id: String,
     /// Its friendly name (unique per account).
     pub name: String,
+    /// Its description (metal-ipam's marker of a network it created).
+    #[serde(default)]
+    pub description: Option<String>,
     /// The VLAN.
     pub vlan_id: u16,
     /// The location, e.g. `PHX`.
@@ -79,6 +82,9 @@ pub struct PublicNetwork {
     pub id: String,
     /// Its friendly name (unique per account).
     pub name: String,
+    /// Its description (metal-ipam's marker of a network it created).
+    #[serde(default)]
+    pub description: Option<String>,
     /// The VLAN.
     pub vlan_id: u16,
     /// The location.

@@ -19,7 +19,9 @@
 //! | [`remove_member`] | `DELETE /bmc/v1/servers/{id}/network-configuration/{private,public}-network-configuration/{private,public}-networks/{net}` |
 //!
 //! **Names.** phoenixNAP networks have no tags: a network created for a
-//! pool is known by its name, an IP block by its description. The caller
+//! pool is known by its name and [`NETWORK_DESCRIPTION`] (so a network
+//! someone else named alike is never taken for it), an IP block by its
+//! description. The caller
 //! passes the pool's tag (`metal-ipam-<ns>-<pool>-<uid8>`); every function
 //! that writes or matches a name or description passes it through
 //! [`fit_name`] first, so the same tag always gives the same name. Network
@@ -37,8 +39,8 @@
 //! `outcome_unknown`, and the driver looks for the resource
 //! ([`find_network`], [`find_block`]) before creating it again. A network
 //! name is unique per account, so a creation refused (400 or 409) while a
-//! network of that name exists in the location is reported the same way:
-//! the earlier creation took effect. Duplicates (which only a creation
+//! network of that name and metal-ipam's description exists in the
+//! location is reported the same way: the earlier creation took effect. Duplicates (which only a creation
 //! outliving its intent's lease can leave: blocks, whose descriptions are
 //! not unique, or networks if phoenixNAP ever allowed a name twice) are
 //! deleted by the `find_` calls, the oldest (`createdOn`, then id) kept.
@@ -73,8 +75,9 @@ use crate::ports::Env;
 /// The longest network name phoenixNAP accepts (`maxLength`).
 pub const NAME_MAX: usize = 100;
 
-/// The description of every network metal-ipam creates (for people; the
-/// name is what identifies it).
+/// The description of every network metal-ipam creates: with the name,
+/// what identifies it as one metal-ipam created (a network someone else
+/// named alike is never taken for it).
 pub const NETWORK_DESCRIPTION: &str = "Created by metal-ipam for a pool; deleted with it.";
 
 /// A tag as a name phoenixNAP accepts for a network (and the description
@@ -194,6 +197,7 @@ pub fn pnap_error(e: CloudError) -> Error {
 struct Network {
     id: String,
     name: String,
+    description: Option<String>,
     vlan: u16,
     location: String,
     /// A private network's range.
@@ -204,11 +208,19 @@ struct Network {
     created_on: Option<String>,
 }
 
+impl Network {
+    /// Whether it is the network metal-ipam created under `name` (fitted).
+    fn created_as(&self, name: &str) -> bool {
+        self.name == name && self.description.as_deref() == Some(NETWORK_DESCRIPTION)
+    }
+}
+
 impl From<PrivateNetwork> for Network {
     fn from(n: PrivateNetwork) -> Self {
         Network {
             id: n.id,
             name: n.name,
+            description: n.description,
             vlan: n.vlan_id,
             location: n.location,
             cidr: n.cidr,
@@ -224,6 +236,7 @@ impl From<PublicNetwork> for Network {
         Network {
             id: n.id,
             name: n.name,
+            description: n.description,
             vlan: n.vlan_id,
             location: n.location,
             cidr: None,
@@ -367,9 +380,9 @@ pub fn adopt_network<H: HttpClient + ?Sized, E: Env + ?Sized>(
 }
 
 /// A creation's failure: unknown when the answer was lost, or when
-/// phoenixNAP refused it while a network of the same name exists in the
-/// location (the name is unique: an earlier creation took effect), or
-/// when that could not be read.
+/// phoenixNAP refused it while a network metal-ipam created under the same
+/// name exists in the location (the name is unique: an earlier creation
+/// took effect), or when that could not be read.
 fn creation_failed<H: HttpClient + ?Sized, E: Env + ?Sized>(
     p: &Pnap<'_, H, E>,
     kind: NetworkKind,
@@ -381,9 +394,8 @@ fn creation_failed<H: HttpClient + ?Sized, E: Env + ?Sized>(
         CloudError::OutcomeUnknown { .. } => true,
         CloudError::Api {
             status: 400 | 409, ..
-        } => {
-            list_networks(p, kind, location).map_or(true, |all| all.iter().any(|n| n.name == name))
-        }
+        } => list_networks(p, kind, location)
+            .map_or(true, |all| all.iter().any(|n| n.created_as(name))),
         _ => false,
     };
     CreateError {
@@ -618,8 +630,9 @@ fn oldest_first(mut found: Vec<(String, Option<String>)>) -> Vec<String> {
 }
 
 /// The network of `kind` in `location` created for the pool whose tag is
-/// `name` (matched fitted, [`fit_name`]): how a creation whose answer was
-/// lost is found. Duplicates are deleted, the oldest kept.
+/// `name` (matched fitted, [`fit_name`], with [`NETWORK_DESCRIPTION`]):
+/// how a creation whose answer was lost is found. Duplicates are deleted,
+/// the oldest kept.
 ///
 /// # Errors
 /// phoenixNAP's (a duplicate's deletion included).
@@ -632,7 +645,7 @@ pub fn find_network<H: HttpClient + ?Sized, E: Env + ?Sized>(
     let name = fit_name(name);
     let found = list_networks(p, kind, location)?
         .into_iter()
-        .filter(|n| n.name == name)
+        .filter(|n| n.created_as(&name))
         .map(|n| (n.id, n.created_on))
         .collect();
     let ids = oldest_first(found);
