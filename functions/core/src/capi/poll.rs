@@ -194,6 +194,15 @@ fn known_devices<K: KvStore>(
     Ok(out)
 }
 
+/// The reason of a cloud that answers no device read.
+fn unavailable_reason(cloud: &str) -> &'static str {
+    if cloud == CloudKind::Phoenixnap.name() {
+        "PnapUnavailable"
+    } else {
+        "MetalUnavailable"
+    }
+}
+
 /// A claim waiting for its assignment: nothing assigned, not refused, not
 /// closed, no instance at work.
 fn waiting(r: &Assignment, now: u64) -> bool {
@@ -365,7 +374,7 @@ impl<K: KvStore, H: HttpClient + ?Sized, C: Cloud + PickCloud + ?Sized> Run<'_, 
     fn read_failed(&mut self, p: &PendingDevice, e: CloudError) {
         let not_the_device = matches!(e, CloudError::Tls { .. } | CloudError::Denied { .. })
             || matches!(e.status(), Some(401 | 403));
-        let e = Error::from(e);
+        let e = self.deps.cloud.error(e);
         if not_the_device {
             self.stopped = Some(e);
             return;
@@ -392,9 +401,10 @@ impl<K: KvStore, H: HttpClient + ?Sized, C: Cloud + PickCloud + ?Sized> Run<'_, 
                 .collect();
             self.stopped = Some(
                 Error::transient(
-                    "MetalUnavailable",
+                    unavailable_reason(self.deps.cloud.name()),
                     format!(
-                        "Equinix Metal failed the reads of devices {} in a row and answered none in this call: the poll stopped (the devices back off; the others wait for the next call)",
+                        "{} failed the reads of devices {} in a row and answered none in this call: the poll stopped (the devices back off; the others wait for the next call)",
+                        self.deps.cloud.name(),
                         devices.join(", ")
                     ),
                 )

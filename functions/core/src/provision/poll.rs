@@ -226,7 +226,9 @@ pub fn ingest<K: KvStore, C: Cloud + ?Sized>(
 ) -> Result<Ingested> {
     let from = read(ctx.kv, kind)?;
     let last = from.as_ref().map(|c| c.last.clone());
-    let (events, found) = cloud.events_after(last.as_deref(), MAX_EVENT_PAGES)?;
+    let (events, found) = cloud
+        .events_after(last.as_deref(), MAX_EVENT_PAGES)
+        .map_err(|e| cloud.error(e))?;
     let resync = last.is_none() || !found;
     let Some(newest) = events.first().map(|e| e.id.clone()) else {
         return Ok(Ingested {
