@@ -611,17 +611,17 @@ fn our_spec_mirrors_in_cluster_v1alpha2_plus_pre_allocations() {
             .collect()
     };
     let mut expected = field_names(theirs.at("spec").unwrap());
-    expected.extend(["preAllocations".into(), "metal".into()]);
+    expected.extend(["preAllocations".into(), "metal".into(), "phoenixnap".into()]);
     expected.sort();
     let mut actual = field_names(ours.at("spec").unwrap());
     actual.sort();
     assert_eq!(actual, expected);
     // addresses and prefix are required as in-cluster's, unless the pool is
-    // VRF-backed (its block provides them).
+    // backed by a cloud (its block provides them).
     assert_eq!(ours.at("spec").unwrap().get("required"), None);
     assert_eq!(
         ours.at("spec").unwrap()["anyOf"],
-        json!([{"required": ["addresses", "prefix"]}, {"required": ["metal"]}])
+        json!([{"required": ["addresses", "prefix"]}, {"required": ["metal"]}, {"required": ["phoenixnap"]}])
     );
     assert_eq!(
         theirs.at("spec").unwrap()["required"],

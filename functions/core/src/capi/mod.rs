@@ -336,6 +336,7 @@ fn write_pool_status<H: HttpClient + ?Sized>(
     let current = |k: &str| match k {
         "ipAddresses" => o.status.ip_addresses.as_ref(),
         "metal" => o.status.metal.as_ref(),
+        "phoenixnap" => o.status.phoenixnap.as_ref(),
         _ => None,
     };
     let fields_changed = st.iter().any(|(k, v)| current(k) != Some(v));

@@ -90,8 +90,8 @@ impl Object for MachineObject {
 pub struct PoolResource {
     /// `metadata`.
     pub metadata: ObjectMeta,
-    /// Whether `spec.metal` is set: a VRF-backed pool, which the provision
-    /// step syncs (see [`crate::capi::vrf`]).
+    /// Whether `spec.metal` or `spec.phoenixnap` is set: a cloud-backed
+    /// pool, which the provision step syncs (see [`crate::capi::vrf`]).
     pub vrf_backed: bool,
     /// `status`.
     pub status: PoolStatus,
@@ -107,6 +107,9 @@ pub struct PoolStatus {
     /// `metal` (a VRF-backed pool's resources), compared whole before a
     /// write.
     pub metal: Option<Value>,
+    /// `phoenixnap` (a phoenixNAP-backed pool's resources), compared whole
+    /// before a write.
+    pub phoenixnap: Option<Value>,
 }
 
 impl Object for PoolResource {
@@ -114,11 +117,14 @@ impl Object for PoolResource {
         let status = v.get("status").unwrap_or(&Value::Null);
         PoolResource {
             metadata: metadata(v),
-            vrf_backed: v.pointer("/spec/metal").is_some_and(Value::is_object),
+            vrf_backed: ["/spec/metal", "/spec/phoenixnap"]
+                .iter()
+                .any(|p| v.pointer(p).is_some_and(Value::is_object)),
             status: PoolStatus {
                 conditions: object::array(status, "conditions"),
                 ip_addresses: status.get("ipAddresses").cloned(),
                 metal: status.get("metal").cloned(),
+                phoenixnap: status.get("phoenixnap").cloned(),
             },
         }
     }

@@ -256,12 +256,13 @@ impl<K: KvStore, H: HttpClient + ?Sized, C: VrfCloud + ?Sized> Handler<H>
 /// `Ready=False reason` with `status.metal` from `progress`: the step
 /// waits `retry_after_s`.
 fn waiting(
+    backing: Backing<'_>,
     progress: &Progress,
     reason: Reason,
     msg: String,
     retry_after_s: u64,
 ) -> Verdict<Fields> {
-    let fields = Some(metal_status(progress, None));
+    let fields = Some(backing_status(backing, progress, None));
     Verdict::not_ready(reason, msg, fields).map_outcome(|o| o.retry_after(retry_after_s))
 }
 
@@ -301,7 +302,13 @@ fn teardown<K: KvStore, H: HttpClient + ?Sized, C: VrfCloud + ?Sized>(
             waiting: w,
             retry_after_s,
         } => {
-            let v = waiting(&report.progress, Reason::MetalTearingDown, w, retry_after_s);
+            let v = waiting(
+                target.spec,
+                &report.progress,
+                Reason::MetalTearingDown,
+                w,
+                retry_after_s,
+            );
             Ok(Cleanup::Pending(v))
         }
         ProvisionPhase::Ready { .. } => unreachable!("teardown never reports ready"),
@@ -336,7 +343,13 @@ fn vlan_in_use<K: KvStore, H: HttpClient + ?Sized, C: VrfCloud + ?Sized>(
         }
     );
     let reason = Reason::PoolVlanInUse;
-    Ok(Some(waiting(&progress, reason, msg, VLAN_IN_USE_RETRY_S)))
+    Ok(Some(waiting(
+        target.spec,
+        &progress,
+        reason,
+        msg,
+        VLAN_IN_USE_RETRY_S,
+    )))
 }
 
 /// The live pool, finalizer held: provision (adopt or create, one recorded
@@ -367,12 +380,13 @@ fn provision<K: KvStore, H: HttpClient + ?Sized, C: VrfCloud + ?Sized>(
     match report.phase {
         ProvisionPhase::Ready { block } => {
             let uid = target.uid.as_deref();
-            register(h, object, (block, uid), &report.progress)
+            register(h, object, (block, uid), target.spec, &report.progress)
         }
         ProvisionPhase::InProgress {
             waiting: w,
             retry_after_s,
         } => Ok(waiting(
+            target.spec,
             &report.progress,
             Reason::MetalProvisioning,
             w,
@@ -390,6 +404,7 @@ fn register<K: KvStore, H: HttpClient + ?Sized, C: VrfCloud + ?Sized>(
     h: &VrfPool<'_, '_, K, H, C>,
     object: PoolObject,
     (block, uid): ((std::net::IpAddr, u8), Option<&str>),
+    backing: Backing<'_>,
     progress: &Progress,
 ) -> Result<Verdict<Fields>> {
     let (ctx, id) = (h.ctx, h.id);
@@ -403,7 +418,7 @@ fn register<K: KvStore, H: HttpClient + ?Sized, C: VrfCloud + ?Sized>(
     match ops::put_provisioned_pool(ctx, object, block, &adoptions, &may) {
         Ok((_, view)) => {
             let counts = view.to_json()["status"]["ipAddresses"].clone();
-            let mut st = metal_status(progress, Some(&cidr));
+            let mut st = backing_status(backing, progress, Some(&cidr));
             st.insert("ipAddresses".into(), counts);
             let msg = format!("pool {} is ready on {cidr}", id.display());
             let out = Reconciled::new(StepResult::Synced, msg);
@@ -419,9 +434,18 @@ fn register<K: KvStore, H: HttpClient + ?Sized, C: VrfCloud + ?Sized>(
 }
 
 /// `status.metal` from the recorded progress (and the block, once read).
-fn metal_status(p: &Progress, block: Option<&str>) -> Map<String, Value> {
+/// `status.metal` (or `status.phoenixnap`): each held resource's id and
+/// whether metal-ipam created it, under its spec field; the gateway's state;
+/// the block on the resource that is it (Metal's reservation, phoenixNAP's
+/// IP block, else its private network).
+fn backing_status(b: Backing<'_>, p: &Progress, block: Option<&str>) -> Map<String, Value> {
     let mut m = Map::new();
-    for r in Resource::ALL {
+    let block_on = if b.chain().contains(&Resource::Reservation) {
+        Resource::Reservation
+    } else {
+        Resource::Vlan
+    };
+    for &r in b.chain() {
         if let Some(h) = p.held(r) {
             let mut e = json!({"id": h.id, "created": h.created});
             if r == Resource::Gateway {
@@ -429,14 +453,18 @@ fn metal_status(p: &Progress, block: Option<&str>) -> Map<String, Value> {
                     e["state"] = s.clone().into();
                 }
             }
-            if let (Resource::Reservation, Some(b)) = (r, block) {
-                e["block"] = b.into();
+            if let Some(cidr) = block.filter(|_| r == block_on) {
+                e["block"] = cidr.into();
             }
-            m.insert(r.field().into(), e);
+            m.insert(b.field(r).into(), e);
         }
     }
+    let key = match b {
+        Backing::Metal(_) => "metal",
+        Backing::Pnap(_) => "phoenixnap",
+    };
     let mut st = Map::new();
-    st.insert("metal".into(), Value::Object(m));
+    st.insert(key.into(), Value::Object(m));
     st
 }
 

@@ -115,12 +115,15 @@ fn ip_address(ev: &ObjectEvent, ns: String) -> Vec<Call> {
 }
 
 /// A pool event: the pools step, and the provision step as well for a
-/// VRF-backed pool (the object has `spec.metal`; the pools step leaves it
-/// alone).
+/// cloud-backed pool (the object has `spec.metal` or `spec.phoenixnap`;
+/// the pools step leaves it alone).
 fn pool(ev: &ObjectEvent, kind: PoolKind, ns: String) -> Vec<Call> {
     let id = PoolId::of(kind, &ns, &ev.name);
     let mut out = vec![Call::new(Component::Pools, Route::PoolSync(id.clone()))];
-    if pointer(ev, "/spec/metal").is_some_and(Value::is_object) {
+    let backed = ["/spec/metal", "/spec/phoenixnap"]
+        .iter()
+        .any(|p| pointer(ev, p).is_some_and(Value::is_object));
+    if backed {
         out.push(Call::new(Component::Provision, Route::VrfPool(id)));
     }
     out
