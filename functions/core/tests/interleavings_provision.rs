@@ -38,6 +38,8 @@
 //!
 //! The number of schedules explored is printed.
 
+#[path = "interleavings/provision_kit.rs"]
+mod provision_kit;
 #[path = "interleavings/sched.rs"]
 mod sched;
 
@@ -46,14 +48,13 @@ use std::sync::Mutex;
 
 use metal_ipam_core::error::Error;
 use metal_ipam_core::ipam::ops;
-use metal_ipam_core::ipam::pool::{PoolId, PoolObject};
+use metal_ipam_core::ipam::pool::PoolObject;
 use metal_ipam_core::ipam::vrf::{MetalSpec, Resource};
-use metal_ipam_core::kv::protocol::CasRecord;
 use metal_ipam_core::kv::{keys, Ctx};
 use metal_ipam_core::metal::client::{Metal, MetalConfig};
 use metal_ipam_core::metal::retry::RetryPolicy;
-use metal_ipam_core::ports::http::{HttpClient, TransportError, TransportKind};
-use metal_ipam_core::ports::kv::{KvError, KvStore, Swap};
+use metal_ipam_core::ports::http::{HttpClient, TransportError};
+use metal_ipam_core::ports::kv::KvStore;
 use metal_ipam_core::ports::Env;
 use metal_ipam_core::provision::plan::{Decided, Progress, INTENT_LEASE_S};
 use metal_ipam_core::provision::record::ProgressRecord;
@@ -63,21 +64,11 @@ use metal_ipam_core::provision::transitions::{may_register, PoolRecord};
 use metal_ipam_core::testing::{Backend, MemKv, TestEnv};
 use serde_json::{json, Value};
 
-use sched::{Chooser, Dfs, Pct, SchedEnv};
-
-const NOW: u64 = 10_000;
-const LATER: u64 = NOW + INTENT_LEASE_S;
-const BACKENDS: [Backend; 3] = [Backend::SpinSqlite, Backend::Redis, Backend::RedisSpin36];
-/// The uid of the pool being deleted, and of its re-creation.
-const U1: &str = "u-1";
-const U2: &str = "u-2";
-
-/// What a check concludes: a violation, described.
-type Verdict = std::result::Result<(), String>;
-
-fn pool() -> PoolId {
-    PoolId::namespaced("ns", "p")
-}
+use provision_kit::{
+    caught, ctx, pct, pool, stored, stuck, Explore, InFlight, Verdict, Watched, BACKENDS, LATER,
+    NOW, PAIR, U1, U2, WIDE,
+};
+use sched::{Chooser, Pct, SchedEnv};
 
 /// The pool's spec: the VRF created, the reservation adopted (Metal has
 /// none, so provisioning stops after the VRF).
@@ -91,10 +82,6 @@ fn spec() -> MetalSpec {
     s
 }
 
-fn ctx<'a, K: KvStore>(kv: &'a K, env: &'a dyn Env) -> Ctx<'a, K> {
-    Ctx::auto(kv, env)
-}
-
 fn config() -> MetalConfig {
     MetalConfig {
         base_url: "http://metal.test/metal/v1".into(),
@@ -102,15 +89,6 @@ fn config() -> MetalConfig {
         project_id: "p1".into(),
         retry: RetryPolicy::default(),
     }
-}
-
-/// The record as stored, read without scheduling.
-fn stored(kv: &MemKv) -> Option<Progress> {
-    kv.get(&keys::metal_pool(&pool()))
-        .unwrap()
-        .filter(|b| b.len() > 8 || !b.iter().all(|c| *c == 0))
-        .and_then(|b| ProgressRecord::decode(&b).ok())
-        .and_then(|r| r.progress().ok())
 }
 
 /// The uid a resource was created for, from its tags.
@@ -211,108 +189,6 @@ impl HttpClient for Ledger<'_> {
     }
 }
 
-/// Metal as one instance reaches it: a creation is a request in flight, a
-/// yield point (a `get` of a key nothing else uses, through the instance's
-/// scheduled store) before Metal applies it, so other instances may run
-/// meanwhile; a crash there is a request lost before it arrived.
-struct InFlight<'a, K: KvStore> {
-    ledger: &'a Ledger<'a>,
-    kv: &'a K,
-}
-
-impl<K: KvStore> HttpClient for InFlight<'_, K> {
-    fn send(&self, req: http::Request<Vec<u8>>) -> Result<http::Response<Vec<u8>>, TransportError> {
-        if req.method() == http::Method::POST {
-            self.kv
-                .get("checker/metal-in-flight")
-                .map_err(|e| TransportError::new(TransportKind::Unreachable, e.to_string()))?;
-        }
-        self.ledger.send(req)
-    }
-}
-
-/// A store that checks the record's invariants after every write.
-struct Watched<'a> {
-    inner: &'a MemKv,
-    violations: &'a Mutex<Vec<String>>,
-    retired: Mutex<BTreeSet<String>>,
-    ledger: &'a Mutex<Vec<Vrf>>,
-}
-
-impl Watched<'_> {
-    fn check(&self, key: &str) {
-        if key != keys::metal_pool(&pool()) {
-            return;
-        }
-        let Some(p) = stored(self.inner) else {
-            return;
-        };
-        let made: Vec<Vrf> = self.ledger.lock().unwrap().clone();
-        let mut found = Vec::new();
-        let mut seen = self.retired.lock().unwrap();
-        for u in seen.iter() {
-            if !p.retired.contains(u) {
-                found.push(format!("the tombstone of {u} was replaced: {p:?}"));
-            }
-        }
-        seen.extend(p.retired.iter().cloned());
-        if !p.deleted {
-            if let Some(u) = &p.uid {
-                if seen.contains(u) {
-                    found.push(format!("a live record for the retired {u}: {p:?}"));
-                }
-            }
-            if let Some(h) = &p.vrf {
-                let of = made.iter().find(|x| x.id == h.id);
-                if of.and_then(|x| uid_of(&x.tags)) != p.uid {
-                    found.push(format!(
-                        "a record of {:?} holds {} made for {of:?}",
-                        p.uid, h.id
-                    ));
-                }
-            }
-        }
-        self.violations.lock().unwrap().extend(found);
-    }
-}
-
-impl KvStore for Watched<'_> {
-    type Cas = <MemKv as KvStore>::Cas;
-
-    fn get(&self, key: &str) -> Result<Option<Vec<u8>>, KvError> {
-        self.inner.get(key)
-    }
-    fn get_many(&self, keys: &[String]) -> Result<Vec<Option<Vec<u8>>>, KvError> {
-        self.inner.get_many(keys)
-    }
-    fn set(&self, key: &str, value: &[u8]) -> Result<(), KvError> {
-        let r = self.inner.set(key, value);
-        self.check(key);
-        r
-    }
-    fn delete(&self, key: &str) -> Result<(), KvError> {
-        let r = self.inner.delete(key);
-        self.check(key);
-        r
-    }
-    fn list_keys(&self) -> Result<Vec<String>, KvError> {
-        self.inner.list_keys()
-    }
-    fn increment(&self, key: &str, delta: i64) -> Result<i64, KvError> {
-        let r = self.inner.increment(key, delta);
-        self.check(key);
-        r
-    }
-    fn cas_read(&self, key: &str) -> Result<(Self::Cas, Option<Vec<u8>>), KvError> {
-        self.inner.cas_read(key)
-    }
-    fn cas_swap(&self, cas: Self::Cas, value: &[u8]) -> Result<Swap, KvError> {
-        let r = self.inner.cas_swap(cas, value);
-        self.check(&keys::metal_pool(&pool()));
-        r
-    }
-}
-
 /// What one instance does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Op {
@@ -400,7 +276,7 @@ fn run_op<K: KvStore>(kv: &K, env: &dyn Env, ledger: &Ledger<'_>, op: Op) -> Str
     let id = pool();
     let cfg = config();
     let http = InFlight { ledger, kv };
-    let metal: Metal<'_, InFlight<'_, K>, dyn Env + '_> = Metal::new(&http, &cfg, env);
+    let metal: Metal<'_, InFlight<'_, Ledger<'_>, K>, dyn Env + '_> = Metal::new(&http, &cfg, env);
     let c = ctx(kv, env);
     match op {
         Op::Provision(u) => {
@@ -489,14 +365,6 @@ fn reviving_creator<K: KvStore, H: HttpClient + ?Sized>(
     Ok(format!("created {}", vrf.id))
 }
 
-/// Whether the record is stuck behind a crashed creation-guard winner (the
-/// documented known limit of every record: nothing is created then).
-fn stuck(kv: &MemKv) -> bool {
-    let id = pool();
-    kv.get(&keys::metal_pool(&id)).unwrap().is_none()
-        && kv.get(&keys::metal_pool_init(&id)).unwrap().is_some()
-}
-
 /// Recovery after the lease, single-threaded: the deleted incarnation's
 /// teardown to its tombstone, the live one's provisioning to its VRF; then
 /// the end-state invariants. `kv` is the watched store; `raw` the same,
@@ -512,7 +380,7 @@ fn recover_and_check(
     let env = TestEnv::at(LATER + 1);
     let cfg = config();
     let http = InFlight { ledger, kv };
-    let metal: Metal<'_, InFlight<'_, Watched<'_>>, dyn Env + '_> =
+    let metal: Metal<'_, InFlight<'_, Ledger<'_>, Watched<'_>>, dyn Env + '_> =
         Metal::new(&http, &cfg, &env as &dyn Env);
     if let Some(a) = answers.iter().find(|a| a.starts_with("UNEXPECTED")) {
         return Err(a.clone());
@@ -656,16 +524,13 @@ fn one_schedule_seen(
         kv: &kv,
         violations: &violations,
     };
-    let watched = Watched {
-        inner: &kv,
-        violations: &violations,
-        retired: Mutex::new(
-            stored(&kv)
-                .map(|p| p.retired.into_iter().collect())
-                .unwrap_or_default(),
-        ),
-        ledger: &ledger.vrfs,
+    let owner_of = |id: &str| {
+        let vrfs = ledger.vrfs.lock().unwrap();
+        vrfs.iter()
+            .find(|v| v.id == id)
+            .and_then(|v| uid_of(&v.tags))
     };
+    let watched = Watched::new(&kv, &violations, &owner_of);
     let envs: Vec<SchedEnv> = (0..ops.len())
         .map(|i| {
             let at = if i > 0 { late.unwrap_or(NOW) } else { NOW };
@@ -714,78 +579,14 @@ fn one_schedule_seen(
     Ok(broken)
 }
 
-/// How a backend's schedules are explored.
-#[derive(Debug, Clone, Copy)]
-enum Explore {
-    /// Every schedule, with up to this many crashes.
-    Every(usize),
-    /// This many PCT schedules, with up to one crash.
-    Pct(u64),
-}
-
-/// The exploration of a pair on each backend: every schedule with a crash
-/// on SQLite's semantics; on Redis's, every schedule without a crash and
-/// PCT with one (its read-backs multiply the schedules); Spin 3.6's Redis
-/// reads every swap back as Redis's does (its reported outcome is never
-/// used), so its schedules are Redis's: PCT with a crash.
-const PAIR: [(Backend, Explore); 4] = [
-    (Backend::SpinSqlite, Explore::Every(1)),
-    (Backend::Redis, Explore::Every(0)),
-    (Backend::Redis, Explore::Pct(300)),
-    (Backend::RedisSpin36, Explore::Pct(300)),
-];
-
 /// Explores `ops` from `start` as `plan` says; returns the number of
 /// schedules.
 fn explore(start: Start, ops: &[Op], late: Option<u64>, plan: &[(Backend, Explore)]) -> usize {
-    let mut total = 0;
-    for &(backend, how) in plan {
-        let mut n = 0;
-        match how {
-            Explore::Every(crashes) => {
-                let mut dfs = Dfs::default();
-                dfs.start();
-                loop {
-                    n += 1;
-                    if let Err(v) = one_schedule(backend, start, ops, late, &mut dfs, crashes) {
-                        panic!("{v}\nschedule #{n}");
-                    }
-                    if !dfs.next_schedule() {
-                        break;
-                    }
-                }
-            }
-            Explore::Pct(seeds) => {
-                for seed in 0..seeds {
-                    n += 1;
-                    let mut pct = Pct::new(seed, 3, 60);
-                    if let Err(v) = one_schedule(backend, start, ops, late, &mut pct, 1) {
-                        panic!("{v}\nPCT seed {seed}");
-                    }
-                }
-            }
-        }
-        println!(
-            "provision interleavings: {ops:?} from {start:?}, {backend:?} {how:?}: {n} schedules"
-        );
-        total += n;
-    }
-    total
-}
-
-/// The exploration of the pairs whose two instances both work all the way
-/// (a crashed creation to find, racing): every schedule without a crash on
-/// SQLite's semantics, PCT with a crash on each backend.
-const WIDE: [(Backend, Explore); 4] = [
-    (Backend::SpinSqlite, Explore::Every(0)),
-    (Backend::SpinSqlite, Explore::Pct(300)),
-    (Backend::Redis, Explore::Pct(300)),
-    (Backend::RedisSpin36, Explore::Pct(300)),
-];
-
-/// PCT only, on every backend.
-fn pct(seeds: u64) -> [(Backend, Explore); 3] {
-    BACKENDS.map(|b| (b, Explore::Pct(seeds)))
+    provision_kit::explore(
+        &format!("provision interleavings: {ops:?} from {start:?}"),
+        plan,
+        |backend, chooser, crashes| one_schedule(backend, start, ops, late, chooser, crashes),
+    )
 }
 
 use Op::{Provision, Teardown};
@@ -1057,20 +858,6 @@ fn a_creation_outliving_its_lease_is_deleted_by_its_creator_unless_it_crashes() 
         seen[0], seen[1], seen[2]
     );
     assert!(seen[1] > 0, "the broken assumption was exercised");
-}
-
-/// Runs DFS schedules until `bad` finds a violation; whether it did.
-fn caught(mut bad: impl FnMut(&mut Dfs) -> Verdict) -> bool {
-    let mut dfs = Dfs::default();
-    dfs.start();
-    loop {
-        if bad(&mut dfs).is_err() {
-            return true;
-        }
-        if !dfs.next_schedule() {
-            return false;
-        }
-    }
 }
 
 /// The checker catches the bugs it is for: the step's writes as they were
