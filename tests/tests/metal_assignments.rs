@@ -13,6 +13,7 @@ use metal_ipam_core::capi::assign::{
 };
 use metal_ipam_core::capi::poll::poll;
 use metal_ipam_core::capi::{self, ClaimAnswer, Reconciled, StepResult};
+use metal_ipam_core::cloud::CloudKind;
 use metal_ipam_core::error::Result;
 use metal_ipam_core::kv::keys;
 use metal_ipam_core::network::batch::Direct;
@@ -322,7 +323,9 @@ async fn a_claim_waits_for_its_device_and_the_poll_assigns_it() {
     m["spec"]["providerID"] = format!("equinixmetal://{DEVICE}").into();
     w.kube.put(m);
     let p = w
-        .spawn(20_002, |r| poll(r.ctx, r.kube, r.metal, &Direct(r.metal)))
+        .spawn(20_002, |r| {
+            poll(r.ctx, r.kube, CloudKind::Metal, r.metal, &Direct(r.metal))
+        })
         .await
         .unwrap()
         .unwrap();
@@ -339,7 +342,9 @@ async fn a_claim_waits_for_its_device_and_the_poll_assigns_it() {
     // Active: the event names the device, the poll assigns.
     w.sim.set_device_state(DEVICE, "active");
     let p = w
-        .spawn(20_003, |r| poll(r.ctx, r.kube, r.metal, &Direct(r.metal)))
+        .spawn(20_003, |r| {
+            poll(r.ctx, r.kube, CloudKind::Metal, r.metal, &Direct(r.metal))
+        })
         .await
         .unwrap()
         .unwrap();
@@ -351,14 +356,18 @@ async fn a_claim_waits_for_its_device_and_the_poll_assigns_it() {
     // The assignment's own event names no device; after it, nothing new:
     // one read of the events, nothing else.
     let p = w
-        .spawn(20_004, |r| poll(r.ctx, r.kube, r.metal, &Direct(r.metal)))
+        .spawn(20_004, |r| {
+            poll(r.ctx, r.kube, CloudKind::Metal, r.metal, &Direct(r.metal))
+        })
         .await
         .unwrap()
         .unwrap();
     assert_eq!((p.events, p.devices, p.synced.len()), (1, 0, 0), "{p:?}");
     w.sim.clear_requests();
     let p = w
-        .spawn(20_004, |r| poll(r.ctx, r.kube, r.metal, &Direct(r.metal)))
+        .spawn(20_004, |r| {
+            poll(r.ctx, r.kube, CloudKind::Metal, r.metal, &Direct(r.metal))
+        })
         .await
         .unwrap()
         .unwrap();
@@ -380,7 +389,9 @@ async fn a_claim_waits_for_its_device_and_the_poll_assigns_it() {
     w.sim
         .inject("GET", "findDeviceById", Fault::Status(500), 1_000);
     let failed = w
-        .spawn(20_005, |r| poll(r.ctx, r.kube, r.metal, &Direct(r.metal)))
+        .spawn(20_005, |r| {
+            poll(r.ctx, r.kube, CloudKind::Metal, r.metal, &Direct(r.metal))
+        })
         .await
         .unwrap()
         .unwrap();
@@ -394,7 +405,9 @@ async fn a_claim_waits_for_its_device_and_the_poll_assigns_it() {
     w.sim.clear_faults();
     let retry_at = failed.device_failures[0].retry_at;
     let p = w
-        .spawn(retry_at, |r| poll(r.ctx, r.kube, r.metal, &Direct(r.metal)))
+        .spawn(retry_at, |r| {
+            poll(r.ctx, r.kube, CloudKind::Metal, r.metal, &Direct(r.metal))
+        })
         .await
         .unwrap()
         .unwrap();
@@ -498,24 +511,30 @@ async fn a_poll_stopped_before_any_kv_operation_converges() {
         w.kube.create(c);
         reconcile(&w, "m-0", 20_000).await;
         assert_eq!(assign(&w, "m-0", 20_001).await.result, StepResult::Waiting);
-        w.spawn(20_002, |r| poll(r.ctx, r.kube, r.metal, &Direct(r.metal)))
-            .await
-            .unwrap()
-            .unwrap();
+        w.spawn(20_002, |r| {
+            poll(r.ctx, r.kube, CloudKind::Metal, r.metal, &Direct(r.metal))
+        })
+        .await
+        .unwrap()
+        .unwrap();
         w.sim.set_device_state(DEVICE, "active");
         w.kv.fail_after(Some(n));
         let first = w
-            .spawn(20_003, |r| poll(r.ctx, r.kube, r.metal, &Direct(r.metal)))
+            .spawn(20_003, |r| {
+                poll(r.ctx, r.kube, CloudKind::Metal, r.metal, &Direct(r.metal))
+            })
             .await
             .unwrap();
         w.kv.fail_after(None);
         // The next runs of the CronJob, past an intent's lease.
         let mut now = 20_003 + INTENT_LEASE_S + 1;
         for _ in 0..2 {
-            w.spawn(now, |r| poll(r.ctx, r.kube, r.metal, &Direct(r.metal)))
-                .await
-                .unwrap()
-                .unwrap();
+            w.spawn(now, |r| {
+                poll(r.ctx, r.kube, CloudKind::Metal, r.metal, &Direct(r.metal))
+            })
+            .await
+            .unwrap()
+            .unwrap();
             now += 60;
         }
         assert_eq!(w.sim.assignments().len(), 1, "stopped before KV op {n}");
@@ -685,10 +704,12 @@ async fn an_elastic_ip_of_a_profile_is_claimed_assigned_and_rendered() {
 
 /// The poll, run as an instance would at `now`.
 async fn poll_at(w: &World, now: u64) -> metal_ipam_core::capi::poll::PollReport {
-    w.spawn(now, |r| poll(r.ctx, r.kube, r.metal, &Direct(r.metal)))
-        .await
-        .unwrap()
-        .unwrap()
+    w.spawn(now, |r| {
+        poll(r.ctx, r.kube, CloudKind::Metal, r.metal, &Direct(r.metal))
+    })
+    .await
+    .unwrap()
+    .unwrap()
 }
 
 /// Finding 5: claims whose assignment answer was lost (dropped, 503, or

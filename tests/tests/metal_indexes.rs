@@ -10,6 +10,7 @@ use metal_ipam_core::capi::network::machines_to_sync;
 use metal_ipam_core::capi::poll::poll;
 use metal_ipam_core::capi::reconcile::ReconcileReport;
 use metal_ipam_core::capi::{self, StepResult};
+use metal_ipam_core::cloud::CloudKind;
 use metal_ipam_core::kv::registry;
 use metal_ipam_core::network::batch::Direct;
 use metal_ipam_core::provision::assign::CLAIMS;
@@ -39,7 +40,9 @@ async fn the_poll_and_the_reconcile_read_through_indexes_that_follow_what_is_ali
         // The first poll resyncs: every known device (read through the
         // indexes) is handled.
         let first = w
-            .spawn(20_010, |r| poll(r.ctx, r.kube, r.metal, &Direct(r.metal)))
+            .spawn(20_010, |r| {
+                poll(r.ctx, r.kube, CloudKind::Metal, r.metal, &Direct(r.metal))
+            })
             .await
             .unwrap()
             .unwrap();
@@ -51,7 +54,9 @@ async fn the_poll_and_the_reconcile_read_through_indexes_that_follow_what_is_ali
         }
         w.kv.reset_counts();
         let p = w
-            .spawn(20_011, |r| poll(r.ctx, r.kube, r.metal, &Direct(r.metal)))
+            .spawn(20_011, |r| {
+                poll(r.ctx, r.kube, CloudKind::Metal, r.metal, &Direct(r.metal))
+            })
             .await
             .unwrap()
             .unwrap();

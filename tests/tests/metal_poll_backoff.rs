@@ -8,6 +8,7 @@
 
 use metal_ipam_core::capi::poll::{poll, PollReport, DOWN_AFTER};
 use metal_ipam_core::capi::StepResult;
+use metal_ipam_core::cloud::CloudKind;
 use metal_ipam_core::error::{Error, Result};
 use metal_ipam_core::network::batch::Direct;
 use metal_ipam_core::observe::{metrics, summary};
@@ -25,9 +26,11 @@ async fn ready() -> World {
 }
 
 async fn try_poll(w: &World, now: u64) -> Result<PollReport> {
-    w.spawn(now, |r| poll(r.ctx, r.kube, r.metal, &Direct(r.metal)))
-        .await
-        .unwrap()
+    w.spawn(now, |r| {
+        poll(r.ctx, r.kube, CloudKind::Metal, r.metal, &Direct(r.metal))
+    })
+    .await
+    .unwrap()
 }
 
 async fn poll_at(w: &World, now: u64) -> PollReport {
@@ -51,7 +54,7 @@ fn failing(sim: &MetalSim, n: usize, status: u16) {
 
 /// The device `n` as the poll's record has it pending.
 fn pending(w: &World, n: usize) -> Option<cursor::PendingDevice> {
-    cursor::read(w.kv.as_ref())
+    cursor::read(w.kv.as_ref(), CloudKind::Metal)
         .unwrap()
         .unwrap_or_default()
         .pending

@@ -52,6 +52,10 @@ fn nic(id: &str, name: &str, bond: bool) -> Nic {
 }
 
 impl Cloud for Fake {
+    fn error(&self, e: CloudError) -> metal_ipam_core::Error {
+        e.into()
+    }
+
     fn name(&self) -> &'static str {
         "Fake"
     }

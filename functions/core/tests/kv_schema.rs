@@ -354,7 +354,12 @@ fn metal_assignment_and_cursor_examples_round_trip_through_their_records() {
     for (file, v) in examples("metal-poll") {
         let rec = CursorRecord::decode(&serde_json::to_vec(&v).unwrap())
             .unwrap_or_else(|e| panic!("{file}: {e}"));
-        let rebuilt = CursorRecord::build(&rec.view(&()).unwrap().unwrap(), rec.envelope());
+        let rebuilt = CursorRecord::build(
+            &rec.view(&metal_ipam_core::cloud::CloudKind::Metal)
+                .unwrap()
+                .unwrap(),
+            rec.envelope(),
+        );
         assert_eq!(serde_json::to_value(&rebuilt).unwrap(), v, "{file}");
     }
 }

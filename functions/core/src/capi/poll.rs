@@ -50,7 +50,7 @@ use super::device::device_of;
 use super::machine::{sync_machine, Synced};
 use super::network::{delete_claims, Deps};
 use super::objects::MachineObject;
-use crate::cloud::{Cloud, CloudError};
+use crate::cloud::{Cloud, CloudError, CloudKind};
 use crate::error::Error;
 use crate::error::Result;
 use crate::kube::{self, Kube};
@@ -172,6 +172,7 @@ impl PollReport {
 /// machines' apply records (what a resync rechecks, deleted ones included).
 fn known_devices<K: KvStore>(
     ctx: &Ctx<'_, K>,
+    kind: CloudKind,
     records: &[((String, String), Assignment)],
 ) -> Result<Vec<String>> {
     let mut out: Vec<String> = Vec::new();
@@ -182,12 +183,24 @@ fn known_devices<K: KvStore>(
             }
         }
     }
-    for d in crate::network::apply::devices(ctx)? {
-        if !out.contains(&d) {
-            out.push(d);
+    // Machine networking is Metal's.
+    if kind == CloudKind::Metal {
+        for d in crate::network::apply::devices(ctx)? {
+            if !out.contains(&d) {
+                out.push(d);
+            }
         }
     }
     Ok(out)
+}
+
+/// The reason of a cloud that answers no device read.
+fn unavailable_reason(cloud: &str) -> &'static str {
+    if cloud == CloudKind::Phoenixnap.name() {
+        "PnapUnavailable"
+    } else {
+        "MetalUnavailable"
+    }
 }
 
 /// A claim waiting for its assignment: nothing assigned, not refused, not
@@ -361,7 +374,7 @@ impl<K: KvStore, H: HttpClient + ?Sized, C: Cloud + PickCloud + ?Sized> Run<'_, 
     fn read_failed(&mut self, p: &PendingDevice, e: CloudError) {
         let not_the_device = matches!(e, CloudError::Tls { .. } | CloudError::Denied { .. })
             || matches!(e.status(), Some(401 | 403));
-        let e = Error::from(e);
+        let e = self.deps.cloud.error(e);
         if not_the_device {
             self.stopped = Some(e);
             return;
@@ -388,9 +401,10 @@ impl<K: KvStore, H: HttpClient + ?Sized, C: Cloud + PickCloud + ?Sized> Run<'_, 
                 .collect();
             self.stopped = Some(
                 Error::transient(
-                    "MetalUnavailable",
+                    unavailable_reason(self.deps.cloud.name()),
                     format!(
-                        "Equinix Metal failed the reads of devices {} in a row and answered none in this call: the poll stopped (the devices back off; the others wait for the next call)",
+                        "{} failed the reads of devices {} in a row and answered none in this call: the poll stopped (the devices back off; the others wait for the next call)",
+                        self.deps.cloud.name(),
                         devices.join(", ")
                     ),
                 )
@@ -519,6 +533,7 @@ fn finish_report(
 pub fn poll<K: KvStore, H: HttpClient + ?Sized, C: Cloud + PickCloud + ?Sized>(
     ctx: &Ctx<'_, K>,
     kube: &Kube<'_, H>,
+    kind: CloudKind,
     cloud: &C,
     batches: &dyn VlanBatches,
 ) -> Result<PollReport> {
@@ -526,9 +541,15 @@ pub fn poll<K: KvStore, H: HttpClient + ?Sized, C: Cloud + PickCloud + ?Sized>(
     // is work for them: on a resync (every known device), or once devices
     // are due or claims waiting for a device are to be rechecked.
     let mut listed = None;
-    let ingested = poll::ingest(ctx, cloud, || {
-        let r = record::list_open(ctx)?;
-        let known = known_devices(ctx, &r);
+    // The claims whose assignment is in this cloud.
+    let open = || -> Result<Vec<_>> {
+        let mut r = record::list_open(ctx)?;
+        r.retain(|(_, a)| a.cloud == kind);
+        Ok(r)
+    };
+    let ingested = poll::ingest(ctx, kind, cloud, || {
+        let r = open()?;
+        let known = known_devices(ctx, kind, &r);
         listed = Some(r);
         known
     })?;
@@ -538,7 +559,7 @@ pub fn poll<K: KvStore, H: HttpClient + ?Sized, C: Cloud + PickCloud + ?Sized>(
     let records = match listed {
         Some(r) => r,
         None if !due && !cur.recheck_unplaced => Vec::new(),
-        None => record::list_open(ctx)?,
+        None => open()?,
     };
     let mut run = Run {
         deps: Deps {
@@ -567,22 +588,26 @@ pub fn poll<K: KvStore, H: HttpClient + ?Sized, C: Cloud + PickCloud + ?Sized>(
     if cur.recheck_unplaced && !run.out_of_time() && run.stopped.is_none() {
         unplaced_done = run.unplaced(&records, cur.gen);
     }
-    if run.machines_left > 0 && !run.out_of_time() && run.stopped.is_none() {
+    let metal = kind == CloudKind::Metal;
+    if metal && run.machines_left > 0 && !run.out_of_time() && run.stopped.is_none() {
         run.running_applies(&handled)?;
     }
     let end = ctx.env.now();
-    let after = poll::done(ctx, &handled, &run.failed, unplaced_done, end)?;
+    let after = poll::done(ctx, kind, &handled, &run.failed, unplaced_done, end)?;
     let report = finish_report(run.report, &run.failed, &after, end);
-    crate::observe::summary::record_poll(
-        ctx.kv,
-        end,
-        &crate::observe::summary::PollCall {
-            succeeded: run.stopped.is_none(),
-            events: report.events as u64,
-            pending: &after.pending,
-            errors: report.errors.len() as u64,
-        },
-    )?;
+    // The metrics' poll summary is Metal's poll.
+    if metal {
+        crate::observe::summary::record_poll(
+            ctx.kv,
+            end,
+            &crate::observe::summary::PollCall {
+                succeeded: run.stopped.is_none(),
+                events: report.events as u64,
+                pending: &after.pending,
+                errors: report.errors.len() as u64,
+            },
+        )?;
+    }
     match run.stopped {
         Some(e) => Err(e),
         None => Ok(report),

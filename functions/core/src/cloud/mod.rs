@@ -334,6 +334,10 @@ pub trait Cloud {
     /// What it can do beyond the trait.
     fn capabilities(&self) -> Capabilities;
 
+    /// One of its answers as an error that names this cloud: its reasons
+    /// (`MetalNotFound`, `PnapForbidden`, …) and the settings to check.
+    fn error(&self, e: CloudError) -> Error;
+
     /// One device (state, addresses; NICs not asked for); `None` if it does
     /// not exist.
     ///

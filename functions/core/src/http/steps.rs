@@ -9,6 +9,7 @@ use serde_json::{json, Value};
 use crate::admission::{self, KvPools};
 use crate::capi;
 use crate::capi::reconcile as full;
+use crate::cloud::CloudKind;
 use crate::error::Result;
 use crate::events::chain::{self, ChainRun};
 use crate::events::{self, Outcome};
@@ -129,40 +130,72 @@ pub(crate) fn metal_claim<K: KvStore, H: HttpClient + ?Sized>(
     }
 }
 
-/// `POST /v1/metal/poll` reads the Metal events
-/// after the stored cursor and handles the devices they name, in bounded
-/// work per call (run by a CronJob; Metal has no webhooks). 200 with the
-/// report (`more` when devices are still due: call again); 500
-/// `PollIncomplete` with it when single claims, machines or device reads
-/// failed (the cursor moved anyway; their steps' conditions say why and
-/// the reconcile run retries them; a device whose read failed backs off);
-/// the error when the call stopped early (`capi::poll::poll`: Metal
-/// failing device reads, or a failure that is not a device's); 200
-/// `skipped` when Metal is not configured (nothing
-/// can need polling then: VRF-backed pools say `MetalNotConfigured`
-/// themselves).
+/// `POST /v1/metal/poll` reads each configured cloud's events after its
+/// stored cursor (Metal's project events; phoenixNAP's audit log) and
+/// handles the devices they name, in bounded work per call (run by a
+/// CronJob; neither cloud has webhooks). 200 with Metal's report at the top
+/// level (`{"result": "skipped", "reason": "MetalNotConfigured"}` without
+/// Metal) and phoenixNAP's under `phoenixnap` when it is configured
+/// (`more` when devices are still due: call again); 500 `PollIncomplete`
+/// with it when single claims, machines or device reads failed (the cursor
+/// moved anyway; their steps' conditions say why and the reconcile run
+/// retries them; a device whose read failed backs off); the error when a
+/// cloud's call stopped early (`capi::poll::poll`: the cloud failing
+/// device reads, or a failure that is not a device's; the other cloud is
+/// still polled first). 200 `skipped` when no cloud is configured.
 pub(crate) fn poll<K: KvStore, H: HttpClient + ?Sized>(s: &Services<'_, K, H>) -> ApiResponse {
     let route = Route::MetalPoll.template();
-    let Some(metal) = s.metal else {
+    let clouds = s.clouds();
+    if clouds.is_empty() {
         let mut r = ok(
             route,
             "skipped",
             json!({"result": "skipped", "reason": "MetalNotConfigured"}),
         );
-        r.detail = Some("Equinix Metal is not configured: nothing to poll".into());
+        r.detail = Some("no cloud is configured: nothing to poll".into());
         return r;
-    };
-    let batches = s.chained();
-    let report = match (|| capi::poll::poll(s.store()?, s.kube()?, metal, &batches))() {
-        Ok(r) => r,
-        Err(e) => return ApiResponse::from_error(&e, route),
-    };
-    let outcome = if report.more { "polled-more" } else { "polled" };
-    let mut r = ApiResponse::success(200, Some(report.to_json()), route, outcome);
-    if let Some(c) = &report.cursor {
-        r.objects.push(("cursor", c.clone()));
     }
-    with_errors(r, &report.errors, "polled-with-errors", "PollIncomplete")
+    let batches = s.chained();
+    let mut body = json!({"result": "skipped", "reason": "MetalNotConfigured"});
+    let (mut more, mut errors, mut stopped, mut cursor) = (false, Vec::new(), None, None);
+    for (kind, cloud) in clouds.configured() {
+        let cloud: &dyn crate::cloud::Cloud = cloud;
+        match (|| capi::poll::poll(s.store()?, s.kube()?, kind, cloud, &batches))() {
+            Ok(report) => {
+                more |= report.more;
+                errors.extend(report.errors.iter().map(|e| match kind {
+                    CloudKind::Metal => e.clone(),
+                    CloudKind::Phoenixnap => format!("phoenixNAP: {e}"),
+                }));
+                match kind {
+                    CloudKind::Metal => {
+                        cursor = report.cursor.clone();
+                        body = report.to_json();
+                    }
+                    CloudKind::Phoenixnap => body["phoenixnap"] = report.to_json(),
+                }
+            }
+            Err(e) => {
+                if kind == CloudKind::Phoenixnap {
+                    body["phoenixnap"] = json!({"error": e.reason(), "message": e.message()});
+                }
+                stopped.get_or_insert(e);
+            }
+        }
+    }
+    if let Some(e) = stopped {
+        let mut r = ApiResponse::from_error(&e, route);
+        if let Some(p) = body.get("phoenixnap") {
+            r.detail = Some(format!("phoenixNAP: {p}"));
+        }
+        return r;
+    }
+    let outcome = if more { "polled-more" } else { "polled" };
+    let mut r = ApiResponse::success(200, Some(body), route, outcome);
+    if let Some(c) = cursor {
+        r.objects.push(("cursor", c));
+    }
+    with_errors(r, &errors, "polled-with-errors", "PollIncomplete")
 }
 
 /// `POST /v1/reconcile` runs a full

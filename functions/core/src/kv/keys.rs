@@ -166,6 +166,13 @@ pub const METAL_POLL: &str = "metal/poll";
 /// The creation guard counter of the poller's cursor.
 pub const METAL_POLL_INIT: &str = "metal-init/poll";
 
+/// The phoenixNAP audit-log poller's cursor (the same record as
+/// [`METAL_POLL`], for phoenixNAP's events).
+pub const PNAP_POLL: &str = "metal/poll-phoenixnap";
+
+/// The creation guard of [`PNAP_POLL`].
+pub const PNAP_POLL_INIT: &str = "metal-init/poll-phoenixnap";
+
 /// Prefix of the keys noting when a record's creation was first seen
 /// stalled between its guard and its key (`kv::protocol`).
 pub const GUARD_STALL_PREFIX: &str = "guard-stall/";

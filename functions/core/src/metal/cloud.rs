@@ -122,6 +122,11 @@ impl<H: HttpClient + ?Sized, E: Env + ?Sized> NicModes for Metal<'_, H, E> {
 }
 
 impl<H: HttpClient + ?Sized, E: Env + ?Sized> Cloud for Metal<'_, H, E> {
+    /// Metal's reasons (`MetalNotFound`, `MetalForbidden`, …).
+    fn error(&self, e: crate::cloud::CloudError) -> crate::error::Error {
+        e.into()
+    }
+
     fn name(&self) -> &'static str {
         "Metal"
     }

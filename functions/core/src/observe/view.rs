@@ -136,7 +136,7 @@ pub fn overview<K: KvStore>(ctx: &Ctx<'_, K>) -> Result<Value> {
                    "name": id.name, "error": why})
         })
         .collect();
-    let poll = poll::read(ctx.kv)?
+    let poll = poll::read(ctx.kv, crate::cloud::CloudKind::Metal)?
         .map(|c| json!({"last": c.last, "gen": c.gen, "pending": c.pending.len()}));
     let reconcile = summary::read(ctx.kv)?.map(|s| {
         json!({

@@ -584,3 +584,72 @@ fn api_error(request: String, resp: http::Response<Vec<u8>>) -> CloudError {
         messages,
     }
 }
+
+/// phoenixNAP's failure as metal-ipam's error (reasons `Pnap…`): 404
+/// `PnapNotFound`; 401/403 `PnapForbidden`; 400, 409 and 422, which
+/// phoenixNAP answers when the account's state refuses a change (a name or
+/// VLAN taken, members left, a block assigned), `PnapRefused` (409);
+/// 5xx, rate limits and time budgets `PnapUnavailable` (503); a lost
+/// answer `PnapOutcomeUnknown` (503); unreadable bodies, TLS and the
+/// runtime's refusals 500. The detail is phoenixNAP's message.
+pub fn pnap_error(e: CloudError) -> crate::error::Error {
+    let detail = e.to_string();
+    let (kind, reason, message) = match &e {
+        CloudError::Api { status: 404, .. } => (
+            crate::error::ErrorKind::NotFound,
+            "PnapNotFound",
+            "a phoenixNAP resource does not exist",
+        ),
+        CloudError::Api {
+            status: 401 | 403, ..
+        } => (
+            crate::error::ErrorKind::Internal,
+            "PnapForbidden",
+            "phoenixNAP refused the client credentials or their permissions",
+        ),
+        CloudError::Api {
+            status: 400 | 409 | 422,
+            ..
+        } => (
+            crate::error::ErrorKind::Conflict,
+            "PnapRefused",
+            "phoenixNAP refused the change in the account's current state",
+        ),
+        CloudError::Api { status, .. } if *status >= 500 => (
+            crate::error::ErrorKind::Transient,
+            "PnapUnavailable",
+            "phoenixNAP is unavailable; retry",
+        ),
+        CloudError::Api { .. } => (
+            crate::error::ErrorKind::Internal,
+            "PnapRejected",
+            "phoenixNAP rejected a request metal-ipam built",
+        ),
+        CloudError::Unavailable { .. } => (
+            crate::error::ErrorKind::Transient,
+            "PnapUnavailable",
+            "phoenixNAP is rate limiting or unavailable; retry",
+        ),
+        CloudError::OutcomeUnknown { .. } => (
+            crate::error::ErrorKind::Transient,
+            "PnapOutcomeUnknown",
+            "a phoenixNAP request may or may not have taken effect; retry (the step looks before it creates again)",
+        ),
+        CloudError::Malformed { .. } => (
+            crate::error::ErrorKind::Internal,
+            "PnapMalformed",
+            "phoenixNAP answered with a body metal-ipam cannot read",
+        ),
+        CloudError::Tls { .. } => (
+            crate::error::ErrorKind::Internal,
+            "PnapTlsFailed",
+            "the TLS connection to phoenixNAP failed; retrying does not help",
+        ),
+        CloudError::Denied { .. } => (
+            crate::error::ErrorKind::Internal,
+            "PnapDenied",
+            "the runtime refused the request to phoenixNAP: check the API URL and the component's allowed_outbound_hosts",
+        ),
+    };
+    crate::error::Error::new(kind, reason, message).with_detail(detail)
+}

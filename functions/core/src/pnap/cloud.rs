@@ -324,6 +324,11 @@ impl From<Event> for CloudEvent {
 }
 
 impl<H: HttpClient + ?Sized, E: Env + ?Sized> Cloud for Pnap<'_, H, E> {
+    /// phoenixNAP's reasons (`PnapNotFound`, `PnapForbidden`, …).
+    fn error(&self, e: CloudError) -> crate::error::Error {
+        super::client::pnap_error(e)
+    }
+
     fn name(&self) -> &'static str {
         "phoenixNAP"
     }

@@ -767,7 +767,7 @@ fn find_on_device<C: Cloud + ?Sized>(
     let assigned = match cloud.addresses(device) {
         Ok(a) => a,
         Err(e) if e.status() == Some(404) => return Ok(None),
-        Err(e) => return Err(e.into()),
+        Err(e) => return Err(cloud.error(e)),
     };
     Ok(assigned
         .into_iter()
@@ -864,7 +864,7 @@ pub fn assign<K: KvStore, C: PickCloud + ?Sized>(
 /// # Errors
 /// Metal's.
 fn device_unready<C: Cloud + ?Sized>(cloud: &C, device: &str) -> Result<Option<AssignState>> {
-    Ok(match cloud.device(device)? {
+    Ok(match cloud.device(device).map_err(|e| cloud.error(e))? {
         None => Some(AssignState::DeviceGone(device.to_string())),
         Some(d) if d.gone => Some(AssignState::DeviceGone(device.to_string())),
         Some(d) if !d.active => Some(AssignState::DeviceNotActive(
@@ -911,11 +911,11 @@ fn post<K: KvStore, C: Cloud + ?Sized>(
                 return record_or_undo(ctx, cloud, labels, uid, token, &id);
             }
             record.mark_lost(token, ctx.env.now())?;
-            Err(e.into())
+            Err(cloud.error(e))
         }
         Err(e) => {
             record.withdraw(token, None)?;
-            Err(e.into())
+            Err(cloud.error(e))
         }
     }
 }
@@ -935,7 +935,7 @@ fn record_or_undo<K: KvStore, C: Cloud + ?Sized>(
     }
     // Rule 4: the claim is going (or another assignment is recorded): this
     // one must not stay.
-    cloud.unassign_address(id)?;
+    cloud.unassign_address(id).map_err(|e| cloud.error(e))?;
     record.withdraw(token, None)?;
     match read(ctx.kv, ns, name)? {
         Some(c) if c.uid == uid && !c.closed => match c.assignment {
@@ -1005,7 +1005,7 @@ fn clear_held<K: KvStore, C: Cloud + ?Sized>(
     let record = ClaimAssignment::new(ctx, ns, name);
     let now = ctx.env.now();
     if let Some(id) = &rec.assignment {
-        cloud.unassign_address(id)?;
+        cloud.unassign_address(id).map_err(|e| cloud.error(e))?;
         record.cleared(&rec.uid, id, false)?;
         return Ok(Cleared::Deleted(Some(id.clone())));
     }
@@ -1020,7 +1020,7 @@ fn clear_held<K: KvStore, C: Cloud + ?Sized>(
     let mut deleted = None;
     if let Some(device) = &rec.device {
         if let Some(id) = find_on_device(cloud, device, &rec.address)? {
-            cloud.unassign_address(&id)?;
+            cloud.unassign_address(&id).map_err(|e| cloud.error(e))?;
             deleted = Some(id);
         }
     }

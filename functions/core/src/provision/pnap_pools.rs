@@ -62,8 +62,9 @@ use ipnet::IpNet;
 
 use super::vrf_cloud::CreateError;
 use crate::cloud::CloudError;
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{Error, Result};
 pub use crate::ipam::pnap::NetworkKind;
+pub use crate::pnap::client::pnap_error;
 use crate::pnap::client::Pnap;
 use crate::pnap::model::{
     IpBlock, IpBlockCreate, NetworkMembership, PrivateNetwork, PrivateNetworkCreate, PublicNetwork,
@@ -121,75 +122,6 @@ fn fnv1a(bytes: &[u8]) -> u32 {
     bytes.iter().fold(0x811c_9dc5_u32, |h, b| {
         (h ^ u32::from(*b)).wrapping_mul(0x0100_0193)
     })
-}
-
-/// phoenixNAP's failure as metal-ipam's error (reasons `Pnap…`): 404
-/// `PnapNotFound`; 401/403 `PnapForbidden`; 400, 409 and 422, which
-/// phoenixNAP answers when the account's state refuses a change (a name or
-/// VLAN taken, members left, a block assigned), `PnapRefused` (409);
-/// 5xx, rate limits and time budgets `PnapUnavailable` (503); a lost
-/// answer `PnapOutcomeUnknown` (503); unreadable bodies, TLS and the
-/// runtime's refusals 500. The detail is phoenixNAP's message.
-pub fn pnap_error(e: CloudError) -> Error {
-    let detail = e.to_string();
-    let (kind, reason, message) = match &e {
-        CloudError::Api { status: 404, .. } => (
-            ErrorKind::NotFound,
-            "PnapNotFound",
-            "a phoenixNAP resource does not exist",
-        ),
-        CloudError::Api {
-            status: 401 | 403, ..
-        } => (
-            ErrorKind::Internal,
-            "PnapForbidden",
-            "phoenixNAP refused the client credentials or their permissions",
-        ),
-        CloudError::Api {
-            status: 400 | 409 | 422,
-            ..
-        } => (
-            ErrorKind::Conflict,
-            "PnapRefused",
-            "phoenixNAP refused the change in the account's current state",
-        ),
-        CloudError::Api { status, .. } if *status >= 500 => (
-            ErrorKind::Transient,
-            "PnapUnavailable",
-            "phoenixNAP is unavailable; retry",
-        ),
-        CloudError::Api { .. } => (
-            ErrorKind::Internal,
-            "PnapRejected",
-            "phoenixNAP rejected a request metal-ipam built",
-        ),
-        CloudError::Unavailable { .. } => (
-            ErrorKind::Transient,
-            "PnapUnavailable",
-            "phoenixNAP is rate limiting or unavailable; retry",
-        ),
-        CloudError::OutcomeUnknown { .. } => (
-            ErrorKind::Transient,
-            "PnapOutcomeUnknown",
-            "a phoenixNAP request may or may not have taken effect; retry (the step looks before it creates again)",
-        ),
-        CloudError::Malformed { .. } => (
-            ErrorKind::Internal,
-            "PnapMalformed",
-            "phoenixNAP answered with a body metal-ipam cannot read",
-        ),
-        CloudError::Tls { .. } => (
-            ErrorKind::Internal,
-            "PnapTlsFailed",
-            "the TLS connection to phoenixNAP failed; retrying does not help",
-        ),
-        CloudError::Denied { .. } => (
-            ErrorKind::Internal,
-            "PnapDenied",
-            "the runtime refused the request to phoenixNAP: check the API URL and the component's allowed_outbound_hosts",
-        ),
-    };
-    Error::new(kind, reason, message).with_detail(detail)
 }
 
 /// A private or public network, as these calls read it.

@@ -4,8 +4,9 @@
 //! after the cursor and handles the devices they concern
 //! (`crate::capi::poll`).
 //!
-//! One [`CursorRecord`] under `metal/poll`, kept with the compare-and-swap
-//! protocol. Reading events and handling devices are decoupled, so the
+//! One [`CursorRecord`] per cloud (Metal's under `metal/poll`,
+//! phoenixNAP's audit log under `metal/poll-phoenixnap`), kept with the
+//! compare-and-swap protocol. Reading events and handling devices are decoupled, so the
 //! cursor always makes progress whatever one device, claim or machine does:
 //!
 //! 1. **Ingest** ([`ingest`]): the events newer than the cursor are read
@@ -37,7 +38,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::cloud::Cloud;
+use crate::cloud::{Cloud, CloudKind};
 use crate::error::Result;
 use crate::kv::keys;
 use crate::kv::protocol::{read_record, update_record, Decision, Enveloped, StateRecord};
@@ -161,19 +162,29 @@ fn is_zero(n: &u64) -> bool {
 /// The value of the `metal/poll` key: the envelope and the [`Cursor`].
 pub type CursorRecord = Enveloped<Cursor>;
 
+/// One cursor per cloud: Metal's under `metal/poll`, phoenixNAP's under
+/// `metal/poll-phoenixnap`.
 impl StateRecord for Cursor {
-    type Id = ();
+    type Id = CloudKind;
     const VERSION: u32 = CURSOR_VERSION;
-    const WHAT: &'static str = "Metal event cursor";
+    const WHAT: &'static str = "event cursor";
 
-    fn key(_: &()) -> String {
-        keys::METAL_POLL.to_string()
+    fn key(kind: &CloudKind) -> String {
+        match kind {
+            CloudKind::Metal => keys::METAL_POLL,
+            CloudKind::Phoenixnap => keys::PNAP_POLL,
+        }
+        .to_string()
     }
-    fn guard_key(_: &()) -> String {
-        keys::METAL_POLL_INIT.to_string()
+    fn guard_key(kind: &CloudKind) -> String {
+        match kind {
+            CloudKind::Metal => keys::METAL_POLL_INIT,
+            CloudKind::Phoenixnap => keys::PNAP_POLL_INIT,
+        }
+        .to_string()
     }
-    fn describe(_: &()) -> String {
-        "the Metal event cursor".to_string()
+    fn describe(kind: &CloudKind) -> String {
+        format!("the {} event cursor", kind.name())
     }
 }
 
@@ -181,8 +192,8 @@ impl StateRecord for Cursor {
 ///
 /// # Errors
 /// Store errors; 500 for an unreadable record.
-pub fn read<K: KvStore>(kv: &K) -> Result<Option<Cursor>> {
-    read_record::<K, CursorRecord>(kv, &())
+pub fn read<K: KvStore>(kv: &K, kind: CloudKind) -> Result<Option<Cursor>> {
+    read_record::<K, CursorRecord>(kv, &kind)
 }
 
 /// What [`ingest`] did.
@@ -209,12 +220,15 @@ pub struct Ingested {
 /// reads the same events).
 pub fn ingest<K: KvStore, C: Cloud + ?Sized>(
     ctx: &Ctx<'_, K>,
+    kind: CloudKind,
     cloud: &C,
     known: impl FnOnce() -> Result<Vec<String>>,
 ) -> Result<Ingested> {
-    let from = read(ctx.kv)?;
+    let from = read(ctx.kv, kind)?;
     let last = from.as_ref().map(|c| c.last.clone());
-    let (events, found) = cloud.events_after(last.as_deref(), MAX_EVENT_PAGES)?;
+    let (events, found) = cloud
+        .events_after(last.as_deref(), MAX_EVENT_PAGES)
+        .map_err(|e| cloud.error(e))?;
     let resync = last.is_none() || !found;
     let Some(newest) = events.first().map(|e| e.id.clone()) else {
         return Ok(Ingested {
@@ -240,7 +254,7 @@ pub fn ingest<K: KvStore, C: Cloud + ?Sized>(
     }
     let count = events.len();
     let now = ctx.env.now();
-    let cursor = update_record::<K, CursorRecord, Cursor>(ctx, &(), |cur| {
+    let cursor = update_record::<K, CursorRecord, Cursor>(ctx, &kind, |cur| {
         if cur.map(|c| &c.last) != last.as_ref() {
             // Another poller ingested meanwhile: its record stands.
             return Ok(Decision::Done(cur.cloned().unwrap_or_default()));
@@ -297,12 +311,13 @@ pub struct Failed {
 /// Store errors; 503 `Contention`.
 pub fn done<K: KvStore>(
     ctx: &Ctx<'_, K>,
+    kind: CloudKind,
     handled: &[PendingDevice],
     failed: &[Failed],
     unplaced_done: Option<u64>,
     now: u64,
 ) -> Result<Cursor> {
-    update_record::<K, CursorRecord, Cursor>(ctx, &(), |cur| {
+    update_record::<K, CursorRecord, Cursor>(ctx, &kind, |cur| {
         let Some(cur) = cur else {
             return Ok(Decision::Done(Cursor::default()));
         };
@@ -357,7 +372,7 @@ mod tests {
     }
 
     fn stored(ctx: &Ctx<'_, MemKv>, c: Cursor) {
-        update_record::<_, CursorRecord, ()>(ctx, &(), |_| {
+        update_record::<_, CursorRecord, ()>(ctx, &CloudKind::Metal, |_| {
             Ok(Decision::Write(Box::new(c.clone()), ()))
         })
         .unwrap();
@@ -381,6 +396,7 @@ mod tests {
             // A poller took d1 at gen 1 (stale) and d2 at gen 3.
             let after = done(
                 &ctx,
+                CloudKind::Metal,
                 &[pending("d1", 1), pending("d2", 3)],
                 &[],
                 Some(2),
@@ -389,9 +405,17 @@ mod tests {
             .unwrap();
             assert_eq!(after.pending, vec![pending("d1", 2)], "{backend:?}");
             assert!(after.recheck_unplaced, "a later ingest asked again");
-            let after = done(&ctx, &[pending("d1", 2)], &[], Some(3), 100).unwrap();
+            let after = done(
+                &ctx,
+                CloudKind::Metal,
+                &[pending("d1", 2)],
+                &[],
+                Some(3),
+                100,
+            )
+            .unwrap();
             assert!(after.pending.is_empty() && !after.recheck_unplaced);
-            assert_eq!(read(&kv).unwrap().unwrap().last, "e2");
+            assert_eq!(read(&kv, CloudKind::Metal).unwrap().unwrap().last, "e2");
         }
     }
 
@@ -420,6 +444,7 @@ mod tests {
             let bad = PendingDevice::new("bad", 1, 900);
             let after = done(
                 &ctx,
+                CloudKind::Metal,
                 &[PendingDevice::new("ok", 2, 950)],
                 &[fail(bad.clone())],
                 None,
@@ -433,26 +458,50 @@ mod tests {
             assert!(p.error.as_deref().unwrap().contains("500"));
             // Failing again doubles the wait; a later ingest's naming
             // keeps the count (it is about the device).
-            let after = done(&ctx, &[], &[fail(bad.clone())], None, 1_060).unwrap();
+            let after = done(
+                &ctx,
+                CloudKind::Metal,
+                &[],
+                &[fail(bad.clone())],
+                None,
+                1_060,
+            )
+            .unwrap();
             assert_eq!(
                 (after.pending[0].failures, after.pending[0].retry_at),
                 (2, 1_180)
             );
             // A read that succeeds but was taken at an older generation:
             // the device stays (named again), its failures are cleared.
-            update_record::<_, CursorRecord, ()>(&ctx, &(), |c| {
+            update_record::<_, CursorRecord, ()>(&ctx, &CloudKind::Metal, |c| {
                 let mut c = c.cloned().unwrap();
                 c.pending[0].gen = 3;
                 Ok(Decision::Write(Box::new(c), ()))
             })
             .unwrap();
-            let after = done(&ctx, std::slice::from_ref(&bad), &[], None, 1_200).unwrap();
+            let after = done(
+                &ctx,
+                CloudKind::Metal,
+                std::slice::from_ref(&bad),
+                &[],
+                None,
+                1_200,
+            )
+            .unwrap();
             let p = &after.pending[0];
             assert_eq!(
                 (p.gen, p.failures, p.retry_at, p.error.as_deref()),
                 (3, 0, 0, None)
             );
-            let after = done(&ctx, &[PendingDevice { gen: 3, ..bad }], &[], None, 1_200).unwrap();
+            let after = done(
+                &ctx,
+                CloudKind::Metal,
+                &[PendingDevice { gen: 3, ..bad }],
+                &[],
+                None,
+                1_200,
+            )
+            .unwrap();
             assert!(after.pending.is_empty());
         }
     }
