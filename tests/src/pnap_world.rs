@@ -124,9 +124,18 @@ impl World {
             if r.headers.get("retry-after").is_none() {
                 return (r, i);
             }
-            assert_eq!(r.status, 202, "{}: {path}: {:#}", self.runtime.name(), r.body);
+            assert_eq!(
+                r.status,
+                202,
+                "{}: {path}: {:#}",
+                self.runtime.name(),
+                r.body
+            );
         }
-        panic!("{}: {path}: still in progress after {n} calls", self.runtime.name());
+        panic!(
+            "{}: {path}: still in progress after {n} calls",
+            self.runtime.name()
+        );
     }
 
     /// Runs the pool's step until it settles; the answer must be 200
@@ -214,7 +223,10 @@ impl World {
                 answers.last().unwrap().body
             );
         }
-        panic!("{}: {name}: still waiting after {n} deliveries", self.runtime.name());
+        panic!(
+            "{}: {name}: still waiting after {n} deliveries",
+            self.runtime.name()
+        );
     }
 
     /// The pool object.
@@ -262,7 +274,11 @@ impl World {
         let who = self.runtime.name();
         assert_eq!(self.sim.violations(), Vec::<String>::new(), "{who}: spec");
         assert_eq!(self.sim.answer_violations(), Vec::<String>::new(), "{who}");
-        assert_eq!(self.kube.schema_violations(), Vec::<String>::new(), "{who}: CRDs");
+        assert_eq!(
+            self.kube.schema_violations(),
+            Vec::<String>::new(),
+            "{who}: CRDs"
+        );
     }
 
     /// The IPs of `server`'s memberships of `network`, in any state.
