@@ -10,6 +10,7 @@ pub mod kube;
 pub mod metal_sim;
 pub mod oci_registry;
 pub mod pnap_sim;
+pub mod pnap_world;
 pub mod real_kube;
 pub mod real_spin;
 pub mod schema;

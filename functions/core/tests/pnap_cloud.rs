@@ -273,12 +273,19 @@ fn unassigning_removes_the_ip_and_leaves_with_the_last_one() {
         ),
         ("DELETE /bmc/v1/servers/s1/network-configuration/private-network-configuration/private-networks/n1",
             Reply::json(202, json!("The server is being removed from the specified private network."))),
+        (
+            "GET /bmc/v1/servers/s1",
+            server("powered-on", json!([{"id": "n1", "ips": ["10.0.0.6"], "statusDescription": "in-progress"}]), json!([])),
+        ),
         ("GET /bmc/v1/servers/s1", server("powered-on", json!([]), json!([]))),
         ("GET /bmc/v1/servers/gone", Reply::json(404, json!({"message": "not found"}))),
     ]);
     run(&http, |cloud| {
         assert!(cloud.unassign_address("s1/private/n1/10.0.0.5").unwrap());
-        assert!(cloud.unassign_address("s1/private/n1/10.0.0.6").unwrap());
+        // The leave is accepted: the IP is held until the server has left.
+        let leaving = |r| matches!(r, Err(CloudError::Unavailable { .. }));
+        assert!(leaving(cloud.unassign_address("s1/private/n1/10.0.0.6")));
+        assert!(leaving(cloud.unassign_address("s1/private/n1/10.0.0.6")));
         assert!(!cloud.unassign_address("s1/private/n1/10.0.0.6").unwrap());
         assert!(!cloud.unassign_address("gone/private/n1/10.0.0.6").unwrap());
         assert!(!cloud.unassign_address("malformed").unwrap());

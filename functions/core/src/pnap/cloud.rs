@@ -28,7 +28,11 @@
 //!   `cidr`; public: an attached block) holds the address in the server's
 //!   location and joins it with that IP, or adds the IP to the membership
 //!   it has; unassigning removes the IP, leaving the network with the last
-//!   one. phoenixNAP keeps no labels on a membership: the labels are not
+//!   one. A membership in progress still holds its IPs: unassigning answers
+//!   [`CloudError::Unavailable`] after a leave is accepted and while the
+//!   membership is in progress, and `false` once the server has left, so
+//!   the address is not released (and handed out again) while the server
+//!   still holds it. phoenixNAP keeps no labels on a membership: the labels are not
 //!   sent, and a lost answer is looked up by address.
 //! - **Events**: the audit log names no resource, so an event is a hint
 //!   that something changed: [`Cloud::events_after`] answers the events
@@ -543,9 +547,23 @@ impl<H: HttpClient + ?Sized, E: Env + ?Sized> Cloud for Pnap<'_, H, E> {
         if !m.ips.iter().any(|x| x == ip) {
             return Ok(false);
         }
+        // A membership in progress (a leave accepted, or a join) still holds
+        // its IPs: the address is not free until phoenixNAP is done with it.
+        let busy = || CloudError::Unavailable {
+            retry_after_s: MEMBERSHIP_BUSY_S,
+            detail: format!("server {server} is changing its membership of network {network}"),
+        };
+        if m.status.as_deref() == Some("in-progress") {
+            return Err(busy());
+        }
         let rest: Vec<String> = m.ips.iter().filter(|x| *x != ip).cloned().collect();
         if rest.is_empty() {
-            self.leave(server, kind, network)
+            // Leaving is asynchronous: asked again, the server is read
+            // until it has left (`false` then).
+            match self.leave(server, kind, network)? {
+                true => Err(busy()),
+                false => Ok(false),
+            }
         } else {
             self.set_ips(server, kind, network, &rest).map(|()| true)
         }
