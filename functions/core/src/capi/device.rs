@@ -22,13 +22,13 @@
 //!
 //! # A claim's device
 //! The annotation [`DEVICE_ANNOTATION`] on the claim (any form above) wins;
-//! otherwise the claim's owners are followed: a CAPI `Machine` or a CAPP
-//! `PacketMachine` whose `spec.providerID` is one of the forms above (the
-//! owner's uid must match the reference, so a re-created machine of the
-//! same name is not mistaken for it). The device found carries its cloud
-//! ([`DeviceRef::Known`]); a step working on one cloud takes it through
-//! [`DeviceRef::for_cloud`], which refuses a device of the other cloud
-//! (422 `InvalidDevice` naming both).
+//! otherwise the claim's owners are followed: a CAPI `Machine`, a CAPP
+//! `PacketMachine` or a phoenixNAP `BMCMachine` whose `spec.providerID` is
+//! one of the forms above (the owner's uid must match the reference, so a
+//! re-created machine of the same name is not mistaken for it). The device
+//! found carries its cloud ([`DeviceRef::Known`]); a step working on one
+//! cloud takes it through [`DeviceRef::for_cloud`], which refuses a device
+//! of the other cloud (422 `InvalidDevice` naming both).
 
 use super::objects::MachineObject;
 use crate::cloud::CloudKind;
@@ -251,6 +251,7 @@ fn machine_resource(api_version: &str, kind: &str) -> Option<&'static Resource> 
     match (group, kind) {
         ("cluster.x-k8s.io", "Machine") => Some(&kube::MACHINES),
         ("infrastructure.cluster.x-k8s.io", "PacketMachine") => Some(&kube::PACKET_MACHINES),
+        ("infrastructure.cluster.x-k8s.io", "BMCMachine") => Some(&kube::BMC_MACHINES),
         _ => None,
     }
 }
@@ -489,6 +490,8 @@ mod tests {
         const MACHINES: &str = "/apis/cluster.x-k8s.io/v1beta2/namespaces/ns/machines";
         const PACKET_MACHINES: &str =
             "/apis/infrastructure.cluster.x-k8s.io/v1beta1/namespaces/ns/packetmachines";
+        const BMC_MACHINES: &str =
+            "/apis/infrastructure.cluster.x-k8s.io/v1beta1/namespaces/ns/bmcmachines";
 
         fn claim(annotations: Value, owners: Value) -> ClaimObject {
             ClaimObject::from_json(&json!({
@@ -560,6 +563,35 @@ mod tests {
                 "bmc://servers/60473a6115e34466c9f8f083",
             );
             let http = ScriptedHttp::new(vec![(&format!("GET {MACHINES}/m"), Reply::json(200, m))]);
+            assert_eq!(
+                resolve(&http, &c),
+                DeviceRef::Known(CloudKind::Phoenixnap, SERVER.into())
+            );
+        }
+
+        /// A claim owned by the `BMCMachine` itself: its server, read from
+        /// the `BMCMachine`'s provider ID.
+        #[test]
+        fn a_bmc_machine_owner_names_its_server() {
+            let c = claim(
+                json!({}),
+                json!([owner(
+                    "infrastructure.cluster.x-k8s.io/v1beta1",
+                    "BMCMachine",
+                    "bm",
+                    "bm-1"
+                )]),
+            );
+            let bm = object(
+                "BMCMachine",
+                "bm",
+                "bm-1",
+                "bmc://servers/60473a6115e34466c9f8f083",
+            );
+            let http = ScriptedHttp::new(vec![(
+                &format!("GET {BMC_MACHINES}/bm"),
+                Reply::json(200, bm),
+            )]);
             assert_eq!(
                 resolve(&http, &c),
                 DeviceRef::Known(CloudKind::Phoenixnap, SERVER.into())
