@@ -1039,7 +1039,8 @@ async fn the_code_uses_exactly_the_permissions_rbac_grants(w: World) {
         "requests beyond USED_PERMISSIONS (and so beyond RBAC): {beyond:?}"
     );
     // Reading the owners of claims in VRF-backed pools is the assign
-    // step's (tests/metal_assignments.rs shows those reads), and reading
+    // step's (tests/metal_assignments.rs shows those reads; a BMCMachine
+    // owner's, functions/core/src/capi/device.rs), and reading
     // machines and network profiles and creating per-VLAN claims the
     // network step's (tests/network_component.rs).
     let unused: Vec<_> = granted
@@ -1047,7 +1048,7 @@ async fn the_code_uses_exactly_the_permissions_rbac_grants(w: World) {
         .filter(|(_, r, v)| {
             let metal_steps_only = matches!(
                 r.as_str(),
-                "machines" | "packetmachines" | "metalnetworkprofiles"
+                "machines" | "packetmachines" | "bmcmachines" | "metalnetworkprofiles"
             ) || (r == "ipaddressclaims"
                 && (v == "create" || v == "delete"));
             !metal_steps_only

@@ -8,7 +8,10 @@
 //! [`super::device::resolve_device`]: the claim's annotation
 //! [`DEVICE_ANNOTATION`], else its machine owners' provider ID. No device
 //! yet: the claim stays bound, `MetalAssigned=False DeviceUnknown`, and the
-//! poll retries it when a device becomes active.
+//! poll retries it when a device becomes active. A device of the other
+//! cloud than the pool's (a phoenixNAP server for a Metal pool, a Metal
+//! device for a phoenixNAP one) is `InvalidDevice`, as is a provider ID of
+//! no known form.
 //!
 //! # Ordering with release
 //! [`ASSIGNMENT_FINALIZER`] is added to the claim before any assignment is
@@ -252,7 +255,9 @@ impl<K: KvStore, H: HttpClient + ?Sized, C: PickCloud + ?Sized> Handler<H>
     }
 
     fn keeps_finalizer(&self, _: &ClaimObject, g: &Gates) -> bool {
-        matches!(g.device, Some(DeviceRef::Known(_)))
+        g.device
+            .as_ref()
+            .is_some_and(|d| matches!(d.for_cloud(g.cloud), Ok(Some(_))))
     }
 
     fn apply(&mut self, _: &ClaimObject, g: Gates) -> Result<Verdict<()>> {
@@ -260,10 +265,11 @@ impl<K: KvStore, H: HttpClient + ?Sized, C: PickCloud + ?Sized> Handler<H>
             unreachable!("the gates passed: bound, device resolved");
         };
         let address = binding.address.as_str();
-        let device = match device {
-            DeviceRef::Known(d) => Some(d),
-            DeviceRef::Unknown => None,
-            DeviceRef::Invalid(msg) => {
+        // A device of another cloud than the pool's is refused.
+        let device = match device.for_cloud(g.cloud) {
+            Ok(d) => d.map(str::to_string),
+            Err(e) => {
+                let msg = e.message().to_string();
                 let out = Reconciled::new(StepResult::Failed, msg.clone()).with_address(address);
                 return Ok(condition("InvalidDevice", false, msg, out));
             }

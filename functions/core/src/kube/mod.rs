@@ -202,6 +202,17 @@ pub const PACKET_MACHINES: Resource = Resource {
     namespaced: true,
 };
 
+/// phoenixNAP's `BMCMachine` (the infrastructure machine of its Cluster API
+/// provider): its `spec.providerID` (`bmc://servers/<id>`) names the server
+/// of a claim it owns.
+pub const BMC_MACHINES: Resource = Resource {
+    group: "infrastructure.cluster.x-k8s.io",
+    version: "v1beta1",
+    plural: "bmcmachines",
+    kind: "BMCMachine",
+    namespaced: true,
+};
+
 /// Our `MetalNetworkProfile` (a machine's per-port networking).
 pub const NETWORK_PROFILES: Resource = Resource {
     group: GROUP,
@@ -230,6 +241,7 @@ pub const USED_PERMISSIONS: &[(&str, &str, &str)] = &[
     ("cluster.x-k8s.io", "machines", "list"),
     ("infrastructure.cluster.x-k8s.io", "packetmachines", "get"),
     ("infrastructure.cluster.x-k8s.io", "packetmachines", "list"),
+    ("infrastructure.cluster.x-k8s.io", "bmcmachines", "get"),
     ("ipam.metal-ipam.dev", "metalippools", "get"),
     ("ipam.metal-ipam.dev", "metalippools", "list"),
     ("ipam.metal-ipam.dev", "metalippools", "patch"),
