@@ -131,8 +131,9 @@ pub(crate) fn metal_claim<K: KvStore, H: HttpClient + ?Sized>(
 }
 
 /// `POST /v1/metal/poll` reads each configured cloud's events after its
-/// stored cursor (Metal's project events; phoenixNAP's audit log) and
-/// handles the devices they name, in bounded work per call (run by a
+/// stored cursor (Metal's project events; phoenixNAP's audit log, whose
+/// new events make it re-read every server the store knows) and handles
+/// the devices they name, in bounded work per call (run by a
 /// CronJob; neither cloud has webhooks). 200 with Metal's report at the top
 /// level (`{"result": "skipped", "reason": "MetalNotConfigured"}` without
 /// Metal) and phoenixNAP's under `phoenixnap` when it is configured
