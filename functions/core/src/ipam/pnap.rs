@@ -45,7 +45,7 @@ use ipnet::IpNet;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use super::vrf::{null_default, parse_at, DeletionPolicy, Resource};
+use super::vrf::{first_changed_key, null_default, parse_at, DeletionPolicy, Resource};
 use crate::error::{Error, Result};
 
 /// `spec.phoenixnap.privateNetwork` or `spec.phoenixnap.publicNetwork`.
@@ -235,21 +235,10 @@ impl PnapSpec {
     ///     Some("spec.phoenixnap.privateNetwork.cidr"));
     /// ```
     pub fn changed_field(&self, r: Resource, recorded: &Value) -> Option<String> {
-        let now = self.section(r);
-        let empty = Map::new();
-        let (now, was) = (
-            now.as_object().unwrap_or(&empty),
-            recorded.as_object().unwrap_or(&empty),
-        );
-        let mut keys: Vec<&String> = now.keys().chain(was.keys()).collect();
-        keys.sort_by_key(|k| (k.as_str() != "location", k.as_str()));
-        keys.dedup();
-        keys.into_iter()
-            .find(|k| now.get(*k) != was.get(*k))
-            .map(|k| match k.as_str() {
-                "location" => "spec.phoenixnap.location".to_string(),
-                k => format!("spec.phoenixnap.{}.{k}", self.field(r)),
-            })
+        first_changed_key(&self.section(r), recorded, "location").map(|k| match k.as_str() {
+            "location" => "spec.phoenixnap.location".to_string(),
+            k => format!("spec.phoenixnap.{}.{k}", self.field(r)),
+        })
     }
 
     /// The block known before provisioning: a created private network's

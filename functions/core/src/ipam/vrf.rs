@@ -240,21 +240,10 @@ impl MetalSpec {
     ///     Some("spec.metal.vrf.deletionPolicy"));
     /// ```
     pub fn changed_field(&self, r: Resource, recorded: &Value) -> Option<String> {
-        let now = self.section(r);
-        let empty = Map::new();
-        let (now, was) = (
-            now.as_object().unwrap_or(&empty),
-            recorded.as_object().unwrap_or(&empty),
-        );
-        let mut keys: Vec<&String> = now.keys().chain(was.keys()).collect();
-        keys.sort_by_key(|k| (k.as_str() != "metro", k.as_str()));
-        keys.dedup();
-        keys.into_iter()
-            .find(|k| now.get(*k) != was.get(*k))
-            .map(|k| match k.as_str() {
-                "metro" => "spec.metal.metro".to_string(),
-                k => format!("spec.metal.{}.{k}", r.field()),
-            })
+        first_changed_key(&self.section(r), recorded, "metro").map(|k| match k.as_str() {
+            "metro" => "spec.metal.metro".to_string(),
+            k => format!("spec.metal.{}.{k}", r.field()),
+        })
     }
 
     /// The block of a reservation to be created: its network address and
@@ -593,6 +582,24 @@ impl MetalIn {
             gateway: self.gateway,
         })
     }
+}
+
+/// The first key whose value differs between two recorded sections (JSON
+/// objects; anything else reads as empty): `shared`, the key every
+/// resource's section carries (the metro, the location), first, then the
+/// others by name. What both clouds' `changed_field` read.
+pub(crate) fn first_changed_key(now: &Value, was: &Value, shared: &str) -> Option<String> {
+    let empty = Map::new();
+    let (now, was) = (
+        now.as_object().unwrap_or(&empty),
+        was.as_object().unwrap_or(&empty),
+    );
+    let mut keys: Vec<&String> = now.keys().chain(was.keys()).collect();
+    keys.sort_by_key(|k| (k.as_str() != shared, k.as_str()));
+    keys.dedup();
+    keys.into_iter()
+        .find(|k| now.get(*k) != was.get(*k))
+        .cloned()
 }
 
 fn at_most<T: Into<u64>>(field: &str, v: Option<T>, max: u64) -> Result<()> {
