@@ -266,15 +266,7 @@ impl PnapSpec {
                 m.insert(k.into(), v.clone().into());
             }
         }
-        let policy = |p: Option<DeletionPolicy>| {
-            p.map(|p| {
-                if p == DeletionPolicy::Delete {
-                    "Delete"
-                } else {
-                    "Retain"
-                }
-            })
-        };
+        let policy = |p: Option<DeletionPolicy>| p.map(DeletionPolicy::name);
         let network = |n: &NetworkSpec| {
             let mut m = Map::new();
             put(&mut m, "id", &n.id);

@@ -56,7 +56,7 @@ pub enum DeletionPolicy {
 }
 
 impl DeletionPolicy {
-    fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             DeletionPolicy::Delete => "Delete",
             DeletionPolicy::Retain => "Retain",
