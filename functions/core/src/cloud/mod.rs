@@ -433,4 +433,78 @@ pub trait Cloud {
     fn nic_modes(&self) -> Option<&dyn NicModes> {
         None
     }
+
+    /// The memberships extension, when the cloud has it.
+    fn memberships(&self) -> Option<&dyn Memberships> {
+        None
+    }
+}
+
+/// Where a device's membership of a segment is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemberState {
+    /// Done: the device is on the segment with its addresses.
+    Ready,
+    /// Joining, changing its addresses or leaving (the cloud does not say
+    /// which).
+    Changing,
+    /// The cloud reports it failed.
+    Failed,
+}
+
+/// A device's membership of a segment, with the addresses it holds there
+/// (the [`Memberships`] extension).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Member {
+    /// The segment's id.
+    pub segment: String,
+    /// A public segment (else private).
+    pub public: bool,
+    /// The addresses, as the cloud lists them.
+    pub addresses: Vec<String>,
+    /// Where it is.
+    pub state: MemberState,
+}
+
+/// Memberships: a device (not a NIC) joins and leaves segments with the
+/// addresses it holds on each, chosen by the caller; every change is
+/// asynchronous and shows on later reads. phoenixNAP has them (a server's
+/// private and public networks); Metal has not (its VLANs are per port,
+/// its addresses per device).
+pub trait Memberships {
+    /// The device's memberships; `None` when the device does not exist.
+    ///
+    /// # Errors
+    /// What the cloud answered.
+    fn members(&self, device: &str) -> CloudResult<Option<Vec<Member>>>;
+
+    /// Joins `segment` with `addresses`.
+    ///
+    /// # Idempotency
+    /// Not repeated after a lost answer: read the memberships first.
+    ///
+    /// # Errors
+    /// What the cloud answered (a 422 for its refusals: an address outside
+    /// the segment's range or held by another device, a device already on
+    /// it).
+    fn join(&self, device: &str, segment: &str, addresses: &[String]) -> CloudResult<()>;
+
+    /// Sets the addresses the device holds on `segment` (a member, public
+    /// or not).
+    ///
+    /// # Errors
+    /// What the cloud answered.
+    fn set_addresses(
+        &self,
+        device: &str,
+        segment: &str,
+        public: bool,
+        addresses: &[String],
+    ) -> CloudResult<()>;
+
+    /// Leaves `segment`; `false` when the device was not on it.
+    ///
+    /// # Errors
+    /// What the cloud answered.
+    fn leave(&self, device: &str, segment: &str, public: bool) -> CloudResult<bool>;
 }

@@ -56,6 +56,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use super::batch::{BatchError, BatchOp, Direction, VlanBatches};
+use super::memberships::MemberStep;
 use super::plan::{plan, Action, Desired, Observed, PortStep};
 use super::profile::Mode;
 use crate::cloud::{missing, Capability, Cloud, CloudError, ModeChange, NicModes, Operation};
@@ -101,6 +102,10 @@ pub struct StepRecord {
     /// `bulk` of a bond/disbond.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub bulk: bool,
+    /// The addresses of a membership change
+    /// ([`super::memberships`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub addresses: Vec<String>,
 }
 
 impl StepRecord {
@@ -118,6 +123,7 @@ impl StepRecord {
             action: s.action.name().to_string(),
             vlans,
             bulk,
+            addresses: Vec::new(),
         }
     }
 }
@@ -190,6 +196,10 @@ pub struct ApplyState {
     /// The operator's release, while it stands.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub released: Option<Released>,
+    /// The segments the membership apply joined ([`super::memberships`]):
+    /// the only ones it leaves.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub joined: Vec<String>,
 }
 
 impl ApplyState {
@@ -549,6 +559,63 @@ impl<'a, 'k, K: KvStore> DeviceRecord<'a, 'k, K> {
         )?;
         Ok(is_async)
     }
+
+    /// Records a membership change ([`super::memberships`]) as the running
+    /// step and in the history, with the segments the apply owns after it
+    /// (`joined`), in one write: what an invocation writes *before* the
+    /// call. Fenced as [`DeviceRecord::record_step`].
+    ///
+    /// # Errors
+    /// 409 `LeaseLost` when `token` does not hold the lease for that long;
+    /// store errors; 503 `Contention`.
+    pub fn record_change(
+        &self,
+        token: &str,
+        rec: &StepRecord,
+        joined: &[String],
+        now: u64,
+    ) -> Result<()> {
+        self.fenced(
+            token,
+            || now + CALL_S,
+            |n| {
+                n.running = Some(Running {
+                    step: rec.clone(),
+                    batch: None,
+                    at: now,
+                });
+                n.joined = joined.to_vec();
+                n.history.push(rec.clone());
+                let excess = n.history.len().saturating_sub(HISTORY);
+                n.history.drain(..excess);
+                true
+            },
+        )
+    }
+
+    /// Sets the segments the membership apply owns (those it left are
+    /// dropped). Only the lease's holder writes.
+    ///
+    /// # Errors
+    /// 409 `LeaseLost`; store errors; 503 `Contention`.
+    pub fn set_joined(&self, token: &str, joined: &[String]) -> Result<()> {
+        self.fenced(
+            token,
+            || self.ctx.env.now(),
+            |n| {
+                if n.joined == joined {
+                    return false;
+                }
+                n.joined = joined.to_vec();
+                true
+            },
+        )
+    }
+}
+
+/// The error of a holder whose lease on `device` ended.
+pub fn lease_lost(device: &str) -> Error {
+    lease::lost(&format!("device {device}"))
 }
 
 /// Whether an error is [`lease::lost`]'s.
@@ -647,23 +714,51 @@ impl ApplyPhase {
     }
 }
 
+/// A step of an apply: a port call (Metal) or a membership change
+/// (phoenixNAP).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    /// A port call.
+    Port(PortStep),
+    /// A membership change.
+    Member(MemberStep),
+}
+
+impl Step {
+    /// As JSON (what `dryRun` answers).
+    pub fn to_json(&self) -> Value {
+        match self {
+            Step::Port(p) => p.to_json(),
+            Step::Member(m) => m.to_json(),
+        }
+    }
+
+    /// The port call, if it is one.
+    pub fn port(self) -> Option<PortStep> {
+        match self {
+            Step::Port(p) => Some(p),
+            Step::Member(_) => None,
+        }
+    }
+}
+
 /// What an invocation did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ApplyReport {
     /// Where it stands.
     pub phase: ApplyPhase,
     /// The plan from the last observation (what is left).
-    pub remaining: Vec<PortStep>,
+    pub remaining: Vec<Step>,
     /// The steps this invocation issued.
-    pub issued: Vec<PortStep>,
+    pub issued: Vec<Step>,
 }
 
 impl ApplyReport {
     /// As JSON (`phase`, `remaining`, `issued`).
     pub fn to_json(&self) -> Value {
         let mut v = json!({"phase": self.phase.name(),
-            "remaining": self.remaining.iter().map(PortStep::to_json).collect::<Vec<_>>(),
-            "issued": self.issued.iter().map(PortStep::to_json).collect::<Vec<_>>()});
+            "remaining": self.remaining.iter().map(Step::to_json).collect::<Vec<_>>(),
+            "issued": self.issued.iter().map(Step::to_json).collect::<Vec<_>>()});
         if let ApplyPhase::InProgress {
             waiting,
             retry_after,
@@ -817,6 +912,25 @@ fn run<K: KvStore, C: Cloud + ?Sized>(
     desired: &Desired,
     honour_release: bool,
 ) -> Result<Option<ApplyReport>> {
+    under_lease(ctx, device, honour_release, |holder, started| {
+        rounds(ctx, cloud, batches, device, desired, holder, started)
+    })
+}
+
+/// Runs `work` (given the lease and when it was taken) under the device's
+/// lease: taken first (in progress when another instance holds it; `None`
+/// when `honour_release` and the operator released the device), released
+/// after, whatever happened (a crash leaves it to expire). A `work` that
+/// finds its lease lost answers in progress.
+///
+/// # Errors
+/// `work`'s; store errors.
+pub(crate) fn under_lease<K: KvStore>(
+    ctx: &Ctx<'_, K>,
+    device: &str,
+    honour_release: bool,
+    work: impl FnOnce(&Holder<'_>, u64) -> Result<ApplyReport>,
+) -> Result<Option<ApplyReport>> {
     let record = DeviceRecord::new(ctx, device);
     let token = ctx.env.token();
     let now = ctx.env.now();
@@ -839,7 +953,7 @@ fn run<K: KvStore, C: Cloud + ?Sized>(
         token: &token,
         until: now + LEASE_S,
     };
-    let out = match rounds(ctx, cloud, batches, device, desired, &holder, now) {
+    let out = match work(&holder, now) {
         // The lease passed on (this instance stalled): the new holder
         // goes on; nothing was called outside the lease.
         Err(e) if is_lease_lost(&e) => Ok(ApplyReport::waiting(
@@ -902,7 +1016,7 @@ fn rounds<K: KvStore, C: Cloud + ?Sized>(
         if let Some(r) = &state.running {
             let done = running_done(ctx, batches, device, holder, r, &observed)?;
             if !done && now < r.at.saturating_add(RUNNING_S) {
-                let remaining = plan(&observed, desired)?;
+                let remaining = ports(plan(&observed, desired)?);
                 return Ok(ApplyReport {
                     phase: ApplyPhase::InProgress {
                         waiting: format!("{} on {}", r.step.action, r.step.port),
@@ -919,15 +1033,15 @@ fn rounds<K: KvStore, C: Cloud + ?Sized>(
         let Some(next) = steps.first().cloned() else {
             return Ok(ApplyReport {
                 phase: ApplyPhase::Converged,
-                remaining: steps,
+                remaining: ports(steps),
                 issued,
             });
         };
         issue(ctx, cloud, batches, device, &next, holder)?;
-        issued.push(next);
+        issued.push(Step::Port(next));
     }
     let remaining = match observe_device(cloud, device)? {
-        Some(o) => plan(&o, desired)?,
+        Some(o) => ports(plan(&o, desired)?),
         None => Vec::new(),
     };
     Ok(ApplyReport {
@@ -938,6 +1052,10 @@ fn rounds<K: KvStore, C: Cloud + ?Sized>(
         remaining,
         issued,
     })
+}
+
+fn ports(steps: Vec<PortStep>) -> Vec<Step> {
+    steps.into_iter().map(Step::Port).collect()
 }
 
 /// Whether the running step `r` is over: its batch finished or is gone,

@@ -11,6 +11,9 @@
 //!   every write is fenced), the operator's release remembered.
 //! - [`batch`]: the VLAN batch steps (attach, detach) the apply runs
 //!   through their own components, and the port it runs them through.
+//! - [`memberships`]: the same on clouds whose servers join networks
+//!   with chosen addresses (phoenixNAP): the memberships wanted, their
+//!   plan, their apply under the same record and lease.
 //! - [`node`]: the node's links from its profile (tagged or untagged as
 //!   Metal delivers each VLAN) and addresses.
 //! - [`render`]: the node's VLAN interfaces as netplan, ifupdown,
@@ -25,6 +28,7 @@
 
 pub mod apply;
 pub mod batch;
+pub mod memberships;
 pub mod network_data;
 pub mod node;
 pub mod plan;

@@ -31,6 +31,7 @@ use ipnet::IpNet;
 use serde::Deserialize;
 use serde_json::Value;
 
+use crate::cloud::CloudKind;
 use crate::error::{Error, Result};
 use crate::ipam::pool::{PoolId, PoolKind};
 use crate::ipam::vrf::is_uuid;
@@ -226,9 +227,15 @@ pub struct PortSpec {
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct Profile {
-    /// The metro of VLANs named by number (lower-case code).
+    /// The metro of VLANs named by number (lower-case code): a Metal
+    /// profile.
     #[serde(default)]
     pub metro: Option<String>,
+    /// The location of networks named by number (`vxlan`: the network's
+    /// `vlanId`), a phoenixNAP location code (`PHX`): a phoenixNAP
+    /// profile ([`Profile::validate_for`]).
+    #[serde(default)]
+    pub location: Option<String>,
     /// The ports described; others keep their defaults.
     #[serde(default)]
     pub ports: Vec<PortSpec>,
@@ -388,6 +395,15 @@ impl Profile {
     /// # Errors
     /// 422 naming the first offending field.
     pub fn validate(&self) -> Result<()> {
+        if self.metro.is_some() && self.location.is_some() {
+            return Err(Error::invalid(
+                "spec.location",
+                "a profile is for one cloud: spec.metro (Metal) or spec.location (phoenixNAP), not both",
+            ));
+        }
+        if self.location.is_some() {
+            return self.validate_for(CloudKind::Phoenixnap);
+        }
         if let Some(m) = &self.metro {
             if m.len() != 2 || !m.chars().all(|c| c.is_ascii_lowercase()) {
                 return Err(Error::invalid(
@@ -428,6 +444,103 @@ impl Profile {
         Ok(())
     }
 
+    /// The rules of [`Profile::validate`] for a device on `cloud`. On Metal
+    /// the profile names no `spec.location`. On phoenixNAP a server's
+    /// networks are tagged on `bond0`, which phoenixNAP configures:
+    /// - `spec.location` is a location code (three capital letters), and
+    ///   `spec.metro` is refused;
+    /// - only `bond0` is described, and neither `bonded: false` nor
+    ///   `layer2: true` (phoenixNAP has no bonds to convert and no port
+    ///   modes), nor a `nativeVLAN` (every network is tagged), nor
+    ///   `elasticIPs` (routed from Metal VRFs: phoenixNAP has none; a
+    ///   public network's pool address goes in `vlans[].addresses`);
+    /// - a network named by `id` is a phoenixNAP id (24 hex digits), by
+    ///   `vxlan` its `vlanId` in `spec.location`, or by `pool` a
+    ///   phoenixNAP-backed pool's network; addresses and routes as on
+    ///   Metal.
+    ///
+    /// ```
+    /// use metal_ipam_core::cloud::CloudKind;
+    /// use metal_ipam_core::network::profile::Profile;
+    /// let p = |spec: serde_json::Value| Profile::from_json(&spec).unwrap();
+    /// let ok = p(serde_json::json!({"location": "PHX", "ports": [{"name": "bond0", "vlans": [
+    ///     {"pool": {"name": "storage"}, "addresses": [{"pool": {"name": "storage"}}]},
+    ///     {"id": "60473a6115e34466c9f8f083", "addresses": [{"static": "10.3.0.5/24"}]}]}]}));
+    /// ok.validate().unwrap();
+    /// let e = p(serde_json::json!({"location": "PHX", "ports": [{"name": "bond0", "layer2": true}]}))
+    ///     .validate().unwrap_err();
+    /// assert_eq!((e.status(), e.field()), (422, Some("spec.ports[0].layer2")));
+    /// let metal = p(serde_json::json!({"ports": [{"name": "eth1", "bonded": false}]}));
+    /// let e = metal.validate_for(CloudKind::Phoenixnap).unwrap_err();
+    /// assert_eq!(e.field(), Some("spec.ports[0].name"));
+    /// ```
+    ///
+    /// # Errors
+    /// 422 naming the first offending field.
+    pub fn validate_for(&self, cloud: CloudKind) -> Result<()> {
+        match cloud {
+            CloudKind::Metal => {
+                if self.location.is_some() {
+                    return Err(Error::invalid(
+                        "spec.location",
+                        "spec.location names a phoenixNAP location; this machine's device is on Metal (spec.metro)",
+                    ));
+                }
+                self.validate()
+            }
+            CloudKind::Phoenixnap => self.validate_phoenixnap(),
+        }
+    }
+
+    fn validate_phoenixnap(&self) -> Result<()> {
+        const WHY: &str = "on phoenixNAP";
+        if self.metro.is_some() {
+            return Err(Error::invalid(
+                "spec.metro",
+                "spec.metro names a Metal metro; a phoenixNAP server's networks are in spec.location (e.g. \"PHX\")",
+            ));
+        }
+        if let Some(l) = &self.location {
+            if l.len() != 3 || !l.chars().all(|c| c.is_ascii_uppercase()) {
+                return Err(Error::invalid(
+                    "spec.location",
+                    format!("{l:?} is not a phoenixNAP location code (three capital letters, e.g. \"PHX\")"),
+                ));
+            }
+        }
+        let mut seen = false;
+        for (i, p) in self.ports.iter().enumerate() {
+            let f = |k: &str| format!("spec.ports[{i}].{k}");
+            let refuse = if p.name != "bond0" {
+                Some((f("name"), format!("{WHY} a server's networks are tagged on bond0, which phoenixNAP configures: there is no {:?} to describe", p.name)))
+            } else if seen {
+                Some((f("name"), "bond0 is described twice".to_string()))
+            } else if p.bonded == Some(false) {
+                Some((
+                    f("bonded"),
+                    format!("{WHY} there are no bonds to convert: bond0 stays bonded"),
+                ))
+            } else if p.layer2 == Some(true) {
+                Some((f("layer2"), format!("{WHY} there are no port modes (Layer2, hybrid): networks are tagged on bond0")))
+            } else if p.native_vlan.is_some() {
+                Some((
+                    f("nativeVLAN"),
+                    format!("{WHY} every network is tagged: there is no native VLAN"),
+                ))
+            } else if !p.elastic_ips.is_empty() {
+                Some((f("elasticIPs"), format!("elastic IPs are routed from Metal VRFs; {WHY} there are none: a public network's pool address goes in vlans[].addresses")))
+            } else {
+                None
+            };
+            if let Some((field, msg)) = refuse {
+                return Err(Error::invalid(field, msg));
+            }
+            seen = true;
+            self.check_vlans(i, p, true)?;
+        }
+        Ok(())
+    }
+
     /// Port `i`'s own rules: `layer2` only on a bond, its VLANs, its
     /// elastic IPs' pools and where elastic IPs may go.
     fn check_port(&self, i: usize, p: &PortSpec) -> Result<()> {
@@ -439,7 +552,7 @@ impl Profile {
                 "layer2 is set on bond ports only (a member follows its bond)",
             ));
         }
-        self.check_vlans(i, p)?;
+        self.check_vlans(i, p, false)?;
         for (k, e) in p.elastic_ips.iter().enumerate() {
             check_pool(&e.pool, &f(&format!("elasticIPs[{k}].pool")))?;
         }
@@ -538,11 +651,13 @@ impl Profile {
         Ok(())
     }
 
-    fn check_vlans(&self, i: usize, p: &PortSpec) -> Result<()> {
+    /// Port `i`'s VLANs (`pnap`: phoenixNAP's networks) and their
+    /// addresses, routes and MTUs.
+    fn check_vlans(&self, i: usize, p: &PortSpec, pnap: bool) -> Result<()> {
         let mut named: Vec<String> = Vec::new();
         for (j, v) in p.vlans.iter().enumerate() {
             let field = format!("spec.ports[{i}].vlans[{j}]");
-            let key = self.check_ref(&v.vlan(), &field)?;
+            let key = self.check_ref(&v.vlan(), &field, pnap)?;
             if named.contains(&key) {
                 return Err(Error::invalid(
                     field,
@@ -594,7 +709,7 @@ impl Profile {
         }
         if let Some(n) = &p.native_vlan {
             let field = format!("spec.ports[{i}].nativeVLAN");
-            let key = self.check_ref(n, &field)?;
+            let key = self.check_ref(n, &field, pnap)?;
             if !named.contains(&key) {
                 return Err(Error::invalid(
                     field,
@@ -611,30 +726,48 @@ impl Profile {
         Ok(())
     }
 
-    /// Checks a VLAN reference; returns a key naming it (`id:…`,
-    /// `vxlan:…`, `pool:…`).
-    fn check_ref(&self, v: &VlanRef, field: &str) -> Result<String> {
+    /// Checks a VLAN reference (`pnap`: a phoenixNAP network); returns a
+    /// key naming it (`id:…`, `vxlan:…`, `pool:…`).
+    fn check_ref(&self, v: &VlanRef, field: &str, pnap: bool) -> Result<String> {
         match (&v.id, v.vxlan, &v.pool) {
             (Some(id), None, None) => {
-                if !is_uuid(id) {
+                let (ok, what) = if pnap {
+                    (is_pnap_id(id), "a phoenixNAP network id (24 hex digits)")
+                } else {
+                    (is_uuid(id), "a UUID")
+                };
+                if !ok {
                     return Err(Error::invalid(
                         format!("{field}.id"),
-                        format!("{id:?} is not a UUID"),
+                        format!("{id:?} is not {what}"),
                     ));
                 }
                 Ok(format!("id:{}", id.to_ascii_lowercase()))
             }
             (None, Some(n), None) => {
-                if !(2..=3999).contains(&n) {
+                let (max, place, needs) = if pnap {
+                    (
+                        4094,
+                        &self.location,
+                        "spec.location (numbers are unique per location only)",
+                    )
+                } else {
+                    (
+                        3999,
+                        &self.metro,
+                        "spec.metro (numbers are unique per metro only)",
+                    )
+                };
+                if !(2..=max).contains(&n) {
                     return Err(Error::invalid(
                         format!("{field}.vxlan"),
-                        format!("{n} is outside 2–3999"),
+                        format!("{n} is outside 2–{max}"),
                     ));
                 }
-                if self.metro.is_none() {
+                if place.is_none() {
                     return Err(Error::invalid(
                         format!("{field}.vxlan"),
-                        "a VLAN named by number needs spec.metro (numbers are unique per metro only)",
+                        format!("a VLAN named by number needs {needs}"),
                     ));
                 }
                 Ok(format!("vxlan:{n}"))
@@ -672,6 +805,14 @@ impl Profile {
         }
         out
     }
+}
+
+/// Whether `id` has the form of a phoenixNAP id (24 lower-case hex digits).
+pub fn is_pnap_id(id: &str) -> bool {
+    id.len() == 24
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 fn check_pool(p: &PoolName, field: &str) -> Result<()> {

@@ -59,7 +59,7 @@ use super::client::Pnap;
 use super::model::{Event, NetworkConfiguration, Server};
 use crate::cloud::{
     AssignedAddress, Capabilities, Capability, Cloud, CloudError, CloudEvent, CloudResult,
-    DeviceAddress, DeviceView, Nic, Operation, Segment,
+    DeviceAddress, DeviceView, Member, MemberState, Memberships, Nic, Operation, Segment,
 };
 use crate::ports::http::HttpClient;
 use crate::ports::Env;
@@ -311,6 +311,67 @@ impl<H: HttpClient + ?Sized, E: Env + ?Sized> Pnap<'_, H, E> {
             Kind::Public => self.leave_public_network(server, network),
         }
         .map_err(seam_error)
+    }
+}
+
+fn kind_of(public: bool) -> Kind {
+    if public {
+        Kind::Public
+    } else {
+        Kind::Private
+    }
+}
+
+impl<H: HttpClient + ?Sized, E: Env + ?Sized> Memberships for Pnap<'_, H, E> {
+    fn members(&self, device: &str) -> CloudResult<Option<Vec<Member>>> {
+        let Some(server) = self.server(device)? else {
+            return Ok(None);
+        };
+        let state = |s: Option<&str>| match s {
+            Some("assigned") => MemberState::Ready,
+            Some("error") => MemberState::Failed,
+            _ => MemberState::Changing,
+        };
+        Ok(Some(
+            memberships(&server.network_configuration)
+                .into_iter()
+                .map(|m| Member {
+                    state: state(m.status.as_deref()),
+                    public: m.kind == Kind::Public,
+                    segment: m.network,
+                    addresses: m.ips,
+                })
+                .collect(),
+        ))
+    }
+
+    fn join(&self, device: &str, segment: &str, addresses: &[String]) -> CloudResult<()> {
+        let kind = if self.private_network(segment)?.is_some() {
+            Kind::Private
+        } else if self.public_network(segment)?.is_some() {
+            Kind::Public
+        } else {
+            return Err(CloudError::Api {
+                status: 404,
+                request: format!("join network {segment} with server {device}"),
+                messages: vec![format!("no network {segment}")],
+            });
+        };
+        Pnap::join(self, device, kind, segment, addresses.to_vec())
+    }
+
+    fn set_addresses(
+        &self,
+        device: &str,
+        segment: &str,
+        public: bool,
+        addresses: &[String],
+    ) -> CloudResult<()> {
+        self.set_ips(device, kind_of(public), segment, addresses)
+    }
+
+    fn leave(&self, device: &str, segment: &str, public: bool) -> CloudResult<bool> {
+        Pnap::leave(self, device, kind_of(public), segment)
     }
 }
 
@@ -567,6 +628,10 @@ impl<H: HttpClient + ?Sized, E: Env + ?Sized> Cloud for Pnap<'_, H, E> {
         } else {
             self.set_ips(server, kind, network, &rest).map(|()| true)
         }
+    }
+
+    fn memberships(&self) -> Option<&dyn Memberships> {
+        Some(self)
     }
 
     fn events_after(
