@@ -43,17 +43,12 @@ impl<'a> Run<'a> {
     pub fn deps<'r>(
         &'r self,
         batches: &'r dyn metal_ipam_core::network::batch::VlanBatches,
-    ) -> metal_ipam_core::capi::network::Deps<
-        'r,
-        'a,
-        MemKv,
-        BlockingHttp,
-        Metal<'a, BlockingHttp, TestEnv>,
-    > {
+    ) -> metal_ipam_core::capi::network::Deps<'r, 'a, MemKv, BlockingHttp> {
         metal_ipam_core::capi::network::Deps {
             ctx: self.ctx,
             kube: self.kube,
-            cloud: self.metal,
+            metal: Some(self.metal),
+            pnap: None,
             batches,
         }
     }

@@ -596,23 +596,23 @@ fn manifest_grants_each_component_only_what_it_needs() {
                 ),
                 // With the batch steps, the only components with the Metal
                 // token and Metal host; network and poll chain to the batch
-                // steps. Of them, the ones that serve pools and claims
-                // (provision, assign, poll) also hold phoenixNAP's client
-                // credentials and hosts; network is Metal-only.
+                // steps. They also hold phoenixNAP's client credentials
+                // and hosts (pools, claims, server networks, the poll).
                 "provision" | "assign" | "poll" | "network" => {
                     let chains = matches!(id.as_str(), "poll" | "network");
-                    let pnap = id != "network";
-                    let mut hosts = vec!["{{ k8s_api_url }}", "{{ metal_api_url }}"];
-                    if pnap {
-                        hosts.extend(["{{ pnap_api_url }}", "{{ pnap_auth_url }}"]);
-                    }
+                    let mut hosts = vec![
+                        "{{ k8s_api_url }}",
+                        "{{ metal_api_url }}",
+                        "{{ pnap_api_url }}",
+                        "{{ pnap_auth_url }}",
+                    ];
                     if chains {
                         hosts.extend([
                             "http://attach-vlan.spin.internal",
                             "http://detach-vlan.spin.internal",
                         ]);
                     }
-                    let mut vars = vec![
+                    let vars = vec![
                         "api_token",
                         "k8s_api_url",
                         "k8s_token",
@@ -620,15 +620,11 @@ fn manifest_grants_each_component_only_what_it_needs() {
                         "metal_api_url",
                         "metal_project_id",
                         "metal_token",
+                        "pnap_api_url",
+                        "pnap_auth_url",
+                        "pnap_client_id",
+                        "pnap_client_secret",
                     ];
-                    if pnap {
-                        vars.extend([
-                            "pnap_api_url",
-                            "pnap_auth_url",
-                            "pnap_client_id",
-                            "pnap_client_secret",
-                        ]);
-                    }
                     (
                         vec!["default"],
                         hosts.into_iter().map(str::to_string).collect(),

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use metal_ipam_core::kv::Ctx;
 use metal_ipam_core::metal::client::Metal;
 use metal_ipam_core::metal::retry::RetryPolicy;
-use metal_ipam_core::network::apply::{self, ApplyPhase, ApplyReport, POLL_S};
+use metal_ipam_core::network::apply::{self, ApplyPhase, ApplyReport, Step, POLL_S};
 use metal_ipam_core::network::batch::Direct;
 use metal_ipam_core::network::plan::{Desired, PortStep};
 use metal_ipam_core::network::profile::{Mode, Profile, VlanRef};
@@ -103,7 +103,7 @@ impl World {
         let mut issued = Vec::new();
         for _ in 0..40 {
             let r = self.apply_once(d).await.unwrap();
-            issued.extend(r.issued);
+            issued.extend(r.issued.into_iter().filter_map(Step::port));
             if r.phase == ApplyPhase::Converged {
                 return issued;
             }
@@ -280,7 +280,12 @@ async fn two_applies_at_once_one_holds_the_device_both_converge() {
         .filter(|r| matches!(&r.phase, ApplyPhase::InProgress { waiting, .. } if waiting.contains("another instance")))
         .count();
     assert!(waited <= 1, "{a:?} {b:?}");
-    let mut issued: Vec<PortStep> = a.issued.into_iter().chain(b.issued).collect();
+    let mut issued: Vec<PortStep> = a
+        .issued
+        .into_iter()
+        .chain(b.issued)
+        .filter_map(Step::port)
+        .collect();
     issued.extend(w.converge(&d).await);
     assert_eq!(issued, planned, "each step issued once");
     assert_eq!(w.mode("bond0"), "layer2-individual");

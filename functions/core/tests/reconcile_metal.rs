@@ -159,7 +159,8 @@ fn sync_net(http: &ScriptedHttp, kv: &MemKv) -> metal_ipam_core::Result<machine:
     let deps = metal_ipam_core::capi::network::Deps {
         ctx: &ctx,
         kube: &kube,
-        cloud: &metal,
+        metal: Some(&metal),
+        pnap: None,
         batches: &Direct(&metal),
     };
     machine::sync_machine(deps, "ns", "m")

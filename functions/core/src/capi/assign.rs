@@ -13,6 +13,11 @@
 //! device for a phoenixNAP one) is `InvalidDevice`, as is a provider ID of
 //! no known form.
 //!
+//! A phoenixNAP pool's claim made by a machine's network profile (labelled
+//! [`MACHINE_LABEL`]) is not assigned here: the profile's apply joins the
+//! server to the network with it ([`crate::network::memberships`]), so
+//! the server's memberships have one writer.
+//!
 //! # Ordering with release
 //! [`ASSIGNMENT_FINALIZER`] is added to the claim before any assignment is
 //! made (the API server refuses new finalizers on an object being deleted,
@@ -28,6 +33,7 @@ use serde_json::json;
 
 pub use super::device::DEVICE_ANNOTATION;
 use super::device::{resolve_device, DeviceRef};
+use super::network::MACHINE_LABEL;
 use super::objects::{paused, ClusterObject};
 use super::ClaimAnswer;
 use crate::cloud::CloudKind;
@@ -168,6 +174,12 @@ impl<K: KvStore, H: HttpClient + ?Sized, C: PickCloud + ?Sized> Assignment<'_, '
             return Ok(Some(Reconciled::new(StepResult::Ignored, msg)));
         };
         g.cloud = cloud;
+        // A server's network profile puts its claims' addresses on the
+        // server's memberships itself (one writer per server).
+        if cloud == CloudKind::Phoenixnap && claim.metadata.label(MACHINE_LABEL).is_some() {
+            let msg = "a network profile's claim: the machine's network apply puts its address on the server";
+            return Ok(Some(Reconciled::new(StepResult::Ignored, msg)));
+        }
         if let Some(cluster) = &binding.cluster_name {
             let c: Option<ClusterObject> = self.kube.get_as(&kube::CLUSTERS, Some(ns), cluster)?;
             if c.is_some_and(|c| c.is_paused()) {

@@ -166,25 +166,30 @@ pub fn cloud_device_in(
     }
 }
 
-/// The Metal device the provider ID of the Machine (else of its
-/// infrastructure machine) names, if it has one.
+/// The device the provider ID of the Machine (else of its infrastructure
+/// machine) names, if it has one: a Metal device or a phoenixNAP server
+/// (which one is in the id's form: [`device_cloud`]).
 ///
 /// # Errors
-/// 422 for a provider ID that is not Metal's (a phoenixNAP server's is
-/// named as such).
+/// 422 for a provider ID of no known form.
 pub fn device_in(machine: &MachineObject, infra: Option<&MachineObject>) -> Result<Option<String>> {
-    let Some(p) = provider_of(machine, infra) else {
-        return Ok(None);
-    };
-    let why = match cloud_device_of(p) {
-        Some((CloudKind::Metal, d)) => return Ok(Some(d.to_string())),
-        Some((cloud, d)) => format!(
-            "{p:?} names {} server {d}, not a Metal device (equinixmetal://<uuid>)",
-            cloud.name()
-        ),
-        None => format!("{p:?} is not equinixmetal://<uuid>"),
-    };
-    Err(Error::invalid("spec.providerID", why))
+    Ok(cloud_device_in(machine, infra)?.map(|(_, d)| d))
+}
+
+/// The cloud of a device id as [`cloud_device_of`] reads it: a phoenixNAP
+/// server's (24 hex digits) or else Metal's.
+///
+/// ```
+/// use metal_ipam_core::capi::device::device_cloud;
+/// use metal_ipam_core::cloud::CloudKind;
+/// assert_eq!(device_cloud("60473a6115e34466c9f8f083"), CloudKind::Phoenixnap);
+/// assert_eq!(device_cloud("9f1c2a4e-7b3d-4c55-9e0a-1b2c3d4e5f60"), CloudKind::Metal);
+/// ```
+pub fn device_cloud(id: &str) -> CloudKind {
+    match cloud_device_of(id) {
+        Some((CloudKind::Phoenixnap, _)) => CloudKind::Phoenixnap,
+        _ => CloudKind::Metal,
+    }
 }
 
 /// Where a claim's device comes from.
@@ -431,22 +436,23 @@ mod tests {
     /// The Metal-only callers of `device_in` refuse a phoenixNAP server by
     /// name, and anything else as before.
     #[test]
-    fn device_in_names_a_phoenixnap_server_it_refuses() {
-        let e = device_in(
+    fn device_in_reads_both_clouds_and_refuses_other_forms() {
+        let server = device_in(
             &machine(Some("phoenixnap://60473a6115e34466c9f8f083")),
             None,
         )
-        .unwrap_err();
-        assert_eq!((e.status(), e.field()), (422, Some("spec.providerID")));
+        .unwrap();
+        assert_eq!(server.as_deref(), Some("60473a6115e34466c9f8f083"));
         assert_eq!(
-            e.message(),
-            "\"phoenixnap://60473a6115e34466c9f8f083\" names phoenixNAP server \
-             60473a6115e34466c9f8f083, not a Metal device (equinixmetal://<uuid>)"
+            device_cloud(server.as_deref().unwrap()),
+            CloudKind::Phoenixnap
         );
         let e = device_in(&machine(Some("aws:///i-0abc")), None).unwrap_err();
-        assert_eq!(
-            e.message(),
-            "\"aws:///i-0abc\" is not equinixmetal://<uuid>"
+        assert_eq!((e.status(), e.field()), (422, Some("spec.providerID")));
+        assert!(
+            e.message().starts_with("\"aws:///i-0abc\" is not"),
+            "{}",
+            e.message()
         );
     }
 

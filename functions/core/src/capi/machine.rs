@@ -16,7 +16,6 @@ use super::network::{
     release_device, Deps, OnDevice,
 };
 use super::objects::MachineObject;
-use crate::cloud::Cloud;
 use crate::error::Result;
 use crate::kube::{self, Kube, Resource};
 use crate::network::apply::{self, ApplyPhase, ApplyReport, ApplyState};
@@ -120,8 +119,8 @@ impl Synced {
 /// valid, or a profile that does not validate; 409 `NetworkFrozen`,
 /// `VlanBatchFailed`, `VlanBatchRefused`, `PortChangeRefused`; Metal, store
 /// and API server errors.
-pub fn sync_machine<K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized>(
-    deps: Deps<'_, '_, K, H, C>,
+pub fn sync_machine<K: KvStore, H: HttpClient + ?Sized>(
+    deps: Deps<'_, '_, K, H>,
     ns: &str,
     name: &str,
 ) -> Result<Synced> {
@@ -137,8 +136,8 @@ pub fn sync_machine<K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized>(
 }
 
 /// One Machine's network on the kit.
-struct MachineHandler<'r, 'a, K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized> {
-    deps: Deps<'r, 'a, K, H, C>,
+struct MachineHandler<'r, 'a, K: KvStore, H: HttpClient + ?Sized> {
+    deps: Deps<'r, 'a, K, H>,
     ns: &'r str,
     name: &'r str,
     /// The infrastructure machine read with the Machine.
@@ -155,7 +154,7 @@ struct Seen {
     record: Option<ApplyState>,
 }
 
-impl<K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized> MachineHandler<'_, '_, K, H, C> {
+impl<K: KvStore, H: HttpClient + ?Sized> MachineHandler<'_, '_, K, H> {
     fn answer(&mut self, s: Synced) -> Verdict<()> {
         let out = s.outcome();
         self.synced = Some(s);
@@ -242,9 +241,7 @@ impl<K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized> MachineHandler<'_, '
     }
 }
 
-impl<K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized> Handler<H>
-    for MachineHandler<'_, '_, K, H, C>
-{
+impl<K: KvStore, H: HttpClient + ?Sized> Handler<H> for MachineHandler<'_, '_, K, H> {
     type Object = MachineObject;
     type Parsed = Seen;
     type Status = ();

@@ -59,7 +59,6 @@ use crate::network::batch::VlanBatches;
 use crate::ports::http::HttpClient;
 use crate::ports::kv::KvStore;
 use crate::provision::assign::{self as record, Assignment};
-use crate::provision::clouds::PickCloud;
 use crate::provision::poll::{self, Failed, PendingDevice};
 
 /// Claim steps one call runs at most (the rest wait for the next call).
@@ -247,9 +246,11 @@ fn synced_name(s: &Synced) -> Option<&'static str> {
 }
 
 /// One call's work: the steps it runs, what it reports, the budgets left.
-struct Run<'r, 'a, K: KvStore, H: HttpClient + ?Sized, C: Cloud + PickCloud + ?Sized> {
-    /// The store, the API server, the cloud, the VLAN steps.
-    deps: Deps<'r, 'a, K, H, C>,
+struct Run<'r, 'a, K: KvStore, H: HttpClient + ?Sized> {
+    /// The store, the API server, the polled cloud, the VLAN steps.
+    deps: Deps<'r, 'a, K, H>,
+    /// The cloud polled.
+    cloud: &'r dyn Cloud,
     report: PollReport,
     machines: Machines<'r, 'a, H>,
     started: u64,
@@ -265,14 +266,14 @@ struct Run<'r, 'a, K: KvStore, H: HttpClient + ?Sized, C: Cloud + PickCloud + ?S
     stopped: Option<Error>,
 }
 
-impl<K: KvStore, H: HttpClient + ?Sized, C: Cloud + PickCloud + ?Sized> Run<'_, '_, K, H, C> {
+impl<K: KvStore, H: HttpClient + ?Sized> Run<'_, '_, K, H> {
     fn out_of_time(&self) -> bool {
         self.deps.ctx.env.now() >= self.started.saturating_add(POLL_TIME_S)
     }
 
     /// The claim step for `ns/name`, its result or error reported.
     fn sync(&mut self, ns: &str, name: &str) {
-        match sync_claim_assignment(self.deps.ctx, self.deps.kube, self.deps.cloud, ns, name) {
+        match sync_claim_assignment(self.deps.ctx, self.deps.kube, self.cloud, ns, name) {
             Ok(o) => self
                 .report
                 .synced
@@ -336,7 +337,7 @@ impl<K: KvStore, H: HttpClient + ?Sized, C: Cloud + PickCloud + ?Sized> Run<'_, 
             if !fits && !handled.is_empty() {
                 break;
             }
-            let device = match self.deps.cloud.device_within(d, DEVICE_READ_MS) {
+            let device = match self.cloud.device_within(d, DEVICE_READ_MS) {
                 Ok(x) => {
                     self.answered = true;
                     self.in_a_row = 0;
@@ -374,7 +375,7 @@ impl<K: KvStore, H: HttpClient + ?Sized, C: Cloud + PickCloud + ?Sized> Run<'_, 
     fn read_failed(&mut self, p: &PendingDevice, e: CloudError) {
         let not_the_device = matches!(e, CloudError::Tls { .. } | CloudError::Denied { .. })
             || matches!(e.status(), Some(401 | 403));
-        let e = self.deps.cloud.error(e);
+        let e = self.cloud.error(e);
         if not_the_device {
             self.stopped = Some(e);
             return;
@@ -401,10 +402,10 @@ impl<K: KvStore, H: HttpClient + ?Sized, C: Cloud + PickCloud + ?Sized> Run<'_, 
                 .collect();
             self.stopped = Some(
                 Error::transient(
-                    unavailable_reason(self.deps.cloud.name()),
+                    unavailable_reason(self.cloud.name()),
                     format!(
                         "{} failed the reads of devices {} in a row and answered none in this call: the poll stopped (the devices back off; the others wait for the next call)",
-                        self.deps.cloud.name(),
+                        self.cloud.name(),
                         devices.join(", ")
                     ),
                 )
@@ -530,11 +531,11 @@ fn finish_report(
 /// `MetalUnavailable`), after what the call handled was recorded.
 /// Failures of single claims, machines, device reads and the Machines list
 /// are in the report instead (the devices not handled stay pending).
-pub fn poll<K: KvStore, H: HttpClient + ?Sized, C: Cloud + PickCloud + ?Sized>(
+pub fn poll<K: KvStore, H: HttpClient + ?Sized>(
     ctx: &Ctx<'_, K>,
     kube: &Kube<'_, H>,
     kind: CloudKind,
-    cloud: &C,
+    cloud: &dyn Cloud,
     batches: &dyn VlanBatches,
 ) -> Result<PollReport> {
     // The assignment records are listed once per call, and only when there
@@ -565,9 +566,11 @@ pub fn poll<K: KvStore, H: HttpClient + ?Sized, C: Cloud + PickCloud + ?Sized>(
         deps: Deps {
             ctx,
             kube,
-            cloud,
+            metal: (kind == CloudKind::Metal).then_some(cloud),
+            pnap: (kind == CloudKind::Phoenixnap).then_some(cloud),
             batches,
         },
+        cloud,
         report: PollReport {
             events: ingested.events,
             resync: ingested.resync,

@@ -8,10 +8,10 @@ use serde_json::{json, Value};
 
 use crate::capi;
 use crate::capi::network::Deps;
-use crate::cloud::CloudError;
+use crate::cloud::{Cloud, CloudError};
 use crate::error::{Error, ErrorKind, Result};
 use crate::http::api::{self, ApiRequest, ApiResponse};
-use crate::http::services::{MetalOf, Services};
+use crate::http::services::Services;
 use crate::http::steps::{accepted, ok};
 use crate::network::batch::{self, BatchOp, Chained, Direction};
 use crate::ports::http::HttpClient;
@@ -49,9 +49,9 @@ pub(crate) fn machine<K: KvStore, H: HttpClient + ?Sized>(
     let fail = |e: Error| ApiResponse::from_error(&e, route).touching("machine", machine.clone());
     let services = || -> Result<_> {
         step.check_names()?;
-        Ok((s.store()?, s.kube()?, s.metal()?))
+        Ok((s.store()?, s.kube()?))
     };
-    let (ctx, kube, metal) = match services() {
+    let (ctx, kube) = match services() {
         Ok(x) => x,
         Err(e) => return fail(e),
     };
@@ -61,10 +61,12 @@ pub(crate) fn machine<K: KvStore, H: HttpClient + ?Sized>(
         name,
         chained: s.chained(),
     };
+    let clouds = s.clouds();
     let deps = Deps {
         ctx,
         kube,
-        cloud: metal,
+        metal: clouds.metal.map(|c| c as &dyn Cloud),
+        pnap: clouds.pnap.map(|c| c as &dyn Cloud),
         batches: &at.chained,
     };
     let answer = if netconfig {
@@ -92,7 +94,7 @@ struct MachineAt<'a, H: HttpClient + ?Sized> {
 
 /// `GET …/netconfig?format=`: the node's configuration as text.
 fn netconfig_answer<K: KvStore, H: HttpClient + ?Sized>(
-    deps: Deps<'_, '_, K, H, MetalOf<'_, H>>,
+    deps: Deps<'_, '_, K, H>,
     at: &MachineAt<'_, H>,
     query: &str,
 ) -> Result<ApiResponse> {
@@ -113,7 +115,7 @@ fn netconfig_answer<K: KvStore, H: HttpClient + ?Sized>(
 
 /// `DELETE …/network`: release the machine's network.
 fn release_answer<K: KvStore, H: HttpClient + ?Sized>(
-    deps: Deps<'_, '_, K, H, MetalOf<'_, H>>,
+    deps: Deps<'_, '_, K, H>,
     at: &MachineAt<'_, H>,
 ) -> Result<ApiResponse> {
     let (report, deleted) = capi::network::release_machine(deps, at.ns, at.name)?;
@@ -134,7 +136,7 @@ fn release_answer<K: KvStore, H: HttpClient + ?Sized>(
 
 /// `POST …/network`: apply the machine's profile.
 fn apply_answer<K: KvStore, H: HttpClient + ?Sized>(
-    deps: Deps<'_, '_, K, H, MetalOf<'_, H>>,
+    deps: Deps<'_, '_, K, H>,
     at: &MachineAt<'_, H>,
 ) -> Result<ApiResponse> {
     let (report, device) = capi::network::apply_machine(deps, at.ns, at.name)?;
@@ -164,10 +166,12 @@ pub(crate) fn machine_sync<K: KvStore, H: HttpClient + ?Sized>(
     let checked = check_object(Some(ns), name);
     let result = checked.and_then(|_| {
         let batches = s.chained();
+        let clouds = s.clouds();
         let deps = Deps {
             ctx: s.store()?,
             kube: s.kube()?,
-            cloud: s.metal()?,
+            metal: clouds.metal.map(|c| c as &dyn Cloud),
+            pnap: clouds.pnap.map(|c| c as &dyn Cloud),
             batches: &batches,
         };
         capi::machine::sync_machine(deps, ns, name)

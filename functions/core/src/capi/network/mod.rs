@@ -81,9 +81,9 @@
 
 use serde_json::Value;
 
-use super::device::device_in;
+use super::device::{device_cloud, device_in};
 use super::objects::MachineObject;
-use crate::cloud::Cloud;
+use crate::cloud::{Cloud, CloudKind};
 use crate::error::{Error, ErrorKind, Known, Result};
 use crate::kube::{self, names, Kube};
 use crate::kv::Ctx;
@@ -91,6 +91,7 @@ use crate::network::batch::VlanBatches;
 use crate::network::profile::Profile;
 use crate::ports::http::HttpClient;
 use crate::ports::kv::KvStore;
+use crate::provision::clouds::not_configured;
 
 pub use crate::network::profile::PROFILE_ANNOTATION;
 /// Label on a profile's claims: the machine they are for (its name, or
@@ -228,7 +229,10 @@ pub(super) fn network_of<H: HttpClient + ?Sized>(
             )
         })?;
     let profile = Profile::from_json(object.get("spec").unwrap_or(&Value::Null))?;
-    profile.validate()?;
+    match &device {
+        Some(d) => profile.validate_for(device_cloud(d))?,
+        None => profile.validate()?,
+    }
     Ok(MachineNetwork {
         profile_name,
         profile,
@@ -249,25 +253,44 @@ pub use claims::{
 pub use machines::{machines_of_packet_machine, machines_to_sync, machines_using, ToSync};
 pub use netconfig::{format_of, netconfig};
 /// What the machine network's steps use: the store, the API server, the
-/// cloud and the VLAN batch steps (the context passed as one).
-pub struct Deps<'r, 'a, K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized> {
+/// clouds configured (a machine's device decides which one serves it) and
+/// the VLAN batch steps (the context passed as one).
+pub struct Deps<'r, 'a, K: KvStore, H: HttpClient + ?Sized> {
     /// The store and the clock.
     pub ctx: &'r Ctx<'a, K>,
     /// The API server.
     pub kube: &'r Kube<'a, H>,
-    /// The cloud.
-    pub cloud: &'r C,
-    /// The VLAN batch steps.
+    /// Equinix Metal, when configured.
+    pub metal: Option<&'r dyn Cloud>,
+    /// phoenixNAP, when configured.
+    pub pnap: Option<&'r dyn Cloud>,
+    /// The VLAN batch steps (Metal's).
     pub batches: &'r dyn VlanBatches,
 }
 
-// References only: copied freely, whatever the store, client or cloud.
-impl<K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized> Clone for Deps<'_, '_, K, H, C> {
+impl<'r, K: KvStore, H: HttpClient + ?Sized> Deps<'r, '_, K, H> {
+    /// The cloud of device `device` (by its id's form).
+    ///
+    /// # Errors
+    /// 500 `MetalNotConfigured` / `PnapNotConfigured` when the component
+    /// has no credentials for it.
+    pub fn cloud_of(&self, device: &str) -> Result<&'r dyn Cloud> {
+        let kind = device_cloud(device);
+        match kind {
+            CloudKind::Metal => self.metal,
+            CloudKind::Phoenixnap => self.pnap,
+        }
+        .ok_or_else(|| not_configured(kind))
+    }
+}
+
+// References only: copied freely, whatever the store or client.
+impl<K: KvStore, H: HttpClient + ?Sized> Clone for Deps<'_, '_, K, H> {
     fn clone(&self) -> Self {
         *self
     }
 }
-impl<K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized> Copy for Deps<'_, '_, K, H, C> {}
+impl<K: KvStore, H: HttpClient + ?Sized> Copy for Deps<'_, '_, K, H> {}
 
 pub use on_device::{apply_machine, plan_machine, release_machine};
 pub(super) use on_device::{apply_on_device, release_device, OnDevice};

@@ -6,14 +6,17 @@ use super::claims::{bound_address, claims_of_slots, pool_slots};
 use super::on_device::resolve_vlans;
 use super::Deps;
 use super::{not_found, read_machine, MachineNetwork};
-use crate::cloud::{Cloud, DeviceView};
+use crate::cloud::{Cloud, CloudKind, DeviceView};
 use crate::error::{Error, Result};
+use crate::kube::Kube;
 use crate::network::network_data;
 use crate::network::node::{node_network, Pending, Slot};
+use crate::network::profile::Profile;
 use crate::network::profile::{PoolName, VlanRef};
 use crate::network::render::{render, Format};
 use crate::ports::http::HttpClient;
 use crate::ports::kv::KvStore;
+use crate::provision::clouds::not_configured;
 
 /// The node's OS network configuration in `format`, from the profile (no
 /// device needed), and the addresses still pending.
@@ -24,28 +27,22 @@ use crate::ports::kv::KvStore;
 ///
 /// # Errors
 /// As [`read_machine`]; 404 `VlanNotFound`; Metal errors.
-pub fn netconfig<K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized>(
-    deps: Deps<'_, '_, K, H, C>,
+pub fn netconfig<K: KvStore, H: HttpClient + ?Sized>(
+    deps: Deps<'_, '_, K, H>,
     ns: &str,
     name: &str,
     format: Format,
 ) -> Result<(String, Vec<Pending>)> {
-    let Deps {
-        ctx, kube, cloud, ..
-    } = deps;
+    let Deps { ctx, kube, .. } = deps;
     let m = read_machine(kube, ns, name)?;
+    let cloud = match &m.device {
+        Some(d) => deps.cloud_of(d)?,
+        None => profile_cloud(&deps, &m)?,
+    };
     let resolved = resolve_vlans(ctx, cloud, ns, &m.profile)?;
     let vxlan_of = |r: &VlanRef| resolved.iter().find(|(x, _, _)| x == r).map(|(_, _, n)| *n);
     // The claims' addresses, read once (the callback cannot fail).
-    let slots = pool_slots(&m.profile);
-    let claims = claims_of_slots(kube, ns, name, &slots)?;
-    let mut bound: Vec<(String, Slot, String)> = Vec::new();
-    for (s, claim) in slots.iter().zip(claims) {
-        let Some(claim) = claim else { continue };
-        if let Some(a) = bound_address(kube, ns, &claim, s.pool)? {
-            bound.push((s.port.to_string(), s.slot, a));
-        }
-    }
+    let bound = bound_addresses(kube, ns, name, &m.profile)?;
     let address_of = |port: &str, slot: Slot, _: &PoolName| {
         bound
             .iter()
@@ -57,6 +54,48 @@ pub fn netconfig<K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized>(
         return Ok((network_data_of(cloud, &m, ns, name, &net)?, pending));
     }
     Ok((render(&net, format), pending))
+}
+
+/// The cloud of a machine without a device yet, by its profile: a
+/// phoenixNAP one names `spec.location`.
+fn profile_cloud<'r, K: KvStore, H: HttpClient + ?Sized>(
+    deps: &Deps<'r, '_, K, H>,
+    m: &MachineNetwork,
+) -> Result<&'r dyn Cloud> {
+    let kind = if m.profile.location.is_some() {
+        CloudKind::Phoenixnap
+    } else {
+        CloudKind::Metal
+    };
+    match kind {
+        CloudKind::Metal => deps.metal,
+        CloudKind::Phoenixnap => deps.pnap,
+    }
+    .ok_or_else(|| not_configured(kind))
+}
+
+/// The addresses of the machine's claims for the profile's current slots
+/// whose `IPAddress` comes from the slot's pool: (port, slot,
+/// `address/prefix`).
+///
+/// # Errors
+/// API server errors.
+pub(super) fn bound_addresses<H: HttpClient + ?Sized>(
+    kube: &Kube<'_, H>,
+    ns: &str,
+    name: &str,
+    profile: &Profile,
+) -> Result<Vec<(String, Slot, String)>> {
+    let slots = pool_slots(profile);
+    let claims = claims_of_slots(kube, ns, name, &slots)?;
+    let mut bound = Vec::new();
+    for (s, claim) in slots.iter().zip(claims) {
+        let Some(claim) = claim else { continue };
+        if let Some(a) = bound_address(kube, ns, &claim, s.pool)? {
+            bound.push((s.port.to_string(), s.slot, a));
+        }
+    }
+    Ok(bound)
 }
 
 /// `network_data.json` for the machine's device: its ports, MACs and

@@ -1,18 +1,25 @@
 //! The profile on the device: its VLANs resolved to the cloud's segments,
 //! the plan (`dryRun`), the apply and the release, through the
-//! [`Cloud`] seam.
+//! [`Cloud`] seam. A Metal device's ports are applied by
+//! [`crate::network::apply`]; a phoenixNAP server's networks, with the
+//! addresses of the machine's claims and the profile's static ones, by
+//! [`crate::network::memberships`] (which waits until every claim of the
+//! profile has its address: a server joins a network with its addresses).
 
 use serde_json::{json, Value};
 
 use super::claims::{delete_claims, delete_stale, ensure_claims};
+use super::netconfig::bound_addresses;
 use super::{machine_and_infra, not_found, read_machine, Deps, MachineNetwork, PROFILE_ANNOTATION};
-use crate::capi::device::device_in;
-use crate::cloud::{Cloud, Segment};
+use crate::capi::device::{device_cloud, device_in};
+use crate::cloud::{Cloud, CloudKind, Segment};
 use crate::error::{Error, Result};
 use crate::ipam::pool::PoolId;
 use crate::ipam::vrf::Resource as MetalResource;
 use crate::kv::Ctx;
 use crate::network::apply::{self, ApplyReport};
+use crate::network::memberships::{self, MemberStep, Wanted};
+use crate::network::node::Slot;
 use crate::network::plan::{Desired, Observed, PortStep};
 use crate::network::profile::{PoolName, Profile, VlanRef};
 use crate::ports::http::HttpClient;
@@ -29,9 +36,11 @@ pub(super) fn resolve_vlans<K: KvStore, C: Cloud + ?Sized>(
     profile: &Profile,
 ) -> Result<Resolved> {
     let mut out: Resolved = Vec::new();
+    // Metal's metro or phoenixNAP's location: where numbers are looked up.
     let metro = profile
         .metro
         .as_deref()
+        .or(profile.location.as_deref())
         .unwrap_or_default()
         .to_ascii_lowercase();
     let mut metro_vlans: Option<Vec<Segment>> = None;
@@ -70,7 +79,11 @@ pub(super) fn resolve_vlans<K: KvStore, C: Cloud + ?Sized>(
         let Some(v) = vlan else {
             return Err(not_found(
                 "VlanNotFound",
-                format!("the VLAN {} does not exist in Metal (yet)", describe(&r)),
+                format!(
+                    "the VLAN {} does not exist in {} (yet)",
+                    describe(&r),
+                    cloud.name()
+                ),
             ));
         };
         let n = v
@@ -126,25 +139,102 @@ fn device_or_conflict(m: &MachineNetwork, ns: &str, name: &str) -> Result<String
 ///
 /// # Errors
 /// As [`read_machine`]; 409 `DeviceUnknown`, `NetworkFrozen`; 404
-/// `DeviceNotFound`, `VlanNotFound`; Metal errors.
-pub fn plan_machine<K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized>(
-    deps: Deps<'_, '_, K, H, C>,
+/// `DeviceNotFound`, `VlanNotFound`; the cloud's errors.
+pub fn plan_machine<K: KvStore, H: HttpClient + ?Sized>(
+    deps: Deps<'_, '_, K, H>,
     ns: &str,
     name: &str,
 ) -> Result<Value> {
-    let Deps {
-        ctx, kube, cloud, ..
-    } = deps;
+    let Deps { ctx, kube, .. } = deps;
     let m = read_machine(kube, ns, name)?;
     let device = device_or_conflict(&m, ns, name)?;
+    let cloud = deps.cloud_of(&device)?;
+    let head =
+        json!({"machine": format!("{ns}/{name}"), "profile": m.profile_name, "device": device});
+    if device_cloud(&device) == CloudKind::Phoenixnap {
+        let mut v = head;
+        match wanted_members(&deps, cloud, (ns, name), &m)? {
+            Ok(wanted) => {
+                let steps = memberships::plan_members(ctx, cloud, &device, &wanted)?;
+                v["plan"] = steps.iter().map(MemberStep::to_json).collect();
+            }
+            Err(pending) => {
+                v["plan"] = json!([]);
+                v["waiting"] = pending.into();
+            }
+        }
+        return Ok(v);
+    }
     let observed = apply::observe(cloud, &device)?;
     let desired = desired_on(ctx, cloud, ns, &m, &observed)?;
     let steps = crate::network::plan::plan(&observed, &desired)?;
-    Ok(
-        json!({"machine": format!("{ns}/{name}"), "profile": m.profile_name, "device": device,
-              "modes": m.profile.on_device(observed.eth_ports()).modes().iter().map(|(b, md)| (b.to_string(), Value::from(md.as_str()))).collect::<serde_json::Map<_, _>>(),
-              "plan": steps.iter().map(PortStep::to_json).collect::<Vec<_>>()}),
-    )
+    let mut v = head;
+    v["modes"] = m
+        .profile
+        .on_device(observed.eth_ports())
+        .modes()
+        .iter()
+        .map(|(b, md)| (b.to_string(), Value::from(md.as_str())))
+        .collect::<serde_json::Map<_, _>>()
+        .into();
+    v["plan"] = steps.iter().map(PortStep::to_json).collect();
+    Ok(v)
+}
+
+/// A phoenixNAP server's networks as the profile wants them: each VLAN's
+/// network with its static addresses and its claims' addresses; `Err` with
+/// what is awaited while a claim of the profile has no address yet.
+///
+/// # Errors
+/// As [`resolve_vlans`]; API server errors.
+fn wanted_members<K: KvStore, H: HttpClient + ?Sized>(
+    deps: &Deps<'_, '_, K, H>,
+    cloud: &dyn Cloud,
+    (ns, name): (&str, &str),
+    m: &MachineNetwork,
+) -> Result<std::result::Result<Vec<Wanted>, String>> {
+    let resolved = resolve_vlans(deps.ctx, cloud, ns, &m.profile)?;
+    let bound = bound_addresses(deps.kube, ns, name, &m.profile)?;
+    let plain = |a: &str| a.split_once('/').map_or(a, |(ip, _)| ip).to_string();
+    let mut wanted: Vec<Wanted> = Vec::new();
+    let mut pending = 0;
+    for port in &m.profile.ports {
+        for (j, v) in port.vlans.iter().enumerate() {
+            let Some((_, id, _)) = resolved.iter().find(|(x, _, _)| *x == v.vlan()) else {
+                continue;
+            };
+            let mut addresses = std::collections::BTreeSet::new();
+            for a in &v.addresses {
+                match (&a.fixed, &a.pool) {
+                    (Some(s), _) => {
+                        addresses.insert(plain(s));
+                    }
+                    (None, Some(_)) => {
+                        let found = bound
+                            .iter()
+                            .find(|(p, s, _)| *p == port.name && *s == Slot::Vlan(j));
+                        match found {
+                            Some((_, _, a)) => {
+                                addresses.insert(plain(a));
+                            }
+                            None => pending += 1,
+                        }
+                    }
+                    (None, None) => {}
+                }
+            }
+            wanted.push(Wanted {
+                segment: id.clone(),
+                addresses,
+            });
+        }
+    }
+    if pending > 0 {
+        return Ok(Err(format!(
+            "the addresses of {pending} claim(s) of the profile (the server joins a network with its addresses)"
+        )));
+    }
+    Ok(Ok(wanted))
 }
 
 /// What applying a profile to a device came to.
@@ -160,13 +250,16 @@ pub(in crate::capi) enum OnDevice {
 /// The claims, then the profile applied to the device, then (once
 /// converged) the stale claims deleted. A device found gone is forgotten
 /// and the machine's claims deleted.
-pub(in crate::capi) fn apply_on_device<K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized>(
-    deps: &Deps<'_, '_, K, H, C>,
+pub(in crate::capi) fn apply_on_device<K: KvStore, H: HttpClient + ?Sized>(
+    deps: &Deps<'_, '_, K, H>,
     (ns, name): (&str, &str),
     m: &MachineNetwork,
     device: &str,
 ) -> Result<OnDevice> {
-    let (ctx, kube, cloud) = (deps.ctx, deps.kube, deps.cloud);
+    let (ctx, kube, cloud) = (deps.ctx, deps.kube, deps.cloud_of(device)?);
+    if device_cloud(device) == CloudKind::Phoenixnap {
+        return members_on_server(deps, (ns, name), m, device, cloud);
+    }
     let Some(observed) = apply::observe_device(cloud, device)? else {
         apply::DeviceRecord::new(ctx, device).forget()?;
         return Ok(OnDevice::Gone(delete_claims(kube, ns, name, &m.uid)?));
@@ -176,6 +269,44 @@ pub(in crate::capi) fn apply_on_device<K: KvStore, H: HttpClient + ?Sized, C: Cl
     let claims = ensure_claims(kube, ns, name, m)?;
     let desired = desired_on(ctx, cloud, ns, m, &observed)?;
     let Some(report) = apply::apply_profile(ctx, cloud, deps.batches, device, &desired)? else {
+        return Ok(OnDevice::Released);
+    };
+    if report.phase == apply::ApplyPhase::Converged {
+        delete_stale(kube, ns, &claims.stale)?;
+    }
+    Ok(OnDevice::Applied(report))
+}
+
+/// [`apply_on_device`] on a phoenixNAP server: the claims, then (once
+/// every one has its address) the networks joined with their addresses,
+/// then (once converged) the stale claims deleted.
+fn members_on_server<K: KvStore, H: HttpClient + ?Sized>(
+    deps: &Deps<'_, '_, K, H>,
+    (ns, name): (&str, &str),
+    m: &MachineNetwork,
+    device: &str,
+    cloud: &dyn Cloud,
+) -> Result<OnDevice> {
+    let (ctx, kube) = (deps.ctx, deps.kube);
+    if memberships::observe_members(cloud, device)?.is_none() {
+        apply::DeviceRecord::new(ctx, device).forget()?;
+        return Ok(OnDevice::Gone(delete_claims(kube, ns, name, &m.uid)?));
+    }
+    let claims = ensure_claims(kube, ns, name, m)?;
+    let wanted = match wanted_members(deps, cloud, (ns, name), m)? {
+        Ok(w) => w,
+        Err(waiting) => {
+            return Ok(OnDevice::Applied(ApplyReport {
+                phase: apply::ApplyPhase::InProgress {
+                    waiting,
+                    retry_after: apply::POLL_S,
+                },
+                remaining: Vec::new(),
+                issued: Vec::new(),
+            }))
+        }
+    };
+    let Some(report) = memberships::apply_members(ctx, cloud, device, &wanted, true)? else {
         return Ok(OnDevice::Released);
     };
     if report.phase == apply::ApplyPhase::Converged {
@@ -198,8 +329,8 @@ pub(in crate::capi) fn apply_on_device<K: KvStore, H: HttpClient + ?Sized, C: Cl
 /// As [`plan_machine`] (a device that is gone: 404 `DeviceNotFound`, its
 /// record forgotten and the machine's claims deleted); 409
 /// `VlanBatchFailed`, `VlanBatchRefused`, `PortChangeRefused`.
-pub fn apply_machine<K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized>(
-    deps: Deps<'_, '_, K, H, C>,
+pub fn apply_machine<K: KvStore, H: HttpClient + ?Sized>(
+    deps: Deps<'_, '_, K, H>,
     ns: &str,
     name: &str,
 ) -> Result<(ApplyReport, String)> {
@@ -228,12 +359,27 @@ pub fn apply_machine<K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized>(
 /// (the same apply, towards [`Desired::teardown`]), then the machine's
 /// claims deleted. `(report, claims deleted)`: `report` is `None` when the
 /// device is gone; in progress while a step runs (no claim deleted yet).
-pub(in crate::capi) fn release_device<K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized>(
-    deps: &Deps<'_, '_, K, H, C>,
+pub(in crate::capi) fn release_device<K: KvStore, H: HttpClient + ?Sized>(
+    deps: &Deps<'_, '_, K, H>,
     (ns, name, uid): (&str, &str, &str),
     device: &str,
 ) -> Result<(Option<ApplyReport>, usize)> {
-    let (ctx, kube, cloud) = (deps.ctx, deps.kube, deps.cloud);
+    let (ctx, kube, cloud) = (deps.ctx, deps.kube, deps.cloud_of(device)?);
+    if device_cloud(device) == CloudKind::Phoenixnap {
+        // Every network the apply joined left, then the claims deleted
+        // (their addresses released once no server holds them).
+        let r = match memberships::apply_members(ctx, cloud, device, &[], false) {
+            Err(e) if e.reason() == "DeviceNotFound" => None,
+            other => other?,
+        };
+        let Some(r) = r else {
+            return Ok((None, delete_claims(kube, ns, name, uid)?));
+        };
+        if r.phase != apply::ApplyPhase::Converged {
+            return Ok((Some(r), 0));
+        }
+        return Ok((Some(r), delete_claims(kube, ns, name, uid)?));
+    }
     let Some(observed) = apply::observe_device(cloud, device)? else {
         apply::DeviceRecord::new(ctx, device).forget()?;
         return Ok((None, delete_claims(kube, ns, name, uid)?));
@@ -267,8 +413,8 @@ pub(in crate::capi) fn release_device<K: KvStore, H: HttpClient + ?Sized, C: Clo
 /// # Errors
 /// As [`apply_machine`] (a device that is gone is released: its record
 /// forgotten and the claims deleted).
-pub fn release_machine<K: KvStore, H: HttpClient + ?Sized, C: Cloud + ?Sized>(
-    deps: Deps<'_, '_, K, H, C>,
+pub fn release_machine<K: KvStore, H: HttpClient + ?Sized>(
+    deps: Deps<'_, '_, K, H>,
     ns: &str,
     name: &str,
 ) -> Result<(Option<ApplyReport>, usize)> {
