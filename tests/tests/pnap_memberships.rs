@@ -170,18 +170,24 @@ async fn a_lost_join_answer_is_followed_on_the_server_not_repeated() {
 async fn a_refused_join_is_reported_with_phoenixnaps_words_and_kept() {
     let w = World::new().await;
     // S2 holds 10.0.0.10 already.
-    w.converge(S2, &[wanted(&w.nets[0], &["10.0.0.10"])], 10).await;
+    w.converge(S2, &[wanted(&w.nets[0], &["10.0.0.10"])], 10)
+        .await;
     let e = w
         .apply(S1, vec![wanted(&w.nets[0], &["10.0.0.10"])])
         .await
         .unwrap_err();
-    assert_eq!((e.status(), e.reason()), (409, "MembershipRefused"), "{e:?}");
+    assert_eq!(
+        (e.status(), e.reason()),
+        (409, "MembershipRefused"),
+        "{e:?}"
+    );
     assert!(e.message().contains(&w.nets[0]), "{}", e.message());
     let rec = w.record(S1).unwrap();
     assert!(rec.failed.is_some() && rec.running.is_none(), "{rec:?}");
     assert!(w.on(S1).is_empty());
     // Another address: the next apply joins, and the failure is cleared.
-    w.converge(S1, &[wanted(&w.nets[0], &["10.0.0.11"])], 10).await;
+    w.converge(S1, &[wanted(&w.nets[0], &["10.0.0.11"])], 10)
+        .await;
     assert_eq!(w.record(S1).unwrap().failed, None);
     w.assert_clean();
 }
@@ -207,12 +213,20 @@ async fn another_instance_holding_the_lease_makes_this_one_wait_without_a_call()
     let (kv, env) = (w.kv.clone(), w.env.clone());
     tokio::task::spawn_blocking(move || {
         let ctx = Ctx::auto(&*kv, &*env);
-        assert_eq!(DeviceRecord::new(&ctx, S1).take_lease("other", now).unwrap(), None);
+        assert_eq!(
+            DeviceRecord::new(&ctx, S1)
+                .take_lease("other", now)
+                .unwrap(),
+            None
+        );
     })
     .await
     .unwrap();
     let from = w.sim.requests().len();
-    let r = w.apply(S1, vec![wanted(&w.nets[0], &["10.0.0.10"])]).await.unwrap();
+    let r = w
+        .apply(S1, vec![wanted(&w.nets[0], &["10.0.0.10"])])
+        .await
+        .unwrap();
     assert!(
         matches!(&r.phase, ApplyPhase::InProgress { waiting, .. } if waiting.contains("another instance")),
         "{r:?}"
@@ -239,13 +253,27 @@ async fn the_release_leaves_only_what_the_apply_joined_and_an_edit_moves_address
     ];
     assert_eq!(w.converge(S1, &want, 10).await, 1, "one join");
     assert_eq!(w.record(S1).unwrap().joined, [w.nets[0].clone()]);
+    // The record, and the example of one, follow the record's JSON Schema.
+    let kv_schema = metal_ipam_tests::schema::repo_root().join("kv-schema");
+    let read = |f: &str| -> serde_json::Value {
+        serde_json::from_slice(&std::fs::read(kv_schema.join(f)).unwrap()).unwrap()
+    };
+    let key = metal_ipam_core::kv::keys::net_device(S1);
+    let rec: serde_json::Value = serde_json::from_slice(&w.kv.get(&key).unwrap().unwrap()).unwrap();
+    let schema = read("net-device-record.schema.json");
+    for v in [rec, read("examples/net-device-phoenixnap.json")] {
+        metal_ipam_tests::schema::validate(&schema, &v).unwrap_or_else(|e| panic!("{e:?}\n{v:#}"));
+    }
     // Edited: another address on the first network: one PATCH.
     let edited = vec![wanted(&w.nets[0], &["10.0.0.12", "10.0.0.13"])];
     assert_eq!(w.converge(S1, &edited, 10).await, 1, "one address change");
     assert_eq!(
         w.on(S1),
         [
-            (w.nets[0].clone(), vec!["10.0.0.12".into(), "10.0.0.13".into()]),
+            (
+                w.nets[0].clone(),
+                vec!["10.0.0.12".into(), "10.0.0.13".into()]
+            ),
             (w.nets[1].clone(), vec!["10.1.0.9".into()]),
         ]
     );
@@ -266,11 +294,15 @@ async fn months_of_applies_and_releases_leave_a_record_that_does_not_grow() {
     for day in 0..150u32 {
         // Addresses of one length, so equal histories are equal in size.
         let ip = format!("10.0.0.{}", 100 + day % 100);
-        w.converge(S1, &[wanted(&w.nets[0], &[ip.as_str()])], 5).await;
+        w.converge(S1, &[wanted(&w.nets[0], &[ip.as_str()])], 5)
+            .await;
         w.converge(S1, &[], 5).await;
         w.env.set_now(w.env.now() + 86_400);
         let rec = w.record(S1).unwrap();
-        assert!(rec.history.len() <= HISTORY && rec.joined.is_empty(), "{rec:?}");
+        assert!(
+            rec.history.len() <= HISTORY && rec.joined.is_empty(),
+            "{rec:?}"
+        );
         let key = metal_ipam_core::kv::keys::net_device(S1);
         sizes.push(w.kv.get(&key).unwrap().unwrap().len());
     }

@@ -227,8 +227,6 @@ async fn a_profile_puts_a_server_on_two_networks_with_pool_addresses(runtime: Ru
     ];
     want.sort();
     assert_eq!(memberships(&w), want, "{who}");
-    // Counted: per call one server read to observe, the record's rounds'
-    // reads, the network lookups of each join.
     let posts = w
         .calls_since(m)
         .iter()
@@ -240,8 +238,13 @@ async fn a_profile_puts_a_server_on_two_networks_with_pool_addresses(runtime: Ru
         "{who}: one join per network: {:?}",
         w.calls_since(m)
     );
-    println!(
-        "{who}: apply: {calls} calls, phoenixNAP requests {:?}",
+    // Counted: over the 3 calls, 22 reads (each call: the server, the
+    // networks resolved, the server per round; a join looks its network
+    // up) and the 2 joins.
+    assert_eq!(
+        (calls, w.calls_since(m).len()),
+        (3, 24),
+        "{who}: {:?}",
         w.calls_since(m)
     );
 
@@ -251,6 +254,19 @@ async fn a_profile_puts_a_server_on_two_networks_with_pool_addresses(runtime: Ru
     assert_eq!(
         (body["phase"].as_str(), issued.len()),
         (Some("converged"), 0),
+        "{who}"
+    );
+    // Converged: the server, the two networks resolved (a public one is
+    // looked for among the private ones first), the server in the round.
+    assert_eq!(
+        w.calls_since(m),
+        [
+            "GET serversServerIdGet",
+            "GET privateNetworksNetworkIdGet",
+            "GET privateNetworksNetworkIdGet",
+            "GET publicNetworksNetworkIdGet",
+            "GET serversServerIdGet"
+        ],
         "{who}"
     );
     assert!(
@@ -275,6 +291,23 @@ async fn a_profile_puts_a_server_on_two_networks_with_pool_addresses(runtime: Ru
         assert!(text.contains(ip.as_str()), "{who}: {text}");
     }
     assert_eq!(r.headers["x-metal-ipam-pending"], "0", "{who}");
+
+    // network_data.json needs the ports' MACs, which phoenixNAP does not
+    // report: a clear 409, not a guess.
+    let r = w
+        .app
+        .call(
+            "GET",
+            "/v1/machines/team-a/m-0/netconfig?format=network-data",
+            None,
+        )
+        .await;
+    assert_eq!(
+        (r.status, r.body["reason"].as_str()),
+        (409, Some("MacUnknown")),
+        "{who}: {:#}",
+        r.body
+    );
 
     // Edited: the public network dropped → left, its claim deleted.
     let mut p = w

@@ -6,6 +6,7 @@ use super::claims::{bound_address, claims_of_slots, pool_slots};
 use super::on_device::resolve_vlans;
 use super::Deps;
 use super::{not_found, read_machine, MachineNetwork};
+use crate::capi::device::device_cloud;
 use crate::cloud::{Cloud, CloudKind, DeviceView};
 use crate::error::{Error, Result};
 use crate::kube::Kube;
@@ -102,7 +103,8 @@ pub(super) fn bound_addresses<H: HttpClient + ?Sized>(
 /// Layer3 addresses as Metal reports them ([`network_data::host`]).
 ///
 /// # Errors
-/// 409 `DeviceUnknown` (no device yet: no MACs), `MacUnknown`; 404
+/// 409 `DeviceUnknown` (no device yet: no MACs), `MacUnknown` (and for a
+/// phoenixNAP server, whose MACs its API does not report); 404
 /// `DeviceNotFound`; Metal errors.
 fn network_data_of<C: Cloud + ?Sized>(
     cloud: &C,
@@ -119,6 +121,12 @@ fn network_data_of<C: Cloud + ?Sized>(
             ),
         )
     })?;
+    if device_cloud(&id) == CloudKind::Phoenixnap {
+        return Err(Error::conflict(
+            "MacUnknown",
+            format!("network_data.json needs the ports' MAC addresses, which phoenixNAP does not report for server {id}; use format=netplan, ifupdown, cloud-init or shell"),
+        ));
+    }
     let device: DeviceView = cloud
         .device_nics(&id)?
         .ok_or_else(|| not_found("DeviceNotFound", format!("device {id} does not exist")))?;
