@@ -1,6 +1,7 @@
-//! Layer2 / Hybrid server networking on Equinix Metal: a machine's desired
+//! Layer2 / Hybrid server networking on Equinix Metal (a machine's desired
 //! per-port state, the plan that gets its device there through Metal's
-//! port API, and the node's OS configuration.
+//! port API), a phoenixNAP server's networks with its addresses, and the
+//! node's OS configuration.
 //!
 //! - [`profile`]: the network profile (per port: bonded, layer2, VLANs with
 //!   their addresses, native VLAN), its rules, each bond's derived mode.

@@ -13,7 +13,12 @@
 //! `spec.providerID` names (`equinixmetal://<uuid>`), on the Machine or else
 //! the infrastructure machine. The annotation's value and the
 //! infrastructure machine's name are checked as Kubernetes names before
-//! they go into a path (422 naming the field otherwise).
+//! they go into a path (422 naming the field otherwise). A provider ID
+//! naming a phoenixNAP server (`bmc://servers/<id>`, `phoenixnap://<id>`)
+//! puts the machine on phoenixNAP: its profile is checked for that cloud
+//! ([`Profile::validate_for`]) and its networks are applied as the server's
+//! memberships ([`crate::network::memberships`]); on phoenixNAP the
+//! annotation goes on the Machine (a `BMCMachine` is not read for it).
 //!
 //! # Opting out, and what does not release
 //! Only an explicit opt-out releases a machine's network (the device back
@@ -180,7 +185,7 @@ pub struct MachineNetwork {
 /// 404 `MachineNotFound`, `ProfileNotFound`; 409 `NoNetworkProfile` when
 /// neither the Machine nor its infrastructure machine carries the
 /// annotation; 422 for a profile that does not validate, a provider ID
-/// that is not Metal's, an annotation or infrastructure reference that is
+/// of no known form, an annotation or infrastructure reference that is
 /// not a name; API server errors.
 pub fn read_machine<H: HttpClient + ?Sized>(
     kube: &Kube<'_, H>,
