@@ -170,7 +170,12 @@ pub fn plan(observed: &[Member], wanted: &[Wanted], joined: &[String]) -> Result
                     ),
                 ))
             }
-            Some(m) if m.state == MemberState::Ready && !same(&m.addresses, &w.addresses) => {
+            // No addresses named: the cloud's choice stands.
+            Some(m)
+                if m.state == MemberState::Ready
+                    && !w.addresses.is_empty()
+                    && !same(&m.addresses, &w.addresses) =>
+            {
                 sets.push(MemberStep {
                     segment: w.segment.clone(),
                     public: m.public,
@@ -463,6 +468,16 @@ mod tests {
             .unwrap()
             .is_empty());
         assert!(plan(&changing, &[], &["a".into()]).unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_network_named_without_addresses_keeps_the_ones_the_cloud_chose() {
+        let o = [member("a", &["10.1.0.2"], MemberState::Ready)];
+        assert!(plan(&o, &[wanted("a", &[])], &["a".into()])
+            .unwrap()
+            .is_empty());
+        let steps = plan(&[], &[wanted("a", &[])], &[]).unwrap();
+        assert_eq!(steps[0].action, MemberAction::Join(vec![]));
     }
 
     #[test]
