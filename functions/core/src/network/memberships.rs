@@ -220,7 +220,7 @@ fn set(a: &[String]) -> BTreeSet<String> {
     a.iter().cloned().collect()
 }
 
-fn members_of<'c, C: Cloud + ?Sized>(cloud: &'c C) -> Result<&'c dyn Memberships> {
+fn members_of<C: Cloud + ?Sized>(cloud: &C) -> Result<&dyn Memberships> {
     cloud.memberships().ok_or_else(|| {
         missing(
             cloud.name(),
