@@ -193,6 +193,36 @@ async fn a_refused_join_is_reported_with_phoenixnaps_words_and_kept() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_join_refused_because_another_writer_joined_first_is_not_the_applys() {
+    let w = World::new().await;
+    // The apply's join waits in the simulator; meanwhile another writer
+    // (a person, another tool) puts the server on the network.
+    w.sim.inject("POST", JOIN, Fault::Latency(1_500), 1);
+    let want = vec![wanted(&w.nets[0], &["10.0.0.10"])];
+    let net = w.nets[0].clone();
+    let other = async {
+        // The fault is taken when the apply's join arrives.
+        while w.sim.pending_faults() > 0 {
+            tokio::task::yield_now().await;
+        }
+        w.with(move |p, _| {
+            metal_ipam_core::cloud::Memberships::join(p, S1, &net, &["10.0.0.10".to_string()])
+        })
+        .await
+    };
+    let (applied, joined) = tokio::join!(w.apply(S1, want.clone()), other);
+    joined.expect("the other writer's join");
+    assert!(applied.is_ok(), "the refusal is read as done: {applied:?}");
+    let rec = w.record(S1).unwrap();
+    assert!(rec.joined.is_empty(), "not the apply's: {rec:?}");
+    w.converge(S1, &want, 10).await;
+    // The release leaves it alone.
+    assert_eq!(w.converge(S1, &[], 5).await, 0);
+    assert_eq!(w.on(S1), [(w.nets[0].clone(), vec!["10.0.0.10".into()])]);
+    w.assert_clean();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_deleted_mid_apply_is_forgotten() {
     let w = World::new().await;
     w.sim

@@ -388,6 +388,7 @@ fn issue<K: KvStore, C: Cloud + ?Sized>(
 ) -> Result<()> {
     let record = DeviceRecord::new(ctx, device);
     let rec = step.record(device);
+    let owned = joined;
     let mut joined = joined.to_vec();
     if matches!(step.action, MemberAction::Join(_)) && !joined.contains(&step.segment) {
         joined.push(step.segment.clone());
@@ -413,6 +414,16 @@ fn issue<K: KvStore, C: Cloud + ?Sized>(
             ..
         }) => {
             let now = m.members(device).map_err(|e| cloud.error(e))?;
+            let join = matches!(step.action, MemberAction::Join(_));
+            let on_it = |o: &Vec<Member>| o.iter().any(|x| x.segment == *s);
+            if join && now.as_ref().is_some_and(on_it) {
+                // A join refused because the server is on the network
+                // already (joined or joining): another writer joined it,
+                // so it is not the apply's to leave; the next round waits
+                // for it and gives it the profile's addresses.
+                record.set_joined(holder.token, owned)?;
+                return record.finish(holder.token, None);
+            }
             if now.is_some_and(|o| matches!(effect(&rec, &o), Some(Ok(())))) {
                 return record.finish(holder.token, None);
             }
