@@ -674,7 +674,12 @@ fn setup(kv: &MemKv, rand: &SchedEnv, ledger: &Ledger, scenario: Scenario, start
         }
         let st = step(action, s);
         record
-            .record_change(&token, &st.record(DEVICE), &joined, then)
+            .record_change(
+                &token,
+                &memberships::step_record(&st, DEVICE),
+                &joined,
+                then,
+            )
             .unwrap();
         let a = if action == JOIN {
             addresses(s)

@@ -56,7 +56,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use super::batch::{BatchError, BatchOp, Direction, VlanBatches};
-use super::memberships::MemberStep;
+use super::changes::MemberStep;
 use super::plan::{plan, Action, Desired, Observed, PortStep};
 use super::profile::Mode;
 use crate::cloud::{missing, Capability, Cloud, CloudError, ModeChange, NicModes, Operation};

@@ -21,12 +21,11 @@
 
 use std::collections::BTreeSet;
 
-use serde_json::{json, Value};
-
 use super::apply::{
     device_not_found, lease_lost, under_lease, ApplyPhase, ApplyReport, DeviceRecord, Holder, Step,
     StepRecord, POLL_S, RUNNING_S,
 };
+pub use super::changes::{MemberAction, MemberStep};
 use crate::cloud::{missing, Capability, Cloud, CloudError, Member, MemberState, Memberships};
 use crate::error::{Error, Result};
 use crate::kv::Ctx;
@@ -42,67 +41,15 @@ pub struct Wanted {
     pub addresses: BTreeSet<String>,
 }
 
-/// What to do to one membership.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum MemberAction {
-    /// Join with these addresses.
-    Join(Vec<String>),
-    /// Hold these addresses instead of the current ones.
-    SetAddresses(Vec<String>),
-    /// Leave.
-    Leave,
-}
-
-impl MemberAction {
-    /// `join-network`, `set-network-addresses`, `leave-network`.
-    pub fn name(&self) -> &'static str {
-        match self {
-            MemberAction::Join(_) => "join-network",
-            MemberAction::SetAddresses(_) => "set-network-addresses",
-            MemberAction::Leave => "leave-network",
-        }
-    }
-
-    fn addresses(&self) -> &[String] {
-        match self {
-            MemberAction::Join(a) | MemberAction::SetAddresses(a) => a,
-            MemberAction::Leave => &[],
-        }
-    }
-}
-
-/// One change of a server's memberships.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MemberStep {
-    /// The segment.
-    pub segment: String,
-    /// Whether the segment is public (as the server's membership says;
-    /// `false` for a join, which the cloud looks up).
-    pub public: bool,
-    /// What to do.
-    pub action: MemberAction,
-}
-
-impl MemberStep {
-    /// As JSON (what `dryRun` answers).
-    pub fn to_json(&self) -> Value {
-        let mut v = json!({"network": self.segment, "action": self.action.name()});
-        if !matches!(self.action, MemberAction::Leave) {
-            v["addresses"] = json!(self.action.addresses());
-        }
-        v
-    }
-
-    /// As stored in the device's record (`port` is `server`).
-    pub fn record(&self, device: &str) -> StepRecord {
-        StepRecord {
-            port: "server".into(),
-            port_id: device.to_string(),
-            action: self.action.name().to_string(),
-            vlans: vec![self.segment.clone()],
-            bulk: false,
-            addresses: self.action.addresses().to_vec(),
-        }
+/// `step` as stored in the device's record (`port` is `server`).
+pub fn step_record(step: &MemberStep, device: &str) -> StepRecord {
+    StepRecord {
+        port: "server".into(),
+        port_id: device.to_string(),
+        action: step.action.name().to_string(),
+        vlans: vec![step.segment.clone()],
+        bulk: false,
+        addresses: step.action.addresses().to_vec(),
     }
 }
 
@@ -387,7 +334,7 @@ fn issue<K: KvStore, C: Cloud + ?Sized>(
     holder: &Holder<'_>,
 ) -> Result<()> {
     let record = DeviceRecord::new(ctx, device);
-    let rec = step.record(device);
+    let rec = step_record(step, device);
     let owned = joined;
     let mut joined = joined.to_vec();
     if matches!(step.action, MemberAction::Join(_)) && !joined.contains(&step.segment) {
@@ -520,12 +467,12 @@ mod tests {
     #[test]
     fn effects_are_read_from_the_membership() {
         let step = |action: MemberAction| {
-            MemberStep {
+            let step = MemberStep {
                 segment: "a".into(),
                 public: false,
                 action,
-            }
-            .record("srv")
+            };
+            step_record(&step, "srv")
         };
         let ready = [member("a", &["10.1.0.5"], MemberState::Ready)];
         let changing = [member("a", &["10.1.0.5"], MemberState::Changing)];

@@ -12,6 +12,8 @@
 //!   every write is fenced), the operator's release remembered.
 //! - [`batch`]: the VLAN batch steps (attach, detach) the apply runs
 //!   through their own components, and the port it runs them through.
+//! - [`changes`]: a server's membership changes (types the apply's report
+//!   and [`memberships`] share).
 //! - [`memberships`]: the same on clouds whose servers join networks
 //!   with chosen addresses (phoenixNAP): the memberships wanted, their
 //!   plan, their apply under the same record and lease.
@@ -29,6 +31,7 @@
 
 pub mod apply;
 pub mod batch;
+pub mod changes;
 pub mod memberships;
 pub mod network_data;
 pub mod node;
