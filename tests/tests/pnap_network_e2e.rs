@@ -63,6 +63,21 @@ async fn world(runtime: Runtime) -> World {
     w
 }
 
+/// The profile's spec replaced by `spec` (an edit).
+fn set_spec(w: &World, spec: Value) {
+    let mut p = w
+        .kube
+        .get(
+            "ipam.metal-ipam.dev",
+            "metalnetworkprofiles",
+            Some(NS),
+            "nets",
+        )
+        .expect("the profile");
+    p["spec"] = spec;
+    w.kube.put(p);
+}
+
 /// The claims the profile made for m-0.
 fn profile_claims(w: &World) -> Vec<Value> {
     w.kube
@@ -310,17 +325,10 @@ async fn a_profile_puts_a_server_on_two_networks_with_pool_addresses(runtime: Ru
     );
 
     // Edited: the public network dropped → left, its claim deleted.
-    let mut p = w
-        .kube
-        .get(
-            "ipam.metal-ipam.dev",
-            "metalnetworkprofiles",
-            Some(NS),
-            "nets",
-        )
-        .unwrap();
-    p["spec"]["ports"][0]["vlans"] = json!([both()[0].clone()]);
-    w.kube.put(p);
+    set_spec(
+        &w,
+        json!({"location": LOCATION, "ports": [{"name": "bond0", "vlans": [both()[0].clone()]}]}),
+    );
     let (body, issued, _) = settle(&w, "POST").await;
     assert_eq!(body["phase"], "converged", "{who}: {body:#}");
     assert_eq!(issued, [format!("leave-network {}", public.id)], "{who}");
@@ -368,17 +376,7 @@ async fn metal_only_fields_are_refused_naming_them(runtime: Runtime) {
             "spec.ports[0].elasticIPs",
         ),
     ] {
-        let mut p = w
-            .kube
-            .get(
-                "ipam.metal-ipam.dev",
-                "metalnetworkprofiles",
-                Some(NS),
-                "nets",
-            )
-            .unwrap();
-        p["spec"] = json!({"ports": [port]});
-        w.kube.put(p);
+        set_spec(&w, json!({"ports": [port]}));
         let m = w.mark();
         let r = w.app.call("POST", PATH, None).await;
         assert_eq!(r.status, 422, "{who}: {:#}", r.body);
