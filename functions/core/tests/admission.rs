@@ -640,6 +640,11 @@ fn network_profiles_are_checked_by_their_rules_and_against_vrf_pools() {
         vrf_pool("team-a", "vrf-da", "da"),
         vrf_pool("team-a", "vrf-sv", "sv"),
         stored(
+            &PoolId::namespaced("team-a", "pnap-phx"),
+            json!({"phoenixnap": {"location": "PHX", "privateNetwork": {"cidr": "10.20.0.0/24"}}}),
+            0,
+        ),
+        stored(
             &PoolId::namespaced("team-a", "plain"),
             spec(&["192.168.0.0/24"], 24),
             0,
@@ -655,7 +660,11 @@ fn network_profiles_are_checked_by_their_rules_and_against_vrf_pools() {
     assert!(r.allowed(), "{r:?}");
     assert!(r.warnings.is_empty());
     // In another metro, or a pool without a VLAN: denied, naming the field.
-    for (pool, says) in [("vrf-sv", "metro sv"), ("plain", "not VRF-backed")] {
+    for (pool, says) in [
+        ("vrf-sv", "metro sv"),
+        ("plain", "not backed by a cloud"),
+        ("pnap-phx", "backed by phoenixNAP"),
+    ] {
         let r = decide(profile_request("CREATE", on_bond(pool), None));
         let d = r.denial.expect("denied");
         assert_eq!(d.code, 422);
@@ -676,8 +685,9 @@ fn network_profiles_are_checked_by_their_rules_and_against_vrf_pools() {
     let r = decide(profile_request("CREATE", elastic("plain"), None));
     let d = r.denial.expect("denied");
     assert!(
-        d.message
-            .starts_with("spec.ports[0].elasticIPs[0].pool: pool team-a/plain is not VRF-backed"),
+        d.message.starts_with(
+            "spec.ports[0].elasticIPs[0].pool: pool team-a/plain is not backed by a cloud"
+        ),
         "{}",
         d.message
     );
@@ -687,6 +697,51 @@ fn network_profiles_are_checked_by_their_rules_and_against_vrf_pools() {
         r.warnings[0].contains("its elastic IPs are checked"),
         "{:?}",
         r.warnings
+    );
+    // A phoenixNAP profile (spec.location): its networks are phoenixNAP
+    // pools' in its location; a Metal pool, or another location, is denied.
+    let on_network = |pool: &str, location: &str| {
+        json!({"location": location, "ports": [{"name": "bond0", "vlans": [{"pool": {"name": pool},
+            "addresses": [{"pool": {"name": pool}}]}]}]})
+    };
+    assert!(decide(profile_request(
+        "CREATE",
+        on_network("pnap-phx", "PHX"),
+        None
+    ))
+    .allowed());
+    for (pool, location, says) in [
+        ("pnap-phx", "ASH", "location PHX"),
+        ("vrf-da", "PHX", "backed by Metal"),
+    ] {
+        let r = decide(profile_request("CREATE", on_network(pool, location), None));
+        let d = r.denial.expect("denied");
+        assert!(
+            d.message.starts_with("spec.ports[0].vlans[0].pool: "),
+            "{}",
+            d.message
+        );
+        assert!(d.message.contains(says), "{}", d.message);
+    }
+    // Port modes on phoenixNAP: denied, naming the field.
+    let r = decide(profile_request(
+        "CREATE",
+        json!({"location": "PHX", "ports": [{"name": "bond0", "layer2": true}]}),
+        None,
+    ));
+    let d = r.denial.expect("denied");
+    assert!(
+        d.message.starts_with("spec.ports[0].layer2: "),
+        "{}",
+        d.message
+    );
+    // Elastic IPs come from Metal's VRF-backed pools only.
+    let r = decide(profile_request("CREATE", elastic("pnap-phx"), None));
+    let d = r.denial.expect("denied");
+    assert!(
+        d.message.contains("elastic IPs come from a VRF-backed"),
+        "{}",
+        d.message
     );
     // The port rules: layer2 on an eth port.
     let r = decide(profile_request(

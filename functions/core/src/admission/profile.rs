@@ -8,9 +8,11 @@
 //!    VLANs go, native VLANs, references, addresses, routes, MTU); denied
 //!    with 422 naming the field;
 //! 2. a VLAN named by `pool`, and the pool of an elastic IP, must be a
-//!    VRF-backed pool's, in the profile's `metro`: a registered pool
-//!    without `spec.metal`, or whose metro is another, is denied with 422
-//!    naming the field. A pool not registered
+//!    cloud-backed pool's, of the profile's cloud and place: a registered
+//!    pool without `spec.metal` or `spec.phoenixnap`, one of the other
+//!    cloud (a Metal pool in a profile with `spec.location`, a phoenixNAP
+//!    one in a profile with `spec.metro`), or in another metro or location
+//!    is denied with 422 naming the field. A pool not registered
 //!    yet is allowed with a warning (pools and profiles may be applied in
 //!    any order; the apply step checks again).
 //!
@@ -32,6 +34,7 @@ use serde_json::{Map, Value};
 use super::{request_object, PoolLookup, Reviewed, SKIP_DELETE_VALIDATION_ANNOTATION};
 use crate::admission::review::Denial;
 use crate::error::{Error, ErrorKind, Result};
+use crate::ipam::backing::Backing;
 use crate::kube::names;
 use crate::network::profile::Profile;
 
@@ -93,15 +96,35 @@ pub(super) fn check_write(
                 ));
                 continue;
             };
-            let refuse = match (&pool.object.spec.metal, &profile.metro) {
-                (None, _) => Some(format!(
-                    "pool {} is not VRF-backed (no spec.metal): it has no VLAN and no Metal reservation",
+            let elastic = field.contains(".elasticIPs[");
+            let refuse = match (pool.object.spec.backing(), &profile.metro, &profile.location) {
+                (Some(Backing::Pnap(_)), _, _) if elastic => Some(format!(
+                    "pool {} is backed by phoenixNAP: elastic IPs come from a VRF-backed (Metal) pool",
                     id.display()
                 )),
-                (Some(m), Some(metro)) if !m.metro.eq_ignore_ascii_case(metro) => Some(format!(
-                    "the VLAN of pool {} is in metro {}, the profile's is {metro}",
+                (None, _, _) => Some(format!(
+                    "pool {} is not backed by a cloud (no spec.metal or spec.phoenixnap): it has no VLAN or network",
+                    id.display()
+                )),
+                (Some(Backing::Metal(m)), Some(metro), _) if !m.metro.eq_ignore_ascii_case(metro) => {
+                    Some(format!(
+                        "the VLAN of pool {} is in metro {}, the profile's is {metro}",
+                        id.display(),
+                        m.metro
+                    ))
+                }
+                (Some(Backing::Metal(_)), None, Some(_)) => Some(format!(
+                    "pool {} is backed by Metal (spec.metal); the profile is phoenixNAP's (spec.location)",
+                    id.display()
+                )),
+                (Some(Backing::Pnap(_)), Some(_), _) => Some(format!(
+                    "pool {} is backed by phoenixNAP (spec.phoenixnap); the profile is Metal's (spec.metro)",
+                    id.display()
+                )),
+                (Some(Backing::Pnap(p)), None, Some(l)) if p.location != *l => Some(format!(
+                    "the network of pool {} is in location {}, the profile's is {l}",
                     id.display(),
-                    m.metro
+                    p.location
                 )),
                 _ => None,
             };
