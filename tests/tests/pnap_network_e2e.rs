@@ -357,6 +357,44 @@ async fn a_profile_puts_a_server_on_two_networks_with_pool_addresses(runtime: Ru
     w.assert_clean();
 }
 
+/// The server deleted in phoenixNAP: the poll (its audit log names a
+/// change) re-reads the servers with a machine network, finds it gone, and
+/// releases the machine's network: its claims deleted, its record
+/// forgotten.
+async fn the_poll_releases_the_network_of_a_deleted_server(runtime: Runtime) {
+    let w = world(runtime).await;
+    let who = runtime.name();
+    w.app.call("POST", PATH, None).await;
+    bind_claims(&w).await;
+    let (body, _, _) = settle(&w, "POST").await;
+    assert_eq!(body["phase"], "converged", "{who}: {body:#}");
+    // The first poll sets the cursor (a resync of the known servers).
+    let r = w.app.call("POST", "/v1/metal/poll", None).await;
+    assert_eq!(r.status, 200, "{who}: {:#}", r.body);
+    w.sim.advance(1_000);
+    w.sim.delete_server(SERVERS[0]);
+    let mut released = 0;
+    for _ in 0..5 {
+        let r = w.app.call("POST", "/v1/metal/poll", None).await;
+        assert_eq!(r.status, 200, "{who}: {:#}", r.body);
+        let p = &r.body["phoenixnap"];
+        released += p["networkClaimsDeleted"].as_u64().unwrap_or(0);
+        if p["more"] != true {
+            break;
+        }
+    }
+    assert_eq!(released, 2, "{who}");
+    assert_eq!(finish_deletions(&w).await, 2, "{who}");
+    assert!(profile_claims(&w).is_empty(), "{who}");
+    let store = w.app.store().await;
+    let key = format!("net/device/{}", SERVERS[0]);
+    assert!(
+        store.get(&key).await.unwrap().is_none(),
+        "{who}: record forgotten"
+    );
+    w.assert_clean();
+}
+
 /// Port modes, bonds and native VLANs are Metal's: on a phoenixNAP server
 /// the apply refuses them naming the field, and changes nothing.
 async fn metal_only_fields_are_refused_naming_them(runtime: Runtime) {
@@ -398,5 +436,6 @@ async fn metal_only_fields_are_refused_naming_them(runtime: Runtime) {
 
 metal_ipam_tests::on_every_runtime!(
     given: a_profile_puts_a_server_on_two_networks_with_pool_addresses,
+    the_poll_releases_the_network_of_a_deleted_server,
     metal_only_fields_are_refused_naming_them,
 );

@@ -46,7 +46,7 @@
 use serde_json::{json, Value};
 
 use super::assign::sync_claim_assignment;
-use super::device::device_of;
+use super::device::{cloud_device_of, device_cloud};
 use super::machine::{sync_machine, Synced};
 use super::network::{delete_claims, Deps};
 use super::objects::MachineObject;
@@ -182,12 +182,10 @@ fn known_devices<K: KvStore>(
             }
         }
     }
-    // Machine networking is Metal's.
-    if kind == CloudKind::Metal {
-        for d in crate::network::apply::devices(ctx)? {
-            if !out.contains(&d) {
-                out.push(d);
-            }
+    // The devices with a machine network of this cloud.
+    for d in crate::network::apply::devices(ctx)? {
+        if device_cloud(&d) == kind && !out.contains(&d) {
+            out.push(d);
         }
     }
     Ok(out)
@@ -224,7 +222,10 @@ impl<H: HttpClient + ?Sized> Machines<'_, '_, H> {
             .listed
             .iter()
             .flatten()
-            .filter(|m| m.provider_id.as_deref().and_then(device_of) == Some(device))
+            .filter(|m| {
+                let named = m.provider_id.as_deref().and_then(cloud_device_of);
+                named.map(|(_, d)| d) == Some(device)
+            })
             .map(|m| {
                 (
                     m.metadata.namespace.clone().unwrap_or_default(),
@@ -473,9 +474,13 @@ impl<K: KvStore, H: HttpClient + ?Sized> Run<'_, '_, K, H> {
 
     /// Applies left with a step running continue here (their device had no
     /// event of its own), within the machines' budget.
-    fn running_applies(&mut self, handled: &[PendingDevice]) -> Result<()> {
+    fn running_applies(&mut self, handled: &[PendingDevice], kind: CloudKind) -> Result<()> {
         let running = crate::network::apply::running_devices(self.deps.ctx)?;
         for d in running {
+            // This cloud's devices only (the other cloud's poll has them).
+            if device_cloud(&d) != kind {
+                continue;
+            }
             if self.machines_left == 0 || handled.iter().any(|p| p.device == d) {
                 continue;
             }
@@ -592,8 +597,8 @@ pub fn poll<K: KvStore, H: HttpClient + ?Sized>(
         unplaced_done = run.unplaced(&records, cur.gen);
     }
     let metal = kind == CloudKind::Metal;
-    if metal && run.machines_left > 0 && !run.out_of_time() && run.stopped.is_none() {
-        run.running_applies(&handled)?;
+    if run.machines_left > 0 && !run.out_of_time() && run.stopped.is_none() {
+        run.running_applies(&handled, kind)?;
     }
     let end = ctx.env.now();
     let after = poll::done(ctx, kind, &handled, &run.failed, unplaced_done, end)?;
