@@ -66,6 +66,14 @@
 //!    each turn active in one window of events, then are deleted; each
 //!    `POST /v1/metal/poll` timed, with its claims and its Kubernetes and
 //!    Metal requests; see [`poll`].
+//! 9. **The phoenixNAP poll**: 30 servers (10 with `--quick`) in PHX with
+//!    two claims each on a pool backed by a private network; after the
+//!    first poll set the cursor, a quiet poll (no new events: one audit
+//!    log read) and the polls after one server was deleted (every known
+//!    server re-read within the poll's budget until `more` is false):
+//!    polls, time, phoenixNAP and Kubernetes requests, claims marked
+//!    `DeviceDeleted` and servers re-read per second, the counts checked;
+//!    see [`pnap_poll`].
 //!
 //! The SQLite files live in the system temp dir (`TMPDIR`). With Spin's
 //! default settings every write is its own durable transaction, so on a
@@ -81,6 +89,7 @@
 //! Everything is printed as plain aligned tables, then one line of JSON
 //! (the last line of stdout) with the same figures, for scripts.
 
+mod pnap_poll;
 mod poll;
 mod scrape;
 mod versus;
@@ -112,15 +121,16 @@ const RETRY_503_AFTER: Duration = Duration::from_millis(10);
 /// A claim answered 503 more often than this aborts the bench.
 const MAX_503_PER_CLAIM: u32 = 50;
 
-const USAGE: &str = "usage: bench [--quick] [--versus-only] [--poll-only] [--scrape-only] [--only LIST] [--before DIR]
+const USAGE: &str = "usage: bench [--quick] [--versus-only] [--poll-only] [--scrape-only] [--pnap-poll-only] [--only LIST] [--before DIR]
 
---quick        smaller numbers (N=300, a /20 for the fill, 200 claims per comparison row), for a smoke run
---versus-only  only section 6 (ours versus the naive allocator)
---poll-only    only section 7 (the Metal poll)
---scrape-only  only section 8 (the metrics scrape)
---only LIST    section 6's allocators, comma-separated: ours, naive, before (default: all)
---before DIR   also run the build in DIR (its spin.toml and target/, e.g. a git worktree
-               of an earlier commit after `cargo build-wasm` there) in section 6";
+--quick           smaller numbers (N=300, a /20 for the fill, 200 claims per comparison row), for a smoke run
+--versus-only     only section 6 (ours versus the naive allocator)
+--poll-only       only section 7 (the Metal poll)
+--scrape-only     only section 8 (the metrics scrape)
+--pnap-poll-only  only section 9 (the phoenixNAP poll)
+--only LIST       section 6's allocators, comma-separated: ours, naive, before (default: all)
+--before DIR      also run the build in DIR (its spin.toml and target/, e.g. a git worktree
+                  of an earlier commit after `cargo build-wasm` there) in section 6";
 
 /// Sizes of one bench run.
 #[derive(Debug, Clone)]
@@ -134,6 +144,8 @@ struct Config {
     poll_only: bool,
     /// Run section 8 only (`--scrape-only`).
     scrape_only: bool,
+    /// Run section 9 only (`--pnap-poll-only`).
+    pnap_poll_only: bool,
     /// Section 6's allocators (`--only ours,naive`; all when empty).
     only: Vec<String>,
     /// Claims per row of section 6.
@@ -158,6 +170,7 @@ impl Config {
         let mut versus_only = false;
         let mut poll_only = false;
         let mut scrape_only = false;
+        let mut pnap_poll_only = false;
         let mut only = Vec::new();
         let mut args = std::env::args().skip(1);
         while let Some(arg) = args.next() {
@@ -166,6 +179,7 @@ impl Config {
                 "--versus-only" => versus_only = true,
                 "--poll-only" => poll_only = true,
                 "--scrape-only" => scrape_only = true,
+                "--pnap-poll-only" => pnap_poll_only = true,
                 "--only" => {
                     only = args
                         .next()
@@ -193,6 +207,7 @@ impl Config {
                 versus_only,
                 poll_only,
                 scrape_only,
+                pnap_poll_only,
                 only: only.clone(),
                 versus_n: 200,
                 n: 300,
@@ -209,6 +224,7 @@ impl Config {
                 versus_only,
                 poll_only,
                 scrape_only,
+                pnap_poll_only,
                 only,
                 versus_n: 1000,
                 n: 2000,
@@ -966,6 +982,16 @@ async fn main() -> Result<()> {
         );
         return Ok(());
     }
+    let pnap_servers = if cfg.quick { 10 } else { 30 };
+    if cfg.pnap_poll_only {
+        let f = pnap_poll::run(pnap_servers).await?;
+        let summary = pnap_poll::print(&f);
+        println!(
+            "{}",
+            json!({"bench": "metal-ipam", "quick": cfg.quick, "pnap_poll": summary})
+        );
+        return Ok(());
+    }
     let scrape_pools = if cfg.quick { 20 } else { 100 };
     if cfg.scrape_only {
         let s = scrape::run(scrape_pools, 200).await?;
@@ -1046,6 +1072,9 @@ async fn main() -> Result<()> {
     eprintln!("8. metrics scrape");
     let scrape_json = scrape::print(&scrape::run(scrape_pools, 200).await?);
 
+    eprintln!("9. phoenixNAP poll");
+    let pnap_poll_json = pnap_poll::print(&pnap_poll::run(pnap_servers).await?);
+
     let total = started.elapsed();
     println!(
         "total {:.1} s (component compile {:.2} s)",
@@ -1090,6 +1119,7 @@ async fn main() -> Result<()> {
         "versus": versus,
         "poll": poll_json,
         "scrape": scrape_json,
+        "pnap_poll": pnap_poll_json,
         "compile_s": r3(compile.as_secs_f64()),
         "total_s": r3(total.as_secs_f64()),
     });
