@@ -1,17 +1,22 @@
 //! A phoenixNAP-backed pool's world for end-to-end tests through the app:
-//! the fake Kubernetes API (with the repo's CRDs), the phoenixNAP simulator
-//! seeded with servers in one location ([`LOCATION`]), and the application
-//! on the test host or real Spin ([`crate::harness::App::on`]) with the
-//! phoenixNAP variables pointing at the simulator (API and token endpoint)
-//! and no Metal variables. The steps are driven through the public routes
-//! as a forwarder would: a step answering `Retry-After` is called again at
-//! once (the simulator's changes are timed by reads, not by a clock).
+//! a Kubernetes API server ([`Kube`]: the fake one with the repo's CRDs, or
+//! the real one on real Spin, [`World::on_real_kube`]), the phoenixNAP
+//! simulator seeded with servers in one location ([`LOCATION`]), and the
+//! application on the test host or real Spin ([`crate::harness::App::on`])
+//! with the phoenixNAP variables pointing at the simulator (API and token
+//! endpoint) and no Metal variables. The steps are driven through the
+//! public routes as a forwarder would: a step answering `Retry-After` is
+//! called again at once (the simulator's changes are timed by reads, not by
+//! a clock).
 
 use serde_json::{json, Value};
 
 use crate::fake_kube::{FakeKube, IPAM_GROUP, METAL_GROUP};
 use crate::harness::{App, Resp, Runtime};
+use crate::kube::Kube;
 use crate::pnap_sim::{PnapSim, Recorded, TOKEN_ROUTE};
+use crate::real_kube::ControlPlane;
+use crate::real_spin::SpinBin;
 
 /// The namespace of the pools and claims.
 pub const NS: &str = "team-a";
@@ -24,10 +29,10 @@ pub const SERVERS: [&str; 3] = [
     "60473a6115e34466c9f8f0a3",
 ];
 
-/// The simulator, the fake API server and the app talking to both.
+/// The simulator, the API server and the app talking to both.
 pub struct World {
-    /// The fake Kubernetes API.
-    pub kube: FakeKube,
+    /// The Kubernetes API: FakeKube, or a session on the real API server.
+    pub kube: Kube,
     /// The phoenixNAP simulator.
     pub sim: PnapSim,
     /// The application.
@@ -37,7 +42,7 @@ pub struct World {
 }
 
 /// The variables that point the app at `kube` and at `sim` as phoenixNAP.
-pub fn pnap_vars(kube: &FakeKube, sim: &PnapSim) -> Vec<(&'static str, String)> {
+pub fn pnap_vars(kube: &Kube, sim: &PnapSim) -> Vec<(&'static str, String)> {
     vec![
         ("k8s_api_url", kube.base_url()),
         ("k8s_token", kube.token().to_string()),
@@ -89,18 +94,47 @@ impl World {
     /// A world on `runtime` (`None` when that runtime is not given): the
     /// simulator seeded with [`SERVERS`] (`powered-on`, in [`LOCATION`]).
     pub async fn on(runtime: Runtime) -> Option<World> {
-        let kube = FakeKube::start().await;
+        Self::with_kube(runtime, Kube::Fake(FakeKube::start().await)).await
+    }
+
+    /// The same world on real Spin (`SPIN_BIN`, on `runtime`'s store)
+    /// against the real API server (`KUBEBUILDER_ASSETS`; a
+    /// [`crate::real_kube::Session`] of its own, which wipes what an
+    /// earlier test left and keeps others out until this world is
+    /// dropped): `None` when either was not given, or for
+    /// [`Runtime::Host`] (the test host does not take the server's CA).
+    pub async fn on_real_kube(runtime: Runtime) -> Option<World> {
+        if runtime == Runtime::Host {
+            return None;
+        }
+        SpinBin::from_env()?;
+        let cp = ControlPlane::get()?;
+        let kube = Kube::Real(tokio::task::block_in_place(|| cp.session()));
+        Self::with_kube(runtime, kube).await
+    }
+
+    async fn with_kube(runtime: Runtime, kube: Kube) -> Option<World> {
         let sim = PnapSim::start().await;
         for (i, s) in SERVERS.iter().enumerate() {
             sim.add_server(s, &format!("node-{i}"), LOCATION);
         }
-        let app = App::on(runtime, &pnap_vars(&kube, &sim), &[]).await?;
+        let app = App::on(runtime, &pnap_vars(&kube, &sim), &kube.client_tls()).await?;
         Some(World {
             kube,
             sim,
             app,
             runtime,
         })
+    }
+
+    /// Where the test runs, for messages: the runtime's name, with
+    /// `+kube-apiserver` on the real API server.
+    pub fn who(&self) -> String {
+        if self.kube.is_real() {
+            format!("{}+kube-apiserver", self.runtime.name())
+        } else {
+            self.runtime.name()
+        }
     }
 
     /// The pool's public step route.
@@ -269,9 +303,11 @@ impl World {
         self.sim.requests().len()
     }
 
-    /// No request broke a phoenixNAP spec or a CRD, and no answer the spec.
+    /// No request broke a phoenixNAP spec or a CRD, and no answer the spec;
+    /// on the real API server also none was refused by `deploy/rbac.yaml`'s
+    /// RBAC (FakeKube has none).
     pub fn assert_clean(&self) {
-        let who = self.runtime.name();
+        let who = self.who();
         assert_eq!(self.sim.violations(), Vec::<String>::new(), "{who}: spec");
         assert_eq!(self.sim.answer_violations(), Vec::<String>::new(), "{who}");
         assert_eq!(
@@ -279,6 +315,7 @@ impl World {
             Vec::<String>::new(),
             "{who}: CRDs"
         );
+        assert_eq!(self.kube.forbidden(), Vec::<String>::new(), "{who}: RBAC");
     }
 
     /// The IPs of `server`'s memberships of `network`, in any state.

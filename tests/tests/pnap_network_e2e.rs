@@ -1,7 +1,10 @@
 //! Machine networking on phoenixNAP end to end through the app
 //! (`pnap_world`: the fake Kubernetes API, the phoenixNAP simulator, the app
 //! on the test host and on real Spin with SQLite and Redis when `SPIN_BIN`
-//! is given). A Machine on a phoenixNAP server opts into a profile naming
+//! is given; and again on real Spin against the real API server,
+//! `real_kube::spin_sqlite::` and `real_kube::spin_redis::`, when
+//! `KUBEBUILDER_ASSETS` is given too, every request also allowed by
+//! `deploy/rbac.yaml`). A Machine on a phoenixNAP server opts into a profile naming
 //! two networks, a private and a public one, each the network of a pool,
 //! with an address from that pool: the apply waits for the claims'
 //! addresses, then joins the server to both networks with them, one change
@@ -13,7 +16,7 @@
 //! the phoenixNAP requests per apply counted exactly.
 
 use metal_ipam_tests::fake_kube::IPAM_GROUP;
-use metal_ipam_tests::harness::{given, Runtime};
+use metal_ipam_tests::harness::Runtime;
 use metal_ipam_tests::pnap_world::{pool_object, steps, World, LOCATION, NS, SERVERS};
 use serde_json::{json, Value};
 
@@ -37,8 +40,7 @@ fn both() -> Value {
 /// Two provisioned pools (a created private network, a public network
 /// with an ordered /29), the profile, a Cluster and Machine `m-0` on the
 /// first server.
-async fn world(runtime: Runtime) -> World {
-    let w = World::on(runtime).await.expect("given");
+async fn seeded(w: World) -> World {
     w.kube.create(pool_object(
         "priv",
         json!({"location": LOCATION, "privateNetwork": {"cidr": "10.20.0.0/24"}}),
@@ -90,7 +92,7 @@ fn profile_claims(w: &World) -> Vec<Value> {
 /// m-0's claims being deleted delivered (`MODIFIED`): the release step
 /// frees their addresses and removes its finalizer; they are gone after.
 async fn finish_deletions(w: &World) -> usize {
-    let who = w.runtime.name();
+    let who = w.who();
     let deleting: Vec<Value> = profile_claims(w)
         .into_iter()
         .filter(|c| c["metadata"].get("deletionTimestamp").is_some())
@@ -107,7 +109,7 @@ async fn finish_deletions(w: &World) -> usize {
 /// Each of m-0's claims delivered (`ADDED`): bound by the allocator; the
 /// chained assign step leaves them to the apply.
 async fn bind_claims(w: &World) -> Vec<(String, String)> {
-    let who = w.runtime.name();
+    let who = w.who();
     let mut out = Vec::new();
     for c in profile_claims(w) {
         let r = w.event("ADDED", &c).await;
@@ -130,7 +132,7 @@ async fn bind_claims(w: &World) -> Vec<(String, String)> {
 /// POSTs (or DELETEs) the machine's network until 200; the answers' issued
 /// steps (`action network`) and the calls made.
 async fn settle(w: &World, method: &str) -> (Value, Vec<String>, usize) {
-    let who = w.runtime.name();
+    let who = w.who();
     let mut issued = Vec::new();
     for i in 1..=20 {
         let r = w.app.call(method, PATH, None).await;
@@ -163,9 +165,9 @@ fn memberships(w: &World) -> Vec<(String, Vec<String>, String)> {
     m
 }
 
-async fn a_profile_puts_a_server_on_two_networks_with_pool_addresses(runtime: Runtime) {
-    let w = world(runtime).await;
-    let who = runtime.name();
+async fn a_profile_puts_a_server_on_two_networks_with_pool_addresses(w: World) {
+    let w = seeded(w).await;
+    let who = w.who();
     let private = w.sim.private_networks()[0].clone();
     let public = w.sim.public_networks()[0].clone();
 
@@ -361,9 +363,9 @@ async fn a_profile_puts_a_server_on_two_networks_with_pool_addresses(runtime: Ru
 /// change) re-reads the servers with a machine network, finds it gone, and
 /// releases the machine's network: its claims deleted, its record
 /// forgotten.
-async fn the_poll_releases_the_network_of_a_deleted_server(runtime: Runtime) {
-    let w = world(runtime).await;
-    let who = runtime.name();
+async fn the_poll_releases_the_network_of_a_deleted_server(w: World) {
+    let w = seeded(w).await;
+    let who = w.who();
     w.app.call("POST", PATH, None).await;
     bind_claims(&w).await;
     let (body, _, _) = settle(&w, "POST").await;
@@ -397,9 +399,9 @@ async fn the_poll_releases_the_network_of_a_deleted_server(runtime: Runtime) {
 
 /// Port modes, bonds and native VLANs are Metal's: on a phoenixNAP server
 /// the apply refuses them naming the field, and changes nothing.
-async fn metal_only_fields_are_refused_naming_them(runtime: Runtime) {
-    let w = world(runtime).await;
-    let who = runtime.name();
+async fn metal_only_fields_are_refused_naming_them(w: World) {
+    let w = seeded(w).await;
+    let who = w.who();
     for (port, field) in [
         (
             json!({"name": "bond0", "layer2": true}),
@@ -434,8 +436,25 @@ async fn metal_only_fields_are_refused_naming_them(runtime: Runtime) {
     w.assert_clean();
 }
 
+/// The world on FakeKube: the test host, or real Spin (`SPIN_BIN`).
+async fn on_fake(runtime: Runtime) -> Option<World> {
+    World::on(runtime).await
+}
+
+/// The world on real Spin and the real API server (`SPIN_BIN` and
+/// `KUBEBUILDER_ASSETS`).
+async fn on_real(runtime: Runtime) -> Option<World> {
+    World::on_real_kube(runtime).await
+}
+
 metal_ipam_tests::on_every_runtime!(
-    given: a_profile_puts_a_server_on_two_networks_with_pool_addresses,
+    on_fake: a_profile_puts_a_server_on_two_networks_with_pool_addresses,
+    the_poll_releases_the_network_of_a_deleted_server,
+    metal_only_fields_are_refused_naming_them,
+);
+
+metal_ipam_tests::on_real_kube!(
+    on_real: a_profile_puts_a_server_on_two_networks_with_pool_addresses,
     the_poll_releases_the_network_of_a_deleted_server,
     metal_only_fields_are_refused_naming_them,
 );

@@ -1,7 +1,10 @@
 //! phoenixNAP-backed pools end to end through the app (`pnap_world`): the
 //! fake Kubernetes API, the phoenixNAP simulator seeded with servers in PHX,
 //! and the app on the test host and on real Spin (SQLite and Redis, when
-//! `SPIN_BIN` is given) with only the phoenixNAP variables. A private
+//! `SPIN_BIN` is given) with only the phoenixNAP variables; and again on
+//! real Spin against the real API server (`real_kube::spin_sqlite::` and
+//! `real_kube::spin_redis::`, when `KUBEBUILDER_ASSETS` is given too,
+//! every request also allowed by `deploy/rbac.yaml`). A private
 //! network created for a pool, claims' addresses put on their servers'
 //! memberships (two on one server: one membership with both), a claim
 //! deleted (its IP off the membership, the last one's server off the
@@ -11,7 +14,7 @@
 //! provisioning and per claim assignment counted exactly.
 
 use metal_ipam_tests::fake_kube::IPAM_GROUP;
-use metal_ipam_tests::harness::{given, Runtime};
+use metal_ipam_tests::harness::Runtime;
 use metal_ipam_tests::pnap_sim::{Fault, MembershipStatus, TOKEN_ROUTE};
 use metal_ipam_tests::pnap_world::{pool_object, steps, World, LOCATION, NS, SERVERS};
 use serde_json::{json, Value};
@@ -55,9 +58,8 @@ async fn records(w: &World) -> Vec<String> {
     keys
 }
 
-async fn a_private_network_pool_assigns_releases_and_is_torn_down(runtime: Runtime) {
-    let w = World::on(runtime).await.expect("given");
-    let who = runtime.name();
+async fn a_private_network_pool_assigns_releases_and_is_torn_down(w: World) {
+    let who = w.who();
     w.kube.create(private_pool());
 
     // 1. The network is created (one POST, one read of it), in one call.
@@ -232,15 +234,33 @@ async fn a_private_network_pool_assigns_releases_and_is_torn_down(runtime: Runti
     assert!(w.sim.private_networks().is_empty());
     assert!(w.sim.public_networks().is_empty() && w.sim.ip_blocks().is_empty());
     assert!(w.sim.memberships().is_empty());
+    assert_api_empty(&w);
     assert_tombstones(&w, "priv", &["m-0", "m-1", "m-2", "m-3", "m-4"]).await;
     w.assert_clean();
+}
+
+/// Nothing of the pool's left on the API server: no claim (each one's
+/// finalizer removed by its release), no IPAddress, no pool.
+fn assert_api_empty(w: &World) {
+    let who = w.who();
+    for (group, plural) in [
+        (IPAM_GROUP, "ipaddressclaims"),
+        (IPAM_GROUP, "ipaddresses"),
+        (metal_ipam_tests::fake_kube::METAL_GROUP, "metalippools"),
+    ] {
+        assert_eq!(
+            w.kube.list(group, plural),
+            Vec::<Value>::new(),
+            "{who}: {plural}"
+        );
+    }
 }
 
 /// What the store keeps of a pool and its claims once all are gone: the
 /// pool's tombstones and each claim's closed assignment record (and the
 /// indexes, empty of them).
 async fn assert_tombstones(w: &World, pool: &str, claims: &[&str]) {
-    let who = w.runtime.name();
+    let who = w.who();
     let store = w.app.store().await;
     let mut want = vec![
         "metal-claim-index".to_string(),
@@ -287,9 +307,8 @@ async fn assert_tombstones(w: &World, pool: &str, claims: &[&str]) {
 /// Scenario 6: a public network with an ordered block: the block, the network
 /// with it attached; a claim's address on its server's public membership;
 /// teardown deletes the network, then the block.
-async fn a_public_network_pool_orders_its_block_and_is_torn_down(runtime: Runtime) {
-    let w = World::on(runtime).await.expect("given");
-    let who = runtime.name();
+async fn a_public_network_pool_orders_its_block_and_is_torn_down(w: World) {
+    let who = w.who();
     w.kube.create(pool_object(
         "pub",
         json!({"location": LOCATION, "publicNetwork": {}, "ipBlock": {"cidrBlockSize": 29}}),
@@ -397,15 +416,15 @@ async fn a_public_network_pool_orders_its_block_and_is_torn_down(runtime: Runtim
     );
     assert!(w.sim.public_networks().is_empty() && w.sim.ip_blocks().is_empty());
     assert!(w.sim.private_networks().is_empty() && w.sim.memberships().is_empty());
+    assert_api_empty(&w);
     assert_tombstones(&w, "pub", &["m-0"]).await;
     w.assert_clean();
 }
 
 /// Scenario 7: the network's creation applied but its answer lost: the step runs
 /// again and finds it (by the pool's tag); exactly one network.
-async fn a_lost_answer_on_the_networks_creation_is_found_not_repeated(runtime: Runtime) {
-    let w = World::on(runtime).await.expect("given");
-    let who = runtime.name();
+async fn a_lost_answer_on_the_networks_creation_is_found_not_repeated(w: World) {
+    let who = w.who();
     w.kube.create(private_pool());
     w.sim
         .inject("POST", "privateNetworksPost", Fault::CrashAfter, 1);
@@ -444,9 +463,8 @@ async fn a_lost_answer_on_the_networks_creation_is_found_not_repeated(runtime: R
 /// Scenario 4: the poll: a server deleted in phoenixNAP; the poll marks its claims
 /// (`MetalAssigned=False DeviceDeleted`, their records device-gone) and
 /// releases nothing.
-async fn the_poll_marks_the_claims_of_a_deleted_server(runtime: Runtime) {
-    let w = World::on(runtime).await.expect("given");
-    let who = runtime.name();
+async fn the_poll_marks_the_claims_of_a_deleted_server(w: World) {
+    let who = w.who();
     w.kube.create(private_pool());
     w.provision("priv").await;
     for (c, s) in [("m-0", 0), ("m-1", 0), ("m-2", 1)] {
@@ -519,8 +537,26 @@ async fn the_poll_marks_the_claims_of_a_deleted_server(runtime: Runtime) {
     w.assert_clean();
 }
 
+/// The world on FakeKube: the test host, or real Spin (`SPIN_BIN`).
+async fn on_fake(runtime: Runtime) -> Option<World> {
+    World::on(runtime).await
+}
+
+/// The world on real Spin and the real API server (`SPIN_BIN` and
+/// `KUBEBUILDER_ASSETS`).
+async fn on_real(runtime: Runtime) -> Option<World> {
+    World::on_real_kube(runtime).await
+}
+
 metal_ipam_tests::on_every_runtime!(
-    given: a_private_network_pool_assigns_releases_and_is_torn_down,
+    on_fake: a_private_network_pool_assigns_releases_and_is_torn_down,
+    a_public_network_pool_orders_its_block_and_is_torn_down,
+    a_lost_answer_on_the_networks_creation_is_found_not_repeated,
+    the_poll_marks_the_claims_of_a_deleted_server,
+);
+
+metal_ipam_tests::on_real_kube!(
+    on_real: a_private_network_pool_assigns_releases_and_is_torn_down,
     a_public_network_pool_orders_its_block_and_is_torn_down,
     a_lost_answer_on_the_networks_creation_is_found_not_repeated,
     the_poll_marks_the_claims_of_a_deleted_server,

@@ -16,6 +16,7 @@ use anyhow::{ensure, Context, Result};
 use metal_ipam_core::capi::poll::MAX_POLL_CLAIMS;
 use metal_ipam_tests::fake_kube::{FakeKube, IPAM_GROUP};
 use metal_ipam_tests::harness::{App, Runtime};
+use metal_ipam_tests::kube::Kube;
 use metal_ipam_tests::pnap_sim::{PnapSim, TOKEN_ROUTE};
 use metal_ipam_tests::pnap_world::{pnap_vars, pool_object, World, LOCATION, NS};
 use serde_json::{json, Value};
@@ -185,7 +186,7 @@ fn check(p: &Phase, calls: usize, reads: usize, marked: usize, synced: usize) ->
 
 /// Runs the section with `servers` servers (two claims each).
 pub async fn run(servers: usize) -> Result<Figures> {
-    let kube = FakeKube::start().await;
+    let kube = Kube::Fake(FakeKube::start().await);
     let sim = PnapSim::start().await;
     for n in 0..servers {
         sim.add_server(&server(n), &format!("node-{n}"), LOCATION);
