@@ -454,7 +454,7 @@ impl Profile {
     ///   modes), nor a `nativeVLAN` (every network is tagged), nor
     ///   `elasticIPs` (routed from Metal VRFs: phoenixNAP has none; a
     ///   public network's pool address goes in `vlans[].addresses`);
-    /// - a network named by `id` is a phoenixNAP id (24 hex digits), by
+    /// - a network named by `id` is a phoenixNAP id (24 lower-case hex digits), by
     ///   `vxlan` its `vlanId` in `spec.location`, or by `pool` a
     ///   phoenixNAP-backed pool's network; addresses and routes as on
     ///   Metal.
@@ -732,7 +732,10 @@ impl Profile {
         match (&v.id, v.vxlan, &v.pool) {
             (Some(id), None, None) => {
                 let (ok, what) = if pnap {
-                    (is_pnap_id(id), "a phoenixNAP network id (24 hex digits)")
+                    (
+                        is_pnap_id(id),
+                        "a phoenixNAP network id (24 lower-case hex digits)",
+                    )
                 } else {
                     (is_uuid(id), "a UUID")
                 };
