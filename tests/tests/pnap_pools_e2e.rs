@@ -9,7 +9,9 @@
 //! memberships (two on one server: one membership with both), a claim
 //! deleted (its IP off the membership, the last one's server off the
 //! network, then the address released), teardown leaving nothing; a public
-//! network with an ordered block; a lost answer on the network's creation.
+//! network with an ordered block; a lost answer on the network's creation;
+//! the poll telling a deleted server's claims; a server phoenixNAP never
+//! answers for among others, holding none of them.
 //! Every request spec-valid, and the phoenixNAP requests per pool
 //! provisioning and per claim assignment counted exactly.
 
@@ -537,6 +539,125 @@ async fn the_poll_marks_the_claims_of_a_deleted_server(w: World) {
     w.assert_clean();
 }
 
+/// Scenario 5: one server among several that phoenixNAP never answers for,
+/// and one deleted. The poll tells the deleted server's claims in its first
+/// call, names the silent server (why, and when it is read again) within
+/// one server read's budget, and leaves it alone in the next call; a claim
+/// on a healthy server is assigned meanwhile; a claim on the silent server
+/// answers 503 within the step's budget, keeps its address, and is
+/// assigned once phoenixNAP answers again.
+async fn one_silent_server_among_others_holds_no_other(w: World) {
+    let who = w.who();
+    let (silent, doomed, healthy) = (SERVERS[0], SERVERS[1], SERVERS[2]);
+    w.kube.create(private_pool());
+    w.provision("priv").await;
+    for (c, s) in [("m-0", silent), ("m-1", doomed), ("m-2", healthy)] {
+        w.claim(c, "priv", s).await;
+        w.assign(c).await;
+    }
+    // The first poll sets the cursor (a resync of the known servers).
+    for _ in 0..3 {
+        let r = w.app.call("POST", "/v1/metal/poll", None).await;
+        assert_eq!(r.status, 200, "{who}: {:#}", r.body);
+        if r.body["phoenixnap"]["more"] != true {
+            break;
+        }
+    }
+    w.sim.advance(1_000);
+    w.sim.delete_server(doomed);
+    // Every read of the silent server waits a minute before answering.
+    let path = format!("/bmc/v1/servers/{silent}");
+    w.sim
+        .inject("GET", &path, Fault::Latency(60_000), usize::MAX);
+    let reads = |w: &World| {
+        w.sim
+            .requests()
+            .iter()
+            .filter(|r| r.method == "GET" && r.path == path)
+            .count()
+    };
+    let started = std::time::Instant::now();
+    let first = w.app.call("POST", "/v1/metal/poll", None).await;
+    let took = started.elapsed();
+    let p = &first.body["phoenixnap"];
+    assert_eq!(
+        p["deviceDeleted"],
+        json!([format!("{NS}/m-1")]),
+        "{who}: the deleted server's claim told in the first call: {:#}",
+        first.body
+    );
+    let failures = p["deviceFailures"].as_array().expect("deviceFailures");
+    assert_eq!(failures.len(), 1, "{who}: {:#}", first.body);
+    assert_eq!(failures[0]["device"], json!(silent), "{who}");
+    let error = failures[0]["error"].as_str().unwrap();
+    assert!(error.contains("PnapUnavailable"), "{who}: {error}");
+    assert!(failures[0]["retryAt"].as_u64().unwrap() > 0, "{who}");
+    assert_eq!(first.status, 500, "{who}: {:#}", first.body);
+    // One server read's budget (3 s, and the last attempt's floor), not
+    // the client's 10 s, nor the simulator's minute.
+    assert!(
+        took < std::time::Duration::from_secs(6),
+        "{who}: answered after {took:?}"
+    );
+    let first_reads = reads(&w);
+    assert!((1..=3).contains(&first_reads), "{who}: {first_reads} reads");
+    // The next call leaves it alone while it backs off.
+    let second = w.app.call("POST", "/v1/metal/poll", None).await;
+    assert_eq!(second.status, 200, "{who}: {:#}", second.body);
+    assert_eq!(
+        second.body["phoenixnap"]["backingOff"][0]["device"],
+        json!(silent),
+        "{who}: {:#}",
+        second.body
+    );
+    assert_eq!(reads(&w), first_reads, "{who}: read while it backs off");
+    for (c, want) in [
+        ("m-0", ("True", "Assigned")),
+        ("m-1", ("False", "DeviceDeleted")),
+        ("m-2", ("True", "Assigned")),
+    ] {
+        let got = World::condition(&w.claim_obj(c).unwrap(), "MetalAssigned");
+        assert_eq!((got.0.as_str(), got.1.as_str()), want, "{who}: {c}");
+    }
+    // A claim on the healthy server is assigned meanwhile.
+    w.claim("m-3", "priv", healthy).await;
+    w.assign("m-3").await;
+    assert_eq!(
+        w.ips_on(healthy, &w.sim.private_networks()[0].id)
+            .map(|ips| ips.len()),
+        Some(2),
+        "{who}"
+    );
+    // A claim on the silent server: bound, its assignment answers 503
+    // within the step's budget, and says why on the claim.
+    w.claim("m-4", "priv", silent).await;
+    let started = std::time::Instant::now();
+    let r = w.app.call("POST", &World::claim_path("m-4"), None).await;
+    let took = started.elapsed();
+    assert_eq!(r.status, 503, "{who}: {:#}", r.body);
+    assert!(r.headers.get("retry-after").is_some(), "{who}");
+    assert!(
+        took < std::time::Duration::from_secs(15),
+        "{who}: answered after {took:?}"
+    );
+    let claim = w.claim_obj("m-4").unwrap();
+    assert!(
+        claim["status"]["addressRef"]["name"].is_string(),
+        "{who}: the address kept: {claim:#}"
+    );
+    // phoenixNAP answers again: assigned once.
+    w.sim.clear_faults();
+    w.assign("m-4").await;
+    assert_eq!(
+        World::condition(&w.claim_obj("m-4").unwrap(), "MetalAssigned"),
+        ("True".into(), "Assigned".into()),
+        "{who}"
+    );
+    let on_silent = w.ips_on(silent, &w.sim.private_networks()[0].id).unwrap();
+    assert_eq!(on_silent, [w.address("m-0"), w.address("m-4")], "{who}");
+    w.assert_clean();
+}
+
 /// The world on FakeKube: the test host, or real Spin (`SPIN_BIN`).
 async fn on_fake(runtime: Runtime) -> Option<World> {
     World::on(runtime).await
@@ -553,6 +674,7 @@ metal_ipam_tests::on_every_runtime!(
     a_public_network_pool_orders_its_block_and_is_torn_down,
     a_lost_answer_on_the_networks_creation_is_found_not_repeated,
     the_poll_marks_the_claims_of_a_deleted_server,
+    one_silent_server_among_others_holds_no_other,
 );
 
 metal_ipam_tests::on_real_kube!(
@@ -560,4 +682,5 @@ metal_ipam_tests::on_real_kube!(
     a_public_network_pool_orders_its_block_and_is_torn_down,
     a_lost_answer_on_the_networks_creation_is_found_not_repeated,
     the_poll_marks_the_claims_of_a_deleted_server,
+    one_silent_server_among_others_holds_no_other,
 );
