@@ -101,8 +101,8 @@ use metal_ipam_core::ports::kv::KvStore;
 use metal_ipam_core::ports::Env;
 use metal_ipam_core::testing::{Backend, MemKv, TestEnv};
 
-use apply_kit::{ApplyEnv, Resumes, LATER, NOW};
-use sched::{Chooser, Dfs, Pct, SchedEnv};
+use apply_kit::{every_dfs, ApplyEnv, Resumes, LATER, NOW};
+use sched::{Chooser, Pct, SchedEnv};
 
 const DEVICE: &str = "d1";
 const PORT_ID: &str = "7c1c4f9e-port-bond0";
@@ -701,23 +701,10 @@ fn explore_dfs_tallied(
     stop: impl Fn(&str) -> bool,
     tally: &mut Tally,
 ) -> std::result::Result<usize, (String, usize)> {
-    let mut dfs = Dfs::default();
-    dfs.start();
-    let mut n = 0;
-    loop {
-        n += 1;
-        match one_schedule(backend, start, steps, roles, &mut dfs, crashes) {
-            Ok(seen) => tally.add(seen),
-            Err(v) => {
-                if stop(&v) {
-                    return Err((v, n));
-                }
-            }
-        }
-        if !dfs.next_schedule() {
-            return Ok(n);
-        }
-    }
+    every_dfs(
+        |dfs| one_schedule(backend, start, steps, roles, dfs, crashes).map(|seen| tally.add(seen)),
+        stop,
+    )
 }
 
 /// Every schedule of `roles` from `start` with a plan of `steps` steps on

@@ -105,8 +105,8 @@ use metal_ipam_core::ports::Env;
 use metal_ipam_core::testing::{Backend, MemKv, TestEnv};
 use serde_json::{Map, Value};
 
-use apply_kit::{ApplyEnv, Resumes, LATER, NOW};
-use sched::{Chooser, Dfs, Pct, SchedEnv};
+use apply_kit::{every_dfs, ApplyEnv, Resumes, LATER, NOW};
+use sched::{Chooser, Pct, SchedEnv};
 
 const DEVICE: &str = "5f3a9c1e-server";
 /// The segments the profile wants (the join).
@@ -977,23 +977,13 @@ fn explore_dfs(
     stop: impl Fn(&str) -> bool,
 ) -> std::result::Result<Tally, (String, usize)> {
     let mut tally = Tally::default();
-    let mut dfs = Dfs::default();
-    dfs.start();
-    let mut n = 0;
-    loop {
-        n += 1;
-        match one_schedule(backend, scenario, start, roles, &mut dfs, crashes) {
-            Ok(seen) => tally.add(seen),
-            Err(v) => {
-                if stop(&v) {
-                    return Err((v, n));
-                }
-            }
-        }
-        if !dfs.next_schedule() {
-            return Ok(tally);
-        }
-    }
+    every_dfs(
+        |dfs| {
+            one_schedule(backend, scenario, start, roles, dfs, crashes).map(|seen| tally.add(seen))
+        },
+        stop,
+    )?;
+    Ok(tally)
 }
 
 /// [`explore_dfs`] that must pass.

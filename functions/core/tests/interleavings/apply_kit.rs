@@ -1,7 +1,7 @@
 //! What the apply checkers share (`interleavings_apply.rs` over the port
 //! apply, `interleavings_members.rs` over the membership apply): the
-//! instances' clocks and environment, and the store as an instance started
-//! after a stalled one's lease sees it.
+//! instances' clocks and environment, the store as an instance started
+//! after a stalled one's lease sees it, and the exhaustive enumeration.
 //!
 //! Included with `#[path]` next to `sched.rs`.
 
@@ -11,7 +11,7 @@ use metal_ipam_core::network::apply::LEASE_S;
 use metal_ipam_core::ports::kv::{KvError, KvStore, Swap};
 use metal_ipam_core::ports::Env;
 
-use super::sched::{self, SchedEnv};
+use super::sched::{self, Dfs, SchedEnv};
 
 /// When a schedule's instances start.
 pub const NOW: u64 = 10_000;
@@ -96,5 +96,29 @@ impl<K: KvStore> KvStore for Resumes<'_, K> {
     }
     fn cas_swap(&self, cas: Self::Cas, value: &[u8]) -> std::result::Result<Swap, KvError> {
         self.after(self.inner.cas_swap(cas, value))
+    }
+}
+
+/// Runs `one` on every schedule a fresh [`Dfs`] enumerates, until a
+/// violation satisfies `stop` (the others are passed over: a mutation's
+/// run looks for its own): the number of schedules run, or that violation
+/// and its schedule's number.
+pub fn every_dfs(
+    mut one: impl FnMut(&mut Dfs) -> Result<(), String>,
+    stop: impl Fn(&str) -> bool,
+) -> Result<usize, (String, usize)> {
+    let mut dfs = Dfs::default();
+    dfs.start();
+    let mut n = 0;
+    loop {
+        n += 1;
+        if let Err(v) = one(&mut dfs) {
+            if stop(&v) {
+                return Err((v, n));
+            }
+        }
+        if !dfs.next_schedule() {
+            return Ok(n);
+        }
     }
 }
