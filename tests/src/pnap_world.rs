@@ -90,6 +90,16 @@ pub fn steps(r: &Resp) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// [`World::on`], as the setup of [`crate::on_every_runtime!`].
+pub async fn on_fake(runtime: Runtime) -> Option<World> {
+    World::on(runtime).await
+}
+
+/// [`World::on_real_kube`], as the setup of [`crate::on_real_kube!`].
+pub async fn on_real(runtime: Runtime) -> Option<World> {
+    World::on_real_kube(runtime).await
+}
+
 impl World {
     /// A world on `runtime` (`None` when that runtime is not given): the
     /// simulator seeded with [`SERVERS`] (`powered-on`, in [`LOCATION`]).

@@ -16,8 +16,9 @@
 //! the phoenixNAP requests per apply counted exactly.
 
 use metal_ipam_tests::fake_kube::IPAM_GROUP;
-use metal_ipam_tests::harness::Runtime;
-use metal_ipam_tests::pnap_world::{pool_object, steps, World, LOCATION, NS, SERVERS};
+use metal_ipam_tests::pnap_world::{
+    on_fake, on_real, pool_object, steps, World, LOCATION, NS, SERVERS,
+};
 use serde_json::{json, Value};
 
 const PATH: &str = "/v1/machines/team-a/m-0/network";
@@ -434,17 +435,6 @@ async fn metal_only_fields_are_refused_naming_them(w: World) {
     assert!(memberships(&w).is_empty(), "{who}");
     assert!(profile_claims(&w).is_empty(), "{who}");
     w.assert_clean();
-}
-
-/// The world on FakeKube: the test host, or real Spin (`SPIN_BIN`).
-async fn on_fake(runtime: Runtime) -> Option<World> {
-    World::on(runtime).await
-}
-
-/// The world on real Spin and the real API server (`SPIN_BIN` and
-/// `KUBEBUILDER_ASSETS`).
-async fn on_real(runtime: Runtime) -> Option<World> {
-    World::on_real_kube(runtime).await
 }
 
 metal_ipam_tests::on_every_runtime!(

@@ -16,9 +16,10 @@
 //! provisioning and per claim assignment counted exactly.
 
 use metal_ipam_tests::fake_kube::IPAM_GROUP;
-use metal_ipam_tests::harness::Runtime;
 use metal_ipam_tests::pnap_sim::{Fault, MembershipStatus, TOKEN_ROUTE};
-use metal_ipam_tests::pnap_world::{pool_object, steps, World, LOCATION, NS, SERVERS};
+use metal_ipam_tests::pnap_world::{
+    on_fake, on_real, pool_object, steps, World, LOCATION, NS, SERVERS,
+};
 use serde_json::{json, Value};
 
 fn private_pool() -> Value {
@@ -656,17 +657,6 @@ async fn one_silent_server_among_others_holds_no_other(w: World) {
     let on_silent = w.ips_on(silent, &w.sim.private_networks()[0].id).unwrap();
     assert_eq!(on_silent, [w.address("m-0"), w.address("m-4")], "{who}");
     w.assert_clean();
-}
-
-/// The world on FakeKube: the test host, or real Spin (`SPIN_BIN`).
-async fn on_fake(runtime: Runtime) -> Option<World> {
-    World::on(runtime).await
-}
-
-/// The world on real Spin and the real API server (`SPIN_BIN` and
-/// `KUBEBUILDER_ASSETS`).
-async fn on_real(runtime: Runtime) -> Option<World> {
-    World::on_real_kube(runtime).await
 }
 
 metal_ipam_tests::on_every_runtime!(

@@ -83,6 +83,9 @@ pub const RUNNING_S: u64 = 600;
 pub const HISTORY: usize = 64;
 /// Rounds (a poll or a call each) one invocation makes at most.
 pub const MAX_ROUNDS: u32 = 16;
+
+/// What a call that ran out of rounds waits for (asked again after 1 s).
+pub(super) const MORE_STEPS: &str = "more steps";
 /// Seconds to wait before polling a running step again.
 pub const POLL_S: u64 = 5;
 
@@ -771,13 +774,24 @@ impl ApplyReport {
     }
 
     fn waiting(waiting: &str, retry_after: u64) -> ApplyReport {
+        ApplyReport::in_progress(waiting.into(), retry_after, Vec::new(), Vec::new())
+    }
+
+    /// In progress: `waiting` for what, asked again after `retry_after`
+    /// seconds.
+    pub(super) fn in_progress(
+        waiting: String,
+        retry_after: u64,
+        remaining: Vec<Step>,
+        issued: Vec<Step>,
+    ) -> ApplyReport {
         ApplyReport {
             phase: ApplyPhase::InProgress {
-                waiting: waiting.into(),
+                waiting,
                 retry_after,
             },
-            remaining: Vec::new(),
-            issued: Vec::new(),
+            remaining,
+            issued,
         }
     }
 }
@@ -1016,15 +1030,9 @@ fn rounds<K: KvStore, C: Cloud + ?Sized>(
         if let Some(r) = &state.running {
             let done = running_done(ctx, batches, device, holder, r, &observed)?;
             if !done && now < r.at.saturating_add(RUNNING_S) {
+                let waiting = format!("{} on {}", r.step.action, r.step.port);
                 let remaining = ports(plan(&observed, desired)?);
-                return Ok(ApplyReport {
-                    phase: ApplyPhase::InProgress {
-                        waiting: format!("{} on {}", r.step.action, r.step.port),
-                        retry_after: POLL_S,
-                    },
-                    remaining,
-                    issued,
-                });
+                return Ok(ApplyReport::in_progress(waiting, POLL_S, remaining, issued));
             }
             record.finish(holder.token, None)?;
             continue;
@@ -1044,14 +1052,12 @@ fn rounds<K: KvStore, C: Cloud + ?Sized>(
         Some(o) => ports(plan(&o, desired)?),
         None => Vec::new(),
     };
-    Ok(ApplyReport {
-        phase: ApplyPhase::InProgress {
-            waiting: "more steps".into(),
-            retry_after: 1,
-        },
+    Ok(ApplyReport::in_progress(
+        MORE_STEPS.into(),
+        1,
         remaining,
         issued,
-    })
+    ))
 }
 
 fn ports(steps: Vec<PortStep>) -> Vec<Step> {

@@ -241,14 +241,8 @@ pub fn apply_members<K: KvStore, C: Cloud + ?Sized>(
 }
 
 fn in_progress(waiting: String, remaining: Vec<MemberStep>, issued: Vec<Step>) -> ApplyReport {
-    ApplyReport {
-        phase: ApplyPhase::InProgress {
-            waiting,
-            retry_after: POLL_S,
-        },
-        remaining: remaining.into_iter().map(Step::Member).collect(),
-        issued,
-    }
+    let remaining = remaining.into_iter().map(Step::Member).collect();
+    ApplyReport::in_progress(waiting, POLL_S, remaining, issued)
 }
 
 fn rounds<K: KvStore, C: Cloud + ?Sized>(
@@ -312,14 +306,13 @@ fn rounds<K: KvStore, C: Cloud + ?Sized>(
         Some(o) => plan(&o, wanted, &super::apply::read(ctx.kv, device)?.joined)?,
         None => Vec::new(),
     };
-    Ok(ApplyReport {
-        phase: ApplyPhase::InProgress {
-            waiting: "more steps".into(),
-            retry_after: 1,
-        },
-        remaining: remaining.into_iter().map(Step::Member).collect(),
+    let remaining = remaining.into_iter().map(Step::Member).collect();
+    Ok(ApplyReport::in_progress(
+        super::apply::MORE_STEPS.into(),
+        1,
+        remaining,
         issued,
-    })
+    ))
 }
 
 /// Records `step` (a join adds its segment to `joined` in the same write),
